@@ -1,0 +1,65 @@
+"""Typed errors shared by every layer.
+
+Each error carries an ``exit_code`` used by the CLI: 2 for bad input (a file, an image, weights or a
+configuration the user gave us), 3 for device problems, 1 for anything else.
+"""
+
+from __future__ import annotations
+
+
+class LibrEdgeTpuError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+    exit_code = 1
+
+
+class InputError(LibrEdgeTpuError):
+    """Something the caller handed us is wrong (file, image, weights, config)."""
+
+    exit_code = 2
+
+
+class ModelFormatError(InputError):
+    """A model file is malformed or is not the kind of model the caller expected."""
+
+
+class ImageError(InputError):
+    """An image cannot be decoded or has an unsupported encoding, size or channel count."""
+
+
+class WeightsError(InputError):
+    """Weights have the wrong shape or dtype, contain NaN/inf, or do not fit the template."""
+
+
+class ConfigError(InputError):
+    """A configuration file or parameter value is invalid."""
+
+
+class BackendError(LibrEdgeTpuError):
+    """A backend cannot load or run a model."""
+
+
+class DeviceError(LibrEdgeTpuError):
+    """Base class of accelerator device problems."""
+
+    exit_code = 3
+
+
+class DeviceNotFoundError(DeviceError):
+    """No accelerator matches the request."""
+
+
+class DevicePermissionError(DeviceError):
+    """The accelerator exists but this user may not open it (see the udev rule in docs/edgetpu.md)."""
+
+
+class DeviceLostError(DeviceError):
+    """The accelerator disappeared or stopped answering in the middle of an operation."""
+
+
+class DeviceTimeoutError(DeviceError):
+    """A transfer did not complete in time."""
+
+
+class FirmwareNotFoundError(DeviceError):
+    """The firmware file needed to boot an accelerator in bootloader mode is missing."""

@@ -1,0 +1,32 @@
+"""ament_python package definition of libredgetpu_ros (also installable with pip for the venv workflow)."""
+
+from glob import glob
+
+from setuptools import find_packages, setup
+
+PACKAGE = "libredgetpu_ros"
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    packages=find_packages(exclude=["test", "test.*"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
+        (f"share/{PACKAGE}", ["package.xml"]),
+        (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
+        (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.xml")),
+    ],
+    package_data={PACKAGE: ["data/*"]},
+    install_requires=["setuptools"],
+    zip_safe=True,
+    maintainer="libredgetpu_ros developers",
+    maintainer_email="maintainers@libredgetpu-ros.invalid",
+    description="Edge TPU perception and adaptive control for ROS 2 without Google's runtime",
+    license="Apache-2.0",
+    tests_require=["pytest"],
+    entry_points={
+        "console_scripts": [
+            "libredgetpu-ros = libredgetpu_ros.cli.main:main",
+        ],
+    },
+)
