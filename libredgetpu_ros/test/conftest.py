@@ -1,11 +1,17 @@
-"""Shared pytest configuration: fixture lookup and the ``hardware`` marker."""
+"""Shared pytest configuration: fixture lookup, the ``hardware`` marker and the ``ros_env`` fixture."""
 
 from __future__ import annotations
 
+import fcntl
+import itertools
+import os
+import signal
+import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
-
 from libredgetpu_ros.fixtures import FixtureMissingError
 from libredgetpu_ros.fixtures import fixture as _fixture
 from libredgetpu_ros.fixtures import fixtures_dir as _fixtures_dir
@@ -45,3 +51,182 @@ def fixture_path():
             pytest.fail(str(exc), pytrace=False)
 
     return lookup
+
+
+# --------------------------------------------------------------------------------------------------------
+# ROS tests: `ros_env` gives each test its own domain, log folder and localhost-only DDS settings, runs
+# helper processes, and cleans up what Fast DDS leaves in /dev/shm.
+# --------------------------------------------------------------------------------------------------------
+
+_SHM = Path("/dev/shm")
+_LOG_TAIL_BYTES = 6000
+_domain_counter = itertools.count()
+
+
+def _next_domain_id() -> int:
+    # 100..199: away from the default domain 0; the pid spreads concurrent pytest runs on one host apart.
+    return 100 + (next(_domain_counter) + os.getpid() * 37) % 100
+
+
+def _fastdds_shm_names() -> set[str]:
+    try:
+        return {p.name for p in _SHM.iterdir() if p.name.startswith(("fastdds_", "sem.fastdds_"))}
+    except OSError:
+        return set()
+
+
+def _remove_dead_fastdds_shm(before: set[str]) -> None:
+    """Remove Fast DDS segments created since ``before`` whose owner is gone.
+
+    Every segment ``X`` has a lock file ``X_el`` that its owner holds with flock() while alive, so a segment
+    we can lock belongs to no live process; segments of concurrent tests elsewhere stay untouched.
+    """
+    for name in sorted(_fastdds_shm_names() - before):
+        if not (name.startswith("fastdds_") and name.endswith("_el")):
+            continue
+        lock_path = _SHM / name
+        base = name.removesuffix("_el")
+        try:
+            fd = os.open(lock_path, os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # still in use
+        try:
+            for path in (_SHM / base, _SHM / f"sem.{base}_mutex", lock_path):
+                path.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+
+
+def _log_tail(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - _LOG_TAIL_BYTES))
+            text = f.read().decode("utf-8", "replace")
+    except OSError as exc:
+        return f"<cannot read {path}: {exc}>"
+    return ("...\n" if size > _LOG_TAIL_BYTES else "") + text
+
+
+@dataclass
+class _Spawned:
+    name: str
+    proc: subprocess.Popen
+    log_path: Path
+    expect_exit: bool
+    stopped_by_fixture: bool = False
+
+    def died_unexpectedly(self) -> bool:
+        code = self.proc.poll()
+        return not self.stopped_by_fixture and not self.expect_exit and code is not None and code != 0
+
+
+@dataclass
+class RosTestEnv:
+    """What the ``ros_env`` fixture returns; see the fixture's docstring."""
+
+    domain_id: int
+    log_dir: Path
+    env: dict[str, str]
+    work_dir: Path
+    _spawned: list[_Spawned] = field(default_factory=list)
+    _contexts: list[Any] = field(default_factory=list)
+
+    def spawn(self, args: list[str], name: str, *, expect_exit: bool = False) -> subprocess.Popen:
+        """Start ``args`` with :attr:`env`; stdout+stderr go to ``<work_dir>/<name>.log``.
+
+        The process is terminated (then killed) at teardown. A non-zero exit before teardown fails the test
+        with the log tail, unless ``expect_exit`` says the test provokes it.
+        """
+        if any(s.name == name for s in self._spawned):
+            raise ValueError(f"a process named {name!r} was already spawned in this test")
+        log_path = self.work_dir / f"{name}.log"
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=self.env, cwd=self.work_dir, start_new_session=True)
+        self._spawned.append(_Spawned(name, proc, log_path, expect_exit))
+        return proc
+
+    def init_rclpy(self) -> Any:
+        """``rclpy.init`` on a new Context bound to :attr:`domain_id`; shut down at teardown."""
+        import rclpy
+        import rclpy.context
+
+        context = rclpy.context.Context()
+        rclpy.init(context=context, domain_id=self.domain_id)
+        self._contexts.append(context)
+        return context
+
+    def log_sections(self, only_unexpected: bool) -> list[tuple[str, str]]:
+        return [(f"ros process {s.name!r} (exit {s.proc.poll()}) log tail", _log_tail(s.log_path))
+                for s in self._spawned if not only_unexpected or s.died_unexpectedly()]
+
+    def _teardown(self) -> list[_Spawned]:
+        """Stop everything; return the processes that had died unexpectedly."""
+        dead = [s for s in self._spawned if s.died_unexpectedly()]
+        for context in self._contexts:
+            context.try_shutdown()
+        for s in self._spawned:
+            if s.proc.poll() is None:
+                s.stopped_by_fixture = True
+                s.proc.terminate()
+        for s in self._spawned:
+            try:
+                s.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(s.proc.pid, signal.SIGKILL)
+                s.proc.wait(timeout=5)
+        return dead
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    outcome = yield
+    report = outcome.get_result()
+    ros = getattr(item, "funcargs", {}).get("ros_env")
+    if report.when == "call" and isinstance(ros, RosTestEnv):
+        # Failed test: show every helper's log; passed test: only those that crashed (teardown fails it).
+        for title, text in ros.log_sections(only_unexpected=not report.failed):
+            report.sections.append((title, text))
+        item.stash[_ROS_CALL_FAILED] = report.failed
+
+
+_ROS_CALL_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.fixture
+def ros_env(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A private localhost-only ROS setup for one test (mark such tests ``@pytest.mark.ros``).
+
+    Attributes: ``domain_id`` (distinct per test), ``log_dir`` (ROS_LOG_DIR), ``env`` (for subprocesses:
+    the localhost-only settings, the domain id, PYTHONUNBUFFERED=1); ``spawn(args, name)`` starts a helper
+    process logging to a file; ``init_rclpy()`` returns a fresh initialised ``rclpy.context.Context``.
+    The same variables are set in ``os.environ`` for the test. Teardown shuts contexts down, stops the
+    processes and removes the Fast DDS shared-memory files they left behind.
+    """
+    from libredgetpu_ros.ros.environment import localhost_only_environ
+
+    shm_before = _fastdds_shm_names()
+    domain_id = _next_domain_id()
+    log_dir = tmp_path / "ros_log"
+    env = localhost_only_environ(domain_id=domain_id, log_dir=str(log_dir))
+    env["PYTHONUNBUFFERED"] = "1"
+    for key, value in env.items():
+        if os.environ.get(key) != value:
+            monkeypatch.setenv(key, value)
+    ros = RosTestEnv(domain_id=domain_id, log_dir=log_dir, env=env, work_dir=tmp_path)
+    try:
+        yield ros
+    finally:
+        dead = ros._teardown()
+        _remove_dead_fastdds_shm(shm_before)
+    if dead and not request.node.stash.get(_ROS_CALL_FAILED, False):
+        details = "\n\n".join(
+            f"--- {s.name} (exit {s.proc.returncode}): {s.log_path}\n{_log_tail(s.log_path)}" for s in dead)
+        pytest.fail(f"helper process(es) died unexpectedly during the test:\n{details}", pytrace=False)
