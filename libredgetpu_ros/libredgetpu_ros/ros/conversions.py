@@ -1,0 +1,145 @@
+"""Core perception results -> ROS messages (our interfaces, visualization markers, images).
+
+Everything is in pixels of the input image and carries the input image's header. Markers are drawn in the
+header's frame on the plane z = 0 with the optical-frame convention (x right, y down), scaled by
+``scale`` metres per pixel, so rviz shows them over the camera's image plane.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from builtin_interfaces.msg import Duration
+from geometry_msgs.msg import Point
+from std_msgs.msg import ColorRGBA, Header
+from visualization_msgs.msg import Marker, MarkerArray
+
+from libredgetpu_ros_interfaces.msg import (
+    BoundingBox2D,
+    Classification,
+    ClassScore,
+    Detection2D,
+    Detection2DArray,
+    Keypoint,
+    ObjectHypothesis,
+    PersonPose,
+    PersonPoseArray,
+)
+
+# COCO keypoint pairs joined by a bone, by keypoint id (nose 0 ... right_ankle 16).
+SKELETON: tuple[tuple[int, int], ...] = (
+    (5, 6), (5, 7), (7, 9), (6, 8), (8, 10), (5, 11), (6, 12), (11, 12),
+    (11, 13), (13, 15), (12, 14), (14, 16), (0, 1), (0, 2), (1, 3), (2, 4),
+)
+
+
+def poses_msg(header: Header, poses: Sequence[Any]) -> PersonPoseArray:
+    msg = PersonPoseArray(header=header)
+    msg.poses = [
+        PersonPose(score=float(p.score),
+                   keypoints=[Keypoint(name=k.name, id=int(k.id), x=float(k.x), y=float(k.y),
+                                       score=float(k.score)) for k in p.keypoints])
+        for p in poses
+    ]
+    return msg
+
+
+def detections_msg(header: Header, detections: Sequence[Any]) -> Detection2DArray:
+    msg = Detection2DArray(header=header)
+    for det in detections:
+        xmin, ymin, xmax, ymax = (float(v) for v in det.box)
+        d = Detection2D(header=header)
+        d.results = [ObjectHypothesis(class_id=det.label or str(det.class_id), score=float(det.score))]
+        d.bbox = BoundingBox2D(size_x=xmax - xmin, size_y=ymax - ymin)
+        d.bbox.center.position.x = (xmin + xmax) / 2.0
+        d.bbox.center.position.y = (ymin + ymax) / 2.0
+        msg.detections.append(d)
+    return msg
+
+
+def classification_msg(header: Header, classes: Sequence[Any]) -> Classification:
+    return Classification(header=header, results=[
+        ClassScore(class_id=int(c.class_id), label=c.label or "", score=float(c.score)) for c in classes])
+
+
+# -- rviz markers -------------------------------------------------------------------------------------------
+
+_PALETTE = np.array([[230, 25, 75], [60, 180, 75], [255, 225, 25], [0, 130, 200], [245, 130, 48],
+                     [145, 30, 180], [70, 240, 240], [240, 50, 230], [210, 245, 60], [250, 190, 212]],
+                    dtype=np.float32) / 255.0
+
+
+def _color(index: int, alpha: float = 1.0) -> ColorRGBA:
+    r, g, b = _PALETTE[index % len(_PALETTE)]
+    return ColorRGBA(r=float(r), g=float(g), b=float(b), a=alpha)
+
+
+def _points(xy: np.ndarray, scale: float) -> list[Point]:
+    return [Point(x=float(x) * scale, y=float(y) * scale, z=0.0) for x, y in xy]
+
+
+def _marker(header: Header, ns: str, mid: int, mtype: int, lifetime: Duration) -> Marker:
+    m = Marker(header=header, ns=ns, id=mid, type=mtype, action=Marker.ADD, lifetime=lifetime)
+    m.pose.orientation.w = 1.0
+    return m
+
+
+def markers_msg(header: Header, result: Any, scale: float = 0.001, keypoint_threshold: float = 0.2,
+                lifetime_s: float = 1.0) -> MarkerArray:
+    """DELETEALL, then boxes + labels (LINE_STRIP + TEXT_VIEW_FACING) and skeletons (LINE_LIST + SPHERE_LIST).
+
+    Marker ids are the object's index in the result, so rviz replaces markers in place frame to frame;
+    the leading DELETEALL removes objects that disappeared. ``lifetime_s`` clears markers of a stopped node.
+    """
+    out = MarkerArray()
+    clear = Marker(header=header, action=Marker.DELETEALL)
+    out.markers.append(clear)
+    lifetime = Duration(sec=int(lifetime_s), nanosec=int((lifetime_s % 1.0) * 1e9))
+    line = 2.0 * scale  # 2 px wide lines
+    for i, det in enumerate(result.detections):
+        xmin, ymin, xmax, ymax = (float(v) for v in det.box)
+        box = _marker(header, "boxes", i, Marker.LINE_STRIP, lifetime)
+        box.scale.x = line
+        box.color = _color(int(det.class_id))
+        box.points = _points(np.array([[xmin, ymin], [xmax, ymin], [xmax, ymax], [xmin, ymax], [xmin, ymin]]),
+                             scale)
+        text = _marker(header, "labels", i, Marker.TEXT_VIEW_FACING, lifetime)
+        text.scale.z = 16.0 * scale
+        text.color = box.color
+        text.pose.position.x, text.pose.position.y = xmin * scale, (ymin - 10.0) * scale
+        text.text = f"{det.label or det.class_id} {det.score:.2f}"
+        out.markers.extend((box, text))
+    for i, pose in enumerate(result.poses):
+        if not pose.keypoints:
+            continue
+        kp = np.array([(k.x, k.y, k.score) for k in pose.keypoints], dtype=np.float64)
+        ids = np.array([k.id for k in pose.keypoints])
+        by_id = np.full((17, 3), np.nan)
+        valid = (ids >= 0) & (ids < 17)
+        by_id[ids[valid]] = kp[valid]
+        visible = by_id[:, 2] >= keypoint_threshold
+        bones = np.array([(a, b) for a, b in SKELETON if visible[a] and visible[b]], dtype=np.int64)
+        skel = _marker(header, "skeletons", i, Marker.LINE_LIST, lifetime)
+        skel.scale.x = line
+        skel.color = _color(i)
+        if len(bones):
+            skel.points = _points(by_id[bones.ravel(), :2], scale)
+        joints = _marker(header, "keypoints", i, Marker.SPHERE_LIST, lifetime)
+        joints.scale.x = joints.scale.y = joints.scale.z = 6.0 * scale
+        joints.color = _color(i)
+        joints.points = _points(by_id[visible, :2], scale)
+        out.markers.extend((skel, joints))
+    return out
+
+
+# -- images ------------------------------------------------------------------------------------------
+
+def overlay(rgb: np.ndarray, colors: np.ndarray, alpha: float = 0.5) -> np.ndarray:
+    """Blend a colour image (e.g. a colourised mask) over ``rgb``; integer arithmetic, no float copy."""
+    if colors.shape != rgb.shape:
+        raise ValueError(f"overlay colours {colors.shape} do not match image {rgb.shape}")
+    a = round(alpha * 256)
+    blended = (rgb.astype(np.uint16) * (256 - a) + colors.astype(np.uint16) * a) >> 8
+    return blended.astype(np.uint8)

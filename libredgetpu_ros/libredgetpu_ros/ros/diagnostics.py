@@ -1,0 +1,87 @@
+"""Build diagnostic_msgs/DiagnosticArray messages (diagnostic_updater is not available as a wheel).
+
+Generic: a node keeps counters and a rate meter, and turns them into one ``DiagnosticStatus`` per period.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Mapping
+
+from builtin_interfaces.msg import Time
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+
+OK = DiagnosticStatus.OK
+WARN = DiagnosticStatus.WARN
+ERROR = DiagnosticStatus.ERROR
+STALE = DiagnosticStatus.STALE
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def status(name: str, hardware_id: str, level: int, message: str,
+           values: Mapping[str, object]) -> DiagnosticStatus:
+    """One status; values are formatted (floats with 3 decimals) in insertion order."""
+    return DiagnosticStatus(level=bytes([level]), name=name, message=message, hardware_id=hardware_id,
+                            values=[KeyValue(key=k, value=_fmt(v)) for k, v in values.items()])
+
+
+def array(stamp: Time, statuses: list[DiagnosticStatus]) -> DiagnosticArray:
+    msg = DiagnosticArray()
+    msg.header.stamp = stamp
+    msg.status = statuses
+    return msg
+
+
+class RateMeter:
+    """Events per second over a sliding window (thread-safe enough for one writer, one reader)."""
+
+    def __init__(self, window_s: float = 2.0) -> None:
+        self.window_s = window_s
+        self._times: collections.deque[float] = collections.deque()
+
+    def tick(self, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        self._times.append(now)
+        self._trim(now)
+
+    def rate(self, now: float | None = None) -> float:
+        now = time.monotonic() if now is None else now
+        self._trim(now)
+        times = list(self._times)
+        if len(times) < 2:
+            return 0.0
+        span = max(now - times[0], times[-1] - times[0])
+        return (len(times) - 1) / span if span > 0 else 0.0
+
+    def _trim(self, now: float) -> None:
+        while self._times and now - self._times[0] > self.window_s:
+            self._times.popleft()
+
+
+class Counters:
+    """Named integer counters, e.g. bad input per cause."""
+
+    def __init__(self) -> None:
+        self._counts: collections.Counter[str] = collections.Counter()
+
+    def add(self, key: str, n: int = 1) -> int:
+        self._counts[key] += n
+        return self._counts[key]
+
+    def get(self, key: str) -> int:
+        return self._counts[key]
+
+    def total(self) -> int:
+        return sum(self._counts.values())
+
+    def items(self) -> list[tuple[str, int]]:
+        return sorted(self._counts.items())
+
+    def reset(self) -> None:
+        self._counts.clear()

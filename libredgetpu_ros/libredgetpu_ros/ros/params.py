@@ -1,0 +1,210 @@
+"""Declare a node's parameters once, from one table, and read them back as a typed dataclass.
+
+Every parameter is one ``ParamSpec`` row: name, default (its Python type is the ROS parameter type),
+description, optional numeric range or string choices, and when a change takes effect:
+
+- ``runtime``: applied while the node runs (validated in the set-parameters callback);
+- ``configure``: read in ``on_configure``; rejected while the node is configured, with a reason that
+  says how to apply it (deactivate -> cleanup -> set -> configure);
+- ``read_only``: fixed at start-up (ROS descriptor ``read_only``; set it from a params file or launch).
+
+The same table drives the ROS descriptors, the validation of ``SetParameters`` requests, the dataclass the
+node works with, and the parameter table in the docs (``markdown_table``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from rcl_interfaces.msg import (
+    FloatingPointRange,
+    IntegerRange,
+    ParameterDescriptor,
+    ParameterType,
+    SetParametersResult,
+)
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+
+from libredgetpu_ros.errors import ConfigError
+
+Mutability = Literal["runtime", "configure", "read_only"]
+T = TypeVar("T")
+
+_ROS_TYPES: dict[type, int] = {
+    bool: ParameterType.PARAMETER_BOOL,
+    int: ParameterType.PARAMETER_INTEGER,
+    float: ParameterType.PARAMETER_DOUBLE,
+    str: ParameterType.PARAMETER_STRING,
+}
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One parameter: the single source of its default, type, documentation and limits."""
+
+    name: str
+    default: bool | int | float | str | tuple[str, ...]
+    description: str
+    range: tuple[float, float] | None = None
+    choices: tuple[str, ...] | None = None
+    mutability: Mutability = "configure"
+
+    @property
+    def ros_type(self) -> int:
+        if isinstance(self.default, tuple):
+            return ParameterType.PARAMETER_STRING_ARRAY
+        return _ROS_TYPES[type(self.default)]
+
+    def descriptor(self) -> ParameterDescriptor:
+        extra = []
+        if self.choices:
+            extra.append("one of: " + ", ".join(self.choices))
+        if self.mutability == "configure":
+            extra.append("applied on configure")
+        desc = ParameterDescriptor(
+            name=self.name,
+            type=self.ros_type,
+            description=self.description,
+            additional_constraints="; ".join(extra),
+            read_only=self.mutability == "read_only",
+            # Empty strings/lists are legal values; let a params file give an empty list without a type error.
+            dynamic_typing=False,
+        )
+        if self.range is not None:
+            lo, hi = self.range
+            if isinstance(self.default, int) and not isinstance(self.default, bool):
+                desc.integer_range = [IntegerRange(from_value=int(lo), to_value=int(hi), step=1)]
+            else:
+                desc.floating_point_range = [FloatingPointRange(from_value=float(lo), to_value=float(hi),
+                                                                step=0.0)]
+        return desc
+
+    def check(self, value: Any) -> str | None:
+        """Why ``value`` is not acceptable for this parameter, or None. (Ranges are checked by rclpy too.)"""
+        if self.choices is not None and value not in self.choices:
+            return f"{self.name}={value!r} is not one of {', '.join(self.choices)}"
+        if self.range is not None and not isinstance(value, bool) and isinstance(value, int | float):
+            lo, hi = self.range
+            if not lo <= value <= hi:
+                return f"{self.name}={value!r} is outside [{lo:g}, {hi:g}]"
+        return None
+
+
+class ParamTable:
+    """A node's parameter table bound to the dataclass that holds its values.
+
+    The dataclass must have one field per spec, with the same names.
+    """
+
+    def __init__(self, specs: Sequence[ParamSpec], values_type: type[T]) -> None:
+        names = [s.name for s in specs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate parameter names in {names}")
+        fields = {f.name for f in dataclasses.fields(values_type)}  # type: ignore[arg-type]
+        if fields != set(names):
+            raise ValueError(f"{values_type.__name__} fields {sorted(fields)} != table {sorted(names)}")
+        self.specs: dict[str, ParamSpec] = {s.name: s for s in specs}
+        self.values_type = values_type
+
+    def declare(self, node: Node) -> None:
+        """Declare every parameter with its descriptor; overrides from params files/launch apply here."""
+        node.declare_parameters("", [(s.name, _ros_default(s), s.descriptor()) for s in self.specs.values()])
+
+    def read(self, node: Node) -> Any:
+        """The current values as an instance of the values dataclass; ConfigError names a bad value."""
+        values: dict[str, Any] = {}
+        for spec in self.specs.values():
+            value = _from_ros(node.get_parameter(spec.name).value, spec)
+            reason = spec.check(value)
+            if reason:
+                raise ConfigError(f"parameter {reason}")
+            values[spec.name] = value
+        return self.values_type(**values)
+
+    def validator(self, is_configured: Callable[[], bool]
+                  ) -> Callable[[list[Parameter]], SetParametersResult]:
+        """A callback for ``add_on_set_parameters_callback`` that enforces choices, ranges and mutability."""
+
+        def validate(params: list[Parameter]) -> SetParametersResult:
+            for param in params:
+                spec = self.specs.get(param.name)
+                if spec is None:
+                    continue  # not ours (e.g. use_sim_time)
+                reason = spec.check(_from_ros(param.value, spec))
+                if reason is None and spec.mutability == "configure" and is_configured():
+                    reason = (f"{param.name} is applied on configure: deactivate -> cleanup, set it, "
+                              f"then configure -> activate")
+                if reason:
+                    return SetParametersResult(successful=False, reason=reason)
+            return SetParametersResult(successful=True)
+
+        return validate
+
+    def runtime_names(self) -> set[str]:
+        return {s.name for s in self.specs.values() if s.mutability == "runtime"}
+
+    def overrides(self, values: dict[str, Any]) -> list[Parameter]:
+        """Typed ``Parameter`` list for ``Node(parameter_overrides=...)``; ConfigError on unknown names."""
+        unknown = sorted(set(values) - set(self.specs))
+        if unknown:
+            raise ConfigError(f"unknown parameter(s) {', '.join(unknown)}; known: {', '.join(self.specs)}")
+        out = []
+        for name, value in values.items():
+            spec = self.specs[name]
+            value = _coerce(value, spec)
+            out.append(Parameter(name, Parameter.Type.from_parameter_value(_ros_value(value, spec)),
+                                 _ros_value(value, spec)))
+        return out
+
+    def markdown_table(self) -> str:
+        rows = ["| name | type | default | range / choices | applied | description |",
+                "|---|---|---|---|---|---|"]
+        for s in self.specs.values():
+            limits = (f"[{s.range[0]:g}, {s.range[1]:g}]" if s.range else
+                      ", ".join(s.choices) if s.choices else "")
+            kind = "string[]" if isinstance(s.default, tuple) else type(s.default).__name__
+            rows.append(f"| `{s.name}` | {kind} | `{s.default!r}` | {limits} | {s.mutability} "
+                        f"| {s.description} |")
+        return "\n".join(rows)
+
+    def defaults(self) -> dict[str, Any]:
+        return {s.name: s.default for s in self.specs.values()}
+
+
+def _ros_default(spec: ParamSpec) -> Any:
+    return _ros_value(spec.default, spec)
+
+
+def _ros_value(value: Any, spec: ParamSpec) -> Any:
+    return list(value) if isinstance(spec.default, tuple) else value
+
+
+def _from_ros(value: Any, spec: ParamSpec) -> Any:
+    if isinstance(spec.default, tuple):
+        return tuple(value or ())
+    return value
+
+
+def _coerce(value: Any, spec: ParamSpec) -> Any:
+    """Accept YAML-typed values (ints for floats, lists for string arrays); ConfigError otherwise."""
+    default = spec.default
+    if isinstance(default, tuple):
+        if isinstance(value, str) or not isinstance(value, Iterable):
+            raise ConfigError(f"parameter {spec.name} must be a list of strings, got {value!r}")
+        return tuple(str(v) for v in value)
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"parameter {spec.name} must be true/false, got {value!r}")
+        return value
+    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if type(value) is not type(default):
+        raise ConfigError(f"parameter {spec.name} must be {type(default).__name__}, got {value!r}")
+    reason = spec.check(value)
+    if reason:
+        raise ConfigError(f"parameter {reason}")
+    return value

@@ -1,0 +1,449 @@
+"""Perception lifecycle node: camera images in; poses, detections, classes, masks, markers, diagnostics out.
+
+Lifecycle (the ros2/demos ``lifecycle_py`` rhythm):
+
+- configure: load the model and open the backend/device (failure -> FAILURE, stays unconfigured, reason
+  logged), create the lifecycle publishers and the diagnostics timer;
+- activate: subscribe to the camera, start the worker, enable the publishers;
+- deactivate: unsubscribe, stop the worker, disable the publishers;
+- cleanup / shutdown: release the device;
+- a device or backend failure while processing drives the node through deactivate -> ErrorProcessing
+  (``on_error`` releases the device) -> unconfigured, so a supervisor can configure it again.
+
+Only the newest frame is processed: the subscription callback overwrites a one-slot mailbox (counting the
+frames it overwrites) and a worker thread drains it, so a slow model never builds a backlog or publishes
+stale results. Run it with ``python -m libredgetpu_ros.ros.perception_node --ros-args --params-file F``.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.parameter import Parameter
+from rclpy.qos import QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy, qos_profile_sensor_data
+from sensor_msgs.msg import CompressedImage, Image
+from std_msgs.msg import Header
+from visualization_msgs.msg import MarkerArray
+
+from libredgetpu_ros.errors import BackendError, ConfigError, DeviceError, ImageError, LibrEdgeTpuError
+from libredgetpu_ros.ros import conversions, diagnostics
+from libredgetpu_ros.ros.image_msgs import BadImage, rgb_to_image, to_rgb
+from libredgetpu_ros.ros.params import ParamSpec, ParamTable
+
+TASKS = ("auto", "pose", "segment", "detect", "classify")
+
+
+@dataclass(frozen=True)
+class PerceptionParams:
+    model: str
+    cpu_model: str
+    backend: str
+    device: str
+    task: str
+    labels: str
+    score_threshold: float
+    max_results: int
+    top_k: int
+    input_topic: str
+    input_type: str
+    publish_markers: bool
+    publish_annotated: bool
+    publish_overlay: bool
+    marker_scale: float
+    diagnostics_period: float
+
+
+PARAMS = ParamTable([
+    ParamSpec("model", "", "Model file (.tflite; an *_edgetpu.tflite for the Edge TPU backend)."),
+    ParamSpec("cpu_model", "", "CPU twin of the model for the cpu backend; empty: derived from `model`."),
+    ParamSpec("backend", "auto", "Inference backend; auto prefers an attached Edge TPU.",
+              choices=("auto", "cpu", "edgetpu")),
+    ParamSpec("device", "", "Edge TPU to open (index or USB bus path); empty: the first one."),
+    ParamSpec("task", "auto", "What the model does; auto reads it from the model.", choices=TASKS),
+    ParamSpec("labels", "", "Label file (one label per line, or 'id label'); empty: numeric ids."),
+    ParamSpec("score_threshold", 0.5, "Minimum score of a pose/detection/class to publish.",
+              range=(0.0, 1.0), mutability="runtime"),
+    ParamSpec("max_results", 10, "Maximum number of poses/detections per image.",
+              range=(1, 100), mutability="runtime"),
+    ParamSpec("top_k", 5, "Classes published per image (classification).", range=(1, 1000)),
+    ParamSpec("input_topic", "image_raw", "Camera topic (remap it, or set e.g. image_raw/compressed).",
+              mutability="read_only"),
+    ParamSpec("input_type", "raw", "sensor_msgs/Image (raw) or sensor_msgs/CompressedImage (compressed).",
+              choices=("raw", "compressed"), mutability="read_only"),
+    ParamSpec("publish_markers", True, "Publish a visualization_msgs/MarkerArray on `markers`.",
+              mutability="runtime"),
+    ParamSpec("publish_annotated", False, "Publish the input with results drawn on `annotated` (costs CPU).",
+              mutability="runtime"),
+    ParamSpec("publish_overlay", False, "Publish the colourised mask blended over the input (segmentation).",
+              mutability="runtime"),
+    ParamSpec("marker_scale", 0.001, "Marker size in metres per image pixel (rviz).",
+              range=(1e-6, 1.0), mutability="runtime"),
+    ParamSpec("diagnostics_period", 1.0, "Seconds between /diagnostics messages.", range=(0.1, 60.0)),
+], PerceptionParams)
+
+# Results are reliable so rviz and loggers (reliable by default) can subscribe; keep only the newest few.
+RESULT_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=5,
+                        reliability=QoSReliabilityPolicy.RELIABLE)
+_BAD_INPUT_LOG_PERIOD_S = 10.0
+
+
+class LatestFrame:
+    """One-slot mailbox: ``put`` replaces an unprocessed frame (counted as dropped); ``take`` waits."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._item: tuple[Any, float] | None = None
+        self._stopped = False
+        self.dropped = 0
+
+    def put(self, msg: Any, received: float) -> None:
+        with self._cv:
+            if self._item is not None:
+                self.dropped += 1
+            self._item = (msg, received)
+            self._cv.notify()
+
+    def take(self) -> tuple[Any, float] | None:
+        """The newest frame, or None once stopped."""
+        with self._cv:
+            self._cv.wait_for(lambda: self._item is not None or self._stopped)
+            if self._stopped:
+                return None
+            item, self._item = self._item, None
+            return item
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._item = None
+            self._cv.notify_all()
+
+    def reopen(self) -> None:
+        with self._cv:
+            self._stopped = False
+            self._item = None
+
+
+class _Stats:
+    """Counters and timings the diagnostics report; written by the worker, read by the timer."""
+
+    def __init__(self) -> None:
+        self.received = 0
+        self.processed = 0
+        self.errors = 0
+        self.bad_input = diagnostics.Counters()
+        self.rate_in = diagnostics.RateMeter()
+        self.rate_out = diagnostics.RateMeter()
+        self.last_error = ""
+        self._stage_sums: dict[str, float] = {}
+        self._count = 0
+        self._latency_sum = 0.0
+        self._latency_max = 0.0
+
+    def add_result(self, timings: dict[str, float], latency_ms: float) -> None:
+        self.processed += 1
+        self.rate_out.tick()
+        self._count += 1
+        for stage, ms in timings.items():
+            self._stage_sums[stage] = self._stage_sums.get(stage, 0.0) + float(ms)
+        self._latency_sum += latency_ms
+        self._latency_max = max(self._latency_max, latency_ms)
+
+    def take_period(self) -> tuple[int, dict[str, float], float, float]:
+        """(results, mean ms per stage, mean and max node latency ms) since the last call; resets them."""
+        n, sums, lat, lat_max = self._count, self._stage_sums, self._latency_sum, self._latency_max
+        self._count, self._stage_sums, self._latency_sum, self._latency_max = 0, {}, 0.0, 0.0
+        means = {k: v / n for k, v in sums.items()} if n else {}
+        return n, means, (lat / n if n else 0.0), lat_max
+
+
+class PerceptionNode(LifecycleNode):
+    """Runs a ``PerceptionPipeline`` on the newest camera frame; see the module docstring."""
+
+    def __init__(self, node_name: str = "perception", **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        PARAMS.declare(self)
+        self.add_on_set_parameters_callback(PARAMS.validator(self._is_configured))
+        self.add_post_set_parameters_callback(self._apply_runtime_params)
+        self.params: PerceptionParams = PARAMS.read(self)
+        self._pipeline: Any = None
+        self._pipeline_lock = threading.Lock()
+        self._describe: dict[str, Any] = {}
+        self._task = ""
+        self._pubs: dict[str, Any] = {}
+        self._diag_pub: Any = None
+        self._diag_timer: Any = None
+        self._sub: Any = None
+        self._frames = LatestFrame()
+        self._worker: threading.Thread | None = None
+        self._stats = _Stats()
+        self._bad_logged: dict[str, float] = {}
+        self._fatal: LibrEdgeTpuError | None = None
+        # The worker cannot run a lifecycle transition itself (not on the executor thread): it triggers this.
+        self._fatal_signal = self.create_guard_condition(self._on_fatal_signal)
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        try:
+            self.params = PARAMS.read(self)
+            self._open_pipeline()
+        except LibrEdgeTpuError as exc:
+            self.get_logger().error(f"configure failed: {exc}")
+            return TransitionCallbackReturn.FAILURE
+        p = self.params
+        topics = {"pose": [("poses", conversions.PersonPoseArray)],
+                  "detect": [("detections", conversions.Detection2DArray)],
+                  "classify": [("classification", conversions.Classification)],
+                  "segment": [("segmentation", Image), ("segmentation_overlay", Image)]}[self._task]
+        topics += [("annotated", Image)]
+        if self._task in ("pose", "detect"):
+            topics.append(("markers", MarkerArray))
+        self._pubs = {name: self.create_lifecycle_publisher(mtype, name, RESULT_QOS)
+                      for name, mtype in topics}
+        self._diag_pub = self.create_lifecycle_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._diag_timer = self.create_timer(p.diagnostics_period, self._publish_diagnostics)
+        self._stats = _Stats()
+        self._fatal = None
+        self.get_logger().info(f"configured: task={self._task} backend={self._describe.get('backend', '?')} "
+                               f"model={p.model}")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        msg_type = CompressedImage if self.params.input_type == "compressed" else Image
+        self._frames.reopen()
+        self._worker = threading.Thread(target=self._work, name="perception-worker", daemon=True)
+        self._worker.start()
+        self._sub = self.create_subscription(msg_type, self.params.input_topic, self._on_image,
+                                             qos_profile_sensor_data)
+        self.get_logger().info(f"active: reading {self.resolve_topic_name(self.params.input_topic)} "
+                               f"({msg_type.__name__})")
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._stop_processing()
+        ret = super().on_deactivate(state)
+        if self._fatal is not None:
+            return TransitionCallbackReturn.ERROR  # -> on_error releases the device
+        return ret
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._release()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._stop_processing()
+        self._release()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        reason = self._fatal or "transition callback failed"
+        self.get_logger().error(f"error processing (from {state.label}): {reason}; releasing the device")
+        self._stop_processing()
+        self._release()
+        return TransitionCallbackReturn.SUCCESS  # -> unconfigured; configure again to recover
+
+    def state_label(self) -> str:
+        """Current lifecycle state: unconfigured, inactive, active, finalized (or a transition state)."""
+        return self._state_machine.current_state[1]
+
+    # -- parameters -----------------------------------------------------------------------------------------
+
+    def _is_configured(self) -> bool:
+        return self._pipeline is not None
+
+    def _apply_runtime_params(self, params: list[Parameter]) -> None:
+        if not any(p.name in PARAMS.runtime_names() for p in params):
+            return
+        self.params = PARAMS.read(self)
+        with self._pipeline_lock:
+            if self._pipeline is not None:
+                self._pipeline.set_options(score_threshold=self.params.score_threshold,
+                                           max_results=self.params.max_results)
+
+    # -- pipeline -------------------------------------------------------------------------------------------
+
+    def _open_pipeline(self) -> None:
+        from libredgetpu_ros.perception.pipeline import PerceptionPipeline, PipelineConfig
+
+        p = self.params
+        if not p.model:
+            raise ConfigError("parameter model is empty: set it to a .tflite file")
+        cfg = PipelineConfig(model=p.model, cpu_model=p.cpu_model or None, backend=p.backend,
+                             device=p.device or None, task=p.task, labels=p.labels or None,
+                             score_threshold=p.score_threshold, max_results=p.max_results, top_k=p.top_k)
+        pipeline = PerceptionPipeline.from_config(cfg)
+        with self._pipeline_lock:
+            self._pipeline = pipeline
+        self._task = pipeline.task
+        try:
+            self._describe = dict(pipeline.describe())
+        except LibrEdgeTpuError:
+            self._describe = {}
+
+    def _release(self) -> None:
+        if self._diag_timer is not None:
+            self.destroy_timer(self._diag_timer)
+            self._diag_timer = None
+        for pub in self._pubs.values():
+            self.destroy_lifecycle_publisher(pub)
+        self._pubs = {}
+        if self._diag_pub is not None:
+            self.destroy_lifecycle_publisher(self._diag_pub)
+            self._diag_pub = None
+        with self._pipeline_lock:
+            pipeline, self._pipeline = self._pipeline, None
+        if pipeline is not None:
+            try:
+                pipeline.close()
+            except LibrEdgeTpuError as exc:  # releasing must not fail the transition
+                self.get_logger().warning(f"closing the pipeline: {exc}")
+
+    def _stop_processing(self) -> None:
+        if self._sub is not None:
+            self.destroy_subscription(self._sub)
+            self._sub = None
+        self._frames.stop()
+        worker, self._worker = self._worker, None
+        if worker is not None and worker is not threading.current_thread():
+            worker.join(timeout=10.0)
+
+    # -- data path ------------------------------------------------------------------------------------------
+
+    def _on_image(self, msg: Image | CompressedImage) -> None:
+        self._stats.received += 1
+        self._stats.rate_in.tick()
+        self._frames.put(msg, time.monotonic())
+
+    def _work(self) -> None:
+        while (item := self._frames.take()) is not None:
+            msg, received = item
+            try:
+                self._process(msg, received)
+            except BadImage as exc:
+                self._bad_input(exc.cause, str(exc))
+            except ImageError as exc:
+                self._bad_input("image", str(exc))
+            except (DeviceError, BackendError) as exc:  # the model cannot run any more: release, report
+                self._fail(exc)
+                return
+            except Exception as exc:  # an unexpected failure on one frame: count, report, keep going
+                self._stats.errors += 1
+                self._stats.last_error = f"{type(exc).__name__}: {exc}"
+                self.get_logger().error(f"processing failed: {self._stats.last_error}",
+                                        throttle_duration_sec=5.0)
+
+    def _process(self, msg: Image | CompressedImage, received: float) -> None:
+        rgb = to_rgb(msg)
+        with self._pipeline_lock:
+            if self._pipeline is None:
+                return
+            result = self._pipeline.process(rgb)
+        self._publish(msg.header, rgb, result)
+        self._stats.add_result(result.timings, (time.monotonic() - received) * 1e3)
+
+    def _publish(self, header: Header, rgb: Any, result: Any) -> None:
+        pubs, p = self._pubs, self.params
+        if "poses" in pubs:
+            pubs["poses"].publish(conversions.poses_msg(header, result.poses))
+        if "detections" in pubs:
+            pubs["detections"].publish(conversions.detections_msg(header, result.detections))
+        if "classification" in pubs:
+            pubs["classification"].publish(conversions.classification_msg(header, result.classes))
+        if "segmentation" in pubs and result.mask is not None:
+            pubs["segmentation"].publish(rgb_to_image(result.mask, header, "mono8"))
+            if p.publish_overlay:
+                from libredgetpu_ros.perception.draw import colorize_mask
+
+                blended = conversions.overlay(rgb, colorize_mask(result.mask))
+                pubs["segmentation_overlay"].publish(rgb_to_image(blended, header))
+        if "markers" in pubs and p.publish_markers:
+            pubs["markers"].publish(conversions.markers_msg(header, result, scale=p.marker_scale))
+        if p.publish_annotated:
+            from libredgetpu_ros.perception.draw import annotate
+
+            pubs["annotated"].publish(rgb_to_image(annotate(rgb, result), header))
+
+    def _bad_input(self, cause: str, message: str) -> None:
+        count = self._stats.bad_input.add(cause)
+        now = time.monotonic()
+        if now - self._bad_logged.get(cause, -1e9) >= _BAD_INPUT_LOG_PERIOD_S:
+            self._bad_logged[cause] = now
+            self.get_logger().warning(f"bad input frame ({cause}, {count} so far): {message}")
+
+    def _fail(self, exc: LibrEdgeTpuError) -> None:
+        self._stats.errors += 1
+        self._stats.last_error = str(exc)
+        self._fatal = exc
+        self.get_logger().error(f"device failure while processing: {exc}")
+        self._fatal_signal.trigger()
+
+    def _on_fatal_signal(self) -> None:
+        if self._fatal is not None and self.state_label() == "active":
+            self.trigger_deactivate()  # on_deactivate returns ERROR -> on_error -> unconfigured
+
+    # -- diagnostics ----------------------------------------------------------------------------------------
+
+    def _publish_diagnostics(self) -> None:
+        if self._diag_pub is None:
+            return
+        s = self._stats
+        n, stages, latency, latency_max = s.take_period()
+        values: dict[str, object] = {
+            "task": self._task,
+            "backend": self._describe.get("backend", ""),
+            "device": self._describe.get("device", ""),
+            "model": self.params.model,
+            "input_topic": self.resolve_topic_name(self.params.input_topic),
+            "fps_in": s.rate_in.rate(),
+            "fps_out": s.rate_out.rate(),
+            "frames_received": s.received,
+            "frames_processed": s.processed,
+            "frames_dropped": self._frames.dropped,
+            "errors": s.errors,
+            "bad_input": s.bad_input.total(),
+        }
+        values.update({f"bad_input_{cause}": count for cause, count in s.bad_input.items()})
+        values.update({f"{stage}_ms": ms for stage, ms in sorted(stages.items())})
+        values.update({"node_latency_ms": latency, "node_latency_max_ms": latency_max})
+        if s.errors:
+            level, message = diagnostics.ERROR, f"processing errors: {s.last_error}"
+        elif s.bad_input.total():
+            level, message = diagnostics.WARN, f"{s.bad_input.total()} bad input frames"
+        elif n == 0:
+            level, message = diagnostics.WARN, "no input"
+        else:
+            level, message = diagnostics.OK, f"{s.rate_out.rate():.1f} fps"
+        hardware = str(self._describe.get("device") or self._describe.get("backend") or "cpu")
+        name = f"{self.get_fully_qualified_name()}: perception"
+        st = diagnostics.status(name, hardware, level, message, values)
+        self._diag_pub.publish(diagnostics.array(self.get_clock().now().to_msg(), [st]))
+
+
+def main(args: list[str] | None = None) -> int:
+    rclpy.init(args=args)
+    node = PerceptionNode()
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node.state_label() in ("inactive", "active", "unconfigured"):
+            node.trigger_shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
