@@ -1,0 +1,28 @@
+"""``libredgetpu-ros bringup CONFIG.yaml``: run the configured lifecycle nodes in one process."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "start the nodes of a bringup YAML (perception, control) in one process and drive them to active"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="bringup YAML: a 'nodes:' list of {type, name, namespace, parameters}")
+    parser.add_argument("--duration", type=float, default=None, metavar="S",
+                        help="stop by itself after S seconds (default: run until Ctrl-C / SIGTERM)")
+    parser.add_argument("--check", action="store_true",
+                        help="only validate the file (node types, names, parameters) and exit")
+
+
+def run(args: argparse.Namespace) -> int:
+    from libredgetpu_ros.ros import bringup
+
+    specs = bringup.load_config(args.config)
+    if args.check:
+        for spec in specs:
+            bringup.parameter_overrides(bringup.node_class(spec.type), spec.parameters)
+            where = f"{spec.namespace.rstrip('/')}/{spec.name}" if spec.namespace else spec.name
+            print(f"{spec.type:<10} {where}: {len(spec.parameters)} parameter(s) ok")
+        return 0
+    return bringup.run(args.config, duration_s=args.duration)

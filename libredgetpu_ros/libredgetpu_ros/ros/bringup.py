@@ -1,0 +1,225 @@
+"""Start configured lifecycle nodes in one process without the launch system (not available as a wheel).
+
+A bringup file lists nodes::
+
+    nodes:
+      - type: perception            # perception | control
+        name: perception            # node name (default: the type)
+        namespace: camera           # optional
+        parameters:                 # the node's parameters (see docs/perception_node.md)
+          model: $(fixture posenet/posenet_mobilenet_v1_075_481_641_quant_decoder.tflite)
+          backend: cpu
+
+String values may use ``$(fixture REL)`` (a shared test fixture) and ``$(dir)`` (the folder of the bringup
+file). ``Bringup`` creates the nodes, drives each to active (configure, then activate; a failed transition
+stops the bringup with the node's reason), spins them on a ``MultiThreadedExecutor`` and brings them down in
+reverse order (deactivate, cleanup, shutdown). The ROS environment is the caller's: nothing is forced here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from libredgetpu_ros.errors import ConfigError
+
+# type -> (module, class); imported only when a node of that type is configured.
+NODE_TYPES: dict[str, tuple[str, str]] = {
+    "perception": ("libredgetpu_ros.ros.perception_node", "PerceptionNode"),
+    "control": ("libredgetpu_ros.ros.control_node", "ControlNode"),
+}
+_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+_NAMESPACE_RE = re.compile(r"^/?([A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*)?$")
+_SUBST_RE = re.compile(r"\$\((fixture|dir)(?:\s+([^)]*))?\)")
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    type: str
+    name: str
+    namespace: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+def load_config(path: str | Path) -> list[NodeSpec]:
+    """The node list of a bringup YAML file; ConfigError names the file and the offending entry."""
+    import yaml
+
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read bringup file {path}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"bringup file {path} is not valid YAML: {exc}") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list) or not doc["nodes"]:
+        raise ConfigError(f"bringup file {path}: expected a top-level 'nodes:' list with at least one node")
+    specs: list[NodeSpec] = []
+    for i, entry in enumerate(doc["nodes"]):
+        where = f"bringup file {path}, nodes[{i}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {entry!r}")
+        unknown = set(entry) - {"type", "name", "namespace", "parameters"}
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+        kind = entry.get("type")
+        if kind not in NODE_TYPES:
+            raise ConfigError(f"{where}: type {kind!r} is not one of {', '.join(NODE_TYPES)}")
+        name = str(entry.get("name", kind))
+        namespace = str(entry.get("namespace", "") or "")
+        if not _NAME_RE.match(name):
+            raise ConfigError(f"{where}: invalid node name {name!r}")
+        if not _NAMESPACE_RE.match(namespace):
+            raise ConfigError(f"{where}: invalid namespace {namespace!r}")
+        params = entry.get("parameters") or {}
+        if not isinstance(params, dict):
+            raise ConfigError(f"{where}: 'parameters' must be a mapping, got {params!r}")
+        params = {str(k): _substitute(v, path.parent, where) for k, v in params.items()}
+        specs.append(NodeSpec(kind, name, namespace, params))
+    names = [f"{s.namespace.strip('/')}/{s.name}" for s in specs]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"bringup file {path}: duplicate node names {names}")
+    return specs
+
+
+def _substitute(value: Any, base: Path, where: str) -> Any:
+    if isinstance(value, list):
+        return [_substitute(v, base, where) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def replace(match: re.Match[str]) -> str:
+        kind, arg = match.group(1), (match.group(2) or "").strip()
+        if kind == "dir":
+            return str(base.resolve())
+        from libredgetpu_ros.fixtures import FixtureMissingError, fixture
+
+        try:
+            return str(fixture(arg))
+        except FixtureMissingError as exc:
+            raise ConfigError(f"{where}: {exc}") from exc
+
+    return _SUBST_RE.sub(replace, value)
+
+
+def node_class(kind: str) -> type:
+    module_name, class_name = NODE_TYPES[kind]
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def parameter_overrides(cls: type, params: dict[str, Any]) -> list[Any]:
+    """Typed overrides through the node module's ``ParamTable`` when it has one (ints accepted for doubles,
+    lists for string arrays, unknown names rejected), else typed by the YAML values."""
+    from rclpy.parameter import Parameter
+
+    from libredgetpu_ros.ros.params import ParamTable
+
+    module = importlib.import_module(cls.__module__)
+    tables = [v for v in vars(module).values() if isinstance(v, ParamTable)]
+    if len(tables) == 1:
+        return tables[0].overrides(params)
+    return [Parameter(k, value=v) for k, v in params.items()]
+
+
+class Bringup:
+    """Nodes of one bringup file on one executor; use ``start()``, ``spin_until(event)``, ``stop()``."""
+
+    def __init__(self, specs: list[NodeSpec], context: Any = None,
+                 log: Callable[[str], None] = print) -> None:
+        self.specs = specs
+        self.context = context
+        self.log = log
+        self.nodes: list[Any] = []
+        self.executor: Any = None
+
+    def start(self) -> None:
+        """Create every node and drive it to active; ConfigError (and everything torn down) on a failure."""
+        from rclpy.executors import MultiThreadedExecutor
+        from rclpy.lifecycle import TransitionCallbackReturn
+
+        self.executor = MultiThreadedExecutor(context=self.context)
+        try:
+            for spec in self.specs:
+                cls = node_class(spec.type)
+                node = cls(spec.name, namespace=spec.namespace, context=self.context,
+                           parameter_overrides=parameter_overrides(cls, spec.parameters))
+                self.nodes.append(node)
+                self.executor.add_node(node)
+            for spec, node in zip(self.specs, self.nodes, strict=True):
+                for step in ("configure", "activate"):
+                    ret = getattr(node, f"trigger_{step}")()
+                    if ret != TransitionCallbackReturn.SUCCESS:
+                        raise ConfigError(f"node {node.get_fully_qualified_name()} ({spec.type}) failed to "
+                                          f"{step} (see its log above)")
+                self.log(f"{node.get_fully_qualified_name()}: active")
+        except BaseException:
+            self.stop()
+            raise
+
+    def spin_until(self, stop: threading.Event, period_s: float = 0.1) -> None:
+        while not stop.is_set() and (self.context is None or self.context.ok()):
+            self.executor.spin_once(timeout_sec=period_s)
+
+    def stop(self) -> None:
+        """Deactivate, clean up and shut down every node (reverse order), then destroy them."""
+        for node in reversed(self.nodes):
+            state = _state(node)
+            try:
+                if state == "active":
+                    node.trigger_deactivate()
+                if _state(node) == "inactive":
+                    node.trigger_cleanup()
+                if _state(node) in ("unconfigured", "inactive", "active"):
+                    node.trigger_shutdown()
+            finally:
+                if self.executor is not None:
+                    self.executor.remove_node(node)
+                node.destroy_node()
+        self.nodes = []
+        if self.executor is not None:
+            self.executor.shutdown()
+            self.executor = None
+
+
+def _state(node: Any) -> str:
+    return node._state_machine.current_state[1]
+
+
+def run(config: str | Path, duration_s: float | None = None) -> int:
+    """``libredgetpu-ros bringup``: bring the file's nodes up, spin until Ctrl-C / SIGTERM (or
+    ``duration_s``), bring them down. Uses the caller's ROS environment."""
+    import rclpy
+    from rclpy.signals import SignalHandlerOptions
+
+    specs = load_config(config)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    # Our own handlers: rclpy's would shut the context down before the nodes can be deactivated.
+    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    timer = threading.Timer(duration_s, stop.set) if duration_s else None
+    bringup = Bringup(specs)
+    try:
+        bringup.start()
+        if timer:
+            timer.start()
+        bringup.spin_until(stop)
+        print("stopping ...", flush=True)
+    finally:
+        if timer:
+            timer.cancel()
+        bringup.stop()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        rclpy.try_shutdown()
+    return 0
