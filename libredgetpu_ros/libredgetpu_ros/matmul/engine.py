@@ -1,0 +1,260 @@
+"""MatMulEngine: ``y = W x (+ b)`` on a compiled Dense(N) template whose weights can be swapped at runtime.
+
+New float weights are quantized with the template's per-row scales, laid out as the DarwiNN parameter blob
+in NumPy (no compiler), and published by one reference assignment of an immutable state; readers take one
+snapshot per call, so every result comes from exactly one weight version.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from libredgetpu_ros.errors import ConfigError, InputError, WeightsError
+from libredgetpu_ros.matmul.blob import build_blob
+from libredgetpu_ros.matmul.quantize import (
+    INT8_MAX,
+    INT8_MIN,
+    QuantizedWeights,
+    as_real_array,
+    quantize_rows,
+    validate_bias,
+    validate_matrix,
+)
+from libredgetpu_ros.matmul.template import DenseTemplate, load_template
+from libredgetpu_ros.matmul.twin import DenseQuantization, dense_uint8, dequantize, quantize_input
+
+log = logging.getLogger(__name__)
+
+Backend = Literal["auto", "cpu", "edgetpu"]
+# Output rounding: half an output LSB, plus float32 rounding of acc * M (relative 3 * 2**-24 on at most
+# 256 LSB of range, i.e. < 1e-4 LSB), rounded up.
+OUTPUT_ROUNDING_LSB = 0.501
+
+
+@dataclass(frozen=True)
+class SwapReport:
+    """What one ``set_weights`` call did; errors are raised, so a report always describes valid weights."""
+
+    version: int  # the version now active (unchanged for a dry run)
+    accepted: bool  # True when the new weights were published
+    dry_run: bool
+    clipped_count: int
+    max_quantization_error: float  # over entries that were not clipped
+    max_clip_error: float
+    timings_ms: dict[str, float]  # validate, quantize, blob, swap, total
+
+
+@dataclass(frozen=True, eq=False)
+class _State:
+    version: int
+    weights: np.ndarray  # int8 (rows, cols), read-only
+    blob: np.ndarray  # uint8 parameter blob, read-only
+    bias: np.ndarray | None  # float32 (rows,), read-only
+    row_error: np.ndarray  # float64 (rows,): max |W - dequantized W| per row
+    # Float64 copy of ``weights`` for the CPU twin, filled on first use (a race just computes it twice).
+    cache: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def dense_f64(self) -> np.ndarray:
+        dense = self.cache.get("f64")
+        if dense is None:
+            dense = self.weights.astype(np.float64)
+            self.cache["f64"] = dense
+        return dense
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.setflags(write=False)
+    return array
+
+
+def _ms(start: float, end: float) -> float:
+    return (end - start) * 1e3
+
+
+def _edgetpu_attached() -> bool:
+    try:
+        from libredgetpu_ros.backends.edgetpu import edgetpu_available
+    except ImportError:
+        return False
+    return bool(edgetpu_available())
+
+
+class MatMulEngine:
+    """Runtime weight-swapping ``y = W x + b`` on a Dense(N) template (Edge TPU or its CPU twin)."""
+
+    def __init__(self, template: DenseTemplate, backend: Backend = "auto", device: Any = None) -> None:
+        if backend not in ("auto", "cpu", "edgetpu"):
+            raise ConfigError(f"backend must be 'auto', 'cpu' or 'edgetpu', got {backend!r}")
+        if backend == "auto":
+            backend = "edgetpu" if _edgetpu_attached() else "cpu"
+            log.info("MatMulEngine(%s): backend auto -> %s", template.name, backend)
+        self.template = template
+        self.quantization: DenseQuantization = template.quant
+        self.backend: str = backend
+        self._multipliers = template.quant.multipliers()
+        self._scales = template.quant.weight_scales.astype(np.float32)
+        self._swap_lock = threading.Lock()
+        blob = _read_only(build_blob(template.weights, template.overhead))
+        self._state = _State(0, template.weights, blob, None, np.zeros(template.rows))
+        self._runner = None
+        if backend == "edgetpu":
+            from libredgetpu_ros.matmul.device_runner import EdgeTpuRunner
+
+            self._runner = EdgeTpuRunner(template, device)
+            self._runner.upload(blob, 0)
+
+    @classmethod
+    def from_template(cls, template: int | str | Path, backend: Backend = "auto", device: Any = None,
+                      templates_dir: Path | None = None) -> MatMulEngine:
+        """Load ``dense_N`` (an int N, a name or a path to one of its files) and open the backend."""
+        return cls(load_template(template, templates_dir), backend=backend, device=device)
+
+    # -- shape and state ------------------------------------------------------------------------------
+    @property
+    def rows(self) -> int:
+        return self.template.rows
+
+    @property
+    def cols(self) -> int:
+        return self.template.cols
+
+    @property
+    def version(self) -> int:
+        return self._state.version
+
+    def weight_range(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-row (min, max) representable weights: ``-128 * s_r`` and ``127 * s_r``."""
+        return INT8_MIN * self._scales, INT8_MAX * self._scales
+
+    def get_weights(self) -> tuple[np.ndarray, np.ndarray | None, int]:
+        """(dequantized float32 W, bias or None, version), all from one snapshot."""
+        state = self._state
+        weights = state.weights.astype(np.float32) * self._scales[:, None]
+        return weights, None if state.bias is None else state.bias.copy(), state.version
+
+    def current_blob(self) -> tuple[np.ndarray, int]:
+        """(read-only parameter blob, version) of the active weights."""
+        state = self._state
+        return state.blob, state.version
+
+    # -- swapping --------------------------------------------------------------------------------------
+    def set_weights(self, weights: object, bias: object | None = None, dry_run: bool = False) -> SwapReport:
+        """Quantize float ``weights`` (rows, cols) with the template's per-row scales and swap them in.
+
+        Raises WeightsError (and keeps the previous weights active) on a wrong shape or dtype, NaN/inf or a
+        bad bias. Entries outside :meth:`weight_range` are clipped and counted in the report.
+        """
+        t0 = time.perf_counter()
+        w32 = validate_matrix(weights, self.rows, self.cols)
+        bias32 = validate_bias(bias, self.rows)
+        t1 = time.perf_counter()
+        quantized = quantize_rows(w32, self._scales)
+        t2 = time.perf_counter()
+        return self._publish(quantized, bias32, dry_run, t0, t1, t2)
+
+    def set_weights_raw(self, weights: object, bias: object | None = None,
+                        dry_run: bool = False) -> SwapReport:
+        """Swap in int8 weights (rows, cols) as they are (real value ``q * s_r``); no quantization error."""
+        t0 = time.perf_counter()
+        array = as_real_array(weights, "raw weights")
+        if array.shape != (self.rows, self.cols):
+            raise WeightsError(f"raw weights have shape {array.shape}, this template needs "
+                               f"({self.rows}, {self.cols})")
+        if array.dtype != np.int8:
+            if array.dtype.kind not in "iu" or array.min() < INT8_MIN or array.max() > INT8_MAX:
+                raise WeightsError(f"raw weights must be int8 (or integers within [-128, 127]), got "
+                                   f"{array.dtype}")
+            array = array.astype(np.int8)
+        bias32 = validate_bias(bias, self.rows)
+        t1 = time.perf_counter()
+        quantized = QuantizedWeights(np.array(array, dtype=np.int8), 0, 0.0, 0.0, np.zeros(self.rows))
+        return self._publish(quantized, bias32, dry_run, t0, t1, time.perf_counter())
+
+    def _publish(self, quantized: QuantizedWeights, bias: np.ndarray | None, dry_run: bool,
+                 t0: float, t1: float, t2: float) -> SwapReport:
+        values = _read_only(quantized.values)
+        blob = _read_only(build_blob(values, self.template.overhead))
+        t3 = time.perf_counter()
+        if dry_run:
+            version = self._state.version
+        else:
+            with self._swap_lock:
+                version = self._state.version + 1
+                new = _State(version, values, blob, bias, quantized.row_error)
+                if self._runner is not None:  # a failed upload raises before the new state is visible
+                    self._runner.upload(blob, version)
+                self._state = new  # the swap: one reference assignment
+        t4 = time.perf_counter()
+        timings = {"validate": _ms(t0, t1), "quantize": _ms(t1, t2), "blob": _ms(t2, t3), "swap": _ms(t3, t4),
+                   "total": _ms(t0, t4)}
+        return SwapReport(version, not dry_run, dry_run, quantized.clipped_count,
+                          quantized.max_quantization_error, quantized.max_clip_error, timings)
+
+    # -- inference -------------------------------------------------------------------------------------
+    def _inputs(self, x: object) -> tuple[np.ndarray, bool]:
+        array = np.asarray(x)
+        if array.dtype.kind not in "fiu":
+            raise InputError(f"matmul input has dtype {array.dtype}; expected a real numeric array")
+        single = array.ndim == 1
+        batch = array[None, :] if single else array
+        if batch.ndim != 2 or batch.shape[1] != self.cols:
+            raise InputError(f"matmul input has shape {array.shape}; expected ({self.cols},) or "
+                             f"(k, {self.cols}) (one input vector per row)")
+        if not np.isfinite(batch).all():
+            raise InputError("matmul input contains NaN/inf")
+        return batch, single
+
+    def matmul_versioned(self, x: object) -> tuple[np.ndarray, int]:
+        """``(W x + b, version)`` for x of shape (cols,), or a batch (k, cols) -> (k, rows)."""
+        batch, single = self._inputs(x)
+        state = self._state  # the one snapshot this call uses
+        quant = self.quantization
+        xq = quantize_input(batch, quant)
+        if self._runner is not None:
+            yq = self._runner.run(state.blob, state.version, xq)
+        else:
+            yq = dense_uint8(state.dense_f64(), xq, quant, self._multipliers)
+        y = dequantize(yq, quant.output_scale, quant.output_zero_point)
+        if state.bias is not None:
+            y += state.bias
+        return (y[0] if single else y), state.version
+
+    def matmul(self, x: object) -> np.ndarray:
+        """``W x + b`` for x of shape (cols,), or a batch (k, cols) -> (k, rows)."""
+        return self.matmul_versioned(x)[0]
+
+    def error_bound(self, x: object) -> np.ndarray:
+        """Bound on ``|matmul(x) - (W x + b)|`` for the float W last given to ``set_weights``, per output.
+
+        ``e_r * sum|x| + sum_c |Wq[r, c]| * |x_c - xq_c| + 0.501 * s_out``: the weight quantization error
+        (e_r = max error of row r, clipping included) times the inputs, the quantized weights times the input
+        quantization error (clipping included), and the output rounding. Valid while the output does not
+        saturate (|y| within :attr:`quantization` ``.output_range()``).
+        """
+        batch, single = self._inputs(x)
+        state = self._state
+        quant = self.quantization
+        x_hat = dequantize(quantize_input(batch, quant), quant.input_scale, quant.input_zero_point)
+        input_error = np.abs(batch.astype(np.float64) - x_hat)
+        w_abs = np.abs(state.dense_f64()) * self._scales[:, None].astype(np.float64)
+        bound = (np.abs(batch).sum(axis=1, dtype=np.float64)[:, None] * state.row_error[None, :]
+                 + input_error @ w_abs.T + OUTPUT_ROUNDING_LSB * quant.output_scale)
+        return bound[0] if single else bound
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+
+    def __enter__(self) -> MatMulEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

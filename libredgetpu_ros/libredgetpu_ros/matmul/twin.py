@@ -1,0 +1,82 @@
+"""CPU twin of a quantized Dense layer: the integer arithmetic of TFLite's int8 FULLY_CONNECTED, vectorised.
+
+The templates are ``uint8 -> QUANTIZE -> int8 FULLY_CONNECTED (per-row weight scales) -> QUANTIZE -> uint8``.
+Both QUANTIZE ops only shift the zero point by 128 (same scale), so the whole graph is, per output row r::
+
+    acc_r = sum_c q[r, c] * (xq[c] - input_zero_point)                      (exact integer)
+    yq_r  = clamp(output_zero_point + requant(acc_r, M_r), 0, 255)           M_r = s_in * s_w[r] / s_out
+
+with ``requant(acc, M) = round_half_even(float32(acc) * float32(M))``: the float32 requantization of LiteRT's
+default (XNNPACK) kernels, and the form the Edge TPU stores (the parameter overhead holds float32 ``M_r``).
+The tests check it bit for bit against LiteRT running the uncompiled template; TFLite's builtin fixed-point
+kernel (Q31 multipliers) differs from it by 1 LSB on a few outputs in ten thousand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from libredgetpu_ros.matmul.quantize import round_half_away
+
+UINT8_MIN, UINT8_MAX = 0, 255
+
+
+@dataclass(frozen=True)
+class DenseQuantization:
+    """Quantization of one Dense template at its uint8 boundary (what the host sends and receives)."""
+
+    input_scale: float
+    input_zero_point: int
+    output_scale: float
+    output_zero_point: int
+    weight_scales: np.ndarray  # float32 (rows,), zero point 0
+
+    @property
+    def rows(self) -> int:
+        return int(self.weight_scales.shape[0])
+
+    def multipliers(self) -> np.ndarray:
+        """Per-row float32 requantization multipliers ``s_in * s_w[r] / s_out`` (float32 arithmetic)."""
+        return (np.float32(self.input_scale) * self.weight_scales.astype(np.float32)
+                / np.float32(self.output_scale)).astype(np.float32)
+
+    def input_range(self) -> tuple[float, float]:
+        """The float interval the uint8 input can represent."""
+        return ((UINT8_MIN - self.input_zero_point) * self.input_scale,
+                (UINT8_MAX - self.input_zero_point) * self.input_scale)
+
+    def output_range(self) -> tuple[float, float]:
+        """The float interval the uint8 output can represent (results beyond it saturate)."""
+        return ((UINT8_MIN - self.output_zero_point) * self.output_scale,
+                (UINT8_MAX - self.output_zero_point) * self.output_scale)
+
+
+def quantize_input(x: np.ndarray, quant: DenseQuantization) -> np.ndarray:
+    """Float inputs -> uint8 with the template's input scale and zero point (ties away from zero, clamped)."""
+    scaled = round_half_away(np.asarray(x, dtype=np.float64) / quant.input_scale) + quant.input_zero_point
+    return np.clip(scaled, UINT8_MIN, UINT8_MAX).astype(np.uint8)
+
+
+def dequantize(values: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
+    """uint8 -> float32."""
+    return ((values.astype(np.float32) - np.float32(zero_point)) * np.float32(scale)).astype(np.float32)
+
+
+def dense_uint8(weights: np.ndarray, xq: np.ndarray, quant: DenseQuantization,
+                multipliers: np.ndarray | None = None) -> np.ndarray:
+    """uint8 outputs (k, rows) of the quantized Dense layer for uint8 inputs ``xq`` (k, cols).
+
+    ``weights`` may be the int8 matrix or the same values as float64: float64 BLAS is exact here because every
+    partial sum is an integer below 2**53 (|acc| <= cols * 128 * 255); ``multipliers`` defaults to
+    ``quant.multipliers()``.
+    """
+    if weights.dtype != np.float64:
+        weights = weights.astype(np.float64)
+    centred = xq.astype(np.float64) - quant.input_zero_point
+    acc = (centred @ weights.T).astype(np.float32)  # like (float)int32 in the kernels: rounds beyond 2**24
+    m = quant.multipliers() if multipliers is None else multipliers
+    scaled = np.rint(acc * m)
+    scaled += quant.output_zero_point
+    return np.clip(scaled, UINT8_MIN, UINT8_MAX).astype(np.uint8)
