@@ -1,0 +1,104 @@
+"""Edge TPU output layout: tiled device output -> dense (y, x, z), and the int8 sign fix.
+
+The device writes a multi-dimensional output tile by tile. ``OutputLayout`` (executable.fbs) gives, per
+coordinate, where each (y, x) run of z values starts. Following libedgetpu's
+``OutputLayerInformation::GetBufferIndex``, the start (in elements) of (y, x) is
+
+    linearized_tile_byte_offset[y_tile[y] + x_tile[x]]
+      + y_local[y] * x_row_size[x] + x_local_byte_offset[x]
+
+and the z values of one (y, x) are contiguous there. libedgetpu's ``Relayout`` copies those runs one by one;
+here the same index is computed for all (y, x) at once and gathered with one fancy-indexing call. When the
+layout is absent or trivially dense, the result is a reshape of the input (no copy for an ndarray input).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from libredgetpu_ros.errors import ModelFormatError
+from libredgetpu_ros.formats.darwinn import Layer
+
+
+def fix_int8_sign(raw_uint8: np.ndarray) -> np.ndarray:
+    """Device bytes of an int8 tensor -> int8 values: the device flips the sign bit (``b ^ 0x80``)."""
+    raw = np.asarray(raw_uint8)
+    if raw.dtype != np.uint8:
+        raise TypeError(f"fix_int8_sign expects uint8 bytes, got {raw.dtype}")
+    return (raw ^ np.uint8(0x80)).view(np.int8)
+
+
+def element_offsets(layer: Layer) -> np.ndarray:
+    """(y, x) -> element index of z=0 in the device buffer, as an int64 array of shape (y, x)."""
+    lay = layer.output_layout
+    y, x = layer.y_dim, layer.x_dim
+    if lay is None:
+        z = layer.z_dim
+        return (np.arange(y, dtype=np.int64)[:, None] * x + np.arange(x, dtype=np.int64)[None, :]) * z
+    tile = (
+        lay.y_coordinate_to_linear_tile_id_map[:y].astype(np.int64)[:, None]
+        + lay.x_coordinate_to_linear_tile_id_map[:x].astype(np.int64)[None, :]
+    )
+    return (
+        lay.linearized_tile_byte_offset.astype(np.int64)[tile]
+        + lay.y_coordinate_to_local_y_offset[:y].astype(np.int64)[:, None]
+        * lay.x_coordinate_to_local_y_row_size[:x].astype(np.int64)[None, :]
+        + lay.x_coordinate_to_local_byte_offset[:x].astype(np.int64)[None, :]
+    )
+
+
+def is_dense(layer: Layer) -> bool:
+    """True when the device buffer already is the dense (y, x, z) array (relayout would be a reshape)."""
+    if layer.output_layout is None or (layer.y_dim == 1 and layer.x_dim == 1):
+        return True
+    return bool(np.array_equal(element_offsets(layer), element_offsets(_dense_twin(layer))))
+
+
+def _dense_twin(layer: Layer) -> Layer:
+    from dataclasses import replace
+
+    return replace(layer, output_layout=None)
+
+
+def relayout_output(raw: bytes | bytearray | memoryview | np.ndarray, layer: Layer) -> np.ndarray:
+    """Device output bytes of one inference -> dense uint8 bytes shaped (y, x, z * element size).
+
+    For 1-byte data types (every Edge TPU model here) the last axis is z. ``raw`` may be longer than needed
+    (USB reads are rounded up); it must cover every addressed byte.
+    """
+    src = np.frombuffer(raw, np.uint8) if not isinstance(raw, np.ndarray) else raw.reshape(-1).view(np.uint8)
+    y, x, z = layer.y_dim, layer.x_dim, layer.z_dim
+    esize = layer.element_size
+    z_bytes = z * esize
+    if layer.execution_count_per_inference != 1:
+        raise ModelFormatError(
+            f"output layer {layer.name!r}: execution_count_per_inference "
+            f"{layer.execution_count_per_inference} > 1 is not supported"
+        )
+    dense_bytes = y * x * z_bytes
+    if is_dense(layer):
+        if src.size < dense_bytes:
+            raise ModelFormatError(f"output layer {layer.name!r}: got {src.size} bytes, need {dense_bytes}")
+        return src[:dense_bytes].reshape(y, x, z_bytes)
+    starts = element_offsets(layer) * esize  # byte offset of each (y, x) run
+    need = int(starts.max()) + z_bytes
+    if starts.min() < 0 or src.size < need:
+        raise ModelFormatError(
+            f"output layer {layer.name!r}: tiled output needs {need} bytes, got {src.size}"
+        )
+    index = starts[:, :, None] + np.arange(z_bytes, dtype=np.int64)[None, None, :]
+    return src[index]
+
+
+def tile_output(dense: np.ndarray, layer: Layer, size: int | None = None) -> np.ndarray:
+    """Inverse of relayout_output: place a dense (y, x, z bytes) uint8 array where the device would write it.
+
+    Used to build device-like buffers from known data (tests, simulated transports); padding bytes are 0.
+    """
+    y, x, z_bytes = layer.y_dim, layer.x_dim, layer.z_dim * layer.element_size
+    dense = np.asarray(dense, np.uint8).reshape(y, x, z_bytes)
+    starts = element_offsets(layer) * layer.element_size
+    total = size if size is not None else max(int(starts.max()) + z_bytes, layer.size_bytes)
+    out = np.zeros(total, np.uint8)
+    out[starts[:, :, None] + np.arange(z_bytes, dtype=np.int64)[None, None, :]] = dense
+    return out
