@@ -23,10 +23,13 @@ setup(
     maintainer_email="maintainers@libredgetpu-ros.invalid",
     description="Edge TPU perception and adaptive control for ROS 2 without Google's runtime",
     license="Apache-2.0",
-    tests_require=["pytest"],
+    extras_require={"test": ["pytest", "hypothesis", "pytest-timeout"]},
     entry_points={
         "console_scripts": [
             "libredgetpu-ros = libredgetpu_ros.cli.main:main",
+            # Node executables for `ros2 run libredgetpu_ros <name>` and the launch files.
+            "perception_node = libredgetpu_ros.ros.perception_node:main",
+            "control_node = libredgetpu_ros.ros.control_node:main",
         ],
     },
 )

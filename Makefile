@@ -1,0 +1,80 @@
+# libredgetpu_ros workspace: `make demo`, `make test` (both run `make setup` first).
+#
+# setup  create .venv (python3.11), install requirements.lock.txt, build the interfaces package with CMake
+#        into the venv prefix, install libredgetpu_ros editable. Stamp files under .venv/.stamps make a
+#        second run with nothing to do take seconds.
+# test   ruff, then the whole pytest suite in tools/ros_sandbox.sh (localhost-only ROS, private netns).
+#        Extra pytest arguments: make test PYTEST_ARGS="-k foo"
+# demo   the perception demo (python -m libredgetpu_ros.ros.demo) in the same sandbox.
+# bench  every bench/bench_*.py as a script, in the same sandbox.
+# clean  build products and caches; `make distclean` also removes .venv.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3.11
+VENV ?= .venv
+PYTEST_ARGS ?=
+
+VENV_ABS := $(abspath $(VENV))
+VPY := $(VENV_ABS)/bin/python
+STAMPS := $(VENV)/.stamps
+SANDBOX := tools/ros_sandbox.sh
+INTERFACES := libredgetpu_ros_interfaces
+INTERFACES_BUILD := build/$(INTERFACES)
+INTERFACES_SRC := $(INTERFACES)/CMakeLists.txt $(INTERFACES)/package.xml \
+                  $(wildcard $(INTERFACES)/msg/*.msg $(INTERFACES)/srv/*.srv)
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+
+.PHONY: help setup test lint demo bench clean distclean
+
+help:
+	@sed -n '/^#/!q; s/^# \{0,1\}//p' Makefile
+
+setup: $(STAMPS)/package
+
+$(VPY):
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Debian: apt-get install python3.11 python3.11-venv python3.11-dev)" >&2; exit 2; }
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMPS)/requirements: requirements.lock.txt tools/fix_ros_cmake_exports.py | $(VPY)
+	$(VPY) -m pip install --disable-pip-version-check --quiet -r requirements.lock.txt
+	@# The ROS wheels export the include dirs of the machine that built them; point them at this venv.
+	$(VPY) tools/fix_ros_cmake_exports.py $(VENV_ABS)
+	@mkdir -p $(STAMPS) && touch $@
+
+$(STAMPS)/interfaces: $(STAMPS)/requirements $(INTERFACES_SRC)
+	AMENT_PREFIX_PATH=$(VENV_ABS) PATH="$(VENV_ABS)/bin:$$PATH" cmake -S $(INTERFACES) -B $(INTERFACES_BUILD) \
+	    -DCMAKE_INSTALL_PREFIX=$(VENV_ABS) -DPython3_EXECUTABLE=$(VPY) \
+	    -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF --log-level=WARNING >/dev/null
+	AMENT_PREFIX_PATH=$(VENV_ABS) cmake --build $(INTERFACES_BUILD) -j $(NPROC) -- --no-print-directory >/dev/null
+	cmake --install $(INTERFACES_BUILD) >/dev/null
+	$(VPY) -c "from $(INTERFACES).msg import Detection2DArray; from $(INTERFACES).srv import SetWeights"
+	@touch $@
+
+$(STAMPS)/package: $(STAMPS)/interfaces libredgetpu_ros/setup.py libredgetpu_ros/setup.cfg libredgetpu_ros/package.xml
+	$(VPY) -m pip install --disable-pip-version-check --quiet --no-build-isolation --no-deps -e libredgetpu_ros
+	$(VENV)/bin/libredgetpu-ros --help >/dev/null
+	@touch $@
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+test: lint
+	$(SANDBOX) $(VPY) -m pytest $(PYTEST_ARGS)
+
+demo: setup
+	$(SANDBOX) $(VPY) -m libredgetpu_ros.ros.demo
+
+bench: setup
+	@shopt -s nullglob; files=(bench/bench_*.py); \
+	if (( $${#files[@]} == 0 )); then echo "no bench/bench_*.py found" >&2; exit 1; fi; \
+	for f in "$${files[@]}"; do echo "== $$f"; $(SANDBOX) $(VPY) "$$f"; done
+
+clean:
+	rm -rf build install log out .pytest_cache .ruff_cache .benchmarks $(STAMPS)/interfaces $(STAMPS)/package
+	find . -path ./$(VENV) -prune -o \( -name __pycache__ -o -name '*.egg-info' \) -type d -print0 | xargs -0 rm -rf
+
+distclean: clean
+	rm -rf $(VENV)
