@@ -1,1 +1,94 @@
+"""Backends run the Edge TPU part of a compiled model: on the accelerator, or on the CPU through LiteRT.
 
+``open_backend`` picks one. ``auto`` uses the Edge TPU when one is attached and falls back to the CPU twin
+otherwise (and when the accelerator fails to open), logging which it chose and why.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from pathlib import Path
+from typing import Literal
+
+from libredgetpu_ros.backends.base import Backend, BoundaryInfo, TensorSpec
+from libredgetpu_ros.errors import ConfigError, DeviceError
+
+__all__ = ["Backend", "BackendKind", "BoundaryInfo", "TensorSpec", "edgetpu_attached", "open_backend"]
+
+BackendKind = Literal["auto", "cpu", "edgetpu"]
+KINDS: tuple[str, ...] = ("auto", "cpu", "edgetpu")
+
+_log = logging.getLogger(__name__)
+
+
+def _edgetpu_module():
+    """The Edge TPU backend module, or None when this build does not ship it."""
+    name = "libredgetpu_ros.backends.edgetpu"
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name:
+            raise
+        return None
+
+
+def edgetpu_attached() -> bool:
+    """True when the Edge TPU backend is built in and sees an accelerator."""
+    module = _edgetpu_module()
+    return module is not None and bool(module.edgetpu_available())
+
+
+def _open_cpu(model_path: Path, cpu_model_path: Path | None) -> Backend:
+    from libredgetpu_ros.backends.cpu import CpuBackend
+
+    backend = CpuBackend()
+    backend.load(model_path, cpu_model_path)
+    return backend
+
+
+def _open_edgetpu(module, model_path: Path, cpu_model_path: Path | None, device: str | None) -> Backend:
+    backend = module.EdgeTpuBackend(device=device)
+    try:
+        backend.load(model_path, cpu_model_path)
+    except BaseException:
+        backend.close()
+        raise
+    return backend
+
+
+def open_backend(kind: str, model_path: Path | str, cpu_model_path: Path | str | None = None,
+                 device: str | None = None, logger: logging.Logger | None = None) -> Backend:
+    """A loaded backend of ``kind`` ("auto" | "cpu" | "edgetpu") for the compiled model ``model_path``."""
+    log = logger or _log
+    if kind not in KINDS:
+        raise ConfigError(f"backend must be one of {', '.join(KINDS)}, got {kind!r}")
+    model_path = Path(model_path)
+    cpu_path = Path(cpu_model_path) if cpu_model_path is not None else None
+
+    if kind == "cpu":
+        log.info("backend: cpu (requested) for %s", model_path.name)
+        return _open_cpu(model_path, cpu_path)
+
+    module = _edgetpu_module()
+    if kind == "edgetpu":
+        if module is None:
+            from libredgetpu_ros.errors import BackendError
+
+            raise BackendError("the Edge TPU backend is not part of this build (backends/edgetpu.py missing)")
+        log.info("backend: edgetpu (requested) for %s", model_path.name)
+        return _open_edgetpu(module, model_path, cpu_path, device)
+
+    if module is None:
+        log.info("backend: cpu for %s (auto: no Edge TPU backend in this build)", model_path.name)
+        return _open_cpu(model_path, cpu_path)
+    if not module.edgetpu_available():
+        log.info("backend: cpu for %s (auto: no Edge TPU attached)", model_path.name)
+        return _open_cpu(model_path, cpu_path)
+    try:
+        backend = _open_edgetpu(module, model_path, cpu_path, device)
+    except DeviceError as exc:
+        log.warning("backend: cpu for %s (auto: the Edge TPU failed to open: %s)", model_path.name, exc)
+        return _open_cpu(model_path, cpu_path)
+    log.info("backend: edgetpu for %s (auto: accelerator attached)", model_path.name)
+    return backend
