@@ -134,7 +134,7 @@ def load_template(template: int | str | Path, templates_dir: Path | None = None)
     compiled_path, uncompiled_path, sidecar_path = template_paths(template, templates_dir)
     sidecar = _read_sidecar(sidecar_path)
     model = load_model(uncompiled_path)
-    quant, weights = _dense_quantization(model, uncompiled_path)
+    quant, weights = dense_quantization(model, uncompiled_path)
     rows, cols = weights.shape
     _check_sidecar(sidecar, sidecar_path, quant, rows, cols)
     compiled = load_model(compiled_path)
@@ -206,7 +206,7 @@ def _find_dense(model: TfliteModel, path: Path) -> Operator:
     return op
 
 
-def _dense_quantization(model: TfliteModel, path: Path) -> tuple[DenseQuantization, np.ndarray]:
+def dense_quantization(model: TfliteModel, path: Path) -> tuple[DenseQuantization, np.ndarray]:
     """Boundary quantization and int8 weights of an uncompiled ``uint8 -> int8 Dense -> uint8`` template."""
     op = _find_dense(model, path)
     w_tensor = model.tensors[op.inputs[1]]
