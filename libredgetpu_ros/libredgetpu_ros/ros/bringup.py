@@ -7,7 +7,7 @@ A bringup file lists nodes::
         name: perception            # node name (default: the type)
         namespace: camera           # optional
         parameters:                 # the node's parameters (see docs/perception_node.md)
-          model: $(fixture posenet/posenet_mobilenet_v1_075_481_641_quant_decoder.tflite)
+          model: $(fixture posenet/posenet_mobilenet_v1_075_481_641_quant_decoder_edgetpu.tflite)
           backend: cpu
 
 String values may use ``$(fixture REL)`` (a shared test fixture) and ``$(dir)`` (the folder of the bringup

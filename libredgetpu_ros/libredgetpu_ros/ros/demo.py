@@ -20,8 +20,8 @@ from typing import Any
 
 from libredgetpu_ros.ros.environment import apply_localhost_only
 
-POSENET = "posenet/posenet_mobilenet_v1_075_481_641_quant_decoder.tflite"
-DEEPLAB = "deeplab/deeplabv3_mnv2_pascal_quant.tflite"
+POSENET = "posenet/posenet_mobilenet_v1_075_481_641_quant_decoder_edgetpu.tflite"
+DEEPLAB = "deeplab/deeplabv3_mnv2_pascal_quant_edgetpu.tflite"
 VOC_LABELS = "labels/pascal_voc_segmentation_labels.txt"
 IMAGES = ("images/test_couple.jpg", "images/grace_hopper.bmp", "images/cat.bmp")
 RATE_HZ = 10.0

@@ -12,10 +12,9 @@ from collections.abc import Mapping
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
-OK = DiagnosticStatus.OK
-WARN = DiagnosticStatus.WARN
-ERROR = DiagnosticStatus.ERROR
-STALE = DiagnosticStatus.STALE
+# Levels as ints (the message constants are 1-byte ``bytes``); ``status`` converts.
+OK, WARN, ERROR, STALE = (int.from_bytes(b, "little") for b in (
+    DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR, DiagnosticStatus.STALE))
 
 
 def _fmt(value: object) -> str:

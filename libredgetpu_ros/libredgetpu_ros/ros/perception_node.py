@@ -62,7 +62,7 @@ class PerceptionParams:
 
 
 PARAMS = ParamTable([
-    ParamSpec("model", "", "Model file (.tflite; an *_edgetpu.tflite for the Edge TPU backend)."),
+    ParamSpec("model", "", "Compiled model (*_edgetpu.tflite); the cpu backend runs its CPU twin."),
     ParamSpec("cpu_model", "", "CPU twin of the model for the cpu backend; empty: derived from `model`."),
     ParamSpec("backend", "auto", "Inference backend; auto prefers an attached Edge TPU.",
               choices=("auto", "cpu", "edgetpu")),
@@ -73,7 +73,8 @@ PARAMS = ParamTable([
               range=(0.0, 1.0), mutability="runtime"),
     ParamSpec("max_results", 10, "Maximum number of poses/detections per image.",
               range=(1, 100), mutability="runtime"),
-    ParamSpec("top_k", 5, "Classes published per image (classification).", range=(1, 1000)),
+    ParamSpec("top_k", 5, "Classes published per image (classification).", range=(1, 1000),
+              mutability="runtime"),
     ParamSpec("input_topic", "image_raw", "Camera topic (remap it, or set e.g. image_raw/compressed).",
               mutability="read_only"),
     ParamSpec("input_type", "raw", "sensor_msgs/Image (raw) or sensor_msgs/CompressedImage (compressed).",
@@ -147,6 +148,7 @@ class _Stats:
         self._count = 0
         self._latency_sum = 0.0
         self._latency_max = 0.0
+        self._last_period: tuple[dict[str, float], float, float] = ({}, 0.0, 0.0)
 
     def add_result(self, timings: dict[str, float], latency_ms: float) -> None:
         self.processed += 1
@@ -161,8 +163,9 @@ class _Stats:
         """(results, mean ms per stage, mean and max node latency ms) since the last call; resets them."""
         n, sums, lat, lat_max = self._count, self._stage_sums, self._latency_sum, self._latency_max
         self._count, self._stage_sums, self._latency_sum, self._latency_max = 0, {}, 0.0, 0.0
-        means = {k: v / n for k, v in sums.items()} if n else {}
-        return n, means, (lat / n if n else 0.0), lat_max
+        if n:  # an idle period repeats the last measured one rather than reporting zeros
+            self._last_period = ({k: v / n for k, v in sums.items()}, lat / n, lat_max)
+        return (n, *self._last_period)
 
 
 class PerceptionNode(LifecycleNode):
@@ -267,7 +270,7 @@ class PerceptionNode(LifecycleNode):
         with self._pipeline_lock:
             if self._pipeline is not None:
                 self._pipeline.set_options(score_threshold=self.params.score_threshold,
-                                           max_results=self.params.max_results)
+                                           max_results=self.params.max_results, top_k=self.params.top_k)
 
     # -- pipeline -------------------------------------------------------------------------------------------
 
@@ -284,10 +287,10 @@ class PerceptionNode(LifecycleNode):
         with self._pipeline_lock:
             self._pipeline = pipeline
         self._task = pipeline.task
-        try:
-            self._describe = dict(pipeline.describe())
-        except LibrEdgeTpuError:
-            self._describe = {}
+        described = pipeline.describe()
+        first = (described.get("segments") or [{}])[0]
+        self._describe = {"backend": described.get("backend", ""), "device": first.get("device", ""),
+                          "input_size": "x".join(str(v) for v in described.get("input_size", []))}
 
     def _release(self) -> None:
         if self._diag_timer is not None:
