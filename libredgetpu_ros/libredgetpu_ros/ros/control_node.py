@@ -64,13 +64,17 @@ DIAG_OK, DIAG_WARN = 0, 1
 PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("backend", "auto", "where W·x runs; auto = the Edge TPU if one is attached, else the CPU twin",
               choices=BACKENDS),
-    ParamSpec("template", "256", "Dense(N) template: 256, 512, 1024, or a path to a dense_N_edgetpu.tflite"),
+    ParamSpec("template", 256, "Dense(N) template size N (256, 512, 1024 ship as fixtures)",
+              range=(64, 16384)),
+    ParamSpec("template_path", "", "a dense_N_edgetpu.tflite (beside dense_N.tflite and its .json); "
+              "overrides template"),
     ParamSpec("device", "", "Edge TPU to use (index or USB bus path); empty = the first one"),
     ParamSpec("engine_name", "controller", "engine name set_weights/get_weights requests must use (or '')"),
     ParamSpec("state_topic", "state", "state input topic (a relative name resolves in the node namespace)"),
     ParamSpec("state_type", "float32_multi_array", "message type of the state topic", choices=STATE_TYPES),
     ParamSpec("joint_field", "position", "JointState field used as the state vector", choices=JOINT_FIELDS),
-    ParamSpec("joint_names", (), "JointState: joint order of the state vector; empty = message order"),
+    # [""] rather than []: rclpy types an empty list default as a byte array and then refuses strings.
+    ParamSpec("joint_names", ("",), "JointState: joint order of the state vector; [''] = message order"),
     ParamSpec("state_size", 0, "controller inputs (columns of W); 0 = the template width N", range=(0, 4096)),
     ParamSpec("command_size", 0, "controller outputs (rows of W); 0 = the template height N",
               range=(0, 4096)),
@@ -90,7 +94,8 @@ PARAMETERS: tuple[ParamSpec, ...] = (
 @dataclass(frozen=True)
 class ControlConfig:
     backend: str
-    template: str
+    template: int
+    template_path: str
     device: str
     engine_name: str
     state_topic: str
@@ -314,14 +319,14 @@ class ControlNode(LifecycleNode):
     def _open_engine(self, cfg: ControlConfig) -> None:
         from libredgetpu_ros.matmul import MatMulEngine  # LiteRT / libusb: imported only when configuring
 
-        template: int | str = int(cfg.template) if cfg.template.isdigit() else cfg.template
+        template: int | str = cfg.template_path or cfg.template
         self._engine = MatMulEngine.from_template(template, backend=cfg.backend, device=cfg.device or None)
         n_rows, n_cols = self._engine.rows, self._engine.cols
         self._rows = cfg.command_size or n_rows
         self._cols = cfg.state_size or n_cols
         if self._rows > n_rows or self._cols > n_cols:
             raise ConfigError(f"parameters command_size×state_size = {self._rows}×{self._cols} do not fit "
-                              f"the {n_rows}×{n_cols} template {cfg.template!r}")
+                              f"the {n_rows}×{n_cols} template {template!r}")
         if cfg.state_type == "joint_state" and cfg.joint_names and len(cfg.joint_names) != self._cols:
             raise ConfigError(f"parameter joint_names has {len(cfg.joint_names)} names but the controller "
                               f"has state_size = {self._cols}")
@@ -356,10 +361,8 @@ class ControlNode(LifecycleNode):
         return full
 
     def _engine_description(self) -> str:
-        describe = getattr(self._engine, "describe", None)
-        if callable(describe):
-            return str(describe())
-        return f"MatMulEngine {self._engine.rows}×{self._engine.cols}"
+        engine = self._engine
+        return f"MatMulEngine {engine.template.name} ({engine.rows}×{engine.cols}) on {engine.backend}"
 
     def _drop_subscription(self) -> None:
         if self._sub is not None:
@@ -502,14 +505,16 @@ class ControlNode(LifecycleNode):
             resp.message = f"{type(exc).__name__}: {exc}"
             self.get_logger().error(f"set_weights failed, the old weights stay active: {resp.message}")
             return
-        resp.accepted = bool(report.accepted)
+        # The engine's `accepted` means "published"; for the service a passing dry run is accepted too.
+        resp.accepted = True
         resp.version = int(report.version)
         resp.clipped_count = int(report.clipped_count)
         resp.max_quantization_error = float(report.max_quantization_error)
-        resp.validate_ms = node_validate_ms + float(report.validate_ms)
-        resp.quantize_ms = float(report.quantize_ms)
-        resp.blob_ms = float(report.blob_ms)
-        resp.swap_ms = float(report.swap_ms)
+        timings = report.timings_ms
+        resp.validate_ms = node_validate_ms + float(timings["validate"])
+        resp.quantize_ms = float(timings["quantize"])
+        resp.blob_ms = float(timings["blob"])
+        resp.swap_ms = float(timings["swap"])
         verb = "validated (dry run, nothing swapped)" if req.dry_run else "swapped"
         resp.message = (f"{verb}: version {resp.version}, {resp.clipped_count} clipped, max quantization "
                         f"error {resp.max_quantization_error:.3g}")

@@ -1,0 +1,137 @@
+"""Test/bench side of the control node: lifecycle driver, planner (service client) and command recorder.
+
+Used by ``test_control_node.py`` and ``bench/bench_control_node.py``; it runs in the caller's process on a
+private rclpy context, with a MultiThreadedExecutor spinning in a background thread.
+"""
+
+from __future__ import annotations
+
+import array
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+CONTROL_NODE_MODULE = "libredgetpu_ros.ros.control_node"
+
+
+def float32_field(values: Any) -> array.array:
+    """array.array('f') for a float32[] field: element-wise conversion of a 1M-entry list takes seconds."""
+    out = array.array("f")
+    out.frombytes(np.ascontiguousarray(values, dtype=np.float32).tobytes())
+    return out
+
+
+@dataclass
+class Recorded:
+    """Everything received from the node, appended by the executor thread."""
+
+    # (receive time ns, header stamp ns, weights version, y)
+    commands: list[tuple[int, int, int, np.ndarray]] = field(default_factory=list)
+    plain_commands: list[np.ndarray] = field(default_factory=list)
+    diagnostics: list[Any] = field(default_factory=list)  # DiagnosticStatus of our node
+
+
+class ControlHarness:
+    """Drives one control node (fully qualified name ``fqn``) over DDS from this process."""
+
+    def __init__(self, context: Any, fqn: str) -> None:
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+        from lifecycle_msgs.srv import ChangeState, GetState
+        from rclpy.executors import MultiThreadedExecutor
+        from rclpy.qos import QoSProfile
+        from std_msgs.msg import Float32MultiArray
+
+        from libredgetpu_ros_interfaces.msg import CommandStamped
+        from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
+
+        self.fqn = fqn
+        self.recorded = Recorded()
+        self._lock = threading.Lock()
+        self.node = rclpy.create_node("control_test_client", context=context)
+        self.change_state = self.node.create_client(ChangeState, f"{fqn}/change_state")
+        self.get_state = self.node.create_client(GetState, f"{fqn}/get_state")
+        self.set_weights_client = self.node.create_client(SetWeights, f"{fqn}/set_weights")
+        self.get_weights_client = self.node.create_client(GetWeights, f"{fqn}/get_weights")
+        qos = QoSProfile(depth=1000)
+        self.node.create_subscription(CommandStamped, f"{fqn}/command_stamped", self._on_command, qos)
+        self.node.create_subscription(Float32MultiArray, f"{fqn}/command", self._on_plain, qos)
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
+        self._set_weights_type, self._get_weights_type = SetWeights, GetWeights
+        self._change_state_type = ChangeState
+        self.executor = MultiThreadedExecutor(num_threads=2, context=context)
+        self.executor.add_node(self.node)
+        self._thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self._thread.start()
+
+    # ----- recording ------------------------------------------------------------------------------
+
+    def _on_command(self, msg: Any) -> None:
+        recv = time.time_ns()
+        stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+        with self._lock:
+            self.recorded.commands.append((recv, stamp, int(msg.weights_version),
+                                           np.frombuffer(msg.data, np.float32).copy()))
+
+    def _on_plain(self, msg: Any) -> None:
+        with self._lock:
+            self.recorded.plain_commands.append(np.frombuffer(msg.data, np.float32).copy())
+
+    def _on_diagnostics(self, msg: Any) -> None:
+        with self._lock:
+            self.recorded.diagnostics.extend(s for s in msg.status if self.fqn in s.name)
+
+    def commands(self) -> list[tuple[int, int, int, np.ndarray]]:
+        with self._lock:
+            return list(self.recorded.commands)
+
+    def wait_for(self, predicate: Any, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+            time.sleep(0.02)
+
+    # ----- calls ----------------------------------------------------------------------------------
+
+    def call(self, client: Any, request: Any, timeout: float = 20.0) -> Any:
+        if not client.wait_for_service(timeout_sec=timeout):
+            raise TimeoutError(f"service {client.srv_name} not available after {timeout} s")
+        done = threading.Event()
+        future = client.call_async(request)
+        future.add_done_callback(lambda _f: done.set())
+        if not done.wait(timeout):
+            raise TimeoutError(f"no answer from {client.srv_name} within {timeout} s")
+        return future.result()
+
+    def transition(self, transition_id: int) -> bool:
+        req = self._change_state_type.Request()
+        req.transition.id = transition_id
+        return bool(self.call(self.change_state, req).success)
+
+    def set_weights(self, weights: np.ndarray | None = None, *, rows: int | None = None,
+                    cols: int | None = None, data: Any = None, bias: Any = None, engine: str = "",
+                    dry_run: bool = False) -> Any:
+        req = self._set_weights_type.Request()
+        req.engine = engine
+        if weights is not None:
+            rows, cols = weights.shape if rows is None else (rows, cols)
+            data = np.asarray(weights, np.float32).ravel()
+        req.rows, req.cols = int(rows or 0), int(cols or 0)
+        req.data = float32_field(data)
+        if bias is not None:
+            req.bias = float32_field(bias)
+        req.dry_run = dry_run
+        return self.call(self.set_weights_client, req)
+
+    def get_weights(self, engine: str = "") -> Any:
+        req = self._get_weights_type.Request()
+        req.engine = engine
+        return self.call(self.get_weights_client, req)
+
+    def close(self) -> None:
+        self.executor.shutdown(timeout_sec=2.0)
+        self.node.destroy_node()
