@@ -81,8 +81,13 @@ def _layer_index(layers: Sequence[Any], name: str | None, what: str, hint_no: in
     raise ModelFormatError(f"DMA hint {hint_no} names {what} layer {name!r}, not one of {names}")
 
 
-def schedule(executable: Any, parameters_size: int | None = None) -> list[Step]:
-    """Transfer steps of one run of ``executable``, following its DMA hints (or a plain order without hints)."""
+def schedule(executable: Any, parameters_size: int | None = None,
+             input_sizes: Sequence[int] | None = None) -> list[Step]:
+    """Transfer steps of one run of ``executable``, following its DMA hints (or a plain order without hints).
+
+    ``input_sizes`` are the real tensor sizes (default: the layer sizes); bytes a hint reaches past them are
+    reported as ``padded``.
+    """
     inputs = list(executable.input_layers)
     outputs = list(executable.output_layers)
     bitstreams = list(executable.instruction_bitstreams)
@@ -181,7 +186,7 @@ def schedule(executable: Any, parameters_size: int | None = None) -> list[Step]:
             offset, size = int(hint.offset), int(hint.size)
             if buffer_type == "input":
                 i = _layer_index(inputs, hint.layer_name, "input", n)
-                end = inputs[i].size_bytes
+                end = inputs[i].size_bytes if input_sizes is None else int(input_sizes[i])
                 add(
                     action="write",
                     tag=DescriptorTag.INPUT_ACTIVATIONS,
@@ -271,15 +276,15 @@ def _padded_inputs(executable: Any, inputs: Sequence[Any], steps: Sequence[Step]
             f"the executable has {len(layers)} input layers {[layer.name for layer in layers]}, "
             f"got {len(inputs)} inputs"
         )
-    reach = [layer.size_bytes for layer in layers]
+    reach = [0] * len(layers)
     for step in steps:
         if step.source == "input":
             reach[step.layer_index] = max(reach[step.layer_index], step.offset + step.size)
     buffers = []
     for layer, value, need in zip(layers, inputs, reach, strict=True):
         data = np.frombuffer(as_bytes(value), dtype=np.uint8)
-        if data.size != layer.size_bytes:
-            raise InputError(f"input layer {layer.name!r} takes {layer.size_bytes} bytes, got {data.size}")
+        if data.size > layer.size_bytes or data.size == 0:
+            raise InputError(f"input layer {layer.name!r} takes up to {layer.size_bytes} bytes, got {data.size}")
         if need > data.size:  # the DMA reads past the tensor end: zero padding, not garbage
             data = np.concatenate([data, np.zeros(need - data.size, np.uint8)])
         buffers.append(data)
@@ -295,7 +300,8 @@ def execute(
 ) -> list[bytes]:
     """Run ``executable`` once; return the raw bytes of every output layer (in ``output_layers`` order)."""
     params = as_bytes(executable.parameters if parameters is None else parameters)
-    steps = schedule(executable, parameters_size=params.nbytes)
+    sizes = [as_bytes(value).nbytes for value in inputs]
+    steps = schedule(executable, parameters_size=params.nbytes, input_sizes=sizes if sizes else None)
     input_buffers = _padded_inputs(executable, inputs, steps)
     outputs = list(executable.output_layers)
     out_size = [layer.size_bytes for layer in outputs]

@@ -89,14 +89,18 @@ def import_usb1() -> Any:
 
 
 def usb_context() -> Any:
-    """A fresh libusb context; a missing libusb-1.0 shared library becomes a DeviceError."""
+    """An opened libusb context; a missing libusb-1.0 shared library becomes a DeviceError."""
     usb1 = import_usb1()
+    context = usb1.USBContext()
     try:
-        return usb1.USBContext()
+        context.open()  # the shared library is loaded here, not at import
     except OSError as exc:
         raise DeviceError(
             f"libusb-1.0 cannot be loaded ({exc}); install it: sudo apt install libusb-1.0-0"
         ) from exc
+    except usb1.USBError as exc:
+        raise DeviceError(f"libusb cannot be initialised: {exc}") from exc
+    return context
 
 
 def translate_usb_error(exc: Exception, what: str, bus_path: str) -> DeviceError:

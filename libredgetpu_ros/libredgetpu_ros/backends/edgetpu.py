@@ -1,0 +1,125 @@
+"""Edge TPU backend: the ``edgetpu-custom-op`` of a compiled model, run on a Coral USB accelerator by our driver."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from libredgetpu_ros.backends.base import BoundaryInfo, TensorSpec, check_inputs
+from libredgetpu_ros.errors import BackendError, DeviceError, ModelFormatError
+
+
+def edgetpu_available() -> bool:
+    """Cheap check for "auto": libusb loads and an accelerator (running or bootloader) is attached."""
+    try:
+        from libredgetpu_ros.edgetpu.device import list_devices
+
+        return bool(list_devices())
+    except DeviceError:
+        return False
+
+
+def _match_layers(layers: Sequence[Any], specs: Sequence[TensorSpec], what: str, where: str) -> list[Any]:
+    """Executable layers in the order of the TFLite op's tensors: by name, else by position."""
+    by_name = {layer.name: layer for layer in layers}
+    if all(spec.name in by_name for spec in specs):
+        return [by_name[spec.name] for spec in specs]
+    if len(layers) != len(specs):
+        raise ModelFormatError(
+            f"{where}: the Edge TPU op has {len(specs)} {what} tensors but its executable "
+            f"has {len(layers)} {what} layers"
+        )
+    return list(layers)
+
+
+class EdgeTpuBackend:
+    """Runs the Edge TPU op of one model; outputs keyed by TFLite tensor name, quantized, dense."""
+
+    name = "edgetpu"
+
+    def __init__(self, device: int | str | None = None, firmware: Path | None = None, transport=None) -> None:
+        self._selector = device
+        self._firmware = firmware
+        self._transport = transport
+        self._device: Any = None
+        self._package: Any = None
+        self.boundary: BoundaryInfo | None = None
+        self._in_layers: list[Any] = []
+        self._out_layers: list[Any] = []
+        self._model_path: Path | None = None
+        self._cpu_model_path: Path | None = None
+        self.last_latency_ms: float | None = None
+
+    def load(self, model_path: Path, cpu_model_path: Path | None = None) -> None:
+        from libredgetpu_ros.edgetpu.device import EdgeTpuDevice
+        from libredgetpu_ros.formats import load_model
+
+        model_path = Path(model_path)
+        model = load_model(model_path)
+        boundary = BoundaryInfo.from_model(model, model_path)
+        package = model.darwinn(model.edgetpu_ops()[0])
+        runnable = package.runnable
+        in_layers = _match_layers(runnable.input_layers, boundary.inputs, "input", str(model_path))
+        out_layers = _match_layers(runnable.output_layers, boundary.outputs, "output", str(model_path))
+        for spec, layer in zip(boundary.inputs, in_layers, strict=True):
+            nbytes = int(np.prod(spec.shape)) * spec.dtype.itemsize
+            if nbytes > layer.size_bytes:
+                raise ModelFormatError(
+                    f"{model_path}: input {spec.name!r} has {nbytes} bytes but its layer "
+                    f"{layer.name!r} takes {layer.size_bytes}"
+                )
+        if self._device is None:
+            factory = (lambda: self._transport) if self._transport is not None else None
+            self._device = EdgeTpuDevice.open(self._selector, self._firmware, transport_factory=factory)
+        # only replace the loaded model once everything above succeeded
+        self._package, self.boundary = package, boundary
+        self._in_layers, self._out_layers = in_layers, out_layers
+        self._model_path, self._cpu_model_path = model_path, cpu_model_path
+
+    def _device_inputs(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        assert self.boundary is not None
+        arrays = []
+        for array, layer in zip(check_inputs(inputs, self.boundary.inputs), self._in_layers, strict=True):
+            data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+            if layer.signed:
+                data = data ^ np.uint8(0x80)  # the device's signed convention (same flip as outputs)
+            arrays.append(data)
+        return arrays
+
+    def run(self, inputs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+        from libredgetpu_ros.formats.layout import fix_int8_sign, relayout_output
+
+        if self._device is None or self.boundary is None:
+            raise BackendError("EdgeTpuBackend.run called before load()")
+        start = time.perf_counter()
+        raw = self._device.run(self._package, self._device_inputs(inputs))
+        self.last_latency_ms = (time.perf_counter() - start) * 1e3
+        runnable = self._package.runnable
+        by_name = {layer.name: i for i, layer in enumerate(runnable.output_layers)}
+        outputs: dict[str, np.ndarray] = {}
+        for spec, layer in zip(self.boundary.outputs, self._out_layers, strict=True):
+            dense = relayout_output(raw[by_name[layer.name]], layer)
+            values = fix_int8_sign(dense) if spec.dtype == np.int8 else dense
+            outputs[spec.name] = values.reshape(spec.shape).astype(spec.dtype, copy=False)
+        return outputs
+
+    def describe(self) -> dict[str, Any]:
+        device = self._device
+        return {
+            "backend": self.name,
+            "device": None if device is None else device.bus_path,
+            "speed": None if device is None else device.transport.speed,
+            "model": None if self._model_path is None else str(self._model_path),
+            "cpu_model": None if self._cpu_model_path is None else str(self._cpu_model_path),
+            "parameter_uploads": None if device is None else device.uploads,
+            "boundary": None if self.boundary is None else self.boundary.to_dict(),
+        }
+
+    def close(self) -> None:
+        device, self._device = self._device, None
+        if device is not None:
+            device.close()
