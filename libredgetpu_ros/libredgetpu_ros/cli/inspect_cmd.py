@@ -123,7 +123,8 @@ def render_text(s: dict[str, Any]) -> str:
         for exe in tpu["executables"]:
             lines.append(f"  executable {exe['type']} token={exe['parameter_caching_token']} "
                          f"parameters={exe['parameter_bytes']} B "
-                         f"instruction chunks={exe['instruction_chunk_bytes']} scratch={exe['scratch_bytes']} B chip={exe['chip']}")
+                         f"instruction chunks={exe['instruction_chunk_bytes']} "
+                         f"scratch={exe['scratch_bytes']} B chip={exe['chip']}")
             for kind in ("input_layers", "output_layers"):
                 for la in exe[kind]:
                     _, y, x, z = la["shape"]
