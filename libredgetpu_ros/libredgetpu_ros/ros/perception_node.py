@@ -25,6 +25,7 @@ from typing import Any
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.msg import SetParametersResult
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
@@ -174,8 +175,9 @@ class PerceptionNode(LifecycleNode):
     def __init__(self, node_name: str = "perception", **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
         PARAMS.declare(self)
-        self.add_on_set_parameters_callback(PARAMS.validator(self._is_configured))
-        self.add_post_set_parameters_callback(self._apply_runtime_params)
+        self._validate_params = PARAMS.validator(self._is_configured)
+        self.add_on_set_parameters_callback(self._on_set_params)
+        self.add_post_set_parameters_callback(self._after_set_params)
         self.params: PerceptionParams = PARAMS.read(self)
         self._pipeline: Any = None
         self._pipeline_lock = threading.Lock()
@@ -263,14 +265,26 @@ class PerceptionNode(LifecycleNode):
     def _is_configured(self) -> bool:
         return self._pipeline is not None
 
-    def _apply_runtime_params(self, params: list[Parameter]) -> None:
-        if not any(p.name in PARAMS.runtime_names() for p in params):
-            return
-        self.params = PARAMS.read(self)
+    def _on_set_params(self, params: list[Parameter]) -> SetParametersResult:
+        """Table checks, then the pipeline's own (e.g. PoseNet wants a threshold < 1): applied here, so a
+        value the pipeline refuses is refused to the caller and the running options stay."""
+        verdict = self._validate_params(params)
+        runtime = {p.name: p.value for p in params if p.name in PARAMS.runtime_names()}
+        if not verdict.successful or not runtime:
+            return verdict
+        merged = {name: runtime.get(name, getattr(self.params, name))
+                  for name in ("score_threshold", "max_results", "top_k")}
         with self._pipeline_lock:
             if self._pipeline is not None:
-                self._pipeline.set_options(score_threshold=self.params.score_threshold,
-                                           max_results=self.params.max_results, top_k=self.params.top_k)
+                try:
+                    self._pipeline.set_options(**merged)
+                except LibrEdgeTpuError as exc:
+                    return SetParametersResult(successful=False, reason=str(exc))
+        return verdict
+
+    def _after_set_params(self, params: list[Parameter]) -> None:
+        if any(p.name in PARAMS.runtime_names() for p in params):
+            self.params = PARAMS.read(self)
 
     # -- pipeline -------------------------------------------------------------------------------------------
 
