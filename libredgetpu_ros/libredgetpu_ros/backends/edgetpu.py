@@ -1,4 +1,4 @@
-"""Edge TPU backend: the ``edgetpu-custom-op`` of a compiled model, run on a Coral USB accelerator by our driver."""
+"""Edge TPU backend: a compiled model's ``edgetpu-custom-op`` run on a Coral USB accelerator."""
 
 from __future__ import annotations
 

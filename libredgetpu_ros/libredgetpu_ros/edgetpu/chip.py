@@ -1,6 +1,7 @@
 """Chip driver: CSR access over control transfers and libedgetpu's bring-up sequence.
 
-The phases mirror libedgetpu's ``UsbDriver::DoOpen``: Open, (DisableHardwareClockGate), EnableReset, QuitReset,
+The phases mirror libedgetpu's ``UsbDriver::DoOpen``: Open, (DisableHardwareClockGate), EnableReset,
+QuitReset,
 EnableHardwareClockGate, InitializeChip, DoRunControl, Interrupts, Misc (the top-level interrupt manager:
 thermal warning, memory BIST, PCIe error and thermal shutdown enables). Read-modify-write steps keep the other
 fields of a register, as libedgetpu does.
@@ -46,7 +47,8 @@ class ChipDriver:
         self.hardware_clock_gated = False
         self.efuse_revision: int | None = None
 
-    # --- CSR access ------------------------------------------------------------------------------------------
+    # --- CSR access
+    # ------------------------------------------------------------------------------------------
     def read32(self, offset: int) -> int:
         raw = self.transport.control_read(
             r.VENDOR_IN, r.REQ_CSR32, offset & 0xFFFF, offset >> 16, 4, self.timeout_ms
@@ -106,7 +108,8 @@ class ChipDriver:
             f"scu_ctrl_3.cur_pwr_state == {state}",
         )
 
-    # --- phases ------------------------------------------------------------------------------------------------
+    # --- phases
+    # ------------------------------------------------------------------------------------------------
     def open_phase(self) -> None:
         """Disable the PHY inactive modes; learn whether the GCB is hardware clock gated."""
         scu0 = self.read32(Reg.scu_ctrl_0)
@@ -177,7 +180,7 @@ class ChipDriver:
             self.write64(reg, 1)
 
     def enable_top_level_monitors(self) -> None:
-        """Thermal warning, memory BIST, PCIe error and thermal shutdown interrupts (BeagleTopLevelInterruptManager)."""
+        """Thermal warning, memory BIST, PCIe error and thermal shutdown (BeagleTopLevelInterruptManager)."""
         self.write32(Reg.omc0_d4, r.with_field(self.read32(Reg.omc0_d4), *r.OMC0_D4_THM_WARN_EN, 1))
         bist = self.read32(Reg.rambist_ctrl_1)
         bist = r.with_field(bist, *r.RAMBIST_INT_STATUS, 0)  # write-1-to-clear: write 0 to keep

@@ -181,7 +181,8 @@ class EdgeTpuDevice:
         self._identities: dict[int, tuple[Any, bytes, bytes]] = {}  # id(executable) -> (ref, slot, params)
         self.uploads = 0  # parameter uploads done (for logs and tests)
 
-    # --- opening ------------------------------------------------------------------------------------------------
+    # --- opening
+    # ------------------------------------------------------------------------------------------------
     @classmethod
     def open(
         cls,
@@ -192,7 +193,8 @@ class EdgeTpuDevice:
     ) -> EdgeTpuDevice:
         """Open an accelerator by index or bus path (default: the first one) and initialise it.
 
-        ``transport_factory`` replaces USB discovery (tests, dry runs): it returns an application-mode transport.
+        ``transport_factory`` replaces USB discovery (tests, dry runs): it returns an application-mode
+        transport.
         """
         if transport_factory is not None:
             transport = transport_factory()
@@ -243,7 +245,8 @@ class EdgeTpuDevice:
         )
         return device
 
-    # --- running ------------------------------------------------------------------------------------------------
+    # --- running
+    # ------------------------------------------------------------------------------------------------
     def _check_open(self) -> None:
         if not self._open:
             raise DeviceLostError(f"Edge TPU {self.bus_path} is closed; open it again")
@@ -310,7 +313,7 @@ class EdgeTpuDevice:
         parameters: bytes | memoryview | None = None,
         cache_key: Hashable | None = None,
     ) -> list[bytes]:
-        """One inference of a DarwiNN package: cached parameters if needed, then EXECUTION_ONLY or STAND_ALONE."""
+        """One inference: upload parameters unless cached, then EXECUTION_ONLY (or STAND_ALONE)."""
         pc = package.parameter_caching
         eo = package.execution_only
         with self._io:
@@ -328,7 +331,8 @@ class EdgeTpuDevice:
         with self._io:
             self.cache.invalidate()
 
-    # --- closing ------------------------------------------------------------------------------------------------
+    # --- closing
+    # ------------------------------------------------------------------------------------------------
     def _teardown(self) -> None:
         self._open = False
         self.cache.invalidate()

@@ -1,7 +1,7 @@
 """Run one DarwiNN executable over a transport, strictly in the order of its DMA hints.
 
-``schedule(executable)`` turns the hints into transfer steps (pure, shared with ``plan``); ``execute`` performs
-them. What the hardware needs, learnt by libredgetpu on real devices and confirmed by libedgetpu's
+``schedule(executable)`` turns the hints into transfer steps (pure, shared with ``plan``); ``execute``
+performs them. What the hardware needs, learnt by libredgetpu on real devices and confirmed by libedgetpu's
 ``dma_info_extractor.cc``:
 
 - every input hint addresses *its own* input layer (SSD segment 1 has three), and pieces may overlap;
@@ -81,8 +81,9 @@ def _layer_index(layers: Sequence[Any], name: str | None, what: str, hint_no: in
     raise ModelFormatError(f"DMA hint {hint_no} names {what} layer {name!r}, not one of {names}")
 
 
-def schedule(executable: Any, parameters_size: int | None = None,
-             input_sizes: Sequence[int] | None = None) -> list[Step]:
+def schedule(
+    executable: Any, parameters_size: int | None = None, input_sizes: Sequence[int] | None = None
+) -> list[Step]:
     """Transfer steps of one run of ``executable``, following its DMA hints (or a plain order without hints).
 
     ``input_sizes`` are the real tensor sizes (default: the layer sizes); bytes a hint reaches past them are
@@ -99,7 +100,8 @@ def schedule(executable: Any, parameters_size: int | None = None,
 
     hints = list(executable.dma_hints or [])
     if not hints:
-        # No hints (never seen in compiler output, but allowed by the schema): instructions, parameters, inputs,
+        # No hints (never seen in compiler output, but allowed by the schema): instructions, parameters,
+        # inputs,
         # outputs, status, like libedgetpu's first-instruction extractor would order them.
         for i, bs in enumerate(bitstreams):
             add(
@@ -284,7 +286,9 @@ def _padded_inputs(executable: Any, inputs: Sequence[Any], steps: Sequence[Step]
     for layer, value, need in zip(layers, inputs, reach, strict=True):
         data = np.frombuffer(as_bytes(value), dtype=np.uint8)
         if data.size > layer.size_bytes or data.size == 0:
-            raise InputError(f"input layer {layer.name!r} takes up to {layer.size_bytes} bytes, got {data.size}")
+            raise InputError(
+                f"input layer {layer.name!r} takes up to {layer.size_bytes} bytes, got {data.size}"
+            )
         if need > data.size:  # the DMA reads past the tensor end: zero padding, not garbage
             data = np.concatenate([data, np.zeros(need - data.size, np.uint8)])
         buffers.append(data)

@@ -1,7 +1,8 @@
 """Firmware for accelerators that enumerate as the bootloader (1a6e:089a): find it, upload it over DFU.
 
 The upload follows libedgetpu's ``UsbDfuCommands::UpdateFirmware`` / ``ValidateFirmware`` with the block size
-seen on the wire in geohot/edgetpuxray's log: DFU_DNLOAD blocks of 0x100 bytes, each followed by DFU_GETSTATUS,
+seen on the wire in geohot/edgetpuxray's log: DFU_DNLOAD blocks of 0x100 bytes, each followed by
+DFU_GETSTATUS,
 a final zero-length block, then DFU_UPLOAD reads until a short block and a byte compare, then a USB reset.
 """
 

@@ -62,7 +62,7 @@ def plan_executable(executable: Any, input_sizes: list[int] | None = None) -> di
 
 
 def plan_model(path: Path, cached: bool = False) -> dict[str, Any]:
-    """Schedule of one inference of every Edge TPU op in ``path``; ``cached`` assumes parameters are on chip."""
+    """One inference of every Edge TPU op in ``path``; ``cached`` assumes the parameters are on chip."""
     from libredgetpu_ros.formats import load_model
 
     model = load_model(path)

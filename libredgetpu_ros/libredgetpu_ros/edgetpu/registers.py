@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-# --- USB identities (driver/usb/usb_driver.cc) ----------------------------------------------------------------
+# --- USB identities (driver/usb/usb_driver.cc)
+# ----------------------------------------------------------------
 APP_VENDOR_ID = 0x18D1  # running firmware ("application mode")
 APP_PRODUCT_ID = 0x9302
 DFU_VENDOR_ID = 0x1A6E  # bootloader, waiting for firmware
@@ -19,7 +20,8 @@ DFU_PRODUCT_ID = 0x089A
 
 ML_INTERFACE = 0
 
-# --- endpoints (driver/usb/usb_ml_commands.h, single bulk-out endpoint mode) -------------------------------------
+# --- endpoints (driver/usb/usb_ml_commands.h, single bulk-out endpoint mode)
+# -------------------------------------
 EP_BULK_OUT = 0x01  # instructions, input activations and parameters, each behind an 8-byte header
 EP_BULK_IN_OUTPUT = 0x81  # output activations
 EP_EVENT_IN = 0x82  # 16-byte event descriptors (scalar-core "host interrupt" = end of an executable)
@@ -49,7 +51,8 @@ class DescriptorTag(IntEnum):
     INTERRUPT3 = 7
 
 
-# --- control request types --------------------------------------------------------------------------------------
+# --- control request types
+# --------------------------------------------------------------------------------------
 VENDOR_OUT = 0x40  # host-to-device, vendor, device
 VENDOR_IN = 0xC0  # device-to-host, vendor, device
 REQ_CSR64 = 0
@@ -122,7 +125,8 @@ class Reg(IntEnum):
     multi_bo_ep = 0x4C160
 
 
-# Run-control registers in the order libedgetpu's RunController::DoRunControl writes them; tileconfig0 is set to
+# Run-control registers in the order libedgetpu's RunController::DoRunControl writes them; tileconfig0 is
+# set to
 # broadcast (and polled) between the scalar-core group and the tile group.
 SCALAR_RUN_CONTROLS = (
     Reg.scalarCoreRunControl,

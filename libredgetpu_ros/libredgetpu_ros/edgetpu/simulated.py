@@ -16,7 +16,8 @@ from libredgetpu_ros.edgetpu.registers import Reg
 from libredgetpu_ros.edgetpu.transport import Call
 
 # Register contents at power-up chosen so that libedgetpu's read-modify-write steps produce exactly the values
-# geohot/edgetpuxray saw on a real device (scu_ctrl_0 0x000F0059, scu_ctrl_3 0x5085025C, scu_ctrl_2 0x00150000,
+# geohot/edgetpuxray saw on a real device (scu_ctrl_0 0x000F0059, scu_ctrl_3 0x5085025C, scu_ctrl_2
+# 0x00150000,
 # omc0_d4 0x80000001, omc0_d8 0x80000000, rambist_ctrl_1 0x7F, scu_ctr_7 0x3F).
 POWER_ON_REGISTERS: dict[int, int] = {
     Reg.scu_ctrl_0: 0x000F0059 | (1 << 8) | (1 << 11),  # both inactive PHY modes = 1 (reset default)

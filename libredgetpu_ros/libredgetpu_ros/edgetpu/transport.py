@@ -72,9 +72,7 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
-# --------------------------------------------------------------------------------------------------------------
-# libusb1
-# --------------------------------------------------------------------------------------------------------------
+# --- libusb1 ------------------------------------------------------------
 
 
 def import_usb1() -> Any:
@@ -218,10 +216,9 @@ class UsbTransport:
         usb1 = import_usb1()
         if self._handle is None:
             return
-        try:
+        # an error is expected: the device leaves the bus while resetting (edgetpuxray: "okay exception")
+        with contextlib.suppress(usb1.USBError):
             self._handle.resetDevice()
-        except usb1.USBError:
-            pass  # expected: the device leaves the bus while resetting (edgetpuxray: "okay exception")
         self.close()
 
     def close(self) -> None:
@@ -229,10 +226,8 @@ class UsbTransport:
         if handle is None:
             return
         usb1 = import_usb1()
-        try:
+        with contextlib.suppress(usb1.USBError):  # already gone
             handle.releaseInterface(0)
-        except usb1.USBError:
-            pass  # already gone
         with contextlib.suppress(usb1.USBError):
             handle.close()
         context, self._context = self._context, None
@@ -240,9 +235,7 @@ class UsbTransport:
             context.close()
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Recording double
-# --------------------------------------------------------------------------------------------------------------
+# --- Recording double ------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,8 +263,9 @@ def _zeros(call: Call) -> bytes | None:
 class RecordingTransport:
     """TEST DOUBLE, not a device: records every call and answers reads from a scripted responder.
 
-    ``responder(call)`` returns the bytes of a read (or None for writes), or raises a ``DeviceError`` to inject a
-    fault. Used by the tests and by ``libredgetpu-ros plan`` (a dry run). ``list_devices()`` never lists it.
+    ``responder(call)`` returns the bytes of a read (or None for writes), or raises a ``DeviceError`` to
+    inject a fault. Used by the tests and by ``libredgetpu-ros plan`` (a dry run); ``list_devices()`` never
+    lists it.
     """
 
     def __init__(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from libredgetpu_ros.edgetpu import registers as r
 from libredgetpu_ros.edgetpu.executor import execute, schedule
 from libredgetpu_ros.edgetpu.simulated import SimulatedAccelerator
@@ -56,8 +55,15 @@ def test_transfers_follow_dma_hints(fixture_path, relative) -> None:
     for exe in (package.parameter_caching, package.execution_only):
         rng = np.random.default_rng(7)
         tensors = {model.tensors[i].name: model.tensors[i] for i in op.inputs}
-        inputs = [rng.integers(0, 256, tensors[layer.name].nbytes if layer.name in tensors else layer.size_bytes,
-                               dtype=np.uint8) for layer in exe.input_layers]
+        inputs = [
+            rng.integers(
+                0,
+                256,
+                tensors[layer.name].nbytes if layer.name in tensors else layer.size_bytes,
+                dtype=np.uint8,
+            )
+            for layer in exe.input_layers
+        ]
         out_total = sum(h.size for h in exe.dma_hints if h.kind == "descriptor" and h.buffer_type == "output")
         transport = RecordingTransport(SimulatedAccelerator(outputs=bytes(out_total)))
         execute(transport, exe, inputs)
@@ -70,9 +76,9 @@ def test_transfers_follow_dma_hints(fixture_path, relative) -> None:
             elif hint.kind == "descriptor" and hint.buffer_type == "input":
                 idx = [layer.name for layer in exe.input_layers].index(hint.layer_name)
                 data = inputs[idx].tobytes() + bytes(hint.offset + hint.size)
-                expected.append((1, data[hint.offset:hint.offset + hint.size]))
+                expected.append((1, data[hint.offset : hint.offset + hint.size]))
             elif hint.kind == "descriptor" and hint.buffer_type == "parameter":
-                expected.append((2, bytes(exe.parameters[hint.offset:hint.offset + hint.size])))
+                expected.append((2, bytes(exe.parameters[hint.offset : hint.offset + hint.size])))
         assert [t for t, _ in messages] == [t for t, _ in expected]
         assert all(a == b for (_, a), (_, b) in zip(messages, expected, strict=True))
         reads = [c for c in transport.calls if c.kind == "bulk_read" and c.endpoint == 0x81]
@@ -85,18 +91,26 @@ def test_transfers_follow_dma_hints(fixture_path, relative) -> None:
 def test_split_inputs_padding_and_interleaved_instructions(fixture_path) -> None:
     _, deeplab = package_of(fixture_path("deeplab/deeplabv3_mnv2_pascal_quant_edgetpu.tflite"))
     steps = schedule(deeplab.execution_only, input_sizes=[513 * 513 * 3])
-    kinds = [(s.source, s.layer_index if s.source == "instructions" else s.offset) for s in steps if s.action == "write"]
+    kinds = [
+        (s.source, s.layer_index if s.source == "instructions" else s.offset)
+        for s in steps
+        if s.action == "write"
+    ]
     assert kinds == [("instructions", 0), ("input", 0), ("input", 386288), ("instructions", 1)]
     pieces = [s for s in steps if s.source == "input"]
     assert pieces[0].offset + pieces[0].size > pieces[1].offset  # overlapping pieces
     assert [p.padded for p in pieces] == [0, 5]
-    _, posenet = package_of(fixture_path("posenet/posenet_mobilenet_v1_075_481_641_quant_decoder_edgetpu.tflite"))
+    _, posenet = package_of(
+        fixture_path("posenet/posenet_mobilenet_v1_075_481_641_quant_decoder_edgetpu.tflite")
+    )
     pieces = [s for s in schedule(posenet.execution_only, input_sizes=[481 * 641 * 3]) if s.source == "input"]
     assert [(p.offset, p.size, p.padded) for p in pieces] == [(0, 488448, 0), (451904, 473064, 5)]
 
 
 def test_ssd_segment1_maps_each_hint_to_its_own_layer(fixture_path) -> None:
-    _, seg1 = package_of(fixture_path("ssd/ssd_mobilenet_v2_coco_quant_postprocess_segment_1_of_2_edgetpu.tflite"))
+    _, seg1 = package_of(
+        fixture_path("ssd/ssd_mobilenet_v2_coco_quant_postprocess_segment_1_of_2_edgetpu.tflite")
+    )
     exe = seg1.execution_only
     inputs = [np.full(layer.size_bytes, i + 1, np.uint8) for i, layer in enumerate(exe.input_layers)]
     transport = RecordingTransport(SimulatedAccelerator(outputs=bytes(7672 + 176368)))
@@ -112,7 +126,9 @@ def test_ssd_segment1_maps_each_hint_to_its_own_layer(fixture_path) -> None:
 
 @pytest.mark.parametrize("chunks", [[1000, 70000, 5], [32768], [300000], [4096, 131072]])
 def test_outputs_reassembled_from_odd_usb_chunks(fixture_path, chunks) -> None:
-    _, posenet = package_of(fixture_path("posenet/posenet_mobilenet_v1_075_481_641_quant_decoder_edgetpu.tflite"))
+    _, posenet = package_of(
+        fixture_path("posenet/posenet_mobilenet_v1_075_481_641_quant_decoder_edgetpu.tflite")
+    )
     exe = posenet.execution_only
     rng = np.random.default_rng(3)
     truth = [rng.integers(0, 256, layer.size_bytes, dtype=np.uint8) for layer in exe.output_layers]
