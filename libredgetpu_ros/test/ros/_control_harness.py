@@ -37,7 +37,7 @@ class Recorded:
 class ControlHarness:
     """Drives one control node (fully qualified name ``fqn``) over DDS from this process."""
 
-    def __init__(self, context: Any, fqn: str) -> None:
+    def __init__(self, context: Any, fqn: str, *, record_plain: bool = True) -> None:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from lifecycle_msgs.srv import ChangeState, GetState
@@ -58,7 +58,8 @@ class ControlHarness:
         self.get_weights_client = self.node.create_client(GetWeights, f"{fqn}/get_weights")
         qos = QoSProfile(depth=1000)
         self.node.create_subscription(CommandStamped, f"{fqn}/command_stamped", self._on_command, qos)
-        self.node.create_subscription(Float32MultiArray, f"{fqn}/command", self._on_plain, qos)
+        if record_plain:  # off in the latency benchmark: one callback per command is enough there
+            self.node.create_subscription(Float32MultiArray, f"{fqn}/command", self._on_plain, qos)
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
         self._set_weights_type, self._get_weights_type = SetWeights, GetWeights
         self._change_state_type = ChangeState
