@@ -3,18 +3,53 @@
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import itertools
 import os
 import signal
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from libredgetpu_ros.fixtures import FixtureMissingError
-from libredgetpu_ros.fixtures import fixture as _fixture
-from libredgetpu_ros.fixtures import fixtures_dir as _fixtures_dir
+
+
+def _use_the_real_package() -> None:
+    """Make ``libredgetpu_ros`` the Python package, not the ROS package folder of the same name.
+
+    With ``--import-mode=importlib`` pytest imports this file as ``libredgetpu_ros.test.conftest`` and
+    first registers the folder ``<repo>/libredgetpu_ros`` (no ``__init__.py``) as module ``libredgetpu_ros``;
+    ``python -m pytest`` from the repository root does the same through ``sys.path[0]``. Submodules still
+    resolve through the editable install, but ``libredgetpu_ros.__version__`` / ``__file__`` would not.
+    """
+    current = sys.modules.get("libredgetpu_ros")
+    if current is not None and getattr(current, "__file__", None):
+        return
+    package_dir = None
+    for entry in sys.path:
+        candidate = Path(entry or ".").resolve() / "libredgetpu_ros"
+        if (candidate / "__init__.py").is_file():
+            package_dir = candidate
+            break
+    if package_dir is None:  # editable install: its finder knows where the sources are
+        spec = importlib.util.find_spec("libredgetpu_ros.errors")
+        if spec is None or spec.origin is None:
+            return
+        package_dir = Path(spec.origin).parent
+    spec = importlib.util.spec_from_file_location("libredgetpu_ros", package_dir / "__init__.py",
+                                                  submodule_search_locations=[str(package_dir)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["libredgetpu_ros"] = module
+    spec.loader.exec_module(module)
+
+
+_use_the_real_package()
+
+from libredgetpu_ros.fixtures import FixtureMissingError  # noqa: E402
+from libredgetpu_ros.fixtures import fixture as _fixture  # noqa: E402
+from libredgetpu_ros.fixtures import fixtures_dir as _fixtures_dir  # noqa: E402
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
