@@ -1,0 +1,163 @@
+"""Malformed input: every corruption ends in ModelFormatError (never IndexError, struct.error, a hang or a
+huge allocation), the CLI turns it into one error line and exit code 2."""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from libredgetpu_ros.cli.main import main
+from libredgetpu_ros.errors import ModelFormatError
+from libredgetpu_ros.formats import load_model
+from libredgetpu_ros.formats.darwinn import read_package
+from libredgetpu_ros.formats.flex import decode_flexbuffer
+
+SMALL_TPU = "matmul/dense_256_edgetpu.tflite"  # 100 KB, with an Edge TPU op
+SMALL_CPU = "ssd/ssd_mobilenet_v1_coco_quant_postprocess_head_layers.tflite"  # 16 KB, FlexBuffer custom op
+
+
+def _parse_everything(data: bytes | bytearray) -> None:
+    """Parse like a consumer would: model, every tensor's data, every Edge TPU package."""
+    model = load_model(data)
+    for t in model.tensors:
+        model.buffer_data(t)
+    for op in model.edgetpu_ops():
+        model.darwinn(op)
+
+
+@pytest.fixture(scope="module")
+def tpu_bytes(fixture_path) -> bytes:
+    return fixture_path(SMALL_TPU).read_bytes()
+
+
+@pytest.fixture(scope="module")
+def cpu_bytes(fixture_path) -> bytes:
+    return fixture_path(SMALL_CPU).read_bytes()
+
+
+def test_empty_and_tiny():
+    for data in (b"", b"\x00", b"TFL3", b"\x00" * 7):
+        with pytest.raises(ModelFormatError, match="too short"):
+            load_model(data)
+
+
+def test_wrong_magic(cpu_bytes):
+    bad = bytearray(cpu_bytes)
+    bad[4:8] = b"TFL2"
+    with pytest.raises(ModelFormatError, match="identifier"):
+        load_model(bad)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ModelFormatError, match="cannot read"):
+        load_model(tmp_path / "nope.tflite")
+
+
+@pytest.mark.parametrize("name", [SMALL_TPU, SMALL_CPU])
+def test_truncated_at_many_lengths(fixture_path, name):
+    data = fixture_path(name).read_bytes()
+    # The last few bytes of a file may be padding nothing refers to (the SSD head ends in 8 such bytes), so
+    # cutting them leaves a valid flatbuffer; every cut that loses referenced bytes must be reported.
+    end = len(data) - 16
+    lengths = sorted(set(np.linspace(0, end, 60, dtype=int).tolist()) | {8, 16, 64})
+    for n in lengths:
+        with pytest.raises(ModelFormatError):
+            _parse_everything(data[:n])
+
+
+def test_root_offset_outside_file(cpu_bytes):
+    bad = bytearray(cpu_bytes)
+    bad[0:4] = struct.pack("<I", len(bad) + 100)
+    with pytest.raises(ModelFormatError, match="outside"):
+        load_model(bad)
+
+
+def test_absurd_vector_length_is_refused_before_allocation(cpu_bytes):
+    model = load_model(cpu_bytes)
+    lay = model.subgraph_layout()
+    bad = bytearray(cpu_bytes)
+    bad[lay.operators_vector:lay.operators_vector + 4] = struct.pack("<I", 0x7FFFFFFF)
+    with pytest.raises(ModelFormatError, match="operators: vector of 2147483647"):
+        load_model(bad)
+
+
+def test_output_index_out_of_range(cpu_bytes):
+    lay = load_model(cpu_bytes).subgraph_layout()
+    bad = bytearray(cpu_bytes)
+    bad[lay.outputs_vector + 4:lay.outputs_vector + 8] = struct.pack("<i", 10_000)
+    with pytest.raises(ModelFormatError, match=r"SubGraph\.outputs refers to tensor 10000"):
+        load_model(bad)
+
+
+def test_bit_flips_at_many_positions(tpu_bytes):
+    rng = np.random.default_rng(7)
+    positions = np.concatenate([np.arange(0, 256), rng.integers(0, len(tpu_bytes), 300)])
+    for pos in positions.tolist():
+        bad = bytearray(tpu_bytes)
+        bad[pos] ^= 1 << int(rng.integers(0, 8))
+        # Either it still parses (a flip inside tensor data) or it is reported as malformed.
+        with contextlib.suppress(ModelFormatError):
+            _parse_everything(bad)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.data())
+def test_fuzz_mutated_models(tpu_bytes, cpu_bytes, data):
+    base = data.draw(st.sampled_from([tpu_bytes, cpu_bytes]))
+    buf = bytearray(base)
+    for _ in range(data.draw(st.integers(1, 8))):
+        pos = data.draw(st.integers(0, len(buf) - 1))
+        buf[pos] = data.draw(st.integers(0, 255))
+    if data.draw(st.booleans()):
+        buf = buf[:data.draw(st.integers(0, len(buf)))]
+    with contextlib.suppress(ModelFormatError):
+        _parse_everything(buf)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.data())
+def test_fuzz_mutated_custom_options(tpu_bytes, cpu_bytes, data):
+    """The FlexBuffer and DarwiNN readers on their own, fed mutated real custom options."""
+    tpu_opts = bytes(load_model(tpu_bytes).edgetpu_ops()[0].custom_options_raw)
+    post = next(op for op in load_model(cpu_bytes).operators if op.custom_options_raw is not None)
+    base = data.draw(st.sampled_from([tpu_opts, bytes(post.custom_options_raw)]))
+    buf = bytearray(base)
+    for _ in range(data.draw(st.integers(1, 6))):
+        # Bias mutations toward the structure: the package header and the FlexBuffer root at the end.
+        region = data.draw(st.sampled_from(["head", "tail", "any"]))
+        lo, hi = {"head": (0, min(len(buf), 4096)), "tail": (max(0, len(buf) - 256), len(buf)),
+                  "any": (0, len(buf))}[region]
+        buf[data.draw(st.integers(lo, hi - 1))] = data.draw(st.integers(0, 255))
+    for reader in (read_package, lambda b: decode_flexbuffer(b, "fuzz")):
+        with contextlib.suppress(ModelFormatError):
+            reader(bytes(buf))
+
+
+def test_cli_inspect_bad_file_prints_one_line_and_returns_2(tmp_path, capsys, cpu_bytes):
+    bad = tmp_path / "bad.tflite"
+    bad.write_bytes(cpu_bytes[:200])
+    assert main(["inspect", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "bad.tflite" in err[0]
+
+
+def test_cli_inspect_json_on_cpu_and_tpu_models(fixture_path, capsys):
+    import json
+
+    assert main(["inspect", "--json", str(fixture_path(SMALL_CPU))]) == 0
+    cpu = json.loads(capsys.readouterr().out)
+    assert cpu["edgetpu"] == [] and len(cpu["inputs"]) == 12
+    assert main(["inspect", "--json", str(fixture_path(SMALL_TPU))]) == 0
+    tpu = json.loads(capsys.readouterr().out)
+    (op,) = tpu["edgetpu"]
+    assert {e["type"] for e in op["executables"]} == {"PARAMETER_CACHING", "EXECUTION_ONLY"}
+    pc = next(e for e in op["executables"] if e["type"] == "PARAMETER_CACHING")
+    assert pc["parameter_bytes"] == 67584 and pc["parameter_caching_token"].startswith("0x")
+    assert main(["inspect", str(fixture_path(SMALL_TPU))]) == 0
+    assert "dma hints:" in capsys.readouterr().out
