@@ -61,11 +61,13 @@ $(STAMPS)/package: $(STAMPS)/interfaces libredgetpu_ros/setup.py libredgetpu_ros
 lint: setup
 	$(VENV)/bin/ruff check .
 
+# PYTHONSAFEPATH: `python -m` would put the repository root on sys.path, where the ROS package folder
+# libredgetpu_ros/ shadows the Python package of the same name.
 test: lint
-	$(SANDBOX) $(VPY) -m pytest $(PYTEST_ARGS)
+	PYTHONSAFEPATH=1 $(SANDBOX) $(VPY) -m pytest $(PYTEST_ARGS)
 
 demo: setup
-	$(SANDBOX) $(VPY) -m libredgetpu_ros.ros.demo
+	PYTHONSAFEPATH=1 $(SANDBOX) $(VPY) -m libredgetpu_ros.ros.demo
 
 bench: setup
 	@shopt -s nullglob; files=(bench/bench_*.py); \
