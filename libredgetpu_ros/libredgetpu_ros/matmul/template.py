@@ -129,7 +129,7 @@ class DenseTemplate:
 
 def load_template(template: int | str | Path, templates_dir: Path | None = None) -> DenseTemplate:
     """Load and cross-check a template; any inconsistency raises ModelFormatError naming file and field."""
-    from libredgetpu_ros.formats.tflite import load_model
+    from libredgetpu_ros.formats import load_model
 
     compiled_path, uncompiled_path, sidecar_path = template_paths(template, templates_dir)
     sidecar = _read_sidecar(sidecar_path)

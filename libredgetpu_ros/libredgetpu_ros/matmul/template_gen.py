@@ -88,7 +88,7 @@ def compile_model(uncompiled: Path) -> Path:
 
 def write_sidecar(spec: DenseSpec, uncompiled: Path, compiled: Path) -> Path:
     """Write ``dense_N_edgetpu.json`` from the models (overhead taken from the compiled blob), then verify."""
-    from libredgetpu_ros.formats.tflite import load_model
+    from libredgetpu_ros.formats import load_model
 
     quant, weights = dense_quantization(load_model(uncompiled), uncompiled)
     view = DenseTemplate(compiled, uncompiled, compiled, quant, weights, np.empty(0, np.uint8), {},

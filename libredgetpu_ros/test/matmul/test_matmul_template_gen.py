@@ -12,7 +12,7 @@ import pytest
 from ai_edge_litert.interpreter import Interpreter
 from libredgetpu_ros.cli import blob_cmd, template_gen_cmd
 from libredgetpu_ros.errors import ConfigError, WeightsError
-from libredgetpu_ros.formats.tflite import load_model
+from libredgetpu_ros.formats import load_model
 from libredgetpu_ros.matmul.blob import parse_blob
 from libredgetpu_ros.matmul.template import dense_quantization
 from libredgetpu_ros.matmul.template_gen import DenseSpec, generate, write_uncompiled
