@@ -1,0 +1,139 @@
+"""Parameter table, bringup files, the `bringup` command, the demo and the launch file."""
+
+from __future__ import annotations
+
+import py_compile
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from libredgetpu_ros.errors import ConfigError
+
+PACKAGE = Path(__file__).resolve().parents[2]  # libredgetpu_ros/ (the ament package)
+
+
+def test_launch_file_compiles() -> None:
+    # launch/launch_ros are not installable here; the file must at least be valid Python for real installs.
+    py_compile.compile(str(PACKAGE / "launch" / "perception.launch.py"), doraise=True)
+
+
+def test_config_files_hold_exactly_the_node_parameters() -> None:
+    import yaml
+    from libredgetpu_ros.ros.perception_node import PARAMS
+
+    for name in ("perception_pose.yaml", "perception_segment.yaml", "perception_classify.yaml"):
+        doc = yaml.safe_load((PACKAGE / "config" / name).read_text())
+        params = doc["/**"]["ros__parameters"]
+        assert set(params) == set(PARAMS.specs), name
+        PARAMS.overrides(params)  # types, choices and ranges all valid
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "bringup.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("nodes: []", "at least one node"),
+    ("nodes:\n  - type: lidar", "type 'lidar' is not one of"),
+    ("nodes:\n  - type: perception\n    name: 9bad", "invalid node name"),
+    ("nodes:\n  - type: perception\n    colour: red", "unknown key(s) colour"),
+    ("nodes:\n  - type: perception\n  - type: perception", "duplicate node names"),
+    ("nodes:\n  - type: perception\n    parameters:\n      model: $(fixture nope/missing.tflite)",
+     "nope/missing.tflite"),
+    ("nodes: [", "not valid YAML"),
+])
+def test_bad_bringup_files_are_refused_with_the_reason(tmp_path: Path, text: str, message: str) -> None:
+    from libredgetpu_ros.ros.bringup import load_config
+
+    with pytest.raises(ConfigError) as info:
+        load_config(_write(tmp_path, text))
+    assert message in str(info.value) and "bringup" in str(info.value)
+
+
+def test_bringup_parameters_are_typed_by_the_node_table(tmp_path: Path, fixture_path) -> None:
+    from libredgetpu_ros.ros.bringup import load_config, node_class, parameter_overrides
+
+    text = ("nodes:\n  - type: perception\n    namespace: cam\n    parameters:\n"
+            "      model: $(fixture images/cat.bmp)\n      score_threshold: 1\n")
+    spec, = load_config(_write(tmp_path, text))
+    assert spec.parameters["model"] == str(fixture_path("images/cat.bmp"))
+    overrides = {p.name: p.value for p in parameter_overrides(node_class("perception"), spec.parameters)}
+    assert overrides["score_threshold"] == 1.0 and isinstance(overrides["score_threshold"], float)
+    for bad in ({"score_threshold": 2.0}, {"backend": "gpu"}, {"publish_markers": "yes"}, {"modle": "x"}):
+        with pytest.raises(ConfigError):
+            parameter_overrides(node_class("perception"), bad)
+
+
+@pytest.mark.ros
+def test_parameter_descriptors_and_validation_in_a_live_node(ros_env) -> None:
+    from libredgetpu_ros.ros.perception_node import PARAMS, PerceptionNode
+    from rclpy.parameter import Parameter
+
+    node = PerceptionNode("perception_params", context=ros_env.init_rclpy())
+    try:
+        desc = node.describe_parameter("score_threshold")
+        assert (desc.floating_point_range[0].from_value, desc.floating_point_range[0].to_value) == (0.0, 1.0)
+        assert node.describe_parameter("input_topic").read_only
+        assert node.describe_parameter("max_results").integer_range[0].to_value == 100
+        results = node.set_parameters([
+            Parameter("backend", value="gpu"),            # not a choice
+            Parameter("input_topic", value="other"),      # read-only
+            Parameter("max_results", value=101),           # out of range
+            Parameter("model", value="/m_edgetpu.tflite"),  # unconfigured: accepted
+            Parameter("top_k", value=3),                   # runtime: accepted
+        ])
+        assert [r.successful for r in results] == [False, False, False, True, True]
+        assert "gpu" in results[0].reason
+        assert node.params.top_k == 3  # runtime values reach the node's typed view at once
+        assert "| `score_threshold` | float | `0.5` | [0, 1] | runtime |" in PARAMS.markdown_table()
+    finally:
+        node.destroy_node()
+
+
+@pytest.mark.ros
+def test_bringup_command_runs_the_demo_config_and_stops_cleanly_on_sigterm(ros_env) -> None:
+    from lifecycle_msgs.srv import GetState
+    from rclpy.node import Node
+
+    proc = ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.cli.main", "bringup",
+                          str(PACKAGE / "config" / "demo.yaml")], "bringup")
+    context = ros_env.init_rclpy()
+    node = Node("bringup_probe", context=context)
+    client = node.create_client(GetState, "/demo/perception/get_state")
+    assert client.wait_for_service(timeout_sec=20.0)
+    from rclpy.executors import SingleThreadedExecutor
+
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    deadline = time.monotonic() + 20.0
+    state = ""
+    while state != "active" and time.monotonic() < deadline:
+        future = client.call_async(GetState.Request())
+        executor.spin_until_future_complete(future, timeout_sec=5.0)
+        state = future.result().current_state.label if future.done() else ""
+        time.sleep(0.1)
+    assert state == "active"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+    log = (ros_env.work_dir / "bringup.log").read_text()
+    assert "/demo/perception: active" in log and "stopping" in log
+
+
+@pytest.mark.ros
+def test_demo_prints_poses_and_writes_annotated_images(ros_env, tmp_path: Path) -> None:
+    out = tmp_path / "demo_out"
+    args = [sys.executable, "-m", "libredgetpu_ros.ros.demo", "--frames", "4", "--out", str(out)]
+    proc = ros_env.spawn(args, "demo")
+    assert proc.wait(timeout=60) == 0
+    log = (ros_env.work_dir / "demo.log").read_text()
+    assert "test_couple.jpg   poses: 2" in log
+    images = sorted(out.glob("frame_*.jpg"))
+    assert images, log
+    import cv2
+
+    first = cv2.imread(str(images[0]))
+    assert first is not None and first.shape[2] == 3
