@@ -1,0 +1,34 @@
+"""Classifiers end to end on the CPU backend: top-1 equals LiteRT running the full uncompiled model."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+from ai_edge_litert.interpreter import Interpreter
+from libredgetpu_ros.perception.images import load_image
+from libredgetpu_ros.perception.pipeline import PerceptionPipeline, PipelineConfig
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v1_0.25_128_quant", "mobilenet_v2_1.0_224_quant"])
+@pytest.mark.parametrize("image", ["cat.bmp", "grace_hopper.bmp"])
+def test_top1_equals_litert_full_model(fixture_path, name, image):
+    cfg = PipelineConfig(model=fixture_path(f"classify/{name}_edgetpu.tflite"), backend="cpu",
+                         labels=fixture_path("labels/imagenet_labels.txt"), top_k=3)
+    rgb = load_image(fixture_path(f"images/{image}"))
+    with PerceptionPipeline.from_config(cfg) as pipeline:
+        assert pipeline.task == "classify"
+        result = pipeline.process(rgb)
+        w, h = pipeline.input_size
+        resized = cv2.resize(rgb, (w, h), interpolation=cv2.INTER_AREA)  # the documented pre-processing
+    full = Interpreter(model_path=str(fixture_path(f"classify/{name}.tflite")))
+    full.allocate_tensors()
+    full.set_tensor(full.get_input_details()[0]["index"], resized[None])
+    full.invoke()
+    out = full.get_output_details()[0]
+    scale, zero = out["quantization"]
+    probs = (full.get_tensor(out["index"])[0].astype(np.float32) - zero) * scale
+    assert len(result.classes) == 3
+    assert result.classes[0].class_id == int(np.argmax(probs))
+    assert result.classes[0].score == pytest.approx(float(probs.max()), abs=1e-6)
+    assert result.classes[0].label == pipeline.labels[result.classes[0].class_id]
