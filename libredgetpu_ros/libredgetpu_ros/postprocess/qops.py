@@ -86,21 +86,24 @@ def quantize_multiplier(real: float) -> tuple[int, int]:
     return q, int(shift)
 
 
-def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: int, shift: int) -> np.ndarray:
-    """gemmlowp's SaturatingRoundingDoublingHighMul followed by RoundingDivideByPOT, on int64 arrays."""
-    left = max(shift, 0)
-    right = max(-shift, 0)
-    x = x.astype(np.int64) * (1 << left)
-    prod = x * multiplier
-    nudge = np.where(prod >= 0, 1 << 30, 1 - (1 << 30))
-    high = (prod + nudge)
-    high = np.where(high >= 0, high >> 31, -((-high) >> 31))  # C++ integer division truncates to zero
-    if right == 0:
-        return high
-    mask = (1 << right) - 1
-    remainder = high & mask
+def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: np.ndarray | int,
+                                     shift: np.ndarray | int) -> np.ndarray:
+    """TFLite's MultiplyByQuantizedMultiplier on int64 arrays (``multiplier``/``shift`` scalars or broadcast
+    per output channel): SaturatingRoundingDoublingHighMul then RoundingDivideByPOT."""
+    multiplier = np.asarray(multiplier, dtype=np.int64)
+    shift = np.asarray(shift, dtype=np.int64)
+    if shift.ndim == 0:
+        left, right = max(int(shift), 0), max(-int(shift), 0)
+    else:
+        left, right = np.maximum(shift, 0), np.maximum(-shift, 0)
+    prod = (x.astype(np.int64) << left) * multiplier
+    negative = prod < 0
+    # (prod + nudge) / 2^31 with C++'s truncating division: floor-shift after adding 2^31 - 1 to negatives.
+    nudged = prod + (1 << 30) - negative * ((1 << 31) - 1)
+    high = (nudged + (nudged < 0) * ((1 << 31) - 1)) >> 31
+    mask = (np.int64(1) << right) - 1
     threshold = (mask >> 1) + (high < 0)
-    return (high >> right) + (remainder > threshold)
+    return (high >> right) + ((high & mask) > threshold)
 
 
 def requantize(q: np.ndarray, in_q: tuple[np.float32, int], out_q: tuple[np.float32, int],

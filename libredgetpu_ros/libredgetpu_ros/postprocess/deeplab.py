@@ -1,0 +1,211 @@
+"""DeepLabV3's CPU tail: the ops the Edge TPU compiler leaves after the ``edgetpu-custom-op`` (image-pooling
+resize, requantize, concatenation, two 1x1 convolutions, the upsampling resizes and ARG_MAX), interpreted
+from the compiled model's graph with TFLite's quantized arithmetic.
+
+The 1x1 convolutions are matmuls (float32 BLAS on the zero-point-centred integers, then TFLite's fixed-point
+requantization); the last RESIZE_BILINEAR + ARG_MAX pair is fused: the uint8 logits are upsampled with
+OpenCV's fixed-point bilinear warp (exact weights for these scale factors) and reduced with argmax.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import cv2
+import numpy as np
+
+from libredgetpu_ros.errors import ModelFormatError
+from libredgetpu_ros.postprocess.graph import (
+    TensorSpec,
+    model_label,
+    per_tensor_quant,
+    require_op,
+    take_outputs,
+)
+from libredgetpu_ros.postprocess.qops import multiply_by_quantized_multiplier, quantize_multiplier, run_op
+
+TAIL_OPS = frozenset({"RESIZE_BILINEAR", "QUANTIZE", "DEQUANTIZE", "CONCATENATION", "RESHAPE", "CONV_2D",
+                      "ARG_MAX"})
+
+
+def resize_bilinear(image: np.ndarray, out_h: int, out_w: int, align_corners: bool,
+                    half_pixel_centers: bool) -> np.ndarray:
+    """(H, W, C) -> (out_h, out_w, C) with TFLite's coordinate mapping; 1x1 inputs are broadcast."""
+    h, w, _ = image.shape
+    if (h, w) == (out_h, out_w):
+        return image
+    if (h, w) == (1, 1):
+        return np.broadcast_to(image, (out_h, out_w, image.shape[2]))
+
+    def scale_of(n_in: int, n_out: int) -> float:
+        if align_corners and n_out > 1:
+            return (n_in - 1) / (n_out - 1)
+        return n_in / n_out
+
+    sy, sx = scale_of(h, out_h), scale_of(w, out_w)
+    ty, tx = ((0.5 * sy - 0.5), (0.5 * sx - 0.5)) if half_pixel_centers else (0.0, 0.0)
+    matrix = np.array([[sx, 0.0, tx], [0.0, sy, ty]], dtype=np.float64)
+    return cv2.warpAffine(np.ascontiguousarray(image), matrix, (out_w, out_h),
+                          flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_REPLICATE)
+
+
+class DeepLabTail:
+    """Runs the CPU ops after the Edge TPU boundary of a DeepLab model; returns the class map."""
+
+    def __init__(self, model: Any, boundary: list[int], ops: list[Any]) -> None:
+        self._model = model
+        self.specs = [TensorSpec.of(model, i) for i in boundary]
+        self._boundary = boundary
+        self._ops = ops
+        self._argmax = ops[-1]
+        self._convs = {op.index: _Conv1x1(model, op) for op in ops if op.opcode_name == "CONV_2D"}
+        out = model.tensors[self._argmax.outputs[0]]
+        self.output_shape = tuple(int(d) for d in out.shape[1:3])
+
+    @classmethod
+    def from_model(cls, model: Any, boundary_names: list[str] | None = None) -> DeepLabTail:
+        """``model``: the compiled model (boundary = Edge TPU op outputs), or any model plus the boundary
+        tensor names (for a CPU twin)."""
+        argmax = require_op(model, "ARG_MAX", "the DeepLab class map")
+        if boundary_names is not None:
+            boundary = [model.tensor_by_name(n).index for n in boundary_names]
+        else:
+            edgetpu = require_op(model, "edgetpu-custom-op", "locating the Edge TPU boundary "
+                                 "(or pass boundary_names for a CPU model)")
+            boundary = list(edgetpu.outputs)
+        ops = _ops_between(model, boundary, argmax)
+        unsupported = sorted({op.opcode_name for op in ops} - TAIL_OPS)
+        if unsupported:
+            raise ModelFormatError(f"{model_label(model)}: DeepLab tail has unsupported ops: "
+                                   f"{', '.join(unsupported)}")
+        return cls(model, boundary, ops)
+
+    @property
+    def input_names(self) -> list[str]:
+        return [s.name for s in self.specs]
+
+    def _run(self, outputs: Mapping[str, np.ndarray], stop_before_final: bool) -> tuple[np.ndarray, Any]:
+        arrays = take_outputs(outputs, self.specs, "DeepLabTail")
+        env: dict[int, np.ndarray] = {i: a[0] for i, a in zip(self._boundary, arrays, strict=True)}
+        model = self._model
+        final_resize = model.producer(self._argmax.inputs[0])
+        fuse = final_resize is not None and final_resize.opcode_name == "RESIZE_BILINEAR"
+        for op in self._ops[:-1]:
+            if stop_before_final and fuse and op is final_resize:
+                break
+            env[op.outputs[0]] = self._eval(op, env)
+        last = final_resize if fuse else self._argmax
+        return env[last.inputs[0]], last
+
+    def logits(self, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The quantized logits before the final upsampling, (h, w, classes)."""
+        return self._run(outputs, stop_before_final=True)[0]
+
+    def __call__(self, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """(H_in, W_in) class-id map (uint8 when the classes fit)."""
+        logits, last = self._run(outputs, stop_before_final=True)
+        if last.opcode_name == "RESIZE_BILINEAR":
+            opts = last.builtin_options
+            logits = resize_bilinear(logits, *self.output_shape, bool(opts.get("align_corners", False)),
+                                     bool(opts.get("half_pixel_centers", False)))
+        classes = np.argmax(logits, axis=-1)
+        return classes.astype(np.uint8) if logits.shape[-1] <= 256 else classes
+
+    def _eval(self, op: Any, env: dict[int, np.ndarray]) -> np.ndarray:
+        model = self._model
+        out = model.tensors[op.outputs[0]]
+        if op.opcode_name == "RESIZE_BILINEAR":
+            opts = op.builtin_options
+            return resize_bilinear(env[op.inputs[0]], int(out.shape[1]), int(out.shape[2]),
+                                   bool(opts.get("align_corners", False)),
+                                   bool(opts.get("half_pixel_centers", False)))
+        if op.opcode_name == "CONV_2D":
+            return self._convs[op.index](env[op.inputs[0]])
+        args = [env[i] for i in op.inputs if i in env]
+        if op.opcode_name in ("QUANTIZE", "DEQUANTIZE") and args[0].strides[:2] == (0, 0):
+            # Element-wise op on a broadcast tile (the image-pooling branch): compute one pixel only.
+            return np.broadcast_to(run_op(model, op, [args[0][None, :1, :1]])[0], args[0].shape)
+        return run_op(model, op, [a[None] for a in args])[0]
+
+
+class _Conv1x1:
+    """A 1x1, stride-1 quantized CONV_2D as a matmul with TFLite's requantization and fused activation."""
+
+    def __init__(self, model: Any, op: Any) -> None:
+        where = f"{model_label(model)}: CONV_2D op {op.index}"
+        weights_t = model.tensors[op.inputs[1]]
+        weights = model.buffer_data(weights_t)
+        if weights is None or weights.ndim != 4 or weights.shape[1:3] != (1, 1):
+            raise ModelFormatError(f"{where}: only constant 1x1 filters are supported, got {weights_t.shape}")
+        opts = op.builtin_options
+        if opts.get("stride_h", 1) != 1 or opts.get("stride_w", 1) != 1:
+            raise ModelFormatError(f"{where}: only stride 1 is supported")
+        in_scale, self.in_zp = per_tensor_quant(model, model.tensors[op.inputs[0]])
+        out_t = model.tensors[op.outputs[0]]
+        out_scale, self.out_zp = per_tensor_quant(model, out_t)
+        wq = weights_t.quantization
+        w_scales = np.asarray(wq.scale, dtype=np.float64).ravel()
+        w_zps = np.asarray(wq.zero_point, dtype=np.int64).ravel()
+        centred = weights.reshape(weights.shape[0], -1).astype(np.int64) - w_zps[:, None]
+        self.weights_t = np.ascontiguousarray(centred.T.astype(np.float32))  # (in, out)
+        bias = model.buffer_data(model.tensors[op.inputs[2]]) if len(op.inputs) > 2 and op.inputs[2] >= 0 \
+            else None
+        self.bias = np.zeros(centred.shape[0], np.int64) if bias is None else bias.astype(np.int64)
+        # Real multiplier computed in double from float32 scales, as TFLite does.
+        real = (np.float64(np.float32(in_scale)) * w_scales.astype(np.float32).astype(np.float64)
+                / np.float64(np.float32(out_scale)))
+        pairs = [quantize_multiplier(float(r)) for r in np.broadcast_to(real, (centred.shape[0],))]
+        self.multiplier = np.array([m for m, _ in pairs], dtype=np.int64)
+        self.shift = np.array([s for _, s in pairs], dtype=np.int64)
+        info = np.iinfo(out_t.dtype)
+        self.dtype = out_t.dtype
+        low, high = info.min, info.max
+        act = opts.get("fused_activation_function", "NONE")
+
+        def q(v: float) -> int:
+            return self.out_zp + round(v / out_scale)
+
+        if act == "RELU":
+            low = max(low, q(0.0))
+        elif act == "RELU6":
+            low, high = max(low, q(0.0)), min(high, q(6.0))
+        elif act == "RELU_N1_TO_1":
+            low, high = max(low, q(-1.0)), min(high, q(1.0))
+        elif act != "NONE":
+            raise ModelFormatError(f"{where}: fused activation {act} not supported")
+        self.low, self.high = low, high
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        h, w, c = x.shape
+        centred = x.reshape(-1, c).astype(np.float32) - np.float32(self.in_zp)
+        # Integer products summed in float32: exact up to 2^24, ulp-level beyond (far below one output step).
+        acc = np.rint(centred @ self.weights_t).astype(np.int64) + self.bias
+        out = multiply_by_quantized_multiplier(acc, self.multiplier, self.shift) + self.out_zp
+        return np.clip(out, self.low, self.high).astype(self.dtype).reshape(h, w, -1)
+
+
+def _ops_between(model: Any, boundary: list[int], argmax: Any) -> list[Any]:
+    """Ops on the paths from the boundary tensors to ``argmax``, in graph order (argmax last)."""
+    needed: dict[int, Any] = {argmax.index: argmax}
+    stack = [i for i in argmax.inputs if i >= 0]
+    stop = set(boundary)
+    while stack:
+        idx = stack.pop()
+        if idx in stop:
+            continue
+        producer = model.producer(idx)
+        if producer is None:
+            if model.buffer_data(model.tensors[idx]) is None:
+                name = model.tensors[idx].name
+                raise ModelFormatError(f"{model_label(model)}: tensor {name!r} feeds ARG_MAX but is neither "
+                                       "constant nor behind the boundary")
+            continue
+        if producer.opcode_name == "edgetpu-custom-op":
+            name = model.tensors[idx].name
+            raise ModelFormatError(f"{model_label(model)}: Edge TPU output {name!r} is not among the "
+                                   "boundary tensors")
+        if producer.index not in needed:
+            needed[producer.index] = producer
+            stack.extend(i for i in producer.inputs if i >= 0)
+    return [needed[k] for k in sorted(needed)]
