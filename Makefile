@@ -16,6 +16,9 @@ SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV ?= .venv
 PYTEST_ARGS ?=
+# pip < 24 installs `-e` projects without pyproject.toml through `setup.py develop`, which setuptools >= 80
+# rejects; the venv module of Debian's Python 3.11 ships pip 23.x.
+PIP_VERSION := 25.3
 
 VENV_ABS := $(abspath $(VENV))
 VPY := $(VENV_ABS)/bin/python
@@ -39,6 +42,7 @@ $(VPY):
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMPS)/requirements: requirements.lock.txt tools/fix_ros_cmake_exports.py | $(VPY)
+	$(VPY) -m pip install --disable-pip-version-check --quiet pip==$(PIP_VERSION)
 	$(VPY) -m pip install --disable-pip-version-check --quiet -r requirements.lock.txt
 	@# The ROS wheels export the include dirs of the machine that built them; point them at this venv.
 	$(VPY) tools/fix_ros_cmake_exports.py $(VENV_ABS)
