@@ -20,7 +20,6 @@ from pathlib import Path
 import cv2
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter
-
 from libredgetpu_ros.backends.twin import cut_at_tensors
 from libredgetpu_ros.fixtures import fixture
 from libredgetpu_ros.formats import load_model
