@@ -254,3 +254,48 @@ def test_configure_with_missing_model_fails_and_stays_unconfigured(ros_env, fixt
     assert sup.state() == "inactive"
     log = (ros_env.work_dir / "perception_missing.log").read_text()
     assert "configure failed" in log and str(missing) in log
+
+
+def test_device_lost_while_processing_releases_the_device_and_unconfigures(ros_env, fixture_path,
+                                                                           monkeypatch) -> None:
+    """Fault injection in process: the backend raises DeviceLostError on a frame (as when a USB accelerator
+    is unplugged); the node goes through ErrorProcessing, closes the pipeline and lands in unconfigured."""
+    from libredgetpu_ros.errors import DeviceLostError
+    from libredgetpu_ros.ros.perception_node import PerceptionNode
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.node import Node
+    from rclpy.parameter import Parameter
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import Image
+
+    context = ros_env.init_rclpy()
+    node = PerceptionNode("perception_fault", context=context, parameter_overrides=[
+        Parameter("model", value=str(fixture_path(POSENET))), Parameter("backend", value="cpu")])
+    camera_node = Node("fault_camera", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    executor.add_node(camera_node)
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        pipeline = node._pipeline
+        closed = []
+        monkeypatch.setattr(pipeline, "close", lambda: closed.append(True))
+
+        def unplugged(rgb: np.ndarray) -> None:
+            raise DeviceLostError("Edge TPU 2-1.4 disappeared (test)")
+
+        monkeypatch.setattr(pipeline, "process", unplugged)
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        camera = camera_node.create_publisher(Image, "image_raw", qos_profile_sensor_data)
+        frame = Image(height=4, width=4, encoding="rgb8", step=12, data=bytes(48))
+        end = time.monotonic() + WAIT_S
+        while node.state_label() != "unconfigured" and time.monotonic() < end:
+            camera.publish(frame)
+            executor.spin_once(timeout_sec=0.1)
+        assert node.state_label() == "unconfigured"
+        assert closed == [True] and node._pipeline is None
+    finally:
+        executor.shutdown()
+        camera_node.destroy_node()
+        node.destroy_node()
