@@ -13,9 +13,11 @@ from typing import Any
 import numpy as np
 from builtin_interfaces.msg import Duration
 from geometry_msgs.msg import Point
+from sensor_msgs.msg import Image
 from std_msgs.msg import ColorRGBA, Header
 from visualization_msgs.msg import Marker, MarkerArray
 
+from libredgetpu_ros.ros.image_msgs import rgb_to_image
 from libredgetpu_ros_interfaces.msg import (
     BoundingBox2D,
     Classification,
@@ -62,6 +64,51 @@ def detections_msg(header: Header, detections: Sequence[Any]) -> Detection2DArra
 def classification_msg(header: Header, classes: Sequence[Any]) -> Classification:
     return Classification(header=header, results=[
         ClassScore(class_id=int(c.class_id), label=c.label or "", score=float(c.score)) for c in classes])
+
+
+def output_topics(task: str) -> list[tuple[str, type]]:
+    """(relative topic, message type) the perception node publishes for ``task``, besides /diagnostics."""
+    topics: list[tuple[str, type]] = {
+        "pose": [("poses", PersonPoseArray)],
+        "detect": [("detections", Detection2DArray)],
+        "classify": [("classification", Classification)],
+        "segment": [("segmentation", Image), ("segmentation_overlay", Image)],
+    }[task]
+    topics = [*topics, ("annotated", Image)]
+    if task in ("pose", "detect"):
+        topics.append(("markers", MarkerArray))
+    return topics
+
+
+def result_messages(header: Header, rgb: np.ndarray, result: Any, options: Any) -> list[tuple[str, Any]]:
+    """(relative topic, message) for one processed frame, in publishing order.
+
+    The one place that decides what a frame produces: the node publishes these and ``process-bag`` writes
+    them, so live and offline results are the same messages. ``options`` carries ``publish_markers``,
+    ``publish_overlay``, ``publish_annotated`` and ``marker_scale`` (the node's parameters).
+    """
+    task = result.task
+    out: list[tuple[str, Any]] = []
+    if task == "pose":
+        out.append(("poses", poses_msg(header, result.poses)))
+    elif task == "detect":
+        out.append(("detections", detections_msg(header, result.detections)))
+    elif task == "classify":
+        out.append(("classification", classification_msg(header, result.classes)))
+    elif task == "segment" and result.mask is not None:
+        out.append(("segmentation", rgb_to_image(result.mask, header, "mono8")))
+        if options.publish_overlay:
+            from libredgetpu_ros.perception.draw import colorize_mask
+
+            blended = overlay(rgb, colorize_mask(result.mask))
+            out.append(("segmentation_overlay", rgb_to_image(blended, header)))
+    if task in ("pose", "detect") and options.publish_markers:
+        out.append(("markers", markers_msg(header, result, scale=options.marker_scale)))
+    if options.publish_annotated:
+        from libredgetpu_ros.perception.draw import annotate
+
+        out.append(("annotated", rgb_to_image(annotate(rgb, result), header)))
+    return out
 
 
 # -- rviz markers -------------------------------------------------------------------------------------------

@@ -32,11 +32,10 @@ from rclpy.parameter import Parameter
 from rclpy.qos import QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
-from visualization_msgs.msg import MarkerArray
 
 from libredgetpu_ros.errors import BackendError, ConfigError, DeviceError, ImageError, LibrEdgeTpuError
 from libredgetpu_ros.ros import conversions, diagnostics
-from libredgetpu_ros.ros.image_msgs import BadImage, rgb_to_image, to_rgb
+from libredgetpu_ros.ros.image_msgs import BadImage, to_rgb
 from libredgetpu_ros.ros.params import ParamSpec, ParamTable
 
 TASKS = ("auto", "pose", "segment", "detect", "classify")
@@ -95,6 +94,17 @@ PARAMS = ParamTable([
 RESULT_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=5,
                         reliability=QoSReliabilityPolicy.RELIABLE)
 _BAD_INPUT_LOG_PERIOD_S = 10.0
+
+
+def pipeline_config(p: PerceptionParams) -> Any:
+    """The ``PipelineConfig`` the node opens for its parameters (also used by ``process-bag``)."""
+    from libredgetpu_ros.perception.pipeline import PipelineConfig
+
+    if not p.model:
+        raise ConfigError("parameter model is empty: set it to a .tflite file")
+    return PipelineConfig(model=p.model, cpu_model=p.cpu_model or None, backend=p.backend,
+                          device=p.device or None, task=p.task, labels=p.labels or None,
+                          score_threshold=p.score_threshold, max_results=p.max_results, top_k=p.top_k)
 
 
 class LatestFrame:
@@ -205,15 +215,8 @@ class PerceptionNode(LifecycleNode):
             self.get_logger().error(f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
         p = self.params
-        topics = {"pose": [("poses", conversions.PersonPoseArray)],
-                  "detect": [("detections", conversions.Detection2DArray)],
-                  "classify": [("classification", conversions.Classification)],
-                  "segment": [("segmentation", Image), ("segmentation_overlay", Image)]}[self._task]
-        topics += [("annotated", Image)]
-        if self._task in ("pose", "detect"):
-            topics.append(("markers", MarkerArray))
         self._pubs = {name: self.create_lifecycle_publisher(mtype, name, RESULT_QOS)
-                      for name, mtype in topics}
+                      for name, mtype in conversions.output_topics(self._task)}
         self._diag_pub = self.create_lifecycle_publisher(DiagnosticArray, "/diagnostics", 10)
         self._diag_timer = self.create_timer(p.diagnostics_period, self._publish_diagnostics)
         self._stats = _Stats()
@@ -289,15 +292,9 @@ class PerceptionNode(LifecycleNode):
     # -- pipeline -------------------------------------------------------------------------------------------
 
     def _open_pipeline(self) -> None:
-        from libredgetpu_ros.perception.pipeline import PerceptionPipeline, PipelineConfig
+        from libredgetpu_ros.perception.pipeline import PerceptionPipeline
 
-        p = self.params
-        if not p.model:
-            raise ConfigError("parameter model is empty: set it to a .tflite file")
-        cfg = PipelineConfig(model=p.model, cpu_model=p.cpu_model or None, backend=p.backend,
-                             device=p.device or None, task=p.task, labels=p.labels or None,
-                             score_threshold=p.score_threshold, max_results=p.max_results, top_k=p.top_k)
-        pipeline = PerceptionPipeline.from_config(cfg)
+        pipeline = PerceptionPipeline.from_config(pipeline_config(self.params))
         with self._pipeline_lock:
             self._pipeline = pipeline
         self._task = pipeline.task
@@ -368,26 +365,8 @@ class PerceptionNode(LifecycleNode):
         self._stats.add_result(result.timings, (time.monotonic() - received) * 1e3)
 
     def _publish(self, header: Header, rgb: Any, result: Any) -> None:
-        pubs, p = self._pubs, self.params
-        if "poses" in pubs:
-            pubs["poses"].publish(conversions.poses_msg(header, result.poses))
-        if "detections" in pubs:
-            pubs["detections"].publish(conversions.detections_msg(header, result.detections))
-        if "classification" in pubs:
-            pubs["classification"].publish(conversions.classification_msg(header, result.classes))
-        if "segmentation" in pubs and result.mask is not None:
-            pubs["segmentation"].publish(rgb_to_image(result.mask, header, "mono8"))
-            if p.publish_overlay:
-                from libredgetpu_ros.perception.draw import colorize_mask
-
-                blended = conversions.overlay(rgb, colorize_mask(result.mask))
-                pubs["segmentation_overlay"].publish(rgb_to_image(blended, header))
-        if "markers" in pubs and p.publish_markers:
-            pubs["markers"].publish(conversions.markers_msg(header, result, scale=p.marker_scale))
-        if p.publish_annotated:
-            from libredgetpu_ros.perception.draw import annotate
-
-            pubs["annotated"].publish(rgb_to_image(annotate(rgb, result), header))
+        for topic, msg in conversions.result_messages(header, rgb, result, self.params):
+            self._pubs[topic].publish(msg)
 
     def _bad_input(self, cause: str, message: str) -> None:
         count = self._stats.bad_input.add(cause)

@@ -1,0 +1,81 @@
+"""Opening rosbag2 bags for reading and writing (sqlite3 or mcap) with errors that name the path."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from libredgetpu_ros.errors import InputError
+
+STORAGES = ("mcap", "sqlite3")
+IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
+
+
+def open_reader(path: str | Path) -> Any:
+    """An opened ``rosbags.rosbag2.Reader`` (a bag folder, or its single .mcap / .db3 file)."""
+    from rosbags.rosbag2 import Reader, ReaderError
+
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"bag {path} does not exist")
+    try:
+        reader = Reader(path)
+        reader.open()
+    except (ReaderError, OSError, ValueError) as exc:
+        raise InputError(f"cannot read bag {path}: {exc}") from exc
+    return reader
+
+
+def open_writer(path: str | Path, storage: str) -> Any:
+    """An opened ``rosbags.rosbag2.Writer`` creating the bag folder ``path`` (which must not exist)."""
+    from rosbags.rosbag2 import StoragePlugin, Writer, WriterError
+
+    path = Path(path)
+    if storage not in STORAGES:
+        raise InputError(f"storage {storage!r} is not one of {', '.join(STORAGES)}")
+    if path.exists():
+        raise InputError(f"output bag {path} already exists: remove it or choose another name")
+    plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
+    try:
+        writer = Writer(path, version=9, storage_plugin=plugin)
+        writer.open()
+    except (WriterError, OSError) as exc:
+        raise InputError(f"cannot create bag {path}: {exc}") from exc
+    return writer
+
+
+def storage_of(path: str | Path) -> str:
+    """'mcap' or 'sqlite3': the storage of a bag folder or file, told by its data files."""
+    path = Path(path)
+    files = [path] if path.is_file() else list(path.iterdir())
+    return "sqlite3" if any(f.suffix == ".db3" for f in files) else "mcap"
+
+
+def sensor_data_qos() -> Any:
+    """The ``rclcpp::SensorDataQoS`` profile as rosbags stores offered QoS (best effort, keep last 5)."""
+    from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
+
+    never = QosTime(sec=0, nsec=0)  # rosbag2 writes "infinite" durations as 0 (the rmw default)
+    return Qos(QosHistory.KEEP_LAST, 5, QosReliability.BEST_EFFORT, QosDurability.VOLATILE, never, never,
+               QosLiveliness.AUTOMATIC, never, False)
+
+
+def reliable_qos(depth: int) -> Any:
+    from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
+
+    never = QosTime(sec=0, nsec=0)
+    return Qos(QosHistory.KEEP_LAST, depth, QosReliability.RELIABLE, QosDurability.VOLATILE, never, never,
+               QosLiveliness.AUTOMATIC, never, False)
+
+
+def topics_of(reader: Any, types: Iterable[str] | None = None) -> dict[str, list[str]]:
+    """topic -> message type names of an opened reader (only the given types when ``types`` is set)."""
+    wanted = set(types) if types is not None else None
+    out: dict[str, list[str]] = {}
+    for conn in reader.connections:
+        if wanted is None or conn.msgtype in wanted:
+            out.setdefault(conn.topic, [])
+            if conn.msgtype not in out[conn.topic]:
+                out[conn.topic].append(conn.msgtype)
+    return out

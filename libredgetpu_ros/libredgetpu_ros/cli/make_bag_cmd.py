@@ -1,0 +1,36 @@
+"""``libredgetpu-ros make-bag``: a camera-stream bag (sensor_msgs/msg/Image) from stills or a video."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "make a camera bag (sensor_msgs/Image at a fixed rate) from images or a video, no ROS needed"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--images", nargs="+", required=True, metavar="PATH",
+                        help="image files, folders of images (sorted by name) and/or video files, in order")
+    parser.add_argument("--out", required=True, help="bag folder to create (must not exist)")
+    parser.add_argument("--rate", type=float, default=None, metavar="HZ",
+                        help="frames per second (default: the video's own rate, else 10)")
+    parser.add_argument("--topic", default="/image_raw", help="image topic (default: %(default)s)")
+    parser.add_argument("--frame-id", default="camera_optical_frame",
+                        help="header frame_id (default: %(default)s)")
+    parser.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
+    parser.add_argument("--loop", type=int, default=1, metavar="N", help="repeat the input N times")
+    parser.add_argument("--encoding", choices=("rgb8", "bgr8"), default="rgb8")
+    parser.add_argument("--start", type=float, default=None, metavar="SEC",
+                        help="stamp of the first frame in seconds since the epoch (default: now)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from libredgetpu_ros.bags.make import MakeBagOptions, make_bag
+
+    options = MakeBagOptions(topic=args.topic, frame_id=args.frame_id, rate=args.rate, storage=args.storage,
+                             loop=args.loop, encoding=args.encoding,
+                             start_ns=None if args.start is None else round(args.start * 1e9))
+    summary = make_bag(args.images, args.out, options)
+    span = (summary.last_ns - summary.first_ns) / 1e9
+    print(f"{summary.path}: {summary.frames} frames on {args.topic} ({args.encoding}, frame_id "
+          f"{args.frame_id!r}) at {summary.rate:g} Hz, {span:.3f} s, {args.storage}")
+    return 0

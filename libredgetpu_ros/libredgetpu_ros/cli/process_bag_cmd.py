@@ -1,0 +1,41 @@
+"""``libredgetpu-ros process-bag IN OUT --config C``: the perception node's results for a bag, offline.
+
+Exit codes: 0 when at least one frame was processed (frames that failed are listed in a warning summary),
+1 when the bag had frames but none could be processed, 2 for bad input (missing bag, bad config, no image
+topic), 3 for a device failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "run the perception node's pipeline on every image of a bag; write its results to a new bag"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("input", help="input bag (folder, or its .mcap / .db3 file)")
+    parser.add_argument("output", help="output bag folder to create (must not exist)")
+    parser.add_argument("--config", required=True,
+                        help="the perception node's config: a bringup YAML or a ROS parameters YAML")
+    parser.add_argument("--backend", choices=("auto", "cpu", "edgetpu"), default=None,
+                        help="override the config's backend")
+    parser.add_argument("--storage", choices=("mcap", "sqlite3"), default=None,
+                        help="output storage (default: the input's)")
+    parser.add_argument("--topics", nargs="+", default=None, metavar="TOPIC",
+                        help="image topics to process (default: the node's input topic)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from libredgetpu_ros.ros.bag_processing import process_bag
+    from libredgetpu_ros.ros.environment import apply_localhost_only
+
+    apply_localhost_only()  # rclpy's serializer loads the rmw; no node is created
+    summary = process_bag(args.input, args.output, args.config, backend=args.backend, storage=args.storage,
+                          topics=args.topics, log=lambda text: print(text, file=sys.stderr))
+    print(summary.text())
+    if summary.frames and not summary.processed:
+        print("error: no frame could be processed", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,242 @@
+"""``process-bag``: the perception node's work, offline, on every camera frame of a bag.
+
+Frames are decoded and results built by the node's own code (``image_msgs.to_rgb``, the node's
+``pipeline_config`` and ``conversions.result_messages``) and serialized by rclpy, so the output bag holds the
+messages the live node would publish for the same frames, byte for byte: same topics (resolved in the node's
+namespace), same types, the input header, and the input's bag timestamp. Our interface types are written
+with their message definitions (from the ``.msg`` files) so ``rosbags`` and ``ros2 bag`` can decode them.
+
+A frame that cannot be used (truncated CDR, a type that is not an image, an unsupported encoding, ...) is
+counted under a short cause, logged once per cause, and skipped; the bag is processed to the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from libredgetpu_ros.bags.storage import IMAGE_TYPES, open_reader, open_writer, reliable_qos, storage_of
+from libredgetpu_ros.bags.typestore import typestore
+from libredgetpu_ros.errors import ConfigError, ImageError, InputError
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """The perception node a config file describes: its parameters (typed, defaults filled in) and
+    where its topics live."""
+
+    params: Any  # perception_node.PerceptionParams
+    namespace: str = ""  # "" or "/ns"
+    name: str = "perception"
+
+    def resolve(self, topic: str) -> str:
+        """A topic name as the node resolves it (relative names go into the namespace)."""
+        if topic.startswith("/"):
+            return topic
+        if topic.startswith("~"):
+            topic = f"{self.name}{topic[1:]}"
+        return f"{self.namespace}/{topic}"
+
+
+def load_node_config(path: str | Path, overrides: dict[str, Any] | None = None) -> NodeConfig:
+    """The perception node of a bringup file (``nodes:``) or of a ROS parameters file
+    (``/**: ros__parameters: ...`` or ``<node>: ros__parameters: ...``), with ``overrides`` applied."""
+    import yaml
+
+    from libredgetpu_ros.ros.bringup import load_config
+    from libredgetpu_ros.ros.perception_node import PARAMS
+
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config {path} is not valid YAML: {exc}") from exc
+    if isinstance(doc, dict) and "nodes" in doc:
+        specs = [s for s in load_config(path) if s.type == "perception"]
+        if len(specs) != 1:
+            raise ConfigError(f"bringup file {path}: expected exactly one perception node, "
+                              f"found {len(specs)}")
+        spec = specs[0]
+        values, namespace, name = dict(spec.parameters), spec.namespace, spec.name
+    elif isinstance(doc, dict) and len(doc) == 1 and isinstance(next(iter(doc.values())), dict) \
+            and "ros__parameters" in next(iter(doc.values())):
+        key = str(next(iter(doc)))
+        values = dict(next(iter(doc.values()))["ros__parameters"] or {})
+        namespace, name = "", "perception"
+        if key not in ("/**", "**"):  # "/ns/node" or "node"
+            parts = key.strip("/").split("/")
+            namespace, name = "/".join(parts[:-1]), parts[-1]
+    else:
+        raise ConfigError(f"config {path}: expected a bringup file ('nodes:') or a ROS parameters file "
+                          f"('/**: ros__parameters: ...')")
+    values.update(overrides or {})
+    typed = {p.name: p.value for p in PARAMS.overrides(values)}
+    params = PARAMS.values_type(**(PARAMS.defaults() | typed))
+    namespace = f"/{namespace.strip('/')}" if namespace.strip("/") else ""
+    return NodeConfig(params=params, namespace=namespace, name=name)
+
+
+@dataclass
+class ProcessSummary:
+    input: Path
+    output: Path
+    topics: list[str]
+    frames: int = 0  # image-topic messages read
+    processed: int = 0  # frames with results
+    written: int = 0  # messages written
+    failures: Counter[str] = field(default_factory=Counter)
+    ignored_topics: dict[str, list[str]] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    @property
+    def fps(self) -> float:
+        return self.frames / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def text(self) -> str:
+        lines = [f"{self.input} -> {self.output}: {self.frames} frames from {', '.join(self.topics)}, "
+                 f"{self.processed} processed, {self.written} messages written, "
+                 f"{sum(self.failures.values())} failed ({self.fps:.1f} frames/s)"]
+        lines += [f"  warning: {n} frame(s) failed: {cause}" for cause, n in sorted(self.failures.items())]
+        if self.ignored_topics:
+            lines.append("  not image topics (not read): " + ", ".join(
+                f"{t} [{', '.join(types)}]" for t, types in sorted(self.ignored_topics.items())))
+        return "\n".join(lines)
+
+
+def _type_name(cls: type) -> str:
+    return f"{cls.__module__.split('.')[0]}/msg/{cls.__name__}"
+
+
+def _pick_topics(image_topics: dict[str, list[str]], wanted: list[str] | None, node_topic: str,
+                 path: Path) -> list[str]:
+    if wanted:
+        missing = [t for t in wanted if t not in image_topics]
+        if missing:
+            raise InputError(f"bag {path} has no image topic {', '.join(missing)} "
+                             f"(image topics: {', '.join(image_topics) or 'none'})")
+        return wanted
+    if node_topic in image_topics:
+        return [node_topic]
+    if len(image_topics) == 1:
+        topic = next(iter(image_topics))
+        _log.warning("the node reads %s, which is not in the bag: processing %s instead", node_topic, topic)
+        return [topic]
+    raise InputError(f"bag {path}: the node reads {node_topic}, not in the bag; choose with --topics among "
+                     f"the image topics: {', '.join(image_topics) or 'none'}")
+
+
+class BagProcessor:
+    """One input bag -> one output bag; ``run()`` returns the summary. ``on_frame`` (optional) is called
+    after every frame, e.g. to advance a progress bar."""
+
+    def __init__(self, config: NodeConfig, log: Callable[[str], None] | None = None) -> None:
+        self.config = config
+        self.log = log or (lambda text: _log.warning("%s", text))
+        self._logged: set[str] = set()
+        self._out_types: dict[str, type] = {}
+        self._out_conns: dict[str, Any] = {}
+
+    def run(self, input_bag: str | Path, output_bag: str | Path, *, topics: list[str] | None = None,
+            storage: str | None = None, progress: bool | None = None) -> ProcessSummary:
+        from tqdm import tqdm
+
+        from libredgetpu_ros.perception.pipeline import PerceptionPipeline
+        from libredgetpu_ros.ros.conversions import output_topics
+        from libredgetpu_ros.ros.perception_node import pipeline_config
+
+        input_bag, output_bag = Path(input_bag), Path(output_bag)
+        with ExitStack() as stack:
+            reader = open_reader(input_bag)
+            stack.callback(reader.close)
+            all_topics: dict[str, list[str]] = {}
+            for conn in reader.connections:
+                types = all_topics.setdefault(conn.topic, [])
+                if conn.msgtype not in types:
+                    types.append(conn.msgtype)
+            image_topics = {t: types for t, types in all_topics.items() if set(types) & set(IMAGE_TYPES)}
+            chosen = _pick_topics(image_topics, topics, self.config.resolve(self.config.params.input_topic),
+                                  input_bag)
+            summary = ProcessSummary(input_bag, output_bag, chosen,
+                                     ignored_topics={t: v for t, v in all_topics.items() if t not in chosen})
+            connections = [c for c in reader.connections if c.topic in chosen]
+            pipeline = PerceptionPipeline.from_config(pipeline_config(self.config.params), logger=_log)
+            stack.callback(pipeline.close)
+            self._out_types = dict(output_topics(pipeline.task))
+            self._out_conns = {}
+            writer = open_writer(output_bag, storage or storage_of(input_bag))
+            stack.callback(writer.close)
+            bar = stack.enter_context(tqdm(total=sum(c.msgcount for c in connections), unit="frame",
+                                           desc="process-bag", file=sys.stderr,
+                                           disable=None if progress is None else not progress))
+            start = time.perf_counter()
+            for conn, timestamp, raw in reader.messages(connections=connections):
+                self._frame(summary, pipeline, writer, conn, timestamp, raw)
+                bar.update(1)
+            summary.elapsed_s = time.perf_counter() - start
+        return summary
+
+    def _frame(self, summary: ProcessSummary, pipeline: Any, writer: Any, conn: Any, timestamp: int,
+               raw: bytes) -> None:
+        """One input message -> its result messages in ``writer`` (or one counted failure)."""
+        from rclpy.serialization import deserialize_message, serialize_message
+        from sensor_msgs.msg import CompressedImage, Image
+
+        from libredgetpu_ros.ros.conversions import result_messages
+        from libredgetpu_ros.ros.image_msgs import BadImage, to_rgb
+
+        summary.frames += 1
+        where = f"{conn.topic} at {timestamp}"
+        cls = {IMAGE_TYPES[0]: Image, IMAGE_TYPES[1]: CompressedImage}.get(conn.msgtype)
+        if cls is None:
+            self._fail(summary, "unsupported_type", f"{where}: {conn.msgtype} is not an image type")
+            return
+        try:
+            msg = deserialize_message(bytes(raw), cls)
+        except Exception as exc:  # rclpy raises its (unexported) RMWError on malformed CDR
+            self._fail(summary, "corrupt", f"{where}: {exc}")
+            return
+        try:
+            rgb = to_rgb(msg)
+            result = pipeline.process(rgb)
+        except BadImage as exc:
+            self._fail(summary, exc.cause, f"{where}: {exc}")
+            return
+        except ImageError as exc:
+            self._fail(summary, "image", f"{where}: {exc}")
+            return
+        # DeviceError / BackendError propagate: the model cannot run any more (the node stops too).
+        summary.processed += 1
+        for topic, out_msg in result_messages(msg.header, rgb, result, self.config.params):
+            out_conn = self._out_conns.get(topic)
+            if out_conn is None:
+                out_conn = self._out_conns[topic] = writer.add_connection(
+                    self.config.resolve(topic), _type_name(self._out_types[topic]), typestore=typestore(),
+                    offered_qos_profiles=[reliable_qos(5)])
+            writer.write(out_conn, timestamp, serialize_message(out_msg))
+            summary.written += 1
+
+    def _fail(self, summary: ProcessSummary, cause: str, message: str) -> None:
+        summary.failures[cause] += 1
+        if cause not in self._logged:  # once per cause; the summary has the counts
+            self._logged.add(cause)
+            self.log(f"warning: skipping frames ({cause}), first: {message}")
+
+
+def process_bag(input_bag: str | Path, output_bag: str | Path, config: str | Path, *,
+                backend: str | None = None, storage: str | None = None, topics: list[str] | None = None,
+                progress: bool | None = None, log: Callable[[str], None] | None = None) -> ProcessSummary:
+    """Load ``config`` (bringup or parameters YAML), process ``input_bag`` into ``output_bag``."""
+    node = load_node_config(config, {"backend": backend} if backend else None)
+    return BagProcessor(node, log).run(input_bag, output_bag, topics=topics, storage=storage,
+                                       progress=progress)
