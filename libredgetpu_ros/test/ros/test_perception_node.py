@@ -299,3 +299,43 @@ def test_device_lost_while_processing_releases_the_device_and_unconfigures(ros_e
         executor.shutdown()
         camera_node.destroy_node()
         node.destroy_node()
+
+
+def test_segmentation_mask_and_overlay_match_the_pipeline_in_process(ros_env, fixture_path,
+                                                                    tmp_path: Path) -> None:
+    """DeepLab in the node process vs the same model run by LiteRT in this process: the mono8 class-id image
+    must be identical pixel for pixel, and the overlay the 50 % PASCAL-palette blend of it."""
+    from libredgetpu_ros.perception.draw import colorize_mask
+    from libredgetpu_ros.perception.images import load_image
+    from libredgetpu_ros.perception.pipeline import PerceptionPipeline, PipelineConfig
+    from libredgetpu_ros.ros.conversions import overlay
+    from libredgetpu_ros.ros.image_msgs import image_to_rgb, rgb_to_image
+    from libredgetpu_ros.ros.perception_node import RESULT_QOS
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import Image
+
+    model = str(fixture_path("deeplab/deeplabv3_mnv2_pascal_quant_edgetpu.tflite"))
+    params = _params_file(tmp_path, model, task="segment", publish_overlay=True, score_threshold=0.5)
+    _spawn_node(ros_env, params, "perception_seg")
+    rgb = load_image(fixture_path("images/cat.bmp"))
+    with PerceptionPipeline.from_config(PipelineConfig(model=model, backend="cpu", task="segment")) as pipe:
+        expected = pipe.process(rgb).mask
+
+    sup = Supervisor(ros_env, "perception_seg")
+    masks: list[Image] = []
+    overlays: list[Image] = []
+    sup.node.create_subscription(Image, "segmentation", masks.append, RESULT_QOS)
+    sup.node.create_subscription(Image, "segmentation_overlay", overlays.append, RESULT_QOS)
+    assert sup.transition("configure") and sup.transition("activate")
+    camera = sup.node.create_publisher(Image, "image_raw", qos_profile_sensor_data)
+    frame = rgb_to_image(rgb, sup.image(rgb).header)
+    sup.wait_for("mask and overlay", lambda: masks and overlays, every=lambda: camera.publish(frame))
+
+    mask = masks[0]
+    assert (mask.encoding, mask.width, mask.height, mask.step) == ("mono8", rgb.shape[1], rgb.shape[0],
+                                                                   rgb.shape[1])
+    assert mask.header.stamp == frame.header.stamp and mask.header.frame_id == "test_camera"
+    got = np.frombuffer(mask.data, np.uint8).reshape(rgb.shape[:2])
+    np.testing.assert_array_equal(got, expected)
+    assert 8 in np.unique(got)  # PASCAL VOC class 8 = cat
+    np.testing.assert_array_equal(image_to_rgb(overlays[0]), overlay(rgb, colorize_mask(expected)))
