@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import logging
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from libredgetpu_ros.backends.base import Backend, BoundaryInfo, TensorSpec
 from libredgetpu_ros.errors import ConfigError, DeviceError
@@ -58,7 +58,7 @@ def _open_edgetpu(module, model_path: Path, cpu_model_path: Path | None, device:
 
 
 def open_backend(kind: str, model_path: Path | str, cpu_model_path: Path | str | None = None,
-                 device: str | None = None, logger: logging.Logger | None = None) -> Backend:
+                 device: Any = None, logger: logging.Logger | None = None) -> Backend:
     """A loaded backend of ``kind`` ("auto" | "cpu" | "edgetpu") for the compiled model ``model_path``."""
     log = logger or _log
     if kind not in KINDS:

@@ -41,11 +41,19 @@ class EdgeTpuBackend:
 
     name = "edgetpu"
 
-    def __init__(self, device: int | str | None = None, firmware: Path | None = None, transport=None) -> None:
-        self._selector = device
+    def __init__(self, device: Any = None, firmware: Path | None = None, transport=None) -> None:
+        """``device``: index, bus path or None (first found) to open; or an open ``EdgeTpuDevice`` to share.
+
+        A shared device is not closed by this backend: the segments of a pipelined model (SSD's two parts) run
+        on one accelerator, which a second ``open`` would refuse (one owner per device).
+        """
+        from libredgetpu_ros.edgetpu.device import EdgeTpuDevice
+
+        self._owns_device = not isinstance(device, EdgeTpuDevice)
+        self._selector = device if self._owns_device else None
         self._firmware = firmware
         self._transport = transport
-        self._device: Any = None
+        self._device: Any = None if self._owns_device else device
         self._package: Any = None
         self.boundary: BoundaryInfo | None = None
         self._in_layers: list[Any] = []
@@ -107,6 +115,11 @@ class EdgeTpuBackend:
             outputs[spec.name] = values.reshape(spec.shape).astype(spec.dtype, copy=False)
         return outputs
 
+    @property
+    def device(self) -> Any:
+        """The open ``EdgeTpuDevice`` (None before ``load``), to share with further segments."""
+        return self._device
+
     def describe(self) -> dict[str, Any]:
         device = self._device
         return {
@@ -121,5 +134,5 @@ class EdgeTpuBackend:
 
     def close(self) -> None:
         device, self._device = self._device, None
-        if device is not None:
+        if device is not None and self._owns_device:
             device.close()

@@ -111,7 +111,11 @@ class PerceptionPipeline:
         segments: list[_Segment] = []
         try:
             for path, model, boundary in zip(paths, models, boundaries, strict=True):
-                backend = open_backend(cfg.backend, path, cfg.cpu_model, device=cfg.device, logger=log)
+                if segments and segments[0].backend.name == "edgetpu":
+                    # later segments share the first one's accelerator (one owner per device)
+                    backend = open_backend("edgetpu", path, device=segments[0].backend.device, logger=log)
+                else:
+                    backend = open_backend(cfg.backend, path, cfg.cpu_model, device=cfg.device, logger=log)
                 segments.append(_Segment(path, model, boundary, backend))
             pipeline = cls(segments, task, labels, transform, options)
         except BaseException:

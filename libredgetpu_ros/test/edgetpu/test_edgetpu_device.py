@@ -168,3 +168,35 @@ def test_backend_returns_relayouted_outputs_by_tensor_name(fixture_path) -> None
         assert backend.describe()["parameter_uploads"] == 1
     finally:
         backend.close()
+
+
+def test_segments_share_one_device(fixture_path) -> None:
+    """SSD's two compiled segments run on one accelerator: the second backend borrows the first's device."""
+    from libredgetpu_ros.backends.edgetpu import EdgeTpuBackend
+
+    seg0 = fixture_path("ssd/ssd_mobilenet_v2_coco_quant_postprocess_segment_0_of_2_edgetpu.tflite")
+    seg1 = fixture_path("ssd/ssd_mobilenet_v2_coco_quant_postprocess_segment_1_of_2_edgetpu.tflite")
+    sim = SimulatedAccelerator()
+    first = EdgeTpuBackend(transport=RecordingTransport(sim, bus_path="test-segments", keep_payloads=False))
+    first.load(seg0)
+    second = EdgeTpuBackend(device=first.device)
+    second.load(seg1)
+    try:
+        assert second.device is first.device
+        # outputs of segment 0 feed segment 1 by tensor name; the simulator serves each run's output bytes
+        model0, model1 = load_model(seg0), load_model(seg1)
+
+        def serve(model) -> None:
+            exe = model.darwinn(model.edgetpu_ops()[0]).runnable
+            sim.queue_output(bytes(sum(layer.size_bytes for layer in exe.output_layers)))
+
+        serve(model0)
+        out0 = first.run([np.zeros(model0.tensors[model0.inputs[0]].shape, np.uint8)])
+        serve(model1)
+        inputs1 = [out0[model1.tensors[i].name] for i in model1.edgetpu_ops()[0].inputs]
+        out1 = second.run(inputs1)
+        assert set(out1) == {model1.tensors[i].name for i in model1.edgetpu_ops()[0].outputs}
+    finally:
+        second.close()
+        assert first.device is not None and first.device.is_open  # the borrower leaves it open
+        first.close()
