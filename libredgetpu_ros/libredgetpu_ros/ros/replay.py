@@ -61,6 +61,10 @@ def message_class(type_name: str) -> type:
         raise InputError(f"message type {type_name} is not installed ({exc})") from exc
 
 
+def _value(policy: Any) -> int:
+    return int(getattr(policy, "value", policy))  # rosbags' QoS policies are plain Enums
+
+
 def qos_for(connection: Any) -> Any:
     """The rclpy QoS to replay ``connection`` with (see the module docstring)."""
     from rclpy.duration import Duration
@@ -79,21 +83,21 @@ def qos_for(connection: Any) -> Any:
             return qos_profile_sensor_data
         return QoSProfile(depth=10)
     # Several recorded publishers: as ros2 bag play, reliable / transient-local only when all of them were.
-    reliable = all(int(q.reliability) == ReliabilityPolicy.RELIABLE.value for q in offered)
-    latched = all(int(q.durability) == DurabilityPolicy.TRANSIENT_LOCAL.value for q in offered)
+    reliable = all(_value(q.reliability) == ReliabilityPolicy.RELIABLE.value for q in offered)
+    latched = all(_value(q.durability) == DurabilityPolicy.TRANSIENT_LOCAL.value for q in offered)
     first = offered[0]
 
     def duration(t: Any) -> Duration:
         return Duration(seconds=int(t.sec), nanoseconds=int(t.nsec))
 
-    keep_all = int(first.history) == HistoryPolicy.KEEP_ALL.value
+    keep_all = _value(first.history) == HistoryPolicy.KEEP_ALL.value
     return QoSProfile(
         history=HistoryPolicy.KEEP_ALL if keep_all else HistoryPolicy.KEEP_LAST,
         depth=max(1, max(int(q.depth) for q in offered)),
         reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
         durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE,
         deadline=duration(first.deadline), lifespan=duration(first.lifespan),
-        liveliness=(LivelinessPolicy.MANUAL_BY_TOPIC if int(first.liveliness) == 3
+        liveliness=(LivelinessPolicy.MANUAL_BY_TOPIC if _value(first.liveliness) == 3
                     else LivelinessPolicy.AUTOMATIC),
         liveliness_lease_duration=duration(first.liveliness_lease_duration))
 
