@@ -51,10 +51,7 @@ def annotate(rgb: np.ndarray, result: PerceptionResult, labels: dict[int, str] |
     labels = labels or {}
 
     if result.mask is not None:
-        colours = colorize_mask(result.mask)
-        drawn = result.mask != 0  # keep background pixels as they were
-        blended = cv2.addWeighted(out, 1.0 - MASK_ALPHA, colours, MASK_ALPHA, 0.0)
-        out[drawn] = blended[drawn]
+        _draw_mask(out, result.mask, labels, thickness, font_scale)
 
     for pose in result.poses:
         xy = np.array([(k.x, k.y) for k in pose.keypoints], dtype=np.float32)
@@ -82,6 +79,25 @@ def annotate(rgb: np.ndarray, result: PerceptionResult, labels: dict[int, str] |
     return out
 
 
+def _draw_mask(out: np.ndarray, mask: np.ndarray, labels: dict[int, str], thickness: int,
+               font_scale: float) -> None:
+    """Tint each class, outline its regions and list the classes present (background left untouched)."""
+    import cv2
+
+    colours = colorize_mask(mask)
+    drawn = mask != 0
+    blended = cv2.addWeighted(out, 1.0 - MASK_ALPHA, colours, MASK_ALPHA, 0.0)
+    out[drawn] = blended[drawn]
+    present = [int(c) for c in np.unique(mask) if c != 0]
+    for row, class_id in enumerate(present):
+        colour = tuple(int(v) for v in _PALETTE[class_id])
+        contours, _ = cv2.findContours((mask == class_id).astype(np.uint8), cv2.RETR_EXTERNAL,
+                                       cv2.CHAIN_APPROX_SIMPLE)
+        cv2.drawContours(out, contours, -1, colour, thickness + 1, cv2.LINE_AA)
+        y = int((row + 1) * 30 * font_scale * 1.4)
+        _label(out, str(labels.get(class_id, class_id)), (5, y), colour, font_scale, thickness)
+
+
 def _label(img: np.ndarray, text: str, origin: tuple[int, int], colour: tuple[int, ...], font_scale: float,
            thickness: int) -> None:
     """Text on a filled box so it stays readable on any background."""
@@ -92,4 +108,6 @@ def _label(img: np.ndarray, text: str, origin: tuple[int, int], colour: tuple[in
     x, y = origin
     y = max(y, h + base)
     cv2.rectangle(img, (x, y - h - base), (x + w, y), colour, -1)
-    cv2.putText(img, text, (x, y - base), font, font_scale, (0, 0, 0), thickness, cv2.LINE_AA)
+    luma = 0.299 * colour[0] + 0.587 * colour[1] + 0.114 * colour[2]
+    ink = (0, 0, 0) if luma > 110 else (255, 255, 255)  # readable on dark palette entries (cat = 64,0,0)
+    cv2.putText(img, text, (x, y - base), font, font_scale, ink, thickness, cv2.LINE_AA)
