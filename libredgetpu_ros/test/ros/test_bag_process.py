@@ -1,0 +1,171 @@
+"""process-bag on a damaged bag (built with rosbags directly): truncated CDR, a type that is not an image on
+the camera topic, an unsupported encoding, an undecodable JPEG, a topic of an unknown type. Everything is
+processed to the end; failures are counted per cause and logged once per cause; results of the good frames
+equal the pipeline run directly on the same pixels (raw and JPEG). Also: config formats, exit codes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from libredgetpu_ros.errors import ConfigError, InputError
+
+CLASSIFY = "classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite"
+RIHS_UNKNOWN = "RIHS01_" + "ab" * 32
+
+
+def _config(tmp: Path, fixture_path: Any, name: str = "classify.yaml", **extra: Any) -> Path:
+    import yaml
+
+    params = {"model": str(fixture_path(CLASSIFY)), "backend": "cpu", "task": "classify", "top_k": 3,
+              "max_results": 3, "score_threshold": 0.0, **extra}
+    path = tmp / name
+    path.write_text(yaml.safe_dump({"/**": {"ros__parameters": params}}))
+    return path
+
+
+def _header(store: Any, ns: int) -> Any:
+    t = store.types
+    stamp = t["builtin_interfaces/msg/Time"](sec=ns // 10**9, nanosec=ns % 10**9)
+    return t["std_msgs/msg/Header"](stamp=stamp, frame_id="cam")
+
+
+def _image(store: Any, rgb: np.ndarray, ns: int, encoding: str = "rgb8") -> bytes:
+    height, width = rgb.shape[:2]
+    msg = store.types["sensor_msgs/msg/Image"](header=_header(store, ns), height=height, width=width,
+                                               encoding=encoding, is_bigendian=0, step=width * 3,
+                                               data=rgb.reshape(-1))
+    return bytes(store.serialize_cdr(msg, "sensor_msgs/msg/Image"))
+
+
+def _jpeg(store: Any, data: bytes, ns: int) -> bytes:
+    msg = store.types["sensor_msgs/msg/CompressedImage"](header=_header(store, ns), format="jpeg",
+                                                         data=np.frombuffer(data, np.uint8))
+    return bytes(store.serialize_cdr(msg, "sensor_msgs/msg/CompressedImage"))
+
+
+def _damaged_bag(path: Path, rgb: np.ndarray, jpeg: bytes) -> None:
+    from libredgetpu_ros.bags.storage import open_writer
+    from libredgetpu_ros.bags.typestore import typestore
+
+    store = typestore()
+    writer = open_writer(path, "mcap")
+    try:
+        add = writer.add_connection
+        raw = add("/image_raw", "sensor_msgs/msg/Image", typestore=store)
+        comp = add("/image_raw/compressed", "sensor_msgs/msg/CompressedImage", typestore=store)
+        alien = add("/image_raw", "acme_msgs/msg/Thing", msgdef="int32 x", rihs01=RIHS_UNKNOWN)
+        imu = add("/imu", "acme_msgs/msg/Imu", msgdef="float64 ax", rihs01=RIHS_UNKNOWN)
+        good = _image(store, rgb, 1 * 10**9)
+        writer.write(raw, 1 * 10**9, good)
+        writer.write(raw, 2 * 10**9, _image(store, rgb, 2 * 10**9)[: len(good) // 2])  # truncated CDR
+        writer.write(raw, 3 * 10**9, _image(store, rgb, 3 * 10**9)[:40])  # truncated in the header
+        writer.write(raw, 4 * 10**9, _image(store, rgb, 4 * 10**9, encoding="32FC1"))
+        writer.write(alien, 5 * 10**9, b"\x00\x01\x00\x00\x07\x00\x00\x00")
+        writer.write(imu, 5 * 10**9, b"\x00\x01\x00\x00" + bytes(8))
+        writer.write(comp, 6 * 10**9, _jpeg(store, jpeg, 6 * 10**9))
+        writer.write(comp, 7 * 10**9, _jpeg(store, b"\xff\xd8 not really a jpeg", 7 * 10**9))
+        writer.write(raw, 8 * 10**9, _image(store, rgb, 8 * 10**9))
+    finally:
+        writer.close()
+
+
+def _results(bag: Path) -> dict[int, Any]:
+    from rosbags.highlevel import AnyReader
+
+    with AnyReader([bag]) as reader:
+        return {ts: reader.deserialize(raw, c.msgtype) for c, ts, raw in reader.messages()}
+
+
+def test_damaged_bag_is_processed_to_the_end(ros_env, tmp_path: Path, fixture_path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    import cv2
+    from libredgetpu_ros.cli.main import main
+    from libredgetpu_ros.perception.images import load_image
+    from libredgetpu_ros.perception.pipeline import PerceptionPipeline, PipelineConfig
+
+    rgb = load_image(fixture_path("images/cat.bmp"))
+    ok, jpeg = cv2.imencode(".jpg", rgb[:, :, ::-1])
+    assert ok
+    _damaged_bag(tmp_path / "in", rgb, jpeg.tobytes())
+    config = _config(tmp_path, fixture_path)
+
+    code = main(["process-bag", str(tmp_path / "in"), str(tmp_path / "out"), "--config", str(config),
+                 "--topics", "/image_raw", "/image_raw/compressed"])
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert "8 frames" in out and "3 processed" in out and "5 failed" in out
+    for cause, n in (("corrupt", 2), ("encoding", 1), ("unsupported_type", 1), ("decode", 1)):
+        assert f"warning: {n} frame(s) failed: {cause}" in out, cause
+        assert err.count(f"skipping frames ({cause})") == 1, cause  # logged once per cause
+    assert "/imu [acme_msgs/msg/Imu]" in out
+
+    # Independent reference: the pipeline on the decoded pixels (raw frames: the file; JPEG: OpenCV's decode).
+    cfg = PipelineConfig(model=str(fixture_path(CLASSIFY)), backend="cpu", task="classify", top_k=3,
+                         max_results=3, score_threshold=0.0)
+    with PerceptionPipeline.from_config(cfg) as pipeline:
+        from_raw = pipeline.process(rgb).classes
+        from_jpeg = pipeline.process(cv2.imdecode(jpeg, cv2.IMREAD_COLOR)[:, :, ::-1].copy()).classes
+    results = _results(tmp_path / "out")
+    assert sorted(results) == [1 * 10**9, 6 * 10**9, 8 * 10**9]  # bag time = input time, only good frames
+    for ts, expected in ((1 * 10**9, from_raw), (6 * 10**9, from_jpeg), (8 * 10**9, from_raw)):
+        msg = results[ts]
+        header = msg.header
+        assert (header.stamp.sec, header.stamp.nanosec, header.frame_id) == (ts // 10**9, 0, "cam")
+        assert [(r.class_id, r.label) for r in msg.results] == [(c.class_id, c.label or "") for c in expected]
+        np.testing.assert_allclose([r.score for r in msg.results], [c.score for c in expected], atol=1e-6)
+
+
+def test_nothing_processable_exits_1_and_bad_input_exits_2(ros_env, tmp_path: Path, fixture_path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from libredgetpu_ros.bags.storage import open_writer
+    from libredgetpu_ros.bags.typestore import typestore
+    from libredgetpu_ros.cli.main import main
+
+    store = typestore()
+    writer = open_writer(tmp_path / "bad", "sqlite3")
+    conn = writer.add_connection("/image_raw", "sensor_msgs/msg/Image", typestore=store)
+    writer.write(conn, 10, _image(store, np.zeros((4, 4, 3), np.uint8), 10, encoding="16UC1"))
+    writer.close()
+    config = _config(tmp_path, fixture_path)
+    assert main(["process-bag", str(tmp_path / "bad"), str(tmp_path / "o1"), "--config", str(config)]) == 1
+    assert "no frame could be processed" in capsys.readouterr().err
+    assert any(p.suffix == ".db3" for p in (tmp_path / "o1").iterdir())  # default storage: the input's
+    bad, cfg = str(tmp_path / "bad"), str(config)
+    assert main(["process-bag", str(tmp_path / "missing"), str(tmp_path / "o2"), "--config", cfg]) == 2
+    wrong_topic = ["--topics", "/camera/image_raw"]
+    assert main(["process-bag", bad, str(tmp_path / "o3"), "--config", cfg, *wrong_topic]) == 2
+    assert "no image topic /camera/image_raw" in capsys.readouterr().err
+    bad_config = str(_config(tmp_path, fixture_path, "bad.yaml", score_threshold=3.0))
+    assert main(["process-bag", bad, str(tmp_path / "o4"), "--config", bad_config]) == 2
+    assert "score_threshold" in capsys.readouterr().err
+    assert main(["process-bag", bad, str(tmp_path / "o1"), "--config", cfg]) == 2
+    assert "already exists" in capsys.readouterr().err
+
+
+def test_config_formats_resolve_the_node_topics(tmp_path: Path) -> None:
+    from libredgetpu_ros.ros.bag_processing import load_node_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text("/robot/perception:\n  ros__parameters:\n    model: m_edgetpu.tflite\n    top_k: 2\n")
+    node = load_node_config(path)
+    assert (node.namespace, node.name, node.params.top_k) == ("/robot", "perception", 2)
+    assert node.params.backend == "auto"  # defaults fill in what the file leaves out
+    assert node.resolve(node.params.input_topic) == "/robot/image_raw"
+    assert node.resolve("/abs") == "/abs" and node.resolve("~/debug") == "/robot/perception/debug"
+
+    path.write_text("nodes:\n  - type: perception\n    namespace: cam\n    parameters:\n"
+                    "      model: x.tflite\n")
+    node = load_node_config(path, {"backend": "cpu"})
+    assert node.resolve("poses") == "/cam/poses" and node.params.backend == "cpu"
+
+    for text, message in (("/**:\n  ros__parameters:\n    modle: x\n", "unknown parameter"),
+                          ("nodes:\n  - type: control\n", "exactly one perception node"),
+                          ("cameras: []\n", "expected a bringup file")):
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=message):
+            load_node_config(path)
+    with pytest.raises(InputError):
+        load_node_config(tmp_path / "absent.yaml")
