@@ -2,9 +2,11 @@
 resize, requantize, concatenation, two 1x1 convolutions, the upsampling resizes and ARG_MAX), interpreted
 from the compiled model's graph with TFLite's quantized arithmetic.
 
-The 1x1 convolutions are matmuls (float32 BLAS on the zero-point-centred integers, then TFLite's fixed-point
-requantization); the last RESIZE_BILINEAR + ARG_MAX pair is fused: the uint8 logits are upsampled with
-OpenCV's fixed-point bilinear warp (exact weights for these scale factors) and reduced with argmax.
+Bit-exact with LiteRT's builtin kernels, and fast: the 1x1 convolutions are float32 BLAS matmuls on the
+zero-point-centred integers (exact: every partial sum stays below 2^24, else float64), with the constant
+image-pooling half of the concatenation multiplied once instead of per pixel, and requantized mostly in
+float32 (``qops.AccumulatorRequantizer``); the last RESIZE_BILINEAR + ARG_MAX pair is fused
+(``resize.resize_bilinear_argmax``: only cells on class boundaries are interpolated).
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import cv2
 import numpy as np
 
 from libredgetpu_ros.errors import ModelFormatError
@@ -23,31 +24,11 @@ from libredgetpu_ros.postprocess.graph import (
     require_op,
     take_outputs,
 )
-from libredgetpu_ros.postprocess.qops import multiply_by_quantized_multiplier, quantize_multiplier, run_op
+from libredgetpu_ros.postprocess.qops import AccumulatorRequantizer, concat_parts, quantize_multiplier, run_op
+from libredgetpu_ros.postprocess.resize import resize_bilinear, resize_bilinear_argmax
 
 TAIL_OPS = frozenset({"RESIZE_BILINEAR", "QUANTIZE", "DEQUANTIZE", "CONCATENATION", "RESHAPE", "CONV_2D",
                       "ARG_MAX"})
-
-
-def resize_bilinear(image: np.ndarray, out_h: int, out_w: int, align_corners: bool,
-                    half_pixel_centers: bool) -> np.ndarray:
-    """(H, W, C) -> (out_h, out_w, C) with TFLite's coordinate mapping; 1x1 inputs are broadcast."""
-    h, w, _ = image.shape
-    if (h, w) == (out_h, out_w):
-        return image
-    if (h, w) == (1, 1):
-        return np.broadcast_to(image, (out_h, out_w, image.shape[2]))
-
-    def scale_of(n_in: int, n_out: int) -> float:
-        if align_corners and n_out > 1:
-            return (n_in - 1) / (n_out - 1)
-        return n_in / n_out
-
-    sy, sx = scale_of(h, out_h), scale_of(w, out_w)
-    ty, tx = ((0.5 * sy - 0.5), (0.5 * sx - 0.5)) if half_pixel_centers else (0.0, 0.0)
-    matrix = np.array([[sx, 0.0, tx], [0.0, sy, ty]], dtype=np.float64)
-    return cv2.warpAffine(np.ascontiguousarray(image), matrix, (out_w, out_h),
-                          flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_REPLICATE)
 
 
 class DeepLabTail:
@@ -85,26 +66,37 @@ class DeepLabTail:
     def input_names(self) -> list[str]:
         return [s.name for s in self.specs]
 
-    def _run(self, outputs: Mapping[str, np.ndarray], stop_before_final: bool) -> tuple[np.ndarray, Any]:
+    def _run(self, outputs: Mapping[str, np.ndarray]) -> tuple[np.ndarray, Any]:
+        """Every op up to the final upsample (or ARG_MAX); returns that op's input and the op."""
         arrays = take_outputs(outputs, self.specs, "DeepLabTail")
         env: dict[int, np.ndarray] = {i: a[0] for i, a in zip(self._boundary, arrays, strict=True)}
-        model = self._model
-        final_resize = model.producer(self._argmax.inputs[0])
-        fuse = final_resize is not None and final_resize.opcode_name == "RESIZE_BILINEAR"
+        parts: dict[int, list[np.ndarray]] = {}  # channel blocks of CONCATENATION outputs
+        final_resize = self._model.producer(self._argmax.inputs[0])
+        last = final_resize if final_resize is not None and final_resize.opcode_name == "RESIZE_BILINEAR" \
+            else self._argmax
         for op in self._ops[:-1]:
-            if stop_before_final and fuse and op is final_resize:
+            if op is last:
                 break
-            env[op.outputs[0]] = self._eval(op, env)
-        last = final_resize if fuse else self._argmax
+            env[op.outputs[0]] = self._eval(op, env, parts)
         return env[last.inputs[0]], last
 
     def logits(self, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
         """The quantized logits before the final upsampling, (h, w, classes)."""
-        return self._run(outputs, stop_before_final=True)[0]
+        return self._run(outputs)[0]
 
     def __call__(self, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
         """(H_in, W_in) class-id map (uint8 when the classes fit)."""
-        logits, last = self._run(outputs, stop_before_final=True)
+        logits, last = self._run(outputs)
+        if last.opcode_name == "RESIZE_BILINEAR":
+            opts = last.builtin_options
+            return resize_bilinear_argmax(logits, *self.output_shape, bool(opts.get("align_corners", False)),
+                                          bool(opts.get("half_pixel_centers", False)))
+        classes = np.argmax(logits, axis=-1)
+        return classes.astype(np.uint8) if logits.shape[-1] <= 256 else classes
+
+    def reference(self, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The class map the slow way (every channel upsampled, then argmax): the check for ``__call__``."""
+        logits, last = self._run(outputs)
         if last.opcode_name == "RESIZE_BILINEAR":
             opts = last.builtin_options
             logits = resize_bilinear(logits, *self.output_shape, bool(opts.get("align_corners", False)),
@@ -112,7 +104,7 @@ class DeepLabTail:
         classes = np.argmax(logits, axis=-1)
         return classes.astype(np.uint8) if logits.shape[-1] <= 256 else classes
 
-    def _eval(self, op: Any, env: dict[int, np.ndarray]) -> np.ndarray:
+    def _eval(self, op: Any, env: dict[int, np.ndarray], parts: dict[int, list[np.ndarray]]) -> np.ndarray:
         model = self._model
         out = model.tensors[op.outputs[0]]
         if op.opcode_name == "RESIZE_BILINEAR":
@@ -121,8 +113,13 @@ class DeepLabTail:
                                    bool(opts.get("align_corners", False)),
                                    bool(opts.get("half_pixel_centers", False)))
         if op.opcode_name == "CONV_2D":
-            return self._convs[op.index](env[op.inputs[0]])
+            return self._convs[op.index](parts.get(op.inputs[0], [env[op.inputs[0]]]))
         args = [env[i] for i in op.inputs if i in env]
+        if op.opcode_name == "CONCATENATION" and \
+                int(op.builtin_options.get("axis", 0)) % len(out.shape) == len(out.shape) - 1:
+            blocks = concat_parts(model, op, [a[None] for a in args])
+            parts[op.outputs[0]] = [b[0] for b in blocks]
+            return np.concatenate(blocks, axis=-1)[0]
         if op.opcode_name in ("QUANTIZE", "DEQUANTIZE") and args[0].strides[:2] == (0, 0):
             # Element-wise op on a broadcast tile (the image-pooling branch): compute one pixel only.
             return np.broadcast_to(run_op(model, op, [args[0][None, :1, :1]])[0], args[0].shape)
@@ -141,7 +138,9 @@ class _Conv1x1:
         opts = op.builtin_options
         if opts.get("stride_h", 1) != 1 or opts.get("stride_w", 1) != 1:
             raise ModelFormatError(f"{where}: only stride 1 is supported")
-        in_scale, self.in_zp = per_tensor_quant(model, model.tensors[op.inputs[0]])
+        in_t = model.tensors[op.inputs[0]]
+        in_scale, self.in_zp = per_tensor_quant(model, in_t)
+        info_in = np.iinfo(in_t.dtype)
         out_t = model.tensors[op.outputs[0]]
         out_scale, self.out_zp = per_tensor_quant(model, out_t)
         wq = weights_t.quantization
@@ -149,6 +148,10 @@ class _Conv1x1:
         w_zps = np.asarray(wq.zero_point, dtype=np.int64).ravel()
         centred = weights.reshape(weights.shape[0], -1).astype(np.int64) - w_zps[:, None]
         self.weights_t = np.ascontiguousarray(centred.T.astype(np.float32))  # (in, out)
+        # |partial sum| bound per input-channel range: float32 sums are exact below 2^24.
+        span = np.int64(max(abs(info_in.max - self.in_zp), abs(info_in.min - self.in_zp)))
+        self._abs_cumsum = np.concatenate([np.zeros((1, centred.shape[0]), np.int64),
+                                           np.cumsum(np.abs(centred.T) * span, axis=0)])
         bias = model.buffer_data(model.tensors[op.inputs[2]]) if len(op.inputs) > 2 and op.inputs[2] >= 0 \
             else None
         self.bias = np.zeros(centred.shape[0], np.int64) if bias is None else bias.astype(np.int64)
@@ -175,14 +178,27 @@ class _Conv1x1:
         elif act != "NONE":
             raise ModelFormatError(f"{where}: fused activation {act} not supported")
         self.low, self.high = low, high
+        self.requantize = AccumulatorRequantizer(self.multiplier, self.shift, self.out_zp, low, high,
+                                                 self.dtype)
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        h, w, c = x.shape
-        centred = x.reshape(-1, c).astype(np.float32) - np.float32(self.in_zp)
-        # Integer products summed in float32: exact up to 2^24, ulp-level beyond (far below one output step).
-        acc = np.rint(centred @ self.weights_t).astype(np.int64) + self.bias
-        out = multiply_by_quantized_multiplier(acc, self.multiplier, self.shift) + self.out_zp
-        return np.clip(out, self.low, self.high).astype(self.dtype).reshape(h, w, -1)
+    def __call__(self, parts: list[np.ndarray]) -> np.ndarray:
+        """``parts``: the input's channel blocks in order, (h, w, c_i) each; blocks broadcast from one pixel
+        (an image-pooling tile) are multiplied once, not per pixel."""
+        h, w, _ = parts[0].shape
+        partials, first = [], 0
+        for part in parts:
+            c = part.shape[2]
+            weights = self.weights_t[first:first + c]
+            constant = part.strides[0] == 0 and part.strides[1] == 0
+            x = part[:1, :1] if constant else part
+            centred = x.reshape(-1, c).astype(np.float32) - np.float32(self.in_zp)
+            bound = (self._abs_cumsum[first + c] - self._abs_cumsum[first]).max(initial=0)
+            if bound < 1 << 24:  # integer products summed in float32: exact
+                partials.append(centred @ weights)
+            else:
+                partials.append(np.rint(centred.astype(np.float64) @ weights.astype(np.float64)))
+            first += c
+        return self.requantize(partials, self.bias).reshape(h, w, -1)
 
 
 def _ops_between(model: Any, boundary: list[int], argmax: Any) -> list[Any]:

@@ -46,6 +46,23 @@ def logistic_table(model: Any, op: Any) -> np.ndarray:
     return np.clip(out, info.min, info.max).astype(dtype)
 
 
+def concat_parts(model: Any, op: Any, args: list[np.ndarray]) -> list[np.ndarray]:
+    """A CONCATENATION's inputs rescaled to its output quantization, not yet joined. Inputs broadcast from
+    one value along some axes (stride 0, e.g. an image-pooling tile) are rescaled once and stay broadcast."""
+    out_tensor = model.tensors[op.outputs[0]]
+    if op.builtin_options.get("fused_activation_function", "NONE") != "NONE":
+        raise ModelFormatError(f"{model_label(model)}: fused activation on CONCATENATION not supported")
+    if out_tensor.dtype.kind == "f":
+        return list(args)
+    out_q = _quant(model, op.outputs[0])
+    parts = []
+    for a, i in zip(args, op.inputs, strict=True):
+        tile = tuple(slice(0, 1) if step == 0 else slice(None) for step in a.strides)
+        parts.append(np.broadcast_to(_requantize_float(a[tile], _quant(model, i), out_q, out_tensor.dtype),
+                                     a.shape))
+    return parts
+
+
 def run_op(model: Any, op: Any, args: list[np.ndarray]) -> np.ndarray:
     """Evaluate one small quantized op (RESHAPE, CONCATENATION, LOGISTIC, DEQUANTIZE, QUANTIZE)."""
     out_tensor = model.tensors[op.outputs[0]]
@@ -53,11 +70,7 @@ def run_op(model: Any, op: Any, args: list[np.ndarray]) -> np.ndarray:
     if name in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS"):
         return args[0].reshape(out_tensor.shape)
     if name == "CONCATENATION":
-        if op.builtin_options.get("fused_activation_function", "NONE") != "NONE":
-            raise ModelFormatError(f"{model_label(model)}: fused activation on CONCATENATION not supported")
-        out_q = _quant(model, op.outputs[0]) if out_tensor.dtype.kind != "f" else None
-        parts = [a if out_q is None else _requantize_float(a, _quant(model, i), out_q, out_tensor.dtype)
-                 for a, i in zip(args, op.inputs, strict=True)]
+        parts = concat_parts(model, op, args)
         return np.concatenate(parts, axis=int(op.builtin_options.get("axis", 0)) % len(out_tensor.shape))
     if name == "LOGISTIC":
         if out_tensor.dtype.kind == "f":
@@ -89,21 +102,20 @@ def quantize_multiplier(real: float) -> tuple[int, int]:
 def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: np.ndarray | int,
                                      shift: np.ndarray | int) -> np.ndarray:
     """TFLite's MultiplyByQuantizedMultiplier on int64 arrays (``multiplier``/``shift`` scalars or broadcast
-    per output channel): SaturatingRoundingDoublingHighMul then RoundingDivideByPOT."""
+    per output channel), for |x << left shift| < 2^31.
+
+    SaturatingRoundingDoublingHighMul(a, m) is round-half-up of a*m / 2^31 (its nudge of 1 - 2^30 for
+    negative products plus C++'s truncating division is a floor of p + 2^30); RoundingDivideByPOT rounds
+    halves away from zero, i.e. up for positives and down for negatives. Both as floor shifts on int64.
+    """
     multiplier = np.asarray(multiplier, dtype=np.int64)
     shift = np.asarray(shift, dtype=np.int64)
-    if shift.ndim == 0:
-        left, right = max(int(shift), 0), max(-int(shift), 0)
-    else:
-        left, right = np.maximum(shift, 0), np.maximum(-shift, 0)
-    prod = (x.astype(np.int64) << left) * multiplier
-    negative = prod < 0
-    # (prod + nudge) / 2^31 with C++'s truncating division: floor-shift after adding 2^31 - 1 to negatives.
-    nudged = prod + (1 << 30) - negative * ((1 << 31) - 1)
-    high = (nudged + (nudged < 0) * ((1 << 31) - 1)) >> 31
-    mask = (np.int64(1) << right) - 1
-    threshold = (mask >> 1) + (high < 0)
-    return (high >> right) + ((high & mask) > threshold)
+    left, right = np.maximum(shift, 0), np.maximum(-shift, 0)
+    high = ((x.astype(np.int64) << left) * multiplier + (1 << 30)) >> 31
+    if not right.any():
+        return high
+    half = (np.int64(1) << right) >> 1  # 0 where right == 0
+    return (high + half - ((high < 0) & (right > 0))) >> right
 
 
 def requantize(q: np.ndarray, in_q: tuple[np.float32, int], out_q: tuple[np.float32, int],
@@ -113,3 +125,53 @@ def requantize(q: np.ndarray, in_q: tuple[np.float32, int], out_q: tuple[np.floa
     value = multiply_by_quantized_multiplier(q.astype(np.int64) - in_q[1], multiplier, shift) + out_q[1]
     info = np.iinfo(dtype)
     return np.clip(value, info.min, info.max).astype(dtype)
+
+
+class AccumulatorRequantizer:
+    """Int32 accumulators -> 8-bit outputs (per-channel ``multiplier``/``shift``, zero point, clamp), as
+    MultiplyByQuantizedMultiplier + offset + clamp, but mostly in float32.
+
+    The fixed-point path rounds twice (to 2^-right, then to 1), so it equals round(acc * real) except where
+    acc * real lies within 2^-(right + 1) of a half; float32 adds at most |y| * 2^-22 of error, and values
+    beyond +-2^10 clamp whatever their rounding (8-bit outputs). Only elements in that band (a few percent)
+    are recomputed with the exact integer path.
+    """
+
+    LIMIT = np.float32(1024.0)
+
+    def __init__(self, multiplier: np.ndarray, shift: np.ndarray, zero_point: int, low: int, high: int,
+                 dtype: np.dtype) -> None:
+        if np.dtype(dtype).itemsize != 1:
+            raise ModelFormatError(f"accumulator requantization to {np.dtype(dtype)} is not supported")
+        self.multiplier = np.asarray(multiplier, dtype=np.int64)
+        self.shift = np.asarray(shift, dtype=np.int64)
+        self.real = (self.multiplier * np.exp2(self.shift.astype(np.float64) - 31)).astype(np.float32)
+        right = np.maximum(-self.shift, 0)
+        band = np.where(right > 0, np.exp2(-(right + 1.0)), 0.0) + 2.0 ** -10
+        self.edge = (0.5 - band).astype(np.float32)
+        self.zero_point, self.low, self.high, self.dtype = zero_point, low, high, np.dtype(dtype)
+
+    def __call__(self, partials: list[np.ndarray], bias: np.ndarray) -> np.ndarray:
+        """``partials``: float32 arrays of exact integer partial sums broadcasting to (N, channels), the
+        accumulator being their sum plus the int64 ``bias``. Returns (N, channels) of ``dtype``."""
+        full, *rest = sorted(partials, key=lambda p: -p.shape[0])  # start from a full-size block
+        y = full + bias.astype(full.dtype)
+        for p in rest:
+            y += p
+        y *= self.real
+        np.minimum(y, self.LIMIT, out=y)  # far-out values clamp anyway; keeps them out of the band
+        np.maximum(y, -self.LIMIT, out=y)
+        rounded = y + np.float32(0.5)
+        np.floor(rounded, out=rounded)
+        y -= rounded  # in [-0.5, 0.5)
+        near = np.abs(y, out=y) >= self.edge
+        rows, cols = np.nonzero(near)
+        if rows.size:
+            exact = bias[cols].astype(np.int64)
+            for p in partials:
+                exact += p[rows if p.shape[0] > 1 else 0, cols].astype(np.int64)
+            rounded[rows, cols] = multiply_by_quantized_multiplier(exact, self.multiplier[cols],
+                                                                   self.shift[cols])
+        rounded += np.float32(self.zero_point)
+        np.minimum(rounded, self.high, out=rounded)
+        return np.maximum(rounded, self.low, out=rounded).astype(self.dtype)
