@@ -63,38 +63,62 @@ def decode_boxes(encodings: np.ndarray, anchors: np.ndarray, o: SsdOptions) -> n
     return np.stack([yc - half_h, xc - half_w, yc + half_h, xc + half_w], axis=1)
 
 
+def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU of every box of ``a`` (N, 4) with every box of ``b`` (M, 4), ymin/xmin/ymax/xmax, in float32 with
+    the op's expression order; 0 when either box has no positive area."""
+    a_ymin, a_xmin, a_ymax, a_xmax = (v[:, None] for v in a.T)
+    b_ymin, b_xmin, b_ymax, b_xmax = b.T
+    zero = np.float32(0.0)
+    area_a = (a_ymax - a_ymin) * (a_xmax - a_xmin)
+    area_b = (b_ymax - b_ymin) * (b_xmax - b_xmin)
+    inter = (np.maximum(np.minimum(a_ymax, b_ymax) - np.maximum(a_ymin, b_ymin), zero)
+             * np.maximum(np.minimum(a_xmax, b_xmax) - np.maximum(a_xmin, b_xmin), zero))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        iou = inter / (area_a + area_b - inter)
+    return np.where((area_a > zero) & (area_b > zero), iou, zero)
+
+
+def _greedy_keep(overlaps: np.ndarray, suppressed: np.ndarray) -> np.ndarray:
+    """Which of K ranked boxes greedy NMS keeps: box i is kept unless already ``suppressed`` or a kept box
+    j < i overlaps it. That recurrence has one solution; iterating it from "keep all" reaches it after as
+    many rounds as the longest suppression chain (a few), each one vectorised over the K x K matrix."""
+    later = overlaps & np.tri(overlaps.shape[0], k=-1, dtype=bool).T  # [j, i]: j ranked above i
+    keep = ~suppressed
+    while True:
+        updated = ~suppressed & ~(later & keep[:, None]).any(axis=0)
+        if np.array_equal(updated, keep):
+            return keep
+        keep = updated
+
+
 def nms_single_class(boxes: np.ndarray, scores: np.ndarray, max_out: int, score_threshold: float,
                      iou_threshold: float) -> np.ndarray:
     """Greedy NMS as the op does it; returns selected box indices in decreasing score order (stable ties).
 
-    Boxes above the score threshold are sorted once; each pick suppresses every later box whose IoU with it
-    exceeds the threshold (IoU in float32, 0 when either box has no positive area).
+    A box is kept unless its IoU with a kept, higher-ranked box exceeds the threshold, so its fate depends
+    only on boxes ranked above it: the ranked list is processed in chunks of a few times ``max_out``
+    (usually one chunk suffices), each with one IoU matrix against itself and the boxes kept so far.
     """
     keep = np.flatnonzero(scores >= np.float32(score_threshold))
     order = keep[np.argsort(-scores[keep], kind="stable")]
-    ymin, xmin, ymax, xmax = np.ascontiguousarray(boxes[order].T)
-    area = (ymax - ymin) * (xmax - xmin)
-    valid = area > 0
-    active = np.ones(order.size, dtype=bool)
     threshold = np.float32(iou_threshold)
-    zero = np.float32(0.0)
-    selected: list[int] = []
-    i = 0
-    limit = min(max_out, order.size)
-    while len(selected) < limit and i < order.size:
-        if not active[i]:
-            i += int(np.argmax(active[i:])) if active[i:].any() else order.size
-            continue
-        selected.append(int(order[i]))
-        if valid[i]:
-            j = slice(i + 1, None)
-            inter = (np.maximum(np.minimum(ymax[i], ymax[j]) - np.maximum(ymin[i], ymin[j]), zero)
-                     * np.maximum(np.minimum(xmax[i], xmax[j]) - np.maximum(xmin[i], xmin[j]), zero))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                iou = inter / (area[i] + area[j] - inter)
-            active[j] &= ~((iou > threshold) & valid[j])
-        i += 1
-    return np.asarray(selected, dtype=np.int64)
+    chunk = max(4 * max_out, 32)
+    selected: list[np.ndarray] = []
+    count = 0
+    kept_boxes = np.empty((0, 4), dtype=np.float32)
+    for first in range(0, order.size, chunk):
+        ids = order[first:first + chunk]
+        ranked = boxes[ids]
+        suppressed = (iou_matrix(ranked, kept_boxes) > threshold).any(axis=1) if count else \
+            np.zeros(ids.size, dtype=bool)
+        new = np.flatnonzero(_greedy_keep(iou_matrix(ranked, ranked) > threshold, suppressed))
+        new = new[:max_out - count]
+        selected.append(ids[new])
+        count += new.size
+        if count >= max_out:
+            break
+        kept_boxes = np.concatenate([kept_boxes, ranked[new]])
+    return np.concatenate(selected) if selected else np.empty(0, dtype=np.int64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,20 +262,20 @@ class SsdDecoder:
         best_raw = raw_scores.max(axis=1)
         src = fused.row_source[1]
         best = fused.tables[1][src, best_raw]
-        # First class reaching the best *value* (several raw bytes can map to the same value).
-        best_class = np.argmax(raw_scores >= fused.tie_floor[1][src, best_raw][:, None], axis=1)
         candidates = np.flatnonzero(best >= np.float32(o.nms_score_threshold))
         enc = fused.tables[0][fused.row_source[0][candidates, None], raw_boxes[candidates, :4]]
-        boxes = np.zeros((best.size, 4), dtype=np.float32)
-        boxes[candidates] = decode_boxes(enc, self.anchors[candidates], o)
-        scores = np.zeros(best.size, dtype=np.float32)
-        scores[candidates] = best[candidates]
-        sel = nms_single_class(boxes, scores, o.max_detections, o.nms_score_threshold, o.nms_iou_threshold)
+        boxes = decode_boxes(enc, self.anchors[candidates], o)
+        sel = nms_single_class(boxes, best[candidates], o.max_detections, o.nms_score_threshold,
+                               o.nms_iou_threshold)
+        rows = candidates[sel]
+        # First class reaching the best *value* (several raw bytes can map to the same value).
+        floor = fused.tie_floor[1][src[rows], best_raw[rows]]
+        best_class = np.argmax(raw_scores[rows] >= floor[:, None], axis=1)
         out_boxes = np.zeros((o.max_detections, 4), dtype=np.float32)
         out_classes = np.zeros(o.max_detections, dtype=np.float32)
         out_scores = np.zeros(o.max_detections, dtype=np.float32)
         n = sel.size
-        out_boxes[:n], out_classes[:n], out_scores[:n] = boxes[sel], best_class[sel], best[sel]
+        out_boxes[:n], out_classes[:n], out_scores[:n] = boxes[sel], best_class, best[rows]
         return RawDetections(out_boxes, out_classes, out_scores, n)
 
     def decode(self, outputs: Mapping[str, np.ndarray]) -> list[Detection]:

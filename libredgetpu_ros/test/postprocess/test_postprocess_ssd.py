@@ -9,7 +9,7 @@ import pytest
 from ai_edge_litert.interpreter import Interpreter
 from libredgetpu_ros.errors import InputError, ModelFormatError
 from libredgetpu_ros.formats import load_model
-from libredgetpu_ros.postprocess.ssd import SsdDecoder, decode_boxes, postprocess
+from libredgetpu_ros.postprocess.ssd import SsdDecoder, decode_boxes, nms_single_class, postprocess
 
 HEAD = "ssd/ssd_mobilenet_v1_coco_quant_postprocess_head_layers.tflite"
 SEGMENT_1 = "ssd/ssd_mobilenet_v2_coco_quant_postprocess_segment_1_of_2_edgetpu.tflite"
@@ -124,3 +124,49 @@ def test_bad_input(head, fixture_path):
         decoder.decode(feed)
     with pytest.raises(ModelFormatError, match="TFLite_Detection_PostProcess"):
         SsdDecoder.from_model(load_model(fixture_path("classify/mobilenet_v1_0.25_128_quant.tflite")))
+
+
+def _greedy_nms_scalar(boxes, scores, max_out, score_threshold, iou_threshold):
+    """The op's NonMaxSuppressionSingleClassHelper loop, box by box in float32 (the reference)."""
+    f = np.float32
+    above = [i for i in range(len(scores)) if scores[i] >= f(score_threshold)]
+    order = sorted(above, key=lambda i: -scores[i])  # stable, like the op's sort
+    active = [True] * len(order)
+    selected = []
+    for a, i in enumerate(order):
+        if len(selected) >= max_out:
+            break
+        if not active[a]:
+            continue
+        selected.append(i)
+        for b in range(a + 1, len(order)):
+            if not active[b]:
+                continue
+            bi, bj = boxes[i], boxes[order[b]]
+            area_i = (bi[2] - bi[0]) * (bi[3] - bi[1])
+            area_j = (bj[2] - bj[0]) * (bj[3] - bj[1])
+            if area_i <= 0 or area_j <= 0:
+                continue
+            inter = (max(min(bi[2], bj[2]) - max(bi[0], bj[0]), f(0))
+                     * max(min(bi[3], bj[3]) - max(bi[1], bj[1]), f(0)))
+            if inter / (area_i + area_j - inter) > f(iou_threshold):
+                active[b] = False
+    return selected
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_chunked_nms_equals_scalar_greedy(seed):
+    """Clusters of near-duplicate boxes (long suppression chains, many chunks before max_out is reached),
+    empty boxes and score ties."""
+    rng = np.random.default_rng(seed)
+    centres = rng.random((12, 2)).astype(np.float32)
+    n = 700
+    c = centres[rng.integers(0, len(centres), n)] + rng.normal(0, 0.02, (n, 2)).astype(np.float32)
+    size = rng.uniform(0.05, 0.3, (n, 2)).astype(np.float32)
+    boxes = np.concatenate([c - size / 2, c + size / 2], axis=1).astype(np.float32)
+    flat = rng.random(n) < 0.05
+    boxes[flat, 2] = boxes[flat, 0]  # zero height: IoU 0 with everything
+    scores = np.round(rng.random(n), 2).astype(np.float32)  # ties
+    for max_out, iou in ((20, 0.6), (100, 0.3), (5, 0.9)):
+        ours = nms_single_class(boxes, scores, max_out, 0.1, iou)
+        assert ours.tolist() == _greedy_nms_scalar(boxes, scores, max_out, 0.1, iou), (max_out, iou)
