@@ -12,11 +12,14 @@ counted under a short cause, logged once per cause, and skipped; the bag is proc
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import queue
 import sys
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,6 +139,96 @@ def _pick_topics(image_topics: dict[str, list[str]], wanted: list[str] | None, n
                      f"the image topics: {', '.join(image_topics) or 'none'}")
 
 
+@dataclass
+class _Decoded:
+    """One input message, decoded the way the node decodes it, or why it could not be."""
+
+    timestamp: int
+    where: str
+    header: Any = None  # std_msgs/Header (rclpy)
+    rgb: Any = None
+    cause: str = ""
+    problem: str = ""
+
+
+def _decode(conn: Any, timestamp: int, raw: bytes) -> _Decoded:
+    """Raw CDR -> header + RGB pixels with the node's decoders (``image_msgs``); rclpy parses the message
+    unless it is a well-formed little-endian Image, which is viewed in place (``cdr_image``)."""
+    from builtin_interfaces.msg import Time
+    from rclpy.serialization import deserialize_message
+    from sensor_msgs.msg import CompressedImage, Image
+    from std_msgs.msg import Header
+
+    from libredgetpu_ros.bags.cdr_image import parse_image
+    from libredgetpu_ros.ros.image_msgs import BadImage, image_to_rgb, to_rgb
+
+    where = f"{conn.topic} at {timestamp}"
+    cls = {IMAGE_TYPES[0]: Image, IMAGE_TYPES[1]: CompressedImage}.get(conn.msgtype)
+    if cls is None:
+        return _Decoded(timestamp, where, cause="unsupported_type",
+                        problem=f"{where}: {conn.msgtype} is not an image type")
+    view = parse_image(raw) if cls is Image else None
+    try:
+        if view is not None:
+            header = Header(stamp=Time(sec=view.sec, nanosec=view.nanosec), frame_id=view.frame_id)
+            return _Decoded(timestamp, where, header=header, rgb=image_to_rgb(view))
+        try:
+            msg = deserialize_message(raw, cls)
+        except Exception as exc:  # rclpy raises its (unexported) RMWError on malformed CDR
+            return _Decoded(timestamp, where, cause="corrupt", problem=f"{where}: {exc}")
+        return _Decoded(timestamp, where, header=msg.header, rgb=to_rgb(msg))
+    except BadImage as exc:
+        return _Decoded(timestamp, where, cause=exc.cause, problem=f"{where}: {exc}")
+
+
+class _Prefetcher:
+    """Reads and decodes the next frames in a thread while the pipeline runs on the current one, so bag I/O,
+    CDR decoding and JPEG decoding overlap inference instead of adding to it (a bounded queue of
+    ``depth`` frames keeps memory flat). Iterate it inside ``with``; an error in the thread is re-raised."""
+
+    _END = object()
+
+    def __init__(self, reader: Any, connections: list[Any], depth: int = 2) -> None:
+        self._reader, self._connections = reader, connections
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bag-prefetch", daemon=True)
+
+    def __enter__(self) -> _Prefetcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        while self._thread.is_alive():  # unblock a put() waiting on a full queue
+            with contextlib.suppress(queue.Empty):
+                self._queue.get_nowait()
+            self._thread.join(timeout=0.05)
+
+    def __iter__(self) -> Iterator[_Decoded]:
+        while (item := self._queue.get()) is not self._END:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def _put(self, item: Any) -> bool:
+        while not self._stop.is_set():
+            with contextlib.suppress(queue.Full):
+                self._queue.put(item, timeout=0.1)
+                return True
+        return False
+
+    def _run(self) -> None:
+        try:
+            for conn, timestamp, raw in self._reader.messages(connections=self._connections):
+                if not self._put(_decode(conn, timestamp, raw)):
+                    return
+        except BaseException as exc:  # surfaced in the consuming thread
+            self._put(exc)
+            return
+        self._put(self._END)
+
+
 class BagProcessor:
     """One input bag -> one output bag; ``run()`` returns the summary. ``on_frame`` (optional) is called
     after every frame, e.g. to advance a progress bar."""
@@ -179,51 +272,38 @@ class BagProcessor:
             bar = stack.enter_context(tqdm(total=sum(c.msgcount for c in connections), unit="frame",
                                            desc="process-bag", file=sys.stderr,
                                            disable=None if progress is None else not progress))
+            typestore()  # built once (~0.5 s) before the clock starts: fps is the steady rate
             start = time.perf_counter()
-            for conn, timestamp, raw in reader.messages(connections=connections):
-                self._frame(summary, pipeline, writer, conn, timestamp, raw)
+            for frame in stack.enter_context(_Prefetcher(reader, connections)):
+                self._frame(summary, pipeline, writer, frame)
                 bar.update(1)
             summary.elapsed_s = time.perf_counter() - start
         return summary
 
-    def _frame(self, summary: ProcessSummary, pipeline: Any, writer: Any, conn: Any, timestamp: int,
-               raw: bytes) -> None:
-        """One input message -> its result messages in ``writer`` (or one counted failure)."""
-        from rclpy.serialization import deserialize_message, serialize_message
-        from sensor_msgs.msg import CompressedImage, Image
+    def _frame(self, summary: ProcessSummary, pipeline: Any, writer: Any, frame: _Decoded) -> None:
+        """One decoded input frame -> its result messages in ``writer`` (or one counted failure)."""
+        from rclpy.serialization import serialize_message
 
         from libredgetpu_ros.ros.conversions import result_messages
-        from libredgetpu_ros.ros.image_msgs import BadImage, to_rgb
 
         summary.frames += 1
-        where = f"{conn.topic} at {timestamp}"
-        cls = {IMAGE_TYPES[0]: Image, IMAGE_TYPES[1]: CompressedImage}.get(conn.msgtype)
-        if cls is None:
-            self._fail(summary, "unsupported_type", f"{where}: {conn.msgtype} is not an image type")
+        if frame.cause:
+            self._fail(summary, frame.cause, frame.problem)
             return
         try:
-            msg = deserialize_message(bytes(raw), cls)
-        except Exception as exc:  # rclpy raises its (unexported) RMWError on malformed CDR
-            self._fail(summary, "corrupt", f"{where}: {exc}")
-            return
-        try:
-            rgb = to_rgb(msg)
-            result = pipeline.process(rgb)
-        except BadImage as exc:
-            self._fail(summary, exc.cause, f"{where}: {exc}")
-            return
+            result = pipeline.process(frame.rgb)
         except ImageError as exc:
-            self._fail(summary, "image", f"{where}: {exc}")
+            self._fail(summary, "image", f"{frame.where}: {exc}")
             return
         # DeviceError / BackendError propagate: the model cannot run any more (the node stops too).
         summary.processed += 1
-        for topic, out_msg in result_messages(msg.header, rgb, result, self.config.params):
+        for topic, out_msg in result_messages(frame.header, frame.rgb, result, self.config.params):
             out_conn = self._out_conns.get(topic)
             if out_conn is None:
                 out_conn = self._out_conns[topic] = writer.add_connection(
                     self.config.resolve(topic), _type_name(self._out_types[topic]), typestore=typestore(),
                     offered_qos_profiles=[reliable_qos(5)])
-            writer.write(out_conn, timestamp, serialize_message(out_msg))
+            writer.write(out_conn, frame.timestamp, serialize_message(out_msg))
             summary.written += 1
 
     def _fail(self, summary: ProcessSummary, cause: str, message: str) -> None:
