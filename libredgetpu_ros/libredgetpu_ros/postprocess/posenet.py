@@ -14,6 +14,7 @@ priority queue pops keypoints never changes a keypoint's position; only parents 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -103,6 +104,10 @@ def _walk_schedules() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 
 _PARENTS, _CHILDREN, _MID_CHANNELS, _DEPTH = _walk_schedules()
+# Per (root, step): parent, child, mid-offset y/x channels, short-offset y/x channels of the child.
+_STEPS = np.concatenate([_PARENTS[..., None], _CHILDREN[..., None], _MID_CHANNELS, _CHILDREN[..., None],
+                         NUM_KEYPOINTS + _CHILDREN[..., None]], axis=-1)
+_KEYPOINT_IDS = np.arange(NUM_KEYPOINTS)
 
 
 def _logodds(p: float) -> np.float32:
@@ -124,21 +129,30 @@ class _Sampler:
     """
 
     def __init__(self, tensor: np.ndarray) -> None:
-        padded = np.pad(np.asarray(tensor, dtype=np.float32), ((0, 1), (0, 1), (0, 0)), mode="edge")
-        _, wp, c = padded.shape
+        h, w, c = tensor.shape
+        padded = np.empty((h + 1, w + 1, c), dtype=np.float32)
+        padded[:h, :w] = tensor
+        padded[h, :w] = tensor[h - 1]
+        padded[:, w] = padded[:, w - 1]
         self.flat = padded.ravel()
-        self.strides = np.array([wp * c, c], dtype=np.intp)
-        self.corners = np.array([[0, c], [wp * c, wp * c + c]], dtype=np.intp)[None, :, :, None]
+        self.strides = np.array([(w + 1) * c, c], dtype=np.intp)
+        self.corners = np.array([[0, c], [(w + 1) * c, (w + 1) * c + c]], dtype=np.intp)[None, :, :, None]
 
-    def __call__(self, points: np.ndarray, channels: np.ndarray) -> np.ndarray:
-        """``points``: (B, 2) y/x in the grid; ``channels``: (B, k). Returns (B, k) float32."""
-        low = np.floor(points)
-        lerp = (points - low)[:, :, None, None]  # (B, 2, 1, 1): y and x weights
+    def offsets(self, channels: np.ndarray) -> np.ndarray:
+        """Flat offsets of the 4 corners x ``channels`` (B, k) from a cell's origin: (B, 2, 2, k). Computed
+        once per batch of points and reused while the points move."""
+        return self.corners + channels[:, None, None, :]
+
+    def __call__(self, points: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        """``points``: (B, 2) y/x in the grid (>= 0); returns (B, k) float32, k from ``offsets``."""
+        lerp, low = np.modf(points)  # exact for non-negative points: (points - floor, floor)
         rest = np.float32(1.0) - lerp
-        base = low.astype(np.intp) @ self.strides
-        v = self.flat[(base[:, None, None, None] + self.corners) + channels[:, None, None, :]]  # (B, 2, 2, k)
-        rows = rest[:, 1] * v[:, :, 0] + lerp[:, 1] * v[:, :, 1]  # along x, for the top and bottom rows
-        return rest[:, 0, 0] * rows[:, 0] + lerp[:, 0, 0] * rows[:, 1]
+        v = self.flat[offsets + (low.astype(np.intp) @ self.strides)[:, None, None, None]]  # (B, 2, 2, k)
+        rows = rest[:, 1, None, None] * v[:, :, 0]  # along x, for the top and bottom rows
+        rows += lerp[:, 1, None, None] * v[:, :, 1]
+        out = rest[:, 0, None] * rows[:, 0]
+        out += lerp[:, 0, None] * rows[:, 1]
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,20 +173,23 @@ def find_candidates(logits: np.ndarray, shorts: np.ndarray, min_logit: np.float3
     scores (M,)), sorted by decreasing score.
     """
     h, w, _ = logits.shape
-    padded = np.pad(logits, ((radius, radius), (radius, radius), (0, 0)), constant_values=-np.inf)
-    window_max = logits.copy()
-    for dy in range(2 * radius + 1):
-        for dx in range(2 * radius + 1):
-            np.maximum(window_max, padded[dy:dy + h, dx:dx + w], out=window_max)
+    window_max = logits.copy()  # separable max filter: rows, then columns (max is exact in any order)
+    for axis in (0, 1):
+        source = window_max.copy()
+        for shift in range(1, radius + 1):
+            lead = [slice(None)] * 3
+            lag = [slice(None)] * 3
+            lead[axis], lag[axis] = slice(shift, None), slice(None, -shift)
+            np.maximum(window_max[tuple(lead)], source[tuple(lag)], out=window_max[tuple(lead)])
+            np.maximum(window_max[tuple(lag)], source[tuple(lead)], out=window_max[tuple(lag)])
     ys, xs, ids = np.nonzero((logits >= min_logit) & (logits >= window_max))
     scores = logits[ys, xs, ids]
     order = np.argsort(-scores, kind="stable")
     ys, xs, ids, scores = ys[order], xs[order], ids[order], scores[order]
-    points = np.stack([
-        np.clip(ys + shorts[ys, xs, ids], 0.0, h - 1.0),
-        np.clip(xs + shorts[ys, xs, NUM_KEYPOINTS + ids], 0.0, w - 1.0),
-    ], axis=1).astype(np.float32)
-    return points, ids, scores
+    points = np.empty((ids.size, 2), dtype=np.float32)
+    points[:, 0] = ys + shorts[ys, xs, ids]
+    points[:, 1] = xs + shorts[ys, xs, NUM_KEYPOINTS + ids]
+    return _clamp(points, np.array([h - 1.0, w - 1.0], dtype=np.float32)), ids, scores
 
 
 def _clamp(points: np.ndarray, high: np.ndarray) -> np.ndarray:
@@ -186,27 +203,30 @@ def _decode_batch(roots: np.ndarray, root_ids: np.ndarray, heat: _Sampler, short
     """Walk the pose tree from a batch of roots; returns (keypoints (B, 17, 2) y/x grid, logits (B, 17)).
 
     All edges at the same depth of their root's tree are independent, so each depth level is one
-    vectorised step over every (root, edge) pair of the batch (at most 8 levels instead of 16 edges).
+    vectorised step over every (root, edge) pair of the batch (at most 8 levels instead of 16 edges). The
+    heatmap is sampled once at the end, at all keypoints of all roots.
     """
     b = roots.shape[0]
     points = np.empty((b, NUM_KEYPOINTS, 2), dtype=np.float32)
-    logits = np.empty((b, NUM_KEYPOINTS), dtype=np.float32)
     rows = np.arange(b)
     points[rows, root_ids] = roots
-    logits[rows, root_ids] = heat(roots, root_ids[:, None])[:, 0]
     depth = _DEPTH[root_ids]
-    for level in range(1, int(depth.max(initial=0)) + 1):
-        r, step = np.nonzero(depth == level)
-        root = root_ids[r]
-        child = _CHILDREN[root, step]
-        pos = points[r, _PARENTS[root, step]]
-        pos = _clamp(pos + mids(pos, _MID_CHANNELS[root, step]), high)
-        short_ch = np.stack([child, NUM_KEYPOINTS + child], axis=1)
+    # (root, step) pairs grouped by depth level, in one sort instead of one search per level.
+    by_level = np.argsort(depth, axis=None, kind="stable")
+    bounds = np.searchsorted(depth.ravel()[by_level], np.arange(1, int(depth.max(initial=0)) + 2))
+    for first, last in itertools.pairwise(bounds):
+        r, step = np.divmod(by_level[first:last], NUM_KEYPOINTS - 1)
+        steps = _STEPS[root_ids[r], step]
+        pos = points[r, steps[:, 0]]
+        pos += mids(pos, mids.offsets(steps[:, 2:4]))
+        _clamp(pos, high)
+        short_offsets = shorts.offsets(steps[:, 4:6])
         for _ in range(REFINEMENT_STEPS):
-            pos = _clamp(pos + shorts(pos, short_ch), high)
-        points[r, child] = pos
-        logits[r, child] = heat(pos, child[:, None])[:, 0]
-    return points, logits
+            pos += shorts(pos, short_offsets)
+            _clamp(pos, high)
+        points[r, steps[:, 1]] = pos
+    logits = heat(points.reshape(-1, 2), heat.offsets(np.tile(_KEYPOINT_IDS, (b, 1)).reshape(-1, 1)))
+    return points, logits.reshape(b, NUM_KEYPOINTS)
 
 
 def decode_poses(heatmap_logits: np.ndarray, short_offsets: np.ndarray, mid_offsets: np.ndarray,
@@ -239,18 +259,20 @@ def decode_poses(heatmap_logits: np.ndarray, short_offsets: np.ndarray, mid_offs
         alive[todo] = False
         points, logits = _decode_batch(cand_points[todo], cand_ids[todo], heat, shorts, mids, high)
         scores = _sigmoid(logits)
-        instance = scores.mean(axis=1, dtype=np.float32)
-        for i, cand in enumerate(todo):
-            if count == options.max_detections:
+        accept = scores.mean(axis=1, dtype=np.float32) >= threshold
+        # Replay the C++ root loop over the batch: only accepted poses change later decisions, so loop over
+        # those (<= max_detections), each one suppressing the later roots near its same keypoint.
+        roots, root_ids = cand_points[todo], cand_ids[todo]
+        while count < options.max_detections:
+            pick = np.flatnonzero(accept)
+            if pick.size == 0:
                 break
-            root_id = cand_ids[cand]
-            if count:  # earlier roots of this batch may have been accepted meanwhile
-                d = poses[:count, root_id] - cand_points[cand]
-                if ((d * d).sum(-1) <= sq_radius).any():
-                    continue
-            if instance[i] >= threshold:
-                poses[count], kp_scores[count] = points[i], scores[i]
-                count += 1
+            i = pick[0]
+            poses[count], kp_scores[count] = points[i], scores[i]
+            count += 1
+            delta = points[i, root_ids] - roots
+            accept &= (delta * delta).sum(-1) > sq_radius
+            accept[:i + 1] = False
     poses, kp_scores = poses[:count], kp_scores[:count]
     final = _soft_keypoint_nms(poses, kp_scores, sq_radius)
     order = np.argsort(-final, kind="stable")
