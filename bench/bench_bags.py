@@ -32,7 +32,17 @@ CONFIGS = {
     "classify": ("classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite", ["classification"],
                  {"score_threshold": 0.0, "top_k": 3, "max_results": 3}),
 }
+REPEATS = 3  # best of
 MAX_CAMERA_FPS = 60.0  # live input rate cap (fast models): a camera rate one replay process sustains
+NOTES = """Notes. The machine's 2 cores are shared with other jobs: ratios move by +-10-15% from run to run
+(a ratio above 1 is such noise). Live classification is capped by its input (60 fps camera), not by the
+node. Offline, the bag read (rosbags' pure-Python reader, ~1 ms per 640x480 frame) and inference share the
+GIL, so the prefetch thread hides reading only partly; writing results (CDR + mcap) adds the rest.
+PoseNet-sized models meet the target; a 0.25-width MobileNet at 400+ fps (~2 ms per frame) does not, as
+the read is half its inference time (a reader process instead of a thread would be the next step).
+rclpy's own Image deserializer (a copy into array.array, ~2 ms per 640x480 frame) is kept off the hot
+path: well-formed little-endian Images are viewed in place (`bags/cdr_image.py`), anything else goes
+through rclpy."""
 IMAGES = ["images/cat.bmp", "images/grace_hopper.bmp", "images/test_couple.jpg"]
 
 
@@ -186,8 +196,13 @@ def main() -> int:
     rows = []
     for task in CONFIGS:
         config = _bringup(tmp, task)
+        # Alternate the two measurements and keep each one's best: other jobs share the 2 cores, and any
+        # single run can land in a busy moment.
         base = baseline_fps(config, frames)
-        off = offline_fps(bag, config, tmp / f"out_{task}")
+        off = offline_fps(bag, config, tmp / f"out_{task}_0")
+        for i in range(1, REPEATS):
+            base = max(base, baseline_fps(config, frames))
+            off = max(off, offline_fps(bag, config, tmp / f"out_{task}_{i}"))
         rate = min(2.0 * base, MAX_CAMERA_FPS) / 10.0  # the bag is 10 Hz: 2x the pipeline's own rate
         live, received = live_fps(bag, config, task, rate, len(frames), env, tmp)
         rows.append((task, base, off, live, received, 10.0 * rate))
@@ -202,6 +217,8 @@ def main() -> int:
         f"`bench/bench_bags.py`, {time.strftime('%Y-%m-%d')}, {platform.machine()}, {os.cpu_count()} cores "
         f"(shared with other jobs), CPU backend (LiteRT), one bag of {len(frames)} rgb8 frames "
         f"({', '.join(sizes)}; the three fixture images looped).",
+        "",
+        f"Pipeline and offline measured alternately {REPEATS} times, best of each.",
         "",
         "- **pipeline**: `PerceptionPipeline.process` alone on frames already in memory (the baseline);",
         f"- **read + decode**: the bag read and CDR-decoded to pixels, no inference: {io_fps:.0f} fps",
@@ -219,9 +236,13 @@ def main() -> int:
     for task, base, off, live, received, fps_in in rows:
         lines.append(f"| {task} | {base:.1f} | {off:.1f} | {off / base:.2f} | {live:.1f} | {live / base:.2f} "
                      f"| {received} of {len(frames)} at {fps_in:.1f} fps in |")
-    worst = min(off / base for _, base, off, *_ in rows)
-    lines += ["", f"Target: offline within 10% of the pipeline's own throughput -> worst ratio {worst:.2f} "
-              f"({'met' if worst >= 0.9 else 'NOT met'}).", ""]
+    lines += ["", "Target: offline within 10% of the pipeline's own throughput:"]
+    for task, base, off, *_ in rows:
+        serial = 1.0 / (1.0 / base + 1.0 / io_fps)
+        verdict = "met" if off / base >= 0.9 else "not met"
+        lines.append(f"- {task}: {off / base:.2f} ({verdict}); read + decode + inference back to back, "
+                     f"writing not counted: {serial:.1f} fps ({serial / base:.2f}).")
+    lines += ["", NOTES, ""]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text("\n".join(lines))
     print(f"wrote {RESULTS}")
