@@ -1,6 +1,11 @@
 """Time each CPU post-processor next to LiteRT running the same op chain, in the same run.
 
-    .venv/bin/python bench/bench_postprocess.py  ->  bench/results/postprocess.md
+    .venv/bin/python bench/bench_postprocess.py [--baseline REV]  ->  bench/results/postprocess.md
+
+With ``--baseline REV`` the package as of git revision REV is extracted to a temporary directory and both
+versions run in child processes, alternately, ``--rounds`` times each (interleaved, so load on the shared
+machine hits both alike); every step reports the best of the per-round medians. Children run with one BLAS
+thread (LiteRT is timed with one thread too).
 
 PoseNet: our decoder on the boundary tensors of test_couple.jpg (LiteRT cannot run PosenetDecoderOp, so the
 baseline column shows LiteRT's backbone for scale). SSD: our decoder vs LiteRT invoking the CPU head model
@@ -10,8 +15,13 @@ vs LiteRT's full CPU model minus the same model cut at the Edge TPU boundary. Cl
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -33,12 +43,14 @@ OUT = Path(__file__).resolve().parent / "results" / "postprocess.md"
 
 
 def median_ms(fn: Callable[[], object], repeats: int = REPEATS) -> float:
+    """Median CPU time of the calling thread (everything here runs single-threaded in it), so that the load
+    other jobs put on the shared cores does not count; wall time on an idle core is the same."""
     fn()
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.thread_time()
         fn()
-        times.append((time.perf_counter() - start) * 1e3)
+        times.append((time.thread_time() - start) * 1e3)
     return statistics.median(times)
 
 
@@ -97,9 +109,13 @@ def bench_deeplab() -> tuple[float, float]:
         interpreter.set_tensor(interpreter.get_input_details()[0]["index"], image)
     cut.invoke()
     outputs = {d["name"]: cut.get_tensor(d["index"]) for d in cut.get_output_details()}
-    ours = median_ms(lambda: tail(outputs), 15)
-    litert_tail = median_ms(invoke_fn(full), 15) - median_ms(invoke_fn(cut), 15)
-    return ours, litert_tail
+    ours = median_ms(lambda: tail(outputs), 20)
+    # Full and cut model alternate, so both see the same conditions; their difference is LiteRT's tail.
+    full_ms, cut_ms = [], []
+    for _ in range(20):
+        full_ms.append(median_ms(invoke_fn(full), 1))
+        cut_ms.append(median_ms(invoke_fn(cut), 1))
+    return ours, statistics.median(full_ms) - statistics.median(cut_ms)
 
 
 def bench_classify() -> float:
@@ -109,33 +125,98 @@ def bench_classify() -> float:
     return median_ms(lambda: classifier.top_k({classifier.input_names[0]: raw}, k=5), 200)
 
 
-def main() -> int:
+STEPS = ("posenet", "ssd", "ssd_litert", "deeplab", "deeplab_litert", "classify", "backbone")
+
+
+def measure() -> dict[str, float]:
     warnings.simplefilter("ignore")
     pose_ms, backbone_ms = bench_posenet()
     ssd_ms, ssd_litert = bench_ssd()
     deeplab_ms, deeplab_litert = bench_deeplab()
-    classify_ms = bench_classify()
+    return dict(zip(STEPS, (pose_ms, ssd_ms, ssd_litert, deeplab_ms, deeplab_litert, bench_classify(),
+                            backbone_ms), strict=True))
+
+
+def run_child(package_root: Path | None) -> dict[str, float]:
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    if package_root is not None:
+        env["PYTHONPATH"] = str(package_root)
+    out = subprocess.run([sys.executable, __file__, "--child"], env=env, check=True, capture_output=True,
+                         text=True).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    origin = result.pop("package")
+    expected = str(package_root) if package_root is not None else str(Path(__file__).resolve().parents[1])
+    if not origin.startswith(expected):
+        raise RuntimeError(f"child imported libredgetpu_ros from {origin}, expected under {expected}")
+    return result
+
+
+def extract(rev: str, into: Path) -> Path:
+    """The Python package as of ``rev``, unpacked under ``into`` (importable via PYTHONPATH)."""
+    repo = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(["git", "-C", str(repo), "archive", rev, "libredgetpu_ros/libredgetpu_ros"],
+                             check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into / "libredgetpu_ros"
+
+
+def best_of(rounds: list[dict[str, float]]) -> dict[str, float]:
+    return {k: min(r[k] for r in rounds) for k in rounds[0]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", help="git revision to compare against (before/after columns)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        import libredgetpu_ros
+
+        result = measure()
+        result["package"] = str(Path(libredgetpu_ros.__file__).resolve())
+        print(json.dumps(result))
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        root = extract(args.baseline, Path(tmp)) if args.baseline else None
+        now_rounds, base_rounds = [], []
+        for _ in range(args.rounds):
+            if root is not None:
+                base_rounds.append(run_child(root))
+            now_rounds.append(run_child(None))
+    now = best_of(now_rounds)
+    base = best_of(base_rounds) if base_rounds else None
     rows = [
-        ("PoseNet decode (test_couple.jpg, 2 poses)", pose_ms, None, "<= 2 ms",
-         f"LiteRT backbone to the boundary: {backbone_ms:.1f} ms"),
-        ("SSD decode + fast NMS (head, 1917 anchors)", ssd_ms, ssd_litert, "<= 1.5x LiteRT", ""),
-        ("DeepLab CPU tail (513x513, 1 thread LiteRT)", deeplab_ms, deeplab_litert, "<= 1.0x LiteRT",
+        ("PoseNet decode (test_couple.jpg, 2 poses)", "posenet", None, "<= 2 ms",
+         f"LiteRT backbone to the boundary: {now['backbone']:.1f} ms"),
+        ("SSD decode + fast NMS (head, 1917 anchors)", "ssd", "ssd_litert", "<= 1.5x LiteRT", ""),
+        ("DeepLab CPU tail (513x513)", "deeplab", "deeplab_litert", "<= 1.0x LiteRT",
          "LiteRT = full model - model cut at the boundary"),
-        ("Classification top-5 (1001 classes)", classify_ms, None, "", ""),
+        ("Classification top-5 (1001 classes)", "classify", None, "", ""),
     ]
     lines = [
         "# Post-processing benchmark",
         "",
-        f"`{' '.join(sys.argv)}`; median of repeated runs, milliseconds, this machine (2 shared cores), "
-        "LiteRT measured in the same run.",
+        f"`{' '.join(['python', *sys.argv])}`; milliseconds, best of {args.rounds} interleaved rounds of "
+        "per-round medians of thread CPU time, one BLAS and one LiteRT thread, 2 shared cores.",
         "",
-        "| step | ours (ms) | LiteRT same ops (ms) | ratio | target | note |",
-        "|---|---:|---:|---:|---|---|",
+        "| step | before (ms) | now (ms) | now / before | LiteRT same ops (ms) | now / LiteRT | target "
+        "| note |",
+        "|---|---:|---:|---:|---:|---:|---|---|",
     ]
-    for name, ours, base, target, note in rows:
-        base_s = f"{base:.2f}" if base is not None else "n/a"
-        ratio = f"{ours / base:.2f}x" if base else "n/a"
-        lines.append(f"| {name} | {ours:.2f} | {base_s} | {ratio} | {target} | {note} |")
+    for name, key, litert_key, target, note in rows:
+        before = f"{base[key]:.2f}" if base else "n/a"
+        speedup = f"{now[key] / base[key]:.2f}x" if base else "n/a"
+        litert = f"{now[litert_key]:.2f}" if litert_key else "n/a"
+        ratio = f"{now[key] / now[litert_key]:.2f}x" if litert_key else "n/a"
+        lines.append(f"| {name} | {before} | {now[key]:.2f} | {speedup} | {litert} | {ratio} | {target} "
+                     f"| {note} |")
+    if args.baseline:
+        sha = subprocess.run(["git", "rev-parse", "--short", args.baseline], capture_output=True,
+                             text=True).stdout.strip()
+        lines += ["", f"before = `{args.baseline}` ({sha}).",
+                  "Per-round medians (now): " + ", ".join(
+                      f"{k} {[round(r[k], 2) for r in now_rounds]}" for k in ("posenet", "ssd", "deeplab"))]
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))

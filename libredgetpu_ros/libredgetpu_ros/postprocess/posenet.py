@@ -135,24 +135,27 @@ class _Sampler:
         padded[h, :w] = tensor[h - 1]
         padded[:, w] = padded[:, w - 1]
         self.flat = padded.ravel()
-        self.strides = np.array([(w + 1) * c, c], dtype=np.intp)
-        self.corners = np.array([[0, c], [(w + 1) * c, (w + 1) * c + c]], dtype=np.intp)[None, :, :, None]
+        self.strides = np.array([(w + 1) * c, c], dtype=np.float32)  # float32 matmul: exact below 2^24
+        # Corner offsets indexed [x corner, y corner]: each lerp then reads contiguous blocks.
+        self.corners = np.array([[0, (w + 1) * c], [c, (w + 1) * c + c]], dtype=np.intp)[:, :, None, None]
 
     def offsets(self, channels: np.ndarray) -> np.ndarray:
-        """Flat offsets of the 4 corners x ``channels`` (B, k) from a cell's origin: (B, 2, 2, k). Computed
+        """Flat offsets of the 4 corners x ``channels`` (B, k) from a cell's origin: (2, 2, k, B). Computed
         once per batch of points and reused while the points move."""
-        return self.corners + channels[:, None, None, :]
+        return self.corners + channels.T
 
     def __call__(self, points: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-        """``points``: (B, 2) y/x in the grid (>= 0); returns (B, k) float32, k from ``offsets``."""
-        lerp, low = np.modf(points)  # exact for non-negative points: (points - floor, floor)
-        rest = np.float32(1.0) - lerp
-        v = self.flat[offsets + (low.astype(np.intp) @ self.strides)[:, None, None, None]]  # (B, 2, 2, k)
-        rows = rest[:, 1, None, None] * v[:, :, 0]  # along x, for the top and bottom rows
-        rows += lerp[:, 1, None, None] * v[:, :, 1]
-        out = rest[:, 0, None] * rows[:, 0]
-        out += lerp[:, 0, None] * rows[:, 1]
-        return out
+        """``points``: (2, B) y/x rows in the grid (>= 0); returns (k, B) float32, k from ``offsets``.
+
+        Points along the last axis keep every elementwise op on contiguous rows (small trailing axes make
+        NumPy's broadcasting loops several times slower). Same products and sums as the C++:
+        (1 - ly) * ((1 - lx) * tl + lx * tr) + ly * ((1 - lx) * bl + lx * br).
+        """
+        lerp, low = np.modf(points)  # exact for points >= 0
+        rest = 1.0 - lerp  # a Python float keeps float32 and is cheaper than a NumPy scalar
+        v = self.flat[offsets + (self.strides @ low).astype(np.intp)]  # (2, 2, k, B): [x corner, y corner]
+        rows = rest[1] * v[0] + lerp[1] * v[1]  # along x, for the top and bottom rows
+        return rest[0] * rows[0] + lerp[0] * rows[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +196,7 @@ def find_candidates(logits: np.ndarray, shorts: np.ndarray, min_logit: np.float3
 
 
 def _clamp(points: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """Clamp (B, 2) y/x points into [0, high] in place (np.clip's wrapper costs more than the work here)."""
+    """Clamp y/x points into [0, high] in place (np.clip's wrapper costs more than the work here)."""
     np.minimum(points, high, out=points)
     return np.maximum(points, np.float32(0.0), out=points)
 
@@ -207,9 +210,9 @@ def _decode_batch(roots: np.ndarray, root_ids: np.ndarray, heat: _Sampler, short
     heatmap is sampled once at the end, at all keypoints of all roots.
     """
     b = roots.shape[0]
-    points = np.empty((b, NUM_KEYPOINTS, 2), dtype=np.float32)
-    rows = np.arange(b)
-    points[rows, root_ids] = roots
+    points = np.empty((2, b, NUM_KEYPOINTS), dtype=np.float32)  # y/x planes: see _Sampler.__call__
+    points[:, np.arange(b), root_ids] = roots.T
+    high = high[:, None]
     depth = _DEPTH[root_ids]
     # (root, step) pairs grouped by depth level, in one sort instead of one search per level.
     by_level = np.argsort(depth, axis=None, kind="stable")
@@ -217,16 +220,16 @@ def _decode_batch(roots: np.ndarray, root_ids: np.ndarray, heat: _Sampler, short
     for first, last in itertools.pairwise(bounds):
         r, step = np.divmod(by_level[first:last], NUM_KEYPOINTS - 1)
         steps = _STEPS[root_ids[r], step]
-        pos = points[r, steps[:, 0]]
+        pos = points[:, r, steps[:, 0]]
         pos += mids(pos, mids.offsets(steps[:, 2:4]))
         _clamp(pos, high)
         short_offsets = shorts.offsets(steps[:, 4:6])
         for _ in range(REFINEMENT_STEPS):
             pos += shorts(pos, short_offsets)
             _clamp(pos, high)
-        points[r, steps[:, 1]] = pos
-    logits = heat(points.reshape(-1, 2), heat.offsets(np.tile(_KEYPOINT_IDS, (b, 1)).reshape(-1, 1)))
-    return points, logits.reshape(b, NUM_KEYPOINTS)
+        points[:, r, steps[:, 1]] = pos
+    logits = heat(points.reshape(2, -1), heat.offsets(np.tile(_KEYPOINT_IDS, b)[:, None]))
+    return points.transpose(1, 2, 0), logits.reshape(b, NUM_KEYPOINTS)
 
 
 def decode_poses(heatmap_logits: np.ndarray, short_offsets: np.ndarray, mid_offsets: np.ndarray,
