@@ -12,15 +12,19 @@ Lifecycle:
 - ``activate`` subscribes to the state topic; every state produces one command.
 - ``deactivate`` drops the subscription; ``cleanup`` closes the engine.
 
-Threading: the state subscription has its own mutually exclusive callback group, the services and the
-diagnostics timer another, and ``main`` spins a MultiThreadedExecutor, so a weight swap never stalls the loop.
+Threading: the state path runs on its own executor thread. The state subscription lives on a small helper
+node (``<name>_loop``: no parameters, no rosout) spun by a dedicated executor, so a state never queues behind
+a service call, a parameter request or the diagnostics timer; services, lifecycle and diagnostics run on the
+main executor (both ``SingleThreadedExecutor``: cheaper per callback than the multi-threaded one).
 The loop reads weights through ``MatMulEngine.matmul_versioned``: each output comes from one complete weight
-set (the old one or the new one, never a mix) and carries that set's version.
+set (the old one or the new one, never a mix) and carries that set's version. The state subscription keeps
+only the latest ``state_queue`` states: a controller wants the newest state, not a backlog.
 """
 
 from __future__ import annotations
 
 import array
+import contextlib
 import dataclasses
 import sys
 import threading
@@ -33,15 +37,16 @@ from typing import Any
 import numpy as np
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.event_handler import SubscriptionEventCallbacks
+from rclpy.executors import Executor, ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from rclpy.lifecycle import Node as LifecycleNode
+from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.time import Time
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float32MultiArray
+from std_msgs.msg import Float32MultiArray, Header
 
 from libredgetpu_ros.errors import ConfigError, LibrEdgeTpuError, WeightsError
 from libredgetpu_ros.ros import diagnostics
@@ -84,8 +89,9 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("clip_policy", "refuse", "weights outside the representable range: refuse the request, or clip "
               "them and report the count", choices=CLIP_POLICIES, mutability="runtime"),
     ParamSpec("initial_weights", "", ".npy (command_size × state_size) loaded at configure; empty = zeros"),
-    ParamSpec("qos_depth", 10, "queue depth of the state subscription and the command publishers",
-              range=(1, 1000)),
+    ParamSpec("state_queue", 1, "depth of the state subscription: 1 = the latest state wins (states the loop "
+              "has not taken yet are replaced, not queued); larger values queue a backlog", range=(1, 1000)),
+    ParamSpec("qos_depth", 10, "queue depth of the command publishers", range=(1, 1000)),
     ParamSpec("best_effort", False, "best-effort QoS for state and commands (reliable otherwise)"),
     ParamSpec("diagnostics_period", 1.0, "s between /diagnostics messages", range=(0.05, 60.0)),
 )
@@ -108,6 +114,7 @@ class ControlConfig:
     stale_timeout: float
     clip_policy: str
     initial_weights: str
+    state_queue: int
     qos_depth: int
     best_effort: bool
     diagnostics_period: float
@@ -182,9 +189,13 @@ def _as_float32_buffer(values: Sequence[float]) -> Any:
 
 
 def _to_float32_array(values: np.ndarray) -> array.array:
-    """NumPy -> array.array('f') for a float32[] message field (element-wise assignment is far slower)."""
+    """NumPy -> array.array('f') for a float32[] message field, one memcpy.
+
+    Assigning a NumPy array to the field makes rclpy check every element in Python (~100 ms for 1M values);
+    ``frombytes`` of a uint8 view copies once (``tobytes`` would add a second copy).
+    """
     out = array.array("f")
-    out.frombytes(np.ascontiguousarray(values, dtype=np.float32).tobytes())
+    out.frombytes(np.ascontiguousarray(values, dtype=np.float32).reshape(-1).view(np.uint8))
     return out
 
 
@@ -199,6 +210,7 @@ class LoopStats:
     stale_dropped: int = 0
     size_mismatch: int = 0
     missing_joints: int = 0
+    lost: int = 0  # states DDS reported lost before the loop took them (message-lost events)
     last_state_time: float | None = None  # time.monotonic() of the last state received
     warned: set[str] = field(default_factory=set)
     state_rate: diagnostics.RateMeter = field(default_factory=diagnostics.RateMeter)
@@ -226,8 +238,11 @@ class ControlNode(LifecycleNode):
         PARAM_TABLE.declare(self)
         self.add_on_set_parameters_callback(PARAM_TABLE.validator(lambda: self._engine is not None))
         self.add_post_set_parameters_callback(self._apply_runtime_parameters)
-        self._loop_group = MutuallyExclusiveCallbackGroup()
-        self._service_group = MutuallyExclusiveCallbackGroup()
+        # The state path's own node: spun by its own executor (see the module docstring). No parameters,
+        # no global arguments (the state topic is resolved by this node, remaps included), no rosout.
+        self.loop_node = Node(f"{self.get_name()}_loop", namespace=self.get_namespace(), context=self.context,
+                              use_global_arguments=False, enable_rosout=False,
+                              start_parameter_services=False)
         self._cfg: ControlConfig | None = None
         self._engine: Any = None
         self._rows = self._cols = 0
@@ -242,6 +257,7 @@ class ControlNode(LifecycleNode):
         self._diag_pub: Any = None
         self._cmd_pub: Any = None
         self._cmd_stamped_pub: Any = None
+        self._plain_out, self._stamped_out = Float32MultiArray(), CommandStamped()  # reused by the loop
         self._swap_lock = threading.Lock()  # one swap at a time even if services move to another group
 
     # ----- lifecycle ------------------------------------------------------------------------------
@@ -262,12 +278,9 @@ class ControlNode(LifecycleNode):
         self._cmd_stamped_pub = self.create_lifecycle_publisher(CommandStamped, "~/command_stamped", qos)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._entities = [
-            self.create_service(SetWeights, "~/set_weights", self._on_set_weights,
-                                callback_group=self._service_group),
-            self.create_service(GetWeights, "~/get_weights", self._on_get_weights,
-                                callback_group=self._service_group),
-            self.create_timer(cfg.diagnostics_period, self._publish_diagnostics,
-                              callback_group=self._service_group),
+            self.create_service(SetWeights, "~/set_weights", self._on_set_weights),
+            self.create_service(GetWeights, "~/get_weights", self._on_get_weights),
+            self.create_timer(cfg.diagnostics_period, self._publish_diagnostics),
         ]
         self._loop, self._swaps, self._stale_mark = LoopStats(), SwapStats(), 0
         self.get_logger().info(
@@ -277,12 +290,14 @@ class ControlNode(LifecycleNode):
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         assert self._cfg is not None
-        joint = self._cfg.state_type == "joint_state"
-        self._sub = self.create_subscription(
-            JointState if joint else Float32MultiArray, self._cfg.state_topic,
-            self._on_joint_state if joint else self._on_float_state, self._qos(self._cfg),
-            callback_group=self._loop_group)
+        cfg = self._cfg
+        joint = cfg.state_type == "joint_state"
+        qos = QoSProfile(depth=cfg.state_queue, reliability=self._qos(cfg).reliability)
         self._loop.last_state_time = time.monotonic()  # staleness counts from activation
+        self._sub = self.loop_node.create_subscription(
+            JointState if joint else Float32MultiArray, self.resolve_topic_name(cfg.state_topic),
+            self._on_joint_state if joint else self._on_float_state, qos,
+            event_callbacks=SubscriptionEventCallbacks(message_lost=self._on_states_lost))
         self.get_logger().info(f"active: subscribed to {self._sub.topic_name}")
         return super().on_activate(state)
 
@@ -366,8 +381,12 @@ class ControlNode(LifecycleNode):
 
     def _drop_subscription(self) -> None:
         if self._sub is not None:
-            self.destroy_subscription(self._sub)
-            self._sub = None
+            sub, self._sub = self._sub, None
+            self.loop_node.destroy_subscription(sub)
+
+    def destroy_node(self) -> None:
+        self.loop_node.destroy_node()
+        super().destroy_node()
 
     def teardown(self) -> None:
         """Drop every entity created at configure and close the engine (idempotent)."""
@@ -396,7 +415,7 @@ class ControlNode(LifecycleNode):
 
     def _on_float_state(self, msg: Float32MultiArray) -> None:
         now = self.get_clock().now()
-        self._step(np.frombuffer(_as_float32_buffer(msg.data), dtype=np.float32), now, now, "")
+        self._step(np.frombuffer(_as_float32_buffer(msg.data), dtype=np.float32), None, now, "")
 
     def _on_joint_state(self, msg: JointState) -> None:
         now = self.get_clock().now()
@@ -414,14 +433,17 @@ class ControlNode(LifecycleNode):
                                 "dropping such states")
                 return
             x = x[idx]
-        stamp_msg = msg.header.stamp
+        stamp = msg.header.stamp
         # An unstamped JointState (stamp 0) is timed by its arrival, like Float32MultiArray.
-        stamp = now if stamp_msg.sec == 0 and stamp_msg.nanosec == 0 else Time.from_msg(
-            stamp_msg, clock_type=now.clock_type)
-        self._step(x, stamp, now, msg.header.frame_id)
+        stamped = stamp.sec != 0 or stamp.nanosec != 0
+        self._step(x, msg.header if stamped else None, now, msg.header.frame_id)
 
-    def _step(self, x: np.ndarray, stamp: Time, now: Time, frame_id: str) -> None:
-        """One state -> one command, or a counted drop logged once per cause."""
+    def _step(self, x: np.ndarray, header: Header | None, now: Time, frame_id: str) -> None:
+        """One state -> one command, or a counted drop logged once per cause.
+
+        ``header`` is the state's own header (reused as the command's), or None to stamp with ``now``.
+        Runs on the loop thread only, so the two outgoing messages are allocated once and reused.
+        """
         loop, cfg = self._loop, self._cfg
         assert cfg is not None
         loop.states += 1
@@ -433,23 +455,32 @@ class ControlNode(LifecycleNode):
             self._warn_once(f"size{n}", f"state has {n} values, the controller expects state_size = "
                             f"{self._cols}; dropping such states (pad_short_states={cfg.pad_short_states})")
             return
-        age = (now - stamp).nanoseconds * 1e-9
-        if age > cfg.stale_timeout:
-            loop.stale_dropped += 1
-            self._warn_once("stale", f"state stamped {age:.3f} s ago exceeds stale_timeout = "
-                            f"{cfg.stale_timeout} s; no command is published for stale states")
-            return
+        if header is not None:
+            age = (now.nanoseconds - (header.stamp.sec * 1_000_000_000 + header.stamp.nanosec)) * 1e-9
+            if age > cfg.stale_timeout:
+                loop.stale_dropped += 1
+                self._warn_once("stale", f"state stamped {age:.3f} s ago exceeds stale_timeout = "
+                                f"{cfg.stale_timeout} s; no command is published for stale states")
+                return
+        else:
+            header = Header(stamp=now.to_msg(), frame_id=frame_id)
         xin = self._x.copy()  # a fresh buffer per call: never mutate one the engine may still hold
         xin[:n] = x
         y, version = self._engine.matmul_versioned(xin)
-        data = _to_float32_array(np.asarray(y)[: self._rows])
-        self._cmd_pub.publish(Float32MultiArray(data=data))
-        out = CommandStamped(data=data, weights_version=int(version))
-        out.header.stamp = stamp.to_msg()
-        out.header.frame_id = frame_id
+        data = _to_float32_array(y[: self._rows])
+        plain, out = self._plain_out, self._stamped_out
+        plain.data = data
+        self._cmd_pub.publish(plain)
+        out.header = header
+        out.data = data
+        out.weights_version = int(version)
         self._cmd_stamped_pub.publish(out)
         loop.commands += 1
         loop.command_rate.tick()
+
+    def _on_states_lost(self, info: Any) -> None:
+        """DDS lost states before the loop took them (best-effort gaps); counted for diagnostics."""
+        self._loop.lost += int(info.total_count_change)
 
     def _warn_once(self, key: str, text: str) -> None:
         if key not in self._loop.warned:
@@ -571,6 +602,7 @@ class ControlNode(LifecycleNode):
             "stale_dropped": loop.stale_dropped,
             "size_mismatch": loop.size_mismatch,
             "missing_joints": loop.missing_joints,
+            "states_lost": loop.lost,
             "last_state_age_s": "never" if age is None else age,
             "swaps_accepted": swaps.accepted,
             "swaps_refused": swaps.refused,
@@ -584,19 +616,45 @@ class ControlNode(LifecycleNode):
         pub.publish(diagnostics.array(self.get_clock().now().to_msg(), [status]))
 
 
+def _executor(context: Any) -> Executor:
+    """A single-threaded executor: one per path, so neither waits behind the other's callbacks.
+
+    Not rclpy's ``EventsExecutor``: in this Kilted wheel it busy-spins (a full core while idle) and ignores
+    SIGTERM, measured here.
+    """
+    return SingleThreadedExecutor(context=context)
+
+
+def spin(node: ControlNode) -> None:
+    """Spin ``node`` on the main executor and its state loop on a second one (own thread) until shutdown."""
+    executor, loop_executor = _executor(node.context), _executor(node.context)
+    executor.add_node(node)
+    loop_executor.add_node(node.loop_node)
+
+    def spin_loop() -> None:
+        with contextlib.suppress(ExternalShutdownException):  # SIGINT/SIGTERM: main() shuts down quietly
+            loop_executor.spin()
+
+    loop_thread = threading.Thread(target=spin_loop, name="control_loop", daemon=True)
+    loop_thread.start()
+    try:
+        executor.spin()
+    finally:
+        loop_executor.shutdown()
+        executor.shutdown()
+        loop_thread.join(timeout=5.0)
+
+
 def main(args: list[str] | None = None) -> int:
     """``ros2 run libredgetpu_ros control_node`` / ``python -m libredgetpu_ros.ros.control_node``."""
     apply_localhost_only()  # fills in only what is unset: an integrator's explicit DDS setup wins
     rclpy.init(args=args)
     node = ControlNode()
-    executor = MultiThreadedExecutor(num_threads=3)
-    executor.add_node(node)
     try:
-        executor.spin()
+        spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
-        executor.shutdown()
         node.teardown()
         node.destroy_node()
         rclpy.try_shutdown()

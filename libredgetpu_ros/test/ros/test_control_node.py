@@ -63,7 +63,8 @@ def _start(ros_env, *params: str) -> harness.ControlHarness:
 
 def test_swaps_under_load_are_atomic_and_bad_requests_refused(ros_env, quant, tmp_path):
     ctl = _start(ros_env, "state_type:=joint_state", f"joint_names:={json.dumps(JOINTS)}",
-                 f"state_size:={COLS}", f"command_size:={ROWS}", "stale_timeout:=30.0", "qos_depth:=1000")
+                 f"state_size:={COLS}", f"command_size:={ROWS}", "stale_timeout:=30.0", "qos_depth:=1000",
+                 "state_queue:=1000")  # every state must produce a command here: no "latest wins" drops
     try:
         # Preload while inactive (a planner does this before activation); read it back.
         first = ctl.get_weights()
