@@ -171,7 +171,9 @@ def validate_weights_request(data: Sequence[float], bias: Sequence[float], rows:
             raise WeightsError(f"len(bias) = {b.size}, expected rows = {rows} (or empty for no bias)")
         if not np.isfinite(b).all():
             raise WeightsError(f"bias has a non-finite value at index {int(np.argmin(np.isfinite(b)))}")
-    if clip_policy == "refuse":
+    # Per-row extremes first (two reductions, no temporaries); the element mask only to word a refusal.
+    if clip_policy == "refuse" and ((weights.min(axis=1) < w_min).any()
+                                    or (weights.max(axis=1) > w_max).any()):
         outside = (weights < w_min[:, None]) | (weights > w_max[:, None])
         if outside.any():
             r, c = np.argwhere(outside)[0]
@@ -370,7 +372,9 @@ class ControlNode(LifecycleNode):
         return weights.astype(np.float32)
 
     def _embed(self, weights: np.ndarray) -> np.ndarray:
-        """The controller block in the top-left corner of a zero template-sized matrix."""
+        """The controller block in the top-left corner of a zero template-sized matrix (as is if full)."""
+        if weights.shape == (self._engine.rows, self._engine.cols):
+            return weights  # the engine quantizes into its own arrays and keeps no reference to this one
         full = np.zeros((self._engine.rows, self._engine.cols), np.float32)
         full[: weights.shape[0], : weights.shape[1]] = weights
         return full

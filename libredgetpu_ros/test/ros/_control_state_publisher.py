@@ -11,8 +11,10 @@ order) to an .npz file, so the consumer can match every command to the state tha
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -70,7 +72,10 @@ def main() -> int:
         msg.position = states[k, order].astype(np.float64).tolist()
         pub.publish(msg)
     time.sleep(0.3)  # let reliable delivery drain before the publisher goes away
-    np.savez(args.out, stamps=stamps, states=states)
+    tmp = Path(f"{args.out}.partial")
+    with tmp.open("wb") as f:
+        np.savez(f, stamps=stamps, states=states)
+    os.replace(tmp, args.out)  # atomic: a reader polling for --out never sees a half-written file
     node.destroy_node()
     rclpy.try_shutdown()
     return 0
