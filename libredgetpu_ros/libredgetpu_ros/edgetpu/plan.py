@@ -12,6 +12,7 @@ from libredgetpu_ros.edgetpu import registers as r
 from libredgetpu_ros.edgetpu.executor import execute, schedule
 from libredgetpu_ros.edgetpu.simulated import SimulatedAccelerator
 from libredgetpu_ros.edgetpu.transport import Call, RecordingTransport
+from libredgetpu_ros.errors import ModelFormatError
 
 
 def _transfers(calls: list[Call]) -> list[dict[str, Any]]:
@@ -66,6 +67,11 @@ def plan_model(path: Path, cached: bool = False) -> dict[str, Any]:
     from libredgetpu_ros.formats import load_model
 
     model = load_model(path)
+    if not model.edgetpu_ops():
+        raise ModelFormatError(
+            f"{path}: no edgetpu-custom-op in this model (a CPU-only model has no USB schedule; "
+            "compile it with edgetpu_compiler)"
+        )
     ops = []
     for op in model.edgetpu_ops():
         package = model.darwinn(op)
