@@ -2,7 +2,10 @@
 
 1. ``~/set_weights`` round trip for a full N×N controller, N = 256 and 1024: the client-measured round trip
    split into the node's validation, quantization, blob generation, swap, and the rest (serialization + DDS +
-   executor). Baseline: ``MatMulEngine.set_weights`` called in-process, same run.
+   executor). Baseline: ``MatMulEngine.set_weights`` called in-process, same run. Each size runs twice: node
+   with its default allocator tuning (``retain_large_allocations``) and with it off
+   (``LIBREDGETPU_ROS_MALLOC_TUNING=0``), the before/after of that change in one run. This process (client
+   and in-process baseline) applies the tuning too, as the node does.
 2. State -> command latency at a 1 kHz JointState rate (8 states -> 4 commands on Dense(256)): header stamp
    (taken by the publisher process just before publishing) to arrival of the CommandStamped here.
    Baseline: ``matmul_versioned`` in-process, same run.
@@ -43,22 +46,27 @@ def _pct(values: list[float] | np.ndarray, q: float) -> float:
     return float(np.percentile(np.asarray(values, np.float64), q))
 
 
-def _spawn_node(env: dict[str, str], ns: str, log: Path, *params: str) -> subprocess.Popen:
+def _spawn_node(env: dict[str, str], ns: str, log: Path, *params: str,
+                malloc_tuning: bool = True) -> subprocess.Popen:
     args = [sys.executable, "-m", "libredgetpu_ros.ros.control_node", "--ros-args", "-r", f"__ns:={ns}"]
     for p in ("backend:=cpu", *params):
         args += ["-p", p]
+    if not malloc_tuning:
+        env = {**env, "LIBREDGETPU_ROS_MALLOC_TUNING": "0"}
     return subprocess.Popen(args, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
                             start_new_session=True)
 
 
-def bench_round_trip(harness, context, env, work: Path, n: int, calls: int) -> dict[str, float]:
+def bench_round_trip(harness, context, env, work: Path, n: int, calls: int,
+                     malloc_tuning: bool) -> dict[str, float]:
     from libredgetpu_ros.matmul import MatMulEngine
 
-    ns = f"/bench_rt{n}"
-    proc = _spawn_node(env, ns, work / f"node_rt{n}.log", f"template:={n}", "clip_policy:=clip")
+    ns = f"/bench_rt{n}_{'tuned' if malloc_tuning else 'default'}"
+    proc = _spawn_node(env, ns, work / f"node_rt{n}_{malloc_tuning}.log", f"template:={n}",
+                       "clip_policy:=clip", malloc_tuning=malloc_tuning)
     ctl = harness.ControlHarness(context, f"{ns}/control_node")
     try:
-        assert ctl.transition(T_CONFIGURE), f"configure failed, see {work}/node_rt{n}.log"
+        assert ctl.transition(T_CONFIGURE), f"configure failed, see {work}/node_rt{n}_{malloc_tuning}.log"
         rng = np.random.default_rng(n)
         scale = np.frombuffer(ctl.get_weights().weight_max, np.float32)[:, None]
         mats = [(rng.uniform(-0.9, 0.9, (n, n)) * scale).astype(np.float32) for _ in range(4)]
@@ -153,7 +161,10 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=3.0)
     args = parser.parse_args()
 
+    from libredgetpu_ros.ros.control_node import retain_large_allocations
     from libredgetpu_ros.ros.environment import localhost_only_environ
+
+    client_tuned = retain_large_allocations()
 
     work = Path(tempfile.mkdtemp(prefix="bench_control_"))
     env = localhost_only_environ(domain_id=200 + os.getpid() % 30, log_dir=str(work / "ros_log"))
@@ -165,7 +176,8 @@ def main() -> int:
     context = rclpy.context.Context()
     rclpy.init(context=context, domain_id=int(env["ROS_DOMAIN_ID"]))
     try:
-        rt = {n: bench_round_trip(harness, context, env, work, n, args.calls) for n in (256, 1024)}
+        rt = {(n, tuned): bench_round_trip(harness, context, env, work, n, args.calls, tuned)
+              for n in (256, 1024) for tuned in (False, True)}
         lats = {(rate, q): bench_latency(harness, context, env, work, rate, args.duration, q)
                 for rate in args.rates for q in (1, 1000)}
     finally:
@@ -180,15 +192,20 @@ def main() -> int:
         "",
         f"## `~/set_weights` round trip (full N×N matrix, {args.calls} calls each)",
         "",
-        "| N | round trip p50 | p99 | validate | quantize | blob | swap | node total | rest (ser/DDS) "
-        "| in-process set_weights | round trip / in-process | target |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "Node allocator: `tuned` = the node's default (`retain_large_allocations`: glibc mmap threshold "
+        "32 MB, trim threshold 64 MB), `glibc default` = `LIBREDGETPU_ROS_MALLOC_TUNING=0`. "
+        f"Client process tuned: {client_tuned}.",
+        "",
+        "| N | node allocator | round trip p50 | p99 | validate | quantize | blob | swap | node total "
+        "| rest (ser/DDS) | in-process set_weights | round trip / in-process | target |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for n, r in rt.items():
+    for (n, tuned), r in rt.items():
         target = 3.0 if n == 256 else 10.0
         verdict = "met" if r["rtt_p50"] <= target else "missed"
         lines.append(
-            f"| {n} | {r['rtt_p50']:.2f} ms | {r['rtt_p99']:.2f} ms | {r['validate_p50']:.3f} | "
+            f"| {n} | {'tuned' if tuned else 'glibc default'} | {r['rtt_p50']:.2f} ms | "
+            f"{r['rtt_p99']:.2f} ms | {r['validate_p50']:.3f} | "
             f"{r['quantize_p50']:.3f} | {r['blob_p50']:.3f} | {r['swap_p50']:.3f} | "
             f"{r['node_total_p50']:.3f} | {r['rest_p50']:.2f} | {r['direct_p50']:.3f} ms | "
             f"{r['rtt_p50'] / r['direct_p50']:.1f}× | "
