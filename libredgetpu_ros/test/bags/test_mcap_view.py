@@ -1,0 +1,161 @@
+"""Zero-copy MCAP reading (``bags.mcap_view``) against rosbags' reader, the reference: same messages, same
+order, same connections, same errors on damaged chunks; bags it does not handle are left to rosbags."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+RIHS = "RIHS01_" + "cd" * 32
+
+
+def _write_bag(path: Path, storage: str = "mcap", compression: str | None = None) -> None:
+    """Two topics, timestamps out of order inside chunks, payloads big enough for several 1 MiB chunks."""
+    from rosbags.rosbag2 import StoragePlugin, Writer
+    from rosbags.rosbag2.enums import CompressionFormat, CompressionMode
+
+    plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
+    writer = Writer(path, version=9, storage_plugin=plugin)
+    if compression:
+        writer.set_compression(CompressionMode[compression], CompressionFormat.ZSTD)
+    writer.open()
+    try:
+        a = writer.add_connection("/a", "acme_msgs/msg/Blob", msgdef="uint8[] data", rihs01=RIHS)
+        b = writer.add_connection("/b", "acme_msgs/msg/Blob", msgdef="uint8[] data", rihs01=RIHS)
+        for i in range(40):
+            ts = 1_000 * (i ^ 5)  # not monotonic
+            writer.write(a if i % 3 else b, ts, bytes([i]) * (150_000 + 1_000 * i))
+            writer.write(b, ts, bytes([255 - i]) * 17)  # same timestamp on the other topic
+    finally:
+        writer.close()
+
+
+def _open(path: Path) -> Any:
+    from libredgetpu_ros.bags.storage import open_reader
+
+    return open_reader(path)
+
+
+def _both(path: Path, topics: set[str] | None = None) -> tuple[list[Any], list[Any] | None]:
+    from libredgetpu_ros.bags.mcap_view import message_views
+
+    reader = _open(path)
+    try:
+        conns = [c for c in reader.connections if topics is None or c.topic in topics]
+        expected = [(c.id, c.topic, t, bytes(d)) for c, t, d in reader.messages(connections=conns)]
+        views = message_views(reader, conns)
+        got = None if views is None else [(c.id, c.topic, t, bytes(d)) for c, t, d in views]
+        return expected, got
+    finally:
+        reader.close()
+
+
+@pytest.mark.parametrize("topics", [None, {"/a"}, {"/b"}])
+def test_same_messages_as_rosbags(tmp_path: Path, topics: set[str] | None) -> None:
+    _write_bag(tmp_path / "bag")
+    mcap = next((tmp_path / "bag").glob("*.mcap"))
+    for path in (tmp_path / "bag", mcap):  # the folder and the file open different rosbags readers
+        expected, got = _both(path, topics)
+        assert len(expected) == (80 if topics is None else 54 if topics == {"/b"} else 26)
+        assert got == expected
+
+
+def test_views_are_slices_of_the_file(tmp_path: Path) -> None:
+    from libredgetpu_ros.bags.mcap_view import message_views
+
+    _write_bag(tmp_path / "bag")
+    reader = _open(tmp_path / "bag")
+    try:
+        views = message_views(reader, reader.connections)
+        assert views is not None
+        _, _, first = next(iter(views))
+        assert isinstance(first, memoryview) and first.readonly
+    finally:
+        reader.close()
+
+
+@pytest.mark.parametrize(("storage", "compression"), [("sqlite3", None), ("mcap", "STORAGE"),
+                                                       ("mcap", "MESSAGE")])
+def test_other_bags_are_left_to_rosbags(tmp_path: Path, storage: str, compression: str | None) -> None:
+    _write_bag(tmp_path / "bag", storage, compression)
+    expected, got = _both(tmp_path / "bag")
+    assert got is None and len(expected) == 80
+
+
+def _first_chunk(data: bytes) -> int:
+    pos = 8  # after the magic: walk the records to the first chunk (opcode 0x06)
+    while data[pos] != 0x06:
+        pos += 9 + struct.unpack_from("<Q", data, pos + 1)[0]
+    return pos
+
+
+def _patch(path: Path, edit: Any) -> None:
+    mcap = next(path.glob("*.mcap"))
+    data = bytearray(mcap.read_bytes())
+    edit(data, _first_chunk(bytes(data)))
+    mcap.write_bytes(bytes(data))
+
+
+def _set_crc(data: bytearray, chunk: int) -> None:
+    size = struct.unpack_from("<Q", data, chunk + 9 + 16)[0]
+    start = chunk + 9 + 40 + struct.unpack_from("<I", data, chunk + 9 + 36)[0]
+    struct.pack_into("<I", data, chunk + 9 + 24, zlib.crc32(data[start:start + size]))
+
+
+def _records_start(data: bytearray, chunk: int) -> int:
+    return chunk + 9 + 40 + struct.unpack_from("<I", data, chunk + 9 + 36)[0]
+
+
+def test_chunk_checksum_is_checked_like_rosbags(tmp_path: Path) -> None:
+    from rosbags.rosbag2 import ReaderError
+
+    _write_bag(tmp_path / "bag")
+    _patch(tmp_path / "bag", _set_crc)  # rosbags writes CRC 0 (unchecked): give the first chunk a real one
+    expected, got = _both(tmp_path / "bag")
+    assert got == expected
+
+    def flip(data: bytearray, chunk: int) -> None:
+        data[_records_start(data, chunk) + 200] ^= 0xFF  # inside a payload; the CRC no longer matches
+
+    _patch(tmp_path / "bag", flip)
+    with pytest.raises(ReaderError, match="checksum"):
+        _both(tmp_path / "bag")
+    from libredgetpu_ros.bags.mcap_view import message_views
+
+    reader = _open(tmp_path / "bag")
+    try:
+        views = message_views(reader, reader.connections)
+        assert views is not None
+        with pytest.raises(ReaderError, match="checksum"):
+            list(views)
+    finally:
+        reader.close()
+
+
+def test_truncated_record_raises_like_rosbags(tmp_path: Path) -> None:
+    from libredgetpu_ros.bags.mcap_view import message_views
+    from rosbags.rosbag2 import ReaderError
+
+    _write_bag(tmp_path / "bag")
+
+    def oversize(data: bytearray, chunk: int) -> None:
+        pos = _records_start(data, chunk)
+        while data[pos] != 0x05:  # schema and channel records come first
+            pos += 9 + struct.unpack_from("<Q", data, pos + 1)[0]
+        struct.pack_into("<Q", data, pos + 1, 10**9)  # a message record longer than its chunk
+
+    _patch(tmp_path / "bag", oversize)
+    reader = _open(tmp_path / "bag")
+    try:
+        with pytest.raises(ReaderError, match="Truncated record"):
+            list(reader.messages())
+        views = message_views(reader, reader.connections)
+        assert views is not None
+        with pytest.raises(ReaderError, match="Truncated record"):
+            list(views)
+    finally:
+        reader.close()
