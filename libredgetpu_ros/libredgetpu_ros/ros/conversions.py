@@ -7,7 +7,7 @@ header's frame on the plane z = 0 with the optical-frame convention (x right, y 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -80,31 +80,37 @@ def output_topics(task: str) -> list[tuple[str, type]]:
     return topics
 
 
-def result_messages(header: Header, rgb: np.ndarray, result: Any, options: Any) -> list[tuple[str, Any]]:
+def result_messages(header: Header, rgb: np.ndarray, result: Any, options: Any,
+                    wanted: Callable[[str], bool] | None = None) -> list[tuple[str, Any]]:
     """(relative topic, message) for one processed frame, in publishing order.
 
     The one place that decides what a frame produces: the node publishes these and ``process-bag`` writes
     them, so live and offline results are the same messages. ``options`` carries ``publish_markers``,
-    ``publish_overlay``, ``publish_annotated`` and ``marker_scale`` (the node's parameters).
+    ``publish_overlay``, ``publish_annotated`` and ``marker_scale`` (the node's parameters). ``wanted``
+    (topic -> bool; default: all) skips building messages for topics nobody would receive.
     """
+    def want(topic: str) -> bool:
+        return wanted is None or wanted(topic)
+
     task = result.task
     out: list[tuple[str, Any]] = []
-    if task == "pose":
+    if task == "pose" and want("poses"):
         out.append(("poses", poses_msg(header, result.poses)))
-    elif task == "detect":
+    elif task == "detect" and want("detections"):
         out.append(("detections", detections_msg(header, result.detections)))
-    elif task == "classify":
+    elif task == "classify" and want("classification"):
         out.append(("classification", classification_msg(header, result.classes)))
     elif task == "segment" and result.mask is not None:
-        out.append(("segmentation", rgb_to_image(result.mask, header, "mono8")))
-        if options.publish_overlay:
+        if want("segmentation"):
+            out.append(("segmentation", rgb_to_image(result.mask, header, "mono8")))
+        if options.publish_overlay and want("segmentation_overlay"):
             from libredgetpu_ros.perception.draw import colorize_mask
 
             blended = overlay(rgb, colorize_mask(result.mask))
             out.append(("segmentation_overlay", rgb_to_image(blended, header)))
-    if task in ("pose", "detect") and options.publish_markers:
+    if task in ("pose", "detect") and options.publish_markers and want("markers"):
         out.append(("markers", markers_msg(header, result, scale=options.marker_scale)))
-    if options.publish_annotated:
+    if options.publish_annotated and want("annotated"):
         from libredgetpu_ros.perception.draw import annotate
 
         out.append(("annotated", rgb_to_image(annotate(rgb, result), header)))

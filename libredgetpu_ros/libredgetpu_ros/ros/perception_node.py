@@ -30,6 +30,7 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy, qos_profile_sensor_data
+from rclpy.subscription import MessageInfo
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
@@ -107,23 +108,36 @@ def pipeline_config(p: PerceptionParams) -> Any:
                           score_threshold=p.score_threshold, max_results=p.max_results, top_k=p.top_k)
 
 
+@dataclass(slots=True)
+class Frame:
+    """A camera message and when it arrived: ``received`` (monotonic s) when the subscription callback ran,
+    and on the wall clock of rmw's timestamps (ns; 0 = the rmw does not report it): ``callback_ns`` (the
+    same moment), ``source_ns`` (the publisher wrote it) and ``rmw_ns`` (the DDS reader received it)."""
+
+    msg: Any
+    received: float
+    callback_ns: int = 0
+    source_ns: int = 0
+    rmw_ns: int = 0
+
+
 class LatestFrame:
     """One-slot mailbox: ``put`` replaces an unprocessed frame (counted as dropped); ``take`` waits."""
 
     def __init__(self) -> None:
         self._cv = threading.Condition()
-        self._item: tuple[Any, float] | None = None
+        self._item: Frame | None = None
         self._stopped = False
         self.dropped = 0
 
-    def put(self, msg: Any, received: float) -> None:
+    def put(self, frame: Frame) -> None:
         with self._cv:
             if self._item is not None:
                 self.dropped += 1
-            self._item = (msg, received)
+            self._item = frame
             self._cv.notify()
 
-    def take(self) -> tuple[Any, float] | None:
+    def take(self) -> Frame | None:
         """The newest frame, or None once stopped."""
         with self._cv:
             self._cv.wait_for(lambda: self._item is not None or self._stopped)
@@ -194,11 +208,13 @@ class PerceptionNode(LifecycleNode):
         self._describe: dict[str, Any] = {}
         self._task = ""
         self._pubs: dict[str, Any] = {}
+        self._timing_pub: Any = None
         self._diag_pub: Any = None
         self._diag_timer: Any = None
         self._sub: Any = None
         self._frames = LatestFrame()
         self._worker: threading.Thread | None = None
+        self._idle_since = 0.0  # monotonic s the worker finished its last frame (for ~/timing queued_ms)
         self._stats = _Stats()
         self._bad_logged: dict[str, float] = {}
         self._fatal: LibrEdgeTpuError | None = None
@@ -217,6 +233,9 @@ class PerceptionNode(LifecycleNode):
         p = self.params
         self._pubs = {name: self.create_lifecycle_publisher(mtype, name, RESULT_QOS)
                       for name, mtype in conversions.output_topics(self._task)}
+        # Per-frame timings (stamped like the frame's results) for benchmarks and tuning; built only while
+        # someone subscribes, after the frame's results went out.
+        self._timing_pub = self.create_lifecycle_publisher(DiagnosticArray, "~/timing", RESULT_QOS)
         self._diag_pub = self.create_lifecycle_publisher(DiagnosticArray, "/diagnostics", 10)
         self._diag_timer = self.create_timer(p.diagnostics_period, self._publish_diagnostics)
         self._stats = _Stats()
@@ -310,6 +329,9 @@ class PerceptionNode(LifecycleNode):
         for pub in self._pubs.values():
             self.destroy_lifecycle_publisher(pub)
         self._pubs = {}
+        if self._timing_pub is not None:
+            self.destroy_lifecycle_publisher(self._timing_pub)
+            self._timing_pub = None
         if self._diag_pub is not None:
             self.destroy_lifecycle_publisher(self._diag_pub)
             self._diag_pub = None
@@ -332,16 +354,19 @@ class PerceptionNode(LifecycleNode):
 
     # -- data path ------------------------------------------------------------------------------------------
 
-    def _on_image(self, msg: Image | CompressedImage) -> None:
+    def _on_image(self, msg: Image | CompressedImage, info: MessageInfo) -> None:
+        """Executor thread: hand the frame to the worker; keep this short, it delays the next frame."""
+        received = time.monotonic()
         self._stats.received += 1
-        self._stats.rate_in.tick()
-        self._frames.put(msg, time.monotonic())
+        self._stats.rate_in.tick(received)
+        self._frames.put(Frame(msg, received, time.time_ns(), info.get("source_timestamp") or 0,
+                               info.get("received_timestamp") or 0))
 
     def _work(self) -> None:
-        while (item := self._frames.take()) is not None:
-            msg, received = item
+        self._idle_since = 0.0
+        while (frame := self._frames.take()) is not None:
             try:
-                self._process(msg, received)
+                self._process(frame)
             except BadImage as exc:
                 self._bad_input(exc.cause, str(exc))
             except ImageError as exc:
@@ -354,19 +379,55 @@ class PerceptionNode(LifecycleNode):
                 self._stats.last_error = f"{type(exc).__name__}: {exc}"
                 self.get_logger().error(f"processing failed: {self._stats.last_error}",
                                         throttle_duration_sec=5.0)
+            self._idle_since = time.monotonic()
 
-    def _process(self, msg: Image | CompressedImage, received: float) -> None:
-        rgb = to_rgb(msg)
+    def _process(self, frame: Frame) -> None:
+        started = time.monotonic()
+        rgb = to_rgb(frame.msg)
+        converted = time.monotonic()
         with self._pipeline_lock:
             if self._pipeline is None:
                 return
             result = self._pipeline.process(rgb)
-        self._publish(msg.header, rgb, result)
-        self._stats.add_result(result.timings, (time.monotonic() - received) * 1e3)
+        processed = time.monotonic()
+        self._publish(frame.msg.header, rgb, result)
+        published = time.monotonic()
+        self._stats.add_result(result.timings, (published - frame.received) * 1e3)
+        timing_pub = self._timing_pub
+        if timing_pub is not None and timing_pub.get_subscription_count():
+            timing_pub.publish(self._timing_msg(frame, result.timings, started, converted, processed,
+                                                published))
 
     def _publish(self, header: Header, rgb: Any, result: Any) -> None:
-        for topic, msg in conversions.result_messages(header, rgb, result, self.params):
-            self._pubs[topic].publish(msg)
+        # Messages for topics nobody subscribes to are not even built (an annotated image costs more than
+        # most models); a subscriber that has not matched yet would not have received them anyway.
+        pubs = self._pubs
+        for topic, msg in conversions.result_messages(header, rgb, result, self.params,
+                                                      wanted=lambda t: pubs[t].get_subscription_count() > 0):
+            pubs[topic].publish(msg)
+
+    def _timing_msg(self, frame: Frame, timings: dict[str, float], started: float, converted: float,
+                    processed: float, published: float) -> DiagnosticArray:
+        """Where one frame's time went, stamped with the frame's header (to pair it with the results)."""
+        values: dict[str, object] = {}
+        if frame.source_ns and frame.rmw_ns:
+            values["dds_in_ms"] = (frame.rmw_ns - frame.source_ns) * 1e-6  # publisher -> DDS reader
+        if frame.rmw_ns:
+            values["take_ms"] = (frame.callback_ns - frame.rmw_ns) * 1e-6  # executor wake-up + deserialize
+        values.update({
+            "wait_ms": (started - frame.received) * 1e3,  # callback -> worker: queued + hand-off
+            "queued_ms": max(0.0, self._idle_since - frame.received) * 1e3,  # behind the previous frame
+            "convert_ms": (converted - started) * 1e3,
+            **{f"{stage}_ms": ms for stage, ms in timings.items()},
+            "pipeline_ms": (processed - converted) * 1e3,
+            "publish_ms": (published - processed) * 1e3,  # result messages built and published
+            "node_ms": (published - frame.received) * 1e3,
+        })
+        st = diagnostics.status(f"{self.get_fully_qualified_name()}: frame timing", self._task,
+                                diagnostics.OK, "", values)
+        msg = diagnostics.array(frame.msg.header.stamp, [st])
+        msg.header.frame_id = frame.msg.header.frame_id
+        return msg
 
     def _bad_input(self, cause: str, message: str) -> None:
         count = self._stats.bad_input.add(cause)

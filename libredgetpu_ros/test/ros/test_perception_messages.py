@@ -151,3 +151,23 @@ def test_overlay_blend_matches_float_reference() -> None:
     got = conversions.overlay(RGB, colors, alpha=0.5)
     expected = (RGB.astype(np.float64) + colors) / 2.0
     assert np.abs(got.astype(np.float64) - expected).max() <= 1.0
+
+
+def test_result_messages_skip_unwanted_topics_without_building_them(monkeypatch) -> None:
+    """The node passes ``wanted`` (topics with subscribers): an unwanted annotated image is never drawn."""
+    from types import SimpleNamespace
+
+    from libredgetpu_ros.perception import draw
+
+    result = PerceptionResult(task="pose", image_size=(53, 37), backend="cpu", poses=[_pose(0.0)])
+    options = SimpleNamespace(publish_markers=True, publish_overlay=False, publish_annotated=True,
+                              marker_scale=0.001)
+    drawn: list[bool] = []
+    real_annotate = draw.annotate
+    monkeypatch.setattr(draw, "annotate", lambda rgb, res: drawn.append(True) or real_annotate(rgb, res))
+
+    everything = conversions.result_messages(HEADER, RGB, result, options)
+    assert [t for t, _ in everything] == ["poses", "markers", "annotated"] and drawn == [True]
+    only_poses = conversions.result_messages(HEADER, RGB, result, options, wanted=lambda t: t == "poses")
+    assert [t for t, _ in only_poses] == ["poses"] and drawn == [True]  # annotate not called again
+    assert only_poses[0][1] == everything[0][1]  # the same message as without the filter

@@ -49,7 +49,9 @@ class Supervisor:
         self.camera = self.node.create_publisher(Image, "image_raw", qos_profile_sensor_data)
         self.poses: list[Any] = []
         self.diagnostics: list[dict[str, str]] = []
+        self.timings: dict[tuple[int, int], dict[str, float]] = {}  # the node's ~/timing, by frame stamp
         self.node.create_subscription(PersonPoseArray, "poses", self.poses.append, RESULT_QOS)
+        self.node.create_subscription(DiagnosticArray, f"/{node_name}/timing", self._on_timing, RESULT_QOS)
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 10)
         self.change = self.node.create_client(ChangeState, f"/{node_name}/change_state")
         self.get = self.node.create_client(GetState, f"/{node_name}/get_state")
@@ -62,6 +64,10 @@ class Supervisor:
         for st in msg.status:
             if st.name.endswith(": perception"):
                 self.diagnostics.append({kv.key: kv.value for kv in st.values} | {"_message": st.message})
+
+    def _on_timing(self, msg: Any) -> None:
+        stamp = (msg.header.stamp.sec, msg.header.stamp.nanosec)
+        self.timings[stamp] = {kv.key: float(kv.value) for kv in msg.status[0].values}
 
     def call(self, client: Any, request: Any) -> Any:
         future = client.call_async(request)
@@ -200,6 +206,14 @@ def test_lifecycle_poses_thresholds_and_bad_frames(ros_env, fixture_path, tmp_pa
     assert result.header.frame_id == "test_camera"
     assert (result.header.stamp.sec, result.header.stamp.nanosec) == (frame.header.stamp.sec, 4242)
     _check_against_reference(result, reference, width, height)
+
+    # Per-frame timing, stamped like the frame: the backend's stages and where the rest of the time went.
+    timing = sup.wait_for("the frame's ~/timing", lambda: sup.timings.get((frame.header.stamp.sec, 4242)))
+    assert {"preprocess_ms", "inference_ms", "postprocess_ms", "total_ms", "wait_ms", "queued_ms",
+            "convert_ms", "publish_ms", "node_ms"} <= set(timing)
+    assert timing["inference_ms"] > 0.0 and timing["total_ms"] >= timing["inference_ms"]
+    # node_ms (callback -> published) spans hand-off, conversion, pipeline and publishing
+    assert timing["node_ms"] >= timing["total_ms"] + timing["wait_ms"] + timing["publish_ms"] - 0.01
 
     # Runtime threshold: the second person (pose score 0.73) falls below 0.8; bad values are refused, by the
     # table (range) and by the decoder (PoseNet needs a threshold < 1).
