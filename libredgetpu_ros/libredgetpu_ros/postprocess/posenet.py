@@ -14,7 +14,6 @@ priority queue pops keypoints never changes a keypoint's position; only parents 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -104,10 +103,18 @@ def _walk_schedules() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 
 _PARENTS, _CHILDREN, _MID_CHANNELS, _DEPTH = _walk_schedules()
-# Per (root, step): parent, child, mid-offset y/x channels, short-offset y/x channels of the child.
-_STEPS = np.concatenate([_PARENTS[..., None], _CHILDREN[..., None], _MID_CHANNELS, _CHILDREN[..., None],
-                         NUM_KEYPOINTS + _CHILDREN[..., None]], axis=-1)
+# Per (root, step), field-major: parent, child, mid-offset y/x channels, short-offset y/x channels of the
+# child, depth. Field-major so that each field of a batch's pairs is a contiguous row (see _decode_batch).
+_STEPS = np.stack([_PARENTS, _CHILDREN, _MID_CHANNELS[..., 0], _MID_CHANNELS[..., 1], _CHILDREN,
+                   NUM_KEYPOINTS + _CHILDREN, _DEPTH]).reshape(7, -1)
+_DEPTH_KEYS = _DEPTH.astype(np.uint8)
+_ROOT_DEPTH = _DEPTH.max(axis=1)
+_MAX_DEPTH = int(_ROOT_DEPTH.max())
 _KEYPOINT_IDS = np.arange(NUM_KEYPOINTS)
+_KEYPOINT_COUNT = np.intp(NUM_KEYPOINTS)  # an intp, as ndarray.mean divides by
+# Depth levels walked for every root of a batch. Only roots at an ankle have an 8th level; they are usually
+# weak and inside the NMS disk of an accepted pose's ankle, so their last level is walked on demand.
+EAGER_DEPTH = 7
 
 
 def _logodds(p: float) -> np.float32:
@@ -119,6 +126,28 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return np.float32(1.0) / (np.float32(1.0) + np.exp(-x))
 
 
+def _padded(tensor: np.ndarray) -> np.ndarray:
+    """An (H + 1, W + 1, C) float32 buffer holding ``tensor`` (H, W, C) in [:H, :W] (see ``_Sampler``)."""
+    h, w, c = tensor.shape
+    padded = np.empty((h + 1, w + 1, c), dtype=np.float32)
+    padded[:h, :w] = tensor
+    return padded
+
+
+def _dequantized(spec: TensorSpec, raw: np.ndarray, extra_scale: float = 1.0) -> np.ndarray:
+    """``_padded(spec.dequantize(raw, extra_scale))`` without the intermediate array: the same float32
+    operations (uint8 -> float32, minus the zero point, times the scale), written straight into the
+    padded buffer."""
+    if raw.dtype.kind == "f":
+        return _padded(spec.dequantize(raw, extra_scale))
+    h, w, c = raw.shape
+    padded = np.empty((h + 1, w + 1, c), dtype=np.float32)
+    inner = padded[:h, :w]
+    np.subtract(raw, np.float32(spec.zero_point), out=inner, dtype=np.float32)
+    np.multiply(inner, np.float32(spec.scale) * np.float32(extra_scale), out=inner)
+    return padded
+
+
 class _Sampler:
     """Bilinear sampling of an (H, W, C) float32 tensor at per-row points and channels, as the C++ does it.
 
@@ -128,34 +157,84 @@ class _Sampler:
     every result is bit-identical and the corner offsets become constants.
     """
 
-    def __init__(self, tensor: np.ndarray) -> None:
-        h, w, c = tensor.shape
-        padded = np.empty((h + 1, w + 1, c), dtype=np.float32)
-        padded[:h, :w] = tensor
-        padded[h, :w] = tensor[h - 1]
+    def __init__(self, padded: np.ndarray) -> None:
+        """``padded``: (H + 1, W + 1, C) float32, the tensor in [:H, :W]; the edge row and column are filled
+        here."""
+        h, w, c = padded.shape[0] - 1, padded.shape[1] - 1, padded.shape[2]
+        padded[h, :w] = padded[h - 1, :w]
         padded[:, w] = padded[:, w - 1]
-        self.flat = padded.ravel()
+        self.tensor = padded[:h, :w]
+        self.flat = padded.reshape(-1)
         self.strides = np.array([(w + 1) * c, c], dtype=np.float32)  # float32 matmul: exact below 2^24
         # Corner offsets indexed [x corner, y corner]: each lerp then reads contiguous blocks.
         self.corners = np.array([[0, (w + 1) * c], [c, (w + 1) * c + c]], dtype=np.intp)[:, :, None, None]
 
     def offsets(self, channels: np.ndarray) -> np.ndarray:
-        """Flat offsets of the 4 corners x ``channels`` (B, k) from a cell's origin: (2, 2, k, B). Computed
-        once per batch of points and reused while the points move."""
-        return self.corners + channels.T
+        """Flat offsets of the 4 corners x ``channels`` (k, B) from a cell's origin: (2, 2, k, B). Computed
+        once per set of points and reused while the points move."""
+        return self.corners + channels
 
     def __call__(self, points: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         """``points``: (2, B) y/x rows in the grid (>= 0); returns (k, B) float32, k from ``offsets``.
 
         Points along the last axis keep every elementwise op on contiguous rows (small trailing axes make
         NumPy's broadcasting loops several times slower). Same products and sums as the C++:
-        (1 - ly) * ((1 - lx) * tl + lx * tr) + ly * ((1 - lx) * bl + lx * br).
+        (1 - ly) * ((1 - lx) * tl + lx * tr) + ly * ((1 - lx) * bl + lx * br), with the (1 - l, l) weight
+        pairs stacked so that each lerp is one multiply and one add (NumPy calls, not flops, are the cost).
         """
         lerp, low = np.modf(points)  # exact for points >= 0
-        rest = 1.0 - lerp  # a Python float keeps float32 and is cheaper than a NumPy scalar
-        v = self.flat[offsets + (self.strides @ low).astype(np.intp)]  # (2, 2, k, B): [x corner, y corner]
-        rows = rest[1] * v[0] + lerp[1] * v[1]  # along x, for the top and bottom rows
-        return rest[0] * rows[0] + lerp[0] * rows[1]
+        weights = np.stack([1.0 - lerp, lerp])  # [1 - l, l] x [y, x]
+        v = self.flat.take(offsets + (self.strides @ low).astype(np.intp))  # (2, 2, k, B): [x, y corner]
+        v *= weights[:, 1, None, None]
+        rows = v[0] + v[1]  # along x, for the top and bottom rows
+        rows *= weights[:, 0, None]
+        return rows[0] + rows[1]
+
+    def step(self, points: np.ndarray, offsets: np.ndarray, ws: _Workspace) -> None:
+        """``points = clamp(points + sample(points), 0, high)`` in place, for the k=2 (y, x) channels in
+        ``offsets``: the arithmetic of ``__call__``, tuned for the 48 steps of a walk (this is where the
+        decoder spends its time, in NumPy call overhead rather than flops). Every intermediate goes to a
+        buffer of ``ws``, made once per depth level, and operands have equal shapes wherever possible: a
+        broadcast (even against a scalar) costs NumPy about 1 us per call, a same-shape op about 0.3 us."""
+        low = np.floor(points, out=ws.low)
+        np.subtract(points, low, out=ws.frac)  # exact, as np.modf
+        np.subtract(ws.one, ws.frac, out=ws.rest)
+        np.add(offsets, (self.strides @ low).astype(np.intp), out=ws.index)
+        # mode="clip": "raise" would copy through a buffer when given ``out``, and every index is in range
+        # anyway (points are clamped to the grid, the tensor padded by one row and column). Not "wrap": it
+        # loops on a huge negative index (a NaN point from NaN float tensors) instead of failing fast.
+        self.flat.take(ws.index, out=ws.corners, mode="clip")
+        ws.corners *= ws.x_weights
+        np.add(ws.left, ws.right, out=ws.rows)
+        ws.rows *= ws.y_weights
+        np.add(ws.top, ws.bottom, out=ws.shift)
+        points += ws.shift
+        np.minimum(points, ws.high, out=points)
+        np.maximum(points, ws.zero, out=points)
+
+
+class _Workspace:
+    """Buffers, and views into them, for ``_Sampler.step`` on B points with 2 channels in a (2, H, W) grid
+    (``high``: (2, 1) last row and column)."""
+
+    __slots__ = ("bottom", "corners", "frac", "high", "index", "left", "low", "one", "rest", "right", "rows",
+                 "shift", "top", "x_weights", "y_weights", "zero")
+
+    def __init__(self, b: int, high: np.ndarray) -> None:
+        self.low = np.empty((2, b), dtype=np.float32)
+        weights = np.empty((2, 2, b), dtype=np.float32)  # [1 - l, l] x [y, x]
+        self.rest, self.frac = weights
+        self.one = np.ones((2, b), dtype=np.float32)
+        self.x_weights, self.y_weights = weights[:, 1, None, None], weights[:, 0, None]
+        self.index = np.empty((2, 2, 2, b), dtype=np.intp)
+        self.corners = np.empty((2, 2, 2, b), dtype=np.float32)  # [x corner, y corner, channel, point]
+        self.left, self.right = self.corners
+        self.rows = np.empty((2, 2, b), dtype=np.float32)  # [y corner, channel, point]
+        self.top, self.bottom = self.rows
+        self.shift = np.empty((2, b), dtype=np.float32)
+        self.high = np.empty((2, b), dtype=np.float32)
+        self.high[...] = high
+        self.zero = np.zeros((2, b), dtype=np.float32)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,23 +254,29 @@ def find_candidates(logits: np.ndarray, shorts: np.ndarray, min_logit: np.float3
     Returns (points (M, 2) y/x refined by the short offsets and clamped to the grid, keypoint ids (M,),
     scores (M,)), sorted by decreasing score.
     """
-    h, w, _ = logits.shape
-    window_max = logits.copy()  # separable max filter: rows, then columns (max is exact in any order)
-    for axis in (0, 1):
-        source = window_max.copy()
-        for shift in range(1, radius + 1):
-            lead = [slice(None)] * 3
-            lag = [slice(None)] * 3
-            lead[axis], lag[axis] = slice(shift, None), slice(None, -shift)
-            np.maximum(window_max[tuple(lead)], source[tuple(lag)], out=window_max[tuple(lead)])
-            np.maximum(window_max[tuple(lag)], source[tuple(lead)], out=window_max[tuple(lag)])
-    ys, xs, ids = np.nonzero((logits >= min_logit) & (logits >= window_max))
-    scores = logits[ys, xs, ids]
+    h, w, k = logits.shape
+    flat = logits.reshape(-1)
+    index = np.flatnonzero(flat >= min_logit)  # 1-D: np.nonzero of the 3-D mask costs ~10x more
+    scores = flat[index]
+    ys, rest = np.divmod(index, w * k)
+    # Local maxima, tested only at the cells above the threshold (a few % of the heatmap): the largest of
+    # their window, read from a copy padded with -inf (so the window is clipped to the grid, as in C++).
+    pw = w + 2 * radius
+    padded = np.full((h + 2 * radius, pw, k), -np.inf, dtype=np.float32)
+    padded[radius:h + radius, radius:w + radius] = logits
+    window = np.arange(-radius, radius + 1)
+    neighbours = ((window[:, None] * pw + window) * k).reshape(-1, 1)
+    centre = index + (ys * 2 * radius + (pw + 1) * radius) * k  # the same cell in the padded copy
+    keep = padded.reshape(-1)[neighbours + centre].max(axis=0) <= scores
+    ys, rest, scores = ys[keep], rest[keep], scores[keep]
     order = np.argsort(-scores, kind="stable")
-    ys, xs, ids, scores = ys[order], xs[order], ids[order], scores[order]
+    ys, rest, scores = ys[order], rest[order], scores[order]
+    xs, ids = np.divmod(rest, k)
+    offsets = shorts.reshape(-1)
+    at = (ys * w + xs) * (2 * k) + ids  # the y short offset of each candidate; x is k channels later
     points = np.empty((ids.size, 2), dtype=np.float32)
-    points[:, 0] = ys + shorts[ys, xs, ids]
-    points[:, 1] = xs + shorts[ys, xs, NUM_KEYPOINTS + ids]
+    points[:, 0] = ys + offsets[at]
+    points[:, 1] = xs + offsets[at + k]
     return _clamp(points, np.array([h - 1.0, w - 1.0], dtype=np.float32)), ids, scores
 
 
@@ -201,57 +286,85 @@ def _clamp(points: np.ndarray, high: np.ndarray) -> np.ndarray:
     return np.maximum(points, np.float32(0.0), out=points)
 
 
-def _step(points: np.ndarray, displacement: np.ndarray, high: np.ndarray) -> None:
-    """``points = clamp(points + displacement, 0, high)`` in place, in two NumPy calls."""
-    np.minimum(points + displacement, high, out=points)
-    np.maximum(points, np.float32(0.0), out=points)
-
-
-def _decode_batch(roots: np.ndarray, root_ids: np.ndarray, heat: _Sampler, shorts: _Sampler,
-                  mids: _Sampler, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Walk the pose tree from a batch of roots; returns (keypoints (B, 17, 2) y/x grid, logits (B, 17)).
+class _Walk:
+    """The pose-tree walks of a batch of roots, run a range of depth levels at a time.
 
     All edges at the same depth of their root's tree are independent, so each depth level is one
-    vectorised step over every (root, edge) pair of the batch (at most 8 levels instead of 16 edges). The
-    heatmap is sampled once at the end, at all keypoints of all roots.
+    vectorised step over every (root, edge) pair of the batch (at most 8 levels instead of 16 edges).
     """
-    b = roots.shape[0]
-    points = np.empty((2, b, NUM_KEYPOINTS), dtype=np.float32)  # y/x planes: see _Sampler.__call__
-    points[:, np.arange(b), root_ids] = roots.T
-    high = high[:, None]
-    depth = _DEPTH[root_ids]
-    # Every (root, step) pair, grouped by depth level; their indices and sampling offsets are computed once.
-    by_level = np.argsort(depth, axis=None, kind="stable")
-    bounds = np.searchsorted(depth.ravel()[by_level], np.arange(1, int(depth.max(initial=0)) + 2))
-    r, step = np.divmod(by_level, NUM_KEYPOINTS - 1)
-    steps = _STEPS[root_ids[r], step]
-    parent, child = steps[:, 0], steps[:, 1]
-    mid_offsets, short_offsets = mids.offsets(steps[:, 2:4]), shorts.offsets(steps[:, 4:6])
-    for first, last in itertools.pairwise(bounds):
-        level = slice(first, last)
-        rows = r[level]
-        pos = points[:, rows, parent[level]]
-        _step(pos, mids(pos, mid_offsets[..., level]), high)
-        for _ in range(REFINEMENT_STEPS):
-            _step(pos, shorts(pos, short_offsets[..., level]), high)
-        points[:, rows, child[level]] = pos
-    logits = heat(points.reshape(2, -1), heat.offsets(np.tile(_KEYPOINT_IDS, b)[:, None]))
-    return points.transpose(1, 2, 0), logits.reshape(b, NUM_KEYPOINTS)
+
+    def __init__(self, roots: np.ndarray, root_ids: np.ndarray, high: np.ndarray) -> None:
+        b = roots.shape[0]
+        # y/x planes over (root, keypoint) flattened: gathers and scatters are single index arrays.
+        self.points = np.empty((2, b * NUM_KEYPOINTS), dtype=np.float32)
+        self.points[:, np.arange(0, b * NUM_KEYPOINTS, NUM_KEYPOINTS) + root_ids] = roots.T
+        self.high = high[:, None]
+        # Every (root, step) pair, grouped by depth level (uint8 keys: NumPy's stable sort is a radix sort).
+        by_level = np.argsort(_DEPTH_KEYS[root_ids], axis=None, kind="stable")
+        self.rows, step = np.divmod(by_level, NUM_KEYPOINTS - 1)
+        self.steps = _STEPS[:, root_ids[self.rows] * (NUM_KEYPOINTS - 1) + step]  # (7, pairs), by level
+        # Level L (from 1) is pairs bounds[L - 1]:bounds[L]; nodes are the flat parent/child indices.
+        self.bounds = np.searchsorted(self.steps[6], np.arange(1, int(self.steps[6, -1]) + 2)).tolist()
+        self.nodes = self.rows * NUM_KEYPOINTS + self.steps[:2]
+
+    def advance(self, mids: _Sampler, shorts: _Sampler, first: int, last: int,
+                rows: np.ndarray | None = None) -> None:
+        """Walk depth levels ``first``..``last`` (inclusive) of all roots, or of those in mask ``rows``."""
+        for level in range(first, min(last, len(self.bounds) - 1) + 1):
+            pairs = slice(self.bounds[level - 1], self.bounds[level])
+            steps, nodes = self.steps[:, pairs], self.nodes[:, pairs]
+            if rows is not None:
+                keep = rows[self.rows[pairs]]
+                steps, nodes = steps[:, keep], nodes[:, keep]
+            if nodes.shape[1] == 0:
+                continue
+            ws = _Workspace(nodes.shape[1], self.high)
+            pos = self.points[:, nodes[0]]
+            # Offsets per level, not sliced from one batch-wide array: contiguous operands add faster.
+            mids.step(pos, mids.offsets(steps[2:4]), ws)
+            refine = shorts.offsets(steps[4:6])
+            for _ in range(REFINEMENT_STEPS):
+                shorts.step(pos, refine, ws)
+            self.points[:, nodes[1]] = pos
+
+    def keypoint_scores(self, heat: _Sampler, rows: np.ndarray) -> np.ndarray:
+        """Sigmoid of the heatmap at all keypoints of the roots ``rows`` (indices): (len(rows), 17)."""
+        at = (rows[:, None] * NUM_KEYPOINTS + _KEYPOINT_IDS).reshape(-1)
+        logits = heat(self.points[:, at], heat.offsets(np.tile(_KEYPOINT_IDS, rows.size)[None]))
+        return _sigmoid(logits.reshape(rows.size, NUM_KEYPOINTS))
+
+    def keypoints(self, row: int) -> np.ndarray:
+        """(17, 2) y/x grid positions of root ``row``'s pose."""
+        return self.points[:, row * NUM_KEYPOINTS:(row + 1) * NUM_KEYPOINTS].T
+
+
+def _mean_score(scores: np.ndarray) -> np.ndarray:
+    """``scores.mean(axis=1, dtype=np.float32)``, bit for bit (same sum, then the same float64 division by
+    an intp count), without the wrapper's overhead."""
+    total = np.add.reduce(scores, axis=1, dtype=np.float32)
+    return np.true_divide(total, _KEYPOINT_COUNT, out=total, casting="unsafe")
 
 
 def decode_poses(heatmap_logits: np.ndarray, short_offsets: np.ndarray, mid_offsets: np.ndarray,
                  options: PoseDecoderOptions, batch: int = 64) -> RawPoses:
-    """Decode float tensors (H, W, C) already in grid units (offsets divided by the stride).
+    """Decode float tensors (H, W, C) already in grid units (offsets divided by the stride)."""
+    return _decode(*(_padded(t) for t in (heatmap_logits, short_offsets, mid_offsets)), options, batch)
+
+
+def _decode(heat_padded: np.ndarray, shorts_padded: np.ndarray, mids_padded: np.ndarray,
+            options: PoseDecoderOptions, batch: int = 64) -> RawPoses:
+    """``decode_poses`` on tensors already padded by one row and column (see ``_padded``).
 
     Roots are decoded ``batch`` at a time: a walk's cost is set by its depth levels, barely by its number
     of roots (a first small batch, to skip roots the first poses suppress, measured slower on 2 people).
-    The C++ sequence of NMS test -> decode -> accept is then replayed over the batch in root order.
+    Levels deeper than ``EAGER_DEPTH`` are walked only for the roots the replay reaches unsuppressed. The
+    C++ sequence of NMS test -> decode -> accept is replayed over the batch in root order.
     """
-    h, w, _ = heatmap_logits.shape
+    heat, shorts, mids = _Sampler(heat_padded), _Sampler(shorts_padded), _Sampler(mids_padded)
+    h, w, _ = heat.tensor.shape
     high = np.array([h - 1.0, w - 1.0], dtype=np.float32)
-    heat, shorts, mids = _Sampler(heatmap_logits), _Sampler(short_offsets), _Sampler(mid_offsets)
     min_logit = _logodds(options.score_threshold)
-    cand_points, cand_ids, _ = find_candidates(heatmap_logits, short_offsets, min_logit)
+    cand_points, cand_ids, _ = find_candidates(heat.tensor, shorts.tensor, min_logit)
     nms_radius = np.float32(options.nms_radius) / np.float32(options.stride)
     sq_radius = nms_radius * nms_radius
     threshold = np.float32(options.score_threshold)
@@ -268,22 +381,36 @@ def decode_poses(heatmap_logits: np.ndarray, short_offsets: np.ndarray, mid_offs
         if todo.size == 0:
             break
         alive[todo] = False
-        points, logits = _decode_batch(cand_points[todo], cand_ids[todo], heat, shorts, mids, high)
-        scores = _sigmoid(logits)
-        accept = scores.mean(axis=1, dtype=np.float32) >= threshold
-        # Replay the C++ root loop over the batch: only accepted poses change later decisions, so loop over
-        # those (<= max_detections), each one suppressing the later roots near its same keypoint.
         roots, root_ids = cand_points[todo], cand_ids[todo]
+        walk = _Walk(roots, root_ids, high)
+        walk.advance(mids, shorts, 1, EAGER_DEPTH)
+        complete = _ROOT_DEPTH[root_ids] <= EAGER_DEPTH
+        scores = np.zeros((todo.size, NUM_KEYPOINTS), dtype=np.float32)
+        done = np.flatnonzero(complete)
+        scores[done] = walk.keypoint_scores(heat, done)
+        accept = complete & (_mean_score(scores) >= threshold)
+        # Replay the C++ root loop over the batch. Only accepted poses change later decisions, so loop over
+        # those (<= max_detections), each one suppressing the later roots near its same keypoint; a root
+        # not walked to the end yet is finished (with all other unsuppressed ones) when the loop reaches it.
+        pending = np.ones(todo.size, dtype=bool)
         while count < options.max_detections:
-            pick = np.flatnonzero(accept)
+            pick = np.flatnonzero(pending & (accept | ~complete))
             if pick.size == 0:
                 break
             i = pick[0]
-            poses[count], kp_scores[count] = points[i], scores[i]
+            if not complete[i]:
+                late = pending & ~complete
+                walk.advance(mids, shorts, EAGER_DEPTH + 1, _MAX_DEPTH, late)
+                rows = np.flatnonzero(late)
+                scores[rows] = walk.keypoint_scores(heat, rows)
+                accept[rows] = _mean_score(scores[rows]) >= threshold
+                complete[rows] = True
+                continue
+            poses[count], kp_scores[count] = walk.keypoints(i), scores[i]
+            delta = poses[count, root_ids] - roots
             count += 1
-            delta = points[i, root_ids] - roots
-            accept &= (delta * delta).sum(-1) > sq_radius
-            accept[:i + 1] = False
+            pending &= (delta * delta).sum(-1) > sq_radius
+            pending[:i + 1] = False
     poses, kp_scores = poses[:count], kp_scores[:count]
     final = _soft_keypoint_nms(poses, kp_scores, sq_radius)
     order = np.argsort(-final, kind="stable")
@@ -297,7 +424,7 @@ def _soft_keypoint_nms(poses: np.ndarray, kp_scores: np.ndarray, sq_radius: np.f
     n = poses.shape[0]
     if n == 0:
         return np.empty(0, dtype=np.float32)
-    order = np.argsort(-kp_scores.mean(axis=1, dtype=np.float32), kind="stable")
+    order = np.argsort(-_mean_score(kp_scores), kind="stable")
     ranked = poses[order]
     delta = ranked[:, None] - ranked[None, :]
     near = (delta * delta).sum(-1) <= sq_radius  # (n, n, 17)
@@ -354,8 +481,8 @@ class PoseDecoder:
         heat_q, short_q, mid_q = take_outputs(outputs, self.specs, "PoseDecoder")
         heat_spec, short_spec, mid_spec = self.specs
         inv_stride = 1.0 / self.options.stride
-        return decode_poses(heat_spec.dequantize(heat_q[0]), short_spec.dequantize(short_q[0], inv_stride),
-                            mid_spec.dequantize(mid_q[0], inv_stride), self.options)
+        return _decode(_dequantized(heat_spec, heat_q[0]), _dequantized(short_spec, short_q[0], inv_stride),
+                       _dequantized(mid_spec, mid_q[0], inv_stride), self.options)
 
     def decode(self, outputs: Mapping[str, np.ndarray]) -> list[Pose]:
         raw = self.decode_raw(outputs)

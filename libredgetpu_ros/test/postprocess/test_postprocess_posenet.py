@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from libredgetpu_ros.errors import ConfigError, InputError, ModelFormatError
 from libredgetpu_ros.formats import load_model
+from libredgetpu_ros.postprocess import posenet
 from libredgetpu_ros.postprocess.posenet import FORWARD_EDGES, KEYPOINT_NAMES, NUM_EDGES, PoseDecoder
 
 from .litert_util import cut_interpreter, run
@@ -187,3 +188,30 @@ def test_vectorised_decoder_equals_scalar_reference(decoder_and_outputs, seed):
         match = [i for i in range(len(ref_points)) if np.array_equal(ref_points[i], points)]
         assert len(match) == 1
         np.testing.assert_allclose(scores, ref_scores[match[0]], rtol=1e-6)
+
+
+@pytest.mark.parametrize("eager_depth", [1, 4, 6])
+@pytest.mark.parametrize("seed", range(2))
+def test_on_demand_deep_levels_equal_scalar_reference(decoder_and_outputs, monkeypatch, seed, eager_depth):
+    """Levels below EAGER_DEPTH are walked only when the replay reaches an unsuppressed root that needs them;
+    with a shallow EAGER_DEPTH every accepted pose goes through that path, and nothing may change. The
+    float-tensor entry point (decode_poses) must agree with the quantized one (decode_raw) too."""
+    decoder, outputs = decoder_and_outputs
+    rng = np.random.default_rng(seed)
+    noisy = {name: np.clip(a + rng.integers(-6 * seed, 6 * seed + 1, a.shape), 0, 255).astype(a.dtype)
+             for name, a in outputs.items()}
+    heat_spec, short_spec, mid_spec = decoder.specs
+    heat = heat_spec.dequantize(noisy[heat_spec.name][0])
+    shorts = short_spec.dequantize(noisy[short_spec.name][0], 1.0 / decoder.options.stride)
+    mids = mid_spec.dequantize(noisy[mid_spec.name][0], 1.0 / decoder.options.stride)
+    ref_points, ref_scores = _reference_decode(heat, shorts, mids, decoder.options)
+    monkeypatch.setattr(posenet, "EAGER_DEPTH", eager_depth)
+    raw = decoder.decode_raw(noisy)
+    assert 0 < len(raw.scores) <= len(ref_points)
+    for points, scores in zip(raw.keypoints, raw.keypoint_scores, strict=True):
+        match = [i for i in range(len(ref_points)) if np.array_equal(ref_points[i], points)]
+        assert len(match) == 1
+        np.testing.assert_allclose(scores, ref_scores[match[0]], rtol=1e-6)
+    direct = posenet.decode_poses(heat, shorts, mids, decoder.options)
+    for name in ("keypoints", "keypoint_scores", "scores"):
+        np.testing.assert_array_equal(getattr(direct, name), getattr(raw, name))
