@@ -72,9 +72,9 @@ def _views(storages: list[Any], connections: list[Any],
             data = memoryview(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ))
         chunks = [_chunk_messages(data, chunk, channel_map) for chunk in storage.chunks
                   if any(chunk.channel_count.get(cid, 0) for cid in channel_map)]
-        for timestamp, offset, connection, view in heapq.merge(*chunks):
+        for timestamp, offset, connection, start, end in heapq.merge(*chunks):
             if offset:  # not a chunk's start marker
-                yield connection, timestamp, view
+                yield connection, timestamp, data[start:end]
 
 
 def _truncated(pos: int, expected: int, got: int) -> Exception:
@@ -88,7 +88,7 @@ def _chunk_messages(data: memoryview, chunk: Any, channel_map: dict[int, Any]) -
     when their time comes, as rosbags does)."""
     from rosbags.rosbag2 import ReaderError
 
-    yield chunk.message_start_time, 0, None, None
+    yield chunk.message_start_time, 0, None, 0, 0
     base = chunk.chunk_start_offset
     start = base + _RECORDS_AT + len(chunk.compression)
     end = start + chunk.uncompressed_size
@@ -97,7 +97,7 @@ def _chunk_messages(data: memoryview, chunk: Any, channel_map: dict[int, Any]) -
     crc = _U32.unpack_from(data, base + _CRC_AT)[0]
     if crc and zlib.crc32(data[start:end]) != crc:
         raise ReaderError("Chunk checksum mismatch.")
-    messages = []
+    messages: list[tuple[int, int, Any, int, int]] = []  # (log time, chunk offset, connection, start, end)
     pos = start
     while pos < end:
         if pos + 9 > end:
@@ -113,7 +113,6 @@ def _chunk_messages(data: memoryview, chunk: Any, channel_map: dict[int, Any]) -
         channel_id, _, log_time, _ = _MESSAGE_HEADER.unpack_from(data, record)
         # rosbags keeps only messages inside the chunk's declared time range
         if channel_id in channel_map and chunk.message_start_time <= log_time <= chunk.message_end_time:
-            payload = data[record + _MESSAGE_HEADER.size:pos]
-            messages.append((log_time, base, channel_map[channel_id], payload))
+            messages.append((log_time, base, channel_map[channel_id], record + _MESSAGE_HEADER.size, pos))
     messages.sort(key=lambda m: m[0])
     yield from messages

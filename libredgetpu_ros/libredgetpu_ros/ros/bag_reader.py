@@ -1,16 +1,20 @@
-"""A bag's camera frames, read and decoded ahead of the pipeline (for ``process-bag``).
+"""A bag's camera frames, read and decoded for the pipeline (``process-bag``).
 
-``FrameReader`` reads and decodes in a thread while the pipeline runs on the current frame. The thread
-shares the GIL with inference (LiteRT's invoke holds it), so what it does under the GIL must be small:
-uncompressed indexed MCAP is read without copies (``bags.mcap_view``: a message is a slice of a read-only
-mmap, ~0.03 ms per frame with decoding, instead of rosbags' ~0.65 ms of copies holding the GIL), and
-well-formed little-endian Images are viewed in place (``bags.cdr_image``); the one pixel copy (into a reused
-buffer) runs without the GIL. Other bags (sqlite3, compressed) go through rosbags' reader; JPEG/PNG decoding
-(OpenCV, which releases the GIL) overlaps inference.
+Raw ``Image`` frames of uncompressed indexed MCAP are read inline, without copies: a message is a slice of
+a read-only mmap of the file (``bags.mcap_view``) and a well-formed little-endian Image is viewed in place
+(``bags.cdr_image``), ~0.03 ms per 640x480 frame, so the pipeline reads the pixels from the page cache.
+rosbags' own reader copies every message three times (~0.65 ms per frame, holding the GIL).
 
-A reader *process* was tried (rosbags + decoding in a child, pixels through a shared memfd ring): on the
-2-core target it was slower than this thread (0.58 vs 0.92 of the pipeline's rate on the classify bag):
-the child's copies compete for the second core with OpenCV's resize threads, and it adds ~0.2 s of start.
+Everything else (sqlite3, compressed bags, ``CompressedImage``) is read and decoded in a thread while the
+pipeline runs on the current frame: rosbags' copies and JPEG/PNG decoding (OpenCV, which releases the GIL)
+then overlap inference. The thread is not free: it wakes up while OpenCV's resize runs, and with it
+running, MobileNet's 640x480 -> 128x128 resize took 1.2 ms instead of 0.9 ms (both cores busy); that is
+why zero-copy frames, cheaper to read than that, are read inline.
+
+Also measured and dropped: a reader *process* (rosbags + decoding in a child, pixels through a shared
+memfd ring) was slower than the thread (0.58 vs 0.92 of the pipeline's rate on the classify bag), and
+copying frames out of the mmap into reused buffers in the thread (no page faults for the pipeline) was
+slower than reading them where they are.
 """
 
 from __future__ import annotations
@@ -81,59 +85,54 @@ def frames(reader: Any, topics: list[str], views: bool = True) -> Iterator[Decod
         yield decode(conn.msgtype, conn.topic, timestamp, raw)
 
 
-class _Ring:
-    """``size`` reusable frame buffers, so copies out of the bag's mmap land in memory that is already
-    mapped (a fresh 0.9 MB array costs ~225 page faults; a mmap'ed page ~1/16 with the kernel's
-    fault-around)."""
-
-    def __init__(self, size: int) -> None:
-        self._buffers: list[np.ndarray | None] = [None] * size
-        self._next = 0
-
-    def copy(self, pixels: np.ndarray) -> np.ndarray:
-        i, self._next = self._next, (self._next + 1) % len(self._buffers)
-        buf = self._buffers[i]
-        if buf is None or buf.shape != pixels.shape or buf.dtype != pixels.dtype:
-            buf = self._buffers[i] = np.empty_like(pixels, order="C")
-        np.copyto(buf, pixels)  # NumPy releases the GIL for a copy this size
-        return buf
+def inline(reader: Any, topics: list[str]) -> bool:
+    """Whether ``topics`` are cheap enough to read in the pipeline's thread: raw Images, zero-copy."""
+    connections = [c for c in reader.connections if c.topic in topics]
+    raw_images = all(c.msgtype == IMAGE_TYPES[0] for c in connections)
+    return raw_images and message_views(reader, connections) is not None
 
 
 class FrameReader:
-    """The decoded frames of ``topics``, in bag order, read and decoded in a thread while the pipeline runs
-    on the current frame. Use inside ``with``, then iterate; an error in the thread is re-raised there.
-
-    A bounded queue of ``depth`` frames keeps memory flat. Raw frames viewed in the bag's mmap are copied
-    by the thread into a ring of ``depth + 2`` buffers (the queue's frames, the consumer's, the one being
-    filled): the page faults of first touching the file's pages and the copy run beside the pipeline, which
-    then reads pixels already in memory, as it would from a camera driver's buffer.
-    """
+    """The decoded frames of ``topics``, in bag order: inline or from a reader thread (module docstring;
+    ``thread`` forces the choice). Use inside ``with``, then iterate; an error in the thread is re-raised
+    by the iteration. A bounded queue of ``depth`` frames keeps the thread's memory flat."""
 
     _END = object()
 
-    def __init__(self, bag: Path, topics: list[str], depth: int = 2) -> None:
-        self._bag, self._topics = bag, topics
+    def __init__(self, bag: Path, topics: list[str], depth: int = 2, thread: bool | None = None) -> None:
+        self._bag, self._topics, self._use_thread = bag, topics, thread
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
-        self._ring = _Ring(depth + 2)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bag-prefetch", daemon=True)
+        self._thread: threading.Thread | None = None
         self._reader: Any = None
+
+    @property
+    def threaded(self) -> bool:
+        return self._thread is not None
 
     def __enter__(self) -> FrameReader:
         self._reader = open_reader(self._bag)
-        self._thread.start()
+        use_thread = self._use_thread
+        if use_thread is None:
+            use_thread = not inline(self._reader, self._topics)
+        if use_thread:
+            self._thread = threading.Thread(target=self._run, name="bag-prefetch", daemon=True)
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        while self._thread.is_alive():  # unblock a put() waiting on a full queue
+        while self._thread is not None and self._thread.is_alive():  # unblock a put() on a full queue
             with contextlib.suppress(queue.Empty):
                 self._queue.get_nowait()
             self._thread.join(timeout=0.05)
         self._reader.close()
 
     def __iter__(self) -> Iterator[Decoded]:
-        """Frames in bag order; a frame's pixels stay valid until the next frame is asked for."""
+        """Frames in bag order; a frame's pixels stay valid at least until the next frame is asked for."""
+        if self._thread is None:
+            yield from frames(self._reader, self._topics)
+            return
         while (item := self._queue.get()) is not self._END:
             if isinstance(item, BaseException):
                 raise item
@@ -149,8 +148,6 @@ class FrameReader:
     def _run(self) -> None:
         try:
             for frame in frames(self._reader, self._topics):
-                if frame.rgb is not None and not frame.rgb.flags.writeable:  # a view into the bag
-                    frame.rgb = self._ring.copy(frame.rgb)
                 if not self._put(frame):
                     return
         except BaseException as exc:  # surfaced in the consuming thread

@@ -125,9 +125,28 @@ def test_damaged_bag_is_processed_to_the_end(ros_env, tmp_path: Path, fixture_pa
         np.testing.assert_allclose([r.score for r in msg.results], [c.score for c in expected], atol=1e-6)
 
 
-def test_mcap_views_and_rosbags_reader_give_the_same_output(ros_env, tmp_path: Path, fixture_path) -> None:
-    """mcap input is read zero-copy (``bags.mcap_view``, pixels viewed in the file's mmap), sqlite3 input
-    by rosbags: the same frames must give the same output bag, annotated images included."""
+def _clean_bag(path: Path, rgb: np.ndarray, storage: str) -> None:
+    from libredgetpu_ros.bags.storage import open_writer
+    from libredgetpu_ros.bags.typestore import typestore
+
+    store = typestore()
+    writer = open_writer(path, storage)
+    try:
+        conn = writer.add_connection("/image_raw", "sensor_msgs/msg/Image", typestore=store)
+        for i, encoding in enumerate(("rgb8", "bgr8", "rgb8")):
+            pixels = rgb[:, :, ::-1] if encoding == "bgr8" else np.roll(rgb, 40 * i, axis=1)
+            writer.write(conn, (i + 1) * 10**9, _image(store, np.ascontiguousarray(pixels), (i + 1) * 10**9,
+                                                       encoding=encoding))
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("bag", ["damaged", "clean"])
+def test_mcap_views_and_rosbags_reader_give_the_same_output(ros_env, tmp_path: Path, fixture_path,
+                                                            bag: str) -> None:
+    """mcap input is read zero-copy (``bags.mcap_view``: inline for raw Images only, else in the reader
+    thread), sqlite3 input by rosbags in the thread: the same frames must give the same output bag,
+    annotated images included."""
     import cv2
     from libredgetpu_ros.perception.images import load_image
     from libredgetpu_ros.ros.bag_processing import process_bag
@@ -136,13 +155,17 @@ def test_mcap_views_and_rosbags_reader_give_the_same_output(ros_env, tmp_path: P
     rgb = load_image(fixture_path("images/cat.bmp"))
     jpeg = cv2.imencode(".jpg", rgb[:, :, ::-1])[1].tobytes()
     config = _config(tmp_path, fixture_path, publish_annotated=True)
+    topics = ["/image_raw", "/image_raw/compressed"] if bag == "damaged" else ["/image_raw"]
     outputs = []
     for storage in ("mcap", "sqlite3"):
-        _damaged_bag(tmp_path / f"in_{storage}", rgb, jpeg, storage)
+        if bag == "damaged":
+            _damaged_bag(tmp_path / f"in_{storage}", rgb, jpeg, storage)
+        else:
+            _clean_bag(tmp_path / f"in_{storage}", rgb, storage)
         summary = process_bag(tmp_path / f"in_{storage}", tmp_path / f"out_{storage}", config,
-                              progress=False, storage="mcap", topics=["/image_raw", "/image_raw/compressed"],
-                              log=lambda _: None)
-        assert (summary.frames, summary.processed, summary.written) == (8, 3, 6)
+                              progress=False, storage="mcap", topics=topics, log=lambda _: None)
+        expected = (8, 3, 6) if bag == "damaged" else (3, 3, 6)
+        assert (summary.frames, summary.processed, summary.written) == expected
         with AnyReader([tmp_path / f"out_{storage}"]) as reader:
             # Decoded, not raw: rclpy leaves CDR alignment padding unzeroed (it differs run to run).
             outputs.append([(c.topic, c.msgtype, ts, compare.plain(reader.deserialize(raw, c.msgtype)))
@@ -151,10 +174,11 @@ def test_mcap_views_and_rosbags_reader_give_the_same_output(ros_env, tmp_path: P
     assert {m[0] for m in outputs[0]} == {"/classification", "/annotated"}
 
 
-@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
-def test_frame_reader_frames_stay_valid_until_the_next(ros_env, tmp_path: Path, storage: str) -> None:
-    """The reader thread runs ahead and reuses its pixel buffers: a frame the consumer holds (here, while
-    the thread has time to fill the queue) must not be overwritten before the consumer asks for the next."""
+@pytest.mark.parametrize(("storage", "thread"), [("mcap", None), ("mcap", True), ("sqlite3", None)])
+def test_frame_reader_frames_stay_valid_until_the_next(ros_env, tmp_path: Path, storage: str,
+                                                       thread: bool | None) -> None:
+    """Raw frames of mcap are read inline (zero-copy), others in a thread that runs ahead: either way a frame
+    the consumer holds (here, while a thread has time to fill its queue) keeps its pixels and header."""
     import time
 
     from libredgetpu_ros.bags.storage import open_writer
@@ -168,7 +192,8 @@ def test_frame_reader_frames_stay_valid_until_the_next(ros_env, tmp_path: Path, 
         writer.write(conn, i, _image(store, np.full((6, 8, 3), i, np.uint8), i))
     writer.close()
     seen = []
-    with FrameReader(tmp_path / "in", ["/image_raw"]) as frames:
+    with FrameReader(tmp_path / "in", ["/image_raw"], thread=thread) as frames:
+        assert frames.threaded == (thread or storage == "sqlite3")
         for frame in frames:
             time.sleep(0.02)  # the thread fills the queue meanwhile
             assert frame.rgb is not None and frame.stamp == (0, frame.timestamp, "cam")
