@@ -23,7 +23,10 @@ def test_config_files_hold_exactly_the_node_parameters() -> None:
     import yaml
     from libredgetpu_ros.ros.perception_node import PARAMS
 
-    for name in ("perception_pose.yaml", "perception_segment.yaml", "perception_classify.yaml"):
+    names = sorted(p.name for p in (PACKAGE / "config").glob("perception_*.yaml"))
+    assert names == ["perception_classify.yaml", "perception_detect.yaml", "perception_pose.yaml",
+                     "perception_segment.yaml"]
+    for name in names:
         doc = yaml.safe_load((PACKAGE / "config" / name).read_text())
         params = doc["/**"]["ros__parameters"]
         assert set(params) == set(PARAMS.specs), name
