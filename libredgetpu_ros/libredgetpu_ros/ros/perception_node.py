@@ -63,7 +63,8 @@ class PerceptionParams:
 
 
 PARAMS = ParamTable([
-    ParamSpec("model", "", "Compiled model (*_edgetpu.tflite); the cpu backend runs its CPU twin."),
+    ParamSpec("model", "", "Compiled model (*_edgetpu.tflite), or the segments of a pipelined one "
+              "comma-separated; the cpu backend runs its CPU twin."),
     ParamSpec("cpu_model", "", "CPU twin of the model for the cpu backend; empty: derived from `model`."),
     ParamSpec("backend", "auto", "Inference backend; auto prefers an attached Edge TPU.",
               choices=("auto", "cpu", "edgetpu")),
