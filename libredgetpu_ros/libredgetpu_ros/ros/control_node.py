@@ -641,8 +641,9 @@ def retain_large_allocations() -> bool:
     Why: one N = 1024 ``set_weights`` request passes through ~12 MB of fresh buffers in this process
     (Fast DDS's received sample, rmw's C message, rclpy's ``array.array``). By default glibc maps each of
     those with ``mmap`` and unmaps it on ``free``, so every call page-faults ~3000 new pages (measured: ~3000
-    minor faults and ~5 ms of a ~10 ms round trip; 0 faults with this). The cost: up to ``TRIM_THRESHOLD``
-    of freed memory stays mapped. No-op off glibc or with ``LIBREDGETPU_ROS_MALLOC_TUNING=0``.
+    minor faults and ~5 ms of the node's ~12 ms round trip; 0 faults with this). The cost: up to
+    ``TRIM_THRESHOLD`` of freed memory stays mapped. No-op off glibc or with
+    ``LIBREDGETPU_ROS_MALLOC_TUNING=0``.
     """
     if os.environ.get(MALLOC_TUNING_VAR, "1") == "0" or platform.libc_ver()[0] != "glibc":
         return False
