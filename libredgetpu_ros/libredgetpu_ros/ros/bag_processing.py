@@ -10,21 +10,19 @@ A frame that cannot be used (truncated CDR, a type that is not an image, an unsu
 counted under a short cause, logged once per cause, and skipped; the bag is processed to the end.
 
 Throughput: raw Images of MCAP bags are read inline without copies, other input in a reader thread
-(``bag_reader``). The one-off costs (model load, first inference, serializer type support, typestore, one
-full garbage collection, after which the setup's objects are frozen) are paid before the clock starts, so
-``fps`` is the steady rate and ``setup_s`` says what came before it.
+(``bag_reader``). The one-off costs (model load, first inference, serializer type support, typestore) are
+paid before the clock starts, so ``fps`` is the steady rate and ``setup_s`` says what came before it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
 import itertools
 import logging
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,22 +145,6 @@ def _warm_up(pipeline: Any, out_types: Iterable[type], first: Decoded | None) ->
     typestore()
 
 
-@contextlib.contextmanager
-def _frozen_heap() -> Iterator[None]:
-    """Collect once, then keep what setup built (model, modules, typestore: ~60k objects) out of the
-    garbage collector until the end: in a fresh process a full collection otherwise lands inside the
-    frame loop (~45 ms measured, a third of a 90-frame MobileNet run). Not done if someone else froze."""
-    if gc.get_freeze_count():
-        yield
-        return
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-
-
 def _pick_topics(image_topics: dict[str, list[str]], wanted: list[str] | None, node_topic: str,
                  path: Path) -> list[str]:
     if wanted:
@@ -214,7 +196,6 @@ class BagProcessor:
             frames = iter(stack.enter_context(FrameReader(input_bag, summary.topics)))
             first = next(frames, None)
             _warm_up(pipeline, self._out_types.values(), first)
-            stack.enter_context(_frozen_heap())
             start = time.perf_counter()
             summary.setup_s = start - begin
             for frame in itertools.chain([first] if first is not None else [], frames):
