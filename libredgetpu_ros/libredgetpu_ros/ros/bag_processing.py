@@ -2,7 +2,8 @@
 
 Frames are decoded and results built by the node's own code (``image_msgs.to_rgb``, the node's
 ``pipeline_config`` and ``conversions.result_messages``) and serialized by rclpy, so the output bag holds the
-messages the live node would publish for the same frames, byte for byte: same topics (resolved in the node's
+messages the live node would publish for the same frames, field for field (rclpy leaves CDR alignment
+padding unzeroed, so raw bytes can differ there): same topics (resolved in the node's
 namespace), same types, the input header, and the input's bag timestamp. Our interface types are written
 with their message definitions (from the ``.msg`` files) so ``rosbags`` and ``ros2 bag`` can decode them.
 
