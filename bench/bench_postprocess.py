@@ -1,11 +1,11 @@
 """Time each CPU post-processor next to LiteRT running the same op chain, in the same run.
 
-    .venv/bin/python bench/bench_postprocess.py [--baseline REV]  ->  bench/results/postprocess.md
+    .venv/bin/python bench/bench_postprocess.py [--baseline REV ...]  ->  bench/results/postprocess.md
 
-With ``--baseline REV`` the package as of git revision REV is extracted to a temporary directory and both
-versions run in child processes, alternately, ``--rounds`` times each (interleaved, so load on the shared
-machine hits both alike); every step reports the best of the per-round medians. Children run with one BLAS
-thread (LiteRT is timed with one thread too).
+With ``--baseline REV`` (repeatable) the package as of each git revision REV is extracted to a temporary
+directory and all versions run in child processes, alternately, ``--rounds`` times each (interleaved, so load
+on the shared machine hits them alike); every step reports the best of the per-round medians. Children run
+with one BLAS thread (LiteRT is timed with one thread too).
 
 PoseNet: our decoder on the boundary tensors of test_couple.jpg (LiteRT cannot run PosenetDecoderOp, so the
 baseline column shows LiteRT's backbone for scale). SSD: our decoder vs LiteRT invoking the CPU head model
@@ -39,6 +39,7 @@ from libredgetpu_ros.postprocess.posenet import PoseDecoder
 from libredgetpu_ros.postprocess.ssd import SsdDecoder
 
 REPEATS = 30
+POSENET_REPEATS = 100  # ~1 ms each: more calls cost little and steady the median
 OUT = Path(__file__).resolve().parent / "results" / "postprocess.md"
 
 
@@ -73,7 +74,7 @@ def bench_posenet() -> tuple[float, float]:
                            rgb("test_couple.jpg", (641, 481), cv2.INTER_NEAREST_EXACT)[None])
     interpreter.invoke()
     outputs = {d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
-    return median_ms(lambda: decoder.decode(outputs)), median_ms(invoke_fn(interpreter), 5)
+    return median_ms(lambda: decoder.decode(outputs), POSENET_REPEATS), median_ms(invoke_fn(interpreter), 5)
 
 
 def bench_ssd() -> tuple[float, float]:
@@ -156,6 +157,7 @@ def extract(rev: str, into: Path) -> Path:
     repo = Path(__file__).resolve().parents[1]
     archive = subprocess.run(["git", "-C", str(repo), "archive", rev, "libredgetpu_ros/libredgetpu_ros"],
                              check=True, capture_output=True).stdout
+    into.mkdir(parents=True, exist_ok=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     return into / "libredgetpu_ros"
 
@@ -166,7 +168,8 @@ def best_of(rounds: list[dict[str, float]]) -> dict[str, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline", help="git revision to compare against (before/after columns)")
+    parser.add_argument("--baseline", action="append", default=[],
+                        help="git revision to compare against (repeatable: one 'before' column each)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -178,14 +181,15 @@ def main() -> int:
         print(json.dumps(result))
         return 0
     with tempfile.TemporaryDirectory() as tmp:
-        root = extract(args.baseline, Path(tmp)) if args.baseline else None
-        now_rounds, base_rounds = [], []
+        roots = {rev: extract(rev, Path(tmp) / str(i)) for i, rev in enumerate(args.baseline)}
+        now_rounds: list[dict[str, float]] = []
+        base_rounds: dict[str, list[dict[str, float]]] = {rev: [] for rev in roots}
         for _ in range(args.rounds):
-            if root is not None:
-                base_rounds.append(run_child(root))
+            for rev, root in roots.items():
+                base_rounds[rev].append(run_child(root))
             now_rounds.append(run_child(None))
     now = best_of(now_rounds)
-    base = best_of(base_rounds) if base_rounds else None
+    bases = {rev: best_of(rounds) for rev, rounds in base_rounds.items()}
     rows = [
         ("PoseNet decode (test_couple.jpg, 2 poses)", "posenet", None, "<= 2 ms",
          f"LiteRT backbone to the boundary: {now['backbone']:.1f} ms"),
@@ -194,29 +198,32 @@ def main() -> int:
          "LiteRT = full model - model cut at the boundary"),
         ("Classification top-5 (1001 classes)", "classify", None, "", ""),
     ]
+    before_cols = "".join(f" `{rev}` (ms) |" for rev in bases)
+    last = args.baseline[-1] if args.baseline else None
     lines = [
         "# Post-processing benchmark",
         "",
         f"`{' '.join(['python', *sys.argv])}`; milliseconds, best of {args.rounds} interleaved rounds of "
         "per-round medians of thread CPU time, one BLAS and one LiteRT thread, 2 shared cores.",
         "",
-        "| step | before (ms) | now (ms) | now / before | LiteRT same ops (ms) | now / LiteRT | target "
+        f"| step |{before_cols} now (ms) | now / `{last}` | LiteRT same ops (ms) | now / LiteRT | target "
         "| note |",
-        "|---|---:|---:|---:|---:|---:|---|---|",
+        "|---|" + "---:|" * (len(bases) + 4) + "---|---|",
     ]
     for name, key, litert_key, target, note in rows:
-        before = f"{base[key]:.2f}" if base else "n/a"
-        speedup = f"{now[key] / base[key]:.2f}x" if base else "n/a"
+        before = "".join(f" {b[key]:.2f} |" for b in bases.values())
+        speedup = f"{now[key] / bases[last][key]:.2f}x" if last else "n/a"
         litert = f"{now[litert_key]:.2f}" if litert_key else "n/a"
         ratio = f"{now[key] / now[litert_key]:.2f}x" if litert_key else "n/a"
-        lines.append(f"| {name} | {before} | {now[key]:.2f} | {speedup} | {litert} | {ratio} | {target} "
+        lines.append(f"| {name} |{before} {now[key]:.2f} | {speedup} | {litert} | {ratio} | {target} "
                      f"| {note} |")
-    if args.baseline:
-        sha = subprocess.run(["git", "rev-parse", "--short", args.baseline], capture_output=True,
+    for rev in bases:
+        sha = subprocess.run(["git", "rev-parse", "--short", rev], capture_output=True,
                              text=True).stdout.strip()
-        lines += ["", f"before = `{args.baseline}` ({sha}).",
-                  "Per-round medians (now): " + ", ".join(
-                      f"{k} {[round(r[k], 2) for r in now_rounds]}" for k in ("posenet", "ssd", "deeplab"))]
+        lines.append(f"\n`{rev}` = {sha}; its per-round medians: " + ", ".join(
+            f"{k} {[round(r[k], 2) for r in base_rounds[rev]]}" for k in ("posenet", "ssd", "deeplab")))
+    lines += ["", "Per-round medians (now): " + ", ".join(
+        f"{k} {[round(r[k], 2) for r in now_rounds]}" for k in ("posenet", "ssd", "deeplab"))]
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
