@@ -6,8 +6,9 @@ and mid-range offsets (2x2x16: forward y, forward x, backward y, backward x), on
 The decoder works in grid units (offsets are divided by the stride while dequantizing) and scales the result
 back to model-input pixels at the end.
 
-Vectorised where the C++ loops: candidate roots come from a max-filter over the whole heatmap, and the pose
-graph walk runs for a batch of roots at once. The keypoint graph is a tree, so the order in which the C++
+Vectorised where the C++ loops: candidate roots are found among all above-threshold cells at once, and the
+pose graph walk runs for a batch of roots at once, one depth level per step (see docs/postprocessing.md for
+what makes it fast). The keypoint graph is a tree, so the order in which the C++
 priority queue pops keypoints never changes a keypoint's position; only parents must precede children.
 """
 

@@ -193,8 +193,8 @@ def test_vectorised_decoder_equals_scalar_reference(decoder_and_outputs, seed):
 @pytest.mark.parametrize("eager_depth", [1, 4, 6])
 @pytest.mark.parametrize("seed", range(2))
 def test_on_demand_deep_levels_equal_scalar_reference(decoder_and_outputs, monkeypatch, seed, eager_depth):
-    """Levels below EAGER_DEPTH are walked only when the replay reaches an unsuppressed root that needs them;
-    with a shallow EAGER_DEPTH every accepted pose goes through that path, and nothing may change. The
+    """Levels deeper than EAGER_DEPTH are walked only when the replay reaches an unsuppressed root that needs
+    them; with a shallow EAGER_DEPTH every accepted pose goes through that path, and nothing may change. The
     float-tensor entry point (decode_poses) must agree with the quantized one (decode_raw) too."""
     decoder, outputs = decoder_and_outputs
     rng = np.random.default_rng(seed)
