@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from libredgetpu_ros.errors import ConfigError, ModelFormatError
+from libredgetpu_ros.errors import ConfigError, InputError, ModelFormatError
 from libredgetpu_ros.postprocess.graph import TensorSpec, custom_option, model_label, require_op, take_outputs
 from libredgetpu_ros.postprocess.results import Keypoint, Pose
 
@@ -348,7 +348,22 @@ def _mean_score(scores: np.ndarray) -> np.ndarray:
 
 def decode_poses(heatmap_logits: np.ndarray, short_offsets: np.ndarray, mid_offsets: np.ndarray,
                  options: PoseDecoderOptions, batch: int = 64) -> RawPoses:
-    """Decode float tensors (H, W, C) already in grid units (offsets divided by the stride)."""
+    """Decode float tensors (H, W, C) already in grid units (offsets divided by the stride).
+
+    Non-finite values or mismatched shapes raise ``InputError`` (a NaN point would otherwise index far
+    outside the grid); the quantized path (``PoseDecoder.decode_raw``) cannot produce either."""
+    tensors = {"heatmap_logits": heatmap_logits, "short_offsets": short_offsets, "mid_offsets": mid_offsets}
+    for name, tensor in tensors.items():
+        if np.ndim(tensor) != 3:
+            raise InputError(f"decode_poses: {name} must be (H, W, C), got shape {np.shape(tensor)}")
+        bad = ~np.isfinite(tensor)
+        if bad.any():
+            raise InputError(f"decode_poses: {name} has {int(bad.sum())} non-finite value(s)")
+    grid = heatmap_logits.shape[:2]
+    k = heatmap_logits.shape[2]
+    if short_offsets.shape != (*grid, 2 * k) or mid_offsets.shape[:2] != grid:
+        raise InputError(f"decode_poses: shapes {heatmap_logits.shape}, {short_offsets.shape}, "
+                         f"{mid_offsets.shape} do not match (H, W, K), (H, W, 2K), (H, W, 4 * edges)")
     return _decode(*(_padded(t) for t in (heatmap_logits, short_offsets, mid_offsets)), options, batch)
 
 

@@ -215,3 +215,23 @@ def test_on_demand_deep_levels_equal_scalar_reference(decoder_and_outputs, monke
     direct = posenet.decode_poses(heat, shorts, mids, decoder.options)
     for name in ("keypoints", "keypoint_scores", "scores"):
         np.testing.assert_array_equal(getattr(direct, name), getattr(raw, name))
+
+
+def test_decode_poses_refuses_non_finite_and_mismatched_tensors(decoder_and_outputs):
+    from libredgetpu_ros.errors import InputError
+
+    decoder, outputs = decoder_and_outputs
+    heat_spec, short_spec, mid_spec = decoder.specs
+    heat = heat_spec.dequantize(outputs[heat_spec.name][0])
+    shorts = short_spec.dequantize(outputs[short_spec.name][0], 1.0 / decoder.options.stride)
+    mids = mid_spec.dequantize(outputs[mid_spec.name][0], 1.0 / decoder.options.stride)
+    for bad in (np.nan, np.inf):
+        broken = shorts.copy()
+        broken[3, 4, 5] = bad
+        with pytest.raises(InputError, match="short_offsets has 1 non-finite"):
+            posenet.decode_poses(heat, broken, mids, decoder.options)
+    with pytest.raises(InputError, match="do not match"):
+        posenet.decode_poses(heat, shorts[:, :, :10], mids, decoder.options)
+    with pytest.raises(InputError, match=r"heatmap_logits must be \(H, W, C\)"):
+        posenet.decode_poses(heat[None], shorts, mids, decoder.options)
+    assert len(posenet.decode_poses(heat, shorts, mids, decoder.options).scores) == 2  # still decodes
