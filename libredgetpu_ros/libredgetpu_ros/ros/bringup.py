@@ -13,11 +13,14 @@ A bringup file lists nodes::
 String values may use ``$(fixture REL)`` (a shared test fixture) and ``$(dir)`` (the folder of the bringup
 file). ``Bringup`` creates the nodes, drives each to active (configure, then activate; a failed transition
 stops the bringup with the node's reason), spins them on a ``MultiThreadedExecutor`` and brings them down in
-reverse order (deactivate, cleanup, shutdown). The ROS environment is the caller's: nothing is forced here.
+reverse order (deactivate, cleanup, shutdown). A node's ``companion_nodes()`` (the control node's state loop)
+each get their own single-threaded executor thread, as in the node's own ``main``. The ROS environment is the
+caller's: nothing is forced here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
 import signal
@@ -138,6 +141,8 @@ class Bringup:
         self.log = log
         self.nodes: list[Any] = []
         self.executor: Any = None
+        # node -> [(executor, thread)] spinning that node's companion nodes
+        self._companions: dict[int, list[tuple[Any, threading.Thread]]] = {}
 
     def start(self) -> None:
         """Create every node and drive it to active; ConfigError (and everything torn down) on a failure."""
@@ -152,6 +157,7 @@ class Bringup:
                            parameter_overrides=parameter_overrides(cls, spec.parameters))
                 self.nodes.append(node)
                 self.executor.add_node(node)
+                self._spin_companions(node)
             for spec, node in zip(self.specs, self.nodes, strict=True):
                 for step in ("configure", "activate"):
                     ret = getattr(node, f"trigger_{step}")()
@@ -162,6 +168,28 @@ class Bringup:
         except BaseException:
             self.stop()
             raise
+
+    def _spin_companions(self, node: Any) -> None:
+        """Spin each of ``node.companion_nodes()`` on its own executor thread (they carry hot paths that must
+        not wait behind the main executor's callbacks)."""
+        from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+
+        def spin(executor: Any) -> None:
+            with contextlib.suppress(ExternalShutdownException):
+                executor.spin()
+
+        for companion in getattr(node, "companion_nodes", list)():
+            executor = SingleThreadedExecutor(context=self.context)
+            executor.add_node(companion)
+            thread = threading.Thread(target=spin, args=(executor,), daemon=True,
+                                      name=f"spin_{companion.get_name()}")
+            thread.start()
+            self._companions.setdefault(id(node), []).append((executor, thread))
+
+    def _stop_companions(self, node: Any) -> None:
+        for executor, thread in self._companions.pop(id(node), []):
+            executor.shutdown()
+            thread.join(timeout=5.0)
 
     def spin_until(self, stop: threading.Event, period_s: float = 0.1) -> None:
         while not stop.is_set() and (self.context is None or self.context.ok()):
@@ -179,6 +207,7 @@ class Bringup:
                 if _state(node) in ("unconfigured", "inactive", "active"):
                     node.trigger_shutdown()
             finally:
+                self._stop_companions(node)
                 if self.executor is not None:
                     self.executor.remove_node(node)
                 node.destroy_node()

@@ -396,6 +396,11 @@ class ControlNode(LifecycleNode):
             sub, self._sub = self._sub, None
             self.loop_node.destroy_subscription(sub)
 
+    def companion_nodes(self) -> list[Node]:
+        """Nodes a host process must spin besides this one, each on its own executor (``spin`` below, and
+        ``ros/bringup.py``): the state loop."""
+        return [self.loop_node]
+
     def destroy_node(self) -> None:
         self.loop_node.destroy_node()
         super().destroy_node()
@@ -670,7 +675,8 @@ def spin(node: ControlNode) -> None:
     """Spin ``node`` on the main executor and its state loop on a second one (own thread) until shutdown."""
     executor, loop_executor = _executor(node.context), _executor(node.context)
     executor.add_node(node)
-    loop_executor.add_node(node.loop_node)
+    (loop_node,) = node.companion_nodes()
+    loop_executor.add_node(loop_node)
 
     def spin_loop() -> None:
         with contextlib.suppress(ExternalShutdownException):  # SIGINT/SIGTERM: main() shuts down quietly
