@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from libredgetpu_ros.backends import Backend, BoundaryInfo, edgetpu_attached, open_backend
-from libredgetpu_ros.errors import BackendError, ConfigError, InputError, ModelFormatError
+from libredgetpu_ros.errors import ConfigError, DeviceNotFoundError, InputError, ModelFormatError
 from libredgetpu_ros.perception.images import check_rgb
 from libredgetpu_ros.perception.preprocess import InputTransform
 from libredgetpu_ros.perception.results import PerceptionResult
@@ -104,10 +104,13 @@ class PerceptionPipeline:
         if len(paths) > 1:
             if cfg.cpu_model is not None:
                 raise ConfigError("cpu_model applies to a single-file model, not to a segmented one")
-            if cfg.backend == "cpu" or (cfg.backend == "auto" and not edgetpu_attached()):
-                names = ", ".join(p.name for p in paths)
-                raise BackendError(f"{len(paths)}-segment Edge TPU pipelines ({names}) have no CPU twin; run "
-                                   f"them on the Edge TPU backend")
+            names = ", ".join(p.name for p in paths)
+            no_twin = f"{len(paths)}-segment Edge TPU pipelines ({names}) have no CPU twin"
+            if cfg.backend == "cpu":
+                raise ConfigError(f"{no_twin}; the cpu backend cannot run them (use backend edgetpu or auto)")
+            if cfg.backend == "auto" and not edgetpu_attached():
+                raise DeviceNotFoundError(f"{no_twin} and no Edge TPU accelerator is attached (checked USB "
+                                          "18d1:9302 and 1a6e:089a; see `libredgetpu-ros devices`)")
         segments: list[_Segment] = []
         try:
             for path, model, boundary in zip(paths, models, boundaries, strict=True):

@@ -142,3 +142,20 @@ def test_two_segments_decode_to_anchor_boxes_in_image_pixels(scenario) -> None:
     # A threshold change applies from the next frame on.
     pipeline.set_options(score_threshold=0.9)
     assert [d.class_id for d in pipeline.process(rgb).detections] == [17]
+
+
+def test_segments_without_an_accelerator_say_why(fixture_path, monkeypatch) -> None:
+    from libredgetpu_ros.backends import edgetpu as edgetpu_backend
+    from libredgetpu_ros.cli.main import main
+    from libredgetpu_ros.errors import ConfigError, DeviceNotFoundError
+
+    segments = [fixture_path(SEG0), fixture_path(SEG1)]
+    with pytest.raises(ConfigError, match="no CPU twin; the cpu backend cannot run them"):
+        PerceptionPipeline.from_config(PipelineConfig(model=segments, backend="cpu"))
+    monkeypatch.setattr(edgetpu_backend, "edgetpu_available", lambda: False)
+    with pytest.raises(DeviceNotFoundError, match="no Edge TPU accelerator is attached"):
+        PerceptionPipeline.from_config(PipelineConfig(model=segments, backend="auto"))
+    image = str(fixture_path("images/cat.bmp"))
+    joined = ",".join(str(p) for p in segments)
+    assert main(["infer", "--model", joined, "--image", image, "--backend", "cpu"]) == 2
+    assert main(["infer", "--model", joined, "--image", image]) == 3
