@@ -10,13 +10,25 @@ Lifecycle (the ros2/demos ``lifecycle_py`` rhythm):
 - a device or backend failure while processing drives the node through deactivate -> ErrorProcessing
   (``on_error`` releases the device) -> unconfigured, so a supervisor can configure it again.
 
-Only the newest frame is processed: the subscription callback overwrites a one-slot mailbox (counting the
-frames it overwrites) and a worker thread drains it, so a slow model never builds a backlog or publishes
-stale results. Run it with ``python -m libredgetpu_ros.ros.perception_node --ros-args --params-file F``.
+Threads (see docs/perception_node.md):
+
+- the camera subscription lives on a small companion node (``<name>_image``: no parameter services, no
+  rosout, one subscription while active) spun by its own ``SingleThreadedExecutor`` thread, so a frame never
+  waits behind a lifecycle or parameter request or the diagnostics timer, and each wake-up of rclpy's Python
+  executor walks one entity instead of the lifecycle node's dozen services (the control node's state loop
+  does the same); ``companion_nodes()`` names it, :func:`main` and ``ros/bringup.py`` spin it;
+- the main executor (this node): lifecycle and parameter services, the diagnostics timer, the fatal-error
+  guard condition;
+- the worker: only the newest frame is processed: the subscription callback overwrites a one-slot mailbox
+  (counting the frames it overwrites) and the worker drains it, so a slow model never builds a backlog or
+  publishes stale results.
+
+Run it with ``python -m libredgetpu_ros.ros.perception_node --ros-args --params-file F``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -28,6 +40,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy, qos_profile_sensor_data
 from rclpy.subscription import MessageInfo
@@ -199,6 +212,11 @@ class PerceptionNode(LifecycleNode):
 
     def __init__(self, node_name: str = "perception", **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
+        # The camera path's own node, spun by its own executor (see the module docstring). No parameters, no
+        # global arguments (the input topic is resolved by this node, remaps included), no rosout.
+        self.image_node = Node(f"{self.get_name()}_image", namespace=self.get_namespace(),
+                               context=self.context, use_global_arguments=False, enable_rosout=False,
+                               start_parameter_services=False)
         PARAMS.declare(self)
         self._validate_params = PARAMS.validator(self._is_configured)
         self.add_on_set_parameters_callback(self._on_set_params)
@@ -250,10 +268,10 @@ class PerceptionNode(LifecycleNode):
         self._frames.reopen()
         self._worker = threading.Thread(target=self._work, name="perception-worker", daemon=True)
         self._worker.start()
-        self._sub = self.create_subscription(msg_type, self.params.input_topic, self._on_image,
-                                             qos_profile_sensor_data)
-        self.get_logger().info(f"active: reading {self.resolve_topic_name(self.params.input_topic)} "
-                               f"({msg_type.__name__})")
+        topic = self.resolve_topic_name(self.params.input_topic)
+        self._sub = self.image_node.create_subscription(msg_type, topic, self._on_image,
+                                                        qos_profile_sensor_data)
+        self.get_logger().info(f"active: reading {topic} ({msg_type.__name__})")
         return super().on_activate(state)
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -278,6 +296,15 @@ class PerceptionNode(LifecycleNode):
         self._stop_processing()
         self._release()
         return TransitionCallbackReturn.SUCCESS  # -> unconfigured; configure again to recover
+
+    def companion_nodes(self) -> list[Node]:
+        """Nodes a host process must spin besides this one, each on its own executor (:func:`main`,
+        ``ros/bringup.py``): the camera subscription's node."""
+        return [self.image_node]
+
+    def destroy_node(self) -> None:
+        self.image_node.destroy_node()
+        super().destroy_node()
 
     def state_label(self) -> str:
         """Current lifecycle state: unconfigured, inactive, active, finalized (or a transition state)."""
@@ -346,8 +373,8 @@ class PerceptionNode(LifecycleNode):
 
     def _stop_processing(self) -> None:
         if self._sub is not None:
-            self.destroy_subscription(self._sub)
-            self._sub = None
+            sub, self._sub = self._sub, None
+            self.image_node.destroy_subscription(sub)
         self._frames.stop()
         worker, self._worker = self._worker, None
         if worker is not None and worker is not threading.current_thread():
@@ -486,13 +513,39 @@ class PerceptionNode(LifecycleNode):
         self._diag_pub.publish(diagnostics.array(self.get_clock().now().to_msg(), [st]))
 
 
+def spin(node: PerceptionNode) -> None:
+    """Spin ``node`` on the main executor and each of its companion nodes on its own executor thread, until
+    shutdown. Both ``SingleThreadedExecutor``: cheaper per callback than the multi-threaded one; not rclpy's
+    ``EventsExecutor`` (its Kilted wheel busy-loops at 100 % CPU on an idle lifecycle node)."""
+    executor = SingleThreadedExecutor(context=node.context)
+    executor.add_node(node)
+    threads: list[tuple[SingleThreadedExecutor, threading.Thread]] = []
+    for companion in node.companion_nodes():
+        companion_executor = SingleThreadedExecutor(context=node.context)
+        companion_executor.add_node(companion)
+        thread = threading.Thread(target=_spin_quietly, args=(companion_executor,), daemon=True,
+                                  name=f"spin_{companion.get_name()}")
+        thread.start()
+        threads.append((companion_executor, thread))
+    try:
+        executor.spin()
+    finally:
+        for companion_executor, thread in threads:
+            companion_executor.shutdown()
+            thread.join(timeout=5.0)
+        executor.shutdown()
+
+
+def _spin_quietly(executor: SingleThreadedExecutor) -> None:
+    with contextlib.suppress(ExternalShutdownException):  # SIGINT/SIGTERM: main() shuts down quietly
+        executor.spin()
+
+
 def main(args: list[str] | None = None) -> int:
     rclpy.init(args=args)
     node = PerceptionNode()
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
     try:
-        executor.spin()
+        spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:

@@ -289,6 +289,8 @@ def test_device_lost_while_processing_releases_the_device_and_unconfigures(ros_e
     camera_node = Node("fault_camera", context=context)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
+    for companion in node.companion_nodes():  # the camera subscription's node (spun here on the same thread)
+        executor.add_node(companion)
     executor.add_node(camera_node)
     try:
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
