@@ -1,7 +1,7 @@
 """Perception node across processes: publish -> result latency, sustained rate, ROS overhead, node RSS.
 
     .venv/bin/python bench/bench_perception_node.py [--seconds 8] [--rate 30] [--models classify,pose,segment]
-                                                    [--baseline REV]
+                                                    [--baseline REV] [--rounds N] [--out FILE]
 
 For each model (MobileNet v1 0.25 classification, PoseNet pose, DeepLab segmentation; CPU backend) it
 first measures ``PerceptionPipeline.process`` in this process on the same 640x480 frame, back to back. Then it
@@ -13,15 +13,20 @@ with *its own* backend time:
 - latency: result callback in this process minus the frame's stamp (taken just before ``publish``);
 - overhead = latency - that frame's backend time (``total_ms``: pre-process + inference + post-process), and
   the same minus the time the frame queued behind the previous one (``queued_ms``: by design when the backend
-  is slower than the camera, not ROS cost);
-- the overhead split: transport (camera publish, DDS both ways, executor take + deserialize on both sides),
-  and in-node hand-off, image conversion, result messages + publish;
+  is slower than the camera, not ROS cost); also at this process's DDS reader, i.e. without this process's
+  own executor (reported separately as 'bench take': a consumer's cost, not the node's);
+- the overhead split: DDS in, the node's take, hand-off, conversion, publish, the way back, this process's
+  take;
 - result age in frame periods (no result should be older than two), results/s, frames dropped by the
   newest-frame policy; node RSS (VmRSS, VmHWM of the node process).
 
-With ``--baseline REV`` each row is measured twice, interleaved: with the node as of git revision REV (run
-from an extracted copy; it may not publish ``~/timing``, then the overhead uses the run's mean backend time
-from /diagnostics) and with the working tree's node. Writes bench/results/perception_node.md.
+The receive side is a bare node (no parameter services, no rosout) holding only the result subscription,
+on its own ``SingleThreadedExecutor`` thread: the cheapest rclpy consumer.
+
+With ``--baseline REV`` each row is measured with the node as of git revision REV too (run from an extracted
+copy; it may not publish ``~/timing``, then the overhead uses the run's mean backend time from /diagnostics),
+interleaved run by run with the working tree's node; ``--rounds N`` repeats the whole interleaved plan N times
+and pools the frames per row. Writes bench/results/perception_node.md (or ``--out``).
 """
 
 from __future__ import annotations
@@ -67,6 +72,8 @@ class Run:
     diags: list[dict[str, str]] = field(default_factory=list)  # one per diagnostics period with results
     rss_mb: float = 0.0
     hwm_mb: float = 0.0
+    dropped: int = 0  # frames the node's newest-frame policy dropped (summed over merged rounds)
+    rounds: int = 1
 
 
 def _frame() -> np.ndarray:
@@ -148,9 +155,15 @@ def node_run(run: Run, rgb: np.ndarray, env: dict[str, str], seconds: float, wor
     proc = subprocess.Popen([sys.executable, "-m", "libredgetpu_ros.ros.perception_node", "--ros-args",
                              "-r", f"__node:={name}", "--params-file", str(params)],
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    node = Node("bench_camera")
-    executor = SingleThreadedExecutor()
+    # The receive side as cheap as rclpy allows (it is part of the measured latency): the result subscription
+    # alone on a bare node (no parameter services, no rosout) with its own executor thread, so each wake-up
+    # walks one entity; camera, lifecycle client, ~/timing and /diagnostics on a second bare node.
+    bare = {"enable_rosout": False, "start_parameter_services": False}
+    node = Node("bench_camera", **bare)
+    rx_node = Node("bench_results", **bare)
+    executor, rx_executor = SingleThreadedExecutor(), SingleThreadedExecutor()
     executor.add_node(node)
+    rx_executor.add_node(rx_node)
     lock = threading.Lock()
     measuring = threading.Event()
 
@@ -174,7 +187,7 @@ def node_run(run: Run, rgb: np.ndarray, env: dict[str, str], seconds: float, wor
 
     try:
         camera = node.create_publisher(Image, "image_raw", qos_profile_sensor_data)
-        node.create_subscription(result_type, topic, on_result, RESULT_QOS)
+        rx_node.create_subscription(result_type, topic, on_result, RESULT_QOS)
         node.create_subscription(DiagnosticArray, f"/{name}/timing", on_timing, RESULT_QOS)
         node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 10)
         change = node.create_client(ChangeState, f"/{name}/change_state")
@@ -189,8 +202,8 @@ def node_run(run: Run, rgb: np.ndarray, env: dict[str, str], seconds: float, wor
         while (camera.get_subscription_count() < 1 or node.count_publishers(topic) < 1) and \
                 time.monotonic() < deadline:
             executor.spin_once(timeout_sec=0.05)
-        spinner = threading.Thread(target=executor.spin, daemon=True)
-        spinner.start()
+        for ex in (executor, rx_executor):
+            threading.Thread(target=ex.spin, daemon=True).start()
         time.sleep(1.0)
         # One message, re-stamped per frame: building it is the camera driver's cost, not the node's.
         msg = rgb_to_image(rgb, Header(frame_id="bench_camera"))
@@ -207,8 +220,11 @@ def node_run(run: Run, rgb: np.ndarray, env: dict[str, str], seconds: float, wor
         run.published = n
         time.sleep(1.5)  # last results and one more diagnostics period
         run.rss_mb, run.hwm_mb = _rss(proc.pid)
+        run.dropped = int(run.diags[-1].get("frames_dropped", 0)) if run.diags else 0
     finally:
+        rx_executor.shutdown()
         executor.shutdown()
+        rx_node.destroy_node()
         node.destroy_node()
         proc.terminate()
         try:
@@ -216,6 +232,22 @@ def node_run(run: Run, rgb: np.ndarray, env: dict[str, str], seconds: float, wor
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+def merge(runs: list[Run]) -> list[Run]:
+    """One run per (model, rate, node): the rounds' frames pooled, counts summed, RSS the largest."""
+    merged: dict[tuple[str, float, str], Run] = {}
+    for r in runs:
+        m = merged.setdefault((r.task, r.rate, r.node), Run(r.task, r.rate, r.node, r.baseline_ms))
+        m.published += r.published
+        m.duration_s += r.duration_s
+        m.arrivals.update(r.arrivals)
+        m.timing.update(r.timing)
+        m.dropped += r.dropped
+        m.diags += r.diags
+        m.rss_mb, m.hwm_mb = max(m.rss_mb, r.rss_mb), max(m.hwm_mb, r.hwm_mb)
+        m.rounds += 1
+    return list(merged.values())
 
 
 def _p(values: np.ndarray, q: float) -> float:
@@ -241,41 +273,48 @@ class Row:
 
 def _row(run: Run) -> Row:
     keys = sorted(run.arrivals)
+    paired = [k for k in keys if k in run.timing]
+    per_frame = bool(keys) and len(paired) >= 0.9 * len(keys)
+    keys = paired if per_frame else keys
     latency = np.array([(run.arrivals[k][1] - run.arrivals[k][0]) * 1e3 for k in keys])
     at_reader = np.array([(run.arrivals[k][2] - run.arrivals[k][0]) * 1e3 for k in keys])
-    paired = [k for k in keys if k in run.timing]
-    if len(paired) < 0.9 * len(keys) or not keys:
+    if not per_frame:
         mean = _diag_mean(run, "total_ms")
-        return Row(latency, at_reader, np.full(len(keys), mean), np.zeros(len(keys)), {}, per_frame=False)
-    lat = np.array([(run.arrivals[k][1] - run.arrivals[k][0]) * 1e3 for k in paired])
-    t = {name: np.array([run.timing[k].get(name, np.nan) for k in paired])
+        return Row(latency, at_reader, np.full(len(keys), mean), np.zeros(len(keys)),
+                   {"bench take": latency - at_reader}, per_frame=False)
+    t = {name: np.array([run.timing[k].get(name, np.nan) for k in keys])
          for name in ("total_ms", "queued_ms", "wait_ms", "convert_ms", "publish_ms", "node_ms", "dds_in_ms",
                       "take_ms")}
     parts = {
-        "transport": lat - t["node_ms"],  # camera publish + DDS both ways + take/deserialize on both sides
-        "dds_in": t["dds_in_ms"],
-        "take": t["take_ms"],
+        "dds_in": t["dds_in_ms"],  # camera publish -> the node's DDS reader
+        "take": t["take_ms"],  # the node's reader -> its subscription callback
         "hand-off": t["wait_ms"] - t["queued_ms"],
         "convert": t["convert_ms"],
         "publish": t["publish_ms"],
+        # the camera's write (stamp -> DDS source timestamp) and result publish -> our DDS reader
+        "cam write + dds_out": at_reader - t["node_ms"] - t["dds_in_ms"] - t["take_ms"],
+        "bench take": latency - at_reader,  # our reader -> our callback: the consumer's executor
     }
-    return Row(lat, at_reader, t["total_ms"], t["queued_ms"], parts, per_frame=True)
+    return Row(latency, at_reader, t["total_ms"], t["queued_ms"], parts, per_frame=True)
 
 
 def _fmt_parts(row: Row) -> str:
-    if not row.parts:
-        return "n/a (no per-frame timing)"
     return ", ".join(f"{name} {np.nanmedian(v):.2f} / {np.nanpercentile(v, 99):.2f}"
-                     for name, v in row.parts.items())
+                     for name, v in row.parts.items() if len(v))
 
 
-def report(runs: list[Run], rev: str | None) -> str:
+def _pp(values: np.ndarray) -> str:
+    return f"{_p(values, 50):.1f} / {_p(values, 99):.1f}"
+
+
+def report(runs: list[Run], rev: str | None, rounds: int) -> str:
     lines = [
         "# Perception node: publish -> result across processes",
         "",
         f"`bench/bench_perception_node.py`, {time.strftime('%Y-%m-%d %H:%M')}, {platform.node()} "
         f"({os.cpu_count()} cores, shared with other jobs; load average {os.getloadavg()[0]:.1f}), CPU "
-        "backend (LiteRT), 640x480 rgb8 frames, localhost-only Fast DDS, node in its own process.",
+        f"backend (LiteRT), 640x480 rgb8 frames, localhost-only Fast DDS, node in its own process; {rounds} "
+        "round(s) per row" + (", nodes interleaved run by run, frames pooled per row" if rev else "") + ".",
         "",
         "- latency: result callback in the benchmark process minus the frame's stamp (set just before",
         "  `publish`, same host clock); *at reader*: the same at the benchmark's DDS reader (rmw's",
@@ -285,15 +324,19 @@ def report(runs: list[Run], rev: str | None) -> str:
         "- overhead = latency - the frame's backend time; *excl. queueing* also subtracts the time the frame",
         "  waited for the worker to finish the previous frame (by design when the backend is slower than",
         "  the camera: the newest frame waits, older ones are dropped);",
-        "- split (medians, ms): transport = latency - in-node time (camera publish, DDS both ways, executor",
-        "  take + deserialize on both sides), of which dds_in (publisher -> node's DDS reader) and take",
-        "  (node's reader -> its callback); in the node: hand-off to the worker, image conversion, result",
-        "  messages + publish;",
+        "- *at reader* overhead: the same at the benchmark's DDS reader, i.e. without the benchmark's own",
+        "  executor (reader -> result callback, the 'bench take' below; any consumer pays its own);",
+        "- the benchmark receives results on a bare node (no parameter services, no rosout) on its own",
+        "  `SingleThreadedExecutor` thread, the cheapest rclpy receive side;",
+        "- split (ms): dds_in (camera publish -> node's DDS reader), take (node's reader -> its callback),",
+        "  hand-off to the worker, image conversion, result messages + publish, cam write + dds_out (the",
+        "  camera's own write, stamp -> DDS source time, plus result write -> the benchmark's reader), bench",
+        "  take (the benchmark's reader -> its callback);",
         "- paced rows publish at half the baseline rate, so no frame waits for the previous one.",
         "",
         "| model | node | input Hz | baseline p50 ms | backend p50 / p99 ms | latency p50 / p99 ms "
-        "| at reader p50 ms | overhead p50 / p99 ms | excl. queueing p50 / p99 ms | results/s | dropped "
-        "| max age (periods) | node RSS / peak MB |",
+        "| overhead p50 / p99 ms | excl. queueing p50 / p99 ms | at reader, excl. queueing p50 / p99 ms "
+        "| results/s | dropped | max age (periods) | node RSS / peak MB |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     verdicts, splits = [], []
@@ -301,17 +344,15 @@ def report(runs: list[Run], rev: str | None) -> str:
         row = _row(r)
         over = row.latency - row.backend
         clean = over - row.queued
+        clean_reader = row.at_reader - row.backend - row.queued
         period_ms = 1e3 / r.rate
         max_age = (row.latency.max() / period_ms) if len(row.latency) else float("nan")
-        dropped = r.diags[-1].get("frames_dropped", "?") if r.diags else "?"
         node = r.node if r.node == "current" else f"`{r.node}`"
         mark = "" if row.per_frame else " *"
         lines.append(
-            f"| {r.task} | {node} | {r.rate:.1f} | {_p(r.baseline_ms, 50):.1f} "
-            f"| {_p(row.backend, 50):.1f} / {_p(row.backend, 99):.1f}{mark} "
-            f"| {_p(row.latency, 50):.1f} / {_p(row.latency, 99):.1f} | {_p(row.at_reader, 50):.1f} "
-            f"| {_p(over, 50):.1f} / {_p(over, 99):.1f} | {_p(clean, 50):.1f} / {_p(clean, 99):.1f} "
-            f"| {len(r.arrivals) / r.duration_s:.1f} | {dropped} of {r.published} | {max_age:.2f} "
+            f"| {r.task} | {node} | {r.rate:.1f} | {_p(r.baseline_ms, 50):.1f} | {_pp(row.backend)}{mark} "
+            f"| {_pp(row.latency)} | {_pp(over)} | {_pp(clean)} | {_pp(clean_reader)} "
+            f"| {len(r.arrivals) / r.duration_s:.1f} | {r.dropped} of {r.published} | {max_age:.2f} "
             f"| {r.rss_mb:.0f} / {r.hwm_mb:.0f} |")
         splits.append(f"- {r.task} {node} {r.rate:.1f} Hz: {_fmt_parts(row)}")
         if r.node == "current":
@@ -320,7 +361,8 @@ def report(runs: list[Run], rev: str | None) -> str:
                 f"- {r.task} at {r.rate:.1f} Hz: overhead excl. queueing p50 {o50:.1f} ms (target <= "
                 f"{TARGET_OVERHEAD_P50_MS:g}): {_met(o50 <= TARGET_OVERHEAD_P50_MS)}; p99 {o99:.1f} ms "
                 f"(target <= {TARGET_OVERHEAD_P99_MS:g}): {_met(o99 <= TARGET_OVERHEAD_P99_MS)}; "
-                f"with queueing p50 / p99 {_p(over, 50):.1f} / {_p(over, 99):.1f} ms; max age {max_age:.2f} "
+                f"at the benchmark's reader p50 / p99 {_pp(clean_reader)} ms; "
+                f"with queueing p50 / p99 {_pp(over)} ms; max age {max_age:.2f} "
                 f"frame periods (target <= {TARGET_AGE_PERIODS:g}): {_met(max_age <= TARGET_AGE_PERIODS)}"
                 + (f"; node peak RSS {r.hwm_mb:.0f} MB (target <= {TARGET_RSS_MB:g}): "
                    f"{_met(r.hwm_mb <= TARGET_RSS_MB)}" if r.task == "segment" else ""))
@@ -349,6 +391,8 @@ def main() -> int:
     parser.add_argument("--models", default="classify,pose,segment")
     parser.add_argument("--baseline-frames", type=int, default=30)
     parser.add_argument("--baseline", help="git revision of the node to compare against (interleaved)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="repeat every run this often (interleaved round by round; frames pooled)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     tasks = [t for t in args.models.split(",") if t]
@@ -362,6 +406,11 @@ def main() -> int:
                              capture_output=True, text=True).stdout.strip()
         nodes.insert(0, (rev, _node_env(env, extract(args.baseline, work / "baseline"))))
 
+    # The camera side as a C++ driver would be: its ~1 MB serialization buffer reused from the heap instead
+    # of mmap'd fresh (page-faulted in) per frame; the node does the same in its main().
+    from libredgetpu_ros.ros.control_node import retain_large_allocations
+
+    retain_large_allocations()
     import rclpy
 
     rgb = _frame()
@@ -374,6 +423,7 @@ def main() -> int:
         if paced < args.rate:
             rates.append(paced)
         plan += [(Run(task, rate, node, base), node_env) for rate in rates for node, node_env in nodes]
+    plan = [(Run(r.task, r.rate, r.node, r.baseline_ms), e) for _ in range(args.rounds) for r, e in plan]
     rclpy.init()
     try:
         for run, node_env in plan:
@@ -381,7 +431,7 @@ def main() -> int:
             node_run(run, rgb, node_env, args.seconds, work)
     finally:
         rclpy.try_shutdown()
-    text = report([run for run, _ in plan], rev)
+    text = report(merge([run for run, _ in plan]), rev, args.rounds)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print(text)
