@@ -161,8 +161,8 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=3.0)
     args = parser.parse_args()
 
-    from libredgetpu_ros.ros.control_node import retain_large_allocations
     from libredgetpu_ros.ros.environment import localhost_only_environ
+    from libredgetpu_ros.ros.memory import retain_large_allocations
 
     client_tuned = retain_large_allocations()
 

@@ -20,19 +20,16 @@ The loop reads weights through ``MatMulEngine.matmul_versioned``: each output co
 set (the old one or the new one, never a mix) and carries that set's version. The state subscription keeps
 only the latest ``state_queue`` states: a controller wants the newest state, not a backlog.
 
-Memory: :func:`main` calls :func:`retain_large_allocations` before rclpy starts, so the multi-MB buffers a
-full-size ``set_weights`` request passes through are reused from the heap instead of being mapped fresh (and
-page-faulted in) on every call; ``LIBREDGETPU_ROS_MALLOC_TUNING=0`` turns that off.
+Memory: :func:`main` calls ``ros.memory.retain_large_allocations`` before rclpy starts, so the multi-MB
+buffers a full-size ``set_weights`` request passes through are reused from the heap instead of being mapped
+fresh (and page-faulted in) on every call; ``LIBREDGETPU_ROS_MALLOC_TUNING=0`` turns that off.
 """
 
 from __future__ import annotations
 
 import array
 import contextlib
-import ctypes
 import dataclasses
-import os
-import platform
 import sys
 import threading
 import time
@@ -58,6 +55,7 @@ from std_msgs.msg import Float32MultiArray, Header
 from libredgetpu_ros.errors import ConfigError, LibrEdgeTpuError, WeightsError
 from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.environment import apply_localhost_only
+from libredgetpu_ros.ros.memory import retain_large_allocations
 from libredgetpu_ros.ros.params import ParamSpec, ParamTable
 from libredgetpu_ros_interfaces.msg import CommandStamped
 from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
@@ -631,35 +629,6 @@ class ControlNode(LifecycleNode):
         status = diagnostics.status(f"{self.get_fully_qualified_name()}: control", cfg.device or cfg.backend,
                                     level, message, values)
         pub.publish(diagnostics.array(self.get_clock().now().to_msg(), [status]))
-
-
-MALLOC_TUNING_VAR = "LIBREDGETPU_ROS_MALLOC_TUNING"
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc <malloc.h> mallopt parameters
-# The largest M_MMAP_THRESHOLD glibc accepts on 64-bit (HEAP_MAX_SIZE / 2): covers requests up to N ~ 2896.
-MMAP_THRESHOLD = 32 << 20
-TRIM_THRESHOLD = 64 << 20  # freed heap kept for reuse before glibc returns the top of a heap to the OS
-
-
-def retain_large_allocations() -> bool:
-    """Serve multi-MB blocks from the heap and keep them for reuse (glibc, process-wide); True if applied.
-
-    Why: one N = 1024 ``set_weights`` request passes through ~12 MB of fresh buffers in this process
-    (Fast DDS's received sample, rmw's C message, rclpy's ``array.array``). By default glibc maps each of
-    those with ``mmap`` and unmaps it on ``free``, so every call page-faults ~3000 new pages (measured: ~3000
-    minor faults and ~5 ms of the node's ~12 ms round trip; 0 faults with this). The cost: up to
-    ``TRIM_THRESHOLD`` of freed memory stays mapped. No-op off glibc or with
-    ``LIBREDGETPU_ROS_MALLOC_TUNING=0``.
-    """
-    if os.environ.get(MALLOC_TUNING_VAR, "1") == "0" or platform.libc_ver()[0] != "glibc":
-        return False
-    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
-    if mallopt is None:
-        return False
-    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    # mallopt returns 1 on success; setting the mmap threshold also stops glibc's dynamic adjustment of it.
-    mmap_ok = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-    trim_ok = mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
-    return bool(mmap_ok and trim_ok)
 
 
 def _executor(context: Any) -> Executor:

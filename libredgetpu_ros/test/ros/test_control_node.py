@@ -283,7 +283,7 @@ def test_validation_finds_every_non_finite_value(value):
 _FAULTS_SCRIPT = """
 import resource
 import numpy as np
-from libredgetpu_ros.ros.control_node import retain_large_allocations
+from libredgetpu_ros.ros.memory import retain_large_allocations
 applied = retain_large_allocations()
 def cycle():  # like one set_weights request: several multi-MB buffers written, then freed
     bufs = [np.empty(1 << 20, np.float32) for _ in range(3)]
