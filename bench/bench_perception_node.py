@@ -285,10 +285,13 @@ def _row(run: Run) -> Row:
     t = {name: np.array([run.timing[k].get(name, np.nan) for k in keys])
          for name in ("total_ms", "queued_ms", "wait_ms", "convert_ms", "publish_ms", "node_ms", "dds_in_ms",
                       "take_ms")}
+    inline = all("skipped" in run.timing[k] for k in keys)  # the node processes frames in its callback
     parts = {
         "dds_in": t["dds_in_ms"],  # camera publish -> the node's DDS reader
         "take": t["take_ms"],  # the node's reader -> its subscription callback
-        "hand-off": t["wait_ms"] - t["queued_ms"],
+        # callback -> processing: the hand-off to a worker thread (nodes up to b049c0c; queueing happened in
+        # its mailbox), or taking the newer frames that queued in the reader (queueing happened there)
+        "hand-off": t["wait_ms"] - (0.0 if inline else t["queued_ms"]),
         "convert": t["convert_ms"],
         "publish": t["publish_ms"],
         # the camera's write (stamp -> DDS source timestamp) and result publish -> our DDS reader
@@ -408,7 +411,7 @@ def main() -> int:
 
     # The camera side as a C++ driver would be: its ~1 MB serialization buffer reused from the heap instead
     # of mmap'd fresh (page-faulted in) per frame; the node does the same in its main().
-    from libredgetpu_ros.ros.control_node import retain_large_allocations
+    from libredgetpu_ros.ros.memory import retain_large_allocations
 
     retain_large_allocations()
     import rclpy

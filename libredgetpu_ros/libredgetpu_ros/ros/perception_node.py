@@ -12,16 +12,20 @@ Lifecycle (the ros2/demos ``lifecycle_py`` rhythm):
 
 Threads (see docs/perception_node.md):
 
-- the camera subscription lives on a small companion node (``<name>_image``: no parameter services, no
-  rosout, one subscription while active) spun by its own ``SingleThreadedExecutor`` thread, so a frame never
-  waits behind a lifecycle or parameter request or the diagnostics timer, and each wake-up of rclpy's Python
-  executor walks one entity instead of the lifecycle node's dozen services (the control node's state loop
-  does the same); ``companion_nodes()`` names it, :func:`main` and ``ros/bringup.py`` spin it;
+- the camera path: the image subscription lives on a small companion node (``<name>_image``: no parameter
+  services, no rosout, one subscription while active) spun by its own ``SingleThreadedExecutor`` thread, so
+  a frame never waits behind a lifecycle or parameter request or the diagnostics timer, and each wake-up of
+  rclpy's Python executor walks one entity instead of the lifecycle node's dozen services (the control
+  node's state loop does the same); ``companion_nodes()`` names it, :func:`main` and ``ros/bringup.py`` spin
+  it. Frames are processed right in its callback: no hand-off to another thread (0.3 ms per frame,
+  measured);
 - the main executor (this node): lifecycle and parameter services, the diagnostics timer, the fatal-error
-  guard condition;
-- the worker: only the newest frame is processed: the subscription callback overwrites a one-slot mailbox
-  (counting the frames it overwrites) and the worker drains it, so a slow model never builds a backlog or
-  publishes stale results.
+  guard condition.
+
+Only the newest frame is processed: before processing, the callback takes every frame that queued in the
+reader meanwhile and keeps the newest, so a slow model never builds a backlog or publishes stale results.
+Skipped frames are counted, including those the reader's 5-deep queue overwrote while the node was busy
+(from each publisher's sequence numbers).
 
 Run it with ``python -m libredgetpu_ros.ros.perception_node --ros-args --params-file F``.
 """
@@ -38,6 +42,7 @@ from typing import Any
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
+from rclpy.exceptions import InvalidHandle
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.node import Node
@@ -135,48 +140,13 @@ class Frame:
     rmw_ns: int = 0
 
 
-class LatestFrame:
-    """One-slot mailbox: ``put`` replaces an unprocessed frame (counted as dropped); ``take`` waits."""
-
-    def __init__(self) -> None:
-        self._cv = threading.Condition()
-        self._item: Frame | None = None
-        self._stopped = False
-        self.dropped = 0
-
-    def put(self, frame: Frame) -> None:
-        with self._cv:
-            if self._item is not None:
-                self.dropped += 1
-            self._item = frame
-            self._cv.notify()
-
-    def take(self) -> Frame | None:
-        """The newest frame, or None once stopped."""
-        with self._cv:
-            self._cv.wait_for(lambda: self._item is not None or self._stopped)
-            if self._stopped:
-                return None
-            item, self._item = self._item, None
-            return item
-
-    def stop(self) -> None:
-        with self._cv:
-            self._stopped = True
-            self._item = None
-            self._cv.notify_all()
-
-    def reopen(self) -> None:
-        with self._cv:
-            self._stopped = False
-            self._item = None
-
-
 class _Stats:
-    """Counters and timings the diagnostics report; written by the worker, read by the timer."""
+    """Counters and timings the diagnostics report; written by the image thread, read by the timer."""
 
     def __init__(self) -> None:
         self.received = 0
+        self.dropped = 0  # frames skipped for a newer one (taken and skipped, or never delivered: ``lost``)
+        self.lost = 0  # gaps in a publisher's sequence numbers: overwritten in the reader's queue, or lost
         self.processed = 0
         self.errors = 0
         self.bad_input = diagnostics.Counters()
@@ -231,9 +201,11 @@ class PerceptionNode(LifecycleNode):
         self._diag_pub: Any = None
         self._diag_timer: Any = None
         self._sub: Any = None
-        self._frames = LatestFrame()
-        self._worker: threading.Thread | None = None
-        self._idle_since = 0.0  # monotonic s the worker finished its last frame (for ~/timing queued_ms)
+        self._busy = threading.Lock()  # held while a frame is processed
+        self._active = False  # frames are processed (set under _busy)
+        self._idle_ns = 0  # wall ns the previous frame finished (for ~/timing queued_ms)
+        self._last_seq: dict[bytes, int] = {}  # publisher gid -> its last sequence number seen
+        self._skipped = 0  # frames skipped since the last processed one (for ~/timing)
         self._stats = _Stats()
         self._bad_logged: dict[str, float] = {}
         self._fatal: LibrEdgeTpuError | None = None
@@ -265,9 +237,8 @@ class PerceptionNode(LifecycleNode):
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         msg_type = CompressedImage if self.params.input_type == "compressed" else Image
-        self._frames.reopen()
-        self._worker = threading.Thread(target=self._work, name="perception-worker", daemon=True)
-        self._worker.start()
+        with self._busy:
+            self._active, self._idle_ns, self._last_seq, self._skipped = True, 0, {}, 0
         topic = self.resolve_topic_name(self.params.input_topic)
         self._sub = self.image_node.create_subscription(msg_type, topic, self._on_image,
                                                         qos_profile_sensor_data)
@@ -375,41 +346,64 @@ class PerceptionNode(LifecycleNode):
         if self._sub is not None:
             sub, self._sub = self._sub, None
             self.image_node.destroy_subscription(sub)
-        self._frames.stop()
-        worker, self._worker = self._worker, None
-        if worker is not None and worker is not threading.current_thread():
-            worker.join(timeout=10.0)
+        with self._busy:  # waits for the frame in flight; none starts after this
+            self._active = False
 
     # -- data path ------------------------------------------------------------------------------------------
 
     def _on_image(self, msg: Image | CompressedImage, info: MessageInfo) -> None:
-        """Executor thread: hand the frame to the worker; keep this short, it delays the next frame."""
-        received = time.monotonic()
-        self._stats.received += 1
-        self._stats.rate_in.tick(received)
-        self._frames.put(Frame(msg, received, time.time_ns(), info.get("source_timestamp") or 0,
-                               info.get("received_timestamp") or 0))
-
-    def _work(self) -> None:
-        self._idle_since = 0.0
-        while (frame := self._frames.take()) is not None:
+        """Image executor thread: process the newest frame queued in the reader, right here."""
+        frame = self._arrived(msg, info)
+        sub = self._sub
+        if sub is not None:
             try:
-                self._process(frame)
-            except BadImage as exc:
-                self._bad_input(exc.cause, str(exc))
-            except ImageError as exc:
-                self._bad_input("image", str(exc))
-            except (DeviceError, BackendError) as exc:  # the model cannot run any more: release, report
-                self._fail(exc)
+                with sub.handle:  # frames that queued while the previous one was processed: newest only
+                    while (newer := sub.handle.take_message(sub.msg_type, sub.raw)) is not None:
+                        self._stats.dropped += 1
+                        self._skipped += 1
+                        frame = self._arrived(*newer)
+            except InvalidHandle:  # deactivated meanwhile
                 return
-            except Exception as exc:  # an unexpected failure on one frame: count, report, keep going
-                self._stats.errors += 1
-                self._stats.last_error = f"{type(exc).__name__}: {exc}"
-                self.get_logger().error(f"processing failed: {self._stats.last_error}",
-                                        throttle_duration_sec=5.0)
-            self._idle_since = time.monotonic()
+        with self._busy:
+            if self._active:
+                skipped, self._skipped = self._skipped, 0
+                self._run(frame, skipped)
+                self._idle_ns = time.time_ns()
 
-    def _process(self, frame: Frame) -> None:
+    def _arrived(self, msg: Image | CompressedImage, info: MessageInfo) -> Frame:
+        received = time.monotonic()
+        s = self._stats
+        s.received += 1
+        s.rate_in.tick(received)
+        # Frames this publisher sent since its previous one that never reached us: overwritten in the
+        # reader's queue while a frame was processed (or lost on the way).
+        seq, gid = info.get("publication_sequence_number"), info.get("publisher_gid")
+        if seq and gid:
+            last = self._last_seq.get(gid["data"])
+            if last is not None and seq > last + 1:
+                s.dropped += seq - last - 1
+                s.lost += seq - last - 1
+                self._skipped += seq - last - 1
+            self._last_seq[gid["data"]] = seq
+        return Frame(msg, received, time.time_ns(), info.get("source_timestamp") or 0,
+                     info.get("received_timestamp") or 0)
+
+    def _run(self, frame: Frame, skipped: int) -> None:
+        try:
+            self._process(frame, skipped)
+        except BadImage as exc:
+            self._bad_input(exc.cause, str(exc))
+        except ImageError as exc:
+            self._bad_input("image", str(exc))
+        except (DeviceError, BackendError) as exc:  # the model cannot run any more: release, report
+            self._active = False
+            self._fail(exc)
+        except Exception as exc:  # an unexpected failure on one frame: count, report, keep going
+            self._stats.errors += 1
+            self._stats.last_error = f"{type(exc).__name__}: {exc}"
+            self.get_logger().error(f"processing failed: {self._stats.last_error}", throttle_duration_sec=5.0)
+
+    def _process(self, frame: Frame, skipped: int) -> None:
         started = time.monotonic()
         rgb = to_rgb(frame.msg)
         converted = time.monotonic()
@@ -423,7 +417,7 @@ class PerceptionNode(LifecycleNode):
         self._stats.add_result(result.timings, (published - frame.received) * 1e3)
         timing_pub = self._timing_pub
         if timing_pub is not None and timing_pub.get_subscription_count():
-            timing_pub.publish(self._timing_msg(frame, result.timings, started, converted, processed,
+            timing_pub.publish(self._timing_msg(frame, skipped, result.timings, started, converted, processed,
                                                 published))
 
     def _publish(self, header: Header, rgb: Any, result: Any) -> None:
@@ -434,17 +428,21 @@ class PerceptionNode(LifecycleNode):
                                                       wanted=lambda t: pubs[t].get_subscription_count() > 0):
             pubs[topic].publish(msg)
 
-    def _timing_msg(self, frame: Frame, timings: dict[str, float], started: float, converted: float,
-                    processed: float, published: float) -> DiagnosticArray:
+    def _timing_msg(self, frame: Frame, skipped: int, timings: dict[str, float], started: float,
+                    converted: float, processed: float, published: float) -> DiagnosticArray:
         """Where one frame's time went, stamped with the frame's header (to pair it with the results)."""
-        values: dict[str, object] = {}
-        if frame.source_ns and frame.rmw_ns:
-            values["dds_in_ms"] = (frame.rmw_ns - frame.source_ns) * 1e-6  # publisher -> DDS reader
+        values: dict[str, object] = {"skipped": skipped}  # frames dropped for this one
+        queued_ns = 0
         if frame.rmw_ns:
-            values["take_ms"] = (frame.callback_ns - frame.rmw_ns) * 1e-6  # executor wake-up + deserialize
+            # In the reader until the previous frame was done (by design when the model is slower than the
+            # camera), then the executor's wake-up, take and deserialization.
+            queued_ns = max(0, self._idle_ns - frame.rmw_ns)
+            values["take_ms"] = (frame.callback_ns - frame.rmw_ns - queued_ns) * 1e-6
+            if frame.source_ns:
+                values["dds_in_ms"] = (frame.rmw_ns - frame.source_ns) * 1e-6  # publisher -> DDS reader
         values.update({
-            "wait_ms": (started - frame.received) * 1e3,  # callback -> worker: queued + hand-off
-            "queued_ms": max(0.0, self._idle_since - frame.received) * 1e3,  # behind the previous frame
+            "queued_ms": queued_ns * 1e-6,
+            "wait_ms": (started - frame.received) * 1e3,  # callback -> processing (newer frames taken)
             "convert_ms": (converted - started) * 1e3,
             **{f"{stage}_ms": ms for stage, ms in timings.items()},
             "pipeline_ms": (processed - converted) * 1e3,
@@ -492,7 +490,8 @@ class PerceptionNode(LifecycleNode):
             "fps_out": s.rate_out.rate(),
             "frames_received": s.received,
             "frames_processed": s.processed,
-            "frames_dropped": self._frames.dropped,
+            "frames_dropped": s.dropped,
+            "frames_lost": s.lost,
             "errors": s.errors,
             "bad_input": s.bad_input.total(),
         }
@@ -542,10 +541,12 @@ def _spin_quietly(executor: SingleThreadedExecutor) -> None:
 
 
 def main(args: list[str] | None = None) -> int:
-    from libredgetpu_ros.ros.control_node import retain_large_allocations
+    from libredgetpu_ros.ros.memory import retain_large_allocations
 
     # Before rclpy: every frame passes through ~1 MB buffers (the rmw's deserialized message, the Python
-    # message's data); served fresh by mmap, each costs ~225 page faults (~1.5 ms per frame, measured).
+    # message's data); served fresh by mmap, each is page-faulted in again (a bare subscriber's reader ->
+    # callback: 2.2 -> 0.7 ms per 640x480 frame with this; the node gains less, as its model's large frees
+    # already raise glibc's dynamic mmap threshold).
     retain_large_allocations()
     rclpy.init(args=args)
     node = PerceptionNode()

@@ -317,6 +317,60 @@ def test_device_lost_while_processing_releases_the_device_and_unconfigures(ros_e
         node.destroy_node()
 
 
+def test_a_slow_model_gets_the_newest_frame_and_every_skipped_frame_is_counted(ros_env, fixture_path,
+                                                                              monkeypatch) -> None:
+    """In process, one executor thread: while a frame is processed, 12 more arrive; the reader keeps 5 of
+    them (sensor-data depth). The next frame processed must be the newest, and all 11 skipped frames counted:
+    4 taken and skipped, 7 overwritten in the reader (from the publisher's sequence numbers)."""
+    from libredgetpu_ros.ros.perception_node import PerceptionNode
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.node import Node
+    from rclpy.parameter import Parameter
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import Image
+
+    context = ros_env.init_rclpy()
+    node = PerceptionNode("perception_slow", context=context, parameter_overrides=[
+        Parameter("model", value=str(fixture_path(POSENET))), Parameter("backend", value="cpu")])
+    camera_node = Node("slow_camera", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    for n in (node, *node.companion_nodes(), camera_node):
+        executor.add_node(n)
+    processed: list[int] = []
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        process = node._process
+        monkeypatch.setattr(node, "_process", lambda frame, skipped: (
+            processed.append(frame.msg.header.stamp.sec), process(frame, skipped)))
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        camera = camera_node.create_publisher(Image, "image_raw", qos_profile_sensor_data)
+        end = time.monotonic() + WAIT_S
+        while camera.get_subscription_count() < 1 and time.monotonic() < end:
+            executor.spin_once(timeout_sec=0.05)
+
+        def frame(sec: int) -> Image:
+            msg = Image(height=48, width=64, encoding="rgb8", step=192, data=bytes(64 * 48 * 3))
+            msg.header.stamp.sec = sec
+            return msg
+
+        camera.publish(frame(1))
+        while not processed and time.monotonic() < end:
+            executor.spin_once(timeout_sec=0.1)
+        for sec in range(2, 14):  # nothing spins meanwhile: as if frame 1 were still being processed
+            camera.publish(frame(sec))
+        while len(processed) < 2 and time.monotonic() < end:
+            executor.spin_once(timeout_sec=0.1)
+        executor.spin_once(timeout_sec=0.3)
+        stats = node._stats
+        assert processed == [1, 13]
+        assert (stats.received, stats.processed, stats.dropped, stats.lost) == (6, 2, 11, 7)
+    finally:
+        executor.shutdown()
+        camera_node.destroy_node()
+        node.destroy_node()
+
+
 def test_segmentation_mask_and_overlay_match_the_pipeline_in_process(ros_env, fixture_path,
                                                                     tmp_path: Path) -> None:
     """DeepLab in the node process vs the same model run by LiteRT in this process: the mono8 class-id image
