@@ -1,7 +1,8 @@
 """Perception node across processes: publish -> result latency, sustained rate, ROS overhead, node RSS.
 
     .venv/bin/python bench/bench_perception_node.py [--seconds 8] [--rate 30] [--models classify,pose,segment]
-                                                    [--baseline REV] [--rounds N] [--out FILE]
+                                                    [--baseline REV] [--rounds N] [--out FILE] [--raw F]
+    .venv/bin/python bench/bench_perception_node.py --render F [--out FILE]   (report from saved data)
 
 For each model (MobileNet v1 0.25 classification, PoseNet pose, DeepLab segmentation; CPU backend) it
 first measures ``PerceptionPipeline.process`` in this process on the same 640x480 frame, back to back. Then it
@@ -32,6 +33,8 @@ and pools the frames per row. Writes bench/results/perception_node.md (or ``--ou
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import platform
 import random
@@ -234,6 +237,28 @@ def node_run(run: Run, rgb: np.ndarray, env: dict[str, str], seconds: float, wor
         log.close()
 
 
+def save_raw(path: Path, runs: list[Run], rev: str | None, rounds: int) -> None:
+    def plain(r: Run) -> dict:
+        d = dataclasses.asdict(r)
+        d["baseline_ms"] = r.baseline_ms.tolist()
+        d["arrivals"] = [[*k, *v] for k, v in r.arrivals.items()]
+        d["timing"] = [[*k, v] for k, v in r.timing.items()]
+        return d
+
+    path.write_text(json.dumps({"rev": rev, "rounds": rounds, "runs": [plain(r) for r in runs]}))
+
+
+def load_raw(path: Path) -> tuple[list[Run], str | None, int]:
+    data = json.loads(path.read_text())
+    runs = []
+    for d in data["runs"]:
+        d["baseline_ms"] = np.array(d["baseline_ms"])
+        d["arrivals"] = {(a[0], a[1]): tuple(a[2:]) for a in d["arrivals"]}
+        d["timing"] = {(t[0], t[1]): t[2] for t in d["timing"]}
+        runs.append(Run(**d))
+    return runs, data["rev"], data["rounds"]
+
+
 def merge(runs: list[Run]) -> list[Run]:
     """One run per (model, rate, node): the rounds' frames pooled, counts summed, RSS the largest."""
     merged: dict[tuple[str, float, str], Run] = {}
@@ -295,7 +320,9 @@ def _row(run: Run) -> Row:
         "convert": t["convert_ms"],
         "publish": t["publish_ms"],
         # the camera's write (stamp -> DDS source timestamp) and result publish -> our DDS reader
-        "cam write + dds_out": at_reader - t["node_ms"] - t["dds_in_ms"] - t["take_ms"],
+        # (queueing: in the reader for the inline node, inside node_ms for the worker-thread one)
+        "cam write + dds_out": at_reader - t["node_ms"] - t["dds_in_ms"] - t["take_ms"]
+        - (t["queued_ms"] if inline else 0.0),
         "bench take": latency - at_reader,  # our reader -> our callback: the consumer's executor
     }
     return Row(latency, at_reader, t["total_ms"], t["queued_ms"], parts, per_frame=True)
@@ -331,10 +358,13 @@ def report(runs: list[Run], rev: str | None, rounds: int) -> str:
         "  executor (reader -> result callback, the 'bench take' below; any consumer pays its own);",
         "- the benchmark receives results on a bare node (no parameter services, no rosout) on its own",
         "  `SingleThreadedExecutor` thread, the cheapest rclpy receive side;",
-        "- split (ms): dds_in (camera publish -> node's DDS reader), take (node's reader -> its callback),",
-        "  hand-off to the worker, image conversion, result messages + publish, cam write + dds_out (the",
-        "  camera's own write, stamp -> DDS source time, plus result write -> the benchmark's reader), bench",
-        "  take (the benchmark's reader -> its callback);",
+        "- split (ms): dds_in (camera publish -> node's DDS reader), take (node's reader -> its callback,",
+        "  after any wait for the previous frame), hand-off (callback -> processing: to the worker thread in",
+        "  nodes up to b049c0c; later nodes process in the callback after taking newer queued frames), image",
+        "  conversion, result messages + publish, cam write + dds_out (the",
+        "  camera's own write, stamp -> DDS source time, plus result write -> the benchmark's reader; below",
+        "  zero when a large result reaches the reader before the node's `publish` returns), bench take (the",
+        "  benchmark's reader -> its callback);",
         "- paced rows publish at half the baseline rate, so no frame waits for the previous one.",
         "",
         "| model | node | input Hz | baseline p50 ms | backend p50 / p99 ms | latency p50 / p99 ms "
@@ -397,7 +427,13 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1,
                         help="repeat every run this often (interleaved round by round; frames pooled)")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--raw", type=Path, help="also save every run's per-frame data (JSON) here")
+    parser.add_argument("--render", type=Path, help="no measuring: write the report from a --raw file")
     args = parser.parse_args()
+    if args.render:
+        runs, rev, rounds = load_raw(args.render)
+        args.out.write_text(report(merge(runs), rev, rounds))
+        return 0
     tasks = [t for t in args.models.split(",") if t]
     work = Path(tempfile.mkdtemp(prefix="bench_perception_node_"))
     env = localhost_only_environ(domain_id=random.randint(200, 232), log_dir=str(work / "ros_log"))
@@ -434,6 +470,8 @@ def main() -> int:
             node_run(run, rgb, node_env, args.seconds, work)
     finally:
         rclpy.try_shutdown()
+    if args.raw:
+        save_raw(args.raw, [run for run, _ in plan], rev, args.rounds)
     text = report(merge([run for run, _ in plan]), rev, args.rounds)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
