@@ -169,6 +169,7 @@ def node_run(run: Run, rgb: np.ndarray, env: dict[str, str], seconds: float, wor
     rx_executor.add_node(rx_node)
     lock = threading.Lock()
     measuring = threading.Event()
+    spinners: list[threading.Thread] = []
 
     def on_result(msg: object, info: dict) -> None:
         now = time.time()
@@ -205,8 +206,9 @@ def node_run(run: Run, rgb: np.ndarray, env: dict[str, str], seconds: float, wor
         while (camera.get_subscription_count() < 1 or node.count_publishers(topic) < 1) and \
                 time.monotonic() < deadline:
             executor.spin_once(timeout_sec=0.05)
-        for ex in (executor, rx_executor):
-            threading.Thread(target=ex.spin, daemon=True).start()
+        spinners = [threading.Thread(target=ex.spin, daemon=True) for ex in (executor, rx_executor)]
+        for t in spinners:
+            t.start()
         time.sleep(1.0)
         # One message, re-stamped per frame: building it is the camera driver's cost, not the node's.
         msg = rgb_to_image(rgb, Header(frame_id="bench_camera"))
@@ -227,6 +229,8 @@ def node_run(run: Run, rgb: np.ndarray, env: dict[str, str], seconds: float, wor
     finally:
         rx_executor.shutdown()
         executor.shutdown()
+        for t in spinners:  # out of their wait before the nodes go (else a spinner finalizes them)
+            t.join(timeout=5.0)
         rx_node.destroy_node()
         node.destroy_node()
         proc.terminate()
@@ -464,11 +468,15 @@ def main() -> int:
         plan += [(Run(task, rate, node, base), node_env) for rate in rates for node, node_env in nodes]
     plan = [(Run(r.task, r.rate, r.node, r.baseline_ms), e) for _ in range(args.rounds) for r, e in plan]
     rclpy.init()
+    # Keeps this process's DDS participant alive across runs: destroying the last node tears it down, and
+    # Fast DDS 3.2 can spin forever in that teardown while discovery is busy (seen here once, hung).
+    keep_alive = rclpy.create_node("bench_keep_alive", enable_rosout=False, start_parameter_services=False)
     try:
         for run, node_env in plan:
             print(f"{run.task}: node {run.node}, {args.seconds:g} s at {run.rate:.1f} Hz ...", flush=True)
             node_run(run, rgb, node_env, args.seconds, work)
     finally:
+        keep_alive.destroy_node()
         rclpy.try_shutdown()
     if args.raw:
         save_raw(args.raw, [run for run, _ in plan], rev, args.rounds)
