@@ -168,11 +168,9 @@ def _reference_decode(heat, shorts, mids, options):
     return np.array(poses, dtype=np.float32).reshape(-1, k, 2) * f(options.stride), np.array(scores)
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_vectorised_decoder_equals_scalar_reference(decoder_and_outputs, seed):
-    """Batched tree walk, separable max filter and acceptance replay == the C++ algorithm run literally, on
-    the real boundary tensors and on noisy copies (other candidates, other NMS outcomes)."""
-    decoder, outputs = decoder_and_outputs
+def _noisy_case(decoder, outputs, seed: int):
+    """Boundary tensors with +-6*seed noise (other candidates, other NMS outcomes): the quantized dict, the
+    float (heat, shorts, mids) the decoder sees, and the scalar reference's (points, scores) on them."""
     rng = np.random.default_rng(seed)
     noisy = {name: np.clip(a + rng.integers(-6 * seed, 6 * seed + 1, a.shape), 0, 255).astype(a.dtype)
              for name, a in outputs.items()}
@@ -180,14 +178,26 @@ def test_vectorised_decoder_equals_scalar_reference(decoder_and_outputs, seed):
     heat = heat_spec.dequantize(noisy[heat_spec.name][0])
     shorts = short_spec.dequantize(noisy[short_spec.name][0], 1.0 / decoder.options.stride)
     mids = mid_spec.dequantize(noisy[mid_spec.name][0], 1.0 / decoder.options.stride)
-    ref_points, ref_scores = _reference_decode(heat, shorts, mids, decoder.options)
-    raw = decoder.decode_raw(noisy)
+    return noisy, (heat, shorts, mids), _reference_decode(heat, shorts, mids, decoder.options)
+
+
+def _assert_poses_in_reference(raw, reference) -> None:
+    """Soft keypoint NMS may reorder or drop poses afterwards: find each pose, positions bit-exact."""
+    ref_points, ref_scores = reference
     assert 0 < len(raw.scores) <= len(ref_points)
     for points, scores in zip(raw.keypoints, raw.keypoint_scores, strict=True):
-        # Soft keypoint NMS may reorder or drop poses afterwards: find each pose, positions bit-exact.
         match = [i for i in range(len(ref_points)) if np.array_equal(ref_points[i], points)]
         assert len(match) == 1
         np.testing.assert_allclose(scores, ref_scores[match[0]], rtol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_vectorised_decoder_equals_scalar_reference(decoder_and_outputs, seed):
+    """Batched tree walk, separable max filter and acceptance replay == the C++ algorithm run literally, on
+    the real boundary tensors and on noisy copies (other candidates, other NMS outcomes)."""
+    decoder, outputs = decoder_and_outputs
+    noisy, _floats, reference = _noisy_case(decoder, outputs, seed)
+    _assert_poses_in_reference(decoder.decode_raw(noisy), reference)
 
 
 @pytest.mark.parametrize("eager_depth", [1, 4, 6])
@@ -197,22 +207,11 @@ def test_on_demand_deep_levels_equal_scalar_reference(decoder_and_outputs, monke
     them; with a shallow EAGER_DEPTH every accepted pose goes through that path, and nothing may change. The
     float-tensor entry point (decode_poses) must agree with the quantized one (decode_raw) too."""
     decoder, outputs = decoder_and_outputs
-    rng = np.random.default_rng(seed)
-    noisy = {name: np.clip(a + rng.integers(-6 * seed, 6 * seed + 1, a.shape), 0, 255).astype(a.dtype)
-             for name, a in outputs.items()}
-    heat_spec, short_spec, mid_spec = decoder.specs
-    heat = heat_spec.dequantize(noisy[heat_spec.name][0])
-    shorts = short_spec.dequantize(noisy[short_spec.name][0], 1.0 / decoder.options.stride)
-    mids = mid_spec.dequantize(noisy[mid_spec.name][0], 1.0 / decoder.options.stride)
-    ref_points, ref_scores = _reference_decode(heat, shorts, mids, decoder.options)
+    noisy, floats, reference = _noisy_case(decoder, outputs, seed)
     monkeypatch.setattr(posenet, "EAGER_DEPTH", eager_depth)
     raw = decoder.decode_raw(noisy)
-    assert 0 < len(raw.scores) <= len(ref_points)
-    for points, scores in zip(raw.keypoints, raw.keypoint_scores, strict=True):
-        match = [i for i in range(len(ref_points)) if np.array_equal(ref_points[i], points)]
-        assert len(match) == 1
-        np.testing.assert_allclose(scores, ref_scores[match[0]], rtol=1e-6)
-    direct = posenet.decode_poses(heat, shorts, mids, decoder.options)
+    _assert_poses_in_reference(raw, reference)
+    direct = posenet.decode_poses(*floats, decoder.options)
     for name in ("keypoints", "keypoint_scores", "scores"):
         np.testing.assert_array_equal(getattr(direct, name), getattr(raw, name))
 
