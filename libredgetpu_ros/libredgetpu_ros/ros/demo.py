@@ -141,19 +141,22 @@ def main(argv: list[str] | None = None) -> int:
             for st in msg.status:
                 diag[st.name] = {kv.key: kv.value for kv in st.values}
 
-        io.create_subscription(PersonPoseArray, f"/{NAMESPACE}/poses", on_poses, RESULT_QOS)
-        io.create_subscription(Image, f"/{NAMESPACE}/annotated", on_annotated, RESULT_QOS)
+        results = [io.create_subscription(PersonPoseArray, f"/{NAMESPACE}/poses", on_poses, RESULT_QOS),
+                   io.create_subscription(Image, f"/{NAMESPACE}/annotated", on_annotated, RESULT_QOS)]
         if args.segment:
-            io.create_subscription(Image, f"/{NAMESPACE}/segmentation", on_mask, RESULT_QOS)
+            results.append(io.create_subscription(Image, f"/{NAMESPACE}/segmentation", on_mask, RESULT_QOS))
         io.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, 10)
         bringup.executor.add_node(io)
         spinner = threading.Thread(target=bringup.executor.spin, daemon=True)
         spinner.start()
 
         deadline = time.monotonic() + args.timeout
-        while camera.get_subscription_count() < len(specs) and time.monotonic() < deadline:
+        # The node builds a result only for topics somebody subscribes to, and best-effort frames sent before
+        # the camera is matched are lost: wait for every match (bounded), then a little for the far sides.
+        while time.monotonic() < deadline and (camera.get_subscription_count() < len(specs)
+                                               or any(sub.get_publisher_count() < 1 for sub in results)):
             time.sleep(0.05)
-        time.sleep(0.3)  # let the result subscriptions match too
+        time.sleep(0.3)
         print(f"publishing {args.frames} frames at {RATE_HZ:.0f} Hz on /{NAMESPACE}/image_raw", flush=True)
         period = 1.0 / RATE_HZ
         start = time.monotonic()
