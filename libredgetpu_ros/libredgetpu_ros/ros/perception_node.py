@@ -4,8 +4,8 @@ Lifecycle (the ros2/demos ``lifecycle_py`` rhythm):
 
 - configure: load the model and open the backend/device (failure -> FAILURE, stays unconfigured, reason
   logged), create the lifecycle publishers and the diagnostics timer;
-- activate: subscribe to the camera, start the worker, enable the publishers;
-- deactivate: unsubscribe, stop the worker, disable the publishers;
+- activate: subscribe to the camera (on the companion node), enable the publishers;
+- deactivate: unsubscribe (waiting for a frame in progress), disable the publishers;
 - cleanup / shutdown: release the device;
 - a device or backend failure while processing drives the node through deactivate -> ErrorProcessing
   (``on_error`` releases the device) -> unconfigured, so a supervisor can configure it again.
@@ -209,7 +209,7 @@ class PerceptionNode(LifecycleNode):
         self._stats = _Stats()
         self._bad_logged: dict[str, float] = {}
         self._fatal: LibrEdgeTpuError | None = None
-        # The worker cannot run a lifecycle transition itself (not on the executor thread): it triggers this.
+        # The camera thread cannot run a lifecycle transition (not on the main executor): it triggers this.
         self._fatal_signal = self.create_guard_condition(self._on_fatal_signal)
 
     # -- lifecycle ------------------------------------------------------------------------------------------
