@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _revisions import package_at  # beside this script (run as a script: its folder is on sys.path)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results" / "bags.md"
@@ -129,15 +130,6 @@ def baseline_fps(config: Path, frames: list[np.ndarray]) -> float:
         for rgb in frames:
             pipeline.process(rgb)
         return len(frames) / (time.perf_counter() - start)
-
-
-def extract(rev: str, into: Path) -> Path:
-    """The Python package as of ``rev`` under ``into``; returns the PYTHONPATH entry that imports it."""
-    into.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "libredgetpu_ros/libredgetpu_ros"],
-                             check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into / "libredgetpu_ros"
 
 
 def offline_worker(bag: str, config: str, out: str) -> int:
@@ -278,7 +270,7 @@ def main() -> int:
     env = localhost_only_environ(domain_id=150 + os.getpid() % 50, log_dir=str(tmp / "ros_log"))
     os.environ.update(env)
     env = dict(os.environ)
-    before_pkg = extract(args.before, tmp / "before") if args.before else None
+    before_pkg = package_at(args.before, tmp / "before") if args.before else None
     loops = max(1, args.frames // len(IMAGES))
     bag = tmp / "camera"
     options = MakeBagOptions(topic="/cam/image_raw", rate=10.0, loop=loops, start_ns=0)

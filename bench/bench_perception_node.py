@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from _revisions import package_at  # beside this script (run as a script: its folder is on sys.path)
 from libredgetpu_ros.ros.environment import localhost_only_environ
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,15 +112,6 @@ def _rss(pid: int) -> tuple[float, float]:
         if key in ("VmRSS", "VmHWM"):
             fields[key] = float(value.split()[0]) / 1024.0
     return fields.get("VmRSS", 0.0), fields.get("VmHWM", 0.0)
-
-
-def extract(rev: str, into: Path) -> Path:
-    """The Python package as of ``rev`` under ``into``; returns the PYTHONPATH entry that imports it."""
-    into.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "libredgetpu_ros/libredgetpu_ros"],
-                             check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into / "libredgetpu_ros"
 
 
 def _node_env(env: dict[str, str], package_path: Path | None) -> dict[str, str]:
@@ -447,7 +439,7 @@ def main() -> int:
     if args.baseline:
         rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.baseline], check=True,
                              capture_output=True, text=True).stdout.strip()
-        nodes.insert(0, (rev, _node_env(env, extract(args.baseline, work / "baseline"))))
+        nodes.insert(0, (rev, _node_env(env, package_at(args.baseline, work / "baseline"))))
 
     # The camera side as a C++ driver would be: its ~1 MB serialization buffer reused from the heap instead
     # of mmap'd fresh (page-faulted in) per frame; the node does the same in its main().

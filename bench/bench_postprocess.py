@@ -29,6 +29,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+from _revisions import package_at  # beside this script (run as a script: its folder is on sys.path)
 from ai_edge_litert.interpreter import Interpreter
 from libredgetpu_ros.backends.twin import cut_at_tensors
 from libredgetpu_ros.fixtures import fixture
@@ -152,16 +153,6 @@ def run_child(package_root: Path | None) -> dict[str, float]:
     return result
 
 
-def extract(rev: str, into: Path) -> Path:
-    """The Python package as of ``rev``, unpacked under ``into`` (importable via PYTHONPATH)."""
-    repo = Path(__file__).resolve().parents[1]
-    archive = subprocess.run(["git", "-C", str(repo), "archive", rev, "libredgetpu_ros/libredgetpu_ros"],
-                             check=True, capture_output=True).stdout
-    into.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into / "libredgetpu_ros"
-
-
 def best_of(rounds: list[dict[str, float]]) -> dict[str, float]:
     return {k: min(r[k] for r in rounds) for k in rounds[0]}
 
@@ -181,7 +172,7 @@ def main() -> int:
         print(json.dumps(result))
         return 0
     with tempfile.TemporaryDirectory() as tmp:
-        roots = {rev: extract(rev, Path(tmp) / str(i)) for i, rev in enumerate(args.baseline)}
+        roots = {rev: package_at(rev, Path(tmp) / str(i)) for i, rev in enumerate(args.baseline)}
         now_rounds: list[dict[str, float]] = []
         base_rounds: dict[str, list[dict[str, float]]] = {rev: [] for rev in roots}
         for _ in range(args.rounds):
