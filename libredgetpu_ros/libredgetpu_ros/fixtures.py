@@ -18,17 +18,20 @@ class FixtureMissingError(FileNotFoundError):
 
 
 def fixtures_dir() -> Path:
-    """The fixtures folder; raise FixtureMissingError naming every place looked at."""
-    candidates = []
+    """The fixtures folder; raise FixtureMissingError naming every place looked at.
+
+    An explicit ``$LIBREDGETPU_ROS_FIXTURES`` is the only place looked at: a wrong override is an error, not a
+    silent fall-back to another copy."""
     if os.environ.get(ENV_VAR):
-        candidates.append(Path(os.environ[ENV_VAR]))
-    candidates.append(_REPO_ROOT.parent / "shared" / "fixtures")
-    candidates.append(Path.cwd().parent / "shared" / "fixtures")
+        candidates = [Path(os.environ[ENV_VAR])]
+    else:
+        candidates = [_REPO_ROOT.parent / "shared" / "fixtures", Path.cwd().parent / "shared" / "fixtures"]
     for path in candidates:
         if path.is_dir():
             return path
     looked = ", ".join(str(p) for p in candidates)
-    raise FixtureMissingError(f"fixtures folder not found (looked in: {looked}); set {ENV_VAR}")
+    hint = f"{ENV_VAR} is not a directory" if os.environ.get(ENV_VAR) else f"set {ENV_VAR}"
+    raise FixtureMissingError(f"fixtures folder not found (looked in: {looked}); {hint}")
 
 
 def fixture(relative: str) -> Path:
