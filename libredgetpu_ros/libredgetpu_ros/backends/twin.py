@@ -31,7 +31,7 @@ def find_twin(model_path: Path, cpu_model_path: Path | None = None) -> Path:
     if cpu_model_path is not None:
         path = Path(cpu_model_path)
         if not path.is_file():
-            raise InputError(f"CPU model {path} does not exist")
+            raise InputError(f"CPU model {path} {'is not a file' if path.exists() else 'does not exist'}")
         return path
     model_path = Path(model_path)
     stem = model_path.stem

@@ -24,7 +24,8 @@ def run(args: argparse.Namespace) -> int:
     from libredgetpu_ros.errors import InputError
 
     if not args.model.is_file():
-        raise InputError(f"model file {args.model} does not exist")
+        problem = "is not a file" if args.model.exists() else "does not exist"
+        raise InputError(f"model file {args.model} {problem}")
     plan = plan_model(args.model, cached=args.cached)
     print(json.dumps(plan, indent=2) if args.json else format_plan(plan))
     return 0

@@ -25,7 +25,7 @@ def load_image(path: Path | str) -> np.ndarray:
 
     path = Path(path)
     if not path.is_file():
-        raise ImageError(f"image {path} does not exist")
+        raise ImageError(f"image {path} {'is not a file' if path.exists() else 'does not exist'}")
     bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
     if bgr is None:
         raise ImageError(f"image {path} cannot be decoded (not an image OpenCV reads)")

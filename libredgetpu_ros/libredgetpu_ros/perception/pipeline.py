@@ -52,7 +52,7 @@ class PipelineConfig:
             raise ConfigError("model is empty: give a compiled .tflite file")
         for path in paths:
             if not path.is_file():
-                raise InputError(f"model {path} does not exist")
+                raise InputError(f"model {path} {'is not a file' if path.exists() else 'does not exist'}")
         return paths
 
 
