@@ -18,6 +18,7 @@ paid before the clock starts, so ``fps`` is the steady rate and ``setup_s`` says
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import sys
@@ -146,6 +147,19 @@ def _warm_up(pipeline: Any, out_types: Iterable[type], first: Decoded | None) ->
     typestore()
 
 
+@functools.cache
+def _encoders() -> tuple[Any, Any, Callable[[Any], bytes], Callable[..., Any]]:
+    """(Header, Time, rclpy's serialize_message, result_messages), imported once: per frame, these four
+    from-imports cost a few microseconds, ~0.5% of a 1.4 ms model."""
+    from builtin_interfaces.msg import Time
+    from rclpy.serialization import serialize_message
+    from std_msgs.msg import Header
+
+    from libredgetpu_ros.ros.conversions import result_messages
+
+    return Header, Time, serialize_message, result_messages
+
+
 def _pick_topics(image_topics: dict[str, list[str]], wanted: list[str] | None, node_topic: str,
                  path: Path) -> list[str]:
     if wanted:
@@ -227,12 +241,7 @@ class BagProcessor:
 
     def _frame(self, summary: ProcessSummary, pipeline: Any, writer: Any, frame: Decoded) -> None:
         """One decoded input frame -> its result messages in ``writer`` (or one counted failure)."""
-        from builtin_interfaces.msg import Time
-        from rclpy.serialization import serialize_message
-        from std_msgs.msg import Header
-
-        from libredgetpu_ros.ros.conversions import result_messages
-
+        Header, Time, serialize_message, result_messages = _encoders()  # noqa: N806 (message classes)
         summary.frames += 1
         if frame.cause:
             self._fail(summary, frame.cause, frame.problem)

@@ -20,11 +20,13 @@ slower than reading them where they are.
 from __future__ import annotations
 
 import contextlib
+import functools
 import queue
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -33,45 +35,61 @@ from libredgetpu_ros.bags.mcap_view import message_views
 from libredgetpu_ros.bags.storage import IMAGE_TYPES, open_reader
 
 
-@dataclass
+@dataclass(slots=True)
 class Decoded:
     """One input message, decoded the way the node decodes it, or why it could not be."""
 
     timestamp: int
-    where: str
+    topic: str
     stamp: tuple[int, int, str] | None = None  # the input header: (sec, nanosec, frame_id)
     rgb: np.ndarray | None = None
     cause: str = ""
     problem: str = ""
 
+    @property
+    def where(self) -> str:
+        """Where the frame is, for messages (built only when one is needed: ~0.5 us a frame otherwise)."""
+        return f"{self.topic} at {self.timestamp}"
 
-def decode(msgtype: str, topic: str, timestamp: int, raw: bytes | memoryview) -> Decoded:
-    """Raw CDR -> header + RGB pixels with the node's decoders (``image_msgs``); rclpy parses the message
-    unless it is a well-formed little-endian Image, which is viewed in place (``cdr_image``)."""
+
+@functools.cache
+def _decoders() -> SimpleNamespace:
+    """rclpy and the node's decoders, imported once (not at module import, which stays light; and not per
+    frame: four from-imports cost a few microseconds on every frame of a fast model)."""
     from rclpy.serialization import deserialize_message
     from sensor_msgs.msg import CompressedImage, Image
 
     from libredgetpu_ros.bags.cdr_image import parse_image
     from libredgetpu_ros.ros.image_msgs import BadImage, image_to_rgb, to_rgb
 
-    where = f"{topic} at {timestamp}"
-    cls = {IMAGE_TYPES[0]: Image, IMAGE_TYPES[1]: CompressedImage}.get(msgtype)
+    return SimpleNamespace(deserialize=deserialize_message, types={IMAGE_TYPES[0]: Image,
+                                                                   IMAGE_TYPES[1]: CompressedImage},
+                           Image=Image, parse_image=parse_image, BadImage=BadImage, image_to_rgb=image_to_rgb,
+                           to_rgb=to_rgb)
+
+
+def decode(msgtype: str, topic: str, timestamp: int, raw: bytes | memoryview) -> Decoded:
+    """Raw CDR -> header + RGB pixels with the node's decoders (``image_msgs``); rclpy parses the message
+    unless it is a well-formed little-endian Image, which is viewed in place (``cdr_image``)."""
+    d = _decoders()
+    cls = d.types.get(msgtype)
     if cls is None:
-        return Decoded(timestamp, where, cause="unsupported_type",
+        where = f"{topic} at {timestamp}"
+        return Decoded(timestamp, topic, cause="unsupported_type",
                        problem=f"{where}: {msgtype} is not an image type")
-    view = parse_image(raw) if cls is Image else None
+    view = d.parse_image(raw) if cls is d.Image else None
     try:
         if view is not None:
             stamp = (view.sec, view.nanosec, view.frame_id)
-            return Decoded(timestamp, where, stamp=stamp, rgb=image_to_rgb(view))
+            return Decoded(timestamp, topic, stamp=stamp, rgb=d.image_to_rgb(view))
         try:
-            msg = deserialize_message(bytes(raw), cls)
+            msg = d.deserialize(bytes(raw), cls)
         except Exception as exc:  # rclpy raises its (unexported) RMWError on malformed CDR
-            return Decoded(timestamp, where, cause="corrupt", problem=f"{where}: {exc}")
+            return Decoded(timestamp, topic, cause="corrupt", problem=f"{topic} at {timestamp}: {exc}")
         stamp = (msg.header.stamp.sec, msg.header.stamp.nanosec, msg.header.frame_id)
-        return Decoded(timestamp, where, stamp=stamp, rgb=to_rgb(msg))
-    except BadImage as exc:
-        return Decoded(timestamp, where, cause=exc.cause, problem=f"{where}: {exc}")
+        return Decoded(timestamp, topic, stamp=stamp, rgb=d.to_rgb(msg))
+    except d.BadImage as exc:
+        return Decoded(timestamp, topic, cause=exc.cause, problem=f"{topic} at {timestamp}: {exc}")
 
 
 def frames(reader: Any, topics: list[str], views: bool = True) -> Iterator[Decoded]:
