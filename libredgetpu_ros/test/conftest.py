@@ -188,6 +188,24 @@ class RosTestEnv:
         self._spawned.append(_Spawned(name, proc, log_path, expect_exit))
         return proc
 
+    def spawn_bringup(self, config_text: str, name: str = "bringup") -> subprocess.Popen:
+        """Write ``config_text`` as ``<work_dir>/<name>.yaml`` and run ``libredgetpu-ros bringup`` on it."""
+        config = self.work_dir / f"{name}.yaml"
+        config.write_text(config_text)
+        return self.spawn([sys.executable, "-m", "libredgetpu_ros.cli.main", "bringup", str(config)], name)
+
+    def probe(self, name: str) -> tuple[Any, Any]:
+        """A plain node in a fresh context of this test's domain and a single-threaded executor spinning
+        nothing yet: the test's own end of the wire. Both go away with the context at teardown."""
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.node import Node
+
+        context = self.init_rclpy()
+        node = Node(name, context=context)
+        executor = SingleThreadedExecutor(context=context)
+        executor.add_node(node)
+        return node, executor
+
     def init_rclpy(self) -> Any:
         """``rclpy.init`` on a new Context bound to :attr:`domain_id`; shut down at teardown."""
         import rclpy

@@ -6,7 +6,6 @@ The bringup runs in its own process over real DDS; this process publishes states
 from __future__ import annotations
 
 import signal
-import sys
 import time
 
 import numpy as np
@@ -16,15 +15,12 @@ import pytest
 @pytest.mark.ros
 def test_bringup_spins_the_control_state_loop(ros_env, tmp_path) -> None:
     from libredgetpu_ros.matmul.engine import MatMulEngine
-    from rclpy.executors import SingleThreadedExecutor
-    from rclpy.node import Node
     from std_msgs.msg import Float32MultiArray
 
     # Inside the Dense(256) template's representable range (its per-row scales are ~3e-4).
     weights = np.array([[0.03, -0.02, 0.0, 0.01], [0.0, 0.02, -0.03, 0.025]], np.float32)
     np.save(tmp_path / "w.npy", weights)
-    config = tmp_path / "control_bringup.yaml"
-    config.write_text(
+    proc = ros_env.spawn_bringup(
         "nodes:\n"
         "  - type: control\n"
         "    name: ctl\n"
@@ -34,15 +30,10 @@ def test_bringup_spins_the_control_state_loop(ros_env, tmp_path) -> None:
         "      template: 256\n"
         "      state_size: 4\n"
         "      command_size: 2\n"
-        "      initial_weights: $(dir)/w.npy\n"
+        f"      initial_weights: {tmp_path / 'w.npy'}\n"
         "      stale_timeout: 5.0\n"
     )
-    bringup = [sys.executable, "-m", "libredgetpu_ros.cli.main", "bringup", str(config)]
-    proc = ros_env.spawn(bringup, "bringup")
-    context = ros_env.init_rclpy()
-    node = Node("control_bringup_probe", context=context)
-    executor = SingleThreadedExecutor(context=context)
-    executor.add_node(node)
+    node, executor = ros_env.probe("control_bringup_probe")
     commands: list[np.ndarray] = []
     node.create_subscription(Float32MultiArray, "/arm/ctl/command",
                              lambda msg: commands.append(np.asarray(msg.data, np.float32)), 10)

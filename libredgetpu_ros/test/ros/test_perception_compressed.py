@@ -8,7 +8,6 @@ header copied, and a frame that does not decode counted as bad input without sto
 from __future__ import annotations
 
 import signal
-import sys
 import time
 
 import pytest
@@ -18,21 +17,18 @@ LABELS = "labels/imagenet_labels.txt"
 
 
 @pytest.mark.ros
-def test_compressed_frames_are_classified_like_the_pipeline(ros_env, fixture_path, tmp_path) -> None:
+def test_compressed_frames_are_classified_like_the_pipeline(ros_env, fixture_path) -> None:
     import cv2
     from diagnostic_msgs.msg import DiagnosticArray
     from libredgetpu_ros.perception.images import load_image
     from libredgetpu_ros.perception.pipeline import PerceptionPipeline, PipelineConfig
     from libredgetpu_ros.ros.perception_node import RESULT_QOS
-    from rclpy.executors import SingleThreadedExecutor
-    from rclpy.node import Node
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import CompressedImage
 
     from libredgetpu_ros_interfaces.msg import Classification
 
-    config = tmp_path / "classify_compressed.yaml"
-    config.write_text(
+    proc = ros_env.spawn_bringup(
         "nodes:\n"
         "  - type: perception\n"
         "    name: classifier\n"
@@ -46,12 +42,7 @@ def test_compressed_frames_are_classified_like_the_pipeline(ros_env, fixture_pat
         "      score_threshold: 0.0\n"
         "      diagnostics_period: 0.2\n"
     )
-    bringup = [sys.executable, "-m", "libredgetpu_ros.cli.main", "bringup", str(config)]
-    proc = ros_env.spawn(bringup, "bringup")
-    context = ros_env.init_rclpy()
-    node = Node("compressed_camera", context=context)
-    executor = SingleThreadedExecutor(context=context)
-    executor.add_node(node)
+    node, executor = ros_env.probe("compressed_camera")
     results: list[Classification] = []
     bad_inputs: list[str] = []
 
