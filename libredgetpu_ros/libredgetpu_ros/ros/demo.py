@@ -90,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     lock = threading.Lock()
     diag: dict[str, dict[str, str]] = {}
     bringup = Bringup(specs, log=lambda line: print(f"[bringup] {line}", flush=True))
+    done = threading.Event()  # ends the spinner thread; joined before anything is destroyed
+    spinner: threading.Thread | None = None
+    io: Any = None
     try:
         bringup.start()
         io = Node("demo_camera", namespace=NAMESPACE)
@@ -147,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(io.create_subscription(Image, f"/{NAMESPACE}/segmentation", on_mask, RESULT_QOS))
         io.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, 10)
         bringup.executor.add_node(io)
-        spinner = threading.Thread(target=bringup.executor.spin, daemon=True)
+        spinner = threading.Thread(target=bringup.spin_until, args=(done,), name="demo_spin", daemon=True)
         spinner.start()
 
         deadline = time.monotonic() + args.timeout
@@ -177,6 +180,15 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(max(0.0, min(1.2, deadline - time.monotonic())))  # one more diagnostics period
         _summary(frames, diag, args.out)
     finally:
+        # Nothing may be spinning while nodes are destroyed: tearing down DDS entities under a running
+        # executor thread can abort the process at exit ("terminate called without an active exception").
+        done.set()
+        if spinner is not None:
+            spinner.join(timeout=5.0)
+        if io is not None:
+            if bringup.executor is not None:
+                bringup.executor.remove_node(io)
+            io.destroy_node()
         bringup.stop()
         rclpy.try_shutdown()
     return 0
