@@ -140,4 +140,5 @@ class ControlHarness:
 
     def close(self) -> None:
         self.executor.shutdown(timeout_sec=2.0)
+        self._thread.join(timeout=5.0)  # never destroy a node under a running executor thread
         self.node.destroy_node()
