@@ -11,6 +11,7 @@ DDS stays on this machine (localhost-only settings are filled in before rclpy st
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import threading
 import time
@@ -85,7 +86,13 @@ def main(argv: list[str] | None = None) -> int:
             "labels": str(fixture(VOC_LABELS)), "input_topic": "image_raw"}))
     args.out.mkdir(parents=True, exist_ok=True)
 
-    rclpy.init()
+    # Our own Ctrl-C / SIGTERM handling: rclpy's would shut the context down under the nodes before they are
+    # brought down; here both raise KeyboardInterrupt in this thread and the finally block below runs.
+    from rclpy.signals import SignalHandlerOptions
+
+    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
+    signal.signal(signal.SIGTERM, _interrupt)
+    interrupted = False
     frames: dict[tuple[int, int], _Frame] = {}
     lock = threading.Lock()
     diag: dict[str, dict[str, str]] = {}
@@ -179,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.05)
         time.sleep(max(0.0, min(1.2, deadline - time.monotonic())))  # one more diagnostics period
         _summary(frames, diag, args.out)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("interrupted: stopping ...", flush=True)
     finally:
         # Nothing may be spinning while nodes are destroyed: tearing down DDS entities under a running
         # executor thread can abort the process at exit ("terminate called without an active exception").
@@ -191,7 +201,11 @@ def main(argv: list[str] | None = None) -> int:
             io.destroy_node()
         bringup.stop()
         rclpy.try_shutdown()
-    return 0
+    return 130 if interrupted else 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _nose(pose: Any) -> str:
