@@ -277,6 +277,11 @@ class PerceptionNode(LifecycleNode):
         self.image_node.destroy_node()
         super().destroy_node()
 
+    def teardown(self) -> None:
+        """Stop processing and release the device and every configured entity, outside any transition."""
+        self._stop_processing()
+        self._release()
+
     def state_label(self) -> str:
         """Current lifecycle state: unconfigured, inactive, active, finalized (or a transition state)."""
         return self._state_machine.current_state[1]
@@ -555,8 +560,12 @@ def main(args: list[str] | None = None) -> int:
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
-        if node.state_label() in ("inactive", "active", "unconfigured"):
+        if node.context.ok() and node.state_label() in ("inactive", "active", "unconfigured"):
             node.trigger_shutdown()
+        else:
+            # Ctrl-C / SIGTERM: rclpy has shut the context down (and started its own shutdown transition), so
+            # no transition can complete; stop the camera path and release the device directly (idempotent).
+            node.teardown()
         node.destroy_node()
         rclpy.try_shutdown()
     return 0
