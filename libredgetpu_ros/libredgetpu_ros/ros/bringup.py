@@ -20,7 +20,6 @@ the node's own ``main``. The ROS environment is the caller's: nothing is forced 
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import re
 import signal
@@ -141,8 +140,8 @@ class Bringup:
         self.log = log
         self.nodes: list[Any] = []
         self.executor: Any = None
-        # node -> [(executor, thread)] spinning that node's companion nodes
-        self._companions: dict[int, list[tuple[Any, threading.Thread]]] = {}
+        # id(node) -> the executor threads spinning that node's companion nodes (``ros/spinning.py``)
+        self._companions: dict[int, Any] = {}
 
     def start(self) -> None:
         """Create every node and drive it to active; ConfigError (and everything torn down) on a failure."""
@@ -170,26 +169,14 @@ class Bringup:
             raise
 
     def _spin_companions(self, node: Any) -> None:
-        """Spin each of ``node.companion_nodes()`` on its own executor thread (they carry hot paths that must
-        not wait behind the main executor's callbacks)."""
-        from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+        from libredgetpu_ros.ros.spinning import CompanionSpinners
 
-        def spin(executor: Any) -> None:
-            with contextlib.suppress(ExternalShutdownException):
-                executor.spin()
-
-        for companion in getattr(node, "companion_nodes", list)():
-            executor = SingleThreadedExecutor(context=self.context)
-            executor.add_node(companion)
-            thread = threading.Thread(target=spin, args=(executor,), daemon=True,
-                                      name=f"spin_{companion.get_name()}")
-            thread.start()
-            self._companions.setdefault(id(node), []).append((executor, thread))
+        self._companions[id(node)] = CompanionSpinners(node, self.context)
 
     def _stop_companions(self, node: Any) -> None:
-        for executor, thread in self._companions.pop(id(node), []):
-            executor.shutdown()
-            thread.join(timeout=5.0)
+        spinners = self._companions.pop(id(node), None)
+        if spinners is not None:
+            spinners.stop()
 
     def spin_until(self, stop: threading.Event, period_s: float = 0.1) -> None:
         while not stop.is_set() and (self.context is None or self.context.ok()):

@@ -28,7 +28,6 @@ fresh (and page-faulted in) on every call; ``LIBREDGETPU_ROS_MALLOC_TUNING=0`` t
 from __future__ import annotations
 
 import array
-import contextlib
 import dataclasses
 import sys
 import threading
@@ -42,7 +41,7 @@ import numpy as np
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.event_handler import SubscriptionEventCallbacks
-from rclpy.executors import Executor, ExternalShutdownException, SingleThreadedExecutor
+from rclpy.executors import ExternalShutdownException
 from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from rclpy.lifecycle import Node as LifecycleNode
 from rclpy.node import Node
@@ -57,6 +56,7 @@ from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.environment import apply_localhost_only
 from libredgetpu_ros.ros.memory import retain_large_allocations
 from libredgetpu_ros.ros.params import ParamSpec, ParamTable
+from libredgetpu_ros.ros.spinning import spin_with_companions
 from libredgetpu_ros_interfaces.msg import CommandStamped
 from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
 
@@ -395,8 +395,8 @@ class ControlNode(LifecycleNode):
             self.loop_node.destroy_subscription(sub)
 
     def companion_nodes(self) -> list[Node]:
-        """Nodes a host process must spin besides this one, each on its own executor (``spin`` below, and
-        ``ros/bringup.py``): the state loop."""
+        """Nodes a host process must spin besides this one, each on its own executor (``ros/spinning.py``):
+        the state loop."""
         return [self.loop_node]
 
     def destroy_node(self) -> None:
@@ -631,36 +631,6 @@ class ControlNode(LifecycleNode):
         pub.publish(diagnostics.array(self.get_clock().now().to_msg(), [status]))
 
 
-def _executor(context: Any) -> Executor:
-    """A single-threaded executor: one per path, so neither waits behind the other's callbacks.
-
-    Not rclpy's ``EventsExecutor``: in this Kilted wheel it busy-spins (a full core while idle) and ignores
-    SIGTERM, measured here.
-    """
-    return SingleThreadedExecutor(context=context)
-
-
-def spin(node: ControlNode) -> None:
-    """Spin ``node`` on the main executor and its state loop on a second one (own thread) until shutdown."""
-    executor, loop_executor = _executor(node.context), _executor(node.context)
-    executor.add_node(node)
-    (loop_node,) = node.companion_nodes()
-    loop_executor.add_node(loop_node)
-
-    def spin_loop() -> None:
-        with contextlib.suppress(ExternalShutdownException):  # SIGINT/SIGTERM: main() shuts down quietly
-            loop_executor.spin()
-
-    loop_thread = threading.Thread(target=spin_loop, name="control_loop", daemon=True)
-    loop_thread.start()
-    try:
-        executor.spin()
-    finally:
-        loop_executor.shutdown()
-        executor.shutdown()
-        loop_thread.join(timeout=5.0)
-
-
 def main(args: list[str] | None = None) -> int:
     """``ros2 run libredgetpu_ros control_node`` / ``python -m libredgetpu_ros.ros.control_node``."""
     apply_localhost_only()  # fills in only what is unset: an integrator's explicit DDS setup wins
@@ -669,7 +639,7 @@ def main(args: list[str] | None = None) -> int:
     node = ControlNode()
     node.get_logger().debug(f"large allocations retained for reuse (mallopt): {retained}")
     try:
-        spin(node)
+        spin_with_companions(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:

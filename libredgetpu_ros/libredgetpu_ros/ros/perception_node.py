@@ -16,9 +16,9 @@ Threads (see docs/perception_node.md):
   services, no rosout, one subscription while active) spun by its own ``SingleThreadedExecutor`` thread, so
   a frame never waits behind a lifecycle or parameter request or the diagnostics timer, and each wake-up of
   rclpy's Python executor walks one entity instead of the lifecycle node's dozen services (the control
-  node's state loop does the same); ``companion_nodes()`` names it, :func:`main` and ``ros/bringup.py`` spin
-  it. Frames are processed right in its callback: no hand-off to another thread (0.3 ms per frame,
-  measured);
+  node's state loop does the same); ``companion_nodes()`` names it, and ``ros/spinning.py`` spins it (for
+  :func:`main` and ``ros/bringup.py``). Frames are processed right in its callback: no hand-off to another
+  thread (0.3 ms per frame, measured);
 - the main executor (this node): lifecycle and parameter services, the diagnostics timer, the fatal-error
   guard condition.
 
@@ -32,7 +32,6 @@ Run it with ``python -m libredgetpu_ros.ros.perception_node --ros-args --params-
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import threading
 import time
@@ -43,7 +42,7 @@ import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.exceptions import InvalidHandle
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.executors import ExternalShutdownException
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -56,6 +55,7 @@ from libredgetpu_ros.errors import BackendError, ConfigError, DeviceError, Image
 from libredgetpu_ros.ros import conversions, diagnostics
 from libredgetpu_ros.ros.image_msgs import BadImage, to_rgb
 from libredgetpu_ros.ros.params import ParamSpec, ParamTable
+from libredgetpu_ros.ros.spinning import spin_with_companions
 
 TASKS = ("auto", "pose", "segment", "detect", "classify")
 
@@ -517,34 +517,6 @@ class PerceptionNode(LifecycleNode):
         self._diag_pub.publish(diagnostics.array(self.get_clock().now().to_msg(), [st]))
 
 
-def spin(node: PerceptionNode) -> None:
-    """Spin ``node`` on the main executor and each of its companion nodes on its own executor thread, until
-    shutdown. Both ``SingleThreadedExecutor``: cheaper per callback than the multi-threaded one; not rclpy's
-    ``EventsExecutor`` (its Kilted wheel busy-loops at 100 % CPU on an idle lifecycle node)."""
-    executor = SingleThreadedExecutor(context=node.context)
-    executor.add_node(node)
-    threads: list[tuple[SingleThreadedExecutor, threading.Thread]] = []
-    for companion in node.companion_nodes():
-        companion_executor = SingleThreadedExecutor(context=node.context)
-        companion_executor.add_node(companion)
-        thread = threading.Thread(target=_spin_quietly, args=(companion_executor,), daemon=True,
-                                  name=f"spin_{companion.get_name()}")
-        thread.start()
-        threads.append((companion_executor, thread))
-    try:
-        executor.spin()
-    finally:
-        for companion_executor, thread in threads:
-            companion_executor.shutdown()
-            thread.join(timeout=5.0)
-        executor.shutdown()
-
-
-def _spin_quietly(executor: SingleThreadedExecutor) -> None:
-    with contextlib.suppress(ExternalShutdownException):  # SIGINT/SIGTERM: main() shuts down quietly
-        executor.spin()
-
-
 def main(args: list[str] | None = None) -> int:
     from libredgetpu_ros.ros.memory import retain_large_allocations
 
@@ -556,7 +528,7 @@ def main(args: list[str] | None = None) -> int:
     rclpy.init(args=args)
     node = PerceptionNode()
     try:
-        spin(node)
+        spin_with_companions(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
