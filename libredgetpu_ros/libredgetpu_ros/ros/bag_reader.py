@@ -74,9 +74,7 @@ def decode(msgtype: str, topic: str, timestamp: int, raw: bytes | memoryview) ->
     d = _decoders()
     cls = d.types.get(msgtype)
     if cls is None:
-        where = f"{topic} at {timestamp}"
-        return Decoded(timestamp, topic, cause="unsupported_type",
-                       problem=f"{where}: {msgtype} is not an image type")
+        return _failed(timestamp, topic, "unsupported_type", f"{msgtype} is not an image type")
     view = d.parse_image(raw) if cls is d.Image else None
     try:
         if view is not None:
@@ -85,11 +83,17 @@ def decode(msgtype: str, topic: str, timestamp: int, raw: bytes | memoryview) ->
         try:
             msg = d.deserialize(bytes(raw), cls)
         except Exception as exc:  # rclpy raises its (unexported) RMWError on malformed CDR
-            return Decoded(timestamp, topic, cause="corrupt", problem=f"{topic} at {timestamp}: {exc}")
+            return _failed(timestamp, topic, "corrupt", str(exc))
         stamp = (msg.header.stamp.sec, msg.header.stamp.nanosec, msg.header.frame_id)
         return Decoded(timestamp, topic, stamp=stamp, rgb=d.to_rgb(msg))
     except d.BadImage as exc:
-        return Decoded(timestamp, topic, cause=exc.cause, problem=f"{topic} at {timestamp}: {exc}")
+        return _failed(timestamp, topic, exc.cause, str(exc))
+
+
+def _failed(timestamp: int, topic: str, cause: str, text: str) -> Decoded:
+    frame = Decoded(timestamp, topic, cause=cause)
+    frame.problem = f"{frame.where}: {text}"
+    return frame
 
 
 def frames(reader: Any, topics: list[str], views: bool = True) -> Iterator[Decoded]:
