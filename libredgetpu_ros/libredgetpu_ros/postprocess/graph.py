@@ -65,12 +65,15 @@ class TensorSpec:
         shape = tuple(int(d) for d in tensor.shape)
         return cls(tensor.name, shape, np.dtype(tensor.dtype), scale, zero_point)
 
-    def dequantize(self, raw: np.ndarray, extra_scale: float = 1.0) -> np.ndarray:
-        """``(q - zero_point) * scale * extra_scale`` in float32 (as TFLite's kernels compute it)."""
+    def dequantize(self, raw: np.ndarray, extra_scale: float = 1.0,
+                   out: np.ndarray | None = None) -> np.ndarray:
+        """``(q - zero_point) * scale * extra_scale`` in float32 (as TFLite's kernels compute it); into
+        ``out`` (float32, ``raw``'s shape, e.g. a view of a larger buffer) when given."""
         if raw.dtype.kind == "f":
-            return raw.astype(np.float32, copy=False) * np.float32(extra_scale)
+            return np.multiply(raw, np.float32(extra_scale), out=out, dtype=np.float32)
         scale = np.float32(self.scale) * np.float32(extra_scale)
-        return (raw.astype(np.float32) - np.float32(self.zero_point)) * scale
+        result = np.subtract(raw, np.float32(self.zero_point), out=out, dtype=np.float32)
+        return np.multiply(result, scale, out=result)
 
 
 def per_tensor_quant(model: Any, tensor: Any) -> tuple[float, int]:

@@ -127,25 +127,23 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return np.float32(1.0) / (np.float32(1.0) + np.exp(-x))
 
 
-def _padded(tensor: np.ndarray) -> np.ndarray:
-    """An (H + 1, W + 1, C) float32 buffer holding ``tensor`` (H, W, C) in [:H, :W] (see ``_Sampler``)."""
-    h, w, c = tensor.shape
+def _padded_buffer(h: int, w: int, c: int) -> tuple[np.ndarray, np.ndarray]:
+    """An (H + 1, W + 1, C) float32 buffer and its [:H, :W] view, where the tensor goes (see ``_Sampler``)."""
     padded = np.empty((h + 1, w + 1, c), dtype=np.float32)
-    padded[:h, :w] = tensor
+    return padded, padded[:h, :w]
+
+
+def _padded(tensor: np.ndarray) -> np.ndarray:
+    """``tensor`` (H, W, C) copied into a padded buffer (``_padded_buffer``)."""
+    padded, inner = _padded_buffer(*tensor.shape)
+    inner[...] = tensor
     return padded
 
 
 def _dequantized(spec: TensorSpec, raw: np.ndarray, extra_scale: float = 1.0) -> np.ndarray:
-    """``_padded(spec.dequantize(raw, extra_scale))`` without the intermediate array: the same float32
-    operations (uint8 -> float32, minus the zero point, times the scale), written straight into the
-    padded buffer."""
-    if raw.dtype.kind == "f":
-        return _padded(spec.dequantize(raw, extra_scale))
-    h, w, c = raw.shape
-    padded = np.empty((h + 1, w + 1, c), dtype=np.float32)
-    inner = padded[:h, :w]
-    np.subtract(raw, np.float32(spec.zero_point), out=inner, dtype=np.float32)
-    np.multiply(inner, np.float32(spec.scale) * np.float32(extra_scale), out=inner)
+    """``raw`` (H, W, C) dequantized straight into a padded buffer (no intermediate array)."""
+    padded, inner = _padded_buffer(*raw.shape)
+    spec.dequantize(raw, extra_scale, out=inner)
     return padded
 
 
