@@ -63,3 +63,10 @@ class DeviceTimeoutError(DeviceError):
 
 class FirmwareNotFoundError(DeviceError):
     """The firmware file needed to boot an accelerator in bootloader mode is missing."""
+
+
+def not_a_file(what: str, path: object) -> str:
+    """The message for a ``path`` that should be a readable file but is not: missing, or something else."""
+    from pathlib import Path
+
+    return f"{what} {path} {'is not a file' if Path(str(path)).exists() else 'does not exist'}"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from libredgetpu_ros.backends.base import BoundaryInfo
-from libredgetpu_ros.errors import InputError, ModelFormatError
+from libredgetpu_ros.errors import InputError, ModelFormatError, not_a_file
 
 
 def find_twin(model_path: Path, cpu_model_path: Path | None = None) -> Path:
@@ -31,7 +31,7 @@ def find_twin(model_path: Path, cpu_model_path: Path | None = None) -> Path:
     if cpu_model_path is not None:
         path = Path(cpu_model_path)
         if not path.is_file():
-            raise InputError(f"CPU model {path} {'is not a file' if path.exists() else 'does not exist'}")
+            raise InputError(not_a_file("CPU model", path))
         return path
     model_path = Path(model_path)
     stem = model_path.stem

@@ -21,11 +21,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from libredgetpu_ros.edgetpu.plan import format_plan, plan_model
-    from libredgetpu_ros.errors import InputError
+    from libredgetpu_ros.errors import InputError, not_a_file
 
     if not args.model.is_file():
-        problem = "is not a file" if args.model.exists() else "does not exist"
-        raise InputError(f"model file {args.model} {problem}")
+        raise InputError(not_a_file("model file", args.model))
     plan = plan_model(args.model, cached=args.cached)
     print(json.dumps(plan, indent=2) if args.json else format_plan(plan))
     return 0

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from libredgetpu_ros.errors import ImageError
+from libredgetpu_ros.errors import ImageError, not_a_file
 
 # encoding -> (channels, OpenCV conversion code name to RGB or None)
 _ENCODINGS: dict[str, tuple[int, str | None]] = {
@@ -25,7 +25,7 @@ def load_image(path: Path | str) -> np.ndarray:
 
     path = Path(path)
     if not path.is_file():
-        raise ImageError(f"image {path} {'is not a file' if path.exists() else 'does not exist'}")
+        raise ImageError(not_a_file("image", path))
     bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
     if bgr is None:
         raise ImageError(f"image {path} cannot be decoded (not an image OpenCV reads)")

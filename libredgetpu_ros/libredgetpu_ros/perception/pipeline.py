@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from libredgetpu_ros.backends import Backend, BoundaryInfo, edgetpu_attached, open_backend
-from libredgetpu_ros.errors import ConfigError, DeviceNotFoundError, InputError, ModelFormatError
+from libredgetpu_ros.errors import ConfigError, DeviceNotFoundError, InputError, ModelFormatError, not_a_file
 from libredgetpu_ros.perception.images import check_rgb
 from libredgetpu_ros.perception.preprocess import InputTransform
 from libredgetpu_ros.perception.results import PerceptionResult
@@ -52,7 +52,7 @@ class PipelineConfig:
             raise ConfigError("model is empty: give a compiled .tflite file")
         for path in paths:
             if not path.is_file():
-                raise InputError(f"model {path} {'is not a file' if path.exists() else 'does not exist'}")
+                raise InputError(not_a_file("model", path))
         return paths
 
 
