@@ -520,10 +520,8 @@ class PerceptionNode(LifecycleNode):
 def main(args: list[str] | None = None) -> int:
     from libredgetpu_ros.ros.memory import retain_large_allocations
 
-    # Before rclpy: every frame passes through ~1 MB buffers (the rmw's deserialized message, the Python
-    # message's data); served fresh by mmap, each is page-faulted in again (a bare subscriber's reader ->
-    # callback: 2.2 -> 0.7 ms per 640x480 frame with this; the node gains less, as its model's large frees
-    # already raise glibc's dynamic mmap threshold).
+    # Before rclpy (its threads then allocate under the same rules): every frame passes through ~1 MB
+    # buffers (see ros/memory.py for what was measured).
     retain_large_allocations()
     rclpy.init(args=args)
     node = PerceptionNode()
