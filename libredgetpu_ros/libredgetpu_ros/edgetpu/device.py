@@ -252,12 +252,27 @@ class EdgeTpuDevice:
             raise DeviceLostError(f"Edge TPU {self.bus_path} is closed; open it again")
 
     def _guarded(self, fn: Callable[[], Any]) -> Any:
+        """Run one transfer sequence; anything that interrupts it closes the device.
+
+        Not only device errors: an ``OSError`` from the USB stack or a ``KeyboardInterrupt`` /
+        ``SystemExit`` arriving between two transfers leaves the chip half-way through an executable, in a
+        state no later call can continue from. Keeping the handle open would also keep the device lock, and
+        every fresh ``open()`` would then be refused as "already open".
+        """
         with self._io:
             self._check_open()
             try:
                 return fn()
             except DeviceError:
                 log.error("Edge TPU %s failed mid-operation; closing it", self.bus_path)
+                self._teardown()
+                raise
+            except OSError as exc:
+                log.error("Edge TPU %s: I/O error mid-operation (%s); closing it", self.bus_path, exc)
+                self._teardown()
+                raise DeviceLostError(f"Edge TPU {self.bus_path}: I/O error mid-operation: {exc}") from exc
+            except BaseException:
+                log.error("Edge TPU %s interrupted mid-operation; closing it", self.bus_path)
                 self._teardown()
                 raise
 

@@ -8,8 +8,9 @@ performs them. What the hardware needs, learnt by libredgetpu on real devices an
 - a hint may reach a few bytes past the end of the tensor (``allow_overflow``): those bytes are zeros;
 - instruction chunks can be interleaved with input pieces (DeepLab);
 - an EXECUTION_ONLY executable can carry parameters of its own, sent during inference;
-- output data arrives on 0x81 in transfers that do not line up with the hint steps: every read asks for at
-  least 32 KiB, whatever comes back is kept (never capped) and surplus bytes feed the next output step;
+- output data arrives on 0x81 in transfers that do not line up with the hint steps: every read asks for
+  exactly 32 KiB (the piece size of the hardware-validated libredgetpu driver; libedgetpu keeps 32 reads of
+  1 KiB in flight, the same 32 KiB), whatever comes back is kept and surplus bytes feed the next output step;
 - the end of an executable is a 16-byte event on 0x82 (a scalar-core host interrupt).
 """
 
@@ -243,7 +244,12 @@ def _header(length: int, tag: DescriptorTag) -> bytes:
 
 
 class OutputStream:
-    """Bytes from the output endpoint, carried across hint steps; requests never go below 32 KiB."""
+    """Bytes from the output endpoint, carried across hint steps; every request is one 32 KiB piece.
+
+    A larger request would be split by libusb anyway; a request that is not a multiple of the endpoint's
+    packet size can overflow when the device sends a full packet, and 32 KiB is a multiple of both USB2's
+    512-byte and USB3's 1024-byte bulk packets.
+    """
 
     def __init__(self, transport: Transport, timeout_ms: int) -> None:
         self.transport = transport
@@ -254,8 +260,7 @@ class OutputStream:
         empty = 0
         while len(self.pending) < size:
             missing = size - len(self.pending)
-            request = max(r.BULK_IN_CHUNK, -(-missing // r.BULK_IN_CHUNK) * r.BULK_IN_CHUNK)
-            got = self.transport.bulk_read(r.EP_BULK_IN_OUTPUT, request, self.timeout_ms)
+            got = self.transport.bulk_read(r.EP_BULK_IN_OUTPUT, r.BULK_IN_CHUNK, self.timeout_ms)
             if got:
                 self.pending += got
                 empty = 0

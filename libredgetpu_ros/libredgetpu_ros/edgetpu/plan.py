@@ -107,6 +107,6 @@ def format_plan(plan: dict[str, Any]) -> str:
             ]
             if reads:
                 lines.append(
-                    f"       output reads: {len(reads)} bulk-in requests of >= {r.BULK_IN_CHUNK} bytes"
+                    f"       output reads: {len(reads)} bulk-in requests of {r.BULK_IN_CHUNK} bytes"
                 )
     return "\n".join(lines)

@@ -59,7 +59,8 @@ class SimulatedAccelerator:
             value = self._read_register(offset)
             return struct.pack("<I" if call.length == 4 else "<Q", value & ((1 << (8 * call.length)) - 1))
         if call.kind == "bulk_read" and call.endpoint == r.EP_BULK_IN_OUTPUT:
-            size = next(self._chunks) if self._chunks is not None else call.length
+            # A device never returns more than the host asked for (libusb would report an overflow).
+            size = min(next(self._chunks), call.length) if self._chunks is not None else call.length
             data = bytes(self.output[:size])
             del self.output[:size]
             return data

@@ -162,6 +162,8 @@ class UsbTransport:
             return fn()
         except usb1.USBError as exc:
             raise translate_usb_error(exc, what, self.bus_path) from exc
+        except OSError as exc:  # ctypes / file-descriptor level failures below libusb
+            raise DeviceLostError(f"{what} on Edge TPU {self.bus_path} failed: {exc}") from exc
 
     def control_write(
         self,

@@ -143,7 +143,7 @@ def test_plan_json_follows_deeplab_dma_hints(fixture_path, capsys) -> None:
     headers = [(t["tag"], t["length"]) for t in running["transfers"] if t["op"] == "header"]
     assert headers == [(0, writes[0][3]), (1, size0), (1, size1), (0, writes[3][3])]
     inbound = [t for t in running["transfers"] if t["op"] == "bulk_in" and t["endpoint"] == 0x81]
-    assert inbound and all(t["requested"] >= r.BULK_IN_CHUNK for t in inbound)
+    assert inbound and all(t["requested"] == r.BULK_IN_CHUNK for t in inbound)
 
 
 def test_plan_cached_skips_parameter_caching(fixture_path, capsys) -> None:

@@ -119,6 +119,26 @@ def test_faults_close_the_device_and_a_fresh_open_works(packages, fault) -> None
         assert len(out) == 1 and len(out[0]) == 256 and sim2.param_uploads == 1
 
 
+@pytest.mark.parametrize(
+    ("raised", "seen"),
+    [
+        (OSError(5, "Input/output error"), DeviceLostError),  # from below libusb: becomes a device error
+        (KeyboardInterrupt(), KeyboardInterrupt),  # Ctrl-C between two transfers: passes through
+    ],
+    ids=["oserror", "keyboardinterrupt"],
+)
+def test_non_device_faults_mid_transfer_close_the_device(packages, raised, seen) -> None:
+    """Issue 18.7: these used to leave the device open and its lock held ("already open" on reopen)."""
+    dev, sim, transport = _open("test-interrupt")
+    sim.fault = (lambda c: c.kind == "bulk_write" and c.length > 8, raised)
+    with pytest.raises(seen):
+        dev.run(packages["dense"], _inputs(packages["dense"]))
+    assert not dev.is_open and transport.closed
+    again, _, _ = _open("test-interrupt")
+    with again:
+        assert len(again.run(packages["dense"], _inputs(packages["dense"]))[0]) == 256
+
+
 def test_failed_init_releases_the_lock() -> None:
     sim = Sim()
     sim.fault = (lambda c: c.kind == "control_read", DeviceLostError("gone"))

@@ -82,7 +82,7 @@ def test_transfers_follow_dma_hints(fixture_path, relative) -> None:
         assert [t for t, _ in messages] == [t for t, _ in expected]
         assert all(a == b for (_, a), (_, b) in zip(messages, expected, strict=True))
         reads = [c for c in transport.calls if c.kind == "bulk_read" and c.endpoint == 0x81]
-        assert all(c.length >= r.BULK_IN_CHUNK for c in reads)
+        assert all(c.length == r.BULK_IN_CHUNK for c in reads)  # 32 KiB pieces, never one large read
         statuses = [c for c in transport.calls if c.kind == "bulk_read" and c.endpoint == 0x82]
         assert len(statuses) == sum(h.kind == "interrupt" for h in exe.dma_hints) == 1
         assert transport.calls[-1].endpoint == 0x82  # the status packet ends the executable
