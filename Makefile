@@ -29,6 +29,10 @@ INTERFACES_BUILD := build/$(INTERFACES)
 INTERFACES_SRC := $(INTERFACES)/CMakeLists.txt $(INTERFACES)/package.xml \
                   $(wildcard $(INTERFACES)/msg/*.msg $(INTERFACES)/srv/*.srv)
 NPROC := $(shell nproc 2>/dev/null || echo 2)
+# Shared, unmodified upstream ROS parts PyPI lacks (launch, ros2cli wheels; composition_interfaces and
+# vision_msgs sources), beside the checkout. Override: make setup SHARED=/path/to/shared
+SHARED ?= ../shared
+SHARED_ROS := $(abspath $(SHARED))/ros
 
 .PHONY: help setup test lint demo bench clean distclean
 
@@ -48,16 +52,33 @@ $(STAMPS)/requirements: requirements.lock.txt tools/fix_ros_cmake_exports.py | $
 	$(VPY) tools/fix_ros_cmake_exports.py $(VENV_ABS)
 	@mkdir -p $(STAMPS) && touch $@
 
-$(STAMPS)/interfaces: $(STAMPS)/requirements $(INTERFACES_SRC)
-	AMENT_PREFIX_PATH=$(VENV_ABS) PATH="$(VENV_ABS)/bin:$$PATH" cmake -S $(INTERFACES) -B $(INTERFACES_BUILD) \
+# One ament CMake package (interfaces) built and installed into the venv prefix. $(1): source dir,
+# $(2): build dir, $(3): a Python import that proves the generated code loads.
+define cmake_install
+	AMENT_PREFIX_PATH=$(VENV_ABS) PATH="$(VENV_ABS)/bin:$$PATH" cmake -S $(1) -B $(2) \
 	    -DCMAKE_INSTALL_PREFIX=$(VENV_ABS) -DPython3_EXECUTABLE=$(VPY) \
 	    -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF --log-level=WARNING >/dev/null
-	AMENT_PREFIX_PATH=$(VENV_ABS) cmake --build $(INTERFACES_BUILD) -j $(NPROC) -- --no-print-directory >/dev/null
-	cmake --install $(INTERFACES_BUILD) >/dev/null
-	$(VPY) -c "from $(INTERFACES).msg import Detection2DArray; from $(INTERFACES).srv import SetWeights"
+	AMENT_PREFIX_PATH=$(VENV_ABS) cmake --build $(2) -j $(NPROC) -- --no-print-directory >/dev/null
+	cmake --install $(2) >/dev/null
+	$(VPY) -c "$(3)"
+endef
+
+$(STAMPS)/interfaces: $(STAMPS)/requirements $(INTERFACES_SRC)
+	$(call cmake_install,$(INTERFACES),$(INTERFACES_BUILD),from $(INTERFACES).msg import Detection2DArray; from $(INTERFACES).srv import SetWeights)
 	@touch $@
 
-$(STAMPS)/package: $(STAMPS)/interfaces libredgetpu_ros/setup.py libredgetpu_ros/setup.cfg libredgetpu_ros/package.xml
+# Upstream msg packages PyPI lacks, built from $(SHARED)/ros/src exactly like our interfaces.
+$(STAMPS)/composition_interfaces: $(STAMPS)/requirements $(wildcard $(SHARED_ROS)/src/composition_interfaces/*)
+	@test -d $(SHARED_ROS)/src/composition_interfaces || { echo "error: $(SHARED_ROS)/src/composition_interfaces not found (set SHARED=...)" >&2; exit 2; }
+	$(call cmake_install,$(SHARED_ROS)/src/composition_interfaces,build/composition_interfaces,from composition_interfaces.srv import LoadNode)
+	@touch $@
+
+$(STAMPS)/vision_msgs: $(STAMPS)/requirements $(wildcard $(SHARED_ROS)/src/vision_msgs/* $(SHARED_ROS)/src/vision_msgs/msg/*)
+	@test -d $(SHARED_ROS)/src/vision_msgs || { echo "error: $(SHARED_ROS)/src/vision_msgs not found (set SHARED=...)" >&2; exit 2; }
+	$(call cmake_install,$(SHARED_ROS)/src/vision_msgs,build/vision_msgs,from vision_msgs.msg import Detection2DArray; from vision_msgs.msg import Classification; from vision_msgs.msg import LabelInfo)
+	@touch $@
+
+$(STAMPS)/package: $(STAMPS)/interfaces $(STAMPS)/vision_msgs libredgetpu_ros/setup.py libredgetpu_ros/setup.cfg libredgetpu_ros/package.xml
 	$(VPY) -m pip install --disable-pip-version-check --quiet --no-build-isolation --no-deps -e libredgetpu_ros
 	$(VENV)/bin/libredgetpu-ros --help >/dev/null
 	@touch $@
