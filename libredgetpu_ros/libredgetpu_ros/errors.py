@@ -35,6 +35,10 @@ class ConfigError(InputError):
     """A configuration file or parameter value is invalid."""
 
 
+class ProtocolError(InputError):
+    """A network packet is malformed, truncated, oversized or names a field value out of bounds."""
+
+
 class BackendError(LibrEdgeTpuError):
     """A backend cannot load or run a model."""
 
