@@ -39,10 +39,10 @@ def edgetpu_attached() -> bool:
     return module is not None and bool(module.edgetpu_available())
 
 
-def _open_cpu(model_path: Path, cpu_model_path: Path | None) -> Backend:
+def _open_cpu(model_path: Path, cpu_model_path: Path | None, cpu_threads: int | None = None) -> Backend:
     from libredgetpu_ros.backends.cpu import CpuBackend
 
-    backend = CpuBackend()
+    backend = CpuBackend(num_threads=cpu_threads)
     backend.load(model_path, cpu_model_path)
     return backend
 
@@ -58,8 +58,10 @@ def _open_edgetpu(module, model_path: Path, cpu_model_path: Path | None, device:
 
 
 def open_backend(kind: str, model_path: Path | str, cpu_model_path: Path | str | None = None,
-                 device: Any = None, logger: logging.Logger | None = None) -> Backend:
-    """A loaded backend of ``kind`` ("auto" | "cpu" | "edgetpu") for the compiled model ``model_path``."""
+                 device: Any = None, logger: logging.Logger | None = None,
+                 cpu_threads: int | None = None) -> Backend:
+    """A loaded backend of ``kind`` ("auto" | "cpu" | "edgetpu") for the compiled model ``model_path``;
+    ``cpu_threads`` is LiteRT's thread count when the CPU runs it (None: LiteRT's default)."""
     log = logger or _log
     if kind not in KINDS:
         raise ConfigError(f"backend must be one of {', '.join(KINDS)}, got {kind!r}")
@@ -68,7 +70,7 @@ def open_backend(kind: str, model_path: Path | str, cpu_model_path: Path | str |
 
     if kind == "cpu":
         log.info("backend: cpu (requested) for %s", model_path.name)
-        return _open_cpu(model_path, cpu_path)
+        return _open_cpu(model_path, cpu_path, cpu_threads)
 
     module = _edgetpu_module()
     if kind == "edgetpu":
@@ -81,14 +83,14 @@ def open_backend(kind: str, model_path: Path | str, cpu_model_path: Path | str |
 
     if module is None:
         log.info("backend: cpu for %s (auto: no Edge TPU backend in this build)", model_path.name)
-        return _open_cpu(model_path, cpu_path)
+        return _open_cpu(model_path, cpu_path, cpu_threads)
     if not module.edgetpu_available():
         log.info("backend: cpu for %s (auto: no Edge TPU attached)", model_path.name)
-        return _open_cpu(model_path, cpu_path)
+        return _open_cpu(model_path, cpu_path, cpu_threads)
     try:
         backend = _open_edgetpu(module, model_path, cpu_path, device)
     except DeviceError as exc:
         log.warning("backend: cpu for %s (auto: the Edge TPU failed to open: %s)", model_path.name, exc)
-        return _open_cpu(model_path, cpu_path)
+        return _open_cpu(model_path, cpu_path, cpu_threads)
     log.info("backend: edgetpu for %s (auto: accelerator attached)", model_path.name)
     return backend

@@ -30,7 +30,8 @@ _log = logging.getLogger(__name__)
 class PipelineConfig:
     """What to run. ``model`` is one compiled file, or the segments of a pipelined model in order (a list
     or a comma-separated string). ``cpu_model`` is the CPU twin of a single-file model (default: the
-    compiled name without ``_edgetpu``). ``None`` options keep the model's defaults."""
+    compiled name without ``_edgetpu``). ``None`` options keep the model's defaults; ``cpu_threads`` is
+    LiteRT's thread count on the cpu backend (None: LiteRT's default)."""
 
     model: str | Path | Sequence[str | Path]
     cpu_model: str | Path | None = None
@@ -41,6 +42,7 @@ class PipelineConfig:
     score_threshold: float | None = None
     max_results: int | None = None
     top_k: int = 5
+    cpu_threads: int | None = None
 
     def model_paths(self) -> list[Path]:
         if isinstance(self.model, str | Path):
@@ -118,7 +120,8 @@ class PerceptionPipeline:
                     # later segments share the first one's accelerator (one owner per device)
                     backend = open_backend("edgetpu", path, device=segments[0].backend.device, logger=log)
                 else:
-                    backend = open_backend(cfg.backend, path, cfg.cpu_model, device=cfg.device, logger=log)
+                    backend = open_backend(cfg.backend, path, cfg.cpu_model, device=cfg.device, logger=log,
+                                           cpu_threads=cfg.cpu_threads)
                 segments.append(_Segment(path, model, boundary, backend))
             pipeline = cls(segments, task, labels, transform, options)
         except BaseException:
