@@ -39,6 +39,29 @@ class ProtocolError(InputError):
     """A network packet is malformed, truncated, oversized or names a field value out of bounds."""
 
 
+class IOSpecError(InputError):
+    """A Femtosense IOSpec file or a vector given for it is invalid.
+
+    ``kind`` is the exception class femtorun 4.1.2 raises for the same input ("ValueError", "TypeError", ...),
+    ``femtorun_message`` its ``str(e)``; ``key`` / ``value`` name the offending field."""
+
+    def __init__(self, message: str, *, kind: str = "ValueError", femtorun_message: str = "",
+                 key: str | None = None, value: object = None) -> None:
+        super().__init__(message)
+        self.kind, self.femtorun_message, self.key, self.value = kind, femtorun_message, key, value
+
+
+class SpuSequenceError(InputError):
+    """An input or output event breaks an IOSpec sequence rule (femtorun's checks or the SPU firmware's).
+
+    ``kind`` is the exception class femtorun raises ("KeyError", "AssertionError", "RuntimeError"; "strict"
+    for the SPU library's declared-order rules femtorun does not check), ``rule`` a short rule id."""
+
+    def __init__(self, message: str, *, kind: str, rule: str, femtorun_message: str = "") -> None:
+        super().__init__(message)
+        self.kind, self.rule, self.femtorun_message = kind, rule, femtorun_message
+
+
 class BackendError(LibrEdgeTpuError):
     """A backend cannot load or run a model."""
 
