@@ -66,6 +66,11 @@ def classification_msg(header: Header, classes: Sequence[Any]) -> Classification
         ClassScore(class_id=int(c.class_id), label=c.label or "", score=float(c.score)) for c in classes])
 
 
+def label_info_msg(labels: dict[int, str] | None, task: str) -> Any:
+    """The label map to publish once per configure, or None."""
+    return None
+
+
 def output_topics(task: str) -> list[tuple[str, type]]:
     """(relative topic, message type) the perception node publishes for ``task``, besides /diagnostics."""
     topics: list[tuple[str, type]] = {

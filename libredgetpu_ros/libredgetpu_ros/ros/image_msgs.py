@@ -3,9 +3,16 @@
 Raw images are viewed in place (``np.frombuffer``): rows padded by ``step`` become a strided view, and only
 the channel reorder to RGB copies. Every rejection is a ``BadImage`` carrying a short ``cause`` so the node
 can count causes in diagnostics and log each cause once.
+
+Frames over a pixel budget (``max_pixels``) are refused as ``too_large`` before any pixel is touched: for a
+compressed frame the size comes from its header (PNG IHDR, JPEG SOF, read by Pillow without decoding), so a
+2.6 MB PNG claiming 30000x30000 pixels never reaches the decoder (it took 20 s and 5.3 GB to decode).
 """
 
 from __future__ import annotations
+
+import io
+import warnings
 
 import numpy as np
 from sensor_msgs.msg import CompressedImage, Image
@@ -24,6 +31,11 @@ _RAW_ENCODINGS: dict[str, tuple[int, tuple[int, int, int]]] = {
     "8UC3": (3, (2, 1, 0)),  # OpenCV's default channel order
 }
 SUPPORTED_ENCODINGS = tuple(_RAW_ENCODINGS)
+# Default pixel budget per frame: 4096 x 4096 (16.8 MP) covers 4K UHD (8.3 MP) and 12 MP sensors; decoded as
+# RGB it is 50 MB. The node's ``max_image_pixels`` parameter overrides it.
+DEFAULT_MAX_PIXELS = 4096 * 4096
+# Pillow refuses to even open an image over twice its MAX_IMAGE_PIXELS (2 x 89.5 MP); budgets stay below.
+MAX_PIXEL_BUDGET = 100_000_000
 
 
 class BadImage(ImageError):
@@ -34,7 +46,13 @@ class BadImage(ImageError):
         self.cause = cause
 
 
-def image_to_rgb(msg: Image) -> np.ndarray:
+def _check_budget(width: int, height: int, max_pixels: int, what: str) -> None:
+    if width * height > max_pixels:
+        raise BadImage("too_large", f"{what} is {width}x{height} = {width * height} pixels, over the budget "
+                                    f"of {max_pixels} (parameter max_image_pixels)")
+
+
+def image_to_rgb(msg: Image, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
     """HxWx3 uint8 RGB from a raw ``sensor_msgs/Image`` (rgb8, bgr8, rgba8, bgra8, mono8)."""
     enc = _RAW_ENCODINGS.get(msg.encoding)
     if enc is None:
@@ -44,6 +62,7 @@ def image_to_rgb(msg: Image) -> np.ndarray:
     height, width, step = int(msg.height), int(msg.width), int(msg.step)
     if height == 0 or width == 0 or len(msg.data) == 0:
         raise BadImage("empty", f"empty image ({width}x{height}, {len(msg.data)} bytes)")
+    _check_budget(width, height, max_pixels, f"{msg.encoding} image")
     row_bytes = width * channels
     if step < row_bytes:
         raise BadImage("step", f"step {step} is smaller than width*channels = {row_bytes} ({msg.encoding})")
@@ -61,23 +80,47 @@ def image_to_rgb(msg: Image) -> np.ndarray:
     return np.ascontiguousarray(pixels[:, :, list(order)])
 
 
-def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
-    """HxWx3 uint8 RGB from a ``sensor_msgs/CompressedImage`` (jpeg or png)."""
+def compressed_size(data: bytes | memoryview, fmt: str = "") -> tuple[int, int]:
+    """(width, height) from a compressed image's header, without decoding pixels; BadImage if unreadable."""
+    from PIL import Image as PilImage
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PilImage.DecompressionBombWarning)
+        try:
+            with PilImage.open(io.BytesIO(data)) as header:
+                width, height = header.size
+        except PilImage.DecompressionBombError as exc:  # over 2 x Pillow's limit: certainly over ours
+            raise BadImage("too_large", f"compressed image (format {fmt!r}): {exc}") from exc
+        except Exception as exc:  # any malformed header: Pillow raises OSError, SyntaxError, ValueError...
+            raise BadImage("decode", f"cannot read the compressed image's header (format {fmt!r}, "
+                                     f"{len(data)} bytes): {type(exc).__name__}: {exc}") from exc
+    return int(width), int(height)
+
+
+def compressed_to_rgb(msg: CompressedImage, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
+    """HxWx3 uint8 RGB from a ``sensor_msgs/CompressedImage`` (jpeg or png); the header's size is checked
+    against ``max_pixels`` before decoding."""
     import cv2
 
     if len(msg.data) == 0:
         raise BadImage("empty", "empty compressed image")
+    width, height = compressed_size(msg.data, msg.format)
+    _check_budget(width, height, max_pixels, f"compressed image (format {msg.format!r})")
     buf = np.frombuffer(msg.data, dtype=np.uint8)
-    bgr = cv2.imdecode(buf, cv2.IMREAD_COLOR)
+    try:
+        bgr = cv2.imdecode(buf, cv2.IMREAD_COLOR)
+    except cv2.error as exc:  # e.g. a header Pillow accepted that OpenCV's decoder does not
+        raise BadImage("decode", f"cannot decode compressed image (format {msg.format!r}, {len(buf)} bytes): "
+                                 f"{exc}") from exc
     if bgr is None:
         raise BadImage("decode", f"cannot decode compressed image (format {msg.format!r}, {len(buf)} bytes)")
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
 
 
-def to_rgb(msg: Image | CompressedImage) -> np.ndarray:
+def to_rgb(msg: Image | CompressedImage, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
     if isinstance(msg, CompressedImage):
-        return compressed_to_rgb(msg)
-    return image_to_rgb(msg)
+        return compressed_to_rgb(msg, max_pixels)
+    return image_to_rgb(msg, max_pixels)
 
 
 def rgb_to_image(rgb: np.ndarray, header: Header, encoding: str = "rgb8") -> Image:

@@ -1,0 +1,97 @@
+"""The perception node's parameters (one table), its result QoS and the pipeline configuration they give."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from rclpy.qos import QoSDurabilityPolicy, QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy
+
+from libredgetpu_ros.errors import ConfigError
+from libredgetpu_ros.ros.image_msgs import DEFAULT_MAX_PIXELS, MAX_PIXEL_BUDGET
+from libredgetpu_ros.ros.params import ParamSpec, ParamTable
+
+TASKS = ("auto", "pose", "segment", "detect", "classify")
+# LiteRT threads beyond this buy nothing on the boards this runs on; the range keeps a typo from asking 10^6.
+MAX_CPU_THREADS = 64
+ALL_CORES = max(1, min(MAX_CPU_THREADS, len(os.sched_getaffinity(0))))
+
+
+@dataclass(frozen=True)
+class PerceptionParams:
+    model: str
+    cpu_model: str
+    backend: str
+    device: str
+    task: str
+    labels: str
+    cpu_threads: int
+    score_threshold: float
+    max_results: int
+    top_k: int
+    input_topic: str
+    input_type: str
+    max_image_pixels: int
+    publish_markers: bool
+    publish_annotated: bool
+    publish_overlay: bool
+    marker_scale: float
+    diagnostics_period: float
+
+
+PARAMS = ParamTable([
+    ParamSpec("model", "", "Compiled model (*_edgetpu.tflite), or the segments of a pipelined one "
+              "comma-separated; the cpu backend runs its CPU twin."),
+    ParamSpec("cpu_model", "", "CPU twin of the model for the cpu backend; empty: derived from `model`."),
+    ParamSpec("backend", "auto", "Inference backend; auto prefers an attached Edge TPU.",
+              choices=("auto", "cpu", "edgetpu")),
+    ParamSpec("device", "", "Edge TPU to open (index or USB bus path); empty: the first one."),
+    ParamSpec("task", "auto", "What the model does; auto reads it from the model.", choices=TASKS),
+    ParamSpec("labels", "", "Label file (one label per line, or 'id label'); empty: numeric ids."),
+    ParamSpec("cpu_threads", 0, "Threads of LiteRT's interpreter on the cpu backend; 0: one per core this "
+              "process may use.", range=(0, MAX_CPU_THREADS)),
+    ParamSpec("score_threshold", 0.5, "Minimum score of a pose/detection/class to publish.",
+              range=(0.0, 1.0), mutability="runtime"),
+    ParamSpec("max_results", 10, "Maximum number of poses/detections per image.",
+              range=(1, 100), mutability="runtime"),
+    ParamSpec("top_k", 5, "Classes published per image (classification).", range=(1, 1000),
+              mutability="runtime"),
+    ParamSpec("input_topic", "image_raw", "Camera topic (remap it, or set e.g. image_raw/compressed).",
+              mutability="read_only"),
+    ParamSpec("input_type", "raw", "sensor_msgs/Image (raw) or sensor_msgs/CompressedImage (compressed).",
+              choices=("raw", "compressed"), mutability="read_only"),
+    ParamSpec("max_image_pixels", DEFAULT_MAX_PIXELS, "Frames with more pixels (width x height, read from "
+              "a compressed frame's header before decoding) are refused as bad input (too_large).",
+              range=(1, MAX_PIXEL_BUDGET), mutability="runtime"),
+    ParamSpec("publish_markers", True, "Publish a visualization_msgs/MarkerArray on `markers`.",
+              mutability="runtime"),
+    ParamSpec("publish_annotated", False, "Publish the input with results drawn on `annotated` (costs CPU).",
+              mutability="runtime"),
+    ParamSpec("publish_overlay", False, "Publish the colourised mask blended over the input (segmentation).",
+              mutability="runtime"),
+    ParamSpec("marker_scale", 0.001, "Marker size in metres per image pixel (rviz).",
+              range=(1e-6, 1.0), mutability="runtime"),
+    ParamSpec("diagnostics_period", 1.0, "Seconds between /diagnostics messages.", range=(0.1, 60.0)),
+], PerceptionParams)
+
+# Results are reliable so rviz and loggers (reliable by default) can subscribe; keep only the newest few.
+RESULT_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=5,
+                        reliability=QoSReliabilityPolicy.RELIABLE)
+# The label map (vision_msgs/LabelInfo) is published once per configure; transient-local keeps it for late
+# subscribers, as the vision_msgs convention asks.
+LABEL_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=1,
+                       reliability=QoSReliabilityPolicy.RELIABLE,
+                       durability=QoSDurabilityPolicy.TRANSIENT_LOCAL)
+
+
+def pipeline_config(p: PerceptionParams) -> Any:
+    """The ``PipelineConfig`` the node opens for its parameters (also used by ``process-bag``)."""
+    from libredgetpu_ros.perception.pipeline import PipelineConfig
+
+    if not p.model:
+        raise ConfigError("parameter model is empty: set it to a .tflite file")
+    return PipelineConfig(model=p.model, cpu_model=p.cpu_model or None, backend=p.backend,
+                          device=p.device or None, task=p.task, labels=p.labels or None,
+                          score_threshold=p.score_threshold, max_results=p.max_results, top_k=p.top_k,
+                          cpu_threads=p.cpu_threads or ALL_CORES)
