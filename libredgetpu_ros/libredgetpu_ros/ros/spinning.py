@@ -8,20 +8,40 @@ than the multi-threaded executor; not rclpy's ``EventsExecutor`` (its Kilted whe
 on an idle lifecycle node and ignores SIGTERM, measured here).
 
 Used by both nodes' ``main()`` (:func:`spin_with_companions`) and ``bringup.py`` (:class:`CompanionSpinners`).
+
+An exception escaping a companion's callback never ends its thread silently: a node with a
+``companion_failed(companion, exc)`` method is told (on the companion's thread) and the executor spins on, so
+the node can recover (the control node goes through ``on_error``); without that method the exception is
+logged with its traceback on the companion's logger and the thread ends, as before.
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
+import traceback
+from collections.abc import Callable
 from typing import Any
 
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
 
-def _spin_quietly(executor: SingleThreadedExecutor) -> None:
-    with contextlib.suppress(ExternalShutdownException):  # SIGINT/SIGTERM: the caller shuts down quietly
-        executor.spin()
+def _spin_guarded(executor: SingleThreadedExecutor, companion: Any,
+                  on_fault: Callable[[Any, BaseException], None] | None) -> None:
+    while True:
+        try:
+            executor.spin()
+            return
+        except ExternalShutdownException:  # SIGINT/SIGTERM: the caller shuts down quietly
+            return
+        except Exception as exc:
+            if on_fault is None:
+                trace = "".join(traceback.format_exception(exc)).rstrip()
+                companion.get_logger().fatal(f"executor thread of {companion.get_name()} ends: {trace}")
+                raise
+            try:
+                on_fault(companion, exc)
+            except Exception as handler_exc:  # the report failed: say so, keep spinning all the same
+                companion.get_logger().error(f"companion_failed raised {handler_exc!r} handling {exc!r}")
 
 
 class CompanionSpinners:
@@ -33,10 +53,11 @@ class CompanionSpinners:
 
     def __init__(self, node: Any, context: Any = None) -> None:
         self._running: list[tuple[SingleThreadedExecutor, threading.Thread]] = []
+        on_fault = getattr(node, "companion_failed", None)
         for companion in getattr(node, "companion_nodes", list)():
             executor = SingleThreadedExecutor(context=context if context is not None else node.context)
             executor.add_node(companion)
-            thread = threading.Thread(target=_spin_quietly, args=(executor,), daemon=True,
+            thread = threading.Thread(target=_spin_guarded, args=(executor, companion, on_fault), daemon=True,
                                       name=f"spin_{companion.get_name()}")
             thread.start()
             self._running.append((executor, thread))

@@ -8,6 +8,7 @@ than the multi-threaded one, so the recorder keeps up with 1 kHz commands).
 from __future__ import annotations
 
 import array
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -16,6 +17,17 @@ from typing import Any
 import numpy as np
 
 CONTROL_NODE_MODULE = "libredgetpu_ros.ros.control_node"
+T_CONFIGURE, T_CLEANUP, T_ACTIVATE, T_DEACTIVATE = 1, 2, 3, 4  # lifecycle_msgs/Transition ids
+
+
+def node_args(ns: str, *params: str, program: list[str] | None = None) -> list[str]:
+    """Command line of a control node in namespace ``ns`` on the CPU twin of Dense(256), plus ``params``.
+
+    ``program`` replaces ``python -m <control node module>`` (e.g. a test wrapper script)."""
+    args = [*(program or [sys.executable, "-m", CONTROL_NODE_MODULE]), "--ros-args", "-r", f"__ns:={ns}"]
+    for p in ("backend:=cpu", "template:=256", *params):
+        args += ["-p", p]
+    return args
 
 
 def float32_field(values: Any) -> array.array:
@@ -108,6 +120,12 @@ class ControlHarness:
         if not done.wait(timeout):
             raise TimeoutError(f"no answer from {client.srv_name} within {timeout} s")
         return future.result()
+
+    def state(self) -> str:
+        """The node's lifecycle state label ("unconfigured", "inactive", "active", ...)."""
+        from lifecycle_msgs.srv import GetState
+
+        return str(self.call(self.get_state, GetState.Request()).current_state.label)
 
     def transition(self, transition_id: int) -> bool:
         req = self._change_state_type.Request()

@@ -31,14 +31,8 @@ FQN = f"{NS}/control_node"
 JOINTS = ["shoulder", "elbow", "wrist", "grip", "base", "tilt", "pan", "roll"]
 ROWS = 4  # commands
 COLS = len(JOINTS)
-T_CONFIGURE, T_CLEANUP, T_ACTIVATE, T_DEACTIVATE = 1, 2, 3, 4
-
-
-def _node_args(*params: str) -> list[str]:
-    args = [sys.executable, "-m", harness.CONTROL_NODE_MODULE, "--ros-args", "-r", f"__ns:={NS}"]
-    for p in ("backend:=cpu", "template:=256", *params):
-        args += ["-p", p]
-    return args
+T_CONFIGURE, T_CLEANUP, T_ACTIVATE, T_DEACTIVATE = (harness.T_CONFIGURE, harness.T_CLEANUP,
+                                                    harness.T_ACTIVATE, harness.T_DEACTIVATE)
 
 
 def _tolerance(quant: dict, weights: np.ndarray) -> np.ndarray:
@@ -56,7 +50,7 @@ def quant(fixture_path) -> dict:
 
 
 def _start(ros_env, *params: str) -> harness.ControlHarness:
-    ros_env.spawn(_node_args(*params), "control_node")
+    ros_env.spawn(harness.node_args(NS, *params), "control_node")
     ctl = harness.ControlHarness(ros_env.init_rclpy(), FQN)
     assert ctl.transition(T_CONFIGURE), "configure failed (see the control_node log)"
     return ctl
@@ -267,7 +261,7 @@ def test_stale_joint_states_produce_no_command(ros_env, tmp_path):
 def test_validation_finds_every_non_finite_value(value):
     """The finiteness check runs on per-row extremes; each kind of non-finite value must still be caught."""
     from libredgetpu_ros.errors import WeightsError
-    from libredgetpu_ros.ros.control_node import validate_weights_request
+    from libredgetpu_ros.ros.control.codec import validate_weights_request
 
     w_min, w_max = np.full(3, -1.0, np.float32), np.full(3, 1.0, np.float32)
     for r, c in [(0, 0), (2, 4), (1, 2)]:

@@ -1,0 +1,138 @@
+"""The control node's engine side: a MatMulEngine sized to the controller, and the weight services' logic.
+
+Created at configure and closed at cleanup. The controller (``command_size`` × ``state_size``) occupies the
+top-left block of the N×N template; the rest stays zero.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from libredgetpu_ros.errors import ConfigError, LibrEdgeTpuError, WeightsError
+from libredgetpu_ros.ros.control.codec import JointOrder, to_float32_array, validate_weights_request
+from libredgetpu_ros.ros.control.params import ControlConfig
+from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
+
+
+class Controller:
+    """An open engine plus the controller's shape, weight range and state buffer."""
+
+    def __init__(self, cfg: ControlConfig) -> None:
+        from libredgetpu_ros.matmul import MatMulEngine  # LiteRT / libusb: imported only when configuring
+
+        template: int | str = cfg.template_path or cfg.template
+        self.engine: Any = MatMulEngine.from_template(template, backend=cfg.backend,
+                                                      device=cfg.device or None)
+        try:
+            self._setup(cfg, template)
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self, cfg: ControlConfig, template: int | str) -> None:
+        n_rows, n_cols = self.engine.rows, self.engine.cols
+        self.rows = cfg.command_size or n_rows
+        self.cols = cfg.state_size or n_cols
+        if self.rows > n_rows or self.cols > n_cols:
+            raise ConfigError(f"parameters command_size×state_size = {self.rows}×{self.cols} do not fit "
+                              f"the {n_rows}×{n_cols} template {template!r}")
+        if cfg.state_type == "joint_state" and cfg.joint_names and len(cfg.joint_names) != self.cols:
+            raise ConfigError(f"parameter joint_names has {len(cfg.joint_names)} names but the controller "
+                              f"has state_size = {self.cols}")
+        if len(set(cfg.joint_names)) != len(cfg.joint_names):
+            raise ConfigError(f"parameter joint_names={list(cfg.joint_names)!r} repeats a name")
+        w_min, w_max = self.engine.weight_range()
+        self.w_min = np.asarray(w_min, np.float32)[: self.rows]
+        self.w_max = np.asarray(w_max, np.float32)[: self.rows]
+        self.joint_order = JointOrder(cfg.joint_names) if cfg.joint_names else None
+        self.x = np.zeros(n_cols, np.float32)  # template-wide input, zero beyond state_size
+        weights = np.zeros((self.rows, self.cols), np.float32)
+        if cfg.initial_weights:
+            weights = self._load_initial_weights(Path(cfg.initial_weights))
+        self.engine.set_weights(self.embed(weights))
+
+    def _load_initial_weights(self, path: Path) -> np.ndarray:
+        try:
+            weights = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"parameter initial_weights: cannot read {path}: {exc}") from exc
+        if weights.shape != (self.rows, self.cols):
+            raise ConfigError(f"parameter initial_weights: {path} holds shape {weights.shape}, expected "
+                              f"({self.rows}, {self.cols}) = (command_size, state_size)")
+        if not np.isfinite(weights).all():
+            raise ConfigError(f"parameter initial_weights: {path} contains NaN or inf")
+        return weights.astype(np.float32)
+
+    def embed(self, weights: np.ndarray) -> np.ndarray:
+        """The controller block in the top-left corner of a zero template-sized matrix (as is if full)."""
+        if weights.shape == (self.engine.rows, self.engine.cols):
+            return weights  # the engine quantizes into its own arrays and keeps no reference to this one
+        full = np.zeros((self.engine.rows, self.engine.cols), np.float32)
+        full[: weights.shape[0], : weights.shape[1]] = weights
+        return full
+
+    def describe(self) -> str:
+        engine = self.engine
+        return f"MatMulEngine {engine.template.name} ({engine.rows}×{engine.cols}) on {engine.backend}"
+
+    def close(self) -> None:
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            engine.close()
+
+    # ----- services -------------------------------------------------------------------------------
+
+    def set_weights(self, req: SetWeights.Request, resp: SetWeights.Response, clip_policy: str,
+                    t0: float) -> str | None:
+        """Validate, quantize and (unless a dry run) swap; fills ``resp``. Returns an error worth logging
+        at ERROR level (device trouble), else None."""
+        engine = self.engine
+        resp.accepted = False
+        resp.version = int(engine.version)
+        try:
+            weights, bias = validate_weights_request(req.data, req.bias, req.rows, req.cols,
+                                                     (self.rows, self.cols), self.w_min, self.w_max,
+                                                     clip_policy)
+            full_bias = None
+            if bias is not None:
+                full_bias = np.zeros(engine.rows, np.float32)
+                full_bias[: self.rows] = bias
+            full = self.embed(weights)
+            node_validate_ms = (time.perf_counter() - t0) * 1e3
+            report = engine.set_weights(full, bias=full_bias, dry_run=req.dry_run)
+        except WeightsError as exc:
+            resp.message = str(exc)
+            resp.validate_ms = (time.perf_counter() - t0) * 1e3
+            return None
+        except LibrEdgeTpuError as exc:  # device trouble: refuse and keep serving the old weights
+            resp.message = f"{type(exc).__name__}: {exc}"
+            return f"set_weights failed, the old weights stay active: {resp.message}"
+        # The engine's `accepted` means "published"; for the service a passing dry run is accepted too.
+        resp.accepted = True
+        resp.version = int(report.version)
+        resp.clipped_count = int(report.clipped_count)
+        resp.max_quantization_error = float(report.max_quantization_error)
+        timings = report.timings_ms
+        resp.validate_ms = node_validate_ms + float(timings["validate"])
+        resp.quantize_ms = float(timings["quantize"])
+        resp.blob_ms = float(timings["blob"])
+        resp.swap_ms = float(timings["swap"])
+        verb = "validated (dry run, nothing swapped)" if req.dry_run else "swapped"
+        resp.message = (f"{verb}: version {resp.version}, {resp.clipped_count} clipped, max quantization "
+                        f"error {resp.max_quantization_error:.3g}")
+        return None
+
+    def get_weights(self, resp: GetWeights.Response) -> None:
+        weights, bias, version = self.engine.get_weights()
+        resp.success, resp.message = True, ""
+        resp.version = int(version)
+        resp.rows, resp.cols = self.rows, self.cols
+        resp.data = to_float32_array(np.asarray(weights)[: self.rows, : self.cols])
+        if bias is not None:
+            resp.bias = to_float32_array(np.asarray(bias)[: self.rows])
+        resp.weight_min = to_float32_array(self.w_min)
+        resp.weight_max = to_float32_array(self.w_max)

@@ -1,0 +1,404 @@
+"""Adaptive control node: state in, ``y = W·x (+ b)`` out, weights swapped at run time by a service.
+
+The node wraps one :class:`~libredgetpu_ros.matmul.MatMulEngine` (a compiled Dense(N) Edge TPU template or its
+CPU twin) through a :class:`~libredgetpu_ros.ros.control.controller.Controller`. A controller with
+``state_size`` inputs and ``command_size`` outputs occupies the top-left block of the N×N template; the rest
+of the template stays zero, so unused outputs are zero and are not published.
+
+Lifecycle:
+
+- ``configure`` opens the engine, loads zero weights (or ``initial_weights``) and creates the publishers
+  and the ``~/set_weights`` / ``~/get_weights`` services. Weights can be loaded while inactive: a planner
+  preloads them before activation.
+- ``activate`` subscribes to the state topic; every state produces one command.
+- ``deactivate`` drops the subscription; ``cleanup`` closes the engine.
+
+Threading: the state path runs on its own executor thread. The state subscription lives on a small helper
+node (``<name>_loop``: no parameters, no rosout) spun by a dedicated executor, so a state never queues behind
+a service call, a parameter request or the diagnostics timer; services, lifecycle and diagnostics run on the
+main executor (both ``SingleThreadedExecutor``: cheaper per callback than the multi-threaded one).
+The loop reads weights through ``MatMulEngine.matmul_versioned``: each output comes from one complete weight
+set (the old one or the new one, never a mix) and carries that set's version. The state subscription keeps
+only the latest ``state_queue`` states: a controller wants the newest state, not a backlog.
+
+Faults: a state the engine refuses (NaN/inf) is dropped, counted and reported (diagnostics WARN with the
+cause); the next good state produces a command. Any other exception in the loop is a crash: the spinner
+(``ros/spinning.py``) hands it to :meth:`ControlNode.companion_failed`, which logs it and takes the node
+through ``ErrorProcessing`` (``on_error`` closes the engine, the node ends ``unconfigured`` and can be
+configured again: the loop's executor thread keeps running).
+
+Memory: :func:`main` calls ``ros.memory.retain_large_allocations`` before rclpy starts, so the multi-MB
+buffers a full-size ``set_weights`` request passes through are reused from the heap instead of being mapped
+fresh (and page-faulted in) on every call; ``LIBREDGETPU_ROS_MALLOC_TUNING=0`` turns that off.
+"""
+
+from __future__ import annotations
+
+import array
+import dataclasses
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from lifecycle_msgs.msg import State
+from rclpy.event_handler import SubscriptionEventCallbacks
+from rclpy.executors import ExternalShutdownException
+from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
+from rclpy.lifecycle import Node as LifecycleNode
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.time import Time
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float32MultiArray, Header
+
+from libredgetpu_ros.errors import InputError, LibrEdgeTpuError
+from libredgetpu_ros.ros import diagnostics
+from libredgetpu_ros.ros.control import stats
+from libredgetpu_ros.ros.control.codec import as_float32_buffer, describe_non_finite, to_float32_array
+from libredgetpu_ros.ros.control.controller import Controller
+from libredgetpu_ros.ros.control.params import PARAM_TABLE, ControlConfig
+from libredgetpu_ros.ros.environment import apply_localhost_only
+from libredgetpu_ros.ros.memory import retain_large_allocations
+from libredgetpu_ros.ros.spinning import spin_with_companions
+from libredgetpu_ros_interfaces.msg import CommandStamped
+from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
+
+NODE_NAME = "control_node"
+
+
+class ControlNode(LifecycleNode):
+    """Lifecycle node computing ``y = W·x (+ b)`` per state message with run-time swappable W."""
+
+    def __init__(self, node_name: str = NODE_NAME, **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        PARAM_TABLE.declare(self)
+        self.add_on_set_parameters_callback(PARAM_TABLE.validator(lambda: self._ctl is not None))
+        self.add_post_set_parameters_callback(self._apply_runtime_parameters)
+        # The state path's own node: spun by its own executor (see the module docstring). No parameters,
+        # no global arguments (the state topic is resolved by this node, remaps included), no rosout.
+        self.loop_node = Node(f"{self.get_name()}_loop", namespace=self.get_namespace(), context=self.context,
+                              use_global_arguments=False, enable_rosout=False,
+                              start_parameter_services=False)
+        self._cfg: ControlConfig | None = None
+        self._ctl: Controller | None = None
+        self._loop = stats.LoopStats()
+        self._swaps = stats.SwapStats()
+        self._verdict = stats.LoopVerdict()
+        self._entities: list[Any] = []  # services and timer created at configure
+        self._sub: Any = None
+        self._diag_pub: Any = None
+        self._cmd_pub: Any = None
+        self._cmd_stamped_pub: Any = None
+        self._plain_out, self._stamped_out = Float32MultiArray(), CommandStamped()  # reused by the loop
+        self._swap_lock = threading.Lock()  # one swap at a time even if services move to another group
+        # A crash of the loop thread is handed to the main executor through this guard condition: lifecycle
+        # transitions must run there, not on the loop thread.
+        self._loop_fault: BaseException | None = None
+        self._fault_guard = self.create_guard_condition(self._on_loop_fault)
+
+    # ----- lifecycle ------------------------------------------------------------------------------
+
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        try:
+            cfg = PARAM_TABLE.read(self)
+            # A params file cannot hold a typed empty list, so [""] means "message order" too.
+            self._cfg = dataclasses.replace(cfg, joint_names=tuple(n for n in cfg.joint_names if n))
+            self._ctl = Controller(self._cfg)
+        except LibrEdgeTpuError as exc:
+            self.get_logger().error(f"configure failed: {exc}")
+            return TransitionCallbackReturn.FAILURE
+        cfg, ctl = self._cfg, self._ctl
+        self._loop_fault = None
+        qos = self._qos(cfg)
+        self._cmd_pub = self.create_lifecycle_publisher(Float32MultiArray, "~/command", qos)
+        self._cmd_stamped_pub = self.create_lifecycle_publisher(CommandStamped, "~/command_stamped", qos)
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._entities = [
+            self.create_service(SetWeights, "~/set_weights", self._on_set_weights),
+            self.create_service(GetWeights, "~/get_weights", self._on_get_weights),
+            self.create_timer(cfg.diagnostics_period, self._publish_diagnostics),
+        ]
+        self._loop, self._swaps, self._verdict = stats.LoopStats(), stats.SwapStats(), stats.LoopVerdict()
+        self.get_logger().info(
+            f"configured: {ctl.describe()}, controller {ctl.rows}×{ctl.cols} "
+            f"({cfg.state_type} on '{cfg.state_topic}'), weights version {ctl.engine.version}")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        assert self._cfg is not None
+        cfg = self._cfg
+        joint = cfg.state_type == "joint_state"
+        qos = QoSProfile(depth=cfg.state_queue, reliability=self._qos(cfg).reliability)
+        self._loop.last_state_time = time.monotonic()  # staleness counts from activation
+        self._sub = self.loop_node.create_subscription(
+            JointState if joint else Float32MultiArray, self.resolve_topic_name(cfg.state_topic),
+            self._on_joint_state if joint else self._on_float_state, qos,
+            event_callbacks=SubscriptionEventCallbacks(message_lost=self._on_states_lost))
+        self.get_logger().info(f"active: subscribed to {self._sub.topic_name}")
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._drop_subscription()
+        if self._loop_fault is not None:
+            return TransitionCallbackReturn.ERROR  # -> ErrorProcessing -> on_error
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.teardown()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.teardown()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.get_logger().error(f"error processing (from {state.label}): closing the engine; configure to "
+                                "start again")
+        self.teardown()
+        self._loop_fault = None
+        return TransitionCallbackReturn.SUCCESS
+
+    def _apply_runtime_parameters(self, params: list[Parameter]) -> None:
+        """stale_timeout / clip_policy apply immediately (validated already by the table's validator)."""
+        runtime = {p.name: p.value for p in params if p.name in PARAM_TABLE.runtime_names()}
+        if runtime and self._cfg is not None:
+            # One reference swap: a callback on another thread sees the old config or the new one.
+            self._cfg = dataclasses.replace(self._cfg, **runtime)
+
+    @staticmethod
+    def _qos(cfg: ControlConfig) -> QoSProfile:
+        reliability = ReliabilityPolicy.BEST_EFFORT if cfg.best_effort else ReliabilityPolicy.RELIABLE
+        return QoSProfile(depth=cfg.qos_depth, reliability=reliability)
+
+    def _drop_subscription(self) -> None:
+        if self._sub is not None:
+            sub, self._sub = self._sub, None
+            self.loop_node.destroy_subscription(sub)
+
+    def companion_nodes(self) -> list[Node]:
+        """Nodes a host process must spin besides this one, each on its own executor (``ros/spinning.py``):
+        the state loop."""
+        return [self.loop_node]
+
+    def destroy_node(self) -> None:
+        self.loop_node.destroy_node()
+        super().destroy_node()
+
+    def teardown(self) -> None:
+        """Drop every entity created at configure and close the engine (idempotent)."""
+        self._drop_subscription()
+        for entity in self._entities:
+            if hasattr(entity, "cancel"):
+                entity.cancel()
+                self.destroy_timer(entity)
+            else:
+                self.destroy_service(entity)
+        self._entities = []
+        for pub in (self._cmd_pub, self._cmd_stamped_pub):
+            if pub is not None:
+                self.destroy_lifecycle_publisher(pub)
+        if self._diag_pub is not None:
+            self.destroy_publisher(self._diag_pub)
+        self._cmd_pub = self._cmd_stamped_pub = self._diag_pub = None
+        if self._ctl is not None:
+            ctl, self._ctl = self._ctl, None
+            ctl.close()
+
+    # ----- control loop (the loop node's executor thread) -------------------------------------------
+
+    def _on_float_state(self, msg: Float32MultiArray) -> None:
+        if self._loop_fault is not None:  # crashed: on its way to on_error
+            return
+        now = self.get_clock().now()
+        self._step(np.frombuffer(as_float32_buffer(msg.data), dtype=np.float32), None, now, "")
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        if self._loop_fault is not None:  # crashed: on its way to on_error
+            return
+        now = self.get_clock().now()
+        cfg, ctl = self._cfg, self._ctl
+        assert cfg is not None and ctl is not None
+        values = getattr(msg, cfg.joint_field)
+        x = np.frombuffer(values, np.float64) if isinstance(values, array.array) else np.asarray(values)
+        if ctl.joint_order is not None:
+            idx = ctl.joint_order.indices(msg.name)
+            if idx is None or (idx.size and idx.max() >= x.size):
+                self._loop.states += 1
+                self._loop.missing_joints += 1
+                self._warn_once("joints", f"JointState lacks configured joints {list(cfg.joint_names)} "
+                                f"(got {list(msg.name)} with {x.size} {cfg.joint_field} values); "
+                                "dropping such states")
+                return
+            x = x[idx]
+        stamp = msg.header.stamp
+        # An unstamped JointState (stamp 0) is timed by its arrival, like Float32MultiArray.
+        stamped = stamp.sec != 0 or stamp.nanosec != 0
+        self._step(x, msg.header if stamped else None, now, msg.header.frame_id)
+
+    def _step(self, x: np.ndarray, header: Header | None, now: Time, frame_id: str) -> None:
+        """One state -> one command, or a counted drop logged once per cause.
+
+        ``header`` is the state's own header (reused as the command's), or None to stamp with ``now``.
+        Runs on the loop thread only, so the two outgoing messages are allocated once and reused.
+        """
+        loop, cfg, ctl = self._loop, self._cfg, self._ctl
+        assert cfg is not None and ctl is not None
+        loop.states += 1
+        loop.state_rate.tick()
+        loop.last_state_time = time.monotonic()
+        n = x.size
+        if n != ctl.cols and not (cfg.pad_short_states and n < ctl.cols):
+            loop.size_mismatch += 1
+            self._warn_once(f"size{n}", f"state has {n} values, the controller expects state_size = "
+                            f"{ctl.cols}; dropping such states (pad_short_states={cfg.pad_short_states})")
+            return
+        if header is not None:
+            age = (now.nanoseconds - (header.stamp.sec * 1_000_000_000 + header.stamp.nanosec)) * 1e-9
+            if age > cfg.stale_timeout:
+                loop.stale_dropped += 1
+                self._warn_once("stale", f"state stamped {age:.3f} s ago exceeds stale_timeout = "
+                                f"{cfg.stale_timeout} s; no command is published for stale states")
+                return
+        else:
+            header = Header(stamp=now.to_msg(), frame_id=frame_id)
+        xin = ctl.x.copy()  # a fresh buffer per call: never mutate one the engine may still hold
+        xin[:n] = x
+        try:
+            y, version = ctl.engine.matmul_versioned(xin)  # checks finiteness (float64 overflow included)
+        except InputError as exc:
+            loop.invalid += 1
+            loop.last_invalid = describe_non_finite(xin) if not np.isfinite(xin).all() else str(exc)
+            self._warn_once("invalid", f"dropping invalid states, no command for them: {loop.last_invalid}")
+            return
+        data = to_float32_array(y[: ctl.rows])
+        plain, out = self._plain_out, self._stamped_out
+        plain.data = data
+        self._cmd_pub.publish(plain)
+        out.header = header
+        out.data = data
+        out.weights_version = int(version)
+        self._cmd_stamped_pub.publish(out)
+        loop.commands += 1
+        loop.command_rate.tick()
+
+    def _on_states_lost(self, info: Any) -> None:
+        """DDS lost states before the loop took them (best-effort gaps); counted for diagnostics."""
+        self._loop.lost += int(info.total_count_change)
+
+    def _warn_once(self, key: str, text: str) -> None:
+        if key not in self._loop.warned:
+            self._loop.warned.add(key)
+            self.get_logger().warning(text)
+
+    # ----- loop crashes ---------------------------------------------------------------------------
+
+    def companion_failed(self, companion: Node, exc: BaseException) -> None:
+        """An exception escaped a loop callback (called on the loop thread by ``ros/spinning.py``, which
+        then spins on). Logged with its traceback; the main executor takes the node to ``on_error``."""
+        trace = "".join(traceback.format_exception(exc)).rstrip()
+        self.get_logger().error(f"state loop crashed ({companion.get_name()}): {type(exc).__name__}: {exc}; "
+                                f"taking the node to error processing\n{trace}")
+        if self._loop_fault is None:
+            self._loop_fault = exc  # the state callbacks ignore states from now on
+            self._fault_guard.trigger()
+
+    def _on_loop_fault(self) -> None:
+        exc = self._loop_fault
+        if exc is None:
+            return
+        self._publish_diagnostics(diagnostics.ERROR, f"state loop crashed: {type(exc).__name__}: {exc}")
+        if self._state_machine.current_state[0] == State.PRIMARY_STATE_ACTIVE:
+            self.trigger_deactivate()  # on_deactivate returns ERROR: ErrorProcessing -> on_error
+        else:
+            self._loop_fault = None  # already left 'active' (the crash raced a transition)
+
+    # ----- services (main executor) -----------------------------------------------------------------
+
+    def _on_set_weights(self, req: SetWeights.Request, resp: SetWeights.Response) -> SetWeights.Response:
+        t0 = time.perf_counter()
+        cfg, ctl = self._cfg, self._ctl
+        if ctl is None or cfg is None:
+            resp.accepted, resp.message = False, "node is not configured"
+            return resp
+        if req.engine not in ("", cfg.engine_name):
+            resp.accepted = False
+            resp.message = f"unknown engine {req.engine!r}: this node serves {cfg.engine_name!r} (or use '')"
+            resp.version = int(ctl.engine.version)
+        else:
+            with self._swap_lock:
+                device_error = ctl.set_weights(req, resp, cfg.clip_policy, t0)
+            if device_error:
+                self.get_logger().error(device_error)
+        resp.total_ms = (time.perf_counter() - t0) * 1e3
+        swaps = self._swaps
+        if not resp.accepted:
+            swaps.refused += 1
+            swaps.last_refusal = resp.message
+            self.get_logger().warning(f"set_weights refused: {resp.message}")
+        elif req.dry_run:
+            swaps.dry_runs += 1
+        else:
+            swaps.accepted += 1
+            swaps.last_swap_time = time.time()
+            swaps.last_swap_total_ms = resp.total_ms
+        return resp
+
+    def _on_get_weights(self, req: GetWeights.Request, resp: GetWeights.Response) -> GetWeights.Response:
+        cfg, ctl = self._cfg, self._ctl
+        if ctl is None or cfg is None:
+            resp.success, resp.message = False, "node is not configured"
+        elif req.engine not in ("", cfg.engine_name):
+            resp.success = False
+            resp.message = f"unknown engine {req.engine!r}: this node serves {cfg.engine_name!r} (or use '')"
+        else:
+            ctl.get_weights(resp)
+        return resp
+
+    # ----- diagnostics ----------------------------------------------------------------------------
+
+    def _publish_diagnostics(self, level: int | None = None, message: str = "") -> None:
+        """One status; ``level``/``message`` override the loop's own verdict (a crash report)."""
+        ctl, cfg, pub = self._ctl, self._cfg, self._diag_pub
+        if pub is None or ctl is None or cfg is None:
+            return
+        active = self._sub is not None
+        verdict = self._verdict.judge(self._loop, active, cfg.stale_timeout)
+        level, message = (level, message) if level is not None else verdict
+        engine = ctl.engine
+        values = {
+            "weights_version": engine.version,
+            "controller": f"{ctl.rows}x{ctl.cols} in {engine.rows}x{engine.cols}",
+            "engine": ctl.describe(),
+            **stats.values(self._loop, self._swaps),
+        }
+        status = diagnostics.status(f"{self.get_fully_qualified_name()}: control", cfg.device or cfg.backend,
+                                    level, message, values)
+        pub.publish(diagnostics.array(self.get_clock().now().to_msg(), [status]))
+
+
+def main(args: list[str] | None = None) -> int:
+    """``ros2 run libredgetpu_ros control_node`` / ``python -m libredgetpu_ros.ros.control_node``."""
+    apply_localhost_only()  # fills in only what is unset: an integrator's explicit DDS setup wins
+    retained = retain_large_allocations()  # before rclpy: its threads then allocate under the same rules
+    rclpy.init(args=args)
+    node = ControlNode()
+    node.get_logger().debug(f"large allocations retained for reuse (mallopt): {retained}")
+    try:
+        spin_with_companions(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.teardown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
