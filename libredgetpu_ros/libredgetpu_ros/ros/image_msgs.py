@@ -80,16 +80,31 @@ def image_to_rgb(msg: Image, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray
     return np.ascontiguousarray(pixels[:, :, list(order)])
 
 
+def _header_reader(data: bytes | memoryview) -> type | None:
+    """Pillow's reader class for PNG / JPEG (the formats image_transport's compressed plugin writes),
+    constructed directly so the size comes back even over Pillow's own bomb limit; None: another format."""
+    from PIL import JpegImagePlugin, PngImagePlugin
+
+    head = bytes(data[:8])
+    if head == b"\x89PNG\r\n\x1a\n":
+        return PngImagePlugin.PngImageFile
+    if head[:3] == b"\xff\xd8\xff":
+        return JpegImagePlugin.JpegImageFile
+    return None
+
+
 def compressed_size(data: bytes | memoryview, fmt: str = "") -> tuple[int, int]:
     """(width, height) from a compressed image's header, without decoding pixels; BadImage if unreadable."""
     from PIL import Image as PilImage
 
+    reader = _header_reader(data)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PilImage.DecompressionBombWarning)
         try:
-            with PilImage.open(io.BytesIO(data)) as header:
+            opened = reader(io.BytesIO(data)) if reader is not None else PilImage.open(io.BytesIO(data))
+            with opened as header:
                 width, height = header.size
-        except PilImage.DecompressionBombError as exc:  # over 2 x Pillow's limit: certainly over ours
+        except PilImage.DecompressionBombError as exc:  # other formats, over 2 x Pillow's limit
             raise BadImage("too_large", f"compressed image (format {fmt!r}): {exc}") from exc
         except Exception as exc:  # any malformed header: Pillow raises OSError, SyntaxError, ValueError...
             raise BadImage("decode", f"cannot read the compressed image's header (format {fmt!r}, "
