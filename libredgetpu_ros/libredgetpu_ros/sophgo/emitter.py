@@ -1,0 +1,93 @@
+"""Prints a :class:`Module` exactly as TpuLang 1.30.2 writes ``<name>_origin.mlir``; writes the weight npz.
+
+Two print forms: the pretty one, and MLIR's generic fallback that TpuLang ends up with whenever the function
+returns a ``!quant.uniform`` type (its result type is built with signed storage, the signature is parsed as
+signless, the verifier rejects the mismatch and MLIR prints generically). ``loc("name")`` aliases are
+numbered in print order and listed after the module.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from libredgetpu_ros.sophgo.ir import NONE_TYPE, Module, TensorType, TpuLangError
+from libredgetpu_ros.sophgo.mlir_text import format_attr_dict, format_string, format_type
+
+
+def uses_generic_form(module: Module) -> bool:
+    return any(module.op(name).result.quant is not None for name in module.outputs)
+
+
+def _result_list(types: list[str]) -> str:
+    return types[0] if len(types) == 1 else "(" + ", ".join(types) + ")"
+
+
+def emit_mlir(module: Module) -> str:
+    generic = uses_generic_form(module)
+    values: dict[str | None, str] = {None: "%0"}
+    types: dict[str | None, TensorType] = {None: NONE_TYPE}
+    aliases: dict[str, int] = {}
+    body: list[str] = ['    %0 = "top.None"() : () -> none loc(#loc)']
+    for index, node in enumerate(module.ops, start=1):
+        alias = aliases.setdefault(node.name, len(aliases) + 1)
+        if node.kind == "top.Input":
+            operand_names = [f"%arg{node.arg_index}"]
+            operand_types = [format_type(node.result)]
+        else:
+            try:
+                operand_names = [values[name] for name in node.operands]
+                operand_types = [format_type(types[name]) for name in node.operands]
+            except KeyError as exc:
+                raise TpuLangError(f"{node.kind} {node.name!r}: operand {exc.args[0]!r} is used before it is "
+                                   f"defined") from None
+        attrs = format_attr_dict(node.attrs)
+        head = f'    %{index} = "{node.kind}"({", ".join(operand_names)})' + (f" {attrs}" if attrs else "")
+        body.append(head + f" : ({', '.join(operand_types)}) -> {format_type(node.result)} loc(#loc{alias})")
+        values[node.name] = f"%{index}"
+        types[node.name] = node.result
+    out_values = ", ".join(values[name] for name in module.outputs)
+    out_types = [format_type(types[name]) for name in module.outputs]
+    arg_types = [format_type(t) for _, t in module.inputs]
+    args = ", ".join(f"%arg{i}: {t} loc(unknown)" for i, t in enumerate(arg_types))
+    module_attrs = (f'{{module.chip = "{module.chip}", module.platform = "{module.platform}", '
+                    f'module.state = "{module.state}", module.top_run_mode = "{module.run_mode}", '
+                    f"module.weight_file = {format_string(module.weight_file)}}}")
+    lines = ["#loc = loc(unknown)"]
+    if generic:
+        function_type = f"({', '.join(arg_types)}) -> {_result_list(out_types)}"
+        lines.append(f'"builtin.module"() <{{sym_name = {format_string(module.name)}}}> ({{')
+        lines.append(f'  "func.func"() <{{function_type = {function_type}, sym_name = "main"}}> ({{')
+        lines.append(f"  ^bb0({args}):")
+        lines.extend(body)
+        lines.append(f'    "func.return"({out_values}) : ({", ".join(out_types)}) -> () loc(#loc)')
+        lines.append("  }) : () -> () loc(#loc)")
+        lines.append(f"}}) {module_attrs} : () -> () loc(#loc)")
+    else:
+        lines.append(f"module @{module.name} attributes {module_attrs} {{")
+        lines.append(f"  func.func @main({args}) -> {_result_list(out_types)} {{")
+        lines.extend(body)
+        lines.append(f"    return {out_values} : {', '.join(out_types)} loc(#loc)")
+        lines.append("  } loc(#loc)")
+        lines.append("} loc(#loc)")
+    for name, alias in aliases.items():
+        lines.append(f"#loc{alias} = loc({format_string(name)})")
+    return "\n".join(lines) + "\n"
+
+
+def write_weights(path: Path, weights: dict[str, np.ndarray]) -> None:
+    """The origin weight npz: one array per ``top.Weight``, keyed by its name, stored as given."""
+    np.savez(path, **weights)
+
+
+def save_module(module: Module, weights: dict[str, np.ndarray], out_dir: str | Path = ".") -> tuple[Path,
+                Path]:
+    """Write ``<name>_origin.mlir`` and the weight npz into ``out_dir``; returns both paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    mlir_path = out / f"{module.name}_origin.mlir"
+    weight_path = out / module.weight_file
+    mlir_path.write_text(emit_mlir(module), encoding="utf-8")
+    write_weights(weight_path, weights)
+    return mlir_path, weight_path

@@ -1,0 +1,232 @@
+"""TpuLang's graph state: ``init``/``deinit``, ``Tensor`` and the op list, turned into a :class:`Module`.
+
+Like TpuLang, ops are recorded in call order into one default graph; :func:`build_module` orders the printed
+ops the way ``TpuLangConverter.generate_mlir`` does (all ``top.Input`` first, each ``top.Weight`` just before
+its first user). Unlike TpuLang, an op output's ``shape`` is the inferred shape (TpuLang leaves it ``[]``);
+the MLIR still prints every op result unranked.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from libredgetpu_ros.sophgo.ir import (
+    DTYPES,
+    AttrValue,
+    Module,
+    OpNode,
+    Quant,
+    TensorType,
+    TpuLangError,
+    check_dtype,
+    weight_file_name,
+)
+
+_tensor_ids = itertools.count()
+DEVICES = ("cpu", "bm1684x", "bm1688", "cv183x")
+
+
+def _as_list(value: Any) -> list:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return list(np.asarray(value).reshape(-1).tolist())
+    return [value]
+
+
+def make_quant(scale: Any, zero_point: Any, where: str, axis: int = 1) -> Quant | None:
+    """Quant of TpuLang ``scale``/``zero_point`` arguments (a list of more than one scale is per channel)."""
+    if scale is None and zero_point is None:
+        return None
+    scales = [float(s) for s in _as_list(scale)] or [1.0]
+    zps = [int(z) for z in _as_list(zero_point)] or [0]
+    for s in scales:
+        if not np.isfinite(s) or s <= 0:
+            raise TpuLangError(f"{where}: scale {s} must be a positive finite number")
+    if len(scales) == 1 and len(zps) == 1:
+        return Quant((scales[0],), (zps[0],))
+    if len(zps) == 1:
+        zps = zps * len(scales)
+    if len(scales) == 1:
+        scales = scales * len(zps)
+    if len(scales) != len(zps):
+        raise TpuLangError(f"{where}: {len(scales)} scales but {len(zps)} zero points")
+    return Quant(tuple(scales), tuple(zps), axis)
+
+
+class Tensor:
+    """TpuLang's Tensor: a graph input / op output (``ttype="neuron"``) or a weight (``ttype="coeff"``)."""
+
+    def __init__(self, shape: list | tuple = (), name: str | None = None, ttype: str = "neuron",
+                 data: np.ndarray | None = None, dtype: str = "float32", scale: Any = None,
+                 zero_point: Any = None) -> None:
+        self.id = next(_tensor_ids)
+        self.name = name if name is not None else f"BMTensor{self.id}"
+        where = f"Tensor {self.name!r}"
+        if ttype not in ("neuron", "coeff"):
+            raise TpuLangError(f"{where}: ttype must be 'neuron' or 'coeff', got {ttype!r}")
+        self.ttype = ttype
+        self.dtype = dtype
+        np_dtype = check_dtype(dtype, where)
+        self.shape = [int(d) for d in shape]
+        if any(d <= 0 for d in self.shape):
+            raise TpuLangError(f"{where}: shape {self.shape} has a non-positive dimension")
+        self.buffer: np.ndarray | None = None
+        if data is not None:
+            array = np.asarray(data)
+            if array.dtype != np_dtype:
+                raise TpuLangError(f"{where}: data has dtype {array.dtype}, the tensor is declared {dtype}")
+            if self.shape and list(array.shape) != self.shape:
+                raise TpuLangError(f"{where}: data has shape {list(array.shape)}, declared {self.shape}")
+            self.shape = list(array.shape)
+            self.buffer = array
+        if ttype == "coeff" and self.buffer is None:
+            raise TpuLangError(f"{where}: a coeff tensor needs data (missing weights)")
+        self.quant = make_quant(scale, zero_point, where, axis=1)
+
+    @property
+    def is_quantized(self) -> bool:
+        return self.quant is not None
+
+    @property
+    def scale(self) -> float | list[float] | None:
+        if self.quant is None:
+            return None
+        return self.quant.scales[0] if self.quant.axis is None else list(self.quant.scales)
+
+    @property
+    def zero_point(self) -> int | list[int] | None:
+        if self.quant is None:
+            return None
+        return self.quant.zero_points[0] if self.quant.axis is None else list(self.quant.zero_points)
+
+    def quantization(self, scale: Any = None, zero_point: Any = None, where: str = "") -> Tensor:
+        """Set the quantization, or check it against the one already set (TpuLang's set-or-check)."""
+        new = make_quant(scale, zero_point, where or f"Tensor {self.name!r}")
+        if new is None:
+            return self
+        if self.quant is not None and self.quant != new:
+            # An explicit argument overrides only what the tensor did not state: equal or unset.
+            raise TpuLangError(f"{where or self.name}: tensor {self.name!r} is already quantized with scale "
+                               f"{self.scale} zero point {self.zero_point}, the argument asks for "
+                               f"{list(new.scales)} / {list(new.zero_points)}")
+        self.quant = new
+        return self
+
+    def mlir_type(self, ranked: bool) -> TensorType:
+        return TensorType(tuple(self.shape) if ranked else None, self.dtype, self.quant)
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.name!r}, {self.shape}, {self.dtype}, {self.ttype})"
+
+
+@dataclass
+class Operator:
+    kind: str
+    inputs: list[Tensor | None]
+    output: Tensor
+    attrs: dict[str, AttrValue]
+
+
+class Graph:
+    def __init__(self) -> None:
+        self.ops: list[Operator] = []
+        self.names: set[str] = set()
+
+    def insert(self, kind: str, inputs: list[Tensor | None], output: Tensor, attrs: dict[str,
+               AttrValue]) -> Tensor:
+        if output.name in self.names:
+            raise TpuLangError(f"{kind} {output.name!r}: out_name is already used by another op")
+        self.names.add(output.name)
+        self.ops.append(Operator(kind, inputs, output, attrs))
+        return output
+
+
+class _State:
+    graph: Graph | None = None
+    device: str | None = None
+
+
+def init(device: str) -> None:
+    """Start a new graph for ``device`` (TpuLang's chip names; the emitted module is chip "ALL" anyway)."""
+    if str(device).lower() not in DEVICES:
+        raise TpuLangError(f"init: device {device!r} is not one of {', '.join(DEVICES)}")
+    _State.device = str(device).lower()
+    _State.graph = Graph()
+
+
+def deinit() -> None:
+    _State.graph = None
+    _State.device = None
+
+
+def current_graph(op: str) -> Graph:
+    if _State.graph is None:
+        raise TpuLangError(f"{op}: no graph; call init(device) first")
+    return _State.graph
+
+
+def build_module(name: str, inputs: list[Tensor], outputs: list[Tensor], quantized: bool,
+                 graph: Graph | None = None) -> Module:
+    """The module TpuLang's ``compile`` (quantized) or ``compile_f32`` would write for this graph."""
+    graph = graph or current_graph("compile")
+    if not name or any(c in name for c in '/\\"\n'):
+        raise TpuLangError(f"compile: model name {name!r} must be a plain file name")
+    if not inputs or not outputs:
+        raise TpuLangError("compile: a graph needs at least one input and one output")
+    state = "TOP_QUANTIZED" if quantized else "TOP_F32"
+    produced = {op.output.id for op in graph.ops}
+    input_ids = set()
+    ops: list[OpNode] = []
+    for index, tensor in enumerate(inputs):
+        if tensor.ttype != "neuron" or tensor.id in produced:
+            raise TpuLangError(f"compile: input {tensor.name!r} must be a neuron tensor no op produces")
+        input_ids.add(tensor.id)
+        ranked = tensor.mlir_type(ranked=True)
+        ops.append(OpNode("top.Input", tensor.name, (tensor.name,), {"do_preprocess": False}, ranked, index))
+    emitted_weights: set[int] = set()
+    shapes = {t.name: tuple(t.shape) for t in inputs}
+    for op in graph.ops:
+        for operand in op.inputs:
+            if operand is None:
+                continue
+            if operand.ttype == "coeff" and operand.id not in emitted_weights:
+                emitted_weights.add(operand.id)
+                ops.append(OpNode("top.Weight", operand.name, (), {}, operand.mlir_type(ranked=True)))
+                shapes[operand.name] = tuple(operand.shape)
+            elif operand.ttype == "neuron" and operand.id not in input_ids and operand.id not in produced:
+                raise TpuLangError(f"{op.kind} {op.output.name!r}: operand {operand.name!r} is not a graph "
+                                   f"input of compile() and no op produces it")
+        operands = tuple(None if t is None else t.name for t in op.inputs)
+        ops.append(OpNode(op.kind, op.output.name, operands, dict(op.attrs),
+                   op.output.mlir_type(ranked=False)))
+        shapes[op.output.name] = tuple(op.output.shape)
+    known = {node.name for node in ops}
+    for tensor in outputs:
+        if tensor.name not in known:
+            raise TpuLangError(f"compile: output {tensor.name!r} is not produced by this graph")
+    module = Module(name, state, weight_file_name(name, state),
+                    [(t.name, t.mlir_type(ranked=True)) for t in inputs], ops, [t.name for t in outputs])
+    module.shapes = shapes
+    return module
+
+
+def weights_of(graph: Graph | None = None) -> dict[str, np.ndarray]:
+    """Every coeff tensor's data keyed by name, in first-use order (what the weight npz holds)."""
+    graph = graph or current_graph("compile")
+    out: dict[str, np.ndarray] = {}
+    for op in graph.ops:
+        for operand in op.inputs:
+            if operand is not None and operand.ttype == "coeff" and operand.name not in out:
+                data = operand.buffer
+                # TpuLang stores float16 weights as their uint16 bit pattern.
+                out[operand.name] = data.view(np.uint16) if data.dtype == np.float16 else data
+    return out
+
+
+def storage_dtype(dtype: str) -> np.dtype:
+    return DTYPES[dtype][0]

@@ -1,0 +1,93 @@
+"""Rebuild a conformance case from its ``CASE.json`` through the Python API (every listed TpuLang call with
+its arguments), so the MLIR and npz we write can be compared with the ones tpu-mlir wrote."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from libredgetpu_ros.errors import not_a_file
+from libredgetpu_ros.sophgo import ops, ops_quant
+from libredgetpu_ros.sophgo.emitter import save_module
+from libredgetpu_ros.sophgo.graph import Tensor, build_module, current_graph, deinit, init, weights_of
+from libredgetpu_ros.sophgo.ir import Module, TpuLangError
+
+FUNCTIONS = {name: getattr(ops, name) for name in (
+    "conv", "conv_int", "conv_quant", "matmul", "matmul_int", "relu", "maxpool2d", "avgpool2d", "softmax",
+    "add",
+    "concat", "reshape", "permute")}
+FUNCTIONS.update({name: getattr(ops_quant, name) for name in (
+    "requant_int", "requant_fp", "dequant_int_to_fp", "requant_fp_to_int")})
+
+
+def load_case(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise TpuLangError(not_a_file("CASE.json", path))
+    try:
+        case = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TpuLangError(f"{path}: not valid JSON ({exc})") from None
+    for key in ("case", "mode", "inputs", "weights", "ops", "outputs"):
+        if key not in case:
+            raise TpuLangError(f"{path}: missing field {key!r}")
+    return case
+
+
+def _resolve(value: Any, tensors: dict[str, Tensor], where: str) -> Any:
+    if isinstance(value, dict) and set(value) == {"tensor"}:
+        if value["tensor"] not in tensors:
+            raise TpuLangError(f"{where}: tensor {value['tensor']!r} is not defined before this call")
+        return tensors[value["tensor"]]
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        return [_resolve(v, tensors, where) for v in value]
+    return value
+
+
+def replay_case(path: str | Path, weights_npz: str | Path | None = None) -> tuple[Module, dict[str,
+                np.ndarray]]:
+    """(module, weights) rebuilt from ``CASE.json``; weight values come from the case's own weight npz."""
+    path = Path(path)
+    case = load_case(path)
+    npz_path = Path(weights_npz) if weights_npz else path.parent / case.get("files", {}).get("weights", "")
+    if case["weights"] and not npz_path.is_file():
+        raise TpuLangError(not_a_file("weight npz", npz_path))
+    stored = dict(np.load(npz_path)) if case["weights"] else {}
+    init("bm1684x")
+    try:
+        tensors: dict[str, Tensor] = {}
+        for spec in case["inputs"]:
+            tensors[spec["name"]] = Tensor(spec["shape"], name=spec["name"], dtype=spec["dtype"],
+                                           scale=spec.get("scale"), zero_point=spec.get("zero_point"))
+        for spec in case["weights"]:
+            key = spec.get("npz_key", spec["name"])
+            if key not in stored:
+                raise TpuLangError(f"weight {spec['name']!r}: key {key!r} missing from {npz_path}")
+            tensors[spec["name"]] = Tensor(spec["shape"], name=spec["name"], ttype="coeff", data=stored[key],
+                                           dtype=spec["dtype"], scale=spec.get("scale"),
+                                           zero_point=spec.get("zero_point"))
+        for index, call in enumerate(case["ops"]):
+            func = call.get("tpulang_func")
+            where = f"{path.name} ops[{index}] ({func})"
+            if func not in FUNCTIONS:
+                raise TpuLangError(f"{where}: unsupported TpuLang function")
+            args = {k: _resolve(v, tensors, where) for k, v in call.get("args", {}).items()}
+            try:
+                out = FUNCTIONS[func](**args)
+            except TypeError as exc:
+                raise TpuLangError(f"{where}: {exc}") from None
+            tensors[out.name] = out
+        outputs = [tensors[name] for name in case["outputs"]]
+        inputs = [tensors[spec["name"]] for spec in case["inputs"]]
+        module = build_module(case["case"], inputs, outputs, quantized=case["mode"] != "f32")
+        return module, weights_of(current_graph("compile"))
+    finally:
+        deinit()
+
+
+def replay_to_dir(path: str | Path, out_dir: str | Path) -> tuple[Path, Path]:
+    module, weights = replay_case(path)
+    return save_module(module, weights, out_dir)

@@ -1,0 +1,140 @@
+"""Shape inference for the Top ops, shared by the builder (at call time) and the executor (MLIR from a file).
+
+Every error names the op and the argument: ``conv 'c1': input has 3 channels, weight expects 2 * group``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from libredgetpu_ros.sophgo.ir import TpuLangError
+
+
+def _fail(where: str, message: str) -> TpuLangError:
+    return TpuLangError(f"{where}: {message}")
+
+
+def int_list(value: object, length: int, where: str, arg: str, minimum: int) -> list[int]:
+    """A list of ``length`` integers >= ``minimum``; error naming ``arg`` otherwise."""
+    try:
+        items = [int(v) for v in value]  # type: ignore[union-attr]
+        ok = all(float(v) == int(v) for v in value)  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        raise _fail(where, f"{arg} must be a list of {length} integers, got {value!r}") from None
+    if not ok or len(items) != length:
+        raise _fail(where, f"{arg} must be a list of {length} integers, got {value!r}")
+    if any(v < minimum for v in items):
+        raise _fail(where, f"{arg} {items} must be >= {minimum}")
+    return items
+
+
+def window_out(size: int, pad_begin: int, pad_end: int, extent: int, stride: int, ceil_mode: bool,
+               where: str, axis: str) -> int:
+    """Output length of a sliding window; error when the (dilated) window does not fit the padded input."""
+    span = size + pad_begin + pad_end - extent
+    if span < 0:
+        raise _fail(where, f"window of {extent} along {axis} is larger than the padded input "
+                           f"({size} + pads {pad_begin}/{pad_end})")
+    return (-(-span // stride) if ceil_mode else span // stride) + 1
+
+
+def conv_shape(x: Sequence[int], w: Sequence[int], stride: list[int], dilation: list[int], pads: list[int],
+               group: int, where: str) -> list[int]:
+    """[N, OC, OH, OW] of an NCHW conv; ``pads`` = [top, left, bottom, right] (TpuLang's order)."""
+    if len(x) != 4:
+        raise _fail(where, f"input must be 4-D NCHW, got shape {list(x)}")
+    if len(w) != 4:
+        raise _fail(where, f"weight must be 4-D [oc, ic/group, kh, kw], got shape {list(w)}")
+    if group < 1:
+        raise _fail(where, f"group must be >= 1, got {group}")
+    if x[1] != w[1] * group:
+        raise _fail(where,
+                    f"input has {x[1]} channels, weight expects {w[1]} * group {group} = {w[1] * group}")
+    if w[0] % group:
+        raise _fail(where, f"weight has {w[0]} output channels, not a multiple of group {group}")
+    kh = dilation[0] * (w[2] - 1) + 1
+    kw = dilation[1] * (w[3] - 1) + 1
+    oh = window_out(x[2], pads[0], pads[2], kh, stride[0], False, where, "height")
+    ow = window_out(x[3], pads[1], pads[3], kw, stride[1], False, where, "width")
+    return [x[0], w[0], oh, ow]
+
+
+def pool_shape(x: Sequence[int], kernel: list[int], stride: list[int], pads: list[int], ceil_mode: bool,
+               where: str) -> list[int]:
+    if len(x) != 4:
+        raise _fail(where, f"input must be 4-D NCHW, got shape {list(x)}")
+    if pads[0] >= kernel[0] or pads[2] >= kernel[0] or pads[1] >= kernel[1] or pads[3] >= kernel[1]:
+        raise _fail(where, f"pad {pads} must be smaller than the kernel {kernel}")
+    oh = window_out(x[2], pads[0], pads[2], kernel[0], stride[0], ceil_mode, where, "height")
+    ow = window_out(x[3], pads[1], pads[3], kernel[1], stride[1], ceil_mode, where, "width")
+    return [x[0], x[1], oh, ow]
+
+
+def matmul_shape(a: Sequence[int], b: Sequence[int], left_t: bool, right_t: bool, out_t: bool,
+                 where: str) -> list[int]:
+    if len(a) < 2 or len(b) < 2:
+        raise _fail(where, f"input {list(a)} and right {list(b)} must both be at least 2-D")
+    m, k = (a[-1], a[-2]) if left_t else (a[-2], a[-1])
+    k2, n = (b[-1], b[-2]) if right_t else (b[-2], b[-1])
+    if k != k2:
+        raise _fail(where, f"input's reduced dimension {k} does not match right's {k2} "
+                           f"(input {list(a)}, right {list(b)})")
+    try:
+        batch = list(np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2])))
+    except ValueError:
+        raise _fail(where,
+                    f"batch dimensions of input {list(a)} and right {list(b)} do not broadcast") from None
+    return batch + ([n, m] if out_t else [m, n])
+
+
+def broadcast_shape(a: Sequence[int], b: Sequence[int], where: str) -> list[int]:
+    try:
+        return list(np.broadcast_shapes(tuple(a), tuple(b)))
+    except ValueError:
+        raise _fail(where, f"shapes {list(a)} and {list(b)} do not broadcast") from None
+
+
+def concat_shape(shapes: list[Sequence[int]], axis: int, where: str) -> list[int]:
+    if not shapes:
+        raise _fail(where, "inputs is empty")
+    rank = len(shapes[0])
+    ax = axis + rank if axis < 0 else axis
+    if not 0 <= ax < rank:
+        raise _fail(where, f"axis {axis} is out of range for rank {rank}")
+    for shape in shapes[1:]:
+        if len(shape) != rank or any(shape[i] != shapes[0][i] for i in range(rank) if i != ax):
+            raise _fail(where, f"inputs {[list(s) for s in shapes]} differ outside axis {axis}")
+    out = list(shapes[0])
+    out[ax] = sum(s[ax] for s in shapes)
+    return out
+
+
+def reshape_shape(x: Sequence[int], new_shape: Sequence[int], where: str) -> list[int]:
+    total = int(np.prod(x, dtype=np.int64))
+    out = [int(d) for d in new_shape]
+    out = [x[i] if d == 0 and i < len(x) else d for i, d in enumerate(out)]
+    if out.count(-1) > 1 or any(d < -1 or d == 0 for d in out):
+        raise _fail(where, f"new_shape {list(new_shape)} may hold one -1 and otherwise positive sizes")
+    known = int(np.prod([d for d in out if d != -1], dtype=np.int64))
+    if -1 in out:
+        if known == 0 or total % known:
+            raise _fail(where, f"cannot reshape {list(x)} ({total} elements) to {list(new_shape)}")
+        out[out.index(-1)] = total // known
+    elif known != total:
+        raise _fail(where, f"cannot reshape {list(x)} ({total} elements) to {list(new_shape)} ({known})")
+    return out
+
+
+def permute_shape(x: Sequence[int], order: Sequence[int], where: str) -> list[int]:
+    if sorted(int(o) for o in order) != list(range(len(x))):
+        raise _fail(where, f"order {list(order)} is not a permutation of the {len(x)} axes of {list(x)}")
+    return [x[int(o)] for o in order]
+
+
+def axis_in_range(axis: int, rank: int, where: str) -> int:
+    ax = axis + rank if axis < 0 else axis
+    if not 0 <= ax < rank:
+        raise _fail(where, f"axis {axis} is out of range for rank {rank}")
+    return ax
