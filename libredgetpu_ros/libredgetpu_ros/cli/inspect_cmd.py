@@ -18,8 +18,22 @@ def run(args: argparse.Namespace) -> int:
     from libredgetpu_ros.formats import load_model
 
     summary = summarize(load_model(args.model))
-    print(json.dumps(summary, indent=2) if args.json else render_text(summary))
+    print(to_json(summary) if args.json else render_text(summary))
     return 0
+
+
+def _plain(value: Any) -> Any:
+    """JSON for what FlexBuffers custom options can hold beyond JSON's types: blobs as "0x..." hex."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return "0x" + bytes(value).hex()
+    if hasattr(value, "tolist"):  # numpy scalars and arrays
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def to_json(summary: dict[str, Any]) -> str:
+    """The ``--json`` text of a summary; any decoded custom option (blob, number, string) serializes."""
+    return json.dumps(summary, indent=2, default=_plain)
 
 
 def _tensor(model: Any, index: int) -> dict[str, Any]:
@@ -110,7 +124,7 @@ def render_text(s: dict[str, Any]) -> str:
     lines.append(f"operators ({len(s['operators'])}):")
     for op in s["operators"]:
         opts = op["custom_options"] or op["builtin_options"]
-        detail = f"  {opts}" if opts else ""
+        detail = f"  {json.dumps(opts, default=_plain)}" if opts else ""
         lines.append(f"  #{op['index']} {op['opcode']}  in={op['inputs']} out={op['outputs']}{detail}")
     for tpu in s["edgetpu"]:
         lines.append(f"edge tpu op #{tpu['operator']} (compiler {tpu['compiler_version'] or '?'}):")

@@ -62,25 +62,43 @@ def plan_executable(executable: Any, input_sizes: list[int] | None = None) -> di
     }
 
 
-def plan_model(path: Path, cached: bool = False) -> dict[str, Any]:
-    """One inference of every Edge TPU op in ``path``; ``cached`` assumes the parameters are on chip."""
+def _input_sizes(model: Any, op: Any, layers: list[Any]) -> list[int] | None:
+    """Sizes of the op's input tensors in the executable's layer order, each checked to fit its layer
+    before anything is allocated; None when the names differ (then the layer sizes are used)."""
+    what = f"{model.path or 'model bytes'}: operator {op.index} ({op.opcode_name})"
+    if len(op.inputs) != len(layers) or any(i < 0 for i in op.inputs):
+        raise ModelFormatError(f"{what} has input tensors {list(op.inputs)}, but its executable has "
+                               f"{len(layers)} input layers {[layer.name for layer in layers]}")
+    by_name = {model.tensors[i].name: model.tensors[i] for i in op.inputs}
+    if set(by_name) != {layer.name for layer in layers}:
+        return None  # names differ (renamed tensors): the executable's own layer sizes
+    sizes = []
+    for layer in layers:  # executor order is the executable's layer order
+        tensor = by_name[layer.name]
+        if tensor.nbytes > layer.size_bytes:
+            raise ModelFormatError(f"{what}: input tensor {tensor.name!r} of shape {list(tensor.shape)} "
+                                   f"holds {tensor.nbytes} bytes, more than its layer's size_bytes "
+                                   f"{layer.size_bytes}")
+        sizes.append(int(tensor.nbytes))
+    return sizes
+
+
+def plan_model(source: Path | str | bytes, cached: bool = False) -> dict[str, Any]:
+    """One inference of every Edge TPU op in ``source`` (a path or the file's bytes); ``cached`` assumes
+    the parameters are on chip."""
     from libredgetpu_ros.formats import load_model
 
-    model = load_model(path)
+    model = load_model(source)
+    name = str(model.path) if model.path is not None else "model bytes"
     if not model.edgetpu_ops():
         raise ModelFormatError(
-            f"{path}: no edgetpu-custom-op in this model (a CPU-only model has no USB schedule; "
+            f"{name}: no edgetpu-custom-op in this model (a CPU-only model has no USB schedule; "
             "compile it with edgetpu_compiler)"
         )
     ops = []
     for op in model.edgetpu_ops():
         package = model.darwinn(op)
-        by_name = {layer.name: layer.size_bytes for layer in package.runnable.input_layers}
-        tensors = [model.tensors[i] for i in op.inputs]
-        sizes = [int(t.nbytes) for t in tensors] if all(t.name in by_name for t in tensors) else None
-        if sizes is not None:  # executor order is the executable's layer order
-            order = {t.name: int(t.nbytes) for t in tensors}
-            sizes = [order[layer.name] for layer in package.runnable.input_layers]
+        sizes = _input_sizes(model, op, package.runnable.input_layers)
         executables = []
         if package.parameter_caching is not None and package.execution_only is not None:
             if not cached:
@@ -89,7 +107,7 @@ def plan_model(path: Path, cached: bool = False) -> dict[str, Any]:
         else:
             executables.append(plan_executable(package.runnable, sizes))
         ops.append({"operator": op.index, "executables": executables})
-    return {"model": str(path), "cached": cached, "operators": ops}
+    return {"model": name, "cached": cached, "operators": ops}
 
 
 def format_plan(plan: dict[str, Any]) -> str:

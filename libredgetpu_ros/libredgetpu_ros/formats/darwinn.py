@@ -14,41 +14,36 @@ slices of the model file.
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from libredgetpu_ros.errors import ModelFormatError
+from libredgetpu_ros.formats.darwinn_types import (
+    _DATA_TYPE_SIZE,
+    DarwinnPackage,
+    DataType,
+    DmaHint,
+    Executable,
+    ExecutableType,
+    FieldOffset,
+    InstructionBitstream,
+    Layer,
+    OutputLayout,
+    SliceLayout,
+)
 from libredgetpu_ros.formats.flatbuf import Buffer, Table
 from libredgetpu_ros.formats.flex import decode_flexbuffer
+
+__all__ = [
+    "DarwinnPackage", "DataType", "DmaHint", "Executable", "ExecutableType", "FieldOffset",
+    "InstructionBitstream", "Layer", "OutputLayout", "SliceLayout", "read_package",
+]
 
 DARWINN_IDENTIFIER = b"DWN1"
 _PACKAGE_KEY = "4"  # key of the package string in the edgetpu-custom-op FlexBuffers map
 
 
-class ExecutableType(enum.IntEnum):
-    STAND_ALONE = 0
-    PARAMETER_CACHING = 1
-    EXECUTION_ONLY = 2
-
-
-class DataType(enum.IntEnum):
-    """DarwiNN layer data types (executable.fbs ``DataType``)."""
-
-    FIXED_POINT8 = 0
-    FIXED_POINT16 = 1
-    SIGNED_FIXED_POINT32 = 2
-    BFLOAT = 3
-    HALF = 4
-    SINGLE = 5
-    SIGNED_FIXED_POINT8 = 8
-    SIGNED_FIXED_POINT16 = 9
-
-
-_DATA_TYPE_SIZE = {0: 1, 1: 2, 2: 4, 3: 2, 4: 2, 5: 4, 8: 1, 9: 2}
-_SIGNED = {DataType.SIGNED_FIXED_POINT8, DataType.SIGNED_FIXED_POINT16}  # libedgetpu's sign-flip set
 _DESCRIPTIONS = (
     "output",
     "input",
@@ -58,201 +53,12 @@ _DESCRIPTIONS = (
 _DIRECTIONS = ("infeed", "outfeed")
 _HINT_KINDS = {1: "descriptor", 2: "instruction", 3: "interrupt", 4: "fence"}
 # Limits far above any real model: a larger claimed value is corruption, refused before sizing anything.
+# Activations are not stored in the file, so their sizes cannot be checked against it; they are checked for
+# consistency (dims vs size_bytes, DMA hints inside their layer) and capped. The largest layer of the
+# fixtures is 0.9 MB; a 4K RGB input would be 25 MB.
 _MAX_DIM = 1 << 20
-_MAX_LAYER_BYTES = 1 << 31
-
-
-@dataclass(frozen=True)
-class FieldOffset:
-    """A bit position in an instruction chunk that the driver patches with a base address at link time."""
-
-    desc: str  # "output" | "input" | "parameter" | "scratch"
-    name: str | None  # layer name for input/output
-    batch: int
-    upper_32bit: bool
-    offset_bit: int
-
-
-@dataclass(frozen=True, eq=False)
-class InstructionBitstream:
-    data: memoryview
-    field_offsets: list[FieldOffset]
-
-
-@dataclass(frozen=True)
-class DmaHint:
-    kind: str  # "descriptor" | "instruction" | "interrupt" | "fence"
-    direction: str  # "infeed" (host -> device) | "outfeed"
-    buffer_type: str | None = None  # descriptors: "input" | "output" | "parameter" | "scratch"
-    layer_name: str | None = None
-    offset: int = 0
-    size: int = 0
-    batch: int = 0
-    chunk_index: int | None = None  # instruction hints
-    interrupt_type: int | None = None  # interrupt hints: SCALAR_CORE_INT_0..3
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"kind": self.kind, "direction": self.direction}
-        if self.kind == "descriptor":
-            d.update(
-                buffer_type=self.buffer_type, layer_name=self.layer_name, offset=self.offset, size=self.size
-            )
-        elif self.kind == "instruction":
-            d["chunk_index"] = self.chunk_index
-        elif self.kind == "interrupt":
-            d["interrupt_type"] = self.interrupt_type
-        return d
-
-
-@dataclass(frozen=True, eq=False)
-class OutputLayout:
-    """Per-coordinate maps from a dense (y, x) position to the device's tiled output (executable.fbs)."""
-
-    y_coordinate_to_linear_tile_id_map: np.ndarray
-    x_coordinate_to_linear_tile_id_map: np.ndarray
-    linearized_tile_byte_offset: np.ndarray
-    x_coordinate_to_local_byte_offset: np.ndarray
-    y_coordinate_to_local_y_offset: np.ndarray
-    x_coordinate_to_local_y_row_size: np.ndarray
-
-
-@dataclass(frozen=True, eq=False)
-class SliceLayout:
-    """One ``OutputShapeInfo`` slice: inclusive (start, end) per dimension, element strides, byte offset."""
-
-    ranges: tuple[tuple[int, int], ...]
-    stride: tuple[int, ...]
-    offset: int
-
-
-@dataclass(frozen=True, eq=False)
-class Layer:
-    name: str
-    size_bytes: int  # padded, for batch 1
-    shape: tuple[int, int, int, int]  # (batch, y, x, z)
-    zero_point: int
-    dequant_factor: float
-    data_type: DataType | int
-    execution_count_per_inference: int = 1
-    cache_on_dram: bool = False
-    tensor_shape: tuple[tuple[int, int], ...] = ()  # Layer.shape ranges when present
-    output_layout: OutputLayout | None = None  # output layers only
-    slices: tuple[SliceLayout, ...] = ()  # OutputShapeInfo slices, output layers only
-
-    @property
-    def y_dim(self) -> int:
-        return self.shape[1]
-
-    @property
-    def x_dim(self) -> int:
-        return self.shape[2]
-
-    @property
-    def z_dim(self) -> int:
-        return self.shape[3]
-
-    @property
-    def data_type_name(self) -> str:
-        return self.data_type.name if isinstance(self.data_type, DataType) else f"DATA_TYPE_{self.data_type}"
-
-    @property
-    def element_size(self) -> int:
-        return _DATA_TYPE_SIZE.get(int(self.data_type), 1)
-
-    @property
-    def signed(self) -> bool:
-        return self.data_type in _SIGNED
-
-    @property
-    def actual_size_bytes(self) -> int:
-        """Unpadded bytes of one inference: y * x * z * element size."""
-        return self.y_dim * self.x_dim * self.z_dim * self.element_size
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "size_bytes": self.size_bytes,
-            "shape": list(self.shape),
-            "data_type": self.data_type_name,
-            "zero_point": self.zero_point,
-            "dequant_factor": self.dequant_factor,
-            "execution_count_per_inference": self.execution_count_per_inference,
-            "cache_on_dram": self.cache_on_dram,
-            "tiled": self.output_layout is not None,
-        }
-
-
-@dataclass(frozen=True, eq=False)
-class Executable:
-    type: ExecutableType
-    name: str
-    parameter_caching_token: int
-    batch_size: int
-    scratch_size: int
-    chip: str
-    instruction_bitstreams: list[InstructionBitstream]
-    parameters: memoryview
-    dma_hints: list[DmaHint]
-    dma_hints_fully_deterministic: bool
-    input_layers: list[Layer]
-    output_layers: list[Layer]
-    version: int = 0
-    estimated_cycles: int = 0
-    used_narrow_memory_bytes_per_tile: int = 0
-    use_tpu_dram_for_parameters: bool = False
-    data: memoryview = field(default=memoryview(b""), repr=False)  # the executable flatbuffer itself
-
-    def input_layer(self, name: str) -> Layer:
-        return _layer_named(self.input_layers, name, "input")
-
-    def output_layer(self, name: str) -> Layer:
-        return _layer_named(self.output_layers, name, "output")
-
-
-def _layer_named(layers: list[Layer], name: str, kind: str) -> Layer:
-    for layer in layers:
-        if layer.name == name:
-            return layer
-    raise ModelFormatError(f"no {kind} layer named {name!r} (have {[la.name for la in layers]})")
-
-
-@dataclass(frozen=True, eq=False)
-class DarwinnPackage:
-    executables: list[Executable]
-    min_runtime_version: int = 0
-    compiler_version: str = ""
-    keypair_version: int = 0
-    virtual_chip_id: int = 0
-    model_identifier: str = ""
-    options: dict[str, Any] = field(default_factory=dict)  # the other keys of the custom options map
-
-    def by_type(self, kind: ExecutableType) -> Executable | None:
-        for exe in self.executables:
-            if exe.type == kind:
-                return exe
-        return None
-
-    @property
-    def parameter_caching(self) -> Executable | None:
-        return self.by_type(ExecutableType.PARAMETER_CACHING)
-
-    @property
-    def execution_only(self) -> Executable | None:
-        return self.by_type(ExecutableType.EXECUTION_ONLY)
-
-    @property
-    def stand_alone(self) -> Executable | None:
-        return self.by_type(ExecutableType.STAND_ALONE)
-
-    @property
-    def runnable(self) -> Executable:
-        """The executable that runs an inference: EXECUTION_ONLY if cached, else STAND_ALONE."""
-        exe = self.execution_only or self.stand_alone
-        if exe is None:
-            raise ModelFormatError(
-                "DarwiNN package has neither an EXECUTION_ONLY nor a STAND_ALONE executable"
-            )
-        return exe
+_MAX_LAYER_BYTES = 64 << 20
+_MAX_ACTIVATION_BYTES = 256 << 20  # all input and output layers of one executable, all batches
 
 
 def read_package(data: bytes | bytearray | memoryview, what: str = "DarwiNN package") -> DarwinnPackage:
@@ -328,6 +134,14 @@ def _read_executable(data: memoryview, what: str) -> Executable:
     scratch = int(t.scalar(4, "i32", 0, "scratch_size_bytes"))
     if scratch < 0:
         raise buf.fail(f"Executable.scratch_size_bytes {scratch} is negative")
+    inputs = [_read_layer(la, buf, batch, "input") for la in t.tables(8, "Layer", "input_layers")]
+    outputs = [_read_layer(la, buf, batch, "output") for la in t.tables(9, "Layer", "output_layers")]
+    total = sum(la.size_bytes for la in inputs + outputs) * max(batch, 1)
+    if total > _MAX_ACTIVATION_BYTES:
+        raise buf.fail(f"input + output layers hold {total} bytes (size_bytes x batch_size), more than "
+                       f"the {_MAX_ACTIVATION_BYTES} an executable may move")
+    parameters = t.bytes(6, "parameters") or memoryview(b"")
+    _check_hints(hints, inputs, outputs, len(parameters), max(batch, 1), buf)
     return Executable(
         type=kind,
         name=t.string(1, "name") or "",
@@ -336,11 +150,11 @@ def _read_executable(data: memoryview, what: str) -> Executable:
         scratch_size=scratch,
         chip=t.string(10, "chip") or "",
         instruction_bitstreams=bitstreams,
-        parameters=t.bytes(6, "parameters") or memoryview(b""),
+        parameters=parameters,
         dma_hints=hints,
         dma_hints_fully_deterministic=deterministic,
-        input_layers=[_read_layer(la, buf, batch) for la in t.tables(8, "Layer", "input_layers")],
-        output_layers=[_read_layer(la, buf, batch) for la in t.tables(9, "Layer", "output_layers")],
+        input_layers=inputs,
+        output_layers=outputs,
         version=int(t.scalar(0, "i32", 0, "version")),
         estimated_cycles=int(
             t.scalar(16, "i64", 0, "estimated_cycles_64bit") or t.scalar(11, "i32", 0, "estimated_cycles")
@@ -397,14 +211,41 @@ def _read_hint(h: Table, buf: Buffer, n_chunks: int) -> DmaHint:
     return DmaHint("fence", direction)
 
 
-def _read_layer(t: Table, buf: Buffer, batch: int) -> Layer:
+def _check_hints(hints: list[DmaHint], inputs: list[Layer], outputs: list[Layer], n_params: int,
+                 batch: int, buf: Buffer) -> None:
+    """Every descriptor hint stays inside what it addresses, so nothing sized from a hint can exceed it."""
+    for n, h in enumerate(hints):
+        if h.kind != "descriptor":
+            continue
+        end = h.offset + h.size
+        if h.buffer_type == "parameter":
+            if end > n_params:
+                raise buf.fail(f"DMA hint {n} reads parameters [{h.offset}, {end}) but the executable has "
+                               f"{n_params} parameter bytes")
+            continue
+        if h.buffer_type not in ("input", "output"):
+            continue
+        layers = inputs if h.buffer_type == "input" else outputs
+        named = [la for la in layers if la.name == h.layer_name] or (layers if len(layers) == 1 else [])
+        if not named:
+            raise buf.fail(f"DMA hint {n} names {h.buffer_type} layer {h.layer_name!r}, not one of "
+                           f"{[la.name for la in layers]}")
+        if end > named[0].size_bytes * batch:
+            raise buf.fail(f"DMA hint {n} reaches byte {end} of {h.buffer_type} layer {named[0].name!r}, "
+                           f"whose size_bytes is {named[0].size_bytes} (x batch {batch})")
+
+
+def _read_layer(t: Table, buf: Buffer, batch: int, kind: str) -> Layer:
     name = t.string(0, "name") or ""
     y, x, z = (
         int(t.scalar(fid, "i32", 0, label)) for fid, label in ((2, "y_dim"), (3, "x_dim"), (4, "z_dim"))
     )
     size = int(t.scalar(1, "i32", 0, "size_bytes"))
-    if not all(0 <= d <= _MAX_DIM for d in (y, x, z)) or not 0 <= size <= _MAX_LAYER_BYTES:
-        raise buf.fail(f"layer {name!r}: implausible dims y={y} x={x} z={z} or size_bytes={size}")
+    where = f"{kind} layer {name!r}"
+    if not all(0 <= d <= _MAX_DIM for d in (y, x, z)):
+        raise buf.fail(f"{where}: implausible dims y_dim={y} x_dim={x} z_dim={z} (each at most {_MAX_DIM})")
+    if not 0 <= size <= _MAX_LAYER_BYTES:
+        raise buf.fail(f"{where}: size_bytes {size} is outside 0..{_MAX_LAYER_BYTES}")
     numerics = t.table(5, "NumericsConstants", "numerics")
     zp, dq = 0, 0.0
     if numerics is not None:
@@ -415,6 +256,10 @@ def _read_layer(t: Table, buf: Buffer, batch: int) -> Layer:
         data_type: DataType | int = DataType(dt_code)
     except ValueError:
         data_type = dt_code
+    dense = y * x * z * _DATA_TYPE_SIZE.get(dt_code, 1)
+    if dense > size:  # size_bytes is the padded size: never less than the values it holds
+        raise buf.fail(f"{where}: size_bytes {size} is less than y_dim x x_dim x z_dim x element size = "
+                       f"{y} x {x} x {z} x {_DATA_TYPE_SIZE.get(dt_code, 1)} = {dense}")
     layout = None
     slices: tuple[SliceLayout, ...] = ()
     kind, body = t.union(7, 8, "any_layer")

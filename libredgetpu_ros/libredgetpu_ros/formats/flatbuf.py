@@ -7,6 +7,13 @@ reports the table and field it was reading in a ``ModelFormatError``.
 
 Vectors of scalars come back as ``np.frombuffer`` views and byte vectors as ``memoryview`` slices: nothing is
 copied, so a 100 MB parameter blob costs nothing to "read".
+
+Flatbuffer offsets may point many times at one table, string or vector, so a small file can describe a huge
+tree. Each ``Buffer`` therefore has a decode budget proportional to its size (``BUDGET_FACTOR`` x bytes +
+``BUDGET_BASE``): every table body and vector read is charged its byte size, once per *read* (a shared one
+is charged each time it is reached), and readers charge what they hand out per reference (an operator's
+custom code). A well-formed file reads each byte about once; a file that would expand past the budget is
+refused with a ``ModelFormatError`` naming the field being read, before its values are built.
 """
 
 from __future__ import annotations
@@ -60,6 +67,10 @@ _NP = {
 }
 
 
+BUDGET_FACTOR = 4
+BUDGET_BASE = 1 << 20
+
+
 @dataclass(frozen=True, slots=True)
 class Span:
     """A byte range [start, start + size) inside the buffer."""
@@ -71,15 +82,26 @@ class Span:
 class Buffer:
     """A flatbuffer held as a memoryview; ``what`` names it in error messages (file, "DarwiNN package")."""
 
-    __slots__ = ("data", "size", "what")
+    __slots__ = ("budget", "data", "size", "spent", "what")
 
     def __init__(self, data: memoryview, what: str) -> None:
         self.data = data
         self.size = len(data)
         self.what = what
+        self.budget = BUDGET_FACTOR * self.size + BUDGET_BASE
+        self.spent = 0
 
     def fail(self, message: str) -> ModelFormatError:
         return ModelFormatError(f"{self.what}: {message}")
+
+    def charge(self, nbytes: int, where: str) -> None:
+        """Count ``nbytes`` decoded for ``where`` against the budget; refuse the file once it is spent."""
+        self.spent += nbytes
+        if self.spent > self.budget:
+            raise self.fail(
+                f"{where}: decode budget of {self.budget} bytes ({BUDGET_FACTOR} x the {self.size}-byte "
+                "buffer + 1 MiB) exceeded: the file references the same data over and over"
+            )
 
     def check(self, pos: int, length: int, where: str) -> None:
         if pos < 0 or length < 0 or pos + length > self.size:
@@ -114,6 +136,7 @@ class Table:
             raise buf.fail(f"{name} vtable at byte {vt} has invalid length {vt_len}")
         buf.check(vt, vt_len, f"{name} vtable")
         buf.check(pos, obj_len, f"{name} table body")
+        buf.charge(max(obj_len, 4), f"{name} table at byte {pos}")
         self._vt = vt
         self._vt_len = vt_len
 
@@ -159,6 +182,7 @@ class Table:
                 f"{self.name}.{label}: vector of {count} elements x {elem_size} bytes at byte "
                 f"{start} runs past the end of the {self.buf.size}-byte buffer"
             )
+        self.buf.charge(4 + count * elem_size, f"{self.name}.{label}")
         return Span(start, count * elem_size)
 
     def bytes(self, fid: int, label: str) -> memoryview | None:
@@ -209,6 +233,7 @@ class Table:
             target = span.start + UOFFSET * i + off
             n = int(self.buf.read(_U32, target, f"{self.name}.{label}[{i}] length"))
             self.buf.check(target + 4, n, f"{self.name}.{label}[{i}]")
+            self.buf.charge(n, f"{self.name}.{label}[{i}]")
             out.append(self.buf.data[target + 4 : target + 4 + n])
         return out
 

@@ -6,6 +6,12 @@ so does ``edgetpu-custom-op``: its map holds the DarwiNN package as a multi-mega
 package, and it trusts every offset. This reader follows the same wire format (type codes from
 ``flexbuffers.Type``) over a memoryview, checks each offset, and returns strings/blobs as memoryview slices
 when asked to.
+
+Offsets may point many times at one value, so a FlexBuffer of a few hundred bytes can describe a tree of
+billions of nodes (a DAG of vectors sharing children). Decoding is charged against a budget proportional to
+the buffer (``BUDGET_FACTOR`` x its size + ``BUDGET_BASE``): every value costs its bytes each time it is
+reached, and a buffer that would expand past the budget is refused with a ``ModelFormatError`` before the
+tree is built. A well-formed buffer reads each byte about once.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from flatbuffers.flexbuffers import Type
 from libredgetpu_ros.errors import ModelFormatError
 
 _MAX_DEPTH = 16
+BUDGET_FACTOR = 4
+BUDGET_BASE = 4096
 _UINT = {1: struct.Struct("<B"), 2: struct.Struct("<H"), 4: struct.Struct("<I"), 8: struct.Struct("<Q")}
 _INT = {1: struct.Struct("<b"), 2: struct.Struct("<h"), 4: struct.Struct("<i"), 8: struct.Struct("<q")}
 _FLOAT = {4: struct.Struct("<f"), 8: struct.Struct("<d")}
@@ -39,9 +47,19 @@ class FlexReader:
         self.size = len(self.data)
         self.what = what
         self.keep_views = keep_views  # strings/blobs as memoryview slices instead of str/bytes
+        self.budget = BUDGET_FACTOR * self.size + BUDGET_BASE
+        self.spent = 0
 
     def fail(self, message: str) -> ModelFormatError:
         return ModelFormatError(f"{self.what}: custom options FlexBuffer: {message}")
+
+    def _charge(self, nbytes: int, pos: int) -> None:
+        self.spent += nbytes
+        if self.spent > self.budget:
+            raise self.fail(
+                f"decode budget of {self.budget} bytes ({BUDGET_FACTOR} x the {self.size}-byte buffer + "
+                f"{BUDGET_BASE}) exceeded at byte {pos}: values are referenced over and over (a DAG)"
+            )
 
     def _check(self, pos: int, n: int, where: str) -> None:
         if pos < 0 or n < 0 or pos + n > self.size:
@@ -83,6 +101,7 @@ class FlexReader:
         if depth > _MAX_DEPTH:
             raise self.fail(f"nesting deeper than {_MAX_DEPTH}")
         kind, width = packed >> 2, 1 << (packed & 3)
+        self._charge(parent_width, pos)
         if kind == Type.NULL:
             return None
         if kind in (Type.INT, Type.UINT, Type.FLOAT, Type.BOOL):
@@ -95,6 +114,7 @@ class FlexReader:
         if kind in (Type.STRING, Type.BLOB):
             n = self._uint(target - width, width)
             self._check(target, n, "string/blob")
+            self._charge(n, target)
             view = self.data[target : target + n]
             if self.keep_views:
                 return view
@@ -112,6 +132,7 @@ class FlexReader:
         if Type.VECTOR_INT2 <= kind <= Type.VECTOR_FLOAT4:
             count = (kind - Type.VECTOR_INT2) // 3 + 2
             elem = Type.INT + (kind - Type.VECTOR_INT2) % 3
+            self._charge(count * width, target)
             return self._typed(target, count, width, elem, depth)
         raise self.fail(f"unsupported value type {kind}")
 
@@ -119,6 +140,7 @@ class FlexReader:
         n = self._uint(target - width, width)
         if n * width > self.size - target:
             raise self.fail(f"container of {n} elements x {width} bytes at byte {target} runs past the end")
+        self._charge(n * width, target)
         return n
 
     def _typed(self, target: int, n: int, width: int, elem: int, depth: int) -> list[Any]:
@@ -141,6 +163,7 @@ class FlexReader:
             end += 1
         if end >= limit:
             raise self.fail(f"unterminated key at byte {target}")
+        self._charge(end - target + 1, target)
         return str(self.data[target:end], "utf-8", errors="replace")
 
     def _map(self, target: int, width: int, depth: int) -> dict[str, Any]:
@@ -152,6 +175,7 @@ class FlexReader:
             raise self.fail(f"map keys byte width {keys_width}")
         if self._uint(keys - keys_width, keys_width) != n:
             raise self.fail(f"map at byte {target} has {n} values but a different number of keys")
+        self._charge(n * keys_width, keys)
         names = self._typed(keys, n, keys_width, Type.KEY, depth)
         types = target + n * width
         self._check(types, n, "map value types")

@@ -207,9 +207,7 @@ class TfliteModel:
         return list(refs)
 
     def _read_tensor(self, i: int, t: Table) -> Tensor:
-        shape = t.ints(0, "i32", "shape")
-        if len(shape) > _MAX_RANK or any(d < 0 for d in shape):
-            raise self._buf.fail(f"tensor {i}: invalid shape {shape}")
+        shape = self._shape(t, 0, "shape", i)
         type_code = int(t.scalar(1, "i8", 0, "type"))
         dtype = TENSOR_TYPES.get(type_code, ("", None))[1] or RAW_BYTES
         buffer = int(t.scalar(2, "u32", 0, "buffer"))
@@ -234,7 +232,7 @@ class TfliteModel:
                         f"tensor {i} ({name!r}): quantized_dimension {qdim} for shape {shape}"
                     )
                 quant = Quantization(scale, zp.astype(np.int64, copy=False), qdim)
-        sig = t.ints(7, "i32", "shape_signature") if t.has(7) else None
+        sig = self._shape(t, 7, "shape_signature", i, signature=True) if t.has(7) else None
         return Tensor(
             i,
             name,
@@ -247,6 +245,18 @@ class TfliteModel:
             sig,
         )
 
+    def _shape(self, t: Table, fid: int, label: str, i: int, signature: bool = False) -> tuple[int, ...]:
+        """A tensor shape, its rank checked before its values are turned into Python ints."""
+        arr = t.array(fid, "i32", label)
+        if arr is None:
+            return ()
+        if arr.size > _MAX_RANK:
+            raise self._buf.fail(f"tensor {i}: {label} of rank {arr.size} (at most {_MAX_RANK})")
+        shape = tuple(arr.tolist())
+        if any(d < (-1 if signature else 0) for d in shape):  # -1 = dynamic, in shape_signature only
+            raise self._buf.fail(f"tensor {i}: invalid {label} {shape}")
+        return shape
+
     def _read_operator(self, i: int, t: Table) -> Operator:
         opcode_index = int(t.scalar(0, "u32", 0, "opcode_index"))  # absent means 0, not "skip"
         if opcode_index >= len(self._opcodes):
@@ -255,6 +265,9 @@ class TfliteModel:
                 f"{len(self._opcodes)} operator codes"
             )
         code, custom_code, version = self._opcodes[opcode_index]
+        # Operators may share one opcode: its name is handed out once per operator (inspect prints it each
+        # time), so it is charged per operator, or a 1 MiB custom_code shared by reference would expand.
+        self._buf.charge(len(custom_code or ""), f"operator {i} custom_code")
         inputs = tuple(
             self._tensor_refs(t.ints(1, "i32", "inputs"), f"operator {i} inputs", allow_absent=True)
         )
