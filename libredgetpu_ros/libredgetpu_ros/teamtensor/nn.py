@@ -171,24 +171,30 @@ def evaluate(model: ModelSpec, x: np.ndarray, t: np.ndarray, window: int) -> Ste
     return StepResult({m: metric_value(m, y, t) for m in model.metrics}, x.shape[0])
 
 
-def train_step(model: ModelSpec, x: np.ndarray, t: np.ndarray, lr: float, window: int) -> StepResult:
-    """One SGD step on the batch; metrics are measured on the forward pass before the update."""
-    x = x.astype(np.float32, copy=False)
-    t = t.astype(np.float32, copy=False)
+def gradients(model: ModelSpec, x: np.ndarray, t: np.ndarray,
+              window: int) -> tuple[StepResult, list[tuple[Layer, list[np.ndarray]]]]:
+    """Metrics of the forward pass and the objective's gradient per trainable layer (any float dtype)."""
     y, caches = forward(model, x, window)
     result = StepResult({m: metric_value(m, y, t) for m in model.metrics}, x.shape[0])
     layers = model.layers
     if model.objective == Metric.CROSS_ENTROPY:  # final Softmax + CE: gradient w.r.t. the logits directly
-        g = (y - t) / np.float32(x.shape[0])
+        g = (y - t) / y.dtype.type(x.shape[0])
         last = len(layers) - 1
     else:
-        g = np.float32(2.0) * (y - t) / np.float32(y.size)
+        g = y.dtype.type(2.0) * (y - t) / y.dtype.type(y.size)
         last = len(layers)
     updates = []
     for i in range(last - 1, -1, -1):
         g, grads = _backward(layers[i], g, caches[i], window)
         if grads:
             updates.append((layers[i], grads))
+    return result, updates
+
+
+def train_step(model: ModelSpec, x: np.ndarray, t: np.ndarray, lr: float, window: int) -> StepResult:
+    """One SGD step on the batch in float32; metrics are measured on the forward pass before the update."""
+    result, updates = gradients(model, x.astype(np.float32, copy=False), t.astype(np.float32, copy=False),
+                                window)
     step = np.float32(lr)
     for ly, (d_w, d_b) in updates:
         ly.weights -= step * d_w.astype(np.float32, copy=False)
