@@ -1,0 +1,357 @@
+"""Femtosense IOSpec files: load, validate exactly as femtorun 4.1.2 does, describe.
+
+An IOSpec YAML names the SPU program's input and output vectors and the *sequences* saying which inputs must
+arrive before each output (see docs/femto.md). femtorun accepts or rejects a file by a few specific checks
+(``io_spec_data.check_IOSpecData`` then the graph build in ``IOSpec.__init__``); :func:`parse_iospec`
+makes the same checks in the same order, so a file gets the same verdict and the same exception kind, and
+raises :class:`IOSpecError` naming the key and value. Things femtorun accepts but that cannot work (a
+sequence input nobody declared, an output without a producer, ``padded_length < length``...) are accepted
+too and listed in :attr:`IOSpec.warnings`.
+
+The graph itself (nodes, edges with their counts, ordered like networkx's) is built by :mod:`.graph`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from libredgetpu_ros.errors import IOSpecError, not_a_file
+from libredgetpu_ros.femto.graph import SequenceGraph, build_graph
+
+SECTIONS = ("inputs", "outputs", "simple_sequences", "complex_sequences")
+# (key, check) in femtorun's TypedDict annotation order; check None = presence only.
+_INOUT_KEYS = (("type", None), ("varname", str), ("length", int), ("precision", int), ("padded_length", None))
+_SIMPLE_KEYS = (("type", None), ("outputs", "list_of_str"), ("inputs", "list_of_str"))
+_COMPLEX_KEYS = (("type", None), ("outputs", None), ("inputs", None))
+_CHECKS = {"inputs": ("IOSpecInout", _INOUT_KEYS), "outputs": ("IOSpecInout", _INOUT_KEYS),
+           "simple_sequences": ("IOSpecSimpleSequence", _SIMPLE_KEYS),
+           "complex_sequences": ("IOSpecComplexSequence", _COMPLEX_KEYS)}
+MAX_TEXT_BYTES = 4 * 1024 * 1024  # an IOSpec is a few KB; refuse to parse anything absurd
+MAX_VECTOR_LENGTH = 1 << 20       # elements; an SPU core has 1 MB of data memory
+
+
+@dataclass(frozen=True)
+class VectorSpec:
+    """One input or output vector. ``key`` is the YAML key (graph node), ``name`` the varname sends use."""
+
+    key: Any
+    name: str
+    direction: str                 # "input" | "output" (the section it is in)
+    length: int
+    precision: int
+    padded_length: int | None
+    scale: float | None            # None when missing / not a finite positive number
+    zero_point: float | None
+    latch_hint: bool | None        # comments: {latch: ...} as fmot/femtodriver write it
+    length_64b_words: Any = None
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def target_length(self) -> int:
+        """What the SPU handles: ``padded_length``, or ``length`` when it is null."""
+        return self.length if self.padded_length is None else self.padded_length
+
+
+@dataclass(frozen=True)
+class SequenceSpec:
+    """One sequence: inputs/outputs as (node, count) in declared order; ``index`` is the SPU sequence id."""
+
+    key: Any
+    index: int
+    kind: str                      # "simple" | "complex"
+    inputs: tuple[tuple[Any, Any], ...]
+    outputs: tuple[tuple[Any, Any], ...]
+
+    @property
+    def latched(self) -> bool:
+        return not self.outputs
+
+
+@dataclass
+class IOSpec:
+    """A loaded, femtorun-valid IOSpec."""
+
+    data: dict
+    origin: str
+    inputs: dict[Any, VectorSpec]
+    outputs: dict[Any, VectorSpec]
+    sequences: list[SequenceSpec]
+    graph: SequenceGraph
+    is_simple: bool
+    simple_action: Any
+    simple_inputs: list | None
+    simple_outputs: list | None
+    warnings: list[str]
+
+    def input_by_name(self, varname: str) -> VectorSpec:
+        for v in self.inputs.values():
+            if v.name == varname:
+                return v
+        raise IOSpecError(f"{self.origin}: no input named {varname!r}", kind="KeyError", key="inputs",
+                          value=varname)
+
+    def output_by_name(self, varname: str) -> VectorSpec:
+        for v in self.outputs.values():
+            if v.name == varname:
+                return v
+        raise IOSpecError(f"{self.origin}: no output named {varname!r}", kind="KeyError", key="outputs",
+                          value=varname)
+
+    def _padding(self, section: dict) -> dict[str, tuple[tuple[Any], tuple[Any]]]:
+        return {v.name: ((v.length,), (v.padded_length,)) for v in section.values()}
+
+    @property
+    def input_padding(self) -> dict[str, tuple[tuple[Any], tuple[Any]]]:
+        """femtorun's ``input_padding``: varname -> ((length,), (padded_length,))."""
+        return self._padding(self.inputs)
+
+    @property
+    def output_padding(self) -> dict[str, tuple[tuple[Any], tuple[Any]]]:
+        return self._padding(self.outputs)
+
+    def latched_input_names(self) -> list:
+        """femtorun's rule (input keys in no output-producing simple sequence), sorted (femtorun: a set)."""
+        names = set(self.inputs)
+        for seq in self.sequences:
+            if seq.kind == "simple" and seq.outputs:
+                names.difference_update(node for node, _ in seq.inputs)
+        return sorted(names, key=str)
+
+    def latched_inputs(self) -> list[VectorSpec]:
+        return [self.inputs[k] for k in self.latched_input_names()]
+
+    def streaming_inputs(self) -> list[VectorSpec]:
+        latched = set(self.latched_input_names())
+        return [v for k, v in self.inputs.items() if k not in latched]
+
+    def describe(self) -> dict:
+        """JSON-ready summary (the ``iospec check --json`` output)."""
+        from libredgetpu_ros.femto.vectors import words_femtodriver, words_packed
+
+        def vec(v: VectorSpec) -> dict:
+            return {"key": str(v.key), "name": v.name, "length": v.length, "precision": v.precision,
+                    "padded_length": v.padded_length, "scale": v.scale, "zero_point": v.zero_point,
+                    "latch_hint": v.latch_hint, "length_64b_words": v.length_64b_words,
+                    "words_femtodriver": words_femtodriver(v.target_length),
+                    "words_packed": words_packed(v.target_length, v.precision)}
+
+        return {
+            "origin": self.origin,
+            "inputs": [vec(v) for v in self.inputs.values()],
+            "outputs": [vec(v) for v in self.outputs.values()],
+            "sequences": [{"id": s.index, "name": str(s.key), "kind": s.kind, "latched": s.latched,
+                           "inputs": [[str(n), c] for n, c in s.inputs],
+                           "outputs": [[str(n), c] for n, c in s.outputs]} for s in self.sequences],
+            "latched_inputs": [str(k) for k in self.latched_input_names()],
+            "is_simple": self.is_simple,
+            "simple_action": None if self.simple_action is None else str(self.simple_action),
+            "warnings": list(self.warnings),
+        }
+
+
+def load_iospec(path: str | Path) -> IOSpec:
+    """Read and validate an IOSpec file; errors name the file, key and value."""
+    p = Path(path)
+    if not p.is_file():
+        raise IOSpecError(not_a_file("IOSpec", p), kind="FileNotFoundError", key="path", value=str(p))
+    size = p.stat().st_size
+    if size > MAX_TEXT_BYTES:
+        raise IOSpecError(f"IOSpec {p}: {size} bytes is larger than the {MAX_TEXT_BYTES} bytes accepted",
+                          kind="ValueError", key="size", value=size)
+    return parse_iospec(p.read_bytes(), origin=str(p))
+
+
+def parse_iospec(text: str | bytes, origin: str = "<iospec>") -> IOSpec:
+    """Validate IOSpec YAML text the way femtorun 4.1.2 does (same verdict, same exception kind)."""
+    if len(text) > MAX_TEXT_BYTES:
+        raise IOSpecError(f"{origin}: {len(text)} bytes is larger than the {MAX_TEXT_BYTES} accepted",
+                          kind="ValueError", key="size", value=len(text))
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise IOSpecError(f"{origin}: malformed YAML: {exc}", kind=type(exc).__name__,
+                          femtorun_message=str(exc), key="yaml", value=None) from None
+    except (ValueError, TypeError, RecursionError) as exc:  # e.g. undecodable bytes, absurd nesting
+        raise IOSpecError(f"{origin}: unreadable YAML: {exc}", kind=type(exc).__name__,
+                          femtorun_message=str(exc), key="yaml", value=None) from None
+    return iospec_from_data(data, origin)
+
+
+class _Where:
+    """The key path being checked, for the error message when a Python operation fails on bad data."""
+
+    def __init__(self) -> None:
+        self.path = "document"
+        self.value: Any = None
+
+    def at(self, path: str, value: Any) -> None:
+        self.path, self.value = path, value
+
+
+def _fail(origin: str, where: _Where, exc: BaseException) -> IOSpecError:
+    text = str(exc) or type(exc).__name__
+    return IOSpecError(f"{origin}: {where.path}: {text} (value {_short(where.value)})",
+                       kind=type(exc).__name__, femtorun_message=str(exc), key=where.path, value=where.value)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def iospec_from_data(data: Any, origin: str = "<iospec>") -> IOSpec:
+    """Validate an already-parsed IOSpec document (dict) the way femtorun does."""
+    where = _Where()
+    try:
+        _check_document(data, where)
+        # femtorun's IOSpec.__init__ then fills missing sections with {} (a non-dict document fails here).
+        for section in SECTIONS:
+            where.at(section, data)
+            if section not in data:
+                data[section] = {}
+        simple = _simple_properties(data, where)
+        graph = build_graph(data, where)
+    except IOSpecError:
+        raise
+    except (ValueError, TypeError, AttributeError, KeyError, IndexError, AssertionError,
+            RecursionError) as exc:
+        raise _fail(origin, where, exc) from None
+    return _describe(data, origin, graph, simple)
+
+
+def _check_document(data: Any, where: _Where) -> None:
+    """femtorun's ``check_IOSpecData``: section names, then required keys and the few type checks."""
+    where.at("document", data)
+    for key in data:
+        if key not in SECTIONS:
+            where.at(str(key), key)
+            raise ValueError(f"undefined IOSpec section header {key}")
+    for section in SECTIONS:
+        where.at(section, data)
+        if section not in data:
+            continue
+        cls_name, keys = _CHECKS[section]
+        for objname, obj in data[section].items():
+            for key, check in keys:
+                where.at(f"{section}.{objname}.{key}", obj)
+                if key not in obj:
+                    raise ValueError(f"{cls_name} requires key {key}")
+                if check is None:
+                    continue
+                value = obj[key]
+                where.value = value
+                if check in (str, int):
+                    if not isinstance(value, check):
+                        raise ValueError(f"{cls_name} requires key {key} to be of type {check}, "
+                                         f"saw {type(value)}")
+                elif not all([isinstance(el, str) for el in value]):
+                    raise ValueError(f"{cls_name} requires key {key} to be list of str, saw something else")
+
+
+def _simple_properties(data: dict, where: _Where) -> tuple[bool, Any, list | None, list | None]:
+    """femtorun's ``_set_if_simple`` (it runs before the graph is built, so its errors come first)."""
+    complex_seqs = data["complex_sequences"]
+    for name, obj in complex_seqs.items():
+        where.at(f"complex_sequences.{name}", obj)
+        for _io, val in obj["inputs"].items():
+            where.value = val
+            if val > 1:
+                return False, None, None, None
+        for _io, val in obj["outputs"].items():
+            where.value = val
+            if val > 1:
+                return False, None, None, None
+    merged = data["simple_sequences"] | complex_seqs
+    count = 0
+    for name, obj in merged.items():
+        where.at(f"sequences.{name}.outputs", obj)
+        if len(obj["outputs"]) > 0:
+            count += 1
+    if count > 1:
+        return False, None, None, None
+    action, ins, outs = None, None, None
+    for name, obj in merged.items():
+        where.at(f"sequences.{name}", obj)
+        action, ins, outs = name, list(obj["inputs"]), list(obj["outputs"])
+    return True, action, ins, outs
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _vector(key: Any, obj: dict, direction: str, warnings: list[str]) -> VectorSpec:
+    where = f"{direction}s.{key}"
+    length, precision, padded = obj["length"], obj["precision"], obj["padded_length"]
+    if isinstance(padded, bool) or (padded is not None and not isinstance(padded, int)):
+        warnings.append(f"{where}.padded_length {padded!r} is not an integer; treated as null")
+        padded = None
+    if not 0 < length <= MAX_VECTOR_LENGTH:
+        warnings.append(f"{where}.length {length} is outside 1..{MAX_VECTOR_LENGTH}; vectors cannot be sent")
+    if padded is not None and not length <= padded <= MAX_VECTOR_LENGTH:
+        warnings.append(f"{where}.padded_length {padded} is below length {length} or too large "
+                        "(femtodriver's femtofile export asserts length <= padded_length)")
+    if precision not in (8, 16):
+        warnings.append(f"{where}.precision {precision} is not 8 or 16 (the SPU's V8 / V16 vectors)")
+    quant = obj.get("quantization")
+    scale = zero = None
+    if isinstance(quant, dict):
+        scale, zero = _number(quant.get("scale")), _number(quant.get("zero_pt"))
+    if scale is None or scale <= 0:
+        scale = None
+        warnings.append(f"{where}.quantization.scale {_short(quant)} is not a positive number; "
+                        "values are sent as integers (scale 1)")
+    comments = obj.get("comments")
+    latch = comments.get("latch") if isinstance(comments, dict) else None
+    latch = latch if isinstance(latch, bool) else None
+    return VectorSpec(key=key, name=obj["varname"], direction=direction, length=int(length),
+                      precision=int(precision), padded_length=padded, scale=scale,
+                      zero_point=0.0 if zero is None else zero, latch_hint=latch,
+                      length_64b_words=obj.get("length_64b_words"), raw=obj)
+
+
+def _describe(data: dict, origin: str, graph: SequenceGraph, simple: tuple) -> IOSpec:
+    """Our own view of an accepted document; never raises (femtorun accepted it)."""
+    warnings: list[str] = []
+    inputs = {k: _vector(k, o, "input", warnings) for k, o in data["inputs"].items()}
+    outputs = {k: _vector(k, o, "output", warnings) for k, o in data["outputs"].items()}
+    sequences: list[SequenceSpec] = []
+    for kind, section in (("simple", "simple_sequences"), ("complex", "complex_sequences")):
+        for key, obj in data[section].items():
+            if kind == "simple":
+                ins = tuple(dict.fromkeys(obj["inputs"]).items())
+                ins = tuple((n, 1) for n, _ in ins)
+                outs = tuple((n, 1) for n in dict.fromkeys(obj["outputs"]))
+            else:
+                ins, outs = tuple(obj["inputs"].items()), tuple(obj["outputs"].items())
+                for node, count in ins + outs:
+                    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                        warnings.append(f"complex_sequences.{key}: count {count!r} for {node!r} is not a "
+                                        "positive integer")
+            sequences.append(SequenceSpec(key=key, index=len(sequences), kind=kind, inputs=ins, outputs=outs))
+            for node, _ in ins:
+                if node not in inputs:
+                    warnings.append(f"{section}.{key}: input {node!r} is not declared; the sequence can "
+                                    "never fire")
+    warnings.extend(graph.problems())
+    for key, vec in inputs.items():
+        in_output_seq = any(key in dict(s.inputs) for s in sequences if s.outputs)
+        if vec.latch_hint and in_output_seq:
+            warnings.append(f"inputs.{key}: comments.latch is true but it feeds an output-producing sequence")
+    if sum(1 for s in sequences if s.outputs) > 1:
+        warnings.append("more than one output-producing sequence: the SPU library firmware supports one "
+                        "(plus latched sequences)")
+    if any(s.kind == "complex" for s in sequences):
+        warnings.append("complex sequences are not supported by the SPU library firmware (strict mode "
+                        "refuses them)")
+    is_simple, action, ins, outs = simple
+    return IOSpec(data=data, origin=origin, inputs=inputs, outputs=outputs, sequences=sequences, graph=graph,
+                  is_simple=is_simple, simple_action=action, simple_inputs=ins, simple_outputs=outs,
+                  warnings=warnings)
