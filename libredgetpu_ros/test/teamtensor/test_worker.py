@@ -1,0 +1,143 @@
+"""The worker's state machine driven datagram by datagram (no sockets): queue, managers, exactly-once."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from libredgetpu_ros.teamtensor import datagrams, packets
+from libredgetpu_ros.teamtensor.model import ModelSpec, linear
+from libredgetpu_ros.teamtensor.wire import Metric
+from libredgetpu_ros.teamtensor.worker import WorkerConfig, WorkerCore
+
+PEER = ("127.0.0.1", 40000)
+
+
+class Driver:
+    def __init__(self, core: WorkerCore) -> None:
+        self.core = core
+        self.ids = itertools.count(1)
+
+    def raw(self, req: packets.Request, rid: int | None = None) -> tuple[int, list[bytes]]:
+        rid = next(self.ids) if rid is None else rid
+        out: list[bytes] = []
+        for d in datagrams.to_datagrams(packets.encode_request(req), rid):
+            out += self.core.handle(PEER, d)
+        return rid, out
+
+    def ask(self, req: packets.Request):
+        rid, out = self.raw(req)
+        assert len(out) >= 1
+        r = datagrams.Reassembler()
+        for d in out:
+            got_rid, body = datagrams.split(d)
+            assert got_rid == rid
+            packet = r.feed("reply", body) if r.is_fragment(body) else bytes(body)
+        return packets.decode_reply(req, packet)
+
+
+def _model(out: int = 2, inp: int = 3) -> ModelSpec:
+    return ModelSpec([linear(np.zeros((out, inp), np.float32))], [Metric.MSE, Metric.MAE])
+
+
+def _batch(n: int = 4, evaluate: bool = False, seed: int = 0) -> packets.Batch:
+    rng = np.random.default_rng(seed)
+    x, t = rng.normal(size=(n, 3)), rng.normal(size=(n, 2))
+    return packets.Batch(x.astype(np.float32), t.astype(np.float32), evaluate)
+
+
+@pytest.fixture
+def drv() -> Driver:
+    d = Driver(WorkerCore(WorkerConfig(managers=2, queue_capacity=3)))
+    assert d.ask(packets.AssignPipeline(5)) == 5
+    return d
+
+
+def test_batch_queue_answers_b_full_from_real_occupancy(drv):
+    assert drv.ask(packets.ProbeQueue()) is True
+    with pytest.raises(packets.Refused, match="UNKNOWN_MODEL"):
+        drv.ask(_batch())  # no model to train yet
+    assert drv.ask(packets.AssignModel(5, 1, _model())) == 1
+    for i in range(3):
+        assert drv.ask(packets.ProbeQueue()) is True
+        drv.ask(_batch(seed=i))
+    assert len(drv.core.queue) == 3
+    assert drv.ask(packets.ProbeQueue()) is False
+    with pytest.raises(packets.Refused, match="QUEUE_FULL"):
+        drv.ask(_batch())
+    assert drv.core.step()
+    assert drv.ask(packets.ProbeQueue()) is True
+
+
+def test_model_managers_pipelines_and_refusals(drv):
+    assert drv.ask(packets.ProbeManagers()) == 2
+    assert drv.ask(packets.AssignModel(5, 1, _model())) == 1
+    assert drv.ask(packets.AssignModel(5, 2, _model())) == 2
+    assert drv.ask(packets.ProbeManagers()) == 0
+    with pytest.raises(packets.Refused, match="NO_MANAGER"):
+        drv.ask(packets.AssignModel(5, 3, _model()))
+    with pytest.raises(packets.Refused, match="WRONG_PIPELINE"):
+        drv.ask(packets.AssignModel(6, 1, _model()))
+    with pytest.raises(packets.Refused, match="SHAPE_MISMATCH"):
+        drv.ask(packets.Batch(np.ones((2, 4), np.float32), np.ones((2, 2), np.float32)))
+    with pytest.raises(packets.Refused, match="NO_DATA"):
+        drv.ask(packets.GetMetric(1, Metric.MSE))
+    with pytest.raises(packets.Refused, match="UNKNOWN_METRIC"):
+        drv.ask(packets.GetMetric(1, Metric.ACCURACY))
+    with pytest.raises(packets.Refused, match="UNKNOWN_MODEL"):
+        drv.ask(packets.GetModel(9))
+    assert drv.ask(packets.AssignPipeline(6)) == 6  # a new pipeline frees every manager
+    assert drv.ask(packets.ProbeManagers()) == 2
+    fresh = Driver(WorkerCore())
+    with pytest.raises(packets.Refused, match="NO_PIPELINE"):
+        fresh.ask(packets.AssignModel(5, 1, _model()))
+
+
+def test_every_model_of_the_pipeline_trains_on_each_batch_and_eval_does_not_update(drv):
+    drv.ask(packets.AssignModel(5, 1, _model()))
+    drv.ask(packets.AssignModel(5, 2, _model()))
+    drv.ask(_batch(seed=1))
+    w1 = drv.ask(packets.GetModel(1)).layers[0].weights  # reads train what is queued first
+    w2 = drv.ask(packets.GetModel(2)).layers[0].weights
+    assert w1.any() and np.array_equal(w1, w2)
+    loss = drv.ask(packets.GetMetric(1, Metric.MSE))
+    drv.ask(_batch(seed=2, evaluate=True))
+    assert np.array_equal(drv.ask(packets.GetModel(1)).layers[0].weights, w1)
+    assert drv.ask(packets.GetMetric(1, Metric.MSE)) != loss  # metrics of the evaluation batch
+    assert drv.core.managers[1].batches == 2
+
+
+def test_duplicates_are_answered_from_the_cache_and_executed_once(drv):
+    drv.ask(packets.AssignModel(5, 1, _model()))
+    rid, first = drv.raw(_batch())
+    _, again = drv.raw(_batch(), rid=rid)
+    assert again == first and len(drv.core.queue) == 1
+    assert drv.core.stats.executed["Batch"] == 1 and drv.core.stats.duplicates == 1
+
+
+def test_stale_ids_are_dropped_not_replayed():
+    drv = Driver(WorkerCore(WorkerConfig(reply_cache=4)))
+    drv.ask(packets.AssignPipeline(1))
+    drv.ask(packets.AssignModel(1, 1, _model()))
+    rid, _ = drv.raw(_batch())
+    for _ in range(6):
+        drv.ask(packets.ProbeQueue())
+    drv.core.drain()
+    _, out = drv.raw(_batch(), rid=rid)  # a copy delayed past the reply cache
+    assert out == [] and drv.core.stats.rejected["stale request id"] == 1
+    assert drv.core.stats.executed["Batch"] == 1 and not drv.core.queue
+
+
+def test_a_fragmented_request_reassembles_once_from_reordered_duplicated_datagrams(drv):
+    drv.ask(packets.AssignModel(5, 1, _model()))
+    batch = _batch(n=500)
+    parts = datagrams.to_datagrams(packets.encode_request(batch), 4242)
+    assert len(parts) > 5
+    order = np.random.default_rng(3).permutation(len(parts))
+    replies = []
+    for i in [*order[::-1], *order]:  # every datagram twice, in two different orders
+        replies += drv.core.handle(PEER, parts[i])
+    assert drv.core.stats.executed["Batch"] == 1 and len(drv.core.queue) == 1
+    assert len(replies) == 2 and replies[0] == replies[1]  # answered, then answered again from the cache
+    assert np.array_equal(drv.core.queue[0].inputs, batch.inputs)
