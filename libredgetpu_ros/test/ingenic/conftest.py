@@ -1,0 +1,46 @@
+"""Fixtures of the .mgk tests: the real MIPS toolchain (a missing one FAILS, never skips) and a synthetic
+model built with it once per session."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+
+def load_helper(name: str, path: Path):
+    """Test helper modules by path (pytest runs with --import-mode=importlib)."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
+builder = load_helper("_mgk_builder", HERE / "_mgk_builder.py")
+load_helper("_fuzz_harness", HERE.parent / "fuzz" / "harness.py")
+
+
+@pytest.fixture(scope="session")
+def mips_toolchain() -> None:
+    problem = builder.missing_toolchain()
+    if problem:
+        pytest.fail(problem, pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def synthetic(mips_toolchain, tmp_path_factory):
+    """Six layers (three convolutions off the 32-channel grid, both GRU kinds, a raw blob) after a real
+    MIPS32 LE shared object, 1,792 bytes after its end like the AEC sample."""
+    workdir = tmp_path_factory.mktemp("mgk")
+    layers = builder.random_layers(np.random.default_rng(20261123))
+    model = builder.SyntheticMgk(layers, seed=5).build(workdir)
+    (workdir / "model.mgk").write_bytes(model.data)
+    model.path = workdir / "model.mgk"
+    model.workdir = workdir
+    return model
