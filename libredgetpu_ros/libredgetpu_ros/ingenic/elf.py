@@ -99,9 +99,11 @@ def _check_table(source: str, what: str, offset: int, count: int, entsize: int, 
     if entsize != expected:
         raise ModelFormatError(f"{source}: {what} entry size {entsize}, ELF32 uses {expected}")
     end = offset + count * entsize
-    if offset < ELF32_HEADER_BYTES or end > file_size:
+    if end > file_size:
         raise ModelFormatError(f"{source}: truncated {what}: {count} entries at offset {offset} end at "
                                f"{end}, file has {file_size} bytes")
+    if offset < ELF32_HEADER_BYTES:
+        raise ModelFormatError(f"{source}: {what} at offset {offset} overlaps the ELF header")
     return (offset, count * entsize)
 
 

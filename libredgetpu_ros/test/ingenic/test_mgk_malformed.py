@@ -57,6 +57,7 @@ def test_patched_header_fields(synthetic):
         "truncated section header table": builder.patch_elf32(data, e_shoff=size - 100),
         "truncated section header table: 65535 entries": builder.patch_elf32(data, e_shnum=65535),
         "section header table entry size 64": builder.patch_elf32(data, e_shentsize=64),
+        "section header table at offset 8 overlaps the ELF header": builder.patch_elf32(data, e_shoff=8),
         "truncated program header table": builder.patch_elf32(data, e_phoff=size - 8, e_phnum=3),
         f"e_shstrndx {shnum + 3} is past": builder.patch_elf32(data, e_shstrndx=shnum + 3),
         "ends past the end of the file": builder.patch_section(data, 9, sh_size=size),
