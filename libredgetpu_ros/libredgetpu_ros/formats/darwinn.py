@@ -315,11 +315,12 @@ def _read_output_layout(t: Table | None, buf: Buffer, name: str, y: int, x: int)
             raise buf.fail(
                 f"output layer {name!r}: OutputLayout.{labels[fid]} has {len(arrays[fid])} entries, needs {n}"
             )
-    if len(arrays[0]) and len(arrays[1]):
-        max_tile = int(arrays[0][:y].max(initial=0)) + int(arrays[1][:x].max(initial=0))
-        if max_tile >= len(arrays[2]):
+    if y and x:  # tile id of (y, x) = y map + x map: every sum must index linearized_tile_byte_offset
+        lo = int(arrays[0][:y].min()) + int(arrays[1][:x].min())
+        hi = int(arrays[0][:y].max()) + int(arrays[1][:x].max())
+        if lo < 0 or hi >= len(arrays[2]):
             raise buf.fail(
-                f"output layer {name!r}: tile id {max_tile} but only {len(arrays[2])} tile offsets"
+                f"output layer {name!r}: tile ids {lo}..{hi} but only {len(arrays[2])} tile offsets"
             )
     return layout
 
