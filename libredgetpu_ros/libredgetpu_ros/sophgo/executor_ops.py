@@ -1,0 +1,144 @@
+"""Executor handlers for the pools, element-wise and shape ops (registered into :mod:`executor`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from libredgetpu_ros.sophgo import kernels, shapes
+from libredgetpu_ros.sophgo.executor import _is_float, _op, _Run, _spatial, _where
+from libredgetpu_ros.sophgo.ir import OpNode, TpuLangError
+
+
+def _ceil_extra(size: int, pad_begin: int, pad_end: int, kernel: int, stride: int, out: int) -> int:
+    return max(0, (out - 1) * stride + kernel - (size + pad_begin + pad_end))
+
+
+def _pool_geometry(node: OpNode, x: np.ndarray) -> tuple[list[int], list[int], list[int], tuple, tuple]:
+    where = _where(node)
+    stride, pads, kernel = _spatial(node)
+    if not kernel:
+        raise TpuLangError(f"{where}: kernel_shape attribute is required")
+    ceil_mode = bool(node.attrs.get("ceil_mode", False))
+    out = shapes.pool_shape(x.shape, kernel, stride, pads, ceil_mode, where)
+    out_hw = (out[2], out[3])
+    extra = (_ceil_extra(x.shape[2], pads[0], pads[2], kernel[0], stride[0], out[2]),
+             _ceil_extra(x.shape[3], pads[1], pads[3], kernel[1], stride[1], out[3]))
+    return kernel, stride, pads, extra, out_hw
+
+
+@_op("top.MaxPool")
+def _maxpool(run: _Run, node: OpNode, args: list) -> np.ndarray:
+    (x,) = args
+    kernel, stride, pads, extra, out_hw = _pool_geometry(node, x)
+    # Padded cells never win: pad with the lowest value of the dtype.
+    low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    y = kernels.pool_taps(x, kernel, stride, pads, extra, out_hw, low, "max")
+    (tx,) = run.operand_types(node)
+    if node.result.quant != tx.quant:
+        raise TpuLangError(f"{_where(node)}: a maxpool that changes the quantization is not supported")
+    return y.astype(node.result.np_dtype)
+
+
+@_op("top.AvgPool")
+def _avgpool(run: _Run, node: OpNode, args: list) -> np.ndarray:
+    (x,) = args
+    kernel, stride, pads, extra, out_hw = _pool_geometry(node, x)
+    counts = kernels.pool_counts(x.shape[2:], kernel, stride, pads, extra, out_hw,
+                                 bool(node.attrs.get("count_include_pad", False)))
+    (tx,) = run.operand_types(node)
+    if _is_float(tx):
+        sums = kernels.pool_taps(x.astype(np.float32), kernel, stride, pads, extra, out_hw, 0, "sum")
+        return (sums / counts.astype(np.float32)).astype(node.result.np_dtype)
+    sums = kernels.pool_taps(x.astype(np.int64), kernel, stride, pads, extra, out_hw, 0, "sum")
+    mode = node.attrs.get("round_mode", "HalfAwayFromZero")
+    out_q, in_q = node.result.quant, tx.quant
+    if out_q == in_q and (in_q is None or in_q.axis is None):
+        # Same scale and zero point: the mean of the raw values, rounded exactly (pad cells are excluded,
+        # or count as the zero point when count_include_pad).
+        zp = 0 if in_q is None else in_q.zero_points[0]
+        pad_cells = (kernel[0] * kernel[1] - counts) if node.attrs.get("count_include_pad") else 0
+        return kernels.saturate(kernels.round_div(sums + zp * pad_cells, counts, mode), node.result.np_dtype)
+    if in_q is None or out_q is None or in_q.axis is not None or out_q.axis is not None:
+        raise TpuLangError(f"{_where(node)}: avgpool between different per-channel quantizations is not supported")
+    real = (sums / counts - in_q.zero_points[0]) * in_q.scales[0]
+    q = kernels.round_float(real / out_q.scales[0], mode) + out_q.zero_points[0]
+    return kernels.saturate(q, node.result.np_dtype)
+
+
+@_op("top.Relu")
+def _relu(run: _Run, node: OpNode, args: list) -> np.ndarray:
+    (x,) = args
+    limit = getattr(node.attrs.get("relu_limit"), "value", -1.0)
+    # Quantized relu works on the raw integers: max(q, 0), not max(q, zero_point) (observed in tpu-mlir).
+    y = np.maximum(x, np.zeros((), dtype=x.dtype))
+    if limit >= 0:
+        y = np.minimum(y, np.asarray(limit).astype(x.dtype))
+    return y
+
+
+@_op("top.Softmax")
+def _softmax(run: _Run, node: OpNode, args: list) -> np.ndarray:
+    (x,) = args
+    if not _is_float(node.result):
+        raise TpuLangError(f"{_where(node)}: only float softmax is supported")
+    axis = shapes.axis_in_range(getattr(node.attrs.get("axis"), "value", 1), x.ndim, _where(node))
+    beta = getattr(node.attrs.get("beta"), "value", 1.0)
+    z = (x.astype(np.float64) - x.max(axis=axis, keepdims=True)) * beta
+    e = np.exp(z)
+    y = e / e.sum(axis=axis, keepdims=True)
+    if node.attrs.get("log"):
+        y = z - np.log(e.sum(axis=axis, keepdims=True))
+    return y.astype(node.result.np_dtype)
+
+
+@_op("top.Add")
+def _add(run: _Run, node: OpNode, args: list) -> np.ndarray:
+    where = _where(node)
+    a, b = args
+    ta, tb = run.operand_types(node)
+    shapes.broadcast_shape(a.shape, b.shape, where)
+    out_t = node.result
+    if _is_float(out_t):
+        y = a.astype(np.float32) + b.astype(np.float32)
+    elif out_t.quant is None and ta.quant is None and tb.quant is None:
+        return kernels.saturate(a.astype(np.int64) + b.astype(np.int64), out_t.np_dtype)
+    else:
+        if any(t.quant is None or t.quant.axis is not None for t in (ta, tb, out_t)):
+            raise TpuLangError(f"{where}: quantized add needs per-tensor scales on both inputs and the result")
+        real = sum((v.astype(np.float64) - t.quant.zero_points[0]) * t.quant.scales[0]
+                   for v, t in ((a, ta), (b, tb)))
+        q = kernels.round_float(real / out_t.quant.scales[0], "HalfAwayFromZero") + out_t.quant.zero_points[0]
+        return kernels.saturate(q, out_t.np_dtype)
+    if node.attrs.get("do_relu"):
+        y = np.maximum(y, 0)
+    return y.astype(out_t.np_dtype)
+
+
+@_op("top.Concat")
+def _concat(run: _Run, node: OpNode, args: list) -> np.ndarray:
+    where = _where(node)
+    axis = getattr(node.attrs.get("axis"), "value", 0)
+    shapes.concat_shape([a.shape for a in args], axis, where)
+    if any(t.quant != node.result.quant for t in run.operand_types(node)):
+        raise TpuLangError(f"{where}: concat of differently quantized inputs is not supported")
+    return np.concatenate(args, axis=axis).astype(node.result.np_dtype)
+
+
+@_op("top.Reshape")
+def _reshape(run: _Run, node: OpNode, args: list) -> np.ndarray:
+    (x,) = args
+    where = _where(node)
+    target = node.attrs.get("shape")
+    if not isinstance(target, list):
+        raise TpuLangError(f"{where}: shape attribute is required")
+    return x.reshape(shapes.reshape_shape(x.shape, target, where))
+
+
+@_op("top.Permute")
+def _permute(run: _Run, node: OpNode, args: list) -> np.ndarray:
+    (x,) = args
+    order = node.attrs.get("order")
+    if not isinstance(order, list):
+        raise TpuLangError(f"{_where(node)}: order attribute is required")
+    shapes.permute_shape(x.shape, order, _where(node))
+    return np.ascontiguousarray(np.transpose(x, order))
