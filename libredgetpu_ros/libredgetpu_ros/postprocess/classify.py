@@ -59,7 +59,10 @@ class Classifier:
             raise ConfigError(f"top_k needs k >= 1, got {k}")
         scores = self.scores(outputs)
         k = min(k, scores.size)
-        best = np.argpartition(-scores, k - 1)[:k]
-        best = best[np.lexsort((best, -scores[best]))]
+        # Every class scoring at least the k-th best score, not argpartition's k: with ties at the cut it
+        # keeps an arbitrary one of the tied classes. Candidates come in id order; the lexsort is stable.
+        kth = np.partition(scores, scores.size - k)[scores.size - k]
+        candidates = np.flatnonzero(scores >= kth)
+        best = candidates[np.lexsort((candidates, -scores[candidates]))][:k]
         return [ClassScore(int(i), label_of(self.labels, int(i)), float(scores[i]))
                 for i in best if scores[i] >= threshold]
