@@ -66,8 +66,8 @@ def _spatial(node: OpNode) -> tuple[list[int], list[int], list[int]]:
 @_op("top.Conv")
 def _conv(run: _Run, node: OpNode, args: list) -> np.ndarray:
     where = _where(node)
-    x, w, b = (args + [None])[:3]
-    tx, tw, tb = (run.operand_types(node) + [None])[:3]
+    x, w, b = [*args, None][:3]
+    tx, tw = run.operand_types(node)[:2]
     stride, pads, kernel = _spatial(node)
     dilation = shapes.int_list(node.attrs.get("dilations", [1, 1]), 2, where, "dilations", 1)
     group = node.attrs.get("group")
@@ -127,8 +127,8 @@ def _integer_result(acc: np.ndarray, node: OpNode, tx: TensorType, tw: TensorTyp
 @_op("top.MatMul")
 def _matmul(run: _Run, node: OpNode, args: list) -> np.ndarray:
     where = _where(node)
-    a, b, bias = (args + [None])[:3]
-    ta, tb, _ = (run.operand_types(node) + [None])[:3]
+    a, b, bias = [*args, None][:3]
+    ta, tb = run.operand_types(node)[:2]
     attrs = node.attrs
     left_t, right_t, out_t_flag = (bool(attrs.get(k, False)) for k in
                                    ("left_transpose", "right_transpose", "output_transpose"))
@@ -167,7 +167,8 @@ def _requant_int(run: _Run, node: OpNode, args: list) -> np.ndarray:
     (x,) = args
     mode = node.attrs.get("quant_mode")
     if mode != "MultiplierShift":
-        raise TpuLangError(f"{where}: quant_mode {mode!r} is not supported by this executor (MultiplierShift is)")
+        raise TpuLangError(f"{where}: quant_mode {mode!r} is not supported by this executor "
+                           f"(MultiplierShift is)")
     axis = shapes.axis_in_range(getattr(node.attrs.get("rq_axis"), "value", 1), x.ndim, where)
     muls = np.asarray(node.attrs.get("multiplier", []), dtype=np.int64)
     rshift = np.asarray(node.attrs.get("rshift", []), dtype=np.int64)
@@ -257,7 +258,8 @@ def execute(module: Module, weights: Mapping[str, np.ndarray], inputs: Mapping[s
             except (ValueError, TypeError, IndexError, OverflowError) as exc:
                 raise TpuLangError(f"{where}: {exc}") from exc
             if array.dtype != node.result.np_dtype:
-                raise TpuLangError(f"{where}: produced {array.dtype}, the result type says {node.result.dtype}")
+                raise TpuLangError(f"{where}: produced {array.dtype}, the result type says "
+                                   f"{node.result.dtype}")
         values[node.name] = array
         run.types[node.name] = node.result
     if keep_all:

@@ -59,7 +59,8 @@ def _avgpool(run: _Run, node: OpNode, args: list) -> np.ndarray:
         pad_cells = (kernel[0] * kernel[1] - counts) if node.attrs.get("count_include_pad") else 0
         return kernels.saturate(kernels.round_div(sums + zp * pad_cells, counts, mode), node.result.np_dtype)
     if in_q is None or out_q is None or in_q.axis is not None or out_q.axis is not None:
-        raise TpuLangError(f"{_where(node)}: avgpool between different per-channel quantizations is not supported")
+        raise TpuLangError(f"{_where(node)}: avgpool between different per-channel quantizations is not "
+                           f"supported")
     real = (sums / counts - in_q.zero_points[0]) * in_q.scales[0]
     q = kernels.round_float(real / out_q.scales[0], mode) + out_q.zero_points[0]
     return kernels.saturate(q, node.result.np_dtype)
@@ -104,7 +105,8 @@ def _add(run: _Run, node: OpNode, args: list) -> np.ndarray:
         return kernels.saturate(a.astype(np.int64) + b.astype(np.int64), out_t.np_dtype)
     else:
         if any(t.quant is None or t.quant.axis is not None for t in (ta, tb, out_t)):
-            raise TpuLangError(f"{where}: quantized add needs per-tensor scales on both inputs and the result")
+            raise TpuLangError(f"{where}: quantized add needs per-tensor scales on both inputs and the "
+                               f"result")
         real = sum((v.astype(np.float64) - t.quant.zero_points[0]) * t.quant.scales[0]
                    for v, t in ((a, ta), (b, tb)))
         q = kernels.round_float(real / out_t.quant.scales[0], "HalfAwayFromZero") + out_t.quant.zero_points[0]

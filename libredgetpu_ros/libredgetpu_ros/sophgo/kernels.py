@@ -129,8 +129,9 @@ def matmul_int(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a, b)
 
 
-def pool_taps(x: np.ndarray, kernel: list[int], stride: list[int], pads: list[int], ceil_extra: tuple[int, int],
-              out_hw: tuple[int, int], pad_value: float | int, reduce: str) -> np.ndarray:
+def pool_taps(x: np.ndarray, kernel: list[int], stride: list[int], pads: list[int],
+              ceil_extra: tuple[int, int], out_hw: tuple[int, int], pad_value: float | int,
+              reduce: str) -> np.ndarray:
     """Max or sum over each window; ``ceil_extra`` pads the bottom/right further for ceil_mode."""
     padded = _pad(x, [pads[0], pads[1], pads[2] + ceil_extra[0], pads[3] + ceil_extra[1]], pad_value)
     win = _windows(padded, (kernel[0], kernel[1]), stride, [1, 1], out_hw)
