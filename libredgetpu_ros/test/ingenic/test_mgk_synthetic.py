@@ -10,6 +10,8 @@ import sys
 import numpy as np
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from libredgetpu_ros.cli.main import main
 from libredgetpu_ros.errors import ConfigError, ModelFormatError
 from libredgetpu_ros.ingenic import load_mgk, load_table, parse_table
@@ -202,3 +204,35 @@ def test_table_files(tmp_path, synthetic):
     doc["layers"][0]["scale_group"] = 99
     with pytest.raises(ConfigError, match="scale_group 99, the file has 6"):
         load_mgk(synthetic.data, parse_table(doc))
+
+
+_TABLE_KEYS = st.sampled_from(["name", "offset", "size", "layout", "shape", "scale_group", "format_value",
+                               "dtype_value", "layer_id", "layers", "weights_base", "after_elf", "x"])
+_yaml_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**45, 2**45) | st.text(max_size=12)
+    | st.sampled_from(["nmhwsoib2", "raw", "auto", "gru_bidirectional", "layer_4_x"]),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(_TABLE_KEYS, inner, max_size=6),
+    max_leaves=25)
+
+
+_near_valid = st.fixed_dictionaries({"layers": st.lists(st.fixed_dictionaries(
+    {"name": st.sampled_from(["layer_4_a", "layer_46_gru", "b"]),
+     "offset": st.integers(0, 4096) | st.integers(-2, 1 << 41),
+     "size": st.sampled_from([1024, 4096, 12864, 448, 0, True]) | st.integers(-1, 1 << 20)},
+    optional={"layout": st.sampled_from(
+        ["auto", "nmhwsoib2", "raw", "gru_bidirectional", "gru_unidirectional", "conv"]),
+        "shape": st.lists(st.integers(-1, 70), min_size=3, max_size=5), "scale_group": st.integers(-1, 9),
+        "format_value": st.integers(-3, 20)}), min_size=1, max_size=3, unique_by=lambda d: d["name"])},
+    optional={"weights_base": st.dictionaries(st.sampled_from(["offset", "after_elf", "y"]),
+                                              st.integers(-1, 1 << 41), max_size=2)})
+
+
+@settings(max_examples=600, deadline=1000, suppress_health_check=[HealthCheck.too_slow])
+@given(doc=_yaml_values | _near_valid)
+def test_fuzzed_tables_parse_or_give_config_errors(doc):
+    """Any YAML-shaped document: a table, or a ConfigError naming the field (1 s per case)."""
+    try:
+        table = parse_table(doc, "fuzz.yaml")
+    except ConfigError:
+        return
+    assert table.layers and all(layer.size > 0 for layer in table.layers)
