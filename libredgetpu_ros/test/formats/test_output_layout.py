@@ -84,3 +84,66 @@ def test_fix_int8_sign():
     np.testing.assert_array_equal(fix_int8_sign(device), cpu)
     with pytest.raises(TypeError):
         fix_int8_sign(cpu)
+
+
+def _reference_relayout(src: np.ndarray, layer: Layer) -> np.ndarray:
+    """The previous implementation (one (y, x, z) byte index, gathered at once): the bit-exact reference."""
+    from libredgetpu_ros.formats.layout import element_offsets
+
+    z_bytes = layer.z_dim * layer.element_size
+    if is_dense(layer):
+        return src[:layer.y_dim * layer.x_dim * z_bytes].reshape(layer.y_dim, layer.x_dim, z_bytes)
+    starts = element_offsets(layer) * layer.element_size
+    return src[starts[:, :, None] + np.arange(z_bytes, dtype=np.int64)[None, None, :]]
+
+
+def _fixture_output_layers(fixtures_dir) -> list[Layer]:
+    layers = []
+    for path in sorted(fixtures_dir.glob("*/*_edgetpu.tflite")):
+        model = load_model(path)
+        for op in model.edgetpu_ops():
+            for exe in model.darwinn(op).executables:
+                layers += exe.output_layers
+    return layers
+
+
+def test_relayout_is_bit_exact_with_the_reference_on_every_fixture_layer(fixtures_dir):
+    """The row-gather relayout vs the previous byte-index one, on random device bytes (padding included),
+    for every output layer shape of the fixtures (tiled and dense), twice (the second call is cached)."""
+    layers = _fixture_output_layers(fixtures_dir)
+    shapes = {(la.y_dim, la.x_dim, la.z_dim) for la in layers}
+    assert {(10, 10, 1280), (19, 19, 576), (1, 1917, 91), (31, 41, 17), (33, 33, 256)} <= shapes
+    rng = np.random.default_rng(5)
+    for layer in layers:
+        for _ in range(2):
+            src = rng.integers(0, 256, layer.size_bytes + 7, dtype=np.uint8)
+            out = relayout_output(src, layer)
+            ref = _reference_relayout(src, layer)
+            assert out.dtype == np.uint8 and out.shape == ref.shape
+            np.testing.assert_array_equal(out, ref, err_msg=layer.name)
+
+
+def test_relayout_is_bit_exact_on_random_tilings():
+    """Hand-made tilings (tile sizes that do not divide the dims, z padding) against the reference."""
+    rng = np.random.default_rng(9)
+    for _ in range(50):
+        y, x, z = (int(v) for v in rng.integers(1, 40, 3))
+        ty, tx = int(rng.integers(1, y + 1)), int(rng.integers(1, x + 1))
+        zpad = z + int(rng.integers(0, 5))
+        tiles_y, tiles_x = -(-y // ty), -(-x // tx)
+        tile_bytes = [min(ty, y - (t // tiles_x) * ty) * min(tx, x - (t % tiles_x) * tx) * zpad
+                      for t in range(tiles_y * tiles_x)]
+        i32 = lambda v: np.asarray(v, np.int32)  # noqa: E731
+        layout = OutputLayout(
+            y_coordinate_to_linear_tile_id_map=i32([(j // ty) * tiles_x for j in range(y)]),
+            x_coordinate_to_linear_tile_id_map=i32([i // tx for i in range(x)]),
+            linearized_tile_byte_offset=i32(np.concatenate([[0], np.cumsum(tile_bytes)[:-1]])),
+            x_coordinate_to_local_byte_offset=i32([(i % tx) * zpad for i in range(x)]),
+            y_coordinate_to_local_y_offset=i32([j % ty for j in range(y)]),
+            x_coordinate_to_local_y_row_size=i32([min(tx, x - (i // tx) * tx) * zpad for i in range(x)]),
+        )
+        layer = Layer("t", sum(tile_bytes), (1, y, x, z), 0, 1.0, DataType.FIXED_POINT8, output_layout=layout)
+        src = rng.integers(0, 256, layer.size_bytes, dtype=np.uint8)
+        np.testing.assert_array_equal(relayout_output(src, layer), _reference_relayout(src, layer))
+        dense = rng.integers(0, 256, (y, x, z), dtype=np.uint8)
+        np.testing.assert_array_equal(relayout_output(tile_output(dense, layer), layer), dense)
