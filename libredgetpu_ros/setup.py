@@ -30,6 +30,7 @@ setup(
             # Node executables for `ros2 run libredgetpu_ros <name>` and the launch files.
             "perception_node = libredgetpu_ros.ros.perception_node:main",
             "control_node = libredgetpu_ros.ros.control_node:main",
+            "spu_node = libredgetpu_ros.ros.spu.node:main",
         ],
     },
 )

@@ -123,11 +123,21 @@ class IOSpec:
         return sorted(names, key=str)
 
     def latched_inputs(self) -> list[VectorSpec]:
-        return [self.inputs[k] for k in self.latched_input_names()]
+        """Inputs that feed only output-less sequences (the SPU's latched inputs), in declaration order.
+
+        Structural, unlike femtorun's ``latched_input_names`` (which also counts complex-sequence inputs
+        and inputs in no sequence)."""
+        feeds: dict[Any, list[bool]] = {}
+        for seq in self.sequences:
+            for node, _ in seq.inputs:
+                feeds.setdefault(node, []).append(bool(seq.outputs))
+        return [v for k, v in self.inputs.items() if k in feeds and not any(feeds[k])]
 
     def streaming_inputs(self) -> list[VectorSpec]:
-        latched = set(self.latched_input_names())
-        return [v for k, v in self.inputs.items() if k not in latched]
+        """Inputs that feed at least one output-producing sequence, in declaration order."""
+        latched = {v.key for v in self.latched_inputs()}
+        return [v for k, v in self.inputs.items() if k not in latched and any(
+            k in dict(s.inputs) for s in self.sequences if s.outputs)]
 
     def describe(self) -> dict:
         """JSON-ready summary (the ``iospec check --json`` output)."""

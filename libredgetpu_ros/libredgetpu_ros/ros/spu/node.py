@@ -1,0 +1,335 @@
+"""SPU lifecycle node: a Femtosense SPU program (IOSpec + runner) on ROS topics.
+
+- Every streaming input of the IOSpec is a topic ``~/in/<name>`` (``sensor_msgs/JointState``: header +
+  ``position``, see ``io.py``); values are checked (exactly ``length``, finite), quantized with the input's
+  scale / zero point and padded to ``padded_length``.
+- Every output is published on ``~/out/<name>`` (dequantized, ``length`` values) with the header of the input
+  that completed its sequence.
+- Latched inputs (sequences without outputs) come from the parameter ``latched.<name>`` (0 at configure, as
+  on the SPU) or the transient-local topic ``~/in/<name>``; either may change at any time.
+- Each input passes the sequence engine first (femtorun's rules; with ``strict`` also the SPU firmware's
+  declared order). A violation is rejected with the rule broken (logged, counted in ``/diagnostics``),
+  never reordered, and leaves the engine and the runner as they were.
+- ``~/reset`` (std_srvs/Trigger) resets the SPU and drops partial sequences; latched values are sent again.
+- configure loads the IOSpec and opens the runner; cleanup closes them. One single-threaded executor: the
+  callbacks never run concurrently, so engine and runner need no lock.
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import partial
+from typing import Any
+
+import numpy as np
+import rclpy
+import rclpy.exceptions
+from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
+from rclpy.executors import ExternalShutdownException
+from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
+from rclpy.lifecycle import Node as LifecycleNode
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from std_srvs.srv import Trigger
+
+from libredgetpu_ros.errors import ConfigError, IOSpecError, LibrEdgeTpuError, SpuSequenceError
+from libredgetpu_ros.femto import SequenceEngine, load_iospec
+from libredgetpu_ros.femto.iospec import IOSpec, VectorSpec
+from libredgetpu_ros.femto.runner import SpuRunner, open_runner
+from libredgetpu_ros.femto.vectors import dequantize, prepare_input
+from libredgetpu_ros.ros import diagnostics
+from libredgetpu_ros.ros.environment import apply_localhost_only
+from libredgetpu_ros.ros.spinning import spin_with_companions
+from libredgetpu_ros.ros.spu.io import topic_names, values_of, vector_msg
+from libredgetpu_ros.ros.spu.params import LATCHED_PREFIX, PARAM_TABLE, SpuConfig
+
+NODE_NAME = "spu"
+
+
+class SpuNode(LifecycleNode):
+    """Lifecycle node running one SPU program; see the module docstring."""
+
+    def __init__(self, node_name: str = NODE_NAME, **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        PARAM_TABLE.declare(self)
+        self._table_validator = PARAM_TABLE.validator(lambda: self._spec is not None)
+        self.add_on_set_parameters_callback(self._validate_parameters)
+        self.add_post_set_parameters_callback(self._apply_parameters)
+        self._cfg: SpuConfig | None = None
+        self._spec: IOSpec | None = None
+        self._engine: SequenceEngine | None = None
+        self._runner: SpuRunner | None = None
+        self._inputs: dict[str, VectorSpec] = {}
+        self._outputs: dict[str, VectorSpec] = {}
+        self._latched: dict[str, np.ndarray] = {}   # latched input -> current real values
+        self._in_topics: dict[str, str] = {}
+        self._out_pubs: dict[str, Any] = {}
+        self._subs: list[Any] = []
+        self._entities: list[Any] = []
+        self._diag_pub: Any = None
+        self.counters = diagnostics.Counters()
+        self.last_rejection = ""
+        self.rejected = 0
+        self._rejections_at_last_report = 0
+
+    # ----- lifecycle ------------------------------------------------------------------------------
+
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        try:
+            cfg = PARAM_TABLE.read(self)
+            if not cfg.iospec:
+                raise ConfigError("parameter iospec is empty: give the IOSpec YAML of the SPU program")
+            spec = load_iospec(cfg.iospec)
+            engine = SequenceEngine(spec, strict=cfg.strict)
+            in_topics = topic_names(list(spec.inputs.values()), "in")
+            out_topics = topic_names(list(spec.outputs.values()), "out")
+            runner = open_runner(cfg.runner, spec, **cfg.runner_options())
+        except LibrEdgeTpuError as exc:
+            self.get_logger().error(f"configure failed: {exc}")
+            return TransitionCallbackReturn.FAILURE
+        self._cfg, self._spec, self._engine, self._runner = cfg, spec, engine, runner
+        self._inputs = {v.name: v for v in spec.inputs.values()}
+        self._outputs = {v.name: v for v in spec.outputs.values()}
+        self._in_topics = in_topics
+        qos = QoSProfile(depth=cfg.qos_depth, reliability=ReliabilityPolicy.RELIABLE)
+        self._out_pubs = {name: self.create_lifecycle_publisher(JointState, out_topics[name], qos)
+                          for name in self._outputs}
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._entities = [self.create_service(Trigger, "~/reset", self._on_reset),
+                          self.create_timer(cfg.diagnostics_period, self._publish_diagnostics)]
+        self.counters = diagnostics.Counters()
+        self.last_rejection, self.rejected, self._rejections_at_last_report = "", 0, 0
+        self._latched = {}
+        for vec in spec.latched_inputs():
+            name = LATCHED_PREFIX + vec.name
+            try:
+                if not self.has_parameter(name):
+                    self.declare_parameter(name, [0.0] * vec.length, ParameterDescriptor(
+                        description=f"latched input {vec.name!r} ({vec.length} values); set at any time"))
+                values = np.asarray(self.get_parameter(name).value or [0.0] * vec.length, dtype=np.float64)
+            except (rclpy.exceptions.ParameterException, TypeError, ValueError) as exc:
+                values, error = None, f"{type(exc).__name__}: {exc}"
+            else:
+                error = self._write_latched(vec.name, values, "parameter")
+            if error:
+                self.get_logger().error(f"configure failed: {name}: {error}")
+                self.teardown()
+                return TransitionCallbackReturn.FAILURE
+        streaming = [v.name for v in spec.streaming_inputs()]
+        self.get_logger().info(
+            f"configured: {spec.origin} on runner {runner.describe()}; streaming {streaming}, latched "
+            f"{list(self._latched)}, outputs {list(self._outputs)}, strict={cfg.strict}")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        assert self._cfg is not None and self._spec is not None
+        streaming_qos = QoSProfile(depth=self._cfg.qos_depth, reliability=ReliabilityPolicy.RELIABLE)
+        latched_qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                                 durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        for vec in self._spec.streaming_inputs():
+            self._subs.append(self.create_subscription(
+                JointState, self._in_topics[vec.name], partial(self._on_input, vec.name), streaming_qos))
+        for name in self._latched:
+            self._subs.append(self.create_subscription(
+                JointState, self._in_topics[name], partial(self._on_latched_msg, name), latched_qos))
+        self.get_logger().info(f"active: {[s.topic_name for s in self._subs]}")
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._drop_subscriptions()
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.teardown()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.teardown()
+        return TransitionCallbackReturn.SUCCESS
+
+    def _drop_subscriptions(self) -> None:
+        subs, self._subs = self._subs, []
+        for sub in subs:
+            self.destroy_subscription(sub)
+
+    def teardown(self) -> None:
+        """Drop what configure made and close the runner (idempotent)."""
+        self._drop_subscriptions()
+        for entity in self._entities:
+            if hasattr(entity, "cancel"):
+                entity.cancel()
+                self.destroy_timer(entity)
+            else:
+                self.destroy_service(entity)
+        self._entities = []
+        for pub in self._out_pubs.values():
+            self.destroy_lifecycle_publisher(pub)
+        self._out_pubs = {}
+        if self._diag_pub is not None:
+            self.destroy_publisher(self._diag_pub)
+            self._diag_pub = None
+        for name in list(self._latched):
+            if self.has_parameter(LATCHED_PREFIX + name):
+                self.undeclare_parameter(LATCHED_PREFIX + name)
+        self._latched = {}
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            runner.close()
+        self._spec = self._engine = self._cfg = None
+
+    # ----- parameters -----------------------------------------------------------------------------
+
+    def _validate_parameters(self, params: list[Parameter]) -> SetParametersResult:
+        result = self._table_validator(params)
+        if not result.successful:
+            return result
+        for p in params:
+            if p.name.startswith(LATCHED_PREFIX):
+                vec = self._inputs.get(p.name[len(LATCHED_PREFIX):])
+                if vec is None:
+                    return SetParametersResult(successful=False, reason=f"{p.name}: no such latched input")
+                try:
+                    prepare_input(np.asarray(p.value, dtype=np.float64), vec)
+                except (IOSpecError, TypeError, ValueError) as exc:
+                    self._reject("bad_input", f"{p.name}: {exc}")
+                    return SetParametersResult(successful=False, reason=f"{p.name}: {exc}")
+        return SetParametersResult(successful=True)
+
+    def _apply_parameters(self, params: list[Parameter]) -> None:
+        for p in params:
+            name = p.name[len(LATCHED_PREFIX):]
+            if p.name.startswith(LATCHED_PREFIX) and name in self._latched:
+                self._write_latched(name, np.asarray(p.value, dtype=np.float64), "parameter")
+
+    # ----- inputs ---------------------------------------------------------------------------------
+
+    def _reject(self, cause: str, text: str) -> None:
+        self.counters.add(f"rejected.{cause}")
+        self.rejected += 1
+        self.last_rejection = text
+        self.get_logger().warning(f"rejected ({cause}): {text}")
+
+    def _send(self, name: str, values: np.ndarray, what: str) -> list | None:
+        """Check, quantize, pass the engine then the runner; None when rejected (state unchanged)."""
+        engine, runner = self._engine, self._runner
+        if engine is None or runner is None:
+            return None
+        try:
+            q = prepare_input(values, self._inputs[name])
+        except IOSpecError as exc:
+            self._reject("bad_input", f"{what}: {exc}")
+            return None
+        try:
+            fired = engine.send(name, atomic=True)
+        except SpuSequenceError as exc:
+            self._reject(exc.rule, f"{what}: {exc}")
+            return None
+        try:
+            runner.send(name, q)
+        except LibrEdgeTpuError as exc:  # engine and runner disagree now: start both again
+            self.counters.add("runner_errors")
+            self.get_logger().error(f"runner failed on {what}: {exc}; resetting the SPU")
+            self._reset_spu()
+            return None
+        self.counters.add("inputs_accepted")
+        return fired
+
+    def _write_latched(self, name: str, values: np.ndarray, source: str) -> str | None:
+        fired = self._send(name, values, f"latched input {name!r} from {source}")
+        if fired is None:
+            return self.last_rejection or "not configured"
+        self._latched[name] = np.array(values, dtype=np.float64)
+        self.counters.add("latched_updates")
+        return None
+
+    def _on_latched_msg(self, name: str, msg: JointState) -> None:
+        self._write_latched(name, values_of(msg), "topic")
+
+    def _on_input(self, name: str, msg: JointState) -> None:
+        fired = self._send(name, values_of(msg), f"input {name!r}")
+        if not fired:
+            return
+        ready = self._engine.recv()
+        if not ready:
+            return
+        produced = self._runner.recv()
+        for out in ready:
+            vec = self._outputs[out]
+            q = produced.get(out)
+            if q is None:
+                self.counters.add("runner_errors")
+                self.get_logger().error(f"runner produced no {out!r} although its sequence completed")
+                continue
+            self._out_pubs[out].publish(vector_msg(msg.header.stamp, msg.header.frame_id,
+                                                   dequantize(np.asarray(q)[: vec.length], vec)))
+            self.counters.add("outputs_published")
+
+    # ----- reset and diagnostics --------------------------------------------------------------------
+
+    def _reset_spu(self) -> None:
+        if self._engine is None or self._runner is None:
+            return
+        self._engine.reset()
+        self._runner.reset()
+        for name, values in list(self._latched.items()):
+            self._send(name, values, f"latched input {name!r} after reset")
+        self.counters.add("resets")
+
+    def _on_reset(self, req: Trigger.Request, resp: Trigger.Response) -> Trigger.Response:
+        if self._engine is None:
+            resp.success, resp.message = False, "node is not configured"
+            return resp
+        self._reset_spu()
+        resp.success = True
+        resp.message = f"SPU reset; partial sequences dropped; latched inputs re-sent: {list(self._latched)}"
+        return resp
+
+    def diagnostics_values(self) -> dict[str, object]:
+        spec, runner, cfg = self._spec, self._runner, self._cfg
+        values: dict[str, object] = {
+            "iospec": spec.origin if spec else "", "runner": runner.name if runner else "",
+            "strict": cfg.strict if cfg else "", "inputs_accepted": self.counters.get("inputs_accepted"),
+            "outputs_published": self.counters.get("outputs_published"),
+            "latched_updates": self.counters.get("latched_updates"),
+            "rejected": self.rejected, "resets": self.counters.get("resets"),
+            "runner_errors": self.counters.get("runner_errors"),
+        }
+        for rule in ("bad_input", "declared-order", "unread-outputs", "too-many-inputs", "not-an-input",
+                     "unknown-name", "output-producers"):
+            values[f"rejected.{rule}"] = self.counters.get(f"rejected.{rule}")
+        values["last_rejection"] = self.last_rejection
+        return values
+
+    def _publish_diagnostics(self) -> None:
+        if self._diag_pub is None:
+            return
+        total = self.rejected
+        new = total - self._rejections_at_last_report
+        self._rejections_at_last_report = total
+        level = diagnostics.WARN if new or self.counters.get("runner_errors") else diagnostics.OK
+        message = f"{new} input(s) rejected: {self.last_rejection}" if new else "running"
+        status = diagnostics.status(f"{self.get_fully_qualified_name()}: spu", self._runner.name
+                                    if self._runner else "", level, message, self.diagnostics_values())
+        self._diag_pub.publish(diagnostics.array(self.get_clock().now().to_msg(), [status]))
+
+
+def main(args: list[str] | None = None) -> int:
+    """``ros2 run libredgetpu_ros spu_node`` / ``python -m libredgetpu_ros.ros.spu.node``."""
+    apply_localhost_only()
+    rclpy.init(args=args)
+    node = SpuNode()
+    try:
+        spin_with_companions(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.teardown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
