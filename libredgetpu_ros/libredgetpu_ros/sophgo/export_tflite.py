@@ -79,7 +79,7 @@ class _Exporter:
 
     def conv(self, op, depthwise: bool) -> None:
         where = f"{op.opcode_name} (operator {op.index})"
-        x_t, w_t, b_t = (self.model.tensors[i] for i in op.inputs[:3])
+        x_t, w_t = (self.model.tensors[i] for i in op.inputs[:2])
         y_t = self.model.tensors[op.outputs[0]]
         opts = op.builtin_options
         s_in, zp_in = _quant(x_t, where)
@@ -87,7 +87,8 @@ class _Exporter:
         s_out, zp_out = _quant(y_t, where)
         for t in (x_t, w_t, y_t):
             if t.dtype != np.uint8:
-                raise TpuLangError(f"{where}: tensor {t.name!r} is {t.dtype}; only uint8 models are supported")
+                raise TpuLangError(f"{where}: tensor {t.name!r} is {t.dtype}; only uint8 models are "
+                                   f"supported")
         weight = self.const(op.inputs[1])
         if depthwise:  # [1, kh, kw, C * m] -> [C * m, 1, kh, kw], one group per input channel
             weight = np.ascontiguousarray(weight.transpose(3, 0, 1, 2))
@@ -109,8 +110,7 @@ class _Exporter:
         # The multiplier as XNNPACK computes it: float32 (s_in * s_w) / s_out.
         multiplier = float(np.float32(np.float32(s_in) * np.float32(s_w)) / np.float32(s_out))
         out = ops_quant.requant_fp(acc, multiplier, zp_out, "uint8", out_name=base, round_mode="half_to_even")
-        out.quant = None
-        out.quantization(s_out, zp_out, where)
+        out.set_quantization(s_out, zp_out)
         self.values[op.outputs[0]] = out
 
     def avgpool(self, op) -> None:
@@ -123,8 +123,9 @@ class _Exporter:
         stride = (opts["stride_h"], opts["stride_w"])
         pads = _pads(opts["padding"], (x_t.shape[1], x_t.shape[2]), kernel, stride, (1, 1), where)
         _check_activation(opts.get("fused_activation_function", "NONE"), *_quant(y_t, where), where)
-        self.values[op.outputs[0]] = ops.avgpool2d(self.values[op.inputs[0]], list(kernel), list(stride), pads,
-                                                   out_name=self.name("avgpool"), round_mode="half_up")
+        # TFLite's uint8 average is (sum + count / 2) / count: half up on the non-negative raw sums.
+        self.values[op.outputs[0]] = ops.avgpool2d(self.values[op.inputs[0]], list(kernel), list(stride),
+                                                   pads, out_name=self.name("avgpool"), round_mode="half_up")
 
     def reshape(self, op) -> None:
         x = self.values[op.inputs[0]]
@@ -144,7 +145,8 @@ class _Exporter:
         self.values[op.outputs[0]] = ops.softmax(real, len(x.shape) - 1, out_name=PROBS_NAME)
 
 
-def export_classifier(model_path: str | Path, name: str = "mobilenet") -> tuple[Module, dict[str, np.ndarray]]:
+def export_classifier(model_path: str | Path,
+                      name: str = "mobilenet") -> tuple[Module, dict[str, np.ndarray]]:
     """(module, weights) of the TFLite model as a TOP_QUANTIZED TpuLang graph."""
     model = load_model(Path(model_path))
     if len(model.inputs) != 1 or len(model.outputs) != 1:

@@ -117,6 +117,12 @@ class Tensor:
         self.quant = new
         return self
 
+    def set_quantization(self, scale: Any, zero_point: Any) -> Tensor:
+        """Replace the quantization outright (an exporter labelling an op output with its real scale, where
+        TpuLang's op would leave the placeholder scale 1.0)."""
+        self.quant = make_quant(scale, zero_point, f"Tensor {self.name!r}")
+        return self
+
     def mlir_type(self, ranked: bool) -> TensorType:
         return TensorType(tuple(self.shape) if ranked else None, self.dtype, self.quant)
 
