@@ -7,6 +7,7 @@ top-left block of the N×N template; the rest stays zero.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,36 @@ from libredgetpu_ros.errors import ConfigError, LibrEdgeTpuError, WeightsError
 from libredgetpu_ros.ros.control.codec import JointOrder, to_float32_array, validate_weights_request
 from libredgetpu_ros.ros.control.params import ControlConfig
 from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
+
+REPLY_RECORD_SIZE = 1024  # answers kept per request_id: a retry must come within this many calls
+
+
+class ReplyRecord:
+    """The answers of the last ``size`` ``set_weights`` calls that carried a ``request_id`` (idempotency).
+
+    A reply can be lost in the middleware although the call was applied (issue 18: 6 in 7,146 calls; see
+    docs/control_node.md). A client that retries with the same ``request_id`` gets the recorded answer,
+    flagged ``replayed``, and the swap is not applied a second time.
+    """
+
+    def __init__(self, size: int = REPLY_RECORD_SIZE) -> None:
+        self._size = size
+        self._answers: OrderedDict[str, SetWeights.Response] = OrderedDict()
+
+    def replay(self, request_id: str) -> SetWeights.Response | None:
+        recorded = self._answers.get(request_id)
+        if recorded is None:
+            return None
+        answer = SetWeights.Response()
+        for name in recorded.get_fields_and_field_types():
+            setattr(answer, name, getattr(recorded, name))
+        answer.replayed = True
+        return answer
+
+    def record(self, request_id: str, answer: SetWeights.Response) -> None:
+        self._answers[request_id] = answer  # rclpy builds a fresh response per call: kept as is
+        while len(self._answers) > self._size:
+            self._answers.popitem(last=False)
 
 
 class Controller:
@@ -54,6 +85,8 @@ class Controller:
         if cfg.initial_weights:
             weights = self._load_initial_weights(Path(cfg.initial_weights))
         self.engine.set_weights(self.embed(weights))
+        self.replies = ReplyRecord()
+        self.applied_by: tuple[int, str] = (int(self.engine.version), "")  # (version, its request_id)
 
     def _load_initial_weights(self, path: Path) -> np.ndarray:
         try:
@@ -124,12 +157,16 @@ class Controller:
         verb = "validated (dry run, nothing swapped)" if req.dry_run else "swapped"
         resp.message = (f"{verb}: version {resp.version}, {resp.clipped_count} clipped, max quantization "
                         f"error {resp.max_quantization_error:.3g}")
+        if not req.dry_run:
+            self.applied_by = (resp.version, req.request_id)
         return None
 
     def get_weights(self, resp: GetWeights.Response) -> None:
         weights, bias, version = self.engine.get_weights()
         resp.success, resp.message = True, ""
         resp.version = int(version)
+        applied_version, request_id = self.applied_by
+        resp.last_request_id = request_id if applied_version == resp.version else ""
         resp.rows, resp.cols = self.rows, self.cols
         resp.data = to_float32_array(np.asarray(weights)[: self.rows, : self.cols])
         if bias is not None:

@@ -326,17 +326,23 @@ class ControlNode(LifecycleNode):
         if ctl is None or cfg is None:
             resp.accepted, resp.message = False, "node is not configured"
             return resp
+        swaps = self._swaps
         if req.engine not in ("", cfg.engine_name):
             resp.accepted = False
             resp.message = f"unknown engine {req.engine!r}: this node serves {cfg.engine_name!r} (or use '')"
             resp.version = int(ctl.engine.version)
         else:
             with self._swap_lock:
+                replayed = ctl.replies.replay(req.request_id) if req.request_id else None
+                if replayed is not None:  # a retry: its first copy was handled (and its reply maybe lost)
+                    swaps.replayed += 1
+                    return replayed
                 device_error = ctl.set_weights(req, resp, cfg.clip_policy, t0)
+                if req.request_id:
+                    ctl.replies.record(req.request_id, resp)
             if device_error:
                 self.get_logger().error(device_error)
         resp.total_ms = (time.perf_counter() - t0) * 1e3
-        swaps = self._swaps
         if not resp.accepted:
             swaps.refused += 1
             swaps.last_refusal = resp.message
