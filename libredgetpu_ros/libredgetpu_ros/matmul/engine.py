@@ -32,7 +32,7 @@ from libredgetpu_ros.matmul.twin import DenseQuantization, dense_uint8, dequanti
 
 log = logging.getLogger(__name__)
 
-Backend = Literal["auto", "cpu", "edgetpu"]
+Backend = Literal["auto", "cpu", "edgetpu", "tpulang"]
 # Output rounding: half an output LSB, plus float32 rounding of acc * M (relative 3 * 2**-24 on at most
 # 256 LSB of range, i.e. < 1e-4 LSB), rounded up.
 OUTPUT_ROUNDING_LSB = 0.501
@@ -90,8 +90,8 @@ class MatMulEngine:
     """Runtime weight-swapping ``y = W x + b`` on a Dense(N) template (Edge TPU or its CPU twin)."""
 
     def __init__(self, template: DenseTemplate, backend: Backend = "auto", device: Any = None) -> None:
-        if backend not in ("auto", "cpu", "edgetpu"):
-            raise ConfigError(f"backend must be 'auto', 'cpu' or 'edgetpu', got {backend!r}")
+        if backend not in ("auto", "cpu", "edgetpu", "tpulang"):
+            raise ConfigError(f"backend must be 'auto', 'cpu', 'edgetpu' or 'tpulang', got {backend!r}")
         if backend == "auto":
             backend = "edgetpu" if _edgetpu_attached() else "cpu"
             log.info("MatMulEngine(%s): backend auto -> %s", template.name, backend)
@@ -108,6 +108,11 @@ class MatMulEngine:
             from libredgetpu_ros.matmul.device_runner import EdgeTpuRunner
 
             self._runner = EdgeTpuRunner(template, device)
+            self._runner.upload(blob, 0)
+        elif backend == "tpulang":  # the Dense layer as a TpuLang graph on the NumPy executor (sophgo/)
+            from libredgetpu_ros.sophgo.matmul_runner import TpuLangRunner
+
+            self._runner = TpuLangRunner(template)
             self._runner.upload(blob, 0)
 
     @classmethod
