@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from libredgetpu_ros.ros.params import ParamSpec, ParamTable
 
-BACKENDS = ("auto", "cpu", "edgetpu")
+BACKENDS = ("auto", "cpu", "edgetpu", "tpulang")
 STATE_TYPES = ("float32_multi_array", "joint_state")
 JOINT_FIELDS = ("position", "velocity", "effort")
 CLIP_POLICIES = ("refuse", "clip")
