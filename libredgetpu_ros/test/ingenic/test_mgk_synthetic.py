@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from libredgetpu_ros.errors import ConfigError, ModelFormatError
 from libredgetpu_ros.ingenic import load_mgk, load_table, parse_table
 
 builder = sys.modules["_mgk_builder"]   # loaded by this folder's conftest.py
+HERE = Path(__file__).resolve().parent
 
 
 def _expected(layer) -> dict[str, np.ndarray]:
@@ -236,3 +238,27 @@ def test_fuzzed_tables_parse_or_give_config_errors(doc):
     except ConfigError:
         return
     assert table.layers and all(layer.size > 0 for layer in table.layers)
+
+
+def test_docs_aec_table_reads_a_file_of_that_shape(mips_toolchain, tmp_path):
+    """The seed's AEC offset table, as docs/ingenic.md prints it, parses and drives inspect/extract on a
+    toolchain-built file with a 153,644-byte region 1,792 bytes after the ELF data (random weights)."""
+    docs = (HERE.parents[2] / "docs" / "ingenic.md").read_text()
+    block = docs.split("```yaml\n# The design seed's AEC table", 1)[1].split("```", 1)[0].split("\n", 1)[1]
+    table = parse_table(yaml.safe_load(block), "docs/ingenic.md")
+    assert len(table.layers) == 23 and table.base_after_elf == 1792
+    so = builder.build_shared_object(tmp_path, ["layer_46_QuantizeGRU", "layer_37_QuantizeGRU",
+                                                "layer_4_QuantizeFeature"], [(0.02, 0.02, 0.1, 0.1)] * 3)
+    region = np.random.default_rng(3).integers(-128, 128, 153_644, dtype=np.int8)
+    data = so + bytes(1792) + region.tobytes()
+    model = load_mgk(data, table)
+    assert model.weights_offset == len(so) + 1792 and model.weights_size == 153_644
+    rows = {layer.name: layer for layer in model.layers}
+    assert rows["layer_46_QuantizeGRU"].layout == "gru_bidirectional"
+    assert rows["layer_37_QuantizeGRU"].source == "file+table" and rows["layer_37_QuantizeGRU"].offset == (
+        model.weights_offset + 0x220C0)
+    assert max(layer.offset + layer.size for layer in model.layers) == len(data)
+    arrays, _ = model.extract()
+    np.testing.assert_array_equal(arrays["layer_37_QuantizeGRU.weight_hh"],
+                                  region[0x220C0 + 2048:0x220C0 + 4096].reshape(64, 32))
+    assert arrays["layer_22_feature"].tobytes() == region[0x25140:].tobytes()
