@@ -119,7 +119,9 @@ def relayout_output(raw: bytes | bytearray | memoryview | np.ndarray, layer: Lay
         raise ModelFormatError(
             f"output layer {layer.name!r}: tiled output needs {plan.need} bytes, got {src.size}"
         )
-    windows = np.lib.stride_tricks.sliding_window_view(src[: plan.need], z_bytes)  # a view, no copy
+    # Row i of `windows` is the z_bytes starting at byte i: a view of src (no copy), built with the bare
+    # ndarray constructor because sliding_window_view's own checks cost more than the gather itself here.
+    windows = np.ndarray((plan.need - z_bytes + 1, z_bytes), np.uint8, buffer=src, strides=(1, 1))
     return windows[plan.starts].reshape(y, x, z_bytes)
 
 
