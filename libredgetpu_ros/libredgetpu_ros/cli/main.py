@@ -36,6 +36,8 @@ SUBCOMMANDS: list[tuple[str, str]] = [
     ("iospec", "iospec_cmd"),
     ("mgk", "mgk_cmd"),
     ("tt-worker", "tt_worker_cmd"),
+    ("export-tpulang", "export_tpulang_cmd"),
+    ("tpulang", "tpulang_cmd"),
 ]
 
 

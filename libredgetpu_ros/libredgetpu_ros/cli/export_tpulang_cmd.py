@@ -1,0 +1,62 @@
+"""``libredgetpu-ros export-tpulang``: this package's models as Sophgo TpuLang graphs (Top MLIR + npz)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+HELP = "export the Dense controller or the MobileNet classifier as a TpuLang graph (origin MLIR + weights)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="what", metavar="WHAT", required=True)
+    dense = sub.add_parser("dense", help="a Dense(N) controller: template scales + weights (int8 graph)")
+    dense.add_argument("--template", required=True,
+                       help="template size N or path to dense_N_edgetpu.tflite (scales and zero points)")
+    dense.add_argument("--weights", type=Path, help="float weights .npy (rows, cols); default: template's")
+    dense.add_argument("--bias", type=Path, help="float bias .npy (rows,)")
+    dense.add_argument("--batch", type=int, default=1, help="input rows per call (graph input is batch x N)")
+    classifier = sub.add_parser("classifier", help="a uint8 TFLite classifier (e.g. MobileNet v1 CPU twin)")
+    classifier.add_argument("model", type=Path, help="the .tflite model (CONV_2D, DEPTHWISE_CONV_2D, "
+                            "AVERAGE_POOL_2D, RESHAPE, SOFTMAX)")
+    for p in (dense, classifier):
+        p.add_argument("--out", required=True, type=Path, help="output directory")
+        p.add_argument("--name", help="module name (file prefix); default dense_N / the model's stem")
+        p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from libredgetpu_ros.errors import ConfigError, not_a_file
+    from libredgetpu_ros.sophgo.emitter import save_module
+
+    if args.what == "dense":
+        from libredgetpu_ros.cli.blob_cmd import _load_npy
+        from libredgetpu_ros.matmul import MatMulEngine
+        from libredgetpu_ros.sophgo.export_dense import export_engine
+
+        if args.batch < 1:
+            raise ConfigError(f"--batch must be >= 1, got {args.batch}")
+        template = int(args.template) if str(args.template).isdigit() else Path(args.template)
+        engine = MatMulEngine.from_template(template, backend="cpu")
+        if args.weights is not None or args.bias is not None:
+            weights = _load_npy(args.weights, "weights") if args.weights else engine.get_weights()[0]
+            engine.set_weights(weights, bias=_load_npy(args.bias, "bias") if args.bias else None)
+        module, weights = export_engine(engine, batch=args.batch, name=args.name or engine.template.name)
+    else:
+        from libredgetpu_ros.sophgo.export_tflite import export_classifier
+
+        if not args.model.is_file():
+            raise ConfigError(not_a_file("model", args.model))
+        name = args.name or args.model.stem.replace(".", "_")
+        module, weights = export_classifier(args.model, name=name)
+    mlir_path, npz_path = save_module(module, weights, args.out)
+    summary = {"module": module.name, "state": module.state, "mlir": str(mlir_path), "weights": str(npz_path),
+               "inputs": {n: list(t.shape or ()) for n, t in module.inputs}, "outputs": module.outputs,
+               "ops": sum(1 for node in module.ops if node.kind not in ("top.Input", "top.Weight")),
+               "weight_arrays": len(weights)}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"{module.name}: {summary['ops']} ops, {len(weights)} weights -> {mlir_path}, {npz_path}")
+    return 0

@@ -1,0 +1,78 @@
+"""``libredgetpu-ros tpulang``: conformance tooling for Sophgo TpuLang graphs.
+
+``tpulang replay CASE.json --out DIR`` rebuilds a case from the TpuLang calls it lists and writes the origin
+MLIR + weight npz; ``tpulang run MLIR WEIGHTS.npz INPUTS.npz --out OUT.npz`` parses a Top MLIR file, runs it
+with the NumPy executor and writes the outputs keyed by name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+HELP = "TpuLang tools: replay a CASE.json into MLIR + npz, or run a Top MLIR file on the CPU"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    replay = sub.add_parser("replay", help="rebuild a conformance case through the Python API")
+    replay.add_argument("case", type=Path, help="CASE.json (weights come from the case's weight npz)")
+    replay.add_argument("--out", required=True, type=Path, help="output directory")
+    run_p = sub.add_parser("run", help="execute a Top MLIR file with NumPy")
+    run_p.add_argument("mlir", type=Path, help="the *_origin.mlir file")
+    run_p.add_argument("weights", type=Path, help="its weight .npz")
+    run_p.add_argument("inputs", type=Path, help=".npz of inputs keyed by input name")
+    run_p.add_argument("--out", required=True, type=Path, help="where to write the outputs (.npz)")
+    run_p.add_argument("--all", action="store_true", help="also write every intermediate value")
+    for p in (replay, run_p):
+        p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def load_npz(path: Path, what: str) -> dict:
+    """Arrays of an .npz (no pickles); TpuLangError naming the file otherwise."""
+    import zipfile
+
+    import numpy as np
+
+    from libredgetpu_ros.errors import not_a_file
+    from libredgetpu_ros.sophgo.ir import TpuLangError
+
+    if not path.is_file():
+        raise TpuLangError(not_a_file(what, path))
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise TpuLangError(f"{what} {path}: not a readable .npz ({exc})") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    import time
+
+    import numpy as np
+
+    if args.action == "replay":
+        from libredgetpu_ros.sophgo.replay import replay_to_dir
+
+        mlir_path, npz_path = replay_to_dir(args.case, args.out)
+        summary = {"mlir": str(mlir_path), "weights": str(npz_path)}
+        text = f"wrote {mlir_path} and {npz_path}"
+    else:
+        from libredgetpu_ros.sophgo.executor import execute
+        from libredgetpu_ros.sophgo.parser import load_mlir
+
+        module = load_mlir(args.mlir)
+        weights = load_npz(args.weights, "weights")
+        inputs = load_npz(args.inputs, "inputs")
+        start = time.perf_counter()
+        outputs = execute(module, weights, inputs, keep_all=args.all)
+        elapsed_ms = (time.perf_counter() - start) * 1e3
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(args.out, **outputs)
+        summary = {"module": module.name, "out": str(args.out), "elapsed_ms": round(elapsed_ms, 3),
+                   "outputs": {k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in outputs.items()
+                               if k in module.outputs}}
+        text = f"{module.name}: {len(outputs)} arrays -> {args.out} ({elapsed_ms:.1f} ms)"
+    print(json.dumps(summary, indent=2) if args.json else text)
+    return 0
