@@ -28,7 +28,7 @@ Cases run in a forked worker whose address space is capped (RLIMIT_AS = its size
 exhausting the machine. The parent allows every case ``time_limit_s``; a slower case is a hang: the worker
 is killed and a fresh one goes on with the next case. A worker that dies otherwise (signal) is a crash.
 ``FuzzReport``: cases, accepted, refused (typed), untyped, hangs, crashes, the first failures (case number,
-kind, message), the slowest case, and the workers' peak RSS.
+kind, message), the slowest case, and the workers' RSS at start and at peak.
 """
 
 from __future__ import annotations
@@ -137,6 +137,7 @@ class FuzzReport:
     failures: list[tuple[int, str, str]] = field(default_factory=list)  # (case, kind, message), first 10
     slowest: tuple[float, int] = (0.0, -1)  # (seconds, case)
     peak_rss_mb: float = 0.0
+    start_rss_mb: float = 0.0  # a worker's RSS when it starts (inherited from the parent by fork)
     wall_s: float = 0.0
     last: Outcome | None = None  # the latest case's outcome (run_guarded returns it)
 
@@ -158,7 +159,7 @@ class FuzzReport:
         lines = [f"{self.target}: {self.cases} cases in {self.wall_s:.1f} s: {c['accepted']} accepted, "
                  f"{c['refused']} refused (typed), {c['untyped']} untyped, {c['hang']} hangs, "
                  f"{c['crash']} crashes; slowest case {self.slowest[1]} {self.slowest[0] * 1e3:.1f} ms; "
-                 f"worker peak RSS {self.peak_rss_mb:.0f} MB"]
+                 f"worker RSS {self.start_rss_mb:.0f} MB at start, peak {self.peak_rss_mb:.0f} MB"]
         lines += [f"  case {i}: {kind}: {msg}" for i, kind, msg in self.failures]
         return "\n".join(lines)
 
@@ -187,8 +188,14 @@ def _limit_memory(memory_limit_mb: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / (1 << 20)
+
+
 def _worker(conn: Any, target: FuzzTarget, seed: int, first: int, end: int, memory_limit_mb: int,
             fixed: bytes | None) -> None:
+    conn.send(("start", _rss_mb()))
     _limit_memory(memory_limit_mb)
     for i in range(first, end):
         data = fixed if fixed is not None else target.case(seed, i)
@@ -235,6 +242,9 @@ def _drive(target: FuzzTarget, seed: int, first: int, end: int, time_limit_s: fl
                     report.add(nxt, Outcome("crash", f"worker exit code {proc.join(5) or proc.exitcode}"))
                     nxt += 1
                     break
+                if msg[0] == "start":
+                    report.start_rss_mb = max(report.start_rss_mb, msg[1])
+                    continue
                 if msg[0] == "end":
                     report.peak_rss_mb = max(report.peak_rss_mb, msg[1])
                     nxt = end
