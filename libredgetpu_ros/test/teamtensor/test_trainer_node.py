@@ -1,0 +1,137 @@
+"""The online-learning loop across processes: samples -> trainer node -> tt-worker (UDP) -> set_weights.
+
+Four processes: ``tt-worker``, the control node (CPU twin of the Dense(256) template, 3 states -> 2
+commands), the trainer node, and this test, which drives both lifecycles over DDS, streams samples of
+``y = W·x + b`` to the trainer and a fixed state to the control node. Before training the control node's
+command is zero; after the trainer has pushed the worker's weights it is ``W·x + b`` within the template's
+quantization and the training error, and the weights the control node reports equal the trained weights the
+trainer serves (to one int8 step).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
+
+TESTS = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("_control_harness", TESTS / "ros" / "_control_harness.py")
+harness = sys.modules.setdefault("_control_harness", importlib.util.module_from_spec(_spec))
+_spec.loader.exec_module(harness)
+
+T_CONFIGURE, T_ACTIVATE = 1, 3
+CTL, TRAINER = "/ctl/control_node", "/tt/trainer_node"
+STATE = np.array([0.6, -0.4, 0.8], np.float32)
+COMMAND_TOLERANCE = 0.03  # |command - (W·x + b)|: output step 0.019 + input rounding + training error
+WEIGHT_TOLERANCE = 0.003  # trained vs true weights (the template's weights span only about ±0.1)
+TRAINED_MSE = 1e-4
+
+
+def _worker_port(log: Path, timeout: float = 30.0) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.exists():
+            for line in log.read_text().splitlines():
+                if line.startswith('{"listening"'):
+                    return int(json.loads(line)["listening"]["port"])
+        time.sleep(0.05)
+    raise TimeoutError(f"tt-worker did not report its port in {log}")
+
+
+def test_trainer_pushes_trained_weights_into_a_running_control_node(ros_env):
+    from lifecycle_msgs.srv import ChangeState
+    from std_msgs.msg import Float32MultiArray
+
+    from libredgetpu_ros_interfaces.srv import GetWeights
+
+    ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.cli.main", "tt-worker", "--port", "0", "--json",
+                   "--learning-rate", "0.1"], "tt_worker")
+    port = _worker_port(ros_env.work_dir / "tt_worker.log")
+    ros_env.spawn([sys.executable, "-m", harness.CONTROL_NODE_MODULE, "--ros-args", "-r", "__ns:=/ctl",
+                   "-p", "backend:=cpu", "-p", "template:=256", "-p", "state_size:=3",
+                   "-p", "command_size:=2", "-p", "stale_timeout:=30.0"], "control_node")
+    ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.ros.trainer.node", "--ros-args", "-r", "__ns:=/tt",
+                   "-p", f"worker_port:={port}", "-p", "input_size:=3", "-p", "output_size:=2",
+                   "-p", "batch_size:=16", "-p", "push_period:=0.5", "-p", "metrics_period:=0.3",
+                   "-p", "retransmit_timeout:=0.02", "-p", f"set_weights_service:={CTL}/set_weights"],
+                  "trainer_node")
+    ctl = harness.ControlHarness(ros_env.init_rclpy(), CTL)
+    try:
+        node = ctl.node
+        trainer_state = node.create_client(ChangeState, f"{TRAINER}/change_state")
+        trainer_weights = node.create_client(GetWeights, f"{TRAINER}/get_weights")
+        metrics: list[dict[str, float]] = []
+
+        def on_metrics(msg) -> None:
+            names = msg.layout.dim[0].label.split(",")
+            metrics.append(dict(zip(names, msg.data, strict=True)))
+
+        node.create_subscription(Float32MultiArray, f"{TRAINER}/metrics", on_metrics, 10)
+        samples_pub = node.create_publisher(Float32MultiArray, "/tt/samples", 100)
+        state_pub = node.create_publisher(Float32MultiArray, "/ctl/state", 10)
+
+        assert ctl.transition(T_CONFIGURE) and ctl.transition(T_ACTIVATE)
+        first = ctl.get_weights()
+        w_max = np.frombuffer(first.weight_max, np.float32)
+        rng = np.random.default_rng(5)
+        w_true = (rng.uniform(-0.9, 0.9, size=(2, 3)) * w_max[:, None]).astype(np.float32)
+        b_true = np.array([0.2, -0.1], np.float32)
+        for transition in (T_CONFIGURE, T_ACTIVATE):
+            req = ChangeState.Request()
+            req.transition.id = transition
+            assert ctl.call(trainer_state, req).success, "trainer transition failed (see its log)"
+
+        def publish_state() -> None:
+            msg = Float32MultiArray()
+            msg.data = STATE.tolist()
+            state_pub.publish(msg)
+
+        publish_state()
+        ctl.wait_for(lambda: len(ctl.recorded.plain_commands) > 0, 20.0, "a command before training")
+        before = ctl.recorded.plain_commands[-1]
+        assert np.abs(before).max() < 1e-6, before  # zero weights, no bias yet
+
+        expected = w_true @ STATE + b_true
+        w_min = np.frombuffer(first.weight_min, np.float32)
+        step = float((w_max - w_min).max()) / 255.0  # one int8 step of the template's weights
+        deadline = time.monotonic() + 60.0
+        sample = Float32MultiArray()
+
+        def control_weights():
+            resp = ctl.get_weights()
+            return resp.version, np.frombuffer(resp.data, np.float32).reshape(resp.rows, resp.cols)
+
+        while True:
+            for _ in range(64):  # ~4 batches of samples per round
+                x = rng.uniform(-1.0, 1.0, 3).astype(np.float32)
+                sample.data = np.concatenate([x, w_true @ x + b_true]).tolist()
+                samples_pub.publish(sample)
+            publish_state()
+            time.sleep(0.05)
+            version, w_control = control_weights()
+            got = ctl.recorded.plain_commands[-1]
+            if (version > first.version and np.abs(w_control - w_true).max() < step + WEIGHT_TOLERANCE
+                    and np.abs(got - expected).max() < COMMAND_TOLERANCE):
+                break
+            assert time.monotonic() < deadline, f"command {got} never reached {expected}"
+
+        trained = ctl.call(trainer_weights, GetWeights.Request())
+        assert trained.success, trained.message
+        w_trained = np.frombuffer(trained.data, np.float32).reshape(trained.rows, trained.cols)
+        np.testing.assert_allclose(w_trained, w_true, atol=WEIGHT_TOLERANCE)
+        np.testing.assert_allclose(np.frombuffer(trained.bias, np.float32), b_true, atol=WEIGHT_TOLERANCE)
+        # The control node holds what the trainer pushed (an earlier push: training went on since).
+        np.testing.assert_allclose(w_control, w_trained, atol=step + WEIGHT_TOLERANCE)
+        assert np.abs(before - got).max() > 0.1  # the command really changed
+        ctl.wait_for(lambda: metrics and metrics[-1].get("mse", 1.0) < TRAINED_MSE, 20.0,
+                     f"published mse < {TRAINED_MSE}")
+        assert metrics[-1]["batches_sent"] >= 1 and metrics[-1]["batches_failed"] == 0
+    finally:
+        ctl.close()
