@@ -46,6 +46,11 @@ def _print_inspect(info: dict) -> None:
     region = info["weight_region"]
     print(f"weight region: offset {region['offset']} (0x{region['offset']:x}), {region['size']} bytes, "
           f"{region['gap_after_elf']} bytes after the end of the ELF data")
+    guess = region["dense_start_guess"]
+    if guess["dense_offset"] is not None:
+        print(f"  dense data starts at {guess['dense_offset']} "
+              f"({guess['dense_offset'] - elf['end_of_elf_data']} bytes after the ELF data; a guess), "
+              f"after {len(guess['header_blocks'])} sparse 256-byte header blocks")
     print(f"layers: {len(info['layers'])}")
     for layer in info["layers"]:
         where = (f"offset {layer['offset']} size {layer['size']}" if layer["offset"] is not None

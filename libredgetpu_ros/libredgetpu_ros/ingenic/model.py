@@ -18,6 +18,7 @@ from libredgetpu_ros.ingenic.elf import ElfView, read_elf
 from libredgetpu_ros.ingenic.enums import EnumObservation, fit_enum_tables
 from libredgetpu_ros.ingenic.rodata import LayerName, ScaleGroup, find_layer_names, find_scale_groups
 from libredgetpu_ros.ingenic.table import OffsetTable, TableLayer
+from libredgetpu_ros.ingenic.tail import TailGuess, guess_dense_start
 
 MAX_FILE_BYTES = 1 << 30
 EXTRACT_LAYOUTS = ("oihw", "raw")
@@ -92,6 +93,10 @@ class MgkModel:
                 arrays[f"{layer.name}.weight_scale"] = np.float32(group.weight_scale)
         return arrays, notes
 
+    def dense_start_guess(self) -> TailGuess:
+        """Where dense weights seem to start after the ELF data (a reported hypothesis; see tail.py)."""
+        return guess_dense_start(self.data, self.elf.tail_offset)
+
     def describe(self) -> dict:
         """Everything ``mgk inspect`` shows, JSON-ready."""
         return {
@@ -106,7 +111,8 @@ class MgkModel:
                 "end_of_elf_data": self.elf.tail_offset,
             },
             "weight_region": {"offset": self.weights_offset, "size": self.weights_size,
-                              "gap_after_elf": self.weights_offset - self.elf.tail_offset},
+                              "gap_after_elf": self.weights_offset - self.elf.tail_offset,
+                              "dense_start_guess": self.dense_start_guess().as_dict()},
             "layers": [layer.as_dict() for layer in self.layers],
             "scale_groups": [{"index": g.index, "offset": g.offset, "values": list(g.values)}
                              for g in self.scale_groups],

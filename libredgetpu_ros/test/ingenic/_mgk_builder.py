@@ -153,6 +153,7 @@ class SyntheticMgk:
 
     layers: list[Layer]
     gap: int = 1792                # bytes between the ELF data and the weight region (as in the AEC sample)
+    header_blocks: bool = False    # gap = sparse 256-byte blocks with two int64 each (else random bytes)
     seed: int = 0
     so_bytes: bytes = b""
     data: bytes = b""
@@ -163,7 +164,12 @@ class SyntheticMgk:
         rng = np.random.default_rng(self.seed)
         self.so_bytes = build_shared_object(workdir, [layer.name for layer in self.layers],
                                             [layer.scale for layer in self.layers], endian=endian)
-        blob = bytearray(rng.integers(0, 256, self.gap, dtype=np.uint8).tobytes())   # not zeros: no help
+        if self.header_blocks:
+            blob = bytearray(self.gap)
+            for k in range(self.gap // 256):
+                struct.pack_into("<qq", blob, 256 * k, 1000 * (k + 1), -k)
+        else:
+            blob = bytearray(rng.integers(0, 256, self.gap, dtype=np.uint8).tobytes())   # not zeros: no help
         base = len(self.so_bytes) + self.gap
         entries = []
         for k, layer in enumerate(self.layers):

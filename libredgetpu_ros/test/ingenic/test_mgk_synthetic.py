@@ -262,3 +262,24 @@ def test_docs_aec_table_reads_a_file_of_that_shape(mips_toolchain, tmp_path):
     np.testing.assert_array_equal(arrays["layer_37_QuantizeGRU.weight_hh"],
                                   region[0x220C0 + 2048:0x220C0 + 4096].reshape(64, 32))
     assert arrays["layer_22_feature"].tobytes() == region[0x25140:].tobytes()
+
+
+def test_dense_start_guess_over_sparse_header_blocks(mips_toolchain, tmp_path, capsys):
+    """A gap of seven sparse 256-byte blocks (two int64 each) before dense weights: inspect reports the
+    blocks and where dense data starts; the region itself stays where the ELF data ends (no table)."""
+    layers = builder.random_layers(np.random.default_rng(9))
+    synthetic = builder.SyntheticMgk([layers[1], layers[2]], header_blocks=True).build(tmp_path)
+    model = load_mgk(synthetic.data)
+    guess = model.dense_start_guess()
+    assert guess.dense_offset == len(synthetic.so_bytes) + 1792
+    assert [(v1, v2) for _, v1, v2 in guess.header_blocks] == [(1000 * (k + 1), -k) for k in range(7)]
+    assert model.weights_offset == len(synthetic.so_bytes)
+    path = tmp_path / "h.mgk"
+    path.write_bytes(synthetic.data)
+    assert main(["mgk", "inspect", str(path)]) == 0
+    assert "(1792 bytes after the ELF data; a guess), after 7 sparse 256-byte header blocks" in (
+        capsys.readouterr().out)
+    # Random (dense) gap bytes: the guess is the first block, i.e. right after the ELF data.
+    (tmp_path / "r").mkdir()
+    random_gap = builder.SyntheticMgk([layers[1]], seed=2).build(tmp_path / "r")
+    assert load_mgk(random_gap.data).dense_start_guess().dense_offset == len(random_gap.so_bytes)
