@@ -31,6 +31,7 @@ setup(
             "perception_node = libredgetpu_ros.ros.perception_node:main",
             "control_node = libredgetpu_ros.ros.control_node:main",
             "spu_node = libredgetpu_ros.ros.spu.node:main",
+            "trainer_node = libredgetpu_ros.ros.trainer.node:main",
         ],
     },
 )
