@@ -64,7 +64,7 @@ define cmake_install
 endef
 
 $(STAMPS)/interfaces: $(STAMPS)/requirements $(INTERFACES_SRC)
-	$(call cmake_install,$(INTERFACES),$(INTERFACES_BUILD),from $(INTERFACES).msg import Detection2DArray; from $(INTERFACES).srv import SetWeights)
+	$(call cmake_install,$(INTERFACES),$(INTERFACES_BUILD),from $(INTERFACES).msg import PersonPoseArray; from $(INTERFACES).srv import SetWeights)
 	@touch $@
 
 # Upstream msg packages PyPI lacks, built from $(SHARED)/ros/src exactly like our interfaces.
@@ -78,9 +78,31 @@ $(STAMPS)/vision_msgs: $(STAMPS)/requirements $(wildcard $(SHARED_ROS)/src/visio
 	$(call cmake_install,$(SHARED_ROS)/src/vision_msgs,build/vision_msgs,from vision_msgs.msg import Detection2DArray; from vision_msgs.msg import Classification; from vision_msgs.msg import LabelInfo)
 	@touch $@
 
-$(STAMPS)/package: $(STAMPS)/interfaces $(STAMPS)/vision_msgs libredgetpu_ros/setup.py libredgetpu_ros/setup.cfg libredgetpu_ros/package.xml
-	$(VPY) -m pip install --disable-pip-version-check --quiet --no-build-isolation --no-deps -e libredgetpu_ros
+# The launch system, launch_testing and the `ros2` CLI (verbs pkg run launch node param lifecycle service topic
+# interface): pure-Python upstream wheels from $(SHARED)/ros/wheels, checked against their SHA256SUMS and
+# installed --no-deps; their PyPI dependencies (osrf-pycommon, psutil, argcomplete) are pinned in
+# requirements.lock.txt. launch's substitution grammar runs on the lark-parser 0.12 that rosidl-parser
+# already pins (the module is `lark` either way; installing PyPI's `lark` too would overwrite its files).
+$(STAMPS)/ros_tools: $(STAMPS)/requirements $(wildcard $(SHARED_ROS)/wheels/*)
+	@test -f $(SHARED_ROS)/wheels/SHA256SUMS || { echo "error: $(SHARED_ROS)/wheels/SHA256SUMS not found (set SHARED=...)" >&2; exit 2; }
+	cd $(SHARED_ROS)/wheels && sha256sum --quiet --strict -c SHA256SUMS
+	$(VPY) -m pip install --disable-pip-version-check --quiet --no-deps $(SHARED_ROS)/wheels/*.whl
+	AMENT_PREFIX_PATH=$(VENV_ABS) $(VPY) -c "import launch, launch_ros, launch_testing, launch_testing_ros, ros2cli"
+	@touch $@
+
+# libredgetpu_ros: editable pip install (code edits take effect at once), then the colcon layout in the
+# venv prefix (ament index marker, share/libredgetpu_ros/{package.xml,launch,config} as symlinks, every
+# console_script of setup.py in lib/libredgetpu_ros/) so `ros2 run` / `ros2 launch` find it. The folders
+# are prerequisites: adding or removing a launch/config file re-runs the (idempotent) layout step.
+PKG := libredgetpu_ros
+PKG_LAYOUT_SRC := $(PKG)/launch $(PKG)/config $(wildcard $(PKG)/launch/* $(PKG)/config/*)
+$(STAMPS)/package: $(STAMPS)/interfaces $(STAMPS)/vision_msgs $(STAMPS)/composition_interfaces \
+                   $(STAMPS)/ros_tools $(PKG)/setup.py $(PKG)/setup.cfg $(PKG)/package.xml \
+                   tools/install_ament_package.py $(PKG_LAYOUT_SRC)
+	$(VPY) -m pip install --disable-pip-version-check --quiet --no-build-isolation --no-deps -e $(PKG)
+	$(VPY) tools/install_ament_package.py $(PKG) $(VENV_ABS)
 	$(VENV)/bin/libredgetpu-ros --help >/dev/null
+	AMENT_PREFIX_PATH=$(VENV_ABS) $(VENV)/bin/ros2 pkg executables $(PKG) >/dev/null
 	@touch $@
 
 lint: setup

@@ -18,6 +18,12 @@ if [[ -z "${ROS_LOG_DIR:-}" ]]; then
     export ROS_LOG_DIR
 fi
 export PYTHONUNBUFFERED=1
+# The venv as a ROS install (PATH, AMENT_PREFIX_PATH) when `make setup` has built it, so `ros2 ...` and
+# `launch_test` work here too; the settings forced above are kept (env.sh only fills in unset ones).
+if [[ -f "${LIBREDGETPU_ROS_VENV:-$repo/.venv}/bin/activate" ]]; then
+    # shellcheck disable=SC1091
+    source "$repo/tools/env.sh"
+fi
 
 # `ip` is needed to bring lo up inside the namespace; probe the whole thing once.
 if command -v unshare >/dev/null && command -v ip >/dev/null \
