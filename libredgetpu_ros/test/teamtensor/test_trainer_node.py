@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(120)]
 
 TESTS = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("_control_harness", TESTS / "ros" / "_control_harness.py")
@@ -45,6 +45,7 @@ def _worker_port(log: Path, timeout: float = 30.0) -> int:
     raise TimeoutError(f"tt-worker did not report its port in {log}")
 
 
+@pytest.mark.ros
 def test_trainer_pushes_trained_weights_into_a_running_control_node(ros_env):
     from lifecycle_msgs.srv import ChangeState
     from std_msgs.msg import Float32MultiArray
@@ -135,3 +136,15 @@ def test_trainer_pushes_trained_weights_into_a_running_control_node(ros_env):
         assert metrics[-1]["batches_sent"] >= 1 and metrics[-1]["batches_failed"] == 0
     finally:
         ctl.close()
+
+
+def test_config_file_matches_the_parameter_table_and_the_launch_file_compiles():
+    import py_compile
+
+    import yaml
+    from libredgetpu_ros.ros.trainer.node import PARAM_TABLE
+
+    package = TESTS.parent
+    doc = yaml.safe_load((package / "config" / "trainer.yaml").read_text())
+    assert doc["trainer_node"]["ros__parameters"] == PARAM_TABLE.defaults()
+    py_compile.compile(str(package / "launch" / "trainer.launch.py"), doraise=True)
