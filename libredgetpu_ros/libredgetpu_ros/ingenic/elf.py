@@ -53,8 +53,9 @@ class Section:
 
     @property
     def end(self) -> int:
-        """End of the section's bytes in the file (a NOBITS section occupies none)."""
-        return self.offset if self.type == "SHT_NOBITS" else self.offset + self.size
+        """End of the section's bytes in the file; NOBITS (.bss) and NULL sections occupy none, and their
+        offsets are not checked against the file, so they do not count."""
+        return 0 if self.type in ("SHT_NOBITS", "SHT_NULL") else self.offset + self.size
 
 
 @dataclass(frozen=True)
@@ -130,18 +131,19 @@ def read_elf(data: bytes, source: str = "<bytes>") -> ElfView:
                                  ELF32_SHDR_BYTES, size)
     program_table = _check_table(source, "program header table", phoff, phnum, phentsize,
                                  ELF32_PHDR_BYTES, size)
+    shstrndx = 0
     if shnum:
         with parser_errors(source, "reading e_shstrndx"):
             shstrndx = elf.get_shstrndx()  # SHN_XINDEX keeps the real index in section 0's sh_link
         if shstrndx >= shnum:
             raise ModelFormatError(f"{source}: e_shstrndx {shstrndx} is past the {shnum} sections")
-    sections = _read_sections(elf, source, shnum, size)
+    sections = _read_sections(elf, source, shnum, size, shstrndx)
     tail = max([ELF32_HEADER_BYTES, sum(section_table), sum(program_table)] + [s.end for s in sections])
     return ElfView(source=source, file_size=size, e_type=str(e_type), sections=tuple(sections),
                    section_table=section_table, program_table=program_table, tail_offset=tail)
 
 
-def _read_sections(elf: ELFFile, source: str, count: int, file_size: int) -> list[Section]:
+def _read_sections(elf: ELFFile, source: str, count: int, file_size: int, shstrndx: int) -> list[Section]:
     sections = []
     for index in range(count):
         with parser_errors(source, f"reading section header {index}"):
@@ -154,19 +156,18 @@ def _read_sections(elf: ELFFile, source: str, count: int, file_size: int) -> lis
             raise ModelFormatError(f"{source}: section {index} ({sh_type}) at offset {offset} with {size} "
                                    f"bytes ends past the end of the file ({file_size} bytes)")
         sections.append((index, header, str(sh_type), offset, size, addr))
-    names = _section_names(elf, source, [s[1] for s in sections])
+    if shstrndx and sections[shstrndx][2] != "SHT_STRTAB":
+        raise ModelFormatError(f"{source}: the section name table (section {shstrndx}) is "
+                               f"{sections[shstrndx][2]}, not SHT_STRTAB")
+    names = _section_names(elf, source, [s[1] for s in sections], shstrndx)
     return [Section(index=i, name=names[i], type=t, offset=o, size=s, addr=a)
             for (i, _, t, o, s, a) in sections]
 
 
-def _section_names(elf: ELFFile, source: str, headers: list) -> list[str]:
-    """Names from the section-name string table (already bounds-checked as a section above)."""
-    if not headers:
-        return []
+def _section_names(elf: ELFFile, source: str, headers: list, shstrndx: int) -> list[str]:
+    """Names from the section-name string table (bounds and type checked above); none without one."""
+    if not shstrndx:
+        return [""] * len(headers)
     with parser_errors(source, "reading the section name string table"):
-        table = elf.get_section(elf.get_shstrndx())
-        names = []
-        for header in headers:
-            name = table.get_string(header["sh_name"]) if table is not None else ""
-            names.append(name or "")
-    return names
+        table = elf.get_section(shstrndx)
+        return [table.get_string(header["sh_name"]) or "" for header in headers]

@@ -56,6 +56,8 @@ def test_patched_header_fields(synthetic):
     data = synthetic.data
     size = len(data)
     shoff, shnum = builder.elf32_field(data, "e_shoff"), builder.elf32_field(data, "e_shnum")
+    rodata = load_mgk(data).elf.section(".rodata").index
+    assert builder.elf32_field(data, "e_shstrndx") == shnum - 1     # ld puts .shstrtab last
     cases = {
         "e_machine is EM_ARM": builder.patch_elf32(data, e_machine=40),
         "truncated section header table": builder.patch_elf32(data, e_shoff=size - 100),
@@ -64,7 +66,9 @@ def test_patched_header_fields(synthetic):
         "section header table at offset 8 overlaps the ELF header": builder.patch_elf32(data, e_shoff=8),
         "truncated program header table": builder.patch_elf32(data, e_phoff=size - 8, e_phnum=3),
         f"e_shstrndx {shnum + 3} is past": builder.patch_elf32(data, e_shstrndx=shnum + 3),
-        "ends past the end of the file": builder.patch_section(data, 9, sh_size=size),
+        "ends past the end of the file": builder.patch_section(data, rodata, sh_size=size),
+        f"section name table \\(section {shnum - 1}\\) is SHT_PROGBITS, not SHT_STRTAB":
+            builder.patch_section(data, shnum - 1, sh_type=1),
         "extended section count": builder.patch_elf32(builder.patch_section(data, 0, sh_size=70000),
                                                       e_shnum=0),
     }
@@ -78,6 +82,16 @@ def test_patched_header_fields(synthetic):
         load_mgk(data[:4] + b"\x02" + data[5:])
     with pytest.raises(ModelFormatError, match="unknown EI_DATA 7"):
         load_mgk(data[:5] + b"\x07" + data[6:])
+
+
+def test_sections_without_file_bytes_do_not_move_the_weight_region(synthetic):
+    """A NULL section with a garbage offset/size is not checked nor counted; nor is a NOBITS one."""
+    so_len = len(synthetic.so_bytes)
+    patched = builder.patch_section(synthetic.data, 0, sh_offset=0xFFFFFF00, sh_size=0xFFFF)
+    assert load_mgk(patched).weights_offset == so_len
+    got = load_mgk(synthetic.data).elf.section(".got").index
+    patched = builder.patch_section(synthetic.data, got, sh_type=8, sh_offset=0xFFFFFF00)   # -> NOBITS
+    assert load_mgk(patched).weights_offset == so_len
 
 
 def test_every_truncation_of_the_elf_part(synthetic):
