@@ -137,11 +137,14 @@ def node_run(run: Run, rgb: np.ndarray, env: dict[str, str], seconds: float, wor
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import Image
     from std_msgs.msg import Header
+    from vision_msgs import msg as vision_msgs
 
     from libredgetpu_ros_interfaces import msg as our_msgs
 
     model, topic, type_name = MODELS[run.task]
-    result_type = Image if type_name == "Image" else getattr(our_msgs, type_name)
+    # Classification is vision_msgs now (a --baseline from before that switch published a look-alike).
+    result_type = (Image if type_name == "Image" else getattr(vision_msgs, type_name, None)
+                   or getattr(our_msgs, type_name))
     params = work / f"{run.task}.yaml"
     params.write_text(f"/**:\n  ros__parameters:\n    model: {fixture(model)}\n    backend: cpu\n"
                       f"    task: {run.task}\n    publish_markers: false\n    diagnostics_period: 1.0\n")

@@ -23,13 +23,20 @@ def open_reader(path: str | Path) -> Any:
         reader = Reader(path)
         reader.open()
     except (ReaderError, OSError, ValueError) as exc:
-        raise InputError(f"cannot read bag {path}: {exc}") from exc
+        hint = ""
+        if path.is_dir() and not (path / "metadata.yaml").exists():
+            hint = (" (no metadata.yaml: was its writer killed? `libredgetpu-ros bag-repair` recovers what "
+                    "was written)")
+        raise InputError(f"cannot read bag {path}: {exc}{hint}") from exc
     return reader
 
 
 def open_writer(path: str | Path, storage: str) -> Any:
-    """An opened ``rosbags.rosbag2.Writer`` creating the bag folder ``path`` (which must not exist)."""
+    """An opened ``rosbags.rosbag2.Writer`` creating the bag folder ``path`` (which must not exist), with
+    chunk CRCs and periodic commits (``bags.writers``)."""
     from rosbags.rosbag2 import StoragePlugin, Writer, WriterError
+
+    from libredgetpu_ros.bags.writers import install
 
     path = Path(path)
     if storage not in STORAGES:
@@ -38,7 +45,7 @@ def open_writer(path: str | Path, storage: str) -> Any:
         raise InputError(f"output bag {path} already exists: remove it or choose another name")
     plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
     try:
-        writer = Writer(path, version=9, storage_plugin=plugin)
+        writer = install(Writer(path, version=9, storage_plugin=plugin))  # real CRCs, kill-safe (writers.py)
         writer.open()
     except (WriterError, OSError) as exc:
         raise InputError(f"cannot create bag {path}: {exc}") from exc
@@ -61,11 +68,13 @@ def sensor_data_qos() -> Any:
                QosLiveliness.AUTOMATIC, never, False)
 
 
-def reliable_qos(depth: int) -> Any:
+def reliable_qos(depth: int, transient_local: bool = False) -> Any:
+    """Reliable KEEP_LAST(depth); ``transient_local`` for latched topics (e.g. a label map)."""
     from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
 
     never = QosTime(sec=0, nsec=0)
-    return Qos(QosHistory.KEEP_LAST, depth, QosReliability.RELIABLE, QosDurability.VOLATILE, never, never,
+    durability = QosDurability.TRANSIENT_LOCAL if transient_local else QosDurability.VOLATILE
+    return Qos(QosHistory.KEEP_LAST, depth, QosReliability.RELIABLE, durability, never, never,
                QosLiveliness.AUTOMATIC, never, False)
 
 

@@ -208,8 +208,11 @@ class BagProcessor:
             stack.callback(writer.close)
             bar = stack.enter_context(tqdm(total=total, unit="frame", desc="process-bag", file=sys.stderr,
                                            disable=None if progress is None else not progress))
-            frames = iter(stack.enter_context(FrameReader(input_bag, summary.topics)))
+            frames = iter(stack.enter_context(FrameReader(input_bag, summary.topics,
+                                                          max_pixels=self.config.params.max_image_pixels)))
             first = next(frames, None)
+            if first is not None:
+                self._label_info(writer, pipeline, first.timestamp)
             _warm_up(pipeline, self._out_types.values(), first)
             start = time.perf_counter()
             summary.setup_s = start - begin
@@ -263,6 +266,19 @@ class BagProcessor:
                     offered_qos_profiles=[reliable_qos(5)])
             writer.write(out_conn, frame.timestamp, serialize_message(out_msg))
             summary.written += 1
+
+    def _label_info(self, writer: Any, pipeline: Any, timestamp: int) -> None:
+        """The label map, as the node publishes it on configure (latched), at the first frame's time."""
+        Header, Time, serialize_message, _ = _encoders()  # noqa: N806 (message classes)
+        from libredgetpu_ros.ros.conversions import label_info_msg
+
+        header = Header(stamp=Time(sec=timestamp // 10**9, nanosec=timestamp % 10**9))
+        msg = label_info_msg(pipeline.labels, pipeline.task, self.config.params.score_threshold, header)
+        if msg is None:
+            return
+        conn = writer.add_connection(self.config.resolve("label_info"), _type_name(type(msg)),
+                                     typestore=typestore(), offered_qos_profiles=[reliable_qos(1, True)])
+        writer.write(conn, timestamp, serialize_message(msg))
 
     def _fail(self, summary: ProcessSummary, cause: str, message: str) -> None:
         summary.failures[cause] += 1

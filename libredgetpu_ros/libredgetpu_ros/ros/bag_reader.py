@@ -60,18 +60,21 @@ def _decoders() -> SimpleNamespace:
     from sensor_msgs.msg import CompressedImage, Image
 
     from libredgetpu_ros.bags.cdr_image import parse_image
-    from libredgetpu_ros.ros.image_msgs import BadImage, image_to_rgb, to_rgb
+    from libredgetpu_ros.ros.image_msgs import DEFAULT_MAX_PIXELS, BadImage, image_to_rgb, to_rgb
 
     return SimpleNamespace(deserialize=deserialize_message, types={IMAGE_TYPES[0]: Image,
                                                                    IMAGE_TYPES[1]: CompressedImage},
                            Image=Image, parse_image=parse_image, BadImage=BadImage, image_to_rgb=image_to_rgb,
-                           to_rgb=to_rgb)
+                           to_rgb=to_rgb, default_max_pixels=DEFAULT_MAX_PIXELS)
 
 
-def decode(msgtype: str, topic: str, timestamp: int, raw: bytes | memoryview) -> Decoded:
+def decode(msgtype: str, topic: str, timestamp: int, raw: bytes | memoryview,
+           max_pixels: int | None = None) -> Decoded:
     """Raw CDR -> header + RGB pixels with the node's decoders (``image_msgs``); rclpy parses the message
-    unless it is a well-formed little-endian Image, which is viewed in place (``cdr_image``)."""
+    unless it is a well-formed little-endian Image, which is viewed in place (``cdr_image``). Frames over
+    ``max_pixels`` (default: the node's default budget) fail as ``too_large`` before decoding."""
     d = _decoders()
+    budget = d.default_max_pixels if max_pixels is None else max_pixels
     cls = d.types.get(msgtype)
     if cls is None:
         return _failed(timestamp, topic, "unsupported_type", f"{msgtype} is not an image type")
@@ -79,13 +82,13 @@ def decode(msgtype: str, topic: str, timestamp: int, raw: bytes | memoryview) ->
     try:
         if view is not None:
             stamp = (view.sec, view.nanosec, view.frame_id)
-            return Decoded(timestamp, topic, stamp=stamp, rgb=d.image_to_rgb(view))
+            return Decoded(timestamp, topic, stamp=stamp, rgb=d.image_to_rgb(view, budget))
         try:
             msg = d.deserialize(bytes(raw), cls)
         except Exception as exc:  # rclpy raises its (unexported) RMWError on malformed CDR
             return _failed(timestamp, topic, "corrupt", str(exc))
         stamp = (msg.header.stamp.sec, msg.header.stamp.nanosec, msg.header.frame_id)
-        return Decoded(timestamp, topic, stamp=stamp, rgb=d.to_rgb(msg))
+        return Decoded(timestamp, topic, stamp=stamp, rgb=d.to_rgb(msg, budget))
     except d.BadImage as exc:
         return _failed(timestamp, topic, exc.cause, str(exc))
 
@@ -96,15 +99,16 @@ def _failed(timestamp: int, topic: str, cause: str, text: str) -> Decoded:
     return frame
 
 
-def frames(reader: Any, topics: list[str], views: bool = True) -> Iterator[Decoded]:
+def frames(reader: Any, topics: list[str], views: bool = True,
+           max_pixels: int | None = None) -> Iterator[Decoded]:
     """The decoded messages of ``topics`` in bag order (zero-copy where ``mcap_view`` can, unless
-    ``views`` is False)."""
+    ``views`` is False); ``max_pixels``: see :func:`decode`."""
     connections = [c for c in reader.connections if c.topic in topics]
     messages = message_views(reader, connections) if views else None
     if messages is None:
         messages = reader.messages(connections=connections)
     for conn, timestamp, raw in messages:
-        yield decode(conn.msgtype, conn.topic, timestamp, raw)
+        yield decode(conn.msgtype, conn.topic, timestamp, raw, max_pixels)
 
 
 def inline(reader: Any, topics: list[str]) -> bool:
@@ -121,8 +125,9 @@ class FrameReader:
 
     _END = object()
 
-    def __init__(self, bag: Path, topics: list[str], depth: int = 2, thread: bool | None = None) -> None:
-        self._bag, self._topics, self._use_thread = bag, topics, thread
+    def __init__(self, bag: Path, topics: list[str], depth: int = 2, thread: bool | None = None,
+                 max_pixels: int | None = None) -> None:
+        self._bag, self._topics, self._use_thread, self._max_pixels = bag, topics, thread, max_pixels
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -153,7 +158,7 @@ class FrameReader:
     def __iter__(self) -> Iterator[Decoded]:
         """Frames in bag order; a frame's pixels stay valid at least until the next frame is asked for."""
         if self._thread is None:
-            yield from frames(self._reader, self._topics)
+            yield from frames(self._reader, self._topics, max_pixels=self._max_pixels)
             return
         while (item := self._queue.get()) is not self._END:
             if isinstance(item, BaseException):
@@ -169,7 +174,7 @@ class FrameReader:
 
     def _run(self) -> None:
         try:
-            for frame in frames(self._reader, self._topics):
+            for frame in frames(self._reader, self._topics, max_pixels=self._max_pixels):
                 if not self._put(frame):
                     return
         except BaseException as exc:  # surfaced in the consuming thread

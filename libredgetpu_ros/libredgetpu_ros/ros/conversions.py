@@ -1,4 +1,10 @@
-"""Core perception results -> ROS messages (our interfaces, visualization markers, images).
+"""Core perception results -> ROS messages (vision_msgs, our poses, visualization markers, images).
+
+Detections and classes are ``vision_msgs`` 4.1.1, so any vision_msgs consumer subscribes without an adapter:
+``ObjectHypothesis.class_id`` is the model's numeric class id as a string (the label map that names them
+is ``vision_msgs/LabelInfo`` on the transient-local ``label_info`` topic), boxes are centre + size in
+pixels, and the hypothesis' 3D pose is left empty (a 2D detector has none). Poses stay
+``libredgetpu_ros_interfaces/PersonPoseArray``: no standard keypoint message exists.
 
 Everything is in pixels of the input image and carries the input image's header. Markers are drawn in the
 header's frame on the plane z = 0 with the optical-frame convention (x right, y down), scaled by
@@ -15,20 +21,23 @@ from builtin_interfaces.msg import Duration
 from geometry_msgs.msg import Point
 from sensor_msgs.msg import Image
 from std_msgs.msg import ColorRGBA, Header
+from vision_msgs.msg import (
+    BoundingBox2D,
+    Classification,
+    Detection2D,
+    Detection2DArray,
+    LabelInfo,
+    ObjectHypothesis,
+    ObjectHypothesisWithPose,
+    VisionClass,
+)
 from visualization_msgs.msg import Marker, MarkerArray
 
 from libredgetpu_ros.ros.image_msgs import rgb_to_image
-from libredgetpu_ros_interfaces.msg import (
-    BoundingBox2D,
-    Classification,
-    ClassScore,
-    Detection2D,
-    Detection2DArray,
-    Keypoint,
-    ObjectHypothesis,
-    PersonPose,
-    PersonPoseArray,
-)
+from libredgetpu_ros_interfaces.msg import Keypoint, PersonPose, PersonPoseArray
+
+# VisionClass.class_id is uint16.
+_MAX_CLASS_ID = 0xFFFF
 
 # COCO keypoint pairs joined by a bone, by keypoint id (nose 0 ... right_ankle 16).
 SKELETON: tuple[tuple[int, int], ...] = (
@@ -53,7 +62,8 @@ def detections_msg(header: Header, detections: Sequence[Any]) -> Detection2DArra
     for det in detections:
         xmin, ymin, xmax, ymax = (float(v) for v in det.box)
         d = Detection2D(header=header)
-        d.results = [ObjectHypothesis(class_id=det.label or str(det.class_id), score=float(det.score))]
+        d.results = [ObjectHypothesisWithPose(
+            hypothesis=ObjectHypothesis(class_id=str(int(det.class_id)), score=float(det.score)))]
         d.bbox = BoundingBox2D(size_x=xmax - xmin, size_y=ymax - ymin)
         d.bbox.center.position.x = (xmin + xmax) / 2.0
         d.bbox.center.position.y = (ymin + ymax) / 2.0
@@ -63,12 +73,18 @@ def detections_msg(header: Header, detections: Sequence[Any]) -> Detection2DArra
 
 def classification_msg(header: Header, classes: Sequence[Any]) -> Classification:
     return Classification(header=header, results=[
-        ClassScore(class_id=int(c.class_id), label=c.label or "", score=float(c.score)) for c in classes])
+        ObjectHypothesis(class_id=str(int(c.class_id)), score=float(c.score)) for c in classes])
 
 
-def label_info_msg(labels: dict[int, str] | None, task: str) -> Any:
-    """The label map to publish once per configure, or None."""
-    return None
+def label_info_msg(labels: dict[int, str] | None, task: str, threshold: float = 0.0,
+                   header: Header | None = None) -> LabelInfo | None:
+    """The label map of a detector or classifier (published once per configure), or None without labels.
+    Ids beyond LabelInfo's uint16 are left out (no model we run has them)."""
+    if not labels or task not in ("detect", "classify"):
+        return None
+    return LabelInfo(header=header or Header(), threshold=float(threshold), class_map=[
+        VisionClass(class_id=int(i), class_name=str(name))
+        for i, name in sorted(labels.items()) if 0 <= int(i) <= _MAX_CLASS_ID])
 
 
 def output_topics(task: str) -> list[tuple[str, type]]:

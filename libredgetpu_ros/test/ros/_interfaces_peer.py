@@ -1,4 +1,5 @@
-"""Second process of test_interfaces_roundtrip: a peer speaking every kind of our interfaces over DDS.
+"""Second process of test_interfaces_roundtrip: a peer speaking every kind of message we publish over DDS
+(our interfaces, and vision_msgs for detections).
 
 - serves ``set_weights`` (SetWeights): stores the request, answers with :data:`SET_WEIGHTS_REPLY` plus
   an echo of the scalar request fields in ``message``;
@@ -39,8 +40,8 @@ def echo_message(engine: str, rows: int, cols: int, dry_run: bool) -> str:
 
 
 def detections(stamp_sec: int = 1_700_000_000, stamp_nanosec: int = 999_999_999):
-    """A Detection2DArray with varied nesting: detections with 0, 1 and 3 hypotheses."""
-    from libredgetpu_ros_interfaces.msg import Detection2D, Detection2DArray, ObjectHypothesis
+    """A vision_msgs Detection2DArray with varied nesting: detections with 0, 1 and 3 hypotheses."""
+    from vision_msgs.msg import Detection2D, Detection2DArray, ObjectHypothesis, ObjectHypothesisWithPose
 
     msg = Detection2DArray()
     msg.header.stamp.sec = stamp_sec
@@ -49,8 +50,9 @@ def detections(stamp_sec: int = 1_700_000_000, stamp_nanosec: int = 999_999_999)
     for i, n_hyp in enumerate((0, 1, 3)):
         det = Detection2D()
         det.header = msg.header
-        det.results = [ObjectHypothesis(class_id=f"class_{i}_{k}", score=1.0 - 0.125 * k)
-                       for k in range(n_hyp)]
+        det.results = [ObjectHypothesisWithPose(
+            hypothesis=ObjectHypothesis(class_id=f"class_{i}_{k}", score=1.0 - 0.125 * k))
+            for k in range(n_hyp)]
         det.bbox.center.position.x = 320.5 + i
         det.bbox.center.position.y = -1e-9 * (i + 1)
         det.bbox.center.theta = 0.7853981633974483 * i
@@ -87,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
+    from vision_msgs.msg import Detection2DArray
 
-    from libredgetpu_ros_interfaces.msg import Detection2DArray, PersonPoseArray
+    from libredgetpu_ros_interfaces.msg import PersonPoseArray
     from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
 
     rclpy.init()

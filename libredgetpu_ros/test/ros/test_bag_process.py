@@ -121,7 +121,7 @@ def test_damaged_bag_is_processed_to_the_end(ros_env, tmp_path: Path, fixture_pa
         msg = results[ts]
         header = msg.header
         assert (header.stamp.sec, header.stamp.nanosec, header.frame_id) == (ts // 10**9, 0, "cam")
-        assert [(r.class_id, r.label) for r in msg.results] == [(c.class_id, c.label or "") for c in expected]
+        assert [r.class_id for r in msg.results] == [str(c.class_id) for c in expected]
         np.testing.assert_allclose([r.score for r in msg.results], [c.score for c in expected], atol=1e-6)
 
 
@@ -253,3 +253,50 @@ def test_config_formats_resolve_the_node_topics(tmp_path: Path) -> None:
             load_node_config(path)
     with pytest.raises(InputError):
         load_node_config(tmp_path / "absent.yaml")
+
+
+def test_vision_msgs_outputs_label_map_and_a_bomb_frame(ros_env, tmp_path: Path, fixture_path) -> None:
+    """With labels: the output bag holds vision_msgs/Classification (class ids as strings) and, once at the
+    first frame's time, the latched vision_msgs/LabelInfo; rosbags decodes both from the definitions the bag
+    carries. A compressed frame of 30000 x 30000 (the PNG bomb) is a ``too_large`` failure, not decoded."""
+    from libredgetpu_ros.bags.storage import open_writer
+    from libredgetpu_ros.bags.typestore import typestore
+    from libredgetpu_ros.perception.images import load_image
+    from libredgetpu_ros.ros.bag_processing import process_bag
+    from rosbags.highlevel import AnyReader
+
+    from ._crafted_images import png_bomb
+
+    rgb = load_image(fixture_path("images/cat.bmp"))
+    store = typestore()
+    writer = open_writer(tmp_path / "in", "mcap")
+    raw = writer.add_connection("/image_raw", "sensor_msgs/msg/Image", typestore=store)
+    packed = writer.add_connection("/image_raw/compressed", "sensor_msgs/msg/CompressedImage",
+                                   typestore=store)
+    writer.write(raw, 2 * 10**9, _image(store, rgb, 2 * 10**9))
+    bomb = store.types["sensor_msgs/msg/CompressedImage"](header=_header(store, 3 * 10**9), format="png",
+                                                         data=np.frombuffer(png_bomb(30000, 30000), np.uint8))
+    writer.write(packed, 3 * 10**9, bytes(store.serialize_cdr(bomb, "sensor_msgs/msg/CompressedImage")))
+    writer.close()
+    config = _config(tmp_path, fixture_path, labels=str(fixture_path("labels/imagenet_labels.txt")),
+                     score_threshold=0.05)
+    failures: list[str] = []
+    summary = process_bag(tmp_path / "in", tmp_path / "out", config, progress=False, log=failures.append,
+                          topics=["/image_raw", "/image_raw/compressed"])
+    assert (summary.frames, summary.processed, dict(summary.failures)) == (2, 1, {"too_large": 1})
+    assert "30000x30000" in failures[0]
+
+    with AnyReader([tmp_path / "out"]) as reader:
+        types = {c.topic: c.msgtype for c in reader.connections}
+        messages = [(c.topic, ts, reader.deserialize(data, c.msgtype)) for c, ts, data in reader.messages()]
+        qos = next(c for c in reader.connections if c.topic == "/label_info").ext.offered_qos_profiles
+    assert types == {"/classification": "vision_msgs/msg/Classification",
+                     "/label_info": "vision_msgs/msg/LabelInfo"}
+    assert "transient_local" in str(qos).lower()
+    (label_ts, labels), = [(ts, m) for t, ts, m in messages if t == "/label_info"]
+    assert label_ts == 2 * 10**9 and labels.threshold == pytest.approx(0.05)
+    names = {c.class_id: c.class_name for c in labels.class_map}
+    assert len(names) > 1000
+    (cls,) = [m for t, _, m in messages if t == "/classification"]
+    top = cls.results[0]
+    assert top.class_id.isdigit() and "cat" in names[int(top.class_id)]

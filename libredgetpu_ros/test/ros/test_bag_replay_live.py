@@ -116,9 +116,16 @@ def test_replayed_live_results_equal_process_bag(ros_env, fixture_path, tmp_path
 
     offline: dict[str, dict[tuple[int, int], tuple[int, Any, bytes]]] = {t: {} for t in topics}
     with AnyReader([tmp_path / "results_bag"]) as reader:  # only the definitions stored in the bag
-        assert sorted(c.topic for c in reader.connections) == sorted(topics)
+        # The label map of a model with labels is written once (latched), at the first frame's time.
+        labelled = "labels" in extra
+        latched = ["/cam/label_info"] if labelled else []
+        assert sorted(c.topic for c in reader.connections) == sorted(topics + latched)
         for conn, timestamp, raw in reader.messages():
             msg = reader.deserialize(raw, conn.msgtype)
+            if conn.topic in latched:
+                assert (timestamp, conn.msgtype) == (START_NS, "vision_msgs/msg/LabelInfo")
+                assert len(msg.class_map) > 1000  # ImageNet
+                continue
             offline[conn.topic][compare.stamp_key(msg)] = (timestamp, msg, bytes(raw))
 
     # Frames are 0.5 s apart (2 Hz); results are keyed by the (sec, nanosec) stamp of their input frame.

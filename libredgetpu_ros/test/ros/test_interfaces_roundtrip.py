@@ -1,8 +1,9 @@
 """Our custom interfaces survive a trip between two processes over DDS, bit for bit.
 
-A peer process (``_interfaces_peer.py``) serves SetWeights/GetWeights and publishes Detection2DArray and
-PersonPoseArray. This test sends a weight matrix with awkward float32 values (signed zero, subnormals,
-float32 extremes), reads it back, and compares every field of every message, including nested arrays.
+A peer process (``_interfaces_peer.py``) serves SetWeights/GetWeights and publishes Detection2DArray
+(vision_msgs, what the perception node publishes) and PersonPoseArray. This test sends a weight matrix
+with awkward float32 values (signed zero, subnormals, float32 extremes), reads it back, and compares every
+field of every message, including nested arrays.
 """
 
 from __future__ import annotations
@@ -62,8 +63,9 @@ def _spin_until(executor: Any, done: Any, timeout_s: float, what: str, peer: Any
 def test_interfaces_roundtrip_between_processes(ros_env) -> None:
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.node import Node
+    from vision_msgs.msg import Detection2DArray
 
-    from libredgetpu_ros_interfaces.msg import Detection2DArray, PersonPoseArray
+    from libredgetpu_ros_interfaces.msg import PersonPoseArray
     from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
 
     peer_module = _load_peer()

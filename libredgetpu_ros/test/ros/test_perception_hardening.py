@@ -45,8 +45,7 @@ class _Probe:
         from diagnostic_msgs.msg import DiagnosticArray
         from libredgetpu_ros.ros.perception_node import RESULT_QOS
         from rclpy.qos import qos_profile_sensor_data
-
-        from libredgetpu_ros_interfaces.msg import Classification
+        from vision_msgs.msg import Classification
 
         self.ros_env, self.proc = ros_env, proc
         self.node, self.executor = ros_env.probe("hostile_camera")
@@ -143,5 +142,5 @@ def test_frames_lost_in_transport_are_counted_and_warned_once(ros_env, fixture_p
                      "frames_lost_transport in diagnostics")
     log = probe.log()
     assert log.count(warning) == 1
-    assert "exceed the 16.0 MiB shared-memory segment" in log and "Large frames" in log
+    assert "larger than the 16.0 MiB shared-memory segment" in log and "Large frames" in log
     probe.stop()

@@ -101,7 +101,7 @@ def _pose(offset: float, low: set[int] = frozenset()) -> Pose:
                            for i in range(17)], score=0.8)
 
 
-def test_results_to_interface_messages() -> None:
+def test_results_to_vision_msgs_and_pose_messages() -> None:
     poses = conversions.poses_msg(HEADER, [_pose(0.0), _pose(100.0)])
     assert poses.header == HEADER and len(poses.poses) == 2
     kp = poses.poses[1].keypoints[3]
@@ -109,15 +109,31 @@ def test_results_to_interface_messages() -> None:
 
     det = Detection(class_id=17, label="cat", score=0.75, box=(10.0, 20.0, 110.0, 220.0))
     dets = conversions.detections_msg(HEADER, [det, Detection(3, "", 0.5, (0.0, 0.0, 2.0, 4.0))])
+    assert type(dets).__module__.startswith("vision_msgs.")
+    assert dets.header == HEADER and dets.detections[0].header == HEADER
     d = dets.detections[0]
     assert (d.bbox.center.position.x, d.bbox.center.position.y, d.bbox.size_x, d.bbox.size_y) == \
         (60.0, 120.0, 100.0, 200.0)
-    assert (d.results[0].class_id, d.results[0].score) == ("cat", 0.75)
-    assert dets.detections[1].results[0].class_id == "3"  # no label: the numeric id as text
+    # vision_msgs: the class id as a string (names come from LabelInfo), one hypothesis, no 3D pose.
+    assert (d.results[0].hypothesis.class_id, d.results[0].hypothesis.score) == ("17", 0.75)
+    assert d.results[0].pose.pose.position.x == 0.0
+    assert dets.detections[1].results[0].hypothesis.class_id == "3"
 
     cls = conversions.classification_msg(HEADER, [ClassScore(283, "tiger cat", 0.6)])
-    assert (cls.results[0].class_id, cls.results[0].label, cls.header.frame_id) == \
-        (283, "tiger cat", "camera_optical")
+    assert type(cls).__module__.startswith("vision_msgs.")
+    assert (cls.results[0].class_id, cls.results[0].score, cls.header) == ("283", pytest.approx(0.6), HEADER)
+
+
+def test_label_info_maps_ids_to_names() -> None:
+    labels = {0: "person", 17: "dog", 90: "toothbrush", 70000: "beyond uint16"}
+    info = conversions.label_info_msg(labels, "detect", threshold=0.25, header=HEADER)
+    assert type(info).__module__.startswith("vision_msgs.") and info.header == HEADER
+    assert [(c.class_id, c.class_name) for c in info.class_map] == [(0, "person"), (17, "dog"),
+                                                                     (90, "toothbrush")]
+    assert info.threshold == pytest.approx(0.25)
+    assert conversions.label_info_msg(labels, "classify") is not None
+    assert conversions.label_info_msg(labels, "pose") is None  # keypoint names live in the poses
+    assert conversions.label_info_msg(None, "detect") is None
 
 
 def test_markers_deleteall_first_stable_ids_and_skeleton_geometry() -> None:

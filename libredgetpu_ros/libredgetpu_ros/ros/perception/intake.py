@@ -130,16 +130,13 @@ class Intake:
 
 
 def loss_warning(lost: int, largest_frame: int, segment: int | None) -> str:
-    """The once-only warning text: what was lost, the likely cause and where the setting is documented."""
+    """The once-only warning text: what was lost, the likely cause and where the setting is documented.
+    The lost frames' size is unknown (they never arrived); the largest that did is given for scale."""
     mib = 1024 * 1024
-    text = (f"camera frames are being lost before they reach this node ({lost} so far, reported by DDS; "
-            f"largest frame received {largest_frame / mib:.1f} MiB)")
-    if segment is not None and largest_frame > segment:
-        text += (f": frames exceed the {segment / mib:.1f} MiB shared-memory segment of the Fast DDS "
-                 f"profile, so they travel as fragmented UDP, where bursts are dropped")
-    elif segment is not None:
-        text += (f" although they fit the {segment / mib:.1f} MiB shared-memory segment (an overloaded "
-                 f"publisher or host is more likely)")
-    return text + ("; raise segment_size in the profile (FASTDDS_DEFAULT_PROFILES_FILE) for both processes, "
-                   "see docs/perception_node.md 'Large frames'. Warned once; diagnostics count "
-                   "frames_lost_transport")
+    segment_text = f"the {segment / mib:.1f} MiB" if segment is not None else "the"
+    return (f"camera frames are being lost before they reach this node ({lost} so far, reported by DDS; the "
+            f"largest frame that arrived: {largest_frame / mib:.1f} MiB). Frames larger than {segment_text} "
+            f"shared-memory segment of the Fast DDS profile travel as fragmented UDP, where bursts are "
+            f"dropped: raise segment_size in the profile (FASTDDS_DEFAULT_PROFILES_FILE) for both processes, "
+            f"see docs/perception_node.md 'Large frames'. Warned once; diagnostics count "
+            f"frames_lost_transport")

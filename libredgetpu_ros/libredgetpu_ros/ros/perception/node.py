@@ -44,6 +44,7 @@ from rclpy.qos import qos_profile_sensor_data
 from rclpy.subscription import MessageInfo
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
+from vision_msgs.msg import LabelInfo
 
 from libredgetpu_ros.errors import BackendError, DeviceError, ImageError, LibrEdgeTpuError
 from libredgetpu_ros.ros import conversions
@@ -111,12 +112,7 @@ class PerceptionNode(LifecycleNode):
         p = self.params
         self._pubs = {name: self.create_lifecycle_publisher(mtype, name, RESULT_QOS)
                       for name, mtype in conversions.output_topics(self._task)}
-        label_info = conversions.label_info_msg(self._pipeline.labels, self._task)
-        if label_info is not None:
-            # Not a lifecycle publisher: the label map is valid from configure on, and transient-local
-            # durability hands it to subscribers that come later.
-            self._labels_pub = self.create_publisher(type(label_info), "label_info", LABEL_QOS)
-            self._labels_pub.publish(label_info)
+        self._publish_label_info()
         # Per-frame timings (stamped like the frame's results) for benchmarks and tuning; built only while
         # someone subscribes, after the frame's results went out.
         self._timing_pub = self.create_lifecycle_publisher(DiagnosticArray, "~/timing", RESULT_QOS)
@@ -206,6 +202,21 @@ class PerceptionNode(LifecycleNode):
     def _after_set_params(self, params: list[Parameter]) -> None:
         if any(p.name in PARAMS.runtime_names() for p in params):
             self.params = PARAMS.read(self)
+        if self._labels_pub is not None and any(p.name == "score_threshold" for p in params):
+            self._publish_label_info()  # LabelInfo carries the threshold
+
+    def _publish_label_info(self) -> None:
+        """The label map (vision_msgs/LabelInfo) of a detector/classifier with labels. Not a lifecycle
+        publisher: the map is valid from configure on, and transient-local durability hands the latest one
+        to subscribers that come later."""
+        header = Header(stamp=self.get_clock().now().to_msg())
+        msg = conversions.label_info_msg(self._pipeline.labels if self._pipeline else None, self._task,
+                                         self.params.score_threshold, header)
+        if msg is None:
+            return
+        if self._labels_pub is None:
+            self._labels_pub = self.create_publisher(LabelInfo, "label_info", LABEL_QOS)
+        self._labels_pub.publish(msg)
 
     # -- pipeline -------------------------------------------------------------------------------------------
 
