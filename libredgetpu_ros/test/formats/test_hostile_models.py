@@ -174,8 +174,18 @@ def test_inspect_json_with_a_blob_custom_option(fixture_path, tmp_path, capsys):
     assert "0x0001fe" in capsys.readouterr().out
 
 
-def test_the_budget_does_not_refuse_real_models(fixtures_dir):
+def test_the_budget_leaves_real_models_a_wide_margin(fixtures_dir):
+    """Well-formed files read each byte about once: every fixture spends <= 1.1x its size (budget: 4x + a
+    constant), its custom options FlexBuffers too."""
+    from libredgetpu_ros.formats.flex import FlexReader
+
     for path in sorted(fixtures_dir.glob("*/*.tflite")):
         model = load_model(path)
         for op in model.edgetpu_ops():
             model.darwinn(op)
+        assert model._buf.spent <= 1.1 * len(model.data), path.name  # white box: the model's Buffer
+        for op in model.operators:
+            if op.custom_options_raw is not None:
+                reader = FlexReader(op.custom_options_raw, path.name, keep_views=True)
+                reader.root()
+                assert reader.spent <= 1.1 * reader.size, (path.name, op.index)
