@@ -62,7 +62,7 @@ def _array(value: Any, where: str, shapes: tuple[tuple[int, ...], ...]) -> np.nd
 
 def load_program(source: str | Path | dict, spec: IOSpec) -> dict[str, _Rule]:
     """Validate a program against the IOSpec; errors name the key and value."""
-    if isinstance(source, dict):
+    if not isinstance(source, str | Path):
         doc, origin = source, "<program>"
     else:
         p = Path(source)
@@ -119,7 +119,7 @@ class ReferenceRunner:
 
     def __init__(self, spec: IOSpec, program: str | Path | dict) -> None:
         self.spec = spec
-        self.program_source = program if isinstance(program, dict) else str(program)
+        self.program_source = str(program) if isinstance(program, str | Path) else program
         self._rules = load_program(program, spec)
         self._engine = SequenceEngine(spec)
         self._inputs = {v.name: v for v in spec.inputs.values()}

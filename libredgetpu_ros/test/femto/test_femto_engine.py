@@ -1,0 +1,156 @@
+"""Sequence engine beyond femtorun: strict (SPU firmware) rules, atomic sends; the reference runner."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from libredgetpu_ros.errors import ConfigError, SpuSequenceError
+from libredgetpu_ros.femto import SequenceEngine, load_iospec
+from libredgetpu_ros.femto.reference import ReferenceRunner
+from libredgetpu_ros.femto.runner import open_runner
+from libredgetpu_ros.femto.vectors import dequantize, prepare_input
+
+
+@pytest.fixture
+def add_bc(fixture_path):
+    return load_iospec(fixture_path("femto/add_bc_api.yaml"))
+
+
+def test_strict_declared_order_rejected_without_state_change(add_bc) -> None:
+    engine = SequenceEngine(add_bc, strict=True)
+    before = engine.counts()
+    with pytest.raises(SpuSequenceError) as err:
+        engine.send("C")
+    assert err.value.rule == "declared-order" and err.value.kind == "strict"
+    assert "order ['B', 'C']; expected 'B' next, got 'C'" in str(err.value)
+    assert engine.counts() == before
+    engine.send("B")
+    with pytest.raises(SpuSequenceError, match="expected 'C' next, got 'B'"):
+        engine.send("B")  # femtorun: RuntimeError after the fact; strict: refused before
+    assert engine.send("C") == ["sequence_0"] and engine.recv() == ["A"]
+
+
+def test_strict_unread_outputs(add_bc) -> None:
+    engine = SequenceEngine(add_bc, strict=True)
+    engine.send_list(["B", "C"])
+    with pytest.raises(SpuSequenceError) as err:
+        engine.send("B")  # femtorun accepts B, C, B before A is read; the firmware does not
+    assert err.value.rule == "unread-outputs" and "['A']" in str(err.value)
+    assert engine.recv() == ["A"]
+    engine.send_list(["B", "C"])
+    assert engine.recv() == ["A"]
+
+
+def test_strict_refuses_complex_sequences(fixture_path) -> None:
+    with pytest.raises(SpuSequenceError) as err:
+        SequenceEngine(load_iospec(fixture_path("femto/complex_every2.yaml")), strict=True)
+    assert err.value.rule == "complex-sequence"
+
+
+def test_strict_latched_any_time(fixture_path) -> None:
+    engine = SequenceEngine(load_iospec(fixture_path("femto/latched_two_api.yaml")), strict=True)
+    for name in ["latchedC", "latchedD", "latchedC", "B", "latchedD"]:
+        engine.send(name)
+    assert engine.recv() == ["A"]
+
+
+def test_atomic_send_restores_counts(add_bc) -> None:
+    engine = SequenceEngine(add_bc)
+    engine.send("B")
+    with pytest.raises(SpuSequenceError) as err:
+        engine.send("B", atomic=True)
+    assert err.value.kind == "RuntimeError" and err.value.rule == "too-many-inputs"
+    engine.send("C")  # not wedged (femtorun-exact mode would be)
+    assert engine.recv() == ["A"]
+
+
+@pytest.mark.parametrize("case", ["add_bc_api", "latched_two_api", "multi_output_fmot8", "padding_mixed_api",
+                                  "two_signatures_api", "femtofile_roundtrip"])
+def test_strict_accepts_a_subset_of_femtorun(fixture_path, case: str) -> None:
+    """Every event strict mode accepts, femtorun accepts too, with the same outputs (1,000 random traces)."""
+    spec = load_iospec(fixture_path(f"femto/{case}.yaml"))
+    strict, plain = SequenceEngine(spec, strict=True), SequenceEngine(spec)
+    names = [v.name for v in spec.inputs.values()]
+    rng = random.Random(case)
+    accepted = rejected = 0
+    for _ in range(1000 // 6):
+        strict.reset()
+        plain.reset()
+        for _ in range(rng.randint(1, 20)):
+            if rng.random() < 0.3:
+                assert strict.recv() == plain.recv()
+                continue
+            name = rng.choice(names)
+            try:
+                fired = strict.send(name)
+            except SpuSequenceError as exc:
+                assert exc.kind == "strict"
+                rejected += 1
+                continue
+            assert plain.send(name) == fired
+            accepted += 1
+    assert accepted > 100
+
+
+def test_seed_latched_example() -> None:
+    """The seed's transaction list: latched_C=1, B=1 -> A=2; B=2 -> 3; B=3 -> 4; latched_C=2, B=4 -> 6."""
+    config = Path(__file__).resolve().parents[2] / "config"
+    spec = load_iospec(config / "spu_add_latched.iospec.yaml")
+    runner = open_runner("reference", spec, program=config / "spu_add_latched.program.yaml")
+    ins = {v.name: v for v in spec.inputs.values()}
+    out = spec.outputs["A"]
+    got = []
+    for latched, b in [(1, 1), (None, 2), (None, 3), (2, 4)]:
+        if latched is not None:
+            runner.send("latchedC", prepare_input(np.full(4, float(latched)), ins["latchedC"]))
+            assert runner.recv() == {}
+        runner.send("B", prepare_input(np.full(4, float(b)), ins["B"]))
+        got.append(dequantize(runner.recv()["A"], out).tolist())
+    assert got == [[2.0] * 4, [3.0] * 4, [4.0] * 4, [6.0] * 4]
+    runner.reset()  # latched inputs are 0 again after reset
+    runner.send("B", prepare_input(np.full(4, 1.0), ins["B"]))
+    assert dequantize(runner.recv()["A"], out).tolist() == [1.0] * 4
+
+
+def test_reference_runner_multi_output_matrix(fixture_path) -> None:
+    spec = load_iospec(fixture_path("femto/multi_output_fmot8.yaml"))
+    rng = np.random.default_rng(0)
+    w0, w1 = rng.uniform(-0.5, 0.5, (6, 10)), rng.uniform(-0.5, 0.5, (3, 10))
+    program = {"outputs": {"output.0": {"terms": [{"input": "x", "weight": w0.tolist()}], "bias": 0.25},
+                           "output.1": {"terms": [{"input": "x", "weight": w1.tolist()}]},
+                           "output.2": {"terms": [{"input": "x"}], "activation": "relu"}}}
+    runner = ReferenceRunner(spec, program)
+    runner.reset()
+    x = spec.inputs["x"]
+    q = prepare_input(rng.uniform(-2, 2, 10), x)
+    runner.send("x", q)
+    outs = runner.recv()
+    assert list(outs) == ["output.0", "output.1", "output.2"]  # declaration order, like femtorun's recv
+    xr = dequantize(q, x)
+    for name, want in [("output.0", w0 @ xr + 0.25), ("output.1", w1 @ xr), ("output.2", np.maximum(xr, 0))]:
+        vec = spec.output_by_name(name)
+        # one output quantum (scale) plus saturation at the int8 range
+        np.testing.assert_allclose(dequantize(outs[name], vec), np.clip(want, -4.0, 127 / 32), atol=vec.scale)
+
+
+@pytest.mark.parametrize(("program", "match"), [
+    ({"outputs": {"nope": {}}}, "outputs.nope: not an output"),
+    ({"outputs": {"A": {"terms": [{"input": "zz"}]}}}, r"terms\[0\].input.*does not name an input"),
+    ({"outputs": {"A": {"terms": [{"input": "B", "weight": [1, 2]}]}}}, r"weight: shape \(2,\)"),
+    ({"outputs": {"A": {"terms": [{"input": "B", "weight": float("nan")}]}}}, "NaN or infinity"),
+    ({"outputs": {"A": {"bias": "x"}}}, "bias: 'x' is not a number"),
+    ({"outputs": {"A": {"activation": "tanh"}}}, "activation: 'tanh'"),
+    ({"outputs": {}}, r"no rule for outputs \['A'\]"),
+    ([], "expected a mapping"),
+])
+def test_program_errors_name_key_and_value(add_bc, program, match) -> None:
+    with pytest.raises(ConfigError, match=match):
+        ReferenceRunner(add_bc, program)
+
+
+def test_open_runner_unknown_and_missing_extras(add_bc) -> None:
+    with pytest.raises(ConfigError, match="runner 'tpu' is unknown"):
+        open_runner("tpu", add_bc)
