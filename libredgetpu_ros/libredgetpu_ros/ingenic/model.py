@@ -163,6 +163,9 @@ def _merge(names: list[LayerName], groups: list[ScaleGroup], table: OffsetTable 
         type_ = found.type if found else None
         layout = _guess_layout(t.size, type_) if t.layout == "auto" else t.layout
         if found:
+            if found.name in used:
+                raise ConfigError(f"{table.source}: layer {t.name} and an earlier entry both match the "
+                                  f"file's {found.name} (by name or id {found.layer_id})")
             used.add(found.name)
         group, how = _scale(t, found, order)
         entries.append(LayerEntry(

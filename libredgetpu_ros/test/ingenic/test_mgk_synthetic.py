@@ -203,6 +203,11 @@ def test_table_files(tmp_path, synthetic):
     with pytest.raises(ConfigError, match="cannot read it as YAML"):
         load_table(bad)
     doc = json.loads(json.dumps(synthetic.table))
+    doc["layers"].append({**doc["layers"][1], "name": "layer_46_again"})
+    with pytest.raises(ConfigError, match="layer_46_again and an earlier entry both match the file's "
+                                          "layer_46_QuantizeGRU"):
+        load_mgk(synthetic.data, parse_table(doc))
+    doc = json.loads(json.dumps(synthetic.table))
     doc["layers"][0]["scale_group"] = 99
     with pytest.raises(ConfigError, match="scale_group 99, the file has 6"):
         load_mgk(synthetic.data, parse_table(doc))
