@@ -35,6 +35,7 @@ MAX_TABLE_BYTES = 1 << 20
 MAX_LAYERS = 10_000
 MAX_INT = 1 << 40
 _LAYER_ID = re.compile(r"layer_([0-9]{1,9})_")
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,10 @@ def _layer(entry: object, index: int, source: str) -> TableLayer:
     if unknown:
         raise ConfigError(f"{where}: unknown keys {sorted(map(str, unknown))}")
     name = entry.get("name")
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"{where}.name must be a non-empty string, got {name!r}")
+    # Names become .npz member names: no path separators or other surprises.
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ConfigError(f"{where}.name must be 1-128 of A-Z a-z 0-9 _ - (not starting with -), "
+                          f"got {name!r}")
     where = f"{source}: layer {name}"
     layer_id = _optional_int(entry, "layer_id", where)
     if layer_id is None and (m := _LAYER_ID.match(name)):
