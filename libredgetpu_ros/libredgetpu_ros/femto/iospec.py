@@ -318,6 +318,13 @@ def _vector(key: Any, obj: dict, direction: str, warnings: list[str]) -> VectorS
         scale = None
         warnings.append(f"{where}.quantization.scale {_short(quant)} is not a positive number; "
                         "values are sent as integers (scale 1)")
+    words = obj.get("length_64b_words")
+    target = length if padded is None else padded
+    packed = -(-target * precision // 64) if isinstance(target, int) and isinstance(precision, int) else None
+    if isinstance(words, int) and packed is not None and words != packed:
+        warnings.append(f"{where}.length_64b_words {words} != {packed} words that {target} x {precision}-bit "
+                        "elements pack into (femtodriver writes (padded_length + 3) // 4 for any precision; "
+                        "which one the SPU expects for 8-bit vectors is unverified)")
     comments = obj.get("comments")
     latch = comments.get("latch") if isinstance(comments, dict) else None
     latch = latch if isinstance(latch, bool) else None
