@@ -108,6 +108,10 @@ def frames(reader: Any, topics: list[str], views: bool = True,
     if messages is None:
         messages = reader.messages(connections=connections)
     for conn, timestamp, raw in messages:
+        if raw is None:  # in an MCAP chunk that failed its checks (bags.mcap_view): never decoded
+            yield _failed(timestamp, conn.topic, "corrupt_chunk",
+                          "in a chunk failing its CRC or bounds checks")
+            continue
         yield decode(conn.msgtype, conn.topic, timestamp, raw, max_pixels)
 
 
