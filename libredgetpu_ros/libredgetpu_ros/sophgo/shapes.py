@@ -5,15 +5,29 @@ Every error names the op and the argument: ``conv 'c1': input has 3 channels, we
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from libredgetpu_ros.sophgo.ir import TpuLangError
 
+MAX_ELEMENTS = 1 << 28  # per tensor (padded inputs included): refuse before allocating
+MAX_ATTR_INT = 1 << 20  # strides, pads, dilations, kernel sizes
+
 
 def _fail(where: str, message: str) -> TpuLangError:
     return TpuLangError(f"{where}: {message}")
+
+
+def check_size(shape: Sequence[int], where: str, what: str) -> list[int]:
+    """``shape`` as a list, unless it holds more than MAX_ELEMENTS elements."""
+    count = 1
+    for d in shape:
+        count *= int(d)
+    if count > MAX_ELEMENTS:
+        raise _fail(where, f"{what} {list(shape)} has {count} elements, more than the {MAX_ELEMENTS} allowed")
+    return list(shape)
 
 
 def int_list(value: object, length: int, where: str, arg: str, minimum: int) -> list[int]:
@@ -27,6 +41,8 @@ def int_list(value: object, length: int, where: str, arg: str, minimum: int) -> 
         raise _fail(where, f"{arg} must be a list of {length} integers, got {value!r}")
     if any(v < minimum for v in items):
         raise _fail(where, f"{arg} {items} must be >= {minimum}")
+    if any(abs(v) > MAX_ATTR_INT for v in items) and arg not in ("new_shape", "shape"):
+        raise _fail(where, f"{arg} {items} has a value above {MAX_ATTR_INT}")
     return items
 
 
@@ -58,7 +74,8 @@ def conv_shape(x: Sequence[int], w: Sequence[int], stride: list[int], dilation: 
     kw = dilation[1] * (w[3] - 1) + 1
     oh = window_out(x[2], pads[0], pads[2], kh, stride[0], False, where, "height")
     ow = window_out(x[3], pads[1], pads[3], kw, stride[1], False, where, "width")
-    return [x[0], w[0], oh, ow]
+    check_size([x[0], x[1], x[2] + pads[0] + pads[2], x[3] + pads[1] + pads[3]], where, "padded input")
+    return check_size([x[0], w[0], oh, ow], where, "output")
 
 
 def pool_shape(x: Sequence[int], kernel: list[int], stride: list[int], pads: list[int], ceil_mode: bool,
@@ -69,7 +86,9 @@ def pool_shape(x: Sequence[int], kernel: list[int], stride: list[int], pads: lis
         raise _fail(where, f"pad {pads} must be smaller than the kernel {kernel}")
     oh = window_out(x[2], pads[0], pads[2], kernel[0], stride[0], ceil_mode, where, "height")
     ow = window_out(x[3], pads[1], pads[3], kernel[1], stride[1], ceil_mode, where, "width")
-    return [x[0], x[1], oh, ow]
+    check_size([x[0], x[1], x[2] + pads[0] + pads[2] + stride[0], x[3] + pads[1] + pads[3] + stride[1]],
+               where, "padded input")
+    return check_size([x[0], x[1], oh, ow], where, "output")
 
 
 def matmul_shape(a: Sequence[int], b: Sequence[int], left_t: bool, right_t: bool, out_t: bool,
@@ -86,12 +105,12 @@ def matmul_shape(a: Sequence[int], b: Sequence[int], left_t: bool, right_t: bool
     except ValueError:
         raise _fail(where,
                     f"batch dimensions of input {list(a)} and right {list(b)} do not broadcast") from None
-    return batch + ([n, m] if out_t else [m, n])
+    return check_size(batch + ([n, m] if out_t else [m, n]), where, "output")
 
 
 def broadcast_shape(a: Sequence[int], b: Sequence[int], where: str) -> list[int]:
     try:
-        return list(np.broadcast_shapes(tuple(a), tuple(b)))
+        return check_size(np.broadcast_shapes(tuple(a), tuple(b)), where, "output")
     except ValueError:
         raise _fail(where, f"shapes {list(a)} and {list(b)} do not broadcast") from None
 
@@ -112,12 +131,12 @@ def concat_shape(shapes: list[Sequence[int]], axis: int, where: str) -> list[int
 
 
 def reshape_shape(x: Sequence[int], new_shape: Sequence[int], where: str) -> list[int]:
-    total = int(np.prod(x, dtype=np.int64))
+    total = math.prod(int(d) for d in x)
     out = [int(d) for d in new_shape]
     out = [x[i] if d == 0 and i < len(x) else d for i, d in enumerate(out)]
     if out.count(-1) > 1 or any(d < -1 or d == 0 for d in out):
         raise _fail(where, f"new_shape {list(new_shape)} may hold one -1 and otherwise positive sizes")
-    known = int(np.prod([d for d in out if d != -1], dtype=np.int64))
+    known = math.prod(d for d in out if d != -1)
     if -1 in out:
         if known == 0 or total % known:
             raise _fail(where, f"cannot reshape {list(x)} ({total} elements) to {list(new_shape)}")
