@@ -1,0 +1,88 @@
+"""``libredgetpu-ros tpulang replay|run`` and ``libredgetpu-ros export-tpulang dense|classifier``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from libredgetpu_ros.cli.main import main
+from libredgetpu_ros.matmul import MatMulEngine
+
+CASE = "q_conv_int_zp_requant"
+
+
+def test_replay_then_run_reproduces_the_case(fixtures_dir: Path, tmp_path: Path, capsys) -> None:
+    folder = fixtures_dir / "tpulang" / CASE
+    assert main(["tpulang", "replay", str(folder / f"{CASE}.json"), "--out", str(tmp_path), "--json"]) == 0
+    written = json.loads(capsys.readouterr().out)
+    mlir = Path(written["mlir"])
+    assert mlir.read_bytes() == (folder / f"{CASE}_origin.mlir").read_bytes()
+    out = tmp_path / "out.npz"
+    assert main(["tpulang", "run", str(mlir), written["weights"], str(folder / f"{CASE}_in.npz"),
+                 "--out", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["outputs"] == {"qconv_relu": {"dtype": "int8", "shape": [1, 4, 9, 9]}}
+    got, ref = np.load(out), np.load(folder / f"{CASE}_ref_out.npz")
+    assert set(got.files) == set(ref.files)
+    np.testing.assert_array_equal(got["qconv_relu"], ref["qconv_relu"])
+    assert main(["tpulang", "run", str(mlir), written["weights"], str(folder / f"{CASE}_in.npz"),
+                 "--out", str(out), "--all"]) == 0
+    assert set(np.load(out).files) == {"x", "qconv_w", "qconv_b", "qconv", "qconv_rq", "qconv_relu"}
+
+
+def test_replay_errors(tmp_path: Path, capsys) -> None:
+    assert main(["tpulang", "replay", str(tmp_path / "none.json"), "--out", str(tmp_path)]) == 2
+    assert "CASE.json" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"case": "c", "mode": "f32", "inputs": [], "weights": [], "outputs": ["y"],
+                               "ops": [{"tpulang_func": "gelu", "args": {}}]}))
+    assert main(["tpulang", "replay", str(bad), "--out", str(tmp_path)]) == 2
+    assert "ops[0] (gelu): unsupported TpuLang function" in capsys.readouterr().err
+
+
+def test_export_dense_with_weights(tmp_path: Path, capsys) -> None:
+    rng = np.random.default_rng(1)
+    engine = MatMulEngine.from_template(256, backend="cpu")
+    lo, hi = engine.weight_range()
+    weights = rng.uniform(lo[:, None], hi[:, None], size=(256, 256)).astype(np.float32)
+    bias = rng.uniform(-1, 1, 256).astype(np.float32)
+    np.save(tmp_path / "w.npy", weights)
+    np.save(tmp_path / "b.npy", bias)
+    assert main(["export-tpulang", "dense", "--template", "256", "--weights", str(tmp_path / "w.npy"),
+                 "--bias", str(tmp_path / "b.npy"), "--batch", "3", "--out", str(tmp_path / "out"),
+                 "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["module"] == "dense_256" and summary["inputs"] == {"x": [3, 256]}
+    x = rng.uniform(-1, 1, size=(3, 256)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    assert main(["tpulang", "run", summary["mlir"], summary["weights"], str(tmp_path / "in.npz"),
+                 "--out", str(tmp_path / "y.npz")]) == 0
+    engine.set_weights(weights, bias)
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npz")["y"], engine.matmul(x))
+
+
+def test_export_classifier(fixture_path, tmp_path: Path, capsys) -> None:
+    model = fixture_path("classify/mobilenet_v1_0.25_128_quant.tflite")
+    assert main(["export-tpulang", "classifier", str(model), "--out", str(tmp_path), "--name", "mnet",
+                 "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["inputs"] == {"image": [1, 128, 128, 3]} and summary["outputs"] == ["probabilities"]
+    assert Path(summary["mlir"]).name == "mnet_origin.mlir"
+    assert Path(summary["weights"]).name == "mnet_top_quantized_all_origin_weight.npz"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["export-tpulang", "classifier", "missing.tflite", "--out", "x"], "model missing.tflite does not exist"),
+    (["export-tpulang", "dense", "--template", "256", "--batch", "0", "--out", "x"], "--batch must be >= 1"),
+])
+def test_export_errors(argv: list[str], message: str, capsys) -> None:
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_export_refuses_unsupported_ops(fixture_path, tmp_path: Path, capsys) -> None:
+    model = fixture_path("classify/mobilenet_v2_1.0_224_quant.tflite")  # has ADD
+    assert main(["export-tpulang", "classifier", str(model), "--out", str(tmp_path)]) == 2
+    assert "not supported by the TpuLang export" in capsys.readouterr().err
