@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Run the launch_testing tests (libredgetpu_ros/test/launch/test_*_launch.py, or the files given) one by one
+# with `launch_test`, each in its own ROS domain and bounded by LAUNCH_TEST_TIMEOUT seconds (`timeout` makes
+# itself a process-group leader and signals the whole group: SIGINT first, the way Ctrl-C reaches launch,
+# SIGKILL 10 s later). Run it inside tools/ros_sandbox.sh (make test does). Exit status: 0 when all pass.
+#
+# Why launch_test and not pytest: launch_testing 3.7.1's pytest plugin does not load under pytest 9
+# (ros2/launch#979); `launch_test` is the runner colcon's add_launch_test uses and works with any pytest.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${LIBREDGETPU_ROS_VENV:-$repo/.venv}"
+timeout_s="${LAUNCH_TEST_TIMEOUT:-120}"
+[[ -x "$venv/bin/launch_test" ]] || { echo "run_launch_tests: no $venv/bin/launch_test; run 'make setup'" >&2; exit 2; }
+# shellcheck disable=SC1091
+source "$repo/tools/env.sh"
+
+if (($#)); then files=("$@"); else
+    shopt -s nullglob
+    files=("$repo"/libredgetpu_ros/test/launch/test_*_launch.py)
+fi
+((${#files[@]})) || { echo "run_launch_tests: no launch tests found" >&2; exit 2; }
+
+failed=()
+# Domains 200..231: apart from pytest's 100..199; the pid spreads concurrent runs on one host apart.
+domain=$((200 + $$ % 32))
+for f in "${files[@]}"; do
+    name="$(basename "$f" .py)"
+    log="$(mktemp "${TMPDIR:-/tmp}/launch_test_${name}.XXXXXX.log")"
+    start=$(date +%s)
+    if ROS_DOMAIN_ID=$domain timeout -s INT -k 10 "$timeout_s" "$venv/bin/launch_test" "$f" >"$log" 2>&1; then
+        echo "launch_test $name: passed in $(( $(date +%s) - start )) s"
+        rm -f "$log"
+    else
+        rc=$?
+        ((rc == 124)) && why="timed out after $timeout_s s" || why="exit code $rc"
+        echo "launch_test $name: FAILED ($why); output:"
+        sed 's/^/    /' "$log"
+        failed+=("$name")
+    fi
+    domain=$((200 + (domain - 199) % 32))
+done
+if ((${#failed[@]})); then
+    echo "run_launch_tests: ${#failed[@]} of ${#files[@]} failed: ${failed[*]}" >&2
+    exit 1
+fi
+echo "run_launch_tests: ${#files[@]} launch test file(s) passed"
