@@ -7,7 +7,10 @@ a slice of the map: the pixels are read straight from the page cache by whoever 
 
 The walk is rosbags' own (``storage_mcap.msgsrc`` + ``McapReader.messages``, rosbags 0.11): the chunk index
 rosbags already parsed, the same filtering, the same order (by log time within a chunk, chunks merged by
-time then file offset) and the same checks (record bounds, chunk CRC), raising rosbags' ``ReaderError``.
+time then file offset) and the same checks (record bounds, chunk CRC). Where rosbags raises ``ReaderError``
+and ends the whole read, a chunk that fails them (CRC mismatch, cut short, records overrunning it) is
+reported and skipped here: each of its messages on the wanted channels comes out as ``None`` instead of a
+view (never decoded), and the walk goes on with the next chunk.
 Anything else (compressed chunks, per-message compression, unindexed files, sqlite3) is left to rosbags:
 ``message_views`` returns None and the caller uses ``reader.messages``.
 """
@@ -33,7 +36,8 @@ _RECORDS_AT = 9 + 40
 
 def message_views(reader: Any, connections: Collection[Any]) -> Iterator[tuple[Any, int, memoryview]] | None:
     """``reader.messages(connections)`` of an opened ``rosbags.rosbag2.Reader`` with memoryviews instead of
-    bytes, or None when the bag is not uncompressed indexed MCAP (then use ``reader.messages``)."""
+    bytes (``None`` for a message of a corrupt chunk, skipped), or None when the bag is not uncompressed
+    indexed MCAP (then use ``reader.messages``)."""
     from rosbags.rosbag2.reader import DirectoryReader
     from rosbags.rosbag2.storage_mcap import McapReader
 
@@ -74,45 +78,52 @@ def _views(storages: list[Any], connections: list[Any],
                   if any(chunk.channel_count.get(cid, 0) for cid in channel_map)]
         for timestamp, offset, connection, start, end in heapq.merge(*chunks):
             if offset:  # not a chunk's start marker
-                yield connection, timestamp, data[start:end]
+                yield connection, timestamp, data[start:end] if start >= 0 else None
 
 
-def _truncated(pos: int, expected: int, got: int) -> Exception:
-    from rosbags.rosbag2 import ReaderError
-
-    return ReaderError(f"Truncated record at offset {pos}: expected {expected} bytes, got {got}.")
+class _CorruptChunk(Exception):
+    """A chunk fails a check; the text says which."""
 
 
 def _chunk_messages(data: memoryview, chunk: Any, channel_map: dict[int, Any]) -> Iterator[tuple[Any, ...]]:
     """One chunk's messages in log-time order, after a start marker (so ``heapq.merge`` opens chunks only
-    when their time comes, as rosbags does)."""
-    from rosbags.rosbag2 import ReaderError
-
+    when their time comes, as rosbags does). A corrupt chunk gives one ``start = -1`` entry per message the
+    chunk index counts on a wanted channel (at the chunk's start time): reported, never decoded."""
     yield chunk.message_start_time, 0, None, 0, 0
+    base = chunk.chunk_start_offset
+    try:
+        messages = _checked_messages(data, chunk, channel_map)
+    except _CorruptChunk:
+        messages = [(chunk.message_start_time, base, conn, -1, -1)
+                    for cid, conn in channel_map.items() for _ in range(chunk.channel_count.get(cid, 0))]
+    yield from messages
+
+
+def _checked_messages(data: memoryview, chunk: Any, channel_map: dict[int, Any]) -> list[tuple[Any, ...]]:
     base = chunk.chunk_start_offset
     start = base + _RECORDS_AT + len(chunk.compression)
     end = start + chunk.uncompressed_size
     if base + _CRC_AT + 4 > len(data) or end > len(data):
-        raise _truncated(start, chunk.uncompressed_size, max(0, len(data) - start))
+        raise _CorruptChunk(f"chunk at offset {base} runs past the end of the file")
     crc = _U32.unpack_from(data, base + _CRC_AT)[0]
     if crc and zlib.crc32(data[start:end]) != crc:
-        raise ReaderError("Chunk checksum mismatch.")
+        raise _CorruptChunk(f"chunk at offset {base}: CRC mismatch")
     messages: list[tuple[int, int, Any, int, int]] = []  # (log time, chunk offset, connection, start, end)
     pos = start
     while pos < end:
         if pos + 9 > end:
-            raise _truncated(pos, 9, end - pos)
+            raise _CorruptChunk(f"record header at {pos} overruns the chunk")
         op, size = data[pos], _U64.unpack_from(data, pos + 1)[0]
         record, pos = pos + 9, pos + 9 + size
         if pos > end:
-            raise _truncated(record, size, end - record)
+            raise _CorruptChunk(f"record at {record} overruns the chunk")
         if op != _OP_MESSAGE:
             continue
         if size < _MESSAGE_HEADER.size:
-            raise _truncated(record, _MESSAGE_HEADER.size, size)
+            raise _CorruptChunk(f"message record at {record} is shorter than its header")
         channel_id, _, log_time, _ = _MESSAGE_HEADER.unpack_from(data, record)
         # rosbags keeps only messages inside the chunk's declared time range
         if channel_id in channel_map and chunk.message_start_time <= log_time <= chunk.message_end_time:
             messages.append((log_time, base, channel_map[channel_id], record + _MESSAGE_HEADER.size, pos))
     messages.sort(key=lambda m: m[0])
-    yield from messages
+    return messages

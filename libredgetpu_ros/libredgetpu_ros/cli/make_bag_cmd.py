@@ -25,11 +25,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from libredgetpu_ros.bags.make import MakeBagOptions, make_bag
+    from libredgetpu_ros.cli.signals import sigterm_as_interrupt
 
     options = MakeBagOptions(topic=args.topic, frame_id=args.frame_id, rate=args.rate, storage=args.storage,
                              loop=args.loop, encoding=args.encoding,
                              start_ns=None if args.start is None else round(args.start * 1e9))
-    summary = make_bag(args.images, args.out, options)
+    with sigterm_as_interrupt():  # SIGTERM closes the bag as Ctrl-C does (exit 130)
+        summary = make_bag(args.images, args.out, options)
     span = (summary.last_ns - summary.first_ns) / 1e9
     print(f"{summary.path}: {summary.frames} frames on {args.topic} ({args.encoding}, frame_id "
           f"{args.frame_id!r}) at {summary.rate:g} Hz, {span:.3f} s, {args.storage}")

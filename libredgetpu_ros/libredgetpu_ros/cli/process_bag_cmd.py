@@ -2,7 +2,8 @@
 
 Exit codes: 0 when at least one frame was processed (frames that failed are listed in a warning summary),
 1 when the bag had frames but none could be processed, 2 for bad input (missing bag, bad config, no image
-topic), 3 for a device failure.
+topic), 3 for a device failure, 130 when interrupted by Ctrl-C or SIGTERM (the output bag is closed and
+readable, holding the frames done so far). After SIGKILL, ``bag-repair`` recovers the output's whole chunks.
 """
 
 from __future__ import annotations
@@ -28,12 +29,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    from libredgetpu_ros.cli.signals import sigterm_as_interrupt
     from libredgetpu_ros.ros.bag_processing import process_bag
     from libredgetpu_ros.ros.environment import apply_localhost_only
 
     apply_localhost_only()  # rclpy's serializer loads the rmw; no node is created
-    summary = process_bag(args.input, args.output, args.config, backend=args.backend, storage=args.storage,
-                          topics=args.topics, log=lambda text: print(text, file=sys.stderr))
+    with sigterm_as_interrupt():  # SIGTERM closes the output bag as Ctrl-C does (exit 130)
+        summary = process_bag(args.input, args.output, args.config, backend=args.backend,
+                              storage=args.storage, topics=args.topics,
+                              log=lambda text: print(text, file=sys.stderr))
     print(summary.text())
     if summary.frames and not summary.processed:
         print("error: no frame could be processed", file=sys.stderr)

@@ -1,5 +1,6 @@
 """Zero-copy MCAP reading (``bags.mcap_view``) against rosbags' reader, the reference: same messages, same
-order, same connections, same errors on damaged chunks; bags it does not handle are left to rosbags."""
+order, same connections; a damaged chunk is skipped and reported where rosbags stops; bags it does not
+handle are left to rosbags."""
 
 from __future__ import annotations
 
@@ -110,11 +111,44 @@ def _records_start(data: bytearray, chunk: int) -> int:
     return chunk + 9 + 40 + struct.unpack_from("<I", data, chunk + 9 + 36)[0]
 
 
-def test_chunk_checksum_is_checked_like_rosbags(tmp_path: Path) -> None:
+def _views(path: Path) -> list[tuple[int, str, int, bytes | None]]:
+    from libredgetpu_ros.bags.mcap_view import message_views
+
+    reader = _open(path)
+    try:
+        views = message_views(reader, reader.connections)
+        assert views is not None
+        return [(c.id, c.topic, t, None if d is None else bytes(d)) for c, t, d in views]
+    finally:
+        reader.close()
+
+
+def _first_chunk_count(path: Path) -> int:
+    reader = _open(path)
+    try:
+        first = min(reader.storage.storages[0].chunks, key=lambda c: c.chunk_start_offset)
+        return sum(first.channel_count.values())
+    finally:
+        reader.close()
+
+
+def _skipped_not_decoded(path: Path, clean: list[Any]) -> None:
+    """rosbags gives up on the whole bag; the views report the damaged chunk's messages (None, as many
+    as its index counts) and give every other message unchanged."""
+    got = _views(path)
+    bad = [g for g in got if g[3] is None]
+    assert len(bad) == _first_chunk_count(path) > 0
+    good = [g for g in got if g[3] is not None]
+    assert len(good) + len(bad) == len(clean)
+    assert set(good) <= set(clean) and len(set(good)) == len(good)
+    assert [g for g in clean if g in set(good)] == good  # same order
+
+
+def test_chunk_checksum_mismatch_skips_that_chunk_only(tmp_path: Path) -> None:
     from rosbags.rosbag2 import ReaderError
 
     _write_bag(tmp_path / "bag")
-    _patch(tmp_path / "bag", _set_crc)  # rosbags writes CRC 0 (unchecked): give the first chunk a real one
+    _patch(tmp_path / "bag", _set_crc)  # plain rosbags writes CRC 0 (unchecked): give the first chunk one
     expected, got = _both(tmp_path / "bag")
     assert got == expected
 
@@ -124,23 +158,14 @@ def test_chunk_checksum_is_checked_like_rosbags(tmp_path: Path) -> None:
     _patch(tmp_path / "bag", flip)
     with pytest.raises(ReaderError, match="checksum"):
         _both(tmp_path / "bag")
-    from libredgetpu_ros.bags.mcap_view import message_views
-
-    reader = _open(tmp_path / "bag")
-    try:
-        views = message_views(reader, reader.connections)
-        assert views is not None
-        with pytest.raises(ReaderError, match="checksum"):
-            list(views)
-    finally:
-        reader.close()
+    _skipped_not_decoded(tmp_path / "bag", expected)
 
 
-def test_truncated_record_raises_like_rosbags(tmp_path: Path) -> None:
-    from libredgetpu_ros.bags.mcap_view import message_views
+def test_record_overrunning_its_chunk_skips_that_chunk_only(tmp_path: Path) -> None:
     from rosbags.rosbag2 import ReaderError
 
     _write_bag(tmp_path / "bag")
+    clean, _ = _both(tmp_path / "bag")
 
     def oversize(data: bytearray, chunk: int) -> None:
         pos = _records_start(data, chunk)
@@ -153,9 +178,6 @@ def test_truncated_record_raises_like_rosbags(tmp_path: Path) -> None:
     try:
         with pytest.raises(ReaderError, match="Truncated record"):
             list(reader.messages())
-        views = message_views(reader, reader.connections)
-        assert views is not None
-        with pytest.raises(ReaderError, match="Truncated record"):
-            list(views)
     finally:
         reader.close()
+    _skipped_not_decoded(tmp_path / "bag", clean)

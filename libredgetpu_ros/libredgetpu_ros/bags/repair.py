@@ -1,0 +1,114 @@
+"""``bag-repair``: copy what a killed or damaged bag still holds (``bags.salvage``) into a new, complete bag.
+
+The copy is written by our writers (real chunk CRCs, ``metadata.yaml``), in the source's storage unless
+told otherwise; the source is only read (sqlite only rolls back a transaction its writer left unfinished).
+Topics keep their type, message definition, serialization format and offered QoS; a type's hash comes
+from the bag (sqlite3) or from the typestore, else from the definition the bag carries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from libredgetpu_ros.bags.salvage import Channel, ScanReport, data_files, scan
+from libredgetpu_ros.bags.storage import open_writer
+from libredgetpu_ros.bags.typestore import typestore
+from libredgetpu_ros.errors import InputError
+
+
+@dataclass
+class RepairSummary:
+    source: Path
+    output: Path
+    storage: str
+    files: list[ScanReport] = field(default_factory=list)
+    skipped_topics: dict[str, str] = field(default_factory=dict)  # topic -> why its messages were dropped
+    dropped: int = 0  # messages of skipped topics
+
+    @property
+    def messages(self) -> int:
+        return sum(r.messages for r in self.files) - self.dropped
+
+    def text(self) -> str:
+        lines = [f"{self.source} -> {self.output} ({self.storage}): {self.messages} messages recovered"]
+        for r in self.files:
+            state = "complete" if r.complete else f"unfinished ({r.tail_bytes} bytes of a cut record dropped)"
+            lines.append(f"  {r.path.name}: {r.messages} messages, {r.chunks} whole chunks, "
+                         f"{r.corrupt_chunks} corrupt chunk(s) skipped, {r.orphans} orphan message(s); "
+                         f"{state}")
+            lines += [f"    {note}" for note in r.notes]
+        lines += [f"  topic {t} not copied: {why}" for t, why in sorted(self.skipped_topics.items())]
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"source": str(self.source), "output": str(self.output), "storage": self.storage,
+                "messages": self.messages, "dropped": self.dropped, "skipped_topics": self.skipped_topics,
+                "files": [{"path": str(r.path), "messages": r.messages, "chunks": r.chunks,
+                           "corrupt_chunks": r.corrupt_chunks, "orphans": r.orphans, "complete": r.complete,
+                           "tail_bytes": r.tail_bytes, "notes": r.notes} for r in self.files]}
+
+
+def _type_hash(channel: Channel) -> str:
+    """rosbag2's RIHS01 hash of a channel's type: stored, known to the typestore, or from its definition."""
+    if channel.type_hash:
+        return channel.type_hash
+    store = typestore()
+    if channel.msgtype in store.types:
+        return store.hash_rihs01(channel.msgtype)
+    if not channel.msgdef:
+        raise InputError("no message definition in the bag and the type is unknown here")
+    from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+
+    own = get_typestore(Stores.ROS2_KILTED)  # a private store: the shared one stays as it is
+    try:
+        own.register(get_types_from_msg(channel.msgdef, channel.msgtype))
+        return own.hash_rihs01(channel.msgtype)
+    except Exception as exc:  # rosbags raises several parser errors; any means "cannot hash this type"
+        raise InputError(f"its message definition does not parse: {exc}") from exc
+
+
+def _qos(channel: Channel) -> list[Any]:
+    from rosbags.rosbag2.metadata import parse_qos
+
+    if not channel.qos:
+        return []
+    try:
+        return parse_qos(channel.qos)
+    except Exception:  # a damaged QoS string: the topic is still worth copying
+        return []
+
+
+def repair_bag(source: str | Path, output: str | Path, storage: str | None = None) -> RepairSummary:
+    """Copy every readable message of ``source`` (a bag folder or one .mcap / .db3) into ``output``."""
+    source, output = Path(source), Path(output)
+    files = data_files(source)
+    storage = storage or ("sqlite3" if files[0].suffix == ".db3" else "mcap")
+    summary = RepairSummary(source, output, storage)
+    writer = open_writer(output, storage)
+    connections: dict[tuple[str, str], Any] = {}
+    try:
+        for path in files:
+            report, channels, messages = scan(path)
+            summary.files.append(report)
+            for cid, timestamp, payload in messages:
+                channel = channels[cid]
+                key = (channel.topic, channel.msgtype)
+                conn = connections.get(key)
+                if conn is None and channel.topic not in summary.skipped_topics:
+                    try:
+                        conn = connections[key] = writer.add_connection(
+                            channel.topic, channel.msgtype, msgdef=channel.msgdef or None,
+                            rihs01=_type_hash(channel), typestore=typestore(),
+                            serialization_format=channel.serialization_format or "cdr",
+                            offered_qos_profiles=_qos(channel))
+                    except InputError as exc:
+                        summary.skipped_topics[channel.topic] = f"{channel.msgtype}: {exc}"
+                if conn is None:
+                    summary.dropped += 1
+                    continue
+                writer.write(conn, timestamp, payload)
+    finally:
+        writer.close()
+    return summary

@@ -1,0 +1,305 @@
+"""What a killed or damaged bag still holds: a linear scan of its data, trusting nothing it has not checked.
+
+rosbags (and ``ros2 bag``) read an MCAP file through its summary and footer, which a writer killed by SIGKILL
+never writes, and a rosbag2 folder through ``metadata.yaml``, written last. Here:
+
+- **MCAP**: records are walked from the magic onwards; every length is checked against what is left of the
+  record or the file before anything is read or allocated. A chunk is kept only when whole: its records
+  fit, its size matches, its CRC matches when it has one (0 = not computed), and its inner records parse;
+  otherwise it is counted as corrupt and skipped (none of its messages are used). The walk ends at the data
+  section's end, at the footer, or where the file stops mid-record (the partial tail is reported).
+  Compressed chunks: zstd only (bounded by the chunk's declared size, at most ``MAX_CHUNK_BYTES``).
+- **sqlite3**: opened read-write so sqlite rolls back an unfinished transaction (the journal a killed
+  writer leaves), then the ``topics`` and ``messages`` tables are read.
+
+:func:`scan` returns the channels and a message iterator; ``bags.repair`` writes them to a new bag.
+"""
+
+from __future__ import annotations
+
+import mmap
+import sqlite3
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from libredgetpu_ros.errors import InputError
+
+MCAP_MAGIC = b"\x89MCAP0\r\n"
+MAX_CHUNK_BYTES = 1 << 30  # an uncompressed chunk larger than this is refused (rosbag2 writes ~1 MB chunks)
+_MAX_RATIO = 1024  # zstd chunks: at most this many output bytes per stored byte (+1 MiB)
+_OP_HEADER, _OP_FOOTER, _OP_SCHEMA, _OP_CHANNEL, _OP_MESSAGE, _OP_CHUNK, _OP_DATA_END = (
+    0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x0F)
+_U16, _U32, _U64 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<Q")
+
+
+@dataclass(frozen=True)
+class Channel:
+    """A topic as the bag declares it: enough to write it again."""
+
+    id: int
+    topic: str
+    msgtype: str
+    serialization_format: str
+    msgdef: str  # the schema text ('' when unknown)
+    qos: str  # offered_qos_profiles as stored ('' when unknown)
+    type_hash: str = ""  # rosbag2's type_description_hash when stored (sqlite3)
+
+
+@dataclass
+class ScanReport:
+    path: Path
+    storage: str
+    messages: int = 0
+    chunks: int = 0  # whole chunks used
+    corrupt_chunks: int = 0  # skipped: CRC mismatch, bad size or unparsable records
+    orphans: int = 0  # messages of a channel never declared (its record was in a corrupt chunk)
+    complete: bool = False  # the data section ended properly (DataEnd / footer seen)
+    tail_bytes: int = 0  # bytes after the last whole record (a record cut by the kill)
+    notes: list[str] = field(default_factory=list)
+
+
+class _Bad(Exception):
+    """A record does not parse; the text names the field."""
+
+
+class _Cursor:
+    """Bounds-checked little-endian reads over one record's bytes."""
+
+    __slots__ = ("data", "end", "pos")
+
+    def __init__(self, data: memoryview, pos: int, end: int) -> None:
+        self.data, self.pos, self.end = data, pos, end
+
+    def _take(self, n: int, what: str) -> int:
+        if n < 0 or self.pos + n > self.end:
+            raise _Bad(f"{what}: needs {n} bytes, {self.end - self.pos} left")
+        at, self.pos = self.pos, self.pos + n
+        return at
+
+    def u16(self, what: str) -> int:
+        return _U16.unpack_from(self.data, self._take(2, what))[0]
+
+    def u32(self, what: str) -> int:
+        return _U32.unpack_from(self.data, self._take(4, what))[0]
+
+    def u64(self, what: str) -> int:
+        return _U64.unpack_from(self.data, self._take(8, what))[0]
+
+    def raw(self, n: int, what: str) -> memoryview:
+        at = self._take(n, what)
+        return self.data[at:at + n]
+
+    def text(self, what: str) -> str:
+        n = self.u32(f"{what} length")
+        try:
+            return bytes(self.raw(n, what)).decode()
+        except UnicodeDecodeError as exc:
+            raise _Bad(f"{what} is not UTF-8") from exc
+
+
+class _McapScan:
+    def __init__(self, data: memoryview, report: ScanReport) -> None:
+        self.data, self.report = data, report
+        self.schemas: dict[int, tuple[str, str]] = {}  # id -> (name, text)
+        self.channels: dict[int, Channel] = {}
+
+    def records(self, start: int, end: int) -> Iterator[tuple[int, int, int]]:
+        """(opcode, body start, body end) of the records in [start, end); _Bad if one overruns."""
+        pos = start
+        while pos < end:
+            if pos + 9 > end:
+                raise _Bad(f"record header at offset {pos} overruns by {pos + 9 - end} bytes")
+            op, size = self.data[pos], _U64.unpack_from(self.data, pos + 1)[0]
+            if size > end - pos - 9:
+                raise _Bad(f"record 0x{op:02x} at offset {pos} declares {size} bytes, {end - pos - 9} left")
+            yield op, pos + 9, pos + 9 + size
+            pos += 9 + size
+
+    def definition(self, op: int, start: int, end: int) -> None:
+        """A schema or channel record (top level or inside a chunk)."""
+        cur = _Cursor(self.data, start, end)
+        if op == _OP_SCHEMA:
+            sid = cur.u16("schema id")
+            name, _encoding = cur.text("schema name"), cur.text("schema encoding")
+            text = bytes(cur.raw(cur.u32("schema data length"), "schema data")).decode(errors="replace")
+            self.schemas[sid] = (name, text)
+            return
+        cid, sid = cur.u16("channel id"), cur.u16("channel schema id")
+        topic, encoding = cur.text("channel topic"), cur.text("channel message encoding")
+        n = cur.u32("channel metadata length")
+        meta = _Cursor(self.data, cur.pos, cur.pos + n)
+        cur.raw(n, "channel metadata")
+        qos = ""
+        while meta.pos < meta.end:
+            key, value = meta.text("metadata key"), meta.text("metadata value")
+            if key == "offered_qos_profiles":
+                qos = value
+        name, text = self.schemas.get(sid, ("", ""))
+        if not name:
+            raise _Bad(f"channel {cid} ({topic}) refers to unknown schema {sid}")
+        self.channels[cid] = Channel(cid, topic, name, encoding, text, qos)
+
+    def message(self, start: int, end: int) -> tuple[int, int, memoryview]:
+        cur = _Cursor(self.data, start, end)
+        cid = cur.u16("message channel id")
+        cur.u32("message sequence")
+        log_time = cur.u64("message log time")
+        cur.u64("message publish time")
+        return cid, log_time, self.data[cur.pos:end]
+
+    def chunk(self, start: int, end: int, at: int) -> list[tuple[int, int, memoryview]]:
+        """The messages of a whole, valid chunk (definitions registered), or _Bad."""
+        cur = _Cursor(self.data, start, end)
+        cur.u64("chunk start time")
+        cur.u64("chunk end time")
+        size, crc = cur.u64("chunk uncompressed size"), cur.u32("chunk CRC")
+        compression = cur.text("chunk compression")
+        stored = cur.raw(cur.u64("chunk records length"), "chunk records")
+        if size > MAX_CHUNK_BYTES or (compression and size > _MAX_RATIO * len(stored) + (1 << 20)):
+            # a decode budget proportional to the input: a few bytes may not claim a huge output
+            raise _Bad(f"chunk uncompressed size {size} exceeds the budget for {len(stored)} stored bytes")
+        records = memoryview(_decompress(stored, compression, size))
+        if len(records) != size:
+            raise _Bad(f"chunk records are {len(records)} bytes, header says {size}")
+        if crc and zlib.crc32(records) != crc:
+            raise _Bad(f"chunk at offset {at}: CRC mismatch")
+        inner = _McapScan(records, self.report)
+        inner.schemas, inner.channels = dict(self.schemas), dict(self.channels)
+        messages = []
+        for op, s, e in inner.records(0, len(records)):
+            if op in (_OP_SCHEMA, _OP_CHANNEL):
+                inner.definition(op, s, e)
+            elif op == _OP_MESSAGE:
+                messages.append(inner.message(s, e))
+        self.schemas, self.channels = inner.schemas, inner.channels  # only once the whole chunk is good
+        return messages
+
+
+def _decompress(stored: memoryview, compression: str, size: int) -> bytes | memoryview:
+    if not compression:
+        return stored
+    if compression == "zstd":
+        import zstandard
+
+        try:
+            return zstandard.ZstdDecompressor().decompress(bytes(stored), max_output_size=size)
+        except zstandard.ZstdError as exc:
+            raise _Bad(f"zstd chunk does not decompress: {exc}") from exc
+    raise _Bad(f"unknown chunk compression {compression!r}")
+
+
+def _scan_mcap(path: Path,
+               report: ScanReport) -> tuple[dict[int, Channel], Iterator[tuple[int, int, memoryview]]]:
+    with path.open("rb") as f:
+        size = f.seek(0, 2)
+        if size < len(MCAP_MAGIC):
+            raise InputError(f"{path} is {size} bytes: not an MCAP file")
+        data = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+    if bytes(data[: len(MCAP_MAGIC)]) != MCAP_MAGIC:
+        raise InputError(f"{path} does not start with the MCAP magic")
+    scan = _McapScan(data, report)
+    channels: dict[int, Channel] = {}  # filled as the walk goes: a channel is declared before its messages
+
+    def walk() -> Iterator[tuple[int, int, memoryview]]:
+        pos = len(MCAP_MAGIC)
+        while pos + 9 <= size:
+            op, length = data[pos], _U64.unpack_from(data, pos + 1)[0]
+            if length > size - pos - 9:
+                break  # the record the kill cut short
+            start, end = pos + 9, pos + 9 + length
+            try:
+                if op in (_OP_SCHEMA, _OP_CHANNEL):
+                    scan.definition(op, start, end)
+                elif op == _OP_MESSAGE:
+                    yield scan.message(start, end)
+                elif op == _OP_CHUNK:
+                    messages = scan.chunk(start, end, pos)
+                    report.chunks += 1
+                    channels.update(scan.channels)
+                    yield from messages
+                elif op in (_OP_DATA_END, _OP_FOOTER):
+                    report.complete = True
+                    return
+            except _Bad as exc:
+                report.corrupt_chunks += op == _OP_CHUNK
+                if len(report.notes) < 20:
+                    report.notes.append(f"skipped record 0x{op:02x} at offset {pos}: {exc}")
+            channels.update(scan.channels)
+            pos = end
+        report.tail_bytes = size - pos
+
+    def messages() -> Iterator[tuple[int, int, memoryview]]:
+        for cid, log_time, payload in walk():
+            if cid in channels:
+                report.messages += 1
+                yield cid, log_time, payload
+            else:
+                report.orphans += 1
+
+    return channels, messages()
+
+
+def _scan_sqlite3(path: Path,
+                  report: ScanReport) -> tuple[dict[int, Channel], Iterator[tuple[int, int, bytes]]]:
+    try:
+        conn = sqlite3.connect(f"file:{path}", uri=True)  # read-write: rolls back a killed transaction
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not {"topics", "messages"} <= tables:
+            raise InputError(f"{path} has no rosbag2 tables (topics, messages)")
+        defs = {}
+        if "message_definitions" in tables:
+            rows = conn.execute("SELECT topic_type, encoded_message_definition, type_description_hash "
+                                "FROM message_definitions")
+            defs = {t: (d, h) for t, d, h in rows}
+        rows = conn.execute("SELECT * FROM topics")
+        columns = [d[0] for d in rows.description]
+        channels = {}
+        for row in rows:
+            values = dict(zip(columns, row, strict=True))
+            msgdef, type_hash = defs.get(values["type"], ("", ""))
+            channels[values["id"]] = Channel(values["id"], values["name"], values["type"],
+                                             values.get("serialization_format", "cdr"), msgdef,
+                                             values.get("offered_qos_profiles", "") or "",
+                                             values.get("type_description_hash", "") or type_hash)
+    except sqlite3.DatabaseError as exc:
+        raise InputError(f"cannot read {path} as an sqlite3 bag: {exc}") from exc
+    report.complete = True
+
+    def messages() -> Iterator[tuple[int, int, bytes]]:
+        try:
+            for cid, timestamp, data in conn.execute(
+                    "SELECT topic_id, timestamp, data FROM messages ORDER BY timestamp, id"):
+                if cid in channels:
+                    report.messages += 1
+                    yield cid, timestamp, data
+                else:
+                    report.orphans += 1
+        finally:
+            conn.close()
+
+    return channels, messages()
+
+
+def data_files(bag: Path) -> list[Path]:
+    """The storage files of a bag folder (or the file itself), in name order."""
+    if bag.is_file():
+        return [bag]
+    if not bag.is_dir():
+        raise InputError(f"bag {bag} does not exist")
+    files = sorted(p for p in bag.iterdir() if p.suffix in (".mcap", ".db3"))
+    if not files:
+        raise InputError(f"bag folder {bag} holds no .mcap or .db3 file")
+    return files
+
+
+def scan(path: Path) -> tuple[ScanReport, dict[int, Channel], Iterator[tuple[int, int, bytes | memoryview]]]:
+    """(report, channels by id, messages as (channel id, timestamp, payload)) of one storage file. The
+    channels fill in as the messages are consumed (each before its first message); so do the report's
+    counts."""
+    storage = "sqlite3" if path.suffix == ".db3" else "mcap"
+    report = ScanReport(path, storage)
+    channels, messages = (_scan_sqlite3 if storage == "sqlite3" else _scan_mcap)(path, report)
+    return report, channels, messages
