@@ -45,13 +45,8 @@ def _worker_port(log: Path, timeout: float = 30.0) -> int:
     raise TimeoutError(f"tt-worker did not report its port in {log}")
 
 
-@pytest.mark.ros
-def test_trainer_pushes_trained_weights_into_a_running_control_node(ros_env):
-    from lifecycle_msgs.srv import ChangeState
-    from std_msgs.msg import Float32MultiArray
-
-    from libredgetpu_ros_interfaces.srv import GetWeights
-
+def _start_loop(ros_env, input_size: int):
+    """tt-worker, control node (3 states -> 2 commands) and trainer node (``input_size`` -> 2) processes."""
     ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.cli.main", "tt-worker", "--port", "0", "--json",
                    "--learning-rate", "0.1"], "tt_worker")
     port = _worker_port(ros_env.work_dir / "tt_worker.log")
@@ -59,14 +54,32 @@ def test_trainer_pushes_trained_weights_into_a_running_control_node(ros_env):
                    "-p", "backend:=cpu", "-p", "template:=256", "-p", "state_size:=3",
                    "-p", "command_size:=2", "-p", "stale_timeout:=30.0"], "control_node")
     ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.ros.trainer.node", "--ros-args", "-r", "__ns:=/tt",
-                   "-p", f"worker_port:={port}", "-p", "input_size:=3", "-p", "output_size:=2",
+                   "-p", f"worker_port:={port}", "-p", f"input_size:={input_size}", "-p", "output_size:=2",
                    "-p", "batch_size:=16", "-p", "push_period:=0.5", "-p", "metrics_period:=0.3",
                    "-p", "retransmit_timeout:=0.02", "-p", f"set_weights_service:={CTL}/set_weights"],
                   "trainer_node")
-    ctl = harness.ControlHarness(ros_env.init_rclpy(), CTL)
+    return harness.ControlHarness(ros_env.init_rclpy(), CTL)
+
+
+def _trainer_transitions(ctl) -> None:
+    from lifecycle_msgs.srv import ChangeState
+
+    client = ctl.node.create_client(ChangeState, f"{TRAINER}/change_state")
+    for transition in (T_CONFIGURE, T_ACTIVATE):
+        req = ChangeState.Request()
+        req.transition.id = transition
+        assert ctl.call(client, req).success, "trainer transition failed (see its log)"
+
+
+@pytest.mark.ros
+def test_trainer_pushes_trained_weights_into_a_running_control_node(ros_env):
+    from std_msgs.msg import Float32MultiArray
+
+    from libredgetpu_ros_interfaces.srv import GetWeights
+
+    ctl = _start_loop(ros_env, input_size=3)
     try:
         node = ctl.node
-        trainer_state = node.create_client(ChangeState, f"{TRAINER}/change_state")
         trainer_weights = node.create_client(GetWeights, f"{TRAINER}/get_weights")
         metrics: list[dict[str, float]] = []
 
@@ -84,10 +97,7 @@ def test_trainer_pushes_trained_weights_into_a_running_control_node(ros_env):
         rng = np.random.default_rng(5)
         w_true = (rng.uniform(-0.9, 0.9, size=(2, 3)) * w_max[:, None]).astype(np.float32)
         b_true = np.array([0.2, -0.1], np.float32)
-        for transition in (T_CONFIGURE, T_ACTIVATE):
-            req = ChangeState.Request()
-            req.transition.id = transition
-            assert ctl.call(trainer_state, req).success, "trainer transition failed (see its log)"
+        _trainer_transitions(ctl)
 
         def publish_state() -> None:
             msg = Float32MultiArray()
@@ -134,6 +144,33 @@ def test_trainer_pushes_trained_weights_into_a_running_control_node(ros_env):
         ctl.wait_for(lambda: metrics and metrics[-1].get("mse", 1.0) < TRAINED_MSE, 20.0,
                      f"published mse < {TRAINED_MSE}")
         assert metrics[-1]["batches_sent"] >= 1 and metrics[-1]["batches_failed"] == 0
+    finally:
+        ctl.close()
+
+
+@pytest.mark.ros
+def test_weights_of_another_shape_are_not_pushed(ros_env):
+    from std_msgs.msg import Float32MultiArray
+
+    ctl = _start_loop(ros_env, input_size=4)  # the controller takes 3 states
+    try:
+        samples_pub = ctl.node.create_publisher(Float32MultiArray, "/tt/samples", 100)
+        assert ctl.transition(T_CONFIGURE) and ctl.transition(T_ACTIVATE)
+        version = ctl.get_weights().version
+        _trainer_transitions(ctl)
+        log = ros_env.work_dir / "trainer_node.log"
+        rng = np.random.default_rng(6)
+        deadline = time.monotonic() + 30.0
+        sample = Float32MultiArray()
+        while "are not pushed" not in log.read_text():
+            for _ in range(32):
+                sample.data = rng.uniform(-1.0, 1.0, 6).astype(np.float32).tolist()
+                samples_pub.publish(sample)
+            time.sleep(0.05)
+            assert time.monotonic() < deadline, "the trainer never reported the shape mismatch"
+        time.sleep(1.2)  # two more push periods
+        assert ctl.get_weights().version == version
+        assert "are 2×4 (output_size×input_size) but the controller is 2×3" in log.read_text()
     finally:
         ctl.close()
 

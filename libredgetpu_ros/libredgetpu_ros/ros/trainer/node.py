@@ -124,6 +124,8 @@ class TrainerNode(LifecycleNode):
         self._active: list[Any] = []  # subscription and timers, while active
         self._metrics_pub: Any = None
         self._set_weights: Any = None
+        self._control_weights: Any = None  # the control node's get_weights: its controller shape
+        self._control_shape: tuple[int, int] | None = None
         self._x = np.zeros((0, 0), np.float32)
         self._t = np.zeros((0, 0), np.float32)
         self._filled = 0
@@ -150,6 +152,10 @@ class TrainerNode(LifecycleNode):
         self._filled = 0
         self._metrics_pub = self.create_lifecycle_publisher(Float32MultiArray, "~/metrics", 10)
         self._set_weights = self.create_client(SetWeights, cfg.set_weights_service)
+        if cfg.set_weights_service.endswith("set_weights"):
+            self._control_weights = self.create_client(
+                GetWeights, cfg.set_weights_service.removesuffix("set_weights") + "get_weights")
+        self._control_shape = None
         self._entities = [self.create_service(GetWeights, "~/get_weights", self._on_get_weights)]
         self.get_logger().info(f"configured: model {cfg.model_id} ({len(model.layers)} layers, "
                                f"{cfg.objective}) on worker {cfg.worker_host}:{cfg.worker_port}, pipeline "
@@ -183,9 +189,10 @@ class TrainerNode(LifecycleNode):
         """Drop every entity and disconnect from the worker (idempotent)."""
         self._drop(self._active + self._entities)
         self._active, self._entities = [], []
-        if self._set_weights is not None:
-            self.destroy_client(self._set_weights)
-            self._set_weights = None
+        for client in (self._set_weights, self._control_weights):
+            if client is not None:
+                self.destroy_client(client)
+        self._set_weights = self._control_weights = None
         if self._metrics_pub is not None:
             self.destroy_lifecycle_publisher(self._metrics_pub)
             self._metrics_pub = None
@@ -279,6 +286,8 @@ class TrainerNode(LifecycleNode):
         if not client.service_is_ready():
             self.counters["pushes_skipped"] += 1
             return
+        if not self._shape_matches():
+            return
         try:
             weights, bias, _ = self._linear_weights()
         except (LibrEdgeTpuError, TimeoutError) as exc:
@@ -293,6 +302,38 @@ class TrainerNode(LifecycleNode):
             req.request_id = f"{self.get_fully_qualified_name()}:{session.stats.batches_sent}"
         self._push_pending = True
         client.call_async(req).add_done_callback(self._on_pushed)
+
+    def _shape_matches(self) -> bool:
+        """Whether the model's Linear shape is the control node's controller (asked once, asynchronously)."""
+        cfg, probe = self._cfg, self._control_weights
+        if probe is None:
+            return True  # a service name without a get_weights twin: let set_weights judge
+        if self._control_shape is None:
+            if probe.service_is_ready() and not self._push_pending:
+                self._push_pending = True
+                req = GetWeights.Request()
+                req.engine = cfg.engine_name
+                probe.call_async(req).add_done_callback(self._on_control_shape)
+            return False
+        if self._control_shape == (cfg.output_size, cfg.input_size):
+            return True
+        self.counters["pushes_skipped"] += 1
+        if self.counters["pushes_skipped"] == 1:
+            self.get_logger().error(
+                f"trained weights are {cfg.output_size}×{cfg.input_size} (output_size×input_size) but the "
+                f"controller is {self._control_shape[0]}×{self._control_shape[1]} (command_size×state_size): "
+                "they are not pushed (counted)")
+        return False
+
+    def _on_control_shape(self, future: Any) -> None:
+        self._push_pending = False
+        try:
+            resp = future.result()
+        except Exception as exc:  # rclpy hands back whatever the call raised: log it, ask again later
+            self.get_logger().warning(f"control node get_weights failed: {exc}")
+            return
+        if resp is not None and resp.success:
+            self._control_shape = (int(resp.rows), int(resp.cols))
 
     def _on_pushed(self, future: Any) -> None:
         self._push_pending = False
