@@ -88,11 +88,10 @@ def _conv(run: _Run, node: OpNode, args: list) -> np.ndarray:
         return y.astype(out_t.np_dtype)
     if _is_float(tw):
         raise TpuLangError(f"{where}: integer input needs an integer weight")
-    xs = x.astype(np.int64) - _zero_point(tx, 4)
-    # Padding must read as the zero point, i.e. 0 after the shift: pad the shifted input.
-    ws = w.astype(np.int64) - (_zero_point(tw, 4) if tw.quant is None or tw.quant.axis is None
-                               else _per_oc(tw.quant.zero_points, w.shape[0], where).reshape(-1, 1, 1, 1))
-    acc = kernels.conv2d_int(xs, ws, stride, dilation, pads, group, hw)
+    # Padding must read as the zero point, i.e. 0 after the shift: the kernel pads the shifted input.
+    w_zp = (_zero_point(tw, 4) if tw.quant is None or tw.quant.axis is None
+            else _per_oc(tw.quant.zero_points, w.shape[0], where).reshape(-1, 1, 1, 1))
+    acc = kernels.conv2d_int(x, _zero_point(tx, 4), w, w_zp, stride, dilation, pads, group, hw)
     if b is not None:
         acc += b.reshape(1, -1, 1, 1).astype(np.int64)
     return _integer_result(acc, node, tx, tw, where, channel_axis=1)
@@ -151,8 +150,7 @@ def _matmul(run: _Run, node: OpNode, args: list) -> np.ndarray:
         return y.astype(node.result.np_dtype)
     if _is_float(tb):
         raise TpuLangError(f"{where}: integer input needs an integer right operand")
-    acc = kernels.matmul_int(a.astype(np.int64) - _zero_point(ta, a.ndim),
-                             b.astype(np.int64) - _zero_point(tb, b.ndim))
+    acc = kernels.matmul_int(a, _zero_point(ta, a.ndim), b, _zero_point(tb, b.ndim))
     if bias is not None:
         acc += bias.reshape(-1).astype(np.int64)
     if attrs.get("do_relu"):

@@ -110,23 +110,40 @@ def conv2d(x: np.ndarray, w: np.ndarray, stride: list[int], dilation: list[int],
     return out
 
 
-def conv2d_int(x: np.ndarray, w: np.ndarray, stride: list[int], dilation: list[int], pads: list[int],
-               group: int, out_hw: tuple[int, int]) -> np.ndarray:
-    """Exact int64 convolution of int64 arrays (already zero-point shifted; padding is 0 = the zero point)."""
-    k = w.shape[1] * w.shape[2] * w.shape[3]
-    bound = float(np.abs(x).max(initial=0)) * float(np.abs(w).max(initial=0)) * k
-    if bound < _EXACT_F64:
-        out = conv2d(x.astype(np.float64), w.astype(np.float64), stride, dilation, pads, group, out_hw)
-        return out.astype(np.int64)
-    return conv2d(x, w, stride, dilation, pads, group, out_hw)
+def _shift_bound(x: np.ndarray, zero_point: np.ndarray | int) -> int:
+    """Largest possible |x - zero_point| for x's integer dtype (no pass over the data)."""
+    info = np.iinfo(x.dtype)
+    zp = np.asarray(zero_point, dtype=np.int64)
+    return int(max(info.max - zp.min(initial=0), zp.max(initial=0) - info.min))
 
 
-def matmul_int(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Exact int64 matmul (float64 BLAS when exact)."""
-    bound = float(np.abs(a).max(initial=0)) * float(np.abs(b).max(initial=0)) * a.shape[-1]
-    if bound < _EXACT_F64:
-        return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.int64)
-    return np.matmul(a, b)
+def _shifted(x: np.ndarray, zero_point: np.ndarray | int, dtype: type) -> np.ndarray:
+    out = x.astype(dtype)
+    if np.any(zero_point):
+        out -= np.asarray(zero_point, dtype=dtype)
+    return out
+
+
+def _exact_dtype(a: np.ndarray, zp_a: np.ndarray | int, b: np.ndarray, zp_b: np.ndarray | int,
+                 terms: int) -> type:
+    """float64 when every partial sum of ``terms`` products is an integer below 2**53, else int64."""
+    bound = float(_shift_bound(a, zp_a)) * float(_shift_bound(b, zp_b)) * terms
+    return np.float64 if bound < _EXACT_F64 else np.int64
+
+
+def conv2d_int(x: np.ndarray, zp_x: np.ndarray | int, w: np.ndarray, zp_w: np.ndarray | int,
+               stride: list[int], dilation: list[int], pads: list[int], group: int,
+               out_hw: tuple[int, int]) -> np.ndarray:
+    """Exact int64 ``conv(x - zp_x, w - zp_w)`` of raw integer arrays; padding reads as the zero point."""
+    dtype = _exact_dtype(x, zp_x, w, zp_w, w.shape[1] * w.shape[2] * w.shape[3])
+    out = conv2d(_shifted(x, zp_x, dtype), _shifted(w, zp_w, dtype), stride, dilation, pads, group, out_hw)
+    return out.astype(np.int64)
+
+
+def matmul_int(a: np.ndarray, zp_a: np.ndarray | int, b: np.ndarray, zp_b: np.ndarray | int) -> np.ndarray:
+    """Exact int64 ``(a - zp_a) @ (b - zp_b)`` of raw integer arrays (float64 BLAS when exact)."""
+    dtype = _exact_dtype(a, zp_a, b, zp_b, a.shape[-1])
+    return np.matmul(_shifted(a, zp_a, dtype), _shifted(b, zp_b, dtype)).astype(np.int64)
 
 
 def pool_taps(x: np.ndarray, kernel: list[int], stride: list[int], pads: list[int],
