@@ -1,6 +1,6 @@
 """Launch the adaptive control node as a lifecycle node that configures and activates itself.
 
-Usage (on a ROS 2 install with launch_ros, e.g. Kilted from apt):
+Usage (a ROS 2 install, e.g. Kilted from apt, or the venv after `source tools/env.sh`):
 
     ros2 launch libredgetpu_ros control.launch.py
     ros2 launch libredgetpu_ros control.launch.py params_file:=/path/to/control.yaml \

@@ -1,4 +1,4 @@
-"""Perception lifecycle node for a real ROS 2 install (launch/launch_ros are not available as wheels).
+"""Perception lifecycle node: `ros2 launch` on a robot, or from the venv after `source tools/env.sh`.
 
     ros2 launch libredgetpu_ros perception.launch.py params_file:=/path/perception_pose.yaml \
         namespace:=front_camera image:=/front_camera/image_raw autostart:=true
