@@ -28,8 +28,12 @@ __all__ = ["LABEL_QOS", "PARAMS", "RESULT_QOS", "TASKS", "PerceptionNode", "Perc
 
 
 def main(args: list[str] | None = None) -> int:
+    from libredgetpu_ros.ros.environment import apply_localhost_only
     from libredgetpu_ros.ros.memory import retain_large_allocations
 
+    # Fills in only what is unset (as the control node does): the shipped DDS profile (16 MiB shared-memory
+    # segment, docs/perception_node.md "Large frames") unless the integrator named one.
+    apply_localhost_only()
     # Before rclpy (its threads then allocate under the same rules): every frame passes through ~1 MB
     # buffers (see ros/memory.py for what was measured).
     retain_large_allocations()
