@@ -77,7 +77,7 @@ def _floor_ops(module: Module, values: dict[str, np.ndarray]) -> list[Callable[[
 def bench_graph(label: str, module: Module, weights: dict, inputs: dict) -> dict:
     values = execute(module, weights, inputs, keep_all=True)
     work = _floor_ops(module, values)
-    floor = best_ms(lambda: [fn() for fn in work])
+    floor = best_ms(lambda: [fn() for fn in work]) if work else 0.0
     run = best_ms(lambda: execute(module, weights, inputs))
     compute_ops = sum(1 for n in module.ops if n.kind not in ("top.Input", "top.Weight"))
     return {"graph": label, "ops": compute_ops, "executor_ms": run, "floor_ms": floor}
