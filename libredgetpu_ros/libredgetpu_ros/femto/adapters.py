@@ -58,14 +58,23 @@ class FemtodriverRunner:
         except (OSError, RuntimeError, NotImplementedError) as exc:
             raise DeviceError(f"femtodriver could not open the SPU ({platform}): {exc}") from exc
 
+    def _call(self, what: str, fn: Any, *args: Any) -> Any:
+        # Vendor code raises anything (AssertionError in env_SEND, RuntimeError, USB errors): one typed error
+        # for the node, which counts it and resets instead of dying in a callback.
+        try:
+            return fn(*args)
+        except Exception as exc:
+            raise DeviceError(f"femtodriver {what} failed ({self.platform}): {type(exc).__name__}: {exc}") \
+                from exc
+
     def reset(self) -> None:
-        self._runner.reset()
+        self._call("reset", self._runner.reset)
 
     def send(self, name: str, vector: np.ndarray) -> None:
-        self._runner.send_inputs({name: np.asarray(vector)})
+        self._call(f"send of {name!r}", self._runner.send_inputs, {name: np.asarray(vector)})
 
     def recv(self) -> dict[str, np.ndarray]:
-        return dict(self._runner.recv_outputs())
+        return dict(self._call("recv", self._runner.recv_outputs))
 
     def describe(self) -> dict:
         return {"runner": self.name, "femtofile": self.femtofile, "platform": self.platform}
@@ -105,10 +114,14 @@ class FqirRunner:
         self._values[name] = np.asarray(vector)[: self._inputs[name].length]
         for seq in fired:
             seq_spec = next(s for s in self.spec.sequences if s.key == seq)
-            if seq_spec.latched:
-                self._runner.step({name: self._values[name]})  # updates the runner's latched copy
-                continue
-            outputs, _ = self._runner.step(dict(self._values))
+            try:
+                if seq_spec.latched:
+                    self._runner.step({name: self._values[name]})  # updates the runner's latched copy
+                    continue
+                outputs, _ = self._runner.step(dict(self._values))
+            except Exception as exc:  # vendor code: one typed error (see FemtodriverRunner._call)
+                raise BackendError(f"FQIR step for sequence {seq!r} failed: {type(exc).__name__}: {exc}") \
+                    from exc
             self._produced.update({k: np.asarray(v) for k, v in outputs.items()})
 
     def recv(self) -> dict[str, np.ndarray]:

@@ -11,7 +11,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 from libredgetpu_ros.cli.main import main
-from libredgetpu_ros.errors import BackendError, ConfigError
+from libredgetpu_ros.errors import BackendError, ConfigError, DeviceError
 from libredgetpu_ros.femto import load_iospec
 from libredgetpu_ros.femto.runner import open_runner
 from libredgetpu_ros.femto.vectors import prepare_input
@@ -62,6 +62,9 @@ def test_femtodriver_adapter_wiring(monkeypatch, fixture_path, tmp_path) -> None
     assert [e[0] for e in spu.log] == ["reset", "send", "recv", "finish"]
     assert spu.log[1][1]["x"] == q.tolist()
     assert runner.describe()["platform"] == "evk2"
+    spu.send_inputs = lambda inputs: (_ for _ in ()).throw(AssertionError())  # env_SEND's bare assert
+    with pytest.raises(DeviceError, match=r"femtodriver send of 'x' failed .*AssertionError"):
+        runner.send("x", q)
     with pytest.raises(ConfigError, match=r"femtofile .* does not exist"):
         open_runner("femtodriver", spec, femtofile=tmp_path / "absent.femto")
 

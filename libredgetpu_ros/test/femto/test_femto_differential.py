@@ -83,7 +83,6 @@ def _our_steps(engine: SequenceEngine, events) -> list:
     return out
 
 
-@pytest.mark.slow
 def test_random_traces_identical_to_femtorun(fixture_path) -> None:
     total = errors = 0
     for case in YAMLS:

@@ -254,7 +254,13 @@ class SpuNode(LifecycleNode):
         ready = self._engine.recv()
         if not ready:
             return
-        produced = self._runner.recv()
+        try:
+            produced = self._runner.recv()
+        except LibrEdgeTpuError as exc:
+            self.counters.add("runner_errors")
+            self.get_logger().error(f"runner recv failed: {exc}; resetting the SPU")
+            self._reset_spu()
+            return
         for out in ready:
             vec = self._outputs[out]
             q = produced.get(out)
@@ -268,22 +274,30 @@ class SpuNode(LifecycleNode):
 
     # ----- reset and diagnostics --------------------------------------------------------------------
 
-    def _reset_spu(self) -> None:
+    def _reset_spu(self) -> str | None:
+        """Engine and runner back to zero, latched values re-sent; the runner's error text if it failed."""
         if self._engine is None or self._runner is None:
-            return
+            return "node is not configured"
         self._engine.reset()
-        self._runner.reset()
+        self.counters.add("resets")
+        try:
+            self._runner.reset()
+        except LibrEdgeTpuError as exc:
+            self.counters.add("runner_errors")
+            self.get_logger().error(f"runner reset failed: {exc}")
+            return str(exc)
         for name, values in list(self._latched.items()):
             self._send(name, values, f"latched input {name!r} after reset")
-        self.counters.add("resets")
+        return None
 
     def _on_reset(self, req: Trigger.Request, resp: Trigger.Response) -> Trigger.Response:
         if self._engine is None:
             resp.success, resp.message = False, "node is not configured"
             return resp
-        self._reset_spu()
-        resp.success = True
-        resp.message = f"SPU reset; partial sequences dropped; latched inputs re-sent: {list(self._latched)}"
+        error = self._reset_spu()
+        resp.success = error is None
+        resp.message = error or (f"SPU reset; partial sequences dropped; latched inputs re-sent: "
+                                 f"{list(self._latched)}")
         return resp
 
     def diagnostics_values(self) -> dict[str, object]:
