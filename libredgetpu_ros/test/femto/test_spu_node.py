@@ -221,6 +221,8 @@ def test_spu_node_across_processes(ros_env, tmp_path: Path) -> None:
 
     # Latched value from the parameter, any time; a wrong-length parameter is refused.
     assert not c.set_param("latched.L", [1.0, 2.0]).successful
+    assert not c.set_param("latched.L", [0.0, float("nan"), 0.0, 0.0, 0.0, 0.0]).successful
+    assert not c.set_param("latched.nope", [1.0]).successful  # unknown input name
     assert c.set_param("latched.L", [-1.0] * 6).successful
     ref_send("L", [-1.0] * 6)
     # ~/reset drops a partial sequence: B, reset, C -> C is out of order; then B, C works with L kept.
