@@ -244,3 +244,70 @@ def test_spu_node_across_processes(ros_env, tmp_path: Path) -> None:
     np.testing.assert_allclose(c.outputs["D"][-1][1], want["D"], atol=0)
     # deactivate, cleanup, configure again: a clean start.
     assert c.transition(4) and c.transition(2) and c.transition(1)
+
+
+class _FlakyRunner:
+    """A runner whose device fails on the second send (stands in for a USB hiccup on the SPU)."""
+
+    name = "flaky"
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.sends = inner, 0
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    def send(self, name: str, vector: np.ndarray) -> None:
+        from libredgetpu_ros.errors import DeviceError
+
+        self.sends += 1
+        if self.sends == 3:
+            raise DeviceError("SPU did not answer")
+        self.inner.send(name, vector)
+
+    def recv(self) -> dict:
+        return self.inner.recv()
+
+    def describe(self) -> dict:
+        return {"runner": self.name}
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_runner_failure_is_counted_and_the_node_recovers(ros_env, tmp_path: Path, monkeypatch) -> None:
+    """In-process: a device error on send is counted, the SPU is reset (latched values re-sent), the node
+    stays active and the next complete sequence produces outputs."""
+    import libredgetpu_ros.ros.spu.node as node_module
+    from rclpy.parameter import Parameter
+    from sensor_msgs.msg import JointState
+
+    spec_path, program_path = write_program(tmp_path)
+    real_open = node_module.open_runner
+    monkeypatch.setattr(node_module, "open_runner", lambda *a, **k: _FlakyRunner(real_open(*a, **k)))
+    context = ros_env.init_rclpy()
+    node = node_module.SpuNode(context=context, parameter_overrides=[
+        Parameter("iospec", value=str(spec_path)), Parameter("program", value=str(program_path))])
+    published: list = []
+    try:
+        node.trigger_configure()
+        node.trigger_activate()
+        for pub in node._out_pubs.values():
+            monkeypatch.setattr(pub, "publish", published.append)
+
+        def msg(values: float) -> JointState:
+            m = JointState()
+            m.position = [values] * 6
+            return m
+
+        node._on_input("B", msg(1.0))   # send 2 (send 1: latched L at configure)
+        node._on_input("C", msg(2.0))   # send 3: the device fails
+        assert node.counters.get("runner_errors") == 1 and node.counters.get("resets") == 1
+        assert published == []
+        node._on_input("B", msg(1.0))   # after the reset (latched L re-sent as send 4)
+        node._on_input("C", msg(2.0))
+        assert len(published) == 2  # A and D
+        np.testing.assert_allclose(np.array(published[0].position), [3.0] * 6)
+    finally:
+        node.teardown()
+        node.destroy_node()
