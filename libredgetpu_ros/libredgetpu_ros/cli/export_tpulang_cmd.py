@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 HELP = "export the Dense controller or the MobileNet classifier as a TpuLang graph (origin MLIR + weights)"
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
         if not args.model.is_file():
             raise ConfigError(not_a_file("model", args.model))
-        name = args.name or args.model.stem.replace(".", "_")
+        name = args.name or re.sub(r"^(?=\d)|\W", "_", args.model.stem, flags=re.ASCII)  # a bare identifier
         module, weights = export_classifier(args.model, name=name)
     mlir_path, npz_path = save_module(module, weights, args.out)
     summary = {"module": module.name, "state": module.state, "mlir": str(mlir_path), "weights": str(npz_path),

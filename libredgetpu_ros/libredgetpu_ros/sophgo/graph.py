@@ -9,6 +9,7 @@ the MLIR still prints every op result unranked.
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ from libredgetpu_ros.sophgo.ir import (
 )
 
 _tensor_ids = itertools.count()
+MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*")
 DEVICES = ("cpu", "bm1684x", "bm1688", "cv183x")
 
 
@@ -180,8 +182,9 @@ def build_module(name: str, inputs: list[Tensor], outputs: list[Tensor], quantiz
                  graph: Graph | None = None) -> Module:
     """The module TpuLang's ``compile`` (quantized) or ``compile_f32`` would write for this graph."""
     graph = graph or current_graph("compile")
-    if not name or any(c in name for c in '/\\"\n'):
-        raise TpuLangError(f"compile: model name {name!r} must be a plain file name")
+    if not MODULE_NAME.fullmatch(name or ""):
+        raise TpuLangError(f"compile: model name {name!r} must be a bare MLIR identifier "
+                           f"([A-Za-z_][A-Za-z0-9_$.]*): it names the module and the files")
     if not inputs or not outputs:
         raise TpuLangError("compile: a graph needs at least one input and one output")
     state = "TOP_QUANTIZED" if quantized else "TOP_F32"
@@ -211,7 +214,12 @@ def build_module(name: str, inputs: list[Tensor], outputs: list[Tensor], quantiz
         ops.append(OpNode(op.kind, op.output.name, operands, dict(op.attrs),
                    op.output.mlir_type(ranked=False)))
         shapes[op.output.name] = tuple(op.output.shape)
-    known = {node.name for node in ops}
+    known: set[str] = set()
+    for node in ops:
+        if node.name in known:
+            raise TpuLangError(f"compile: name {node.name!r} is used by two tensors (inputs, weights and op "
+                               f"outputs need distinct names)")
+        known.add(node.name)
     for tensor in outputs:
         if tensor.name not in known:
             raise TpuLangError(f"compile: output {tensor.name!r} is not produced by this graph")

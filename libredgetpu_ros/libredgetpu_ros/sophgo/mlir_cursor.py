@@ -64,29 +64,32 @@ class Cursor:
         return match.group(0)
 
     def string(self) -> str:
+        """A quoted string with MLIR's escapes (``\\XX`` bytes, ``\\"``, ``\\\\``, ``\\n``, ``\\t``)."""
         self.expect('"')
-        out = []
+        out = bytearray()
         while True:
             if self.pos >= len(self.text):
                 raise self.fail("unterminated string")
             ch = self.text[self.pos]
             self.pos += 1
             if ch == '"':
-                return "".join(out)
+                try:
+                    return out.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise self.fail("string is not valid UTF-8") from None
             if ch == "\\":
-                if self.pos >= len(self.text):
-                    raise self.fail("unterminated escape")
-                esc = self.text[self.pos]
-                if esc in '"\\':
-                    out.append(esc)
+                esc = self.text[self.pos:self.pos + 1]
+                pair = self.text[self.pos:self.pos + 2]
+                if esc and esc in '"\\nt':
+                    out += {"n": b"\n", "t": b"\t"}.get(esc, esc.encode())
                     self.pos += 1
-                elif re.fullmatch(r"[0-9A-Fa-f]{2}", self.text[self.pos:self.pos + 2]):
-                    out.append(chr(int(self.text[self.pos:self.pos + 2], 16)))
+                elif re.fullmatch(r"[0-9A-Fa-f]{2}", pair):
+                    out.append(int(pair, 16))
                     self.pos += 2
                 else:
                     raise self.fail(f"unknown escape \\{esc}")
             else:
-                out.append(ch)
+                out += ch.encode("utf-8")
 
     def integer(self) -> int:
         text = self.regex(_INT, "an integer")

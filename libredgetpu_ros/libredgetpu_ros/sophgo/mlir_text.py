@@ -109,7 +109,7 @@ def format_attr(value: AttrValue) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return format_string(value)
     if isinstance(value, I64):
         return f"{value.value} : i64"
     if isinstance(value, SI32):
@@ -154,4 +154,12 @@ def format_type(ttype: TensorType) -> str:
 
 
 def format_string(text: str) -> str:
-    return format_attr(text)
+    """A quoted string as LLVM's printEscapedString writes it: printable ASCII as is, every other UTF-8 byte
+    (and ``"`` and ``\\``) as ``\\XX`` in upper-case hex."""
+    out = []
+    for byte in text.encode("utf-8"):
+        if 0x20 <= byte <= 0x7E and byte not in (0x22, 0x5C):
+            out.append(chr(byte))
+        else:
+            out.append(f"\\{byte:02X}")
+    return '"' + "".join(out) + '"'

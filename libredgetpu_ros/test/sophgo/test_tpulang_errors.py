@@ -92,6 +92,22 @@ def test_duplicate_names_and_missing_init() -> None:
         tpul.init("tpu9")
 
 
+def test_names_are_escaped_like_llvm_and_must_be_distinct() -> None:
+    tpul.init("bm1684x")
+    x = tpul.Tensor([1, 4], name='in "q" \\ é\n')
+    y = tpul.relu(x, out_name="r/1;x")
+    module, _ = tpul.build("n", [x], [y], quantized=False)
+    text = tpul.emit_mlir(module)
+    assert '#loc1 = loc("in \\22q\\22 \\5C \\C3\\A9\\0A")' in text
+    assert parse_mlir(text).inputs[0][0] == x.name
+    z = tpul.relu(y, out_name=x.name)
+    with pytest.raises(tpul.TpuLangError, match="is used by two tensors"):
+        tpul.build("n", [x], [z], quantized=False)
+    with pytest.raises(tpul.TpuLangError, match="must be a bare MLIR identifier"):
+        tpul.build("my-net", [x], [y], quantized=False)
+    tpul.deinit()
+
+
 # -- executor -----------------------------------------------------------------------------------------
 def test_executor_input_and_weight_errors_name_the_op(fixtures_dir: Path) -> None:
     path, weights, inputs = _case(fixtures_dir, CASE)

@@ -30,7 +30,10 @@ def _run(name: str, inputs: list[tpul.Tensor], outputs: list[tpul.Tensor], feed:
         module, weights = tpul.build(name, inputs, outputs, quantized)
     finally:
         tpul.deinit()
-    return execute(parse_mlir(emit_mlir(module)), weights, feed)
+    text = emit_mlir(module)
+    parsed = parse_mlir(text)
+    assert emit_mlir(parsed) == text  # the parser reads back exactly what the emitter wrote
+    return execute(parsed, weights, feed)
 
 
 def conv_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stride, dilation, pads, group,
