@@ -156,7 +156,7 @@ class _ClassifyHead:
         from libredgetpu_ros.postprocess.classify import Classifier
 
         self.classifier = Classifier.from_model(model, labels=labels)
-        self.k = options.max_results or options.top_k
+        self.k = options.top_k  # max_results bounds poses and detections, not classes
         self.threshold = options.score_threshold or 0.0
 
     def __call__(self, outputs: Mapping[str, np.ndarray], input_size: tuple[int, int],

@@ -32,3 +32,15 @@ def test_top1_equals_litert_full_model(fixture_path, name, image):
     assert result.classes[0].class_id == int(np.argmax(probs))
     assert result.classes[0].score == pytest.approx(float(probs.max()), abs=1e-6)
     assert result.classes[0].label == pipeline.labels[result.classes[0].class_id]
+
+
+def test_top_k_sets_the_class_count_even_with_max_results(fixture_path):
+    """The node always passes max_results (its default 10, for poses/detections); a classifier must still
+    report top_k classes (it reported max_results before), also after a runtime change."""
+    cfg = PipelineConfig(model=fixture_path("classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite"),
+                         backend="cpu", score_threshold=0.0, max_results=10, top_k=3)
+    rgb = load_image(fixture_path("images/cat.bmp"))
+    with PerceptionPipeline.from_config(cfg) as pipeline:
+        assert len(pipeline.process(rgb).classes) == 3
+        pipeline.set_options(score_threshold=0.0, max_results=10, top_k=7)
+        assert len(pipeline.process(rgb).classes) == 7
