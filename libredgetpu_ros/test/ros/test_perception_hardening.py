@@ -10,87 +10,23 @@
 
 from __future__ import annotations
 
-import signal
 import time
 
 import numpy as np
 import pytest
 
 from ._crafted_images import png_bomb
+from ._perception_probe import Probe, bringup_classifier
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
-
-MODEL = "classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite"
-
-
-def _bringup(ros_env, fixture_path, input_type: str, topic: str):
-    return ros_env.spawn_bringup(
-        "nodes:\n"
-        "  - type: perception\n"
-        "    name: classifier\n"
-        "    namespace: cam\n"
-        "    parameters:\n"
-        f"      model: {fixture_path(MODEL)}\n"
-        "      backend: cpu\n"
-        f"      input_topic: {topic}\n"
-        f"      input_type: {input_type}\n"
-        "      score_threshold: 0.0\n"
-        "      diagnostics_period: 0.2\n")
-
-
-class _Probe:
-    """The test's end: a camera publisher, the classification results and the node's diagnostics."""
-
-    def __init__(self, ros_env, proc, msg_type, topic: str) -> None:
-        from diagnostic_msgs.msg import DiagnosticArray
-        from libredgetpu_ros.ros.perception_node import RESULT_QOS
-        from rclpy.qos import qos_profile_sensor_data
-        from vision_msgs.msg import Classification
-
-        self.ros_env, self.proc = ros_env, proc
-        self.node, self.executor = ros_env.probe("hostile_camera")
-        self.results: list = []
-        self.diag: dict[str, str] = {}
-        self.level = -1
-        self.node.create_subscription(Classification, "/cam/classification", self.results.append, RESULT_QOS)
-        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 10)
-        self.camera = self.node.create_publisher(msg_type, topic, qos_profile_sensor_data)
-        self.spin_until(lambda: self.camera.get_subscription_count() > 0
-                        and self.node.count_publishers("/cam/classification") > 0, 30.0, "the node active")
-        time.sleep(0.3)  # the far sides of the matches
-
-    def _on_diag(self, msg) -> None:
-        for st in msg.status:
-            if st.name.endswith(": perception"):
-                self.diag = {kv.key: kv.value for kv in st.values}
-                self.level = st.level[0] if isinstance(st.level, bytes) else int(st.level)
-
-    def log(self) -> str:
-        return (self.ros_env.work_dir / "bringup.log").read_text()
-
-    def spin_until(self, predicate, timeout: float, what: str, every=None) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            assert time.monotonic() < deadline, f"timed out waiting for {what}; bringup log:\n{self.log()}"
-            assert self.proc.poll() is None, self.log()
-            if every is not None:
-                every()
-            self.executor.spin_once(timeout_sec=0.1)
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        assert self.proc.wait(timeout=20) == 0
-        self.executor.shutdown()
-        self.node.destroy_node()
-
 
 def test_png_bomb_is_refused_as_bad_input_before_decoding(ros_env, fixture_path) -> None:
     import cv2
     from libredgetpu_ros.ros import diagnostics
     from sensor_msgs.msg import CompressedImage
 
-    proc = _bringup(ros_env, fixture_path, "compressed", "image_raw/compressed")
-    probe = _Probe(ros_env, proc, CompressedImage, "/cam/image_raw/compressed")
+    proc = bringup_classifier(ros_env, fixture_path, "compressed", "image_raw/compressed")
+    probe = Probe(ros_env, proc, CompressedImage, "/cam/image_raw/compressed")
     bomb = CompressedImage(format="png", data=png_bomb(30000, 30000))
     bomb.header.stamp.sec = 1
     sent = time.monotonic()
@@ -117,8 +53,8 @@ def test_png_bomb_is_refused_as_bad_input_before_decoding(ros_env, fixture_path)
 def test_frames_lost_in_transport_are_counted_and_warned_once(ros_env, fixture_path) -> None:
     from sensor_msgs.msg import Image
 
-    proc = _bringup(ros_env, fixture_path, "raw", "image_raw")
-    probe = _Probe(ros_env, proc, Image, "/cam/image_raw")
+    proc = bringup_classifier(ros_env, fixture_path, "raw", "image_raw")
+    probe = Probe(ros_env, proc, Image, "/cam/image_raw")
     big = bytes(4000 * 3000 * 3)  # 36 MB: over the 16 MiB segment
     stamp = [0]
 

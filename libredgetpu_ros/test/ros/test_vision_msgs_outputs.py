@@ -40,7 +40,18 @@ def test_plain_vision_msgs_subscribers_receive_ssd_detections_and_labels(ros_env
     expected.device.close()
     first, _twin, far = expected.anchors
 
-    proc = ros_env.spawn([sys.executable, str(NODE)], "scripted_ssd_node")
+    config = ros_env.work_dir / "ssd.yaml"
+    config.write_text(
+        "nodes:\n"
+        "  - type: perception\n"
+        "    name: ssd\n"
+        "    namespace: cam\n"
+        "    parameters:\n"
+        f"      model: {','.join(str(p) for p in expected.models)}\n"
+        "      backend: edgetpu\n"
+        f"      labels: {expected.labels}\n"
+        "      score_threshold: 0.3\n")
+    proc = ros_env.spawn([sys.executable, str(NODE), str(config), "--duration", "90"], "scripted_ssd_node")
     node, executor = ros_env.probe("vision_msgs_consumer")
     detections: list = []
     node.create_subscription(Detection2DArray, "/cam/detections", detections.append, 10)
@@ -58,7 +69,7 @@ def test_plain_vision_msgs_subscribers_receive_ssd_detections_and_labels(ros_env
                 every()
             executor.spin_once(timeout_sec=0.1)
 
-    spin_until(lambda: "scripted_ssd_node: active" in log() and camera.get_subscription_count() > 0
+    spin_until(lambda: camera.get_subscription_count() > 0
                and node.count_publishers("/cam/detections") > 0, 60.0, "the node to become active")
     frame = Image(width=WIDTH, height=HEIGHT, encoding="rgb8", step=3 * WIDTH, data=np.random.default_rng(
         3).integers(0, 256, (HEIGHT, WIDTH, 3), dtype=np.uint8).tobytes())
