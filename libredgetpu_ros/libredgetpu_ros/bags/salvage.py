@@ -20,6 +20,7 @@ from __future__ import annotations
 import mmap
 import sqlite3
 import struct
+import sys
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -182,11 +183,13 @@ def _decompress(stored: memoryview, compression: str, size: int) -> bytes | memo
     if not compression:
         return stored
     if compression == "zstd":
-        import zstandard
-
-        try:
-            return zstandard.ZstdDecompressor().decompress(bytes(stored), max_output_size=size)
-        except zstandard.ZstdError as exc:
+        if sys.version_info >= (3, 14):
+            from compression import zstd
+        else:  # rosbags' own dependency on older Pythons
+            from backports import zstd
+        try:  # at most size + 1 bytes: a longer output is refused below, never produced
+            return zstd.ZstdDecompressor().decompress(stored, max_length=size + 1)
+        except (zstd.ZstdError, EOFError) as exc:
             raise _Bad(f"zstd chunk does not decompress: {exc}") from exc
     raise _Bad(f"unknown chunk compression {compression!r}")
 
@@ -198,8 +201,16 @@ def _scan_mcap(path: Path,
         if size < len(MCAP_MAGIC):
             raise InputError(f"{path} is {size} bytes: not an MCAP file")
         data = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+    return scan_mcap_data(data, report)
+
+
+def scan_mcap_data(data: bytes | memoryview,
+                   report: ScanReport) -> tuple[dict[int, Channel], Iterator[tuple[int, int, memoryview]]]:
+    """The MCAP walk over bytes in memory (a mapped file, or a fuzz case)."""
+    data = memoryview(data)
+    size = len(data)
     if bytes(data[: len(MCAP_MAGIC)]) != MCAP_MAGIC:
-        raise InputError(f"{path} does not start with the MCAP magic")
+        raise InputError(f"{report.path} does not start with the MCAP magic")
     scan = _McapScan(data, report)
     channels: dict[int, Channel] = {}  # filled as the walk goes: a channel is declared before its messages
 
