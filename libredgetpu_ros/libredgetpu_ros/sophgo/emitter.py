@@ -14,6 +14,7 @@ import numpy as np
 
 from libredgetpu_ros.sophgo.ir import NONE_TYPE, Module, TensorType, TpuLangError
 from libredgetpu_ros.sophgo.mlir_text import format_attr_dict, format_string, format_type
+from libredgetpu_ros.sophgo.npz_writer import write_npz
 
 
 def uses_generic_form(module: Module) -> bool:
@@ -78,7 +79,7 @@ def emit_mlir(module: Module) -> str:
 
 def write_weights(path: Path, weights: dict[str, np.ndarray]) -> None:
     """The origin weight npz: one array per ``top.Weight``, keyed by its name, stored as given."""
-    np.savez(path, **weights)
+    write_npz(path, weights)
 
 
 def save_module(module: Module, weights: dict[str, np.ndarray], out_dir: str | Path = ".") -> tuple[Path,

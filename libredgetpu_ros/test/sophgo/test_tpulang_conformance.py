@@ -1,8 +1,9 @@
 """Conformance with Sophgo's TpuLang (tpu-mlir 1.30.2) on the public fixture cases.
 
 Every case is rebuilt from its CASE.json through our Python API: the origin MLIR must be byte-identical, the
-weight npz equal (keys, dtype, shape, values); the executor (on the MLIR file tpu-mlir wrote) must give the
-reference outputs (f32: atol = rtol = 1e-5; integers exactly) and every intermediate in CASE_ref_all.npz.
+weight npz equal (keys, dtype, shape, values; byte-identical too); the executor (on the MLIR file tpu-mlir
+wrote) must give the reference outputs (f32: atol = rtol = 1e-5; integers exactly) and every intermediate in
+CASE_ref_all.npz.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def test_replay_writes_identical_mlir_and_equal_npz(case: str, tpulang_dir: Path
     assert npz_path.name == spec["module_weight_file"]
     assert mlir_path.read_bytes() == (folder / f"{case}_origin.mlir").read_bytes()
     _assert_npz_equal(dict(np.load(npz_path)), dict(np.load(folder / npz_path.name)))
+    assert npz_path.read_bytes() == (folder / npz_path.name).read_bytes()  # even the zip headers
     module, _ = replay_case(folder / f"{case}.json")
     assert uses_generic_form(module) == (spec["print_form"] == "generic")
     # Our inferred shapes are the ones tpu-mlir's shape inference found.
