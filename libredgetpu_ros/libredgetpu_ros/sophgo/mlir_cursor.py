@@ -131,7 +131,7 @@ class Cursor:
                     if self.accept("]"):
                         break
                     self.expect(",")
-            return [int(item) if isinstance(item, _Bare) else item for item in items]
+            return [_element(item) for item in items]
         number = self.regex(_FLOAT, "an attribute value")
         if self.accept(":"):
             kind = self.regex(_IDENT, "a type")
@@ -145,9 +145,9 @@ class Cursor:
             except ValueError:
                 raise self.fail(f"{number!r} is not a valid {kind}") from None
             raise self.fail(f"unsupported attribute type {kind!r}")
-        if not _INT.fullmatch(number):
-            raise self.fail("a float attribute needs a type")
-        return _Bare(int(number))
+        if _INT.fullmatch(number):
+            return _Bare(int(number))
+        return _BareFloat(Cursor(number, self.where).floating())
 
     def attr_dict(self) -> dict[str, AttrValue]:
         self.expect("{")
@@ -158,7 +158,7 @@ class Cursor:
             key = self.regex(_IDENT, "an attribute name")
             self.expect("=")
             value = self.attr_value()
-            if isinstance(value, _Bare):
+            if isinstance(value, (_Bare, _BareFloat)):
                 raise self.fail(f"attribute {key} needs a type")
             attrs[key] = value
             if self.accept("}"):
@@ -245,4 +245,16 @@ class Cursor:
 
 
 class _Bare(int):
-    """An untyped integer inside an array (``[1, 1]``): kept as a plain int."""
+    """An untyped integer (``[1, 1]``): an i64 inside an array, an error at the top level."""
+
+
+class _BareFloat(float):
+    """An untyped float (``[1.000000e+00]``): an f64 inside an array, an error at the top level."""
+
+
+def _element(item: AttrValue) -> AttrValue:
+    if isinstance(item, _Bare):
+        return int(item)
+    if isinstance(item, _BareFloat):
+        return F64(float(item))
+    return item

@@ -117,8 +117,18 @@ def format_attr(value: AttrValue) -> str:
     if isinstance(value, F64):
         return f"{format_float(value.value)} : f64"
     if isinstance(value, list):
-        return "[" + ", ".join(str(v) if isinstance(v, int) else format_attr(v) for v in value) + "]"
+        return "[" + ", ".join(_array_element(v) for v in value) + "]"
     raise TypeError(f"unsupported attribute value {value!r}")
+
+
+def _array_element(value: AttrValue) -> str:
+    """Inside an ArrayAttr MLIR elides the type of i64 integers and (non-hex) f64 floats."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, F64):
+        text = format_float(value.value)
+        return text if not text.startswith(("0x", "-0x")) else f"{text} : f64"
+    return format_attr(value)
 
 
 def format_attr_dict(attrs: dict[str, AttrValue]) -> str:
