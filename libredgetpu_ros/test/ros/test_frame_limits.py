@@ -71,12 +71,31 @@ def test_raw_frames_obey_the_same_budget() -> None:
     assert DEFAULT_MAX_PIXELS == 4096 * 4096
 
 
-@pytest.mark.parametrize("data", [b"not an image", b"\x89PNG\r\n\x1a\n", _encoded(".png")[:20],
-                                  b"\xff\xd8\xff\xe0" + bytes(8)])
+@pytest.mark.parametrize("data", [b"\x89PNG\r\n\x1a\n", _encoded(".png")[:20],
+                                  b"\xff\xd8\xff\xe0" + bytes(8), b"\xff\xd8 not really a jpeg"])
 def test_unreadable_headers_are_bad_input(data: bytes) -> None:
     with pytest.raises(BadImage) as info:
         compressed_to_rgb(CompressedImage(format="jpeg", data=data))
     assert info.value.cause == "decode"
+
+
+@pytest.mark.parametrize("ext", [".bmp", ".tiff", ".webp"])
+def test_only_png_and_jpeg_reach_a_decoder(ext: str) -> None:
+    with pytest.raises(BadImage, match="neither PNG nor JPEG") as info:
+        compressed_to_rgb(CompressedImage(format=ext.strip("."), data=_encoded(ext)))
+    assert info.value.cause == "format"
+
+
+def test_png_chunk_claiming_more_than_the_frame_is_refused_before_opencv() -> None:
+    """Found by fuzzing: OpenCV allocates a PNG chunk's claimed length before reading it; a 549-byte frame
+    whose IDAT claims 2 GiB took 5.6 s and 2.1 GB of RSS to be rejected by it."""
+    data = bytearray(_encoded(".png"))
+    assert data[37:41] == b"IDAT"
+    data[33:37] = (0x7FFFFFF0).to_bytes(4, "big")
+    started = time.perf_counter()
+    with pytest.raises(BadImage, match="chunk b'IDAT' at byte 33 claims 2147483632 bytes") as info:
+        compressed_to_rgb(CompressedImage(format="png", data=bytes(data)))
+    assert info.value.cause == "decode" and time.perf_counter() - started < 0.5
 
 
 def test_the_profile_segment_size_is_read(tmp_path: Path) -> None:

@@ -61,7 +61,7 @@ def test_compressed_frames_are_classified_like_the_pipeline(ros_env, fixture_pat
     bad = frame(100, "jpeg", b"not a jpeg")
     probe.spin_until(lambda: probe.diag.get("bad_input", "0") != "0", 10.0, "bad_input in diagnostics",
                      every=lambda: probe.camera.publish(bad))
-    assert result(100) is None and probe.diag["bad_input_decode"] != "0"
+    assert result(100) is None and probe.diag["bad_input_format"] != "0"  # neither PNG nor JPEG
     jpeg_stamp, jpeg = frames[".jpg"]
     again = frame(jpeg_stamp + 10, "jpeg", jpeg)
     probe.spin_until(lambda: result(jpeg_stamp + 10), 20.0, "a result after the bad frame",
