@@ -20,7 +20,7 @@ from libredgetpu_ros.matmul.blob import parse_blob
 from libredgetpu_ros.matmul.engine import MatMulEngine
 from libredgetpu_ros.matmul.twin import DenseQuantization
 from libredgetpu_ros.sophgo import ops, ops_quant
-from libredgetpu_ros.sophgo.graph import Tensor, build_module, current_graph, deinit, init, weights_of
+from libredgetpu_ros.sophgo.graph import Tensor, build_module, private_graph, weights_of
 from libredgetpu_ros.sophgo.ir import Module, TpuLangError
 
 WEIGHT_NAME = "dense_w"
@@ -44,8 +44,7 @@ def dense_graph(weights: np.ndarray, quant: DenseQuantization, bias: np.ndarray 
     if batch < 1:
         raise TpuLangError(f"dense export: batch must be >= 1, got {batch}")
     multipliers = quant.multipliers()
-    init("bm1684x")
-    try:
+    with private_graph() as graph:
         if float_io:
             x = Tensor([batch, cols], name=INPUT_NAME, dtype="float32")
             xq = ops_quant.requant_fp_to_int(x, quant.input_scale, quant.input_zero_point, 0, "uint8",
@@ -70,9 +69,7 @@ def dense_graph(weights: np.ndarray, quant: DenseQuantization, bias: np.ndarray 
                            data=np.asarray(bias, dtype=np.float32).reshape(rows))
                 out = ops.add(out, b, out_name=OUTPUT_NAME)
         module = build_module(name, [x], [out], quantized=True)
-        return module, weights_of(current_graph("export"))
-    finally:
-        deinit()
+        return module, weights_of(graph)
 
 
 def engine_int8(engine: MatMulEngine) -> tuple[np.ndarray, np.ndarray | None, int]:

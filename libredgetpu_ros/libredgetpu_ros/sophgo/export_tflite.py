@@ -15,7 +15,7 @@ import numpy as np
 
 from libredgetpu_ros.formats import load_model
 from libredgetpu_ros.sophgo import ops, ops_quant
-from libredgetpu_ros.sophgo.graph import Tensor, build_module, current_graph, deinit, init, weights_of
+from libredgetpu_ros.sophgo.graph import Tensor, build_module, private_graph, weights_of
 from libredgetpu_ros.sophgo.ir import Module, TpuLangError
 
 SUPPORTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "RESHAPE", "SOFTMAX")
@@ -159,8 +159,7 @@ def export_classifier(model_path: str | Path,
     if len(in_t.shape) != 4 or in_t.dtype != np.uint8:
         raise TpuLangError(f"{model_path}: input {in_t.name!r} must be a uint8 NHWC image")
     scale, zp = _quant(in_t, "input")
-    init("bm1684x")
-    try:
+    with private_graph() as graph:
         exporter = _Exporter(model)
         image = Tensor(list(in_t.shape), name="image", dtype="uint8", scale=scale, zero_point=zp)
         exporter.values[model.inputs[0]] = ops.permute(image, [0, 3, 1, 2], out_name="image_nchw")
@@ -177,6 +176,4 @@ def export_classifier(model_path: str | Path,
         if output is None:
             raise TpuLangError(f"{model_path}: the graph output is not produced by a supported op")
         module = build_module(name, [image], [output], quantized=True)
-        return module, weights_of(current_graph("export"))
-    finally:
-        deinit()
+        return module, weights_of(graph)

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import itertools
 import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,28 +157,46 @@ class Graph:
         return output
 
 
-class _State:
+class _State(threading.local):
+    """The default graph, per thread: TpuLang keeps one global graph; per-thread state lets the MatMul
+    backend build its graph in a node's thread while another thread authors or exports."""
+
     graph: Graph | None = None
     device: str | None = None
+
+
+_STATE = _State()
 
 
 def init(device: str) -> None:
     """Start a new graph for ``device`` (TpuLang's chip names; the emitted module is chip "ALL" anyway)."""
     if str(device).lower() not in DEVICES:
         raise TpuLangError(f"init: device {device!r} is not one of {', '.join(DEVICES)}")
-    _State.device = str(device).lower()
-    _State.graph = Graph()
+    _STATE.device = str(device).lower()
+    _STATE.graph = Graph()
 
 
 def deinit() -> None:
-    _State.graph = None
-    _State.device = None
+    _STATE.graph = None
+    _STATE.device = None
+
+
+@contextmanager
+def private_graph(device: str = "bm1684x") -> Iterator[Graph]:
+    """A fresh default graph for the duration of the block; the caller's graph (if any) is restored after,
+    so the exports and replay never disturb a graph someone is building."""
+    saved = (_STATE.graph, _STATE.device)
+    init(device)
+    try:
+        yield _STATE.graph
+    finally:
+        _STATE.graph, _STATE.device = saved
 
 
 def current_graph(op: str) -> Graph:
-    if _State.graph is None:
+    if _STATE.graph is None:
         raise TpuLangError(f"{op}: no graph; call init(device) first")
-    return _State.graph
+    return _STATE.graph
 
 
 def build_module(name: str, inputs: list[Tensor], outputs: list[Tensor], quantized: bool,

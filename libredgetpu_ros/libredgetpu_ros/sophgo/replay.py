@@ -12,7 +12,7 @@ import numpy as np
 from libredgetpu_ros.errors import not_a_file
 from libredgetpu_ros.sophgo import ops, ops_quant
 from libredgetpu_ros.sophgo.emitter import save_module
-from libredgetpu_ros.sophgo.graph import Tensor, build_module, current_graph, deinit, init, weights_of
+from libredgetpu_ros.sophgo.graph import Tensor, build_module, private_graph, weights_of
 from libredgetpu_ros.sophgo.ir import Module, TpuLangError
 
 FUNCTIONS = {name: getattr(ops, name) for name in (
@@ -56,8 +56,7 @@ def replay_case(path: str | Path, weights_npz: str | Path | None = None) -> tupl
     if case["weights"] and not npz_path.is_file():
         raise TpuLangError(not_a_file("weight npz", npz_path))
     stored = dict(np.load(npz_path)) if case["weights"] else {}
-    init("bm1684x")
-    try:
+    with private_graph() as graph:
         tensors: dict[str, Tensor] = {}
         for spec in case["inputs"]:
             tensors[spec["name"]] = Tensor(spec["shape"], name=spec["name"], dtype=spec["dtype"],
@@ -83,9 +82,7 @@ def replay_case(path: str | Path, weights_npz: str | Path | None = None) -> tupl
         outputs = [tensors[name] for name in case["outputs"]]
         inputs = [tensors[spec["name"]] for spec in case["inputs"]]
         module = build_module(case["case"], inputs, outputs, quantized=case["mode"] != "f32")
-        return module, weights_of(current_graph("compile"))
-    finally:
-        deinit()
+        return module, weights_of(graph)
 
 
 def replay_to_dir(path: str | Path, out_dir: str | Path) -> tuple[Path, Path]:

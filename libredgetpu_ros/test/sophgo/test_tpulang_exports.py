@@ -173,6 +173,19 @@ def test_tpulang_backend_equals_cpu_backend_across_swaps() -> None:
     tpu.close()
 
 
+def test_exports_leave_the_callers_graph_alone() -> None:
+    from libredgetpu_ros import sophgo as tpul
+
+    tpul.init("bm1684x")
+    x = tpul.Tensor([1, 4], name="x")
+    y = tpul.relu(x, out_name="y")
+    engine = MatMulEngine.from_template(256, backend="cpu")
+    export_engine(engine)  # builds its own graph meanwhile
+    module, _ = tpul.build("mine", [x], [y], quantized=False)
+    tpul.deinit()
+    assert [node.name for node in module.ops] == ["x", "y"]
+
+
 def test_dense_graph_refuses_bad_weights() -> None:
     engine = MatMulEngine.from_template(256, backend="cpu")
     with pytest.raises(TpuLangError, match="int8"):
