@@ -113,6 +113,8 @@ def test_a_crash_in_the_state_loop_goes_through_on_error_and_is_recoverable(ros_
                      "the node to leave 'active' through on_error")
         log = (ros_env.work_dir / "control_node.log").read_text()
         assert "state loop crashed" in log and "injected fault in the state loop" in log, log[-3000:]
+        ctl.wait_for(lambda: any(s.level == b"\x02" and "state loop crashed" in s.message
+                                 for s in ctl.recorded.diagnostics), 5.0, "an ERROR diagnostics status")
         # Recoverable: the loop's executor thread still runs.
         assert ctl.transition(harness.T_CONFIGURE)
         assert ctl.transition(harness.T_ACTIVATE)
