@@ -177,6 +177,33 @@ def test_weights_of_another_shape_are_not_pushed(ros_env):
         ctl.close()
 
 
+@pytest.mark.ros
+def test_configure_fails_cleanly_without_a_worker(ros_env):
+    import socket
+
+    from lifecycle_msgs.srv import ChangeState, GetState
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # a port nobody answers on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.ros.trainer.node", "--ros-args", "-r", "__ns:=/tt",
+                   "-p", f"worker_port:={port}", "-p", "connect_timeout:=0.5"], "trainer_node")
+    node, executor = ros_env.probe("trainer_probe")
+    change = node.create_client(ChangeState, f"{TRAINER}/change_state")
+    get = node.create_client(GetState, f"{TRAINER}/get_state")
+    assert change.wait_for_service(timeout_sec=20.0)
+    req = ChangeState.Request()
+    req.transition.id = T_CONFIGURE
+    future = change.call_async(req)
+    executor.spin_until_future_complete(future, timeout_sec=20.0)
+    assert future.done() and future.result().success is False
+    future = get.call_async(GetState.Request())
+    executor.spin_until_future_complete(future, timeout_sec=10.0)
+    assert future.result().current_state.label == "unconfigured"
+    log = (ros_env.work_dir / "trainer_node.log").read_text()
+    assert "configure failed: DeviceTimeoutError" in log and "did not answer Hello" in log
+
+
 def test_config_file_matches_the_parameter_table_and_the_launch_file_compiles():
     import py_compile
 
