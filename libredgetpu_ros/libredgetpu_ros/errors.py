@@ -66,6 +66,10 @@ class BackendError(LibrEdgeTpuError):
     """A backend cannot load or run a model."""
 
 
+class ModelFetchError(LibrEdgeTpuError):
+    """A catalogue model could not be fetched or imported: network, truncated transfer, wrong checksum."""
+
+
 class DeviceError(LibrEdgeTpuError):
     """Base class of accelerator device problems."""
 
