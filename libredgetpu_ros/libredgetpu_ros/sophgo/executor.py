@@ -181,7 +181,11 @@ def _requant_int(run: _Run, node: OpNode, args: list) -> np.ndarray:
     r = rshift.reshape(shape) if rshift.size > 1 else rshift.reshape(())
     product = x.astype(np.int64) * m
     right = kernels.round_div(product, np.left_shift(1, np.maximum(r, 0)), node.attrs.get("round_mode"))
-    value = np.where(r < 0, product << np.maximum(-r, 0), right)
+    # A left shift saturates the (at most 32-bit) output long before int64 overflows: clip the product to
+    # 2**(62 - shift) first, which keeps every result that does not saturate exact.
+    left = np.maximum(-r, 0)
+    bound = np.left_shift(np.int64(1), 62 - left)
+    value = np.where(r < 0, np.clip(product, -bound, bound) << left, right)
     zp = _zero_point(node.result, x.ndim)
     return kernels.saturate(value + zp, node.result.np_dtype)
 

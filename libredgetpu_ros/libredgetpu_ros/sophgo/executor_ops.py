@@ -49,17 +49,19 @@ def _avgpool(run: _Run, node: OpNode, args: list) -> np.ndarray:
     if _is_float(tx):
         sums = kernels.pool_taps(x.astype(np.float32), kernel, stride, pads, extra, out_hw, 0, "sum")
         return (sums / counts.astype(np.float32)).astype(node.result.np_dtype)
-    sums = kernels.pool_taps(x.astype(np.int64), kernel, stride, pads, extra, out_hw, 0, "sum")
     mode = node.attrs.get("round_mode", "HalfAwayFromZero")
     out_q, in_q = node.result.quant, tx.quant
-    if out_q == in_q and (in_q is None or in_q.axis is None):
-        # Same scale and zero point: the mean of the raw values, rounded exactly (pad cells are excluded,
-        # or count as the zero point when count_include_pad).
-        zp = 0 if in_q is None else in_q.zero_points[0]
-        pad_cells = (kernel[0] * kernel[1] - counts) if node.attrs.get("count_include_pad") else 0
-        return kernels.saturate(kernels.round_div(sums + zp * pad_cells, counts, mode), node.result.np_dtype)
-    if in_q is None or out_q is None or in_q.axis is not None or out_q.axis is not None:
-        raise TpuLangError(f"{_where(node)}: avgpool between different per-channel quantizations is not "
+    if (in_q is not None and in_q.axis is not None) or (out_q is not None and out_q.axis is not None):
+        raise TpuLangError(f"{_where(node)}: a per-channel quantized avgpool is not supported")
+    sums = kernels.pool_taps(x.astype(np.int64), kernel, stride, pads, extra, out_hw, 0, "sum")
+    if node.attrs.get("count_include_pad") and in_q is not None and in_q.zero_points[0]:
+        # Counted pad cells hold the real value 0, i.e. the zero point.
+        real_cells = kernels.pool_counts(x.shape[2:], kernel, stride, pads, extra, out_hw, False)
+        sums = sums + in_q.zero_points[0] * (counts - real_cells)
+    if out_q == in_q:  # same scale and zero point: the mean of the raw values, rounded exactly
+        return kernels.saturate(kernels.round_div(sums, counts, mode), node.result.np_dtype)
+    if in_q is None or out_q is None:
+        raise TpuLangError(f"{_where(node)}: avgpool between a quantized and a plain integer tensor is not "
                            f"supported")
     real = (sums / counts - in_q.zero_points[0]) * in_q.scales[0]
     q = kernels.round_float(real / out_q.scales[0], mode) + out_q.zero_points[0]

@@ -221,3 +221,76 @@ def test_impossible_shapes_are_refused(build, message: str) -> None:
             build(x, w)
     finally:
         tpul.deinit()
+
+
+@SETTINGS
+@given(st.integers(1, 5), st.integers(1, 6), st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=1),
+       st.integers(-40, 4), st.integers(-128, 127), st.sampled_from(["int8", "uint8", "int16"]),
+       st.booleans(), st.integers(0, 2**31 - 1))
+def test_requant_int_matches_exact_fractions(n, c, mul, shift, offset, out_dtype, per_channel, seed) -> None:
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-2**31, 2**31, (n, c, 3), dtype=np.int64).astype(np.int32)
+    muls = [int(m) for m in rng.integers(0, 2**31, c)] if per_channel else mul
+    shifts = [int(s) for s in rng.integers(-40, 5, c)] if per_channel else [shift]
+    tpul.init("bm1684x")
+    xi = tpul.Tensor([n, c, 3], name="x", dtype="int32")
+    y = tpul.requant_int(xi, muls, shifts, offset, 2, out_dtype=out_dtype, out_name="y")
+    got = _run("prop_rq", [xi], [y], {"x": x}, quantized=True)["y"]
+    info = np.iinfo(out_dtype)
+    expected = np.empty(x.shape, dtype=np.int64)
+    for idx in np.ndindex(*x.shape):
+        ch = idx[1] if per_channel else 0
+        m, s = (muls[ch], shifts[ch]) if per_channel else (mul[0], shift)
+        value = Fraction(int(x[idx]) * m) * Fraction(2) ** s  # shift is TpuLang's: negative = right
+        floor = value.numerator // value.denominator
+        frac = value - floor
+        rounded = floor + (frac > Fraction(1, 2) or (frac == Fraction(1, 2) and value > 0))
+        expected[idx] = min(max(rounded + offset, info.min), info.max)
+    np.testing.assert_array_equal(got.astype(np.int64), expected)
+
+
+@SETTINGS
+@given(st.integers(1, 3), st.integers(1, 5), st.integers(1, 5), st.integers(1, 5), st.booleans(),
+       st.booleans(), st.booleans(), st.booleans(), st.integers(0, 2**31 - 1))
+def test_matmul_f32_transposes_and_batches(b, m, k, n, left_t, right_t, out_t, with_bias, seed) -> None:
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((b, k, m) if left_t else (b, m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k) if right_t else (k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    tpul.init("bm1684x")
+    ai = tpul.Tensor(list(a.shape), name="a")
+    wi = tpul.Tensor(name="w", ttype="coeff", data=w)
+    bi = tpul.Tensor(name="b", ttype="coeff", data=bias) if with_bias else None
+    y = tpul.matmul(ai, wi, bi, input_transpose=left_t, right_transpose=right_t, output_transpose=out_t,
+                    out_name="y")
+    got = _run("prop_mm", [ai], [y], {"a": a}, quantized=False)["y"]
+    ref = (np.swapaxes(a, -1, -2) if left_t else a).astype(np.float64) @ (w.T if right_t else w)
+    ref = ref + (bias if with_bias else 0)
+    ref = np.swapaxes(ref, -1, -2) if out_t else ref
+    np.testing.assert_allclose(got, ref, atol=1e-5, rtol=1e-5)
+
+
+@SETTINGS
+@given(pool_cases(), st.integers(-20, 20),
+       st.sampled_from(["half_away_from_zero", "half_up", "half_to_even"]))
+def test_quantized_avgpool_rounds_the_exact_mean(case, zero_point: int, round_mode: str) -> None:
+    n, c, h, w, kernel, stride, pads, ceil_mode, include_pad, seed = case
+    x = np.random.default_rng(seed).integers(-128, 128, (n, c, h, w), dtype=np.int8)
+    tpul.init("bm1684x")
+    xi = tpul.Tensor([n, c, h, w], name="x", dtype="int8", scale=0.1, zero_point=zero_point)
+    y = tpul.avgpool2d(xi, kernel, stride, pads, ceil_mode=ceil_mode, count_include_pad=include_pad,
+                       round_mode=round_mode, out_name="y")
+    got = _run("prop_qpool", [xi], [y], {"x": x}, quantized=True)["y"]
+    # Pads hold the zero point when counted; the mean of the raw values, rounded exactly.
+    mean = pool_reference(x.astype(np.float64) - zero_point, kernel, stride, pads, "avg", include_pad,
+                          ceil_mode) + zero_point
+    floor = np.floor(mean)
+    frac = mean - floor
+    half = np.isclose(frac, 0.5, atol=1e-9, rtol=0)
+    if round_mode == "half_to_even":
+        up = (frac > 0.5 + 1e-9) | (half & (floor % 2 == 1))
+    elif round_mode == "half_up":
+        up = (frac > 0.5 + 1e-9) | half
+    else:
+        up = (frac > 0.5 + 1e-9) | (half & (mean > 0))
+    np.testing.assert_array_equal(got, np.clip(floor + up, -128, 127).astype(np.int8))
