@@ -39,6 +39,7 @@ SUBCOMMANDS: list[tuple[str, str]] = [
     ("tt-worker", "tt_worker_cmd"),
     ("export-tpulang", "export_tpulang_cmd"),
     ("tpulang", "tpulang_cmd"),
+    ("models", "models_cmd"),
 ]
 
 

@@ -49,7 +49,10 @@ class PipelineConfig:
             parts = [p.strip() for p in str(self.model).split(",")]
         else:
             parts = [str(p).strip() for p in self.model]
-        paths = [Path(p) for p in parts if p]
+        from libredgetpu_ros.models.store import resolve_model
+
+        # A catalogue name (`model: mobilenet_v1_0.25_128`) means its cached file (libredgetpu-ros models).
+        paths = [Path(resolve_model(p)) for p in parts if p]
         if not paths:
             raise ConfigError("model is empty: give a compiled .tflite file")
         for path in paths:
@@ -89,7 +92,9 @@ class PerceptionPipeline:
         log = logger or _log
         paths = cfg.model_paths()
         options = HeadOptions(cfg.score_threshold, cfg.max_results, cfg.top_k).validate()
-        labels = read_labels(cfg.labels) if cfg.labels else None
+        from libredgetpu_ros.models.store import resolve_labels
+
+        labels = read_labels(resolve_labels(str(cfg.labels))) if cfg.labels else None
         models = [load_model(p) for p in paths]
         boundaries = [BoundaryInfo.from_model(m, p) for m, p in zip(models, paths, strict=True)]
 

@@ -1,0 +1,82 @@
+"""``libredgetpu-ros models``: the pinned model catalogue and its local cache (list, fetch, path, import)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+HELP = "models a robot can get: list the pinned catalogue, fetch (verified, resumable), path, import DIR"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="models_action", metavar="ACTION", required=True)
+    p = sub.add_parser("list", help="catalogue entries, their task and whether they are cached")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p = sub.add_parser("fetch", help="download an entry's Edge TPU model, CPU twin and labels into the cache")
+    p.add_argument("name")
+    p.add_argument("--mirror", help="base URL serving the files by name instead of the official URLs "
+                                    "(also $LIBREDGETPU_ROS_MODEL_MIRROR); checksums stay the catalogue's")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p = sub.add_parser("path", help="print the cached path of an entry's model (or --cpu twin, --labels)")
+    p.add_argument("name")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--cpu", action="store_true", help="the CPU twin")
+    which.add_argument("--labels", action="store_true", help="the labels file")
+    p = sub.add_parser("import", help="copy catalogue files found under DIR (offline; checksums verified)")
+    p.add_argument("dir")
+    p.add_argument("names", nargs="*", help="entries to import (default: every one found)")
+    parser.epilog = "cache: $XDG_CACHE_HOME/libredgetpu_ros/models (default ~/.cache/...); docs/models.md"
+
+
+def _list(as_json: bool) -> int:
+    from libredgetpu_ros.models.catalogue import CATALOGUE
+    from libredgetpu_ros.models.store import cache_dir, status
+
+    rows = [{"name": e.name, "task": e.task, "status": status(e), "description": e.description,
+             "files": [{"name": f.name, "url": f.url, "sha256": f.sha256} for f in e.files]}
+            for e in CATALOGUE.values()]
+    if as_json:
+        print(json.dumps({"cache": str(cache_dir()), "models": rows}, indent=2))
+        return 0
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        print(f"{r['name']:<{width}}  {r['task']:<8}  {r['status']:<7}  {r['description']}")
+    print(f"cache: {cache_dir()}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from libredgetpu_ros.errors import InputError
+    from libredgetpu_ros.models import store
+
+    def say(text: str) -> None:
+        print(text, file=sys.stderr)
+
+    action = args.models_action
+    if action == "list":
+        return _list(args.json)
+    if action == "fetch":
+        progress = not args.no_progress and sys.stderr.isatty()  # the bar draws on stderr
+        path = store.fetch(args.name, mirror=args.mirror, progress=progress, say=say)
+        print(path)
+        return 0
+    if action == "path":
+        e = store.entry(args.name)
+        f = e.cpu if args.cpu else (e.labels if args.labels else e.edgetpu)
+        if f is None:
+            raise InputError(f"model {e.name!r} has no labels file")
+        path = store.cached(f)
+        if path is None:
+            raise InputError(f"{f.name} of {e.name!r} is not in the cache ({store.cache_dir()}): "
+                             f"run `libredgetpu-ros models fetch {e.name}`")
+        print(path)
+        return 0
+    complete = store.import_dir(Path(args.dir), args.names or None, say=say)
+    if not complete:
+        raise InputError(f"import: no complete catalogue entry under {args.dir} (each needs its Edge TPU "
+                         f"model, CPU twin and labels; `libredgetpu-ros models list --json` names them)")
+    print("\n".join(complete))
+    return 0
