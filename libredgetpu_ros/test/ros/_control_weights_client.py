@@ -1,10 +1,10 @@
 """Load client for the control node's ``set_weights`` (run as a process, with the localhost-only env).
 
 Calls ``~/set_weights`` back to back (one outstanding call, like a planner) until ``--calls`` calls or
-``--duration`` seconds, whichever comes first, each with its own weights and, with ``--token``, a
-``request_id``. A call without an answer within ``--timeout`` s is *lost*: with ``--retry`` it is sent again
-(same request, same request_id) and the answer says whether the first copy had been applied. Writes a JSON
-summary to ``--out``.
+``--duration`` seconds, whichever comes first, each with its own weights and ``request_id``, through
+``ros.control.client.call_set_weights``. A call without an answer within ``--timeout`` s is *lost*: with
+``--retry`` it is sent again (same request, same request_id) and the answer says whether the first copy
+had been applied. Writes a JSON summary to ``--out``.
 
     python _control_weights_client.py --fqn /ctl/control_node --rows 4 --cols 8 --duration 10 --out c0.json
 """
@@ -35,8 +35,9 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=100_000)
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--timeout", type=float, default=2.0)
-    parser.add_argument("--token", action="store_true", help="send a unique request_id with every call")
     parser.add_argument("--retry", action="store_true", help="re-send a lost call with the same request_id")
+    parser.add_argument("--deep", action="store_true", help="the node's REPLY_QOS (history 1000) for the "
+                        "client instead of ROS's default service QoS (history 10)")
     parser.add_argument("--fresh", action="store_true",
                         help="a new client per call (like a CLI per call); loses more replies under load")
     parser.add_argument("--out", required=True)
@@ -49,8 +50,11 @@ def main() -> int:
 
     rclpy.init()
     node = rclpy.create_node(args.name)
+    from libredgetpu_ros.ros.control.client import REPLY_QOS, call_set_weights
+
     service = f"{args.fqn}/set_weights"
-    client = node.create_client(SetWeights, service)
+    qos = {"qos_profile": REPLY_QOS} if args.deep else {}
+    client = node.create_client(SetWeights, service, **qos)
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     spinner = threading.Thread(target=executor.spin, daemon=True)
@@ -64,39 +68,29 @@ def main() -> int:
     summary: dict = {"calls": 0, "answered": 0, "lost": 0, "lost_then_applied": 0, "lost_not_applied": 0,
                      "unresolved": 0, "refused": 0, "versions": [], "max_ms": 0.0}
 
-    def call(req: SetWeights.Request) -> SetWeights.Response | None:
+    def call(req: SetWeights.Request, attempts: int) -> SetWeights.Response | None:
         nonlocal client
         if args.fresh:
             node.destroy_client(client)
-            client = node.create_client(SetWeights, service)
+            client = node.create_client(SetWeights, service, **qos)
             client.wait_for_service(timeout_sec=args.timeout)
-        done = threading.Event()
-        future = client.call_async(req)
-        future.add_done_callback(lambda _f: done.set())
-        if not done.wait(args.timeout):
-            client.remove_pending_request(future)
-            return None
-        return future.result()
+        return call_set_weights(client, req, args.timeout, attempts)
 
     start = time.monotonic()
     while summary["calls"] < args.calls and time.monotonic() - start < args.duration:
         req = SetWeights.Request()
         req.rows, req.cols = args.rows, args.cols
         req.data = float32_field(rng.uniform(-1e-4, 1e-4, args.rows * args.cols))
-        if args.token:
-            req.request_id = f"{args.name}-{summary['calls']}"
+        req.request_id = f"{args.name}-{summary['calls']}"
         summary["calls"] += 1
         t0 = time.perf_counter()
-        resp = call(req)
+        resp = call(req, attempts=1)
         summary["max_ms"] = max(summary["max_ms"], (time.perf_counter() - t0) * 1e3)
         if resp is None:
             summary["lost"] += 1
             if not args.retry:
                 continue
-            for _ in range(3):  # the retry itself may be lost too (bounded)
-                resp = call(req)
-                if resp is not None:
-                    break
+            resp = call(req, attempts=3)  # the same request_id: answered from the record if applied
             if resp is None:
                 summary["unresolved"] += 1
                 continue
