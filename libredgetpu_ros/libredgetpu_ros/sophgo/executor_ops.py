@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from libredgetpu_ros.sophgo import kernels, shapes
-from libredgetpu_ros.sophgo.executor import _is_float, _op, _Run, _spatial, _where
 from libredgetpu_ros.sophgo.ir import OpNode, TpuLangError
+from libredgetpu_ros.sophgo.op_registry import RunState, is_float, register, spatial, where_of
 
 
 def _ceil_extra(size: int, pad_begin: int, pad_end: int, kernel: int, stride: int, out: int) -> int:
@@ -14,8 +14,8 @@ def _ceil_extra(size: int, pad_begin: int, pad_end: int, kernel: int, stride: in
 
 
 def _pool_geometry(node: OpNode, x: np.ndarray) -> tuple[list[int], list[int], list[int], tuple, tuple]:
-    where = _where(node)
-    stride, pads, kernel = _spatial(node)
+    where = where_of(node)
+    stride, pads, kernel = spatial(node)
     if not kernel:
         raise TpuLangError(f"{where}: kernel_shape attribute is required")
     ceil_mode = bool(node.attrs.get("ceil_mode", False))
@@ -26,8 +26,8 @@ def _pool_geometry(node: OpNode, x: np.ndarray) -> tuple[list[int], list[int], l
     return kernel, stride, pads, extra, out_hw
 
 
-@_op("top.MaxPool")
-def _maxpool(run: _Run, node: OpNode, args: list) -> np.ndarray:
+@register("top.MaxPool")
+def _maxpool(run: RunState, node: OpNode, args: list) -> np.ndarray:
     (x,) = args
     kernel, stride, pads, extra, out_hw = _pool_geometry(node, x)
     # Padded cells never win: pad with the lowest value of the dtype.
@@ -35,24 +35,24 @@ def _maxpool(run: _Run, node: OpNode, args: list) -> np.ndarray:
     y = kernels.pool_taps(x, kernel, stride, pads, extra, out_hw, low, "max")
     (tx,) = run.operand_types(node)
     if node.result.quant != tx.quant:
-        raise TpuLangError(f"{_where(node)}: a maxpool that changes the quantization is not supported")
+        raise TpuLangError(f"{where_of(node)}: a maxpool that changes the quantization is not supported")
     return y.astype(node.result.np_dtype)
 
 
-@_op("top.AvgPool")
-def _avgpool(run: _Run, node: OpNode, args: list) -> np.ndarray:
+@register("top.AvgPool")
+def _avgpool(run: RunState, node: OpNode, args: list) -> np.ndarray:
     (x,) = args
     kernel, stride, pads, extra, out_hw = _pool_geometry(node, x)
     counts = kernels.pool_counts(x.shape[2:], kernel, stride, pads, extra, out_hw,
                                  bool(node.attrs.get("count_include_pad", False)))
     (tx,) = run.operand_types(node)
-    if _is_float(tx):
+    if is_float(tx):
         sums = kernels.pool_taps(x.astype(np.float32), kernel, stride, pads, extra, out_hw, 0, "sum")
         return (sums / counts.astype(np.float32)).astype(node.result.np_dtype)
     mode = node.attrs.get("round_mode", "HalfAwayFromZero")
     out_q, in_q = node.result.quant, tx.quant
     if (in_q is not None and in_q.axis is not None) or (out_q is not None and out_q.axis is not None):
-        raise TpuLangError(f"{_where(node)}: a per-channel quantized avgpool is not supported")
+        raise TpuLangError(f"{where_of(node)}: a per-channel quantized avgpool is not supported")
     sums = kernels.pool_taps(x.astype(np.int64), kernel, stride, pads, extra, out_hw, 0, "sum")
     if node.attrs.get("count_include_pad") and in_q is not None and in_q.zero_points[0]:
         # Counted pad cells hold the real value 0, i.e. the zero point.
@@ -61,15 +61,15 @@ def _avgpool(run: _Run, node: OpNode, args: list) -> np.ndarray:
     if out_q == in_q:  # same scale and zero point: the mean of the raw values, rounded exactly
         return kernels.saturate(kernels.round_div(sums, counts, mode), node.result.np_dtype)
     if in_q is None or out_q is None:
-        raise TpuLangError(f"{_where(node)}: avgpool between a quantized and a plain integer tensor is not "
+        raise TpuLangError(f"{where_of(node)}: avgpool between a quantized and a plain integer tensor is not "
                            f"supported")
     real = (sums / counts - in_q.zero_points[0]) * in_q.scales[0]
     q = kernels.round_float(real / out_q.scales[0], mode) + out_q.zero_points[0]
     return kernels.saturate(q, node.result.np_dtype)
 
 
-@_op("top.Relu")
-def _relu(run: _Run, node: OpNode, args: list) -> np.ndarray:
+@register("top.Relu")
+def _relu(run: RunState, node: OpNode, args: list) -> np.ndarray:
     (x,) = args
     limit = getattr(node.attrs.get("relu_limit"), "value", -1.0)
     # Quantized relu works on the raw integers: max(q, 0), not max(q, zero_point) (observed in tpu-mlir).
@@ -79,12 +79,12 @@ def _relu(run: _Run, node: OpNode, args: list) -> np.ndarray:
     return y
 
 
-@_op("top.Softmax")
-def _softmax(run: _Run, node: OpNode, args: list) -> np.ndarray:
+@register("top.Softmax")
+def _softmax(run: RunState, node: OpNode, args: list) -> np.ndarray:
     (x,) = args
-    if not _is_float(node.result):
-        raise TpuLangError(f"{_where(node)}: only float softmax is supported")
-    axis = shapes.axis_in_range(getattr(node.attrs.get("axis"), "value", 1), x.ndim, _where(node))
+    if not is_float(node.result):
+        raise TpuLangError(f"{where_of(node)}: only float softmax is supported")
+    axis = shapes.axis_in_range(getattr(node.attrs.get("axis"), "value", 1), x.ndim, where_of(node))
     beta = getattr(node.attrs.get("beta"), "value", 1.0)
     z = (x.astype(np.float64) - x.max(axis=axis, keepdims=True)) * beta
     e = np.exp(z)
@@ -94,14 +94,14 @@ def _softmax(run: _Run, node: OpNode, args: list) -> np.ndarray:
     return y.astype(node.result.np_dtype)
 
 
-@_op("top.Add")
-def _add(run: _Run, node: OpNode, args: list) -> np.ndarray:
-    where = _where(node)
+@register("top.Add")
+def _add(run: RunState, node: OpNode, args: list) -> np.ndarray:
+    where = where_of(node)
     a, b = args
     ta, tb = run.operand_types(node)
     shapes.broadcast_shape(a.shape, b.shape, where)
     out_t = node.result
-    if _is_float(out_t):
+    if is_float(out_t):
         y = a.astype(np.float32) + b.astype(np.float32)
     elif out_t.quant is None and ta.quant is None and tb.quant is None:
         return kernels.saturate(a.astype(np.int64) + b.astype(np.int64), out_t.np_dtype)
@@ -118,9 +118,9 @@ def _add(run: _Run, node: OpNode, args: list) -> np.ndarray:
     return y.astype(out_t.np_dtype)
 
 
-@_op("top.Concat")
-def _concat(run: _Run, node: OpNode, args: list) -> np.ndarray:
-    where = _where(node)
+@register("top.Concat")
+def _concat(run: RunState, node: OpNode, args: list) -> np.ndarray:
+    where = where_of(node)
     axis = getattr(node.attrs.get("axis"), "value", 0)
     shapes.concat_shape([a.shape for a in args], axis, where)
     if any(t.quant != node.result.quant for t in run.operand_types(node)):
@@ -128,21 +128,21 @@ def _concat(run: _Run, node: OpNode, args: list) -> np.ndarray:
     return np.concatenate(args, axis=axis).astype(node.result.np_dtype)
 
 
-@_op("top.Reshape")
-def _reshape(run: _Run, node: OpNode, args: list) -> np.ndarray:
+@register("top.Reshape")
+def _reshape(run: RunState, node: OpNode, args: list) -> np.ndarray:
     (x,) = args
-    where = _where(node)
+    where = where_of(node)
     target = node.attrs.get("shape")
     if not isinstance(target, list):
         raise TpuLangError(f"{where}: shape attribute is required")
     return x.reshape(shapes.reshape_shape(x.shape, target, where))
 
 
-@_op("top.Permute")
-def _permute(run: _Run, node: OpNode, args: list) -> np.ndarray:
+@register("top.Permute")
+def _permute(run: RunState, node: OpNode, args: list) -> np.ndarray:
     (x,) = args
     order = node.attrs.get("order")
     if not isinstance(order, list):
-        raise TpuLangError(f"{_where(node)}: order attribute is required")
-    shapes.permute_shape(x.shape, order, _where(node))
+        raise TpuLangError(f"{where_of(node)}: order attribute is required")
+    shapes.permute_shape(x.shape, order, where_of(node))
     return np.ascontiguousarray(np.transpose(x, order))
