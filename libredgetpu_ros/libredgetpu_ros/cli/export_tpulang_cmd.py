@@ -15,7 +15,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     dense = sub.add_parser("dense", help="a Dense(N) controller: template scales + weights (int8 graph)")
     dense.add_argument("--template", required=True,
                        help="template size N or path to dense_N_edgetpu.tflite (scales and zero points)")
-    dense.add_argument("--weights", type=Path, help="float weights .npy (rows, cols); default: template's")
+    dense.add_argument("--weights", type=Path, help="float weights .npy (rows, cols); a smaller controller "
+                       "is placed top-left like the control node does; default: the template's")
     dense.add_argument("--bias", type=Path, help="float bias .npy (rows,)")
     dense.add_argument("--batch", type=int, default=1, help="input rows per call (graph input is batch x N)")
     classifier = sub.add_parser("classifier", help="a uint8 TFLite classifier (e.g. MobileNet v1 CPU twin)")
@@ -25,6 +26,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--out", required=True, type=Path, help="output directory")
         p.add_argument("--name", help="module name (file prefix); default dense_N / the model's stem")
         p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def _embed(weights, bias, rows: int, cols: int):
+    """A controller smaller than the template sits top-left, zeros elsewhere (as the control node runs it)."""
+    import numpy as np
+
+    w = np.asarray(weights)
+    if w.ndim == 2 and w.shape != (rows, cols) and w.shape[0] <= rows and w.shape[1] <= cols:
+        full = np.zeros((rows, cols), np.float32)
+        full[:w.shape[0], :w.shape[1]] = w
+        w = full
+    if bias is not None and np.ndim(bias) == 1 and 0 < len(bias) < rows:
+        bias = np.concatenate([np.asarray(bias, np.float32), np.zeros(rows - len(bias), np.float32)])
+    return w, bias
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
         engine = MatMulEngine.from_template(template, backend="cpu")
         if args.weights is not None or args.bias is not None:
             weights = _load_npy(args.weights, "weights") if args.weights else engine.get_weights()[0]
-            engine.set_weights(weights, bias=_load_npy(args.bias, "bias") if args.bias else None)
+            bias = _load_npy(args.bias, "bias") if args.bias else None
+            engine.set_weights(*_embed(weights, bias, engine.rows, engine.cols))
         module, weights = export_engine(engine, batch=args.batch, name=args.name or engine.template.name)
     else:
         from libredgetpu_ros.sophgo.export_tflite import export_classifier

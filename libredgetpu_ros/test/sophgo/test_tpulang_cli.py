@@ -73,6 +73,25 @@ def test_export_classifier(fixture_path, tmp_path: Path, capsys) -> None:
     assert Path(summary["weights"]).name == "mnet_top_quantized_all_origin_weight.npz"
 
 
+def test_export_dense_embeds_a_small_controller(tmp_path: Path, capsys) -> None:
+    rng = np.random.default_rng(4)
+    small = rng.uniform(-0.05, 0.05, (3, 5)).astype(np.float32)
+    np.save(tmp_path / "w.npy", small)
+    assert main(["export-tpulang", "dense", "--template", "256", "--weights", str(tmp_path / "w.npy"),
+                 "--out", str(tmp_path), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    x = np.zeros((1, 256), np.float32)
+    x[0, :5] = rng.uniform(-1, 1, 5)
+    np.savez(tmp_path / "in.npz", x=x)
+    assert main(["tpulang", "run", summary["mlir"], summary["weights"], str(tmp_path / "in.npz"),
+                 "--out", str(tmp_path / "y.npz")]) == 0
+    engine = MatMulEngine.from_template(256, backend="cpu")
+    full = np.zeros((256, 256), np.float32)
+    full[:3, :5] = small
+    engine.set_weights(full)
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npz")["y"], engine.matmul(x))
+
+
 @pytest.mark.parametrize("argv, message", [
     (["export-tpulang", "classifier", "missing.tflite", "--out", "x"], "model missing.tflite does not exist"),
     (["export-tpulang", "dense", "--template", "256", "--batch", "0", "--out", "x"], "--batch must be >= 1"),
