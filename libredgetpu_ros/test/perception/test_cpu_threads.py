@@ -1,0 +1,56 @@
+"""``cpu_threads`` reaches LiteRT: the node parameter -> PipelineConfig -> CpuBackend -> the interpreter.
+
+The interpreter's own worker threads are counted (``/proc/self/task``): one per thread beyond the caller's,
+so 3 threads add 2 more threads to the process than 1 thread does. 0 (the node's default) means one per core
+this process may use.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from libredgetpu_ros.backends.cpu import CpuBackend
+from libredgetpu_ros.errors import InputError
+from libredgetpu_ros.perception.pipeline import PerceptionPipeline, PipelineConfig
+
+MODEL = "classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite"
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_thread_count_reaches_the_interpreter(fixture_path) -> None:
+    counts = {}
+    for n in (1, 3):
+        before = _threads()
+        backend = CpuBackend(num_threads=n)
+        backend.load(fixture_path(MODEL))
+        backend.run([np.zeros(s.shape, s.dtype) for s in backend.boundary.inputs])
+        counts[n] = _threads() - before
+        assert backend.describe()["num_threads"] == n
+        backend.close()
+        del backend
+    assert counts[3] - counts[1] == 2, counts
+    with pytest.raises(InputError, match="num_threads must be >= 1"):
+        CpuBackend(num_threads=0)
+
+
+def test_pipeline_and_node_parameter(fixture_path) -> None:
+    pytest.importorskip("rclpy")
+    from libredgetpu_ros.ros.perception.params import ALL_CORES, PARAMS, pipeline_config
+
+    spec = PARAMS.specs["cpu_threads"]
+    assert spec.default == 0 and spec.range == (0, 64)
+    assert spec.descriptor().integer_range[0].from_value == 0
+    values = PARAMS.defaults() | {"model": str(fixture_path(MODEL)), "backend": "cpu"}
+    default = pipeline_config(PARAMS.values_type(**values))
+    assert default.cpu_threads == ALL_CORES == len(os.sched_getaffinity(0))
+    config = pipeline_config(PARAMS.values_type(**(values | {"cpu_threads": 3})))
+    assert config.cpu_threads == 3
+    with PerceptionPipeline.from_config(config) as pipeline:
+        assert pipeline.describe()["segments"][0]["num_threads"] == 3
+    with PerceptionPipeline.from_config(PipelineConfig(model=fixture_path(MODEL), backend="cpu")) as pipeline:
+        assert pipeline.describe()["segments"][0]["num_threads"] is None  # LiteRT's default
