@@ -124,7 +124,7 @@ def render_text(s: dict[str, Any]) -> str:
     lines.append(f"operators ({len(s['operators'])}):")
     for op in s["operators"]:
         opts = op["custom_options"] or op["builtin_options"]
-        detail = f"  {json.dumps(opts, default=_plain)}" if opts else ""
+        detail = f"  {opts}" if opts else ""
         lines.append(f"  #{op['index']} {op['opcode']}  in={op['inputs']} out={op['outputs']}{detail}")
     for tpu in s["edgetpu"]:
         lines.append(f"edge tpu op #{tpu['operator']} (compiler {tpu['compiler_version'] or '?'}):")

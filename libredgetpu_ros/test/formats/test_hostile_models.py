@@ -171,7 +171,7 @@ def test_inspect_json_with_a_blob_custom_option(fixture_path, tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["operators"][op.index]["custom_options"] == {"blob": "0x0001fe", "max_detections": 10}
     assert main(["inspect", str(path)]) == 0
-    assert "0x0001fe" in capsys.readouterr().out
+    assert "'blob': b'\\x00\\x01\\xfe'" in capsys.readouterr().out
 
 
 def test_the_budget_leaves_real_models_a_wide_margin(fixtures_dir):
