@@ -77,8 +77,8 @@ def fetch(name: str, *, mirror: str | None = None, cache: Path | None = None, pr
 def import_dir(folder: Path, names: list[str] | None = None, *, cache: Path | None = None,
                say: Callable[[str], None] = lambda _: None) -> list[str]:
     """Copy catalogue files found anywhere under ``folder`` (by file name) into the cache, each checked
-    against its SHA-256 first; returns the entries that are complete afterwards. A file with the right name
-    and the wrong bytes is an error, not skipped silently."""
+    against its SHA-256 first; returns the entries the folder contributed to that are complete afterwards.
+    A file with the right name and the wrong bytes is an error, not skipped silently."""
     if not folder.is_dir():
         raise InputError(f"import: {folder} is not a directory")
     cache = cache or cache_dir()
@@ -88,7 +88,10 @@ def import_dir(folder: Path, names: list[str] | None = None, *, cache: Path | No
         if path.is_file():
             by_name.setdefault(path.name, path)
     done: set[str] = set()
+    touched: list[ModelEntry] = []
     for e in wanted:
+        if any(f.name in by_name for f in e.files):
+            touched.append(e)
         for f in e.files:
             if f.name in done or f.name not in by_name:
                 continue
@@ -105,7 +108,7 @@ def import_dir(folder: Path, names: list[str] | None = None, *, cache: Path | No
                 os.replace(tmp, dest)
             say(f"{f.name}: imported from {src}")
             done.add(f.name)
-    return [e.name for e in wanted if status(e, cache) == "cached"]
+    return [e.name for e in touched if status(e, cache) == "cached"]
 
 
 def _resolve(text: str, pick: Callable[[ModelEntry], ModelFile | None], what: str) -> str:

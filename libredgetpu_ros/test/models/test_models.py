@@ -1,0 +1,219 @@
+"""`libredgetpu-ros models`: catalogue, fetch from a loopback server (checksum mismatch, truncated transfer,
+resume, a server ignoring Range), offline import, unknown names, config names, and a fetched model running
+with `infer`. No test touches the internet: every URL is the loopback server's (127.0.0.1)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from libredgetpu_ros.errors import InputError, ModelFetchError
+
+from ._server import FileServer
+
+pytestmark = pytest.mark.timeout(60)
+
+ENTRY = "mobilenet_v1_0.25_128"  # the smallest entry: ~0.5 MB per model file
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.delenv("LIBREDGETPU_ROS_MODELS", raising=False)
+    monkeypatch.delenv("LIBREDGETPU_ROS_MODEL_MIRROR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    return tmp_path / "xdg" / "libredgetpu_ros" / "models"
+
+
+@pytest.fixture
+def served(tmp_path: Path, fixtures_dir: Path) -> Path:
+    """The entry's files, flat, as a mirror serves them."""
+    from libredgetpu_ros.models.store import entry
+
+    folder = tmp_path / "www"
+    folder.mkdir()
+    for f in entry(ENTRY).files:
+        src, = fixtures_dir.rglob(f.name)
+        shutil.copyfile(src, folder / f.name)
+    return folder
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_catalogue_pins_every_file_to_the_fixture_bytes(fixtures_dir: Path) -> None:
+    from libredgetpu_ros.models.catalogue import CATALOGUE
+
+    assert len(CATALOGUE) >= 4
+    for e in CATALOGUE.values():
+        assert e.edgetpu.name.endswith("_edgetpu.tflite")
+        assert e.cpu.name == e.edgetpu.name.replace("_edgetpu", "")  # where the pipeline looks for the twin
+        for f in e.files:
+            assert f.url.startswith("https://raw.githubusercontent.com/google-coral/")
+            assert f.url.endswith(f.name)
+            src, = fixtures_dir.rglob(f.name)
+            assert _sha(src) == f.sha256, f.name
+
+
+def test_fetch_verifies_caches_and_the_model_runs_with_infer(cache: Path, served: Path, fixture_path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from libredgetpu_ros.cli.main import main
+    from libredgetpu_ros.models.store import entry
+
+    with FileServer(served) as srv:
+        assert main(["models", "fetch", ENTRY, "--mirror", srv.url, "--no-progress"]) == 0
+        first = len(srv.requests)
+        assert main(["models", "fetch", ENTRY, "--mirror", srv.url]) == 0  # all cached: nothing requested
+        assert len(srv.requests) == first == 3
+    for f in entry(ENTRY).files:
+        assert _sha(cache / f.name) == f.sha256
+    assert not list(cache.glob("*.part"))
+    capsys.readouterr()
+    assert main(["models", "path", ENTRY]) == 0
+    assert capsys.readouterr().out.strip() == str(cache / entry(ENTRY).edgetpu.name)
+    # The catalogue name works wherever a model path does: infer, on the CPU twin fetched beside it.
+    assert main(["infer", "--model", ENTRY, "--labels", ENTRY, "--backend", "cpu",
+                 "--image", str(fixture_path("images/cat.bmp")), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"classify"' in out and "cat" in out
+
+
+def test_checksum_mismatch_is_refused_and_nothing_is_kept(cache: Path, served: Path) -> None:
+    from libredgetpu_ros.models.store import entry, fetch
+
+    bad = entry(ENTRY).edgetpu.name
+    with FileServer(served) as srv:
+        srv.corrupt.add(bad)
+        with pytest.raises(ModelFetchError, match=f"checksum mismatch for {bad}.*expected"):
+            fetch(ENTRY, mirror=srv.url)
+    assert not (cache / bad).exists() and not (cache / f"{bad}.part").exists()
+
+
+def test_truncated_transfer_then_resume_with_range(cache: Path, served: Path) -> None:
+    from libredgetpu_ros.models.store import entry, fetch
+
+    f = entry(ENTRY).edgetpu
+    size = (served / f.name).stat().st_size
+    with FileServer(served) as srv:
+        srv.truncate[f.name] = size // 3
+        cut = r"(truncated transfer: got \d+ of \d+ bytes|interrupted).*resume"
+        with pytest.raises(ModelFetchError, match=cut):
+            fetch(ENTRY, mirror=srv.url)
+        part = cache / f"{f.name}.part"
+        assert part.stat().st_size == size // 3 and not (cache / f.name).exists()
+        srv.requests.clear()
+        fetch(ENTRY, mirror=srv.url)
+        name, wanted, sent = srv.requests[0]
+        assert (name, wanted, sent) == (f.name, f"bytes={size // 3}-", size - size // 3)  # only the rest
+    assert _sha(cache / f.name) == f.sha256 and not part.exists()
+
+
+def test_server_ignoring_range_restarts_the_part(cache: Path, served: Path) -> None:
+    from libredgetpu_ros.models.store import entry, fetch
+
+    f = entry(ENTRY).edgetpu
+    cache.mkdir(parents=True)
+    (cache / f"{f.name}.part").write_bytes(b"\x00" * 1000)  # stale bytes a 200 reply must replace
+    with FileServer(served) as srv:
+        srv.ignore_range = True
+        fetch(ENTRY, mirror=srv.url)
+    assert _sha(cache / f.name) == f.sha256
+
+
+def test_unreachable_server_and_missing_file_say_what(cache: Path, tmp_path: Path) -> None:
+    from libredgetpu_ros.models.store import fetch
+
+    with FileServer(tmp_path) as srv:  # serves nothing: 404
+        with pytest.raises(ModelFetchError, match="HTTP 404"):
+            fetch(ENTRY, mirror=srv.url)
+        url = srv.url
+    with pytest.raises(ModelFetchError, match="cannot connect"):
+        fetch(ENTRY, mirror=url)  # the server is gone
+
+
+def test_offline_import_from_the_fixtures_folder(cache: Path, fixtures_dir: Path, tmp_path: Path) -> None:
+    from libredgetpu_ros.cli.main import main
+    from libredgetpu_ros.models.catalogue import CATALOGUE
+    from libredgetpu_ros.models.store import entry, import_dir
+
+    assert sorted(import_dir(fixtures_dir)) == sorted(CATALOGUE)
+    for e in CATALOGUE.values():
+        for f in e.files:
+            assert _sha(cache / f.name) == f.sha256
+    # A file with a catalogue name and other bytes is an error naming it, not a silent skip.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / entry(ENTRY).cpu.name).write_bytes(b"not the model")
+    with pytest.raises(ModelFetchError, match="checksum mismatch"):
+        import_dir(other, [ENTRY])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["models", "import", str(empty)]) == 2  # nothing complete found: a clear error, exit 2
+
+
+def test_unknown_name_lists_the_catalogue(cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from libredgetpu_ros.cli.main import main
+
+    assert main(["models", "fetch", "yolo_v99"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown model 'yolo_v99'" in err and ENTRY in err
+    assert main(["models", "path", "yolo_v99"]) == 2
+
+
+def test_config_names_resolve_only_from_the_cache(cache: Path, fixtures_dir: Path) -> None:
+    from libredgetpu_ros.models.store import entry, import_dir, resolve_labels, resolve_model
+    from libredgetpu_ros.perception.pipeline import PipelineConfig
+
+    with pytest.raises(InputError, match=f"models fetch {ENTRY}"):
+        PipelineConfig(model=ENTRY).model_paths()
+    assert resolve_model("/some/path_edgetpu.tflite") == "/some/path_edgetpu.tflite"  # paths untouched
+    import_dir(fixtures_dir, [ENTRY])
+    assert PipelineConfig(model=ENTRY).model_paths() == [cache / entry(ENTRY).edgetpu.name]
+    assert resolve_labels(ENTRY) == str(cache / "imagenet_labels.txt")
+    with pytest.raises(InputError, match="no labels file"):
+        resolve_labels("posenet_mobilenet_v1_075_481_641")
+
+
+def test_list_json(cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from libredgetpu_ros.cli.main import main
+
+    assert main(["models", "list", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["cache"] == str(cache)
+    assert {m["name"]: m["status"] for m in doc["models"]}[ENTRY] == "missing"
+
+
+@settings(max_examples=300, deadline=200, derandomize=True)
+@given(header=st.one_of(st.text(max_size=40),
+                        st.from_regex(r"bytes \d{1,12}-\d{1,12}/(\d{1,12}|\*)", fullmatch=True)),
+       offset=st.integers(0, 10**12))
+def test_fuzz_content_range_parser(header: str, offset: int) -> None:
+    from libredgetpu_ros.models.download import _expected_total
+
+    class Reply:
+        def __init__(self) -> None:
+            self.headers = {"Content-Range": header}
+
+    try:
+        total = _expected_total(Reply(), 206, offset, "http://127.0.0.1/x")  # type: ignore[arg-type]
+    except ModelFetchError as exc:
+        assert "Content-Range" in str(exc)
+    else:
+        assert total is None or total >= 0
+
+
+def test_cache_dir_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from libredgetpu_ros.models.store import cache_dir
+
+    monkeypatch.delenv("LIBREDGETPU_ROS_MODELS", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert cache_dir() == Path(os.path.expanduser("~")) / ".cache" / "libredgetpu_ros" / "models"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache_dir() == tmp_path / "libredgetpu_ros" / "models"
