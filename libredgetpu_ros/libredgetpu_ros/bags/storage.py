@@ -23,10 +23,11 @@ def open_reader(path: str | Path) -> Any:
         reader = Reader(path)
         reader.open()
     except (ReaderError, OSError, ValueError) as exc:
-        hint = ""
         if path.is_dir() and not (path / "metadata.yaml").exists():
             hint = (" (no metadata.yaml: was its writer killed? `libredgetpu-ros bag-repair` recovers what "
                     "was written)")
+        else:
+            hint = " (`libredgetpu-ros bag-repair` recovers what a damaged or unfinished bag still holds)"
         raise InputError(f"cannot read bag {path}: {exc}{hint}") from exc
     return reader
 

@@ -166,6 +166,21 @@ def test_an_mcap_cut_anywhere_gives_back_its_whole_chunks(tmp_path: Path, fixtur
         assert summary.messages == sum(_message_count(data, c) for c in chunks[:cut_in])
 
 
+def test_an_mcap_missing_only_its_footer_is_repaired_whole(tmp_path: Path, fixture_path) -> None:
+    from libredgetpu_ros.bags.repair import repair_bag
+    from libredgetpu_ros.bags.storage import open_reader
+    from libredgetpu_ros.errors import InputError
+
+    bag = _make(tmp_path, fixture_path, loop=2)  # metadata.yaml stays; the file loses its last record
+    mcap = next(bag.glob("*.mcap"))
+    data = mcap.read_bytes()
+    mcap.write_bytes(data[:-(9 + 20 + 8)])  # the footer record and the closing magic
+    with pytest.raises(InputError, match="bag-repair"):
+        open_reader(bag)
+    summary = repair_bag(bag, tmp_path / "fixed")
+    assert summary.messages == 4 and summary.files[0].complete and summary.files[0].corrupt_chunks == 0
+
+
 def test_bag_repair_command(tmp_path: Path) -> None:
     import json
 

@@ -53,6 +53,7 @@ class ControlHarness:
     def __init__(self, context: Any, fqn: str, *, record_plain: bool = True) -> None:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
+        from libredgetpu_ros.ros.control.client import create_weights_client
         from lifecycle_msgs.srv import ChangeState, GetState
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import QoSProfile
@@ -67,7 +68,7 @@ class ControlHarness:
         self.node = rclpy.create_node("control_test_client", context=context)
         self.change_state = self.node.create_client(ChangeState, f"{fqn}/change_state")
         self.get_state = self.node.create_client(GetState, f"{fqn}/get_state")
-        self.set_weights_client = self.node.create_client(SetWeights, f"{fqn}/set_weights")
+        self.set_weights_client = create_weights_client(self.node, f"{fqn}/set_weights")  # REPLY_QOS
         self.get_weights_client = self.node.create_client(GetWeights, f"{fqn}/get_weights")
         qos = QoSProfile(depth=1000)
         self.node.create_subscription(CommandStamped, f"{fqn}/command_stamped", self._on_command, qos)
