@@ -29,24 +29,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
-def load_npz(path: Path, what: str) -> dict:
-    """Arrays of an .npz (no pickles); TpuLangError naming the file otherwise."""
-    import zipfile
-
-    import numpy as np
-
-    from libredgetpu_ros.errors import not_a_file
-    from libredgetpu_ros.sophgo.ir import TpuLangError
-
-    if not path.is_file():
-        raise TpuLangError(not_a_file(what, path))
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {key: data[key] for key in data.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise TpuLangError(f"{what} {path}: not a readable .npz ({exc})") from None
-
-
 def run(args: argparse.Namespace) -> int:
     import time
 
@@ -60,11 +42,12 @@ def run(args: argparse.Namespace) -> int:
         text = f"wrote {mlir_path} and {npz_path}"
     else:
         from libredgetpu_ros.sophgo.executor import execute
+        from libredgetpu_ros.sophgo.npz_reader import read_npz
         from libredgetpu_ros.sophgo.parser import load_mlir
 
         module = load_mlir(args.mlir)
-        weights = load_npz(args.weights, "weights")
-        inputs = load_npz(args.inputs, "inputs")
+        weights = read_npz(args.weights, "weights")
+        inputs = read_npz(args.inputs, "inputs")
         start = time.perf_counter()
         outputs = execute(module, weights, inputs, keep_all=args.all)
         elapsed_ms = (time.perf_counter() - start) * 1e3

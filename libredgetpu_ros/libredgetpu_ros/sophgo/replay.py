@@ -14,6 +14,7 @@ from libredgetpu_ros.sophgo import ops, ops_quant
 from libredgetpu_ros.sophgo.emitter import save_module
 from libredgetpu_ros.sophgo.graph import Tensor, build_module, private_graph, weights_of
 from libredgetpu_ros.sophgo.ir import Module, TpuLangError
+from libredgetpu_ros.sophgo.npz_reader import read_npz
 
 FUNCTIONS = {name: getattr(ops, name) for name in (
     "conv", "conv_int", "conv_quant", "matmul", "matmul_int", "relu", "maxpool2d", "avgpool2d", "softmax",
@@ -55,7 +56,7 @@ def replay_case(path: str | Path, weights_npz: str | Path | None = None) -> tupl
     npz_path = Path(weights_npz) if weights_npz else path.parent / case.get("files", {}).get("weights", "")
     if case["weights"] and not npz_path.is_file():
         raise TpuLangError(not_a_file("weight npz", npz_path))
-    stored = dict(np.load(npz_path)) if case["weights"] else {}
+    stored = read_npz(npz_path, "weight npz") if case["weights"] else {}
     with private_graph() as graph:
         tensors: dict[str, Tensor] = {}
         for spec in case["inputs"]:

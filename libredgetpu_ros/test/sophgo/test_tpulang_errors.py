@@ -160,6 +160,32 @@ def test_run_refuses_unreadable_npz(fixtures_dir: Path, tmp_path: Path, capsys) 
     assert code == 2 and "not a readable .npz" in capsys.readouterr().err
 
 
+def test_npz_headers_are_checked_before_allocating(tmp_path: Path) -> None:
+    import zipfile
+
+    from libredgetpu_ros.sophgo.npz_reader import read_npz
+
+    good = tmp_path / "good.npz"
+    np.savez(good, w=np.arange(6, dtype=np.int8).reshape(2, 3))
+    assert read_npz(good)["w"].shape == (2, 3)
+    # Same member, header rewritten to claim 10**12 elements: refused before np.load allocates.
+    with zipfile.ZipFile(good) as archive:
+        raw = archive.read("w.npy")
+    bad = tmp_path / "bad.npz"
+    with zipfile.ZipFile(bad, "w") as archive:
+        archive.writestr("w.npy", raw.replace(b"(2, 3)", b"(1000000, 1000000)"))
+    with pytest.raises(tpul.TpuLangError, match=r"member 'w.npy': header declares \[1000000, 1000000\]"):
+        read_npz(bad, "weights")
+    with zipfile.ZipFile(bad, "w") as archive:
+        archive.writestr("w.npy", b"\x93NUMPY garbage")
+    with pytest.raises(tpul.TpuLangError, match=r"not a valid \.npy header"):
+        read_npz(bad, "weights")
+    objects = tmp_path / "objects.npz"
+    np.savez(objects, o=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(tpul.TpuLangError, match="pickles"):
+        read_npz(objects)
+
+
 # -- parser fuzz -----------------------------------------------------------------------------------------
 def _mutate(text: str, rng: np.random.Generator) -> str:
     data = list(text)
