@@ -14,8 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from libredgetpu_ros.errors import InputError, ModelFetchError
 
-from ._server import FileServer
-
 pytestmark = pytest.mark.timeout(60)
 
 ENTRY = "mobilenet_v1_0.25_128"  # the smallest entry: ~0.5 MB per model file
@@ -60,12 +58,13 @@ def test_catalogue_pins_every_file_to_the_fixture_bytes(fixtures_dir: Path) -> N
             assert _sha(src) == f.sha256, f.name
 
 
-def test_fetch_verifies_caches_and_the_model_runs_with_infer(cache: Path, served: Path, fixture_path,
+def test_fetch_verifies_caches_and_the_model_runs_with_infer(file_server, cache: Path, served: Path,
+                                                              fixture_path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     from libredgetpu_ros.cli.main import main
     from libredgetpu_ros.models.store import entry
 
-    with FileServer(served) as srv:
+    with file_server(served) as srv:
         assert main(["models", "fetch", ENTRY, "--mirror", srv.url, "--no-progress"]) == 0
         first = len(srv.requests)
         assert main(["models", "fetch", ENTRY, "--mirror", srv.url]) == 0  # all cached: nothing requested
@@ -83,23 +82,23 @@ def test_fetch_verifies_caches_and_the_model_runs_with_infer(cache: Path, served
     assert '"classify"' in out and "cat" in out
 
 
-def test_checksum_mismatch_is_refused_and_nothing_is_kept(cache: Path, served: Path) -> None:
+def test_checksum_mismatch_is_refused_and_nothing_is_kept(file_server, cache: Path, served: Path) -> None:
     from libredgetpu_ros.models.store import entry, fetch
 
     bad = entry(ENTRY).edgetpu.name
-    with FileServer(served) as srv:
+    with file_server(served) as srv:
         srv.corrupt.add(bad)
         with pytest.raises(ModelFetchError, match=f"checksum mismatch for {bad}.*expected"):
             fetch(ENTRY, mirror=srv.url)
     assert not (cache / bad).exists() and not (cache / f"{bad}.part").exists()
 
 
-def test_truncated_transfer_then_resume_with_range(cache: Path, served: Path) -> None:
+def test_truncated_transfer_then_resume_with_range(file_server, cache: Path, served: Path) -> None:
     from libredgetpu_ros.models.store import entry, fetch
 
     f = entry(ENTRY).edgetpu
     size = (served / f.name).stat().st_size
-    with FileServer(served) as srv:
+    with file_server(served) as srv:
         srv.truncate[f.name] = size // 3
         cut = r"(truncated transfer: got \d+ of \d+ bytes|interrupted).*resume"
         with pytest.raises(ModelFetchError, match=cut):
@@ -113,22 +112,22 @@ def test_truncated_transfer_then_resume_with_range(cache: Path, served: Path) ->
     assert _sha(cache / f.name) == f.sha256 and not part.exists()
 
 
-def test_server_ignoring_range_restarts_the_part(cache: Path, served: Path) -> None:
+def test_server_ignoring_range_restarts_the_part(file_server, cache: Path, served: Path) -> None:
     from libredgetpu_ros.models.store import entry, fetch
 
     f = entry(ENTRY).edgetpu
     cache.mkdir(parents=True)
     (cache / f"{f.name}.part").write_bytes(b"\x00" * 1000)  # stale bytes a 200 reply must replace
-    with FileServer(served) as srv:
+    with file_server(served) as srv:
         srv.ignore_range = True
         fetch(ENTRY, mirror=srv.url)
     assert _sha(cache / f.name) == f.sha256
 
 
-def test_unreachable_server_and_missing_file_say_what(cache: Path, tmp_path: Path) -> None:
+def test_unreachable_server_and_missing_file_say_what(file_server, cache: Path, tmp_path: Path) -> None:
     from libredgetpu_ros.models.store import fetch
 
-    with FileServer(tmp_path) as srv:  # serves nothing: 404
+    with file_server(tmp_path) as srv:  # serves nothing: 404
         with pytest.raises(ModelFetchError, match="HTTP 404"):
             fetch(ENTRY, mirror=srv.url)
         url = srv.url

@@ -1,4 +1,5 @@
-"""A loopback HTTP server (127.0.0.1, a thread) serving files by name, with Range support and faults.
+"""Fixture ``file_server``: the class of a loopback HTTP server (127.0.0.1, a thread) serving files by name,
+with Range support and faults; use it as ``with file_server(folder) as srv: ... srv.url``.
 
 Faults per file name: ``truncate[name] = n`` announces the full length but sends only n bytes and closes;
 ``corrupt`` names are served with their first byte flipped; ``ignore_range`` answers every request 200.
@@ -11,6 +12,8 @@ import http.server
 import re
 import threading
 from pathlib import Path
+
+import pytest
 
 _RANGE = re.compile(r"bytes=(\d+)-$")
 
@@ -81,3 +84,8 @@ class FileServer(http.server.ThreadingHTTPServer):
         self.shutdown()
         self.server_close()
         self._thread.join(timeout=5)
+
+
+@pytest.fixture
+def file_server() -> type[FileServer]:
+    return FileServer
