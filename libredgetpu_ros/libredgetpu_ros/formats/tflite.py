@@ -9,6 +9,7 @@ keeps alive in ``model.data``. Every offset and length is checked first; anythin
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
 TFLITE_IDENTIFIER = b"TFL3"
 # A tensor rank or element count beyond these is corruption, not a model (checked before any allocation).
 _MAX_RANK = 16
+# A compiled model has one Edge TPU op per delegated segment (1-3 in practice). Graph walks run once per
+# Edge TPU op (inspect's CPU ops before/after), so their count is capped to keep those walks linear.
+_MAX_EDGETPU_OPS = 256
 
 
 @dataclass(frozen=True, eq=False)
@@ -169,6 +173,10 @@ class TfliteModel:
         self.operators: list[Operator] = [
             self._read_operator(i, t) for i, t in enumerate(sg.tables(3, "Operator", "operators"))
         ]
+        n_edgetpu = sum(op.is_edgetpu for op in self.operators)
+        if n_edgetpu > _MAX_EDGETPU_OPS:
+            raise self._buf.fail(f"subgraph 0 has {n_edgetpu} edgetpu-custom-op operators "
+                                 f"(at most {_MAX_EDGETPU_OPS})")
         self._producers: dict[int, Operator] = {}
         self._consumers: dict[int, list[Operator]] = {}
         for op in self.operators:
@@ -355,19 +363,26 @@ class TfliteModel:
         return [o for o in self._reachable(op, downstream=False) if not o.is_edgetpu]
 
     def _reachable(self, op: Operator, downstream: bool) -> list[Operator]:
+        # Walk tensors, each once: walking ops alone re-read a tensor's whole consumer list from every op
+        # touching it (quadratic per walk when many ops share a tensor; a crafted file hung inspect).
         seen: set[int] = set()
+        seen_tensors: set[int] = set()
         stack = [op]
         while stack:
             cur = stack.pop()
-            nxt = (
-                [c for t in cur.outputs for c in self._consumers.get(t, ())]
-                if downstream
-                else [p for t in cur.inputs if (p := self._producers.get(t)) is not None]
-            )
-            for o in nxt:
-                if o.index not in seen and o.index != op.index:
-                    seen.add(o.index)
-                    stack.append(o)
+            for t in cur.outputs if downstream else cur.inputs:
+                if t < 0 or t in seen_tensors:
+                    continue
+                seen_tensors.add(t)
+                if downstream:
+                    nxt: Iterable[Operator] = self._consumers.get(t, ())
+                else:
+                    producer = self._producers.get(t)
+                    nxt = () if producer is None else (producer,)
+                for o in nxt:
+                    if o.index not in seen and o.index != op.index:
+                        seen.add(o.index)
+                        stack.append(o)
         return [self.operators[i] for i in sorted(seen)]
 
     def darwinn(self, op: Operator) -> DarwinnPackage:

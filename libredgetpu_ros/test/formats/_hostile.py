@@ -91,6 +91,26 @@ def tflite_model(custom_code: bytes = b"MyOp", custom_options: bytes = b"", n_op
     return bytes(b.Output())
 
 
+def minimal_darwinn_package() -> bytes:
+    """The smallest package ``read_package`` accepts: one STAND_ALONE executable with every field default."""
+    exe = flatbuffers.Builder(64)
+    exe.StartObject(17)
+    exe.Finish(exe.EndObject())
+    multi = flatbuffers.Builder(256)
+    blob = multi.CreateByteVector(bytes(exe.Output()))
+    multi.Finish(_table_with_vector(multi, 0, _offsets_vector(multi, [blob])))
+    pkg = flatbuffers.Builder(512)
+    inner = pkg.CreateByteVector(bytes(multi.Output()))
+    pkg.Finish(_table_with_vector(pkg, 1, inner), file_identifier=b"DWN1")
+    return bytes(pkg.Output())
+
+
+def _table_with_vector(b: flatbuffers.Builder, fid: int, vector: int) -> int:
+    b.StartObject(fid + 1)
+    b.PrependUOffsetTRelativeSlot(fid, vector, 0)
+    return b.EndObject()
+
+
 def flex_dag(fanout: int = 16, depth: int = 12) -> bytes:
     """A FlexBuffer whose root vector has ``fanout`` references to one vector, which has ``fanout``
     references to the next, ``depth`` levels deep: a few hundred bytes, fanout**depth leaves if expanded."""

@@ -156,6 +156,21 @@ def test_infer_exits_2_on_a_hostile_model(fixture_path, tmp_path):
     assert outcome.kind == "accepted", outcome
 
 
+def test_inspect_with_thousands_of_edgetpu_ops_sharing_one_table():
+    """3000 Edge TPU ops (one Operator table referenced 3000 times, consuming its own output), a 12 KB file:
+    inspect walked the graph once per Edge TPU op, cubic in the op count (a hang); the count is now capped
+    (256) and each walk visits a tensor once."""
+    from libredgetpu_ros.formats.darwinn import read_package
+
+    package = hostile.minimal_darwinn_package()
+    assert read_package(package).runnable.type.name == "STAND_ALONE"
+    data = hostile.tflite_model(custom_code=b"edgetpu-custom-op", custom_options=package, n_operators=3000)
+    _refused(_inspect_json, data, "3000 edgetpu-custom-op operators")
+    many = hostile.tflite_model(custom_code=b"edgetpu-custom-op", custom_options=package, n_operators=256)
+    outcome = harness.run_guarded(_inspect_json, many, TYPED, time_limit_s=10.0, memory_limit_mb=1024)
+    assert outcome.kind == "accepted", outcome  # within the 10 s hang limit (about 0.1 s here)
+
+
 # -- inspect --json on every decoded value type ----------------------------------------------------------
 def test_inspect_json_with_a_blob_custom_option(fixture_path, tmp_path, capsys):
     data = fixture_path(SSD_HEAD).read_bytes()
