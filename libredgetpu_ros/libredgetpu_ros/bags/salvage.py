@@ -18,6 +18,7 @@ never writes, and a rosbag2 folder through ``metadata.yaml``, written last. Here
 from __future__ import annotations
 
 import mmap
+import re
 import sqlite3
 import struct
 import sys
@@ -300,7 +301,9 @@ def data_files(bag: Path) -> list[Path]:
         return [bag]
     if not bag.is_dir():
         raise InputError(f"bag {bag} does not exist")
-    files = sorted(p for p in bag.iterdir() if p.suffix in (".mcap", ".db3"))
+    # split bags are <name>_0, <name>_1, ... <name>_10: numbers compared as numbers
+    files = sorted((p for p in bag.iterdir() if p.suffix in (".mcap", ".db3")),
+                   key=lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)])
     if not files:
         raise InputError(f"bag folder {bag} holds no .mcap or .db3 file")
     return files
