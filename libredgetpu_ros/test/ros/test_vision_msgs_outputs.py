@@ -7,7 +7,8 @@ NMS) and class 0 (128/256) on a far anchor. The subscriber must get a ``vision_m
 with those two detections: class ids "17" and "0", scores within 1e-6, box centre and size equal to the
 anchors' boxes in image pixels within 1e-4 of the width (box decoding runs in float32), the frame's header on
 the array and on each detection. The label map arrives as a latched ``vision_msgs/msg/LabelInfo`` to a
-subscriber that joins after it was published. (Classification: test_perception_compressed.py subscribes
+subscriber that joins after it was published, and again with a new ``score_threshold`` set at run time
+(which also drops the weaker detection). (Classification: test_perception_compressed.py subscribes
 with ``vision_msgs/msg/Classification`` across processes and checks classes and headers.)
 """
 
@@ -105,6 +106,23 @@ def test_plain_vision_msgs_subscribers_receive_ssd_detections_and_labels(ros_env
     names = {c.class_id: c.class_name for c in labels[0].class_map}
     assert (names[FIRST_CLASS], names[FAR_CLASS]) == ("dog", "person")
     assert labels[0].threshold == pytest.approx(0.3)
+
+    # A runtime threshold change: the label map is published again with it, and the weaker detection goes.
+    from rcl_interfaces.srv import SetParameters
+    from rclpy.parameter import Parameter
+
+    client = node.create_client(SetParameters, "/cam/ssd/set_parameters")
+    assert client.wait_for_service(timeout_sec=15.0)
+    future = client.call_async(SetParameters.Request(parameters=[
+        Parameter("score_threshold", value=0.6).to_parameter_msg()]))
+    spin_until(future.done, 15.0, "the parameter change")
+    assert future.result().results[0].successful
+    spin_until(lambda: labels[-1].threshold == pytest.approx(0.6), 15.0, "the relabelled threshold")
+    frame.header.stamp.sec = 78
+    spin_until(lambda: any(d.header.stamp.sec == 78 for d in detections), 30.0, "detections at 0.6",
+               every=lambda: camera.publish(frame))
+    strict = next(d for d in detections if d.header.stamp.sec == 78)
+    assert [d.results[0].hypothesis.class_id for d in strict.detections] == [str(FIRST_CLASS)]
 
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0, log()
