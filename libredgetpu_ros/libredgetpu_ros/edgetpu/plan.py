@@ -14,6 +14,8 @@ from libredgetpu_ros.edgetpu.simulated import SimulatedAccelerator
 from libredgetpu_ros.edgetpu.transport import Call, RecordingTransport
 from libredgetpu_ros.errors import ModelFormatError
 
+MAX_PLAN_ACTIVATION_BYTES = 256 << 20  # the DarwiNN reader's cap for one executable, for a whole model
+
 
 def _transfers(calls: list[Call]) -> list[dict[str, Any]]:
     rows = []
@@ -95,9 +97,16 @@ def plan_model(source: Path | str | bytes, cached: bool = False) -> dict[str, An
             f"{name}: no edgetpu-custom-op in this model (a CPU-only model has no USB schedule; "
             "compile it with edgetpu_compiler)"
         )
+    packages = [(op, model.darwinn(op)) for op in model.edgetpu_ops()]
+    # Each executable's activations are capped by the reader; many ops could still add up (the dry run
+    # allocates them all in turn), so the whole plan gets the same cap.
+    total = sum(layer.size_bytes for _, package in packages for exe in package.executables
+                for layer in exe.input_layers + exe.output_layers)
+    if total > MAX_PLAN_ACTIVATION_BYTES:
+        raise ModelFormatError(f"{name}: its {len(packages)} Edge TPU ops move {total} bytes of activations "
+                               f"in one inference, more than {MAX_PLAN_ACTIVATION_BYTES}")
     ops = []
-    for op in model.edgetpu_ops():
-        package = model.darwinn(op)
+    for op, package in packages:
         sizes = _input_sizes(model, op, package.runnable.input_layers)
         executables = []
         if package.parameter_caching is not None and package.execution_only is not None:

@@ -134,6 +134,18 @@ def test_input_hint_reaching_past_its_layer_is_refused(fixture_path, tmp_path):
     _cli_ok(path, "plan", tmp_path)
 
 
+def test_plan_caps_the_activations_of_all_edgetpu_ops_together(fixture_path):
+    """Each executable may move up to 256 MiB; two Edge TPU ops sharing a package whose three output layers
+    claim 64 MiB each would have the dry run allocate ~390 MiB of activations twice over: refused."""
+    data = bytearray(fixture_path(POSENET).read_bytes())
+    for i in range(3):
+        pos = hostile.output_layer_size_pos(bytes(data), i)
+        data[pos:pos + 4] = struct.pack("<i", 64 << 20)
+    options = bytes(load_model(bytes(data)).edgetpu_ops()[0].custom_options_raw)
+    two_ops = hostile.tflite_model(custom_code=b"edgetpu-custom-op", custom_options=options, n_operators=2)
+    _refused(_plan, two_ops, "bytes of activations")
+
+
 def test_plan_when_the_edgetpu_op_inputs_vanish(fixture_path, tmp_path):
     data = bytearray(fixture_path(DENSE).read_bytes())
     pos = hostile.operator_inputs_count_pos(bytes(data), 0)
