@@ -70,6 +70,8 @@ class Tensor:
                  data: np.ndarray | None = None, dtype: str = "float32", scale: Any = None,
                  zero_point: Any = None) -> None:
         self.id = next(_tensor_ids)
+        if name is not None and (not isinstance(name, str) or not name):
+            raise TpuLangError(f"Tensor: name must be a non-empty string, got {name!r}")
         self.name = name if name is not None else f"BMTensor{self.id}"
         where = f"Tensor {self.name!r}"
         if ttype not in ("neuron", "coeff"):
@@ -77,7 +79,12 @@ class Tensor:
         self.ttype = ttype
         self.dtype = dtype
         np_dtype = check_dtype(dtype, where)
-        self.shape = [int(d) for d in shape]
+        try:
+            self.shape = [int(d) for d in shape]
+        except (TypeError, ValueError):
+            raise TpuLangError(f"{where}: shape must be a list of ints, got {shape!r}") from None
+        if len(self.shape) > 8:
+            raise TpuLangError(f"{where}: rank {len(self.shape)} is above 8")
         if any(d <= 0 for d in self.shape):
             raise TpuLangError(f"{where}: shape {self.shape} has a non-positive dimension")
         self.buffer: np.ndarray | None = None

@@ -32,6 +32,8 @@ def load_case(path: str | Path) -> dict:
         case = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TpuLangError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(case, dict):
+        raise TpuLangError(f"{path}: not a JSON object")
     for key in ("case", "mode", "inputs", "weights", "ops", "outputs"):
         if key not in case:
             raise TpuLangError(f"{path}: missing field {key!r}")
@@ -40,7 +42,7 @@ def load_case(path: str | Path) -> dict:
 
 def _resolve(value: Any, tensors: dict[str, Tensor], where: str) -> Any:
     if isinstance(value, dict) and set(value) == {"tensor"}:
-        if value["tensor"] not in tensors:
+        if not isinstance(value["tensor"], str) or value["tensor"] not in tensors:
             raise TpuLangError(f"{where}: tensor {value['tensor']!r} is not defined before this call")
         return tensors[value["tensor"]]
     if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
@@ -48,42 +50,68 @@ def _resolve(value: Any, tensors: dict[str, Tensor], where: str) -> Any:
     return value
 
 
-def replay_case(path: str | Path, weights_npz: str | Path | None = None) -> tuple[Module, dict[str,
-                np.ndarray]]:
+# A CASE.json is user input: malformed entries (missing keys, wrong JSON types) become a TpuLangError naming
+# the entry instead of a KeyError/TypeError from deep inside.
+_MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
+
+
+def _tensor(spec: Any, where: str, **extra: Any) -> Tensor:
+    try:
+        return Tensor(spec["shape"], name=spec["name"], dtype=spec["dtype"], scale=spec.get("scale"),
+                      zero_point=spec.get("zero_point"), **extra)
+    except _MALFORMED as exc:
+        raise TpuLangError(f"{where}: malformed entry ({type(exc).__name__}: {exc})") from None
+
+
+def replay_case(path: str | Path,
+                weights_npz: str | Path | None = None) -> tuple[Module, dict[str, np.ndarray]]:
     """(module, weights) rebuilt from ``CASE.json``; weight values come from the case's own weight npz."""
     path = Path(path)
     case = load_case(path)
-    npz_path = Path(weights_npz) if weights_npz else path.parent / case.get("files", {}).get("weights", "")
+    files = case.get("files") if isinstance(case.get("files"), dict) else {}
+    npz_path = Path(weights_npz) if weights_npz else path.parent / str(files.get("weights", ""))
     if case["weights"] and not npz_path.is_file():
         raise TpuLangError(not_a_file("weight npz", npz_path))
     stored = read_npz(npz_path, "weight npz") if case["weights"] else {}
     with private_graph() as graph:
         tensors: dict[str, Tensor] = {}
-        for spec in case["inputs"]:
-            tensors[spec["name"]] = Tensor(spec["shape"], name=spec["name"], dtype=spec["dtype"],
-                                           scale=spec.get("scale"), zero_point=spec.get("zero_point"))
-        for spec in case["weights"]:
-            key = spec.get("npz_key", spec["name"])
-            if key not in stored:
-                raise TpuLangError(f"weight {spec['name']!r}: key {key!r} missing from {npz_path}")
-            tensors[spec["name"]] = Tensor(spec["shape"], name=spec["name"], ttype="coeff", data=stored[key],
-                                           dtype=spec["dtype"], scale=spec.get("scale"),
-                                           zero_point=spec.get("zero_point"))
-        for index, call in enumerate(case["ops"]):
-            func = call.get("tpulang_func")
+        for index, spec in enumerate(_entries(case, "inputs", path)):
+            tensor = _tensor(spec, f"{path.name} inputs[{index}]")
+            tensors[tensor.name] = tensor
+        for index, spec in enumerate(_entries(case, "weights", path)):
+            where = f"{path.name} weights[{index}]"
+            key = spec.get("npz_key", spec.get("name")) if isinstance(spec, dict) else None
+            if not isinstance(key, str) or key not in stored:
+                raise TpuLangError(f"{where}: key {key!r} missing from {npz_path}")
+            tensor = _tensor(spec, where, ttype="coeff", data=stored[key])
+            tensors[tensor.name] = tensor
+        for index, call in enumerate(_entries(case, "ops", path)):
+            func = call.get("tpulang_func") if isinstance(call, dict) else None
             where = f"{path.name} ops[{index}] ({func})"
-            if func not in FUNCTIONS:
+            if not isinstance(func, str) or func not in FUNCTIONS:
                 raise TpuLangError(f"{where}: unsupported TpuLang function")
-            args = {k: _resolve(v, tensors, where) for k, v in call.get("args", {}).items()}
+            raw_args = call.get("args", {})
+            if not isinstance(raw_args, dict):
+                raise TpuLangError(f"{where}: args must be an object")
+            args = {k: _resolve(v, tensors, where) for k, v in raw_args.items()}
             try:
                 out = FUNCTIONS[func](**args)
-            except TypeError as exc:
-                raise TpuLangError(f"{where}: {exc}") from None
+            except _MALFORMED as exc:
+                raise TpuLangError(f"{where}: {type(exc).__name__}: {exc}") from None
             tensors[out.name] = out
-        outputs = [tensors[name] for name in case["outputs"]]
-        inputs = [tensors[spec["name"]] for spec in case["inputs"]]
-        module = build_module(case["case"], inputs, outputs, quantized=case["mode"] != "f32")
+        try:
+            outputs = [tensors[name] for name in case["outputs"]]
+            inputs = [tensors[spec["name"]] for spec in case["inputs"]]
+        except _MALFORMED as exc:
+            raise TpuLangError(f"{path.name}: outputs/inputs name unknown tensors ({exc})") from None
+        module = build_module(str(case["case"]), inputs, outputs, quantized=case["mode"] != "f32")
         return module, weights_of(graph)
+
+
+def _entries(case: dict, key: str, path: Path) -> list:
+    if not isinstance(case[key], list):
+        raise TpuLangError(f"{path.name}: {key} must be a list")
+    return case[key]
 
 
 def replay_to_dir(path: str | Path, out_dir: str | Path) -> tuple[Path, Path]:

@@ -224,3 +224,51 @@ def test_fuzz_parser_and_executor_only_raise_tpulang_errors(fixtures_dir: Path, 
             pass
         assert time.perf_counter() - start < FUZZ_SECONDS_PER_CASE, f"mutation {n} took too long"
     assert 0 < parsed < FUZZ_CASES  # some mutations still parse (numbers, names), most do not
+
+
+def _mutate_json(value, rng: np.random.Generator, depth: int = 0):
+    """Replace, drop or retype one random part of a JSON value."""
+    junk = [None, "x", -1, 0, 10**30, 1.5, [], {}, [1, "a"], {"tensor": "nope"}, True]
+    if depth > 6 or rng.random() < 0.15:
+        return junk[int(rng.integers(0, len(junk)))]
+    if isinstance(value, dict) and value:
+        keys = list(value)
+        key = keys[int(rng.integers(0, len(keys)))]
+        out = dict(value)
+        if rng.random() < 0.2:
+            del out[key]
+        else:
+            out[key] = _mutate_json(value[key], rng, depth + 1)
+        return out
+    if isinstance(value, list) and value:
+        out = list(value)
+        i = int(rng.integers(0, len(out)))
+        out[i] = _mutate_json(out[i], rng, depth + 1)
+        return out
+    return junk[int(rng.integers(0, len(junk)))]
+
+
+@pytest.mark.parametrize("case", ["f32_mlp_softmax", QCASE])
+def test_fuzz_case_json_replay_only_raises_tpulang_errors(fixtures_dir: Path, tmp_path: Path,
+                                                          case: str) -> None:
+    import json
+    import shutil
+
+    from libredgetpu_ros.sophgo.replay import replay_case
+
+    folder = fixtures_dir / "tpulang" / case
+    spec = json.loads((folder / f"{case}.json").read_text())
+    shutil.copy(folder / spec["files"]["weights"], tmp_path / spec["files"]["weights"])
+    rng = np.random.default_rng(1414)
+    built = 0
+    for n in range(300):
+        path = tmp_path / f"{case}.json"
+        path.write_text(json.dumps(_mutate_json(spec, rng)))
+        start = time.perf_counter()
+        try:
+            replay_case(path)
+            built += 1
+        except tpul.TpuLangError:
+            pass
+        assert time.perf_counter() - start < FUZZ_SECONDS_PER_CASE, f"mutation {n} took too long"
+    assert built < 300
