@@ -8,13 +8,9 @@ import struct
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from libredgetpu_ros.cli.main import main
 from libredgetpu_ros.errors import ModelFormatError
 from libredgetpu_ros.formats import load_model
-from libredgetpu_ros.formats.darwinn import read_package
-from libredgetpu_ros.formats.flex import decode_flexbuffer
 
 SMALL_TPU = "matmul/dense_256_edgetpu.tflite"  # 100 KB, with an Edge TPU op
 SMALL_CPU = "ssd/ssd_mobilenet_v1_coco_quant_postprocess_head_layers.tflite"  # 16 KB, FlexBuffer custom op
@@ -104,39 +100,7 @@ def test_bit_flips_at_many_positions(tpu_bytes):
             _parse_everything(bad)
 
 
-@settings(max_examples=300, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(st.data())
-def test_fuzz_mutated_models(tpu_bytes, cpu_bytes, data):
-    base = data.draw(st.sampled_from([tpu_bytes, cpu_bytes]))
-    buf = bytearray(base)
-    for _ in range(data.draw(st.integers(1, 8))):
-        pos = data.draw(st.integers(0, len(buf) - 1))
-        buf[pos] = data.draw(st.integers(0, 255))
-    if data.draw(st.booleans()):
-        buf = buf[:data.draw(st.integers(0, len(buf)))]
-    with contextlib.suppress(ModelFormatError):
-        _parse_everything(buf)
-
-
-@settings(max_examples=300, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(st.data())
-def test_fuzz_mutated_custom_options(tpu_bytes, cpu_bytes, data):
-    """The FlexBuffer and DarwiNN readers on their own, fed mutated real custom options."""
-    tpu_opts = bytes(load_model(tpu_bytes).edgetpu_ops()[0].custom_options_raw)
-    post = next(op for op in load_model(cpu_bytes).operators if op.custom_options_raw is not None)
-    base = data.draw(st.sampled_from([tpu_opts, bytes(post.custom_options_raw)]))
-    buf = bytearray(base)
-    for _ in range(data.draw(st.integers(1, 6))):
-        # Bias mutations toward the structure: the package header and the FlexBuffer root at the end.
-        region = data.draw(st.sampled_from(["head", "tail", "any"]))
-        lo, hi = {"head": (0, min(len(buf), 4096)), "tail": (max(0, len(buf) - 256), len(buf)),
-                  "any": (0, len(buf))}[region]
-        buf[data.draw(st.integers(lo, hi - 1))] = data.draw(st.integers(0, 255))
-    for reader in (read_package, lambda b: decode_flexbuffer(b, "fuzz")):
-        with contextlib.suppress(ModelFormatError):
-            reader(bytes(buf))
+# Random mutations (seeded, under per-case time and memory limits) are in test/fuzz/test_fuzz_readers.py.
 
 
 def test_cli_inspect_bad_file_prints_one_line_and_returns_2(tmp_path, capsys, cpu_bytes):
