@@ -9,6 +9,7 @@ kernels; the softmax runs in float32 on the dequantized logits (``dequant_int_to
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -65,11 +66,22 @@ class _Exporter:
     def __init__(self, model) -> None:
         self.model = model
         self.values: dict[int, Tensor] = {}  # tflite tensor index -> NCHW (or 2-D) graph tensor
-        self.counter = 0
+        self.used: set[str] = set()
 
-    def name(self, kind: str) -> str:
-        self.counter += 1
-        return f"{kind}_{self.counter}"
+    def name(self, kind: str, op=None) -> str:
+        """The TFLite layer name when there is one (``Conv2d_3_pointwise`` from
+        ``MobilenetV1/MobilenetV1/Conv2d_3_pointwise/Relu6;...``), else ``kind``; unique in the graph."""
+        base = kind
+        if op is not None:
+            parts = self.model.tensors[op.outputs[0]].name.split(";")[0].split("/")
+            if len(parts) >= 2 and re.fullmatch(r"[A-Za-z0-9_]+", parts[-2]):
+                base = parts[-2]
+        name, n = base, 1
+        while name in self.used:
+            n += 1
+            name = f"{base}_{n}"
+        self.used.add(name)
+        return name
 
     def const(self, index: int) -> np.ndarray:
         data = self.model.buffer_data(self.model.tensors[index])
@@ -101,7 +113,7 @@ class _Exporter:
         dilation = (opts.get("dilation_h_factor", 1), opts.get("dilation_w_factor", 1))
         pads = _pads(opts["padding"], (x_t.shape[1], x_t.shape[2]), weight.shape[2:], stride, dilation, where)
         _check_activation(opts.get("fused_activation_function", "NONE"), s_out, zp_out, where)
-        base = self.name("dwconv" if depthwise else "conv")
+        base = self.name("dwconv" if depthwise else "conv", op)
         w = Tensor(name=f"{base}_w", ttype="coeff", data=weight, dtype="uint8", scale=s_w, zero_point=zp_w)
         b = Tensor(name=f"{base}_b", ttype="coeff", data=bias, dtype="int32")
         acc = ops.conv_int(self.values[op.inputs[0]], w, b, stride=list(stride), dilation=list(dilation),
@@ -125,7 +137,8 @@ class _Exporter:
         _check_activation(opts.get("fused_activation_function", "NONE"), *_quant(y_t, where), where)
         # TFLite's uint8 average is (sum + count / 2) / count: half up on the non-negative raw sums.
         self.values[op.outputs[0]] = ops.avgpool2d(self.values[op.inputs[0]], list(kernel), list(stride),
-                                                   pads, out_name=self.name("avgpool"), round_mode="half_up")
+                                                   pads, out_name=self.name("avgpool", op),
+                                                   round_mode="half_up")
 
     def reshape(self, op) -> None:
         x = self.values[op.inputs[0]]
