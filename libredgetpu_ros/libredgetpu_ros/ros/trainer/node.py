@@ -5,112 +5,69 @@ targets), are grouped into batches of ``batch_size`` and sent to the worker over
 (``teamtensor.DataSource`` on its own asyncio thread, see ``session.py``). The worker trains; this node
 publishes the worker's metrics on ``~/metrics`` and serves the trained weights on ``~/get_weights``. When the
 model is a single Linear layer whose shape matches the control node's controller, the trained weights are
-pushed into ``set_weights`` every ``push_period`` seconds: the online-learning loop.
+pushed into ``set_weights`` every ``push_period`` seconds (``push.py``): the online-learning loop.
 
 Lifecycle: ``configure`` connects to the worker (HELLO, pipeline, model upload; failure if it does not
-answer) and creates publishers, the service and the set_weights client; ``activate`` subscribes and starts
-the timers; ``deactivate`` stops them; ``cleanup`` disconnects.
+answer within ``connect_timeout``: the one wait on the network, since its outcome is the transition's) and
+creates publishers, the service and the set_weights client; ``activate`` subscribes and starts the timers;
+``deactivate`` stops them; ``cleanup`` disconnects.
+
+No callback waits for the worker. The metrics timer *starts* a read (metrics, and the trained model when a
+push or a ``get_weights`` call wants it) on the session thread and returns; the result comes back to the
+executor through a guard condition, which publishes the metrics and keeps the weights. ``~/get_weights``
+answers at once from the last weights read (with their age), or "not read yet"; a tick while a read is still
+out (a busy or silent worker) is skipped and counted. A fatal fault of the session thread is logged with its
+traceback, published as a diagnostics ERROR and takes the node through ``ErrorProcessing`` (``on_error``
+disconnects; the node ends ``unconfigured`` and can be configured again).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import sys
-from dataclasses import dataclass
-from typing import Any
+import time
+from typing import Any, NamedTuple
 
 import numpy as np
 import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from lifecycle_msgs.msg import State
 from rclpy.executors import ExternalShutdownException
 from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from rclpy.lifecycle import Node as LifecycleNode
 from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 
 from libredgetpu_ros.errors import LibrEdgeTpuError
+from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.environment import apply_localhost_only
-from libredgetpu_ros.ros.params import ParamSpec, ParamTable
-from libredgetpu_ros.ros.trainer.session import TrainingSession
-from libredgetpu_ros.teamtensor.model import ModelSpec, linear, plain
-from libredgetpu_ros.teamtensor.wire import LayerCode, Metric
-from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
+from libredgetpu_ros.ros.trainer.params import PARAM_TABLE, TrainerConfig, build_model, pushable
+from libredgetpu_ros.ros.trainer.push import WeightPusher
+from libredgetpu_ros.ros.trainer.session import Snapshot, TrainingSession
+from libredgetpu_ros.teamtensor.wire import LayerCode
+from libredgetpu_ros_interfaces.srv import GetWeights
+
+__all__ = ["NODE_NAME", "PARAM_TABLE", "TrainerNode", "main"]
 
 NODE_NAME = "trainer_node"
-OBJECTIVES = {"mse": [Metric.MSE, Metric.MAE], "cross_entropy": [Metric.CROSS_ENTROPY, Metric.ACCURACY]}
-CALL_TIMEOUT = 5.0  # s: longest a service callback waits for the worker
-
-PARAMETERS: tuple[ParamSpec, ...] = (
-    ParamSpec("worker_host", "127.0.0.1", "Team Tensor worker address"),
-    ParamSpec("worker_port", 18500, "Team Tensor worker UDP port", range=(1, 65535)),
-    ParamSpec("pipeline_id", 1, "data pipeline assigned to the worker", range=(0, 65535)),
-    ParamSpec("model_id", 1, "model id on the worker", range=(0, 65535)),
-    ParamSpec("input_size", 3, "inputs per sample (columns of the Linear weights)", range=(1, 4096)),
-    ParamSpec("output_size", 2, "targets per sample (rows of the Linear weights)", range=(1, 4096)),
-    ParamSpec("hidden_size", 0, "0 = one Linear layer (pushable to set_weights); > 0 = Linear-ReLU-Linear",
-              range=(0, 4096)),
-    ParamSpec("objective", "mse", "loss the worker minimises (cross_entropy adds a final Softmax)",
-              choices=tuple(OBJECTIVES)),
-    ParamSpec("init_scale", 0.0, "standard deviation of the initial weights (0 = zeros; hidden layers need "
-              "> 0)", range=(0.0, 10.0)),
-    ParamSpec("seed", 0, "seed of the initial weights", range=(0, 2**31 - 1)),
-    ParamSpec("samples_topic", "samples", "Float32MultiArray topic: input_size inputs then output_size "
-              "targets"),
-    ParamSpec("batch_size", 32, "samples per batch sent to the worker", range=(1, 65535)),
-    ParamSpec("max_backlog", 8, "batches waiting for the worker before the oldest is dropped",
-              range=(1, 1000)),
-    ParamSpec("metrics_period", 1.0, "s between ~/metrics messages", range=(0.05, 3600.0)),
-    ParamSpec("push_period", 2.0, "s between pushes of the trained weights to set_weights; 0 = never",
-              range=(0.0, 3600.0)),
-    ParamSpec("set_weights_service", "/control_node/set_weights", "the control node's SetWeights service"),
-    ParamSpec("engine_name", "", "engine name in set_weights requests ('' = the node's only engine)"),
-    ParamSpec("connect_timeout", 10.0, "s to wait for the worker's HELLO answer at configure",
-              range=(0.05, 3600.0)),
-    ParamSpec("retransmit_timeout", 0.1, "s before a request to the worker is resent (grows 1.5x per try)",
-              range=(0.001, 60.0)),
-    ParamSpec("retries", 60, "resends of one request before it fails", range=(0, 100000)),
-)
 
 
-@dataclass(frozen=True)
-class TrainerConfig:
-    worker_host: str
-    worker_port: int
-    pipeline_id: int
-    model_id: int
-    input_size: int
-    output_size: int
-    hidden_size: int
-    objective: str
-    init_scale: float
-    seed: int
-    samples_topic: str
-    batch_size: int
-    max_backlog: int
-    metrics_period: float
-    push_period: float
-    set_weights_service: str
-    engine_name: str
-    connect_timeout: float
-    retransmit_timeout: float
-    retries: int
+class TrainedWeights(NamedTuple):
+    """The (last) Linear layer of the model as last read from the worker."""
+
+    weights: np.ndarray
+    bias: np.ndarray
+    note: str
+    version: int  # batches sent when it was read
+    taken: float  # time.monotonic() of the read
 
 
-PARAM_TABLE = ParamTable(PARAMETERS, TrainerConfig)
-
-
-def build_model(cfg: TrainerConfig) -> ModelSpec:
-    """The model the worker trains, with its initial weights (seeded)."""
-    rng = np.random.default_rng(cfg.seed)
-
-    def weights(rows: int, cols: int) -> np.ndarray:
-        return (rng.normal(size=(rows, cols)) * cfg.init_scale).astype(np.float32)
-
-    if cfg.hidden_size:
-        layers = [linear(weights(cfg.hidden_size, cfg.input_size)), plain(LayerCode.RELU),
-                  linear(weights(cfg.output_size, cfg.hidden_size))]
-    else:
-        layers = [linear(weights(cfg.output_size, cfg.input_size))]
-    if cfg.objective == "cross_entropy":
-        layers.append(plain(LayerCode.SOFTMAX))
-    return ModelSpec(layers, list(OBJECTIVES[cfg.objective]))
+def _linear_of(snapshot: Snapshot) -> TrainedWeights:
+    layers = snapshot.model.layers
+    last = [ly for ly in layers if ly.code == LayerCode.LINEAR][-1]
+    note = "" if len(layers) == 1 else f"last Linear of {len(layers)} layers"
+    return TrainedWeights(last.weights.astype(np.float32), last.bias.astype(np.float32), note,
+                          snapshot.stats.batches_sent, snapshot.taken)
 
 
 class TrainerNode(LifecycleNode):
@@ -123,25 +80,36 @@ class TrainerNode(LifecycleNode):
         self._entities: list[Any] = []  # created at configure
         self._active: list[Any] = []  # subscription and timers, while active
         self._metrics_pub: Any = None
-        self._set_weights: Any = None
-        self._control_weights: Any = None  # the control node's get_weights: its controller shape
-        self._control_shape: tuple[int, int] | None = None
+        self._diag_pub: Any = None
+        self._pusher: WeightPusher | None = None
         self._x = np.zeros((0, 0), np.float32)
         self._t = np.zeros((0, 0), np.float32)
         self._filled = 0
         self.counters = {"samples": 0, "wrong_size": 0, "pushes_accepted": 0, "pushes_refused": 0,
-                         "pushes_skipped": 0}
-        self._push_pending = False
+                         "pushes_skipped": 0, "reads_skipped": 0, "reads_failed": 0}
+        self._read: concurrent.futures.Future | None = None  # the read in flight on the session thread
+        self._read_started = 0.0
+        self._read_error = ""  # why the last read failed ('' = it did not)
+        self._weights_wanted = False  # a get_weights call asked: the next read includes the model
+        self._trained: TrainedWeights | None = None
+        self._pushed_taken: float | None = None  # the read whose weights were pushed last
+        # Results and faults of the session thread reach the executor through guard conditions: publishing,
+        # caching and lifecycle transitions happen there, never on the session thread.
+        self._read_done = self.create_guard_condition(self._on_read_done)
+        self._fault: BaseException | None = None
+        self._fault_guard = self.create_guard_condition(self._on_session_fault)
 
     # ----- lifecycle ------------------------------------------------------------------------------
 
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._fault = None
         try:
             cfg = self._cfg = PARAM_TABLE.read(self)
             model = build_model(cfg)
             self._session = TrainingSession(
                 (cfg.worker_host, cfg.worker_port), model, pipeline=cfg.pipeline_id, model_id=cfg.model_id,
-                max_backlog=cfg.max_backlog, timeout=cfg.retransmit_timeout, retries=cfg.retries)
+                max_backlog=cfg.max_backlog, logger=self.get_logger(), on_fault=self._session_failed,
+                timeout=cfg.retransmit_timeout, retries=cfg.retries)
             count = self._session.start(cfg.connect_timeout)
         except (LibrEdgeTpuError, TimeoutError, OSError) as exc:
             self.get_logger().error(f"configure failed: {type(exc).__name__}: {exc}")
@@ -151,51 +119,63 @@ class TrainerNode(LifecycleNode):
         self._t = np.zeros((cfg.batch_size, cfg.output_size), np.float32)
         self._filled = 0
         self._metrics_pub = self.create_lifecycle_publisher(Float32MultiArray, "~/metrics", 10)
-        self._set_weights = self.create_client(SetWeights, cfg.set_weights_service)
-        if cfg.set_weights_service.endswith("set_weights"):
-            self._control_weights = self.create_client(
-                GetWeights, cfg.set_weights_service.removesuffix("set_weights") + "get_weights")
-        self._control_shape = None
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        if cfg.push_period > 0 and pushable(cfg):
+            self._pusher = WeightPusher(self, cfg.set_weights_service, cfg.engine_name,
+                                        (cfg.output_size, cfg.input_size), self.counters)
         self._entities = [self.create_service(GetWeights, "~/get_weights", self._on_get_weights)]
         self.get_logger().info(f"configured: model {cfg.model_id} ({len(model.layers)} layers, "
                                f"{cfg.objective}) on worker {cfg.worker_host}:{cfg.worker_port}, pipeline "
-                               f"{cfg.pipeline_id} ({count} model(s))")
+                               f"{cfg.pipeline_id} ({count} model(s)); weights "
+                               f"{'pushed to ' + cfg.set_weights_service if self._pusher else 'not pushed'}")
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         cfg = self._cfg
         self._active = [
             self.create_subscription(Float32MultiArray, cfg.samples_topic, self._on_sample, 100),
-            self.create_timer(cfg.metrics_period, self._publish_metrics),
+            self.create_timer(cfg.metrics_period, self._tick),
         ]
-        if cfg.push_period > 0:
+        if self._pusher is not None:
             self._active.append(self.create_timer(cfg.push_period, self._push_weights))
         return super().on_activate(state)
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         self._drop(self._active)
         self._active = []
+        if self._fault is not None:
+            return TransitionCallbackReturn.ERROR  # -> ErrorProcessing -> on_error
         return super().on_deactivate(state)
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.teardown()
-        return TransitionCallbackReturn.SUCCESS
+        return TransitionCallbackReturn.ERROR if self._fault is not None else TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.teardown()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.get_logger().error(f"error processing (from {state.label}): disconnected from the worker; "
+                                "configure to start again")
+        self.teardown()
+        self._fault = None
         return TransitionCallbackReturn.SUCCESS
 
     def teardown(self) -> None:
         """Drop every entity and disconnect from the worker (idempotent)."""
         self._drop(self._active + self._entities)
         self._active, self._entities = [], []
-        for client in (self._set_weights, self._control_weights):
-            if client is not None:
-                self.destroy_client(client)
-        self._set_weights = self._control_weights = None
+        if self._pusher is not None:
+            self._pusher.destroy()
+            self._pusher = None
         if self._metrics_pub is not None:
             self.destroy_lifecycle_publisher(self._metrics_pub)
             self._metrics_pub = None
+        if self._diag_pub is not None:
+            self.destroy_publisher(self._diag_pub)
+            self._diag_pub = None
+        self._read, self._read_error, self._trained, self._pushed_taken = None, "", None, None
         self._close_session()
 
     def _drop(self, entities: list[Any]) -> None:
@@ -212,6 +192,31 @@ class TrainerNode(LifecycleNode):
         if self._session is not None:
             session, self._session = self._session, None
             session.stop()
+
+    # ----- session faults -------------------------------------------------------------------------
+
+    def _session_failed(self, exc: BaseException) -> None:
+        """On the session thread (which logged the traceback): hand the fault to the executor."""
+        self._fault = exc
+        self._trigger(self._fault_guard)
+
+    def _on_session_fault(self) -> None:
+        exc = self._fault
+        if exc is None:
+            return
+        self._publish_diagnostics(diagnostics.ERROR, f"session thread failed: {type(exc).__name__}: {exc}")
+        current = self._state_machine.current_state[0]
+        if current == State.PRIMARY_STATE_ACTIVE:
+            self.trigger_deactivate()  # on_deactivate returns ERROR: ErrorProcessing -> on_error
+        elif current == State.PRIMARY_STATE_INACTIVE:
+            self.trigger_cleanup()  # on_cleanup returns ERROR: the same way
+        else:
+            self._fault = None  # already left (the fault raced a transition that closes the session)
+
+    @staticmethod
+    def _trigger(guard: Any) -> None:
+        with contextlib.suppress(Exception):  # the node is being destroyed: nobody is left to tell
+            guard.trigger()
 
     # ----- samples -> batches ---------------------------------------------------------------------
 
@@ -232,18 +237,51 @@ class TrainerNode(LifecycleNode):
             session.submit(self._x.copy(), self._t.copy())
             self._filled = 0
 
-    # ----- metrics, weights -----------------------------------------------------------------------
+    # ----- reads from the worker (started here, completed on the session thread) -------------------
 
-    def _publish_metrics(self) -> None:
-        session, pub = self._session, self._metrics_pub
-        if session is None or pub is None or session.stats.batches_sent == 0:
+    def _tick(self) -> None:
+        """Metrics timer: report, then start the next read unless the last one is still out."""
+        if self._session is None:
             return
+        self._publish_diagnostics()
+        if self._read is not None:
+            self.counters["reads_skipped"] += 1  # the worker is busy (a batch) or silent: no pile-up
+            return
+        self._start_read()
+
+    def _start_read(self) -> None:
+        session = self._session
+        want_model = self._weights_wanted or self._pusher is not None or self._trained is None
+        self._weights_wanted = False
+        self._read_started = time.monotonic()
+        self._read = session.fetch(model=want_model, timeout=self._cfg.read_timeout)
+        self._read.add_done_callback(lambda _: self._trigger(self._read_done))
+
+    def _on_read_done(self) -> None:
+        read = self._read
+        if read is None or not read.done():
+            return  # a read of an earlier session, or a spurious wake-up
+        self._read = None
         try:
-            metrics = session.metrics(CALL_TIMEOUT)
-        except (LibrEdgeTpuError, TimeoutError) as exc:
-            self.get_logger().warning(f"metrics not available: {exc}")
+            snapshot: Snapshot = read.result()
+        except Exception as exc:  # timeout, protocol error, a stopped session: the read failed, not the node
+            self.counters["reads_failed"] += 1
+            why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            if not self._read_error:  # once per run of failures; diagnostics keep the count
+                self.get_logger().warning(f"reading metrics/weights from the worker failed: {why} "
+                                          "(retried every metrics_period; counted)")
+            self._read_error = why
             return
-        stats = session.stats
+        if self._read_error:
+            self.get_logger().info("reads from the worker answer again")
+            self._read_error = ""
+        if snapshot.model is not None:
+            self._trained = _linear_of(snapshot)
+        if snapshot.metrics and self._metrics_pub is not None:
+            self._publish_metrics(snapshot)
+
+    def _publish_metrics(self, snapshot: Snapshot) -> None:
+        stats, metrics = snapshot.stats, snapshot.metrics
         names = ["batches_sent", "samples_sent", "batches_dropped", "batches_failed",
                  *(m.name.lower() for m in metrics)]
         values = [stats.batches_sent, stats.samples_sent, stats.batches_dropped, stats.batches_failed,
@@ -251,103 +289,65 @@ class TrainerNode(LifecycleNode):
         msg = Float32MultiArray()
         msg.layout.dim = [MultiArrayDimension(label=",".join(names), size=len(values), stride=len(values))]
         msg.data = [float(v) for v in values]
-        pub.publish(msg)
+        self._metrics_pub.publish(msg)
 
-    def _linear_weights(self) -> tuple[np.ndarray, np.ndarray, str]:
-        """(weights, bias, note) of the trained model's last Linear layer, fetched from the worker."""
-        model = self._session.trained_model(CALL_TIMEOUT)
-        linears = [ly for ly in model.layers if ly.code == LayerCode.LINEAR]
-        note = "" if len(model.layers) == 1 else f"last Linear of {len(model.layers)} layers"
-        return linears[-1].weights, linears[-1].bias, note
+    # ----- weights: served and pushed from the last read --------------------------------------------
 
     def _on_get_weights(self, req: GetWeights.Request, resp: GetWeights.Response) -> GetWeights.Response:
         if self._session is None:
             resp.success, resp.message = False, "not configured"
             return resp
-        try:
-            weights, bias, note = self._linear_weights()
-        except (LibrEdgeTpuError, TimeoutError) as exc:
-            resp.success, resp.message = False, f"worker did not return the model: {exc}"
+        trained = self._trained
+        self._weights_wanted = True  # the next read brings fresh weights; start it now if none is out
+        if self._read is None:
+            self._start_read()
+        if trained is None:
+            resp.success = False
+            resp.message = ("trained weights not read from the worker yet (a read is under way"
+                            f"{': the last failed: ' + self._read_error if self._read_error else ''}); "
+                            "ask again")
             return resp
-        resp.success, resp.message = True, note
-        resp.rows, resp.cols = weights.shape
-        resp.data = weights.astype(np.float32).ravel().tolist()
-        resp.bias = bias.astype(np.float32).tolist()
-        resp.version = self._session.stats.batches_sent
+        age = time.monotonic() - trained.taken
+        resp.success = True
+        resp.message = f"read from the worker {age:.2f} s ago" + (f"; {trained.note}" if trained.note else "")
+        resp.rows, resp.cols = trained.weights.shape
+        resp.data = trained.weights.ravel().tolist()
+        resp.bias = trained.bias.tolist()
+        resp.version = trained.version
         return resp
 
     def _push_weights(self) -> None:
-        cfg, session, client = self._cfg, self._session, self._set_weights
-        if session is None or client is None or self._push_pending or session.stats.batches_sent == 0:
-            return
-        if cfg.hidden_size or cfg.objective != "mse":
-            self.counters["pushes_skipped"] += 1  # only a plain Linear map is a controller
-            return
-        if not client.service_is_ready():
-            self.counters["pushes_skipped"] += 1
-            return
-        if not self._shape_matches():
-            return
-        try:
-            weights, bias, _ = self._linear_weights()
-        except (LibrEdgeTpuError, TimeoutError) as exc:
-            self.get_logger().warning(f"no weights to push: {exc}")
-            return
-        req = SetWeights.Request()
-        req.engine = cfg.engine_name
-        req.rows, req.cols = weights.shape
-        req.data = weights.ravel().tolist()
-        req.bias = bias.tolist()
-        if hasattr(req, "request_id"):  # idempotency token where the interface has one
-            req.request_id = f"{self.get_fully_qualified_name()}:{session.stats.batches_sent}"
-        self._push_pending = True
-        client.call_async(req).add_done_callback(self._on_pushed)
+        trained, pusher = self._trained, self._pusher
+        if pusher is None or trained is None or trained.version == 0 or trained.taken == self._pushed_taken:
+            return  # nothing trained yet, or these weights went already
+        if pusher.push(trained.weights, trained.bias, f"{self.get_fully_qualified_name()}:{trained.version}"):
+            self._pushed_taken = trained.taken
 
-    def _shape_matches(self) -> bool:
-        """Whether the model's Linear shape is the control node's controller (asked once, asynchronously)."""
-        cfg, probe = self._cfg, self._control_weights
-        if probe is None:
-            return True  # a service name without a get_weights twin: let set_weights judge
-        if self._control_shape is None:
-            if probe.service_is_ready() and not self._push_pending:
-                self._push_pending = True
-                req = GetWeights.Request()
-                req.engine = cfg.engine_name
-                probe.call_async(req).add_done_callback(self._on_control_shape)
-            return False
-        if self._control_shape == (cfg.output_size, cfg.input_size):
-            return True
-        self.counters["pushes_skipped"] += 1
-        if self.counters["pushes_skipped"] == 1:
-            self.get_logger().error(
-                f"trained weights are {cfg.output_size}×{cfg.input_size} (output_size×input_size) but the "
-                f"controller is {self._control_shape[0]}×{self._control_shape[1]} (command_size×state_size): "
-                "they are not pushed (counted)")
-        return False
+    # ----- diagnostics ----------------------------------------------------------------------------
 
-    def _on_control_shape(self, future: Any) -> None:
-        self._push_pending = False
-        try:
-            resp = future.result()
-        except Exception as exc:  # rclpy hands back whatever the call raised: log it, ask again later
-            self.get_logger().warning(f"control node get_weights failed: {exc}")
+    def _publish_diagnostics(self, level: int | None = None, message: str = "") -> None:
+        cfg, session, pub = self._cfg, self._session, self._diag_pub
+        if pub is None or cfg is None or session is None:
             return
-        if resp is not None and resp.success:
-            self._control_shape = (int(resp.rows), int(resp.cols))
-
-    def _on_pushed(self, future: Any) -> None:
-        self._push_pending = False
-        try:
-            resp = future.result()
-        except Exception as exc:  # rclpy hands back whatever the call raised: log and count it
-            resp = None
-            self.get_logger().error(f"set_weights call failed: {exc}")
-        if resp is not None and resp.accepted:
-            self.counters["pushes_accepted"] += 1
-            return
-        self.counters["pushes_refused"] += 1
-        self.get_logger().warning(f"set_weights refused the trained weights: "
-                                  f"{'no answer' if resp is None else resp.message}")
+        stats = session.stats  # ints written by the session thread: a slightly old value is fine here
+        if level is None:
+            out_for = time.monotonic() - self._read_started if self._read is not None else 0.0
+            if self._read_error:
+                level, message = diagnostics.WARN, f"worker reads fail: {self._read_error}"
+            elif out_for > 2 * cfg.metrics_period:
+                level, message = diagnostics.WARN, f"worker busy or silent: a read is out for {out_for:.1f} s"
+            elif stats.batches_failed:
+                level = diagnostics.WARN
+                message = f"{stats.batches_failed} batch(es) failed, the last: {stats.last_error}"
+            else:
+                level, message = diagnostics.OK, "training" if stats.batches_sent else "waiting for samples"
+        values = {"batches_sent": stats.batches_sent, "samples_sent": stats.samples_sent,
+                  "batches_dropped": stats.batches_dropped, "batches_failed": stats.batches_failed,
+                  **self.counters}
+        status = diagnostics.status(f"{self.get_fully_qualified_name()}: trainer",
+                                    f"teamtensor udp {cfg.worker_host}:{cfg.worker_port}", level, message,
+                                    values)
+        pub.publish(diagnostics.array(self.get_clock().now().to_msg(), [status]))
 
 
 def main(args: list[str] | None = None) -> int:

@@ -1,0 +1,101 @@
+"""Pushing trained Linear weights into the control node's ``set_weights``, without waiting on anything.
+
+The control node's controller shape is asked once from its ``get_weights`` twin (when the service name ends
+in ``set_weights``); weights of another shape are never pushed (logged once, counted). Every call is
+``call_async`` with a done callback, and at most one call is in flight: a ROS timer drives :meth:`push` and
+returns at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from rclpy.node import Node
+
+from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
+
+
+class WeightPusher:
+    """The set_weights client (and its get_weights shape probe) of one configured trainer node."""
+
+    def __init__(self, node: Node, service: str, engine: str, shape: tuple[int, int],
+                 counters: dict[str, int]) -> None:
+        self.node, self.engine, self.shape, self.counters = node, engine, shape, counters
+        self._set = node.create_client(SetWeights, service)
+        self._probe = (node.create_client(GetWeights, service.removesuffix("set_weights") + "get_weights")
+                       if service.endswith("set_weights") else None)
+        self._control_shape: tuple[int, int] | None = None
+        self._pending = False  # a probe or a push is in flight
+
+    def destroy(self) -> None:
+        for client in (self._set, self._probe):
+            if client is not None:
+                self.node.destroy_client(client)
+        self._set = self._probe = None
+
+    def push(self, weights: np.ndarray, bias: np.ndarray, request_id: str) -> bool:
+        """Send the weights if the control node is there, its shape is known and equal, and nothing is in
+        flight (True); otherwise count why not (or start the shape probe) and return False."""
+        if self._set is None or self._pending:
+            return False
+        if not self._set.service_is_ready():
+            self.counters["pushes_skipped"] += 1
+            return False
+        if not self._shape_matches():
+            return False
+        req = SetWeights.Request()
+        req.engine = self.engine
+        req.rows, req.cols = weights.shape
+        req.data = weights.astype(np.float32).ravel().tolist()
+        req.bias = bias.astype(np.float32).tolist()
+        if hasattr(req, "request_id"):  # idempotency token where the interface has one
+            req.request_id = request_id
+        self._pending = True
+        self._set.call_async(req).add_done_callback(self._on_pushed)
+        return True
+
+    def _shape_matches(self) -> bool:
+        """Whether the model's shape is the controller's (asked once, asynchronously: False until known)."""
+        if self._probe is None:
+            return True  # a service name without a get_weights twin: let set_weights judge
+        if self._control_shape is None:
+            if self._probe.service_is_ready():
+                self._pending = True
+                req = GetWeights.Request()
+                req.engine = self.engine
+                self._probe.call_async(req).add_done_callback(self._on_control_shape)
+            return False
+        if self._control_shape == self.shape:
+            return True
+        self.counters["pushes_skipped"] += 1
+        if self.counters["pushes_skipped"] == 1:
+            self.node.get_logger().error(
+                f"trained weights are {self.shape[0]}×{self.shape[1]} (output_size×input_size) but the "
+                f"controller is {self._control_shape[0]}×{self._control_shape[1]} (command_size×state_size): "
+                "they are not pushed (counted)")
+        return False
+
+    def _on_control_shape(self, future: Any) -> None:
+        self._pending = False
+        try:
+            resp = future.result()
+        except Exception as exc:  # rclpy hands back whatever the call raised: log it, ask again later
+            self.node.get_logger().warning(f"control node get_weights failed: {exc}")
+            return
+        if resp is not None and resp.success:
+            self._control_shape = (int(resp.rows), int(resp.cols))
+
+    def _on_pushed(self, future: Any) -> None:
+        self._pending = False
+        try:
+            resp = future.result()
+        except Exception as exc:  # rclpy hands back whatever the call raised: log and count it
+            resp = None
+            self.node.get_logger().error(f"set_weights call failed: {exc}")
+        if resp is not None and resp.accepted:
+            self.counters["pushes_accepted"] += 1
+            return
+        self.counters["pushes_refused"] += 1
+        self.node.get_logger().warning(f"set_weights refused the trained weights: "
+                                       f"{'no answer' if resp is None else resp.message}")
