@@ -12,6 +12,12 @@ prepared windows for depthwise convolutions. Times are thread CPU time (``time.t
 
 from __future__ import annotations
 
+import os
+
+# Thread CPU time only sees this thread: keep BLAS single-threaded so its work is counted (set before NumPy).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import platform
 import time
 from collections.abc import Callable
@@ -114,7 +120,8 @@ def render(rows: list[dict]) -> str:
         "",
         f"`bench/bench_sophgo.py` on {platform.machine()} ({platform.processor() or 'cpu'}), Python "
         f"{platform.python_version()}, NumPy {np.__version__}; thread CPU time, best of {REPEATS} runs, one "
-        "process on a machine shared with other jobs (ratios come from the same run).",
+        "process on a machine shared with other jobs (ratios come from the same run); BLAS single-threaded "
+        "(OPENBLAS_NUM_THREADS=1) so that thread CPU time counts all of its work.",
         "",
         "Floor: NumPy's own matmul of each conv's im2col matrix / each matmul's operands (float64 for "
         "integer graphs, float32 for f32 ones; one multiply-sum for depthwise), inputs prepared outside the "
