@@ -147,8 +147,8 @@ def render(rows: list[dict]) -> str:
         "(attribute checks, dtype checks, dispatch), tens of microseconds per op.",
         "- Dense exports: the executor runs quantize -> int matmul -> requant -> dequant -> bias, the same "
         "arithmetic as MatMulEngine's CPU twin (last column). The twin keeps a float64 copy of the weights "
-        "per version; the executor converts the int8 weight on every call (about 1 ms for 1024 x 1024), "
-        "which is most of the batch-1 gap.",
+        "per version; the executor converts the int8 weight to float64 on every call, which is most of the "
+        "batch-1 gap.",
         "",
     ]
     return "\n".join(lines)
