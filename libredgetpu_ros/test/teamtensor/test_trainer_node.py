@@ -217,3 +217,156 @@ def test_config_file_matches_the_parameter_table_and_the_launch_file_compiles():
     doc = yaml.safe_load((package / "config" / "trainer.yaml").read_text())
     assert doc["trainer_node"]["ros__parameters"] == PARAM_TABLE.defaults()
     py_compile.compile(str(package / "launch" / "trainer.launch.py"), doraise=True)
+
+
+def _call_timed(executor, client, request) -> tuple[float, object]:
+    """(seconds until the answer, the answer) for one service call; 5 s bound."""
+    t0 = time.monotonic()
+    future = client.call_async(request)
+    executor.spin_until_future_complete(future, timeout_sec=5.0)
+    assert future.done(), f"no answer from {client.srv_name} within 5 s"
+    return time.monotonic() - t0, future.result()
+
+
+RESPONSIVE_S = 0.5  # a lifecycle, parameter or weights request must be answered within this while stalled
+
+
+@pytest.mark.ros
+def test_executor_answers_while_the_worker_is_stopped(ros_env):
+    """SIGSTOP the worker mid-training: the trainer's sender retransmits a batch and its reads time out, yet
+    get_state, get_parameters and get_weights are answered within 0.5 s throughout (the old node waited up
+    to 5 s in the metrics timer and in get_weights); diagnostics say the worker is busy; after SIGCONT the
+    metrics resume."""
+    import os
+    import signal
+
+    from diagnostic_msgs.msg import DiagnosticArray
+    from lifecycle_msgs.srv import ChangeState, GetState
+    from rcl_interfaces.srv import GetParameters
+    from std_msgs.msg import Float32MultiArray
+
+    from libredgetpu_ros_interfaces.srv import GetWeights
+
+    worker = ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.cli.main", "tt-worker", "--port", "0",
+                            "--json"], "tt_worker")
+    port = _worker_port(ros_env.work_dir / "tt_worker.log")
+    ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.ros.trainer.node", "--ros-args", "-r", "__ns:=/tt",
+                   "-p", f"worker_port:={port}", "-p", "batch_size:=8", "-p", "push_period:=0.0",
+                   "-p", "metrics_period:=0.2", "-p", "read_timeout:=1.0", "-p", "retransmit_timeout:=0.02"],
+                  "trainer_node")
+    node, executor = ros_env.probe("trainer_probe")
+    change = node.create_client(ChangeState, f"{TRAINER}/change_state")
+    clients = {"get_state": (node.create_client(GetState, f"{TRAINER}/get_state"), GetState.Request()),
+               "get_parameters": (node.create_client(GetParameters, f"{TRAINER}/get_parameters"),
+                                  GetParameters.Request(names=["batch_size"])),
+               "get_weights": (node.create_client(GetWeights, f"{TRAINER}/get_weights"),
+                               GetWeights.Request())}
+    metrics: list[dict[str, float]] = []
+    node.create_subscription(Float32MultiArray, f"{TRAINER}/metrics",
+                             lambda m: metrics.append(dict(zip(m.layout.dim[0].label.split(","), m.data,
+                                                               strict=True))), 10)
+    statuses: list[tuple[int, str]] = []
+    node.create_subscription(DiagnosticArray, "/diagnostics",
+                             lambda m: statuses.extend((s.level[0], s.message) for s in m.status), 50)
+    samples = node.create_publisher(Float32MultiArray, "/tt/samples", 100)
+    rng = np.random.default_rng(7)
+
+    def publish_samples(count: int) -> None:
+        for _ in range(count):
+            samples.publish(Float32MultiArray(data=rng.uniform(-1.0, 1.0, 5).astype(np.float32).tolist()))
+
+    assert change.wait_for_service(timeout_sec=20.0)
+    for transition in (T_CONFIGURE, T_ACTIVATE):
+        req = ChangeState.Request()
+        req.transition.id = transition
+        assert _call_timed(executor, change, req)[1].success
+    for client, _ in clients.values():
+        assert client.wait_for_service(timeout_sec=20.0)
+    deadline = time.monotonic() + 20.0
+    while not metrics:  # training works before the stall
+        publish_samples(16)
+        executor.spin_once(timeout_sec=0.1)
+        assert time.monotonic() < deadline, "no ~/metrics within 20 s"
+    weights_ok = _call_timed(executor, *clients["get_weights"])[1]
+    assert weights_ok.success, weights_ok.message
+
+    os.kill(worker.pid, signal.SIGSTOP)
+    try:
+        publish_samples(16)  # two batches: the sender retransmits the first to a stopped worker
+        worst: dict[str, float] = dict.fromkeys(clients, 0.0)
+        stalled_at = len(statuses)
+        end = time.monotonic() + 3.0  # three read timeouts
+        while time.monotonic() < end:
+            for name, (client, request) in clients.items():
+                latency, answer = _call_timed(executor, client, request)
+                worst[name] = max(worst[name], latency)
+                if name == "get_weights":  # the weights read before the stall, with their age
+                    assert answer.success and "read from the worker" in answer.message, answer.message
+            executor.spin_once(timeout_sec=0.1)
+        assert max(worst.values()) < RESPONSIVE_S, worst
+        warned = [m for level, m in statuses[stalled_at:] if level == 1]
+        assert any("worker busy or silent" in m or "worker reads fail" in m for m in warned), statuses[-5:]
+        log = (ros_env.work_dir / "trainer_node.log").read_text()
+        assert "reading metrics/weights from the worker failed: TimeoutError" in log
+    finally:
+        os.kill(worker.pid, signal.SIGCONT)
+    sent = metrics[-1]["batches_sent"]
+    deadline = time.monotonic() + 20.0
+    while metrics[-1]["batches_sent"] < sent + 2:  # the stalled batches arrive, metrics resume
+        executor.spin_once(timeout_sec=0.1)
+        assert time.monotonic() < deadline, f"metrics did not resume after SIGCONT: {metrics[-1]}"
+    assert metrics[-1]["batches_failed"] == 0
+
+
+@pytest.mark.ros
+def test_a_session_thread_fault_is_logged_reported_and_ends_in_error_processing(ros_env):
+    """An exception that is no protocol outcome (injected into the batch sender) is not silent: diagnostics
+    ERROR naming it, the node goes through on_error to unconfigured, and configure works again."""
+    from diagnostic_msgs.msg import DiagnosticArray
+    from libredgetpu_ros.ros.trainer.node import TrainerNode
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+    from rclpy.parameter import Parameter
+    from std_msgs.msg import Float32MultiArray
+
+    ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.cli.main", "tt-worker", "--port", "0", "--json"],
+                  "tt_worker")
+    port = _worker_port(ros_env.work_dir / "tt_worker.log")
+    context = ros_env.init_rclpy()
+    overrides = [Parameter("worker_port", Parameter.Type.INTEGER, port),
+                 Parameter("batch_size", Parameter.Type.INTEGER, 4)]
+    trainer = TrainerNode(context=context, namespace="/tt", parameter_overrides=overrides)
+    probe = Node("fault_probe", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(trainer)
+    executor.add_node(probe)
+    errors: list[str] = []
+    probe.create_subscription(DiagnosticArray, "/diagnostics",
+                              lambda m: errors.extend(s.message for s in m.status if s.level[0] == 2), 10)
+    samples = probe.create_publisher(Float32MultiArray, "/tt/samples", 100)
+    try:
+        def state() -> str:
+            return trainer._state_machine.current_state[1]
+
+        trainer.trigger_configure()
+        trainer.trigger_activate()
+        assert state() == "active"
+
+        async def broken_send(*args, **kwargs):
+            raise RuntimeError("injected sender fault")
+
+        trainer._session._source.send_batch = broken_send
+        deadline = time.monotonic() + 20.0
+        while state() != "unconfigured" or not errors:
+            samples.publish(Float32MultiArray(data=[0.1, 0.2, 0.3, 0.4, 0.5]))
+            executor.spin_once(timeout_sec=0.05)
+            assert time.monotonic() < deadline, (state(), errors)
+        assert any("session thread failed: RuntimeError: injected sender fault" in e for e in errors), errors
+        assert trainer._session is None
+        trainer.trigger_configure()
+        assert state() == "inactive"  # recoverable: a new session
+    finally:
+        executor.shutdown()
+        trainer.teardown()
+        trainer.destroy_node()
+        probe.destroy_node()

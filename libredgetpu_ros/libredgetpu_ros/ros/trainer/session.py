@@ -202,8 +202,15 @@ class TrainingSession:
             self.on_fault(exc)
 
     def _shutdown(self) -> None:
-        if self._sender is not None:
-            self._sender.cancel()
+        tasks = asyncio.all_tasks(self._loop)  # the sender and any read in flight
+        for task in tasks:
+            task.cancel()
         if self._source is not None:
             self._source.close()
-        self._loop.stop()
+
+        async def stop_when_cancelled() -> None:  # a task stopped mid-flight would be reported as pending
+            if tasks:
+                await asyncio.wait(tasks, timeout=1.0)
+            self._loop.stop()
+
+        self._loop.create_task(stop_when_cancelled())
