@@ -215,7 +215,7 @@ def test_config_file_matches_the_parameter_table_and_the_launch_file_compiles():
 
     package = TESTS.parent
     doc = yaml.safe_load((package / "config" / "trainer.yaml").read_text())
-    assert doc["trainer_node"]["ros__parameters"] == PARAM_TABLE.defaults()
+    assert doc["/**/trainer_node"]["ros__parameters"] == PARAM_TABLE.defaults()
     py_compile.compile(str(package / "launch" / "trainer.launch.py"), doraise=True)
 
 
