@@ -207,7 +207,7 @@ def test_configure_fails_cleanly_without_a_worker(ros_env):
     assert "configure failed: DeviceTimeoutError" in log and "did not answer Hello" in log
 
 
-def test_config_file_matches_the_parameter_table_and_the_launch_file_compiles():
+def test_config_file_and_docs_match_the_parameter_table_and_the_launch_file_compiles():
     import py_compile
 
     import yaml
@@ -216,6 +216,7 @@ def test_config_file_matches_the_parameter_table_and_the_launch_file_compiles():
     package = TESTS.parent
     doc = yaml.safe_load((package / "config" / "trainer.yaml").read_text())
     assert doc["/**/trainer_node"]["ros__parameters"] == PARAM_TABLE.defaults()
+    assert PARAM_TABLE.markdown_table().strip() in (package.parent / "docs" / "teamtensor.md").read_text()
     py_compile.compile(str(package / "launch" / "trainer.launch.py"), doraise=True)
 
 
