@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import sys
 
-import rclpy
-from rclpy.executors import ExternalShutdownException
-
 from libredgetpu_ros.ros.perception import (
     LABEL_QOS,
     PARAMS,
@@ -21,38 +18,17 @@ from libredgetpu_ros.ros.perception import (
     PerceptionParams,
     pipeline_config,
 )
-from libredgetpu_ros.ros.spinning import spin_with_companions
+from libredgetpu_ros.ros.spinning import run_lifecycle_node_main
 
 __all__ = ["LABEL_QOS", "PARAMS", "RESULT_QOS", "TASKS", "PerceptionNode", "PerceptionParams", "main",
            "pipeline_config"]
 
 
 def main(args: list[str] | None = None) -> int:
-    from libredgetpu_ros.ros.environment import apply_localhost_only
-    from libredgetpu_ros.ros.memory import retain_large_allocations
-
-    # Fills in only what is unset (as the control node does): the shipped DDS profile (16 MiB shared-memory
-    # segment, docs/perception_node.md "Large frames") unless the integrator named one.
-    apply_localhost_only()
-    # Before rclpy (its threads then allocate under the same rules): every frame passes through ~1 MB
-    # buffers (see ros/memory.py for what was measured).
-    retain_large_allocations()
-    rclpy.init(args=args)
-    node = PerceptionNode()
-    try:
-        spin_with_companions(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node.context.ok() and node.state_label() in ("inactive", "active", "unconfigured"):
-            node.trigger_shutdown()
-        else:
-            # Ctrl-C / SIGTERM: rclpy has shut the context down (and started its own shutdown transition), so
-            # no transition can complete; stop the camera path and release the device directly (idempotent).
-            node.teardown()
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    """Localhost-only DDS defaults and the shipped DDS profile (16 MiB shared-memory segment,
+    docs/perception_node.md "Large frames") unless the integrator set them; large allocations retained
+    (every frame passes through ~1 MB buffers, see ros/memory.py); Ctrl-C / SIGTERM tear down, exit 0."""
+    return run_lifecycle_node_main(PerceptionNode, args, retain_allocations=True)
 
 
 if __name__ == "__main__":

@@ -7,12 +7,15 @@ companion gets its own ``SingleThreadedExecutor`` thread. Single-threaded everyw
 than the multi-threaded executor; not rclpy's ``EventsExecutor`` (its Kilted wheel busy-loops at 100 % CPU
 on an idle lifecycle node and ignores SIGTERM, measured here).
 
-Used by both nodes' ``main()`` (:func:`spin_with_companions`) and ``bringup.py`` (:class:`CompanionSpinners`).
+Used by the nodes' ``main()`` (:func:`run_lifecycle_node_main`, which spins with :func:`spin_with_companions`)
+and ``bringup.py`` (:class:`CompanionSpinners`).
 
 An exception escaping a companion's callback never ends its thread silently: a node with a
 ``companion_failed(companion, exc)`` method is told (on the companion's thread) and the executor spins on, so
-the node can recover (the control node goes through ``on_error``); without that method the exception is
-logged with its traceback on the companion's logger and the thread ends, as before.
+the node can recover; without that method the exception is logged with its traceback on the companion's
+logger and the thread ends. :class:`CompanionFault` is the one implementation of ``companion_failed`` the
+nodes share (control: the state loop; perception: the camera path): it logs the traceback, reports ERROR
+diagnostics and takes the node through lifecycle ``ErrorProcessing`` to ``unconfigured``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+import rclpy
+from lifecycle_msgs.msg import State
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
 
@@ -80,3 +85,94 @@ def spin_with_companions(node: Any) -> None:
     finally:
         companions.stop()
         executor.shutdown()
+
+
+class CompanionFault:
+    """Carries a crash of a companion's executor thread to the node's main executor, where the lifecycle
+    transition must run (a transition started on the companion's thread would race the main executor's).
+
+    The node owns one, created in its ``__init__`` (it makes a guard condition on the node), and:
+
+    - routes ``companion_failed(companion, exc)`` (the spinner's hook) to :meth:`companion_failed`, and may
+      :meth:`latch` a fault it caught itself (the perception node's device failures);
+    - while :attr:`cause` is set, ignores its hot path's input (the node is on its way to ``on_error``);
+    - returns ``TransitionCallbackReturn.ERROR`` from ``on_deactivate`` while :attr:`cause` is set (lifecycle
+      ``ErrorProcessing`` -> ``on_error`` -> ``unconfigured``) and calls :meth:`clear` in ``on_error`` and
+      ``on_configure``.
+
+    On the main executor the fault is reported once through ``report(message)`` (the node publishes an ERROR
+    diagnostics status naming the cause), then an ``active`` node is deactivated. A fault that raced a
+    transition out of ``active`` is only reported: the node already left the state whose work failed.
+    """
+
+    def __init__(self, node: Any, what: str, report: Callable[[str], None]) -> None:
+        self._node, self._what, self._report = node, what, report
+        self.cause: str | None = None  # the first fault since the last clear(), as reported
+        self._guard = node.create_guard_condition(self._on_main_executor)
+
+    def companion_failed(self, companion: Any, exc: BaseException) -> None:
+        """An exception escaped a callback of ``companion`` (called on its thread by the spinner, which then
+        spins on): logged with its traceback, latched."""
+        trace = "".join(traceback.format_exception(exc)).rstrip()
+        self.latch(f"{self._what} crashed ({companion.get_name()}): {type(exc).__name__}: {exc}", trace)
+
+    def latch(self, cause: str, detail: str = "") -> None:
+        """Log ``cause`` (and ``detail``, e.g. a traceback) and, if no fault is latched yet, latch it and wake
+        the main executor. Any thread."""
+        self._node.get_logger().error(f"{cause}; taking the node to error processing"
+                                      + (f"\n{detail}" if detail else ""))
+        if self.cause is None:
+            self.cause = cause
+            self._guard.trigger()
+
+    def clear(self) -> None:
+        self.cause = None
+
+    def _on_main_executor(self) -> None:
+        cause = self.cause
+        if cause is None:
+            return
+        self._report(cause)
+        if self._node._state_machine.current_state[0] == State.PRIMARY_STATE_ACTIVE:
+            self._node.trigger_deactivate()  # on_deactivate returns ERROR: ErrorProcessing -> on_error
+        else:
+            self.cause = None  # already left 'active' (the fault raced a transition)
+
+
+_PRIMARY_STATES = ("unconfigured", "inactive", "active")
+
+
+def run_lifecycle_node_main(node_factory: Callable[[], Any], args: list[str] | None = None, *,
+                            retain_allocations: bool = False) -> int:
+    """The ``main()`` of a node process: localhost-only DDS defaults, ``rclpy.init(args)``, the node and its
+    companions spun (:func:`spin_with_companions`) until Ctrl-C / SIGTERM / shutdown, then torn down; 0.
+
+    ``retain_allocations``: keep multi-MB heap blocks for reuse (``ros/memory.py``), for nodes whose messages
+    are large (state vectors, weights, camera frames); applied before rclpy so its threads allocate under the
+    same rules. Teardown: while the context is still up (the spin ended by an exception of the node's own) a
+    node in a primary state goes through its ``shutdown`` transition; after Ctrl-C / SIGTERM rclpy has shut
+    the context down (and started its own shutdown transition), so no transition can complete and
+    ``node.teardown()`` (idempotent) releases the device and entities directly. An unexpected exception
+    still propagates after the teardown (a traceback, exit code 1).
+    """
+    from libredgetpu_ros.ros.environment import apply_localhost_only
+    from libredgetpu_ros.ros.memory import retain_large_allocations
+
+    apply_localhost_only()  # fills in only what is unset: an integrator's explicit DDS setup wins
+    retained = retain_large_allocations() if retain_allocations else False
+    rclpy.init(args=args)
+    node = node_factory()
+    if retain_allocations:
+        node.get_logger().debug(f"large allocations retained for reuse (mallopt): {retained}")
+    try:
+        spin_with_companions(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node.context.ok() and node._state_machine.current_state[1] in _PRIMARY_STATES:
+            node.trigger_shutdown()
+        else:
+            node.teardown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0

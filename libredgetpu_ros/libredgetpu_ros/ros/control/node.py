@@ -23,11 +23,12 @@ only the latest ``state_queue`` states: a controller wants the newest state, not
 
 Faults: a state the engine refuses (NaN/inf) is dropped, counted and reported (diagnostics WARN with the
 cause); the next good state produces a command. Any other exception in the loop is a crash: the spinner
-(``ros/spinning.py``) hands it to :meth:`ControlNode.companion_failed`, which logs it and takes the node
-through ``ErrorProcessing`` (``on_error`` closes the engine, the node ends ``unconfigured`` and can be
-configured again: the loop's executor thread keeps running).
+(``ros/spinning.py``) hands it to :meth:`ControlNode.companion_failed` (``spinning.CompanionFault``, shared
+with the perception node), which logs it, publishes ERROR diagnostics and takes the node through
+``ErrorProcessing`` (``on_error`` closes the engine, the node ends ``unconfigured`` and can be configured
+again: the loop's executor thread keeps running).
 
-Memory: :func:`main` calls ``ros.memory.retain_large_allocations`` before rclpy starts, so the multi-MB
+Memory: :func:`main` has ``ros.memory.retain_large_allocations`` applied before rclpy starts, so the multi-MB
 buffers a full-size ``set_weights`` request passes through are reused from the heap instead of being mapped
 fresh (and page-faulted in) on every call; ``LIBREDGETPU_ROS_MALLOC_TUNING=0`` turns that off.
 """
@@ -39,15 +40,11 @@ import dataclasses
 import sys
 import threading
 import time
-import traceback
 from typing import Any
 
 import numpy as np
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
-from lifecycle_msgs.msg import State
 from rclpy.event_handler import SubscriptionEventCallbacks
-from rclpy.executors import ExternalShutdownException
 from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from rclpy.lifecycle import Node as LifecycleNode
 from rclpy.node import Node
@@ -63,9 +60,7 @@ from libredgetpu_ros.ros.control import stats
 from libredgetpu_ros.ros.control.codec import as_float32_buffer, describe_non_finite, to_float32_array
 from libredgetpu_ros.ros.control.controller import Controller
 from libredgetpu_ros.ros.control.params import PARAM_TABLE, ControlConfig
-from libredgetpu_ros.ros.environment import apply_localhost_only
-from libredgetpu_ros.ros.memory import retain_large_allocations
-from libredgetpu_ros.ros.spinning import spin_with_companions
+from libredgetpu_ros.ros.spinning import CompanionFault, run_lifecycle_node_main
 from libredgetpu_ros_interfaces.msg import CommandStamped
 from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
 
@@ -97,10 +92,9 @@ class ControlNode(LifecycleNode):
         self._cmd_stamped_pub: Any = None
         self._plain_out, self._stamped_out = Float32MultiArray(), CommandStamped()  # reused by the loop
         self._swap_lock = threading.Lock()  # one swap at a time even if services move to another group
-        # A crash of the loop thread is handed to the main executor through this guard condition: lifecycle
-        # transitions must run there, not on the loop thread.
-        self._loop_fault: BaseException | None = None
-        self._fault_guard = self.create_guard_condition(self._on_loop_fault)
+        # A crash of the loop thread, carried to the main executor (transitions must run there).
+        self._crash = CompanionFault(self, "state loop",
+                                     lambda cause: self._publish_diagnostics(diagnostics.ERROR, cause))
 
     # ----- lifecycle ------------------------------------------------------------------------------
 
@@ -114,7 +108,7 @@ class ControlNode(LifecycleNode):
             self.get_logger().error(f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
         cfg, ctl = self._cfg, self._ctl
-        self._loop_fault = None
+        self._crash.clear()
         qos = self._qos(cfg)
         self._cmd_pub = self.create_lifecycle_publisher(Float32MultiArray, "~/command", qos)
         self._cmd_stamped_pub = self.create_lifecycle_publisher(CommandStamped, "~/command_stamped", qos)
@@ -145,7 +139,7 @@ class ControlNode(LifecycleNode):
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         self._drop_subscription()
-        if self._loop_fault is not None:
+        if self._crash.cause is not None:
             return TransitionCallbackReturn.ERROR  # -> ErrorProcessing -> on_error
         return super().on_deactivate(state)
 
@@ -161,7 +155,7 @@ class ControlNode(LifecycleNode):
         self.get_logger().error(f"error processing (from {state.label}): closing the engine; configure to "
                                 "start again")
         self.teardown()
-        self._loop_fault = None
+        self._crash.clear()
         return TransitionCallbackReturn.SUCCESS
 
     def _apply_runtime_parameters(self, params: list[Parameter]) -> None:
@@ -213,13 +207,13 @@ class ControlNode(LifecycleNode):
     # ----- control loop (the loop node's executor thread) -------------------------------------------
 
     def _on_float_state(self, msg: Float32MultiArray) -> None:
-        if self._loop_fault is not None:  # crashed: on its way to on_error
+        if self._crash.cause is not None:  # crashed: on its way to on_error
             return
         now = self.get_clock().now()
         self._step(np.frombuffer(as_float32_buffer(msg.data), dtype=np.float32), None, now, "")
 
     def _on_joint_state(self, msg: JointState) -> None:
-        if self._loop_fault is not None:  # crashed: on its way to on_error
+        if self._crash.cause is not None:  # crashed: on its way to on_error
             return
         now = self.get_clock().now()
         cfg, ctl = self._cfg, self._ctl
@@ -300,23 +294,8 @@ class ControlNode(LifecycleNode):
 
     def companion_failed(self, companion: Node, exc: BaseException) -> None:
         """An exception escaped a loop callback (called on the loop thread by ``ros/spinning.py``, which
-        then spins on). Logged with its traceback; the main executor takes the node to ``on_error``."""
-        trace = "".join(traceback.format_exception(exc)).rstrip()
-        self.get_logger().error(f"state loop crashed ({companion.get_name()}): {type(exc).__name__}: {exc}; "
-                                f"taking the node to error processing\n{trace}")
-        if self._loop_fault is None:
-            self._loop_fault = exc  # the state callbacks ignore states from now on
-            self._fault_guard.trigger()
-
-    def _on_loop_fault(self) -> None:
-        exc = self._loop_fault
-        if exc is None:
-            return
-        self._publish_diagnostics(diagnostics.ERROR, f"state loop crashed: {type(exc).__name__}: {exc}")
-        if self._state_machine.current_state[0] == State.PRIMARY_STATE_ACTIVE:
-            self.trigger_deactivate()  # on_deactivate returns ERROR: ErrorProcessing -> on_error
-        else:
-            self._loop_fault = None  # already left 'active' (the crash raced a transition)
+        then spins on). Logged with its traceback, ERROR diagnostics, the node goes to ``on_error``."""
+        self._crash.companion_failed(companion, exc)
 
     # ----- services (main executor) -----------------------------------------------------------------
 
@@ -390,20 +369,7 @@ class ControlNode(LifecycleNode):
 
 def main(args: list[str] | None = None) -> int:
     """``ros2 run libredgetpu_ros control_node`` / ``python -m libredgetpu_ros.ros.control_node``."""
-    apply_localhost_only()  # fills in only what is unset: an integrator's explicit DDS setup wins
-    retained = retain_large_allocations()  # before rclpy: its threads then allocate under the same rules
-    rclpy.init(args=args)
-    node = ControlNode()
-    node.get_logger().debug(f"large allocations retained for reuse (mallopt): {retained}")
-    try:
-        spin_with_companions(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.teardown()
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return run_lifecycle_node_main(ControlNode, args, retain_allocations=True)
 
 
 if __name__ == "__main__":

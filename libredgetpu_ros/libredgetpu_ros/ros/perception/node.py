@@ -7,8 +7,12 @@ Lifecycle (the ros2/demos ``lifecycle_py`` rhythm):
 - activate: subscribe to the camera (on the companion node), enable the publishers;
 - deactivate: unsubscribe (waiting for a frame in progress), disable the publishers;
 - cleanup / shutdown: release the device;
-- a device or backend failure while processing drives the node through deactivate -> ErrorProcessing
-  (``on_error`` releases the device) -> unconfigured, so a supervisor can configure it again.
+- a fault in the camera path drives the node through deactivate -> ErrorProcessing (``on_error`` releases
+  the device) -> unconfigured, so a supervisor can configure it again: a device or backend failure while
+  processing, or any exception that is not bad input escaping the camera callback (``ros/spinning.py``
+  hands it to :meth:`PerceptionNode.companion_failed`). Both go through ``spinning.CompanionFault`` (shared
+  with the control node): logged (with the traceback), one ERROR diagnostics status naming the cause.
+  Bad input (``InputError``: undecodable, oversized, malformed frames) is only counted per frame.
 
 Threads (see docs/perception_node.md):
 
@@ -19,7 +23,7 @@ Threads (see docs/perception_node.md):
   node's state loop does the same); ``companion_nodes()`` names it, and ``ros/spinning.py`` spins it (for
   the entry point and ``ros/bringup.py``). Frames are processed right in its callback: no hand-off to
   another thread (0.3 ms per frame, measured);
-- the main executor (this node): lifecycle and parameter services, the diagnostics timer, the fatal-error
+- the main executor (this node): lifecycle and parameter services, the diagnostics timer, the fault's
   guard condition.
 
 Only the newest frame is processed: before processing, the callback takes every frame that queued in the
@@ -46,7 +50,7 @@ from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 from vision_msgs.msg import LabelInfo
 
-from libredgetpu_ros.errors import BackendError, DeviceError, ImageError, LibrEdgeTpuError
+from libredgetpu_ros.errors import BackendError, DeviceError, ImageError, InputError, LibrEdgeTpuError
 from libredgetpu_ros.ros import conversions
 from libredgetpu_ros.ros.image_msgs import BadImage, to_rgb
 from libredgetpu_ros.ros.perception import report
@@ -58,6 +62,7 @@ from libredgetpu_ros.ros.perception.params import (
     PerceptionParams,
     pipeline_config,
 )
+from libredgetpu_ros.ros.spinning import CompanionFault
 
 _BAD_INPUT_LOG_PERIOD_S = 10.0
 
@@ -92,9 +97,9 @@ class PerceptionNode(LifecycleNode):
         self._idle_ns = 0  # wall ns the previous frame finished (for ~/timing queued_ms)
         self._intake = Intake(lambda text: self.get_logger().warning(text))
         self._bad_logged: dict[str, float] = {}
-        self._fatal: LibrEdgeTpuError | None = None
-        # The camera thread cannot run a lifecycle transition (not on the main executor): it triggers this.
-        self._fatal_signal = self.create_guard_condition(self._on_fatal_signal)
+        # A fault of the camera path, carried to the main executor (transitions cannot run on the camera
+        # thread); while one is latched, frames are ignored.
+        self._fault = CompanionFault(self, "camera path", self._report_fault)
 
     @property
     def _stats(self) -> FrameStats:
@@ -119,7 +124,7 @@ class PerceptionNode(LifecycleNode):
         self._diag_pub = self.create_lifecycle_publisher(DiagnosticArray, "/diagnostics", 10)
         self._diag_timer = self.create_timer(p.diagnostics_period, self._publish_diagnostics)
         self._intake.reset(stats=True)
-        self._fatal = None
+        self._fault.clear()
         self.get_logger().info(f"configured: task={self._task} backend={self._describe.get('backend', '?')} "
                                f"model={p.model}")
         return TransitionCallbackReturn.SUCCESS
@@ -139,7 +144,7 @@ class PerceptionNode(LifecycleNode):
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         self._stop_processing()
         ret = super().on_deactivate(state)
-        if self._fatal is not None:
+        if self._fault.cause is not None:
             return TransitionCallbackReturn.ERROR  # -> on_error releases the device
         return ret
 
@@ -153,16 +158,22 @@ class PerceptionNode(LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
-        reason = self._fatal or "transition callback failed"
+        reason = self._fault.cause or "transition callback failed"
         self.get_logger().error(f"error processing (from {state.label}): {reason}; releasing the device")
         self._stop_processing()
         self._release()
+        self._fault.clear()
         return TransitionCallbackReturn.SUCCESS  # -> unconfigured; configure again to recover
 
     def companion_nodes(self) -> list[Node]:
         """Nodes a host process must spin besides this one, each on its own executor (the entry point,
         ``ros/bringup.py``): the camera subscription's node."""
         return [self.image_node]
+
+    def companion_failed(self, companion: Node, exc: BaseException) -> None:
+        """An exception escaped the camera callback (called on the camera thread by ``ros/spinning.py``,
+        which then spins on): logged with its traceback, ERROR diagnostics, the node goes to ``on_error``."""
+        self._fault.companion_failed(companion, exc)
 
     def destroy_node(self) -> None:
         self.image_node.destroy_node()
@@ -279,7 +290,7 @@ class PerceptionNode(LifecycleNode):
             except InvalidHandle:  # deactivated meanwhile
                 return
         with self._busy:
-            if self._active:
+            if self._active and self._fault.cause is None:  # a latched fault: on its way to on_error
                 skipped, intake.skipped = intake.skipped, 0
                 self._run(frame, skipped)
                 self._idle_ns = time.time_ns()
@@ -291,13 +302,14 @@ class PerceptionNode(LifecycleNode):
             self._bad_input(exc.cause, str(exc))
         except ImageError as exc:
             self._bad_input("image", str(exc))
+        except InputError as exc:  # the frame's data refused further on (e.g. non-finite model outputs)
+            self._bad_input("input", str(exc))
         except (DeviceError, BackendError) as exc:  # the model cannot run any more: release, report
             self._active = False
-            self._fail(exc)
-        except Exception as exc:  # an unexpected failure on one frame: count, report, keep going
-            self._stats.errors += 1
-            self._stats.last_error = f"{type(exc).__name__}: {exc}"
-            self.get_logger().error(f"processing failed: {self._stats.last_error}", throttle_duration_sec=5.0)
+            self._fault.latch(f"device failure while processing: {exc}")
+        # Anything else is a fault of the node, not of the frame: it escapes the camera callback and
+        # ros/spinning.py hands it to companion_failed (error processing; counting it per frame and going on
+        # would leave the node 'active' while every frame fails).
 
     def _process(self, frame: Frame, skipped: int) -> None:
         started = time.monotonic()
@@ -332,16 +344,12 @@ class PerceptionNode(LifecycleNode):
             self._bad_logged[cause] = now
             self.get_logger().warning(f"bad input frame ({cause}, {count} so far): {message}")
 
-    def _fail(self, exc: LibrEdgeTpuError) -> None:
+    def _report_fault(self, cause: str) -> None:
+        """Main executor, once per latched fault, before the node leaves 'active': counted, and published
+        at once (ERROR "processing errors: <cause>"), as on_error is about to destroy the publishers."""
         self._stats.errors += 1
-        self._stats.last_error = str(exc)
-        self._fatal = exc
-        self.get_logger().error(f"device failure while processing: {exc}")
-        self._fatal_signal.trigger()
-
-    def _on_fatal_signal(self) -> None:
-        if self._fatal is not None and self.state_label() == "active":
-            self.trigger_deactivate()  # on_deactivate returns ERROR -> on_error -> unconfigured
+        self._stats.last_error = cause
+        self._publish_diagnostics()
 
     # -- diagnostics ----------------------------------------------------------------------------------------
 

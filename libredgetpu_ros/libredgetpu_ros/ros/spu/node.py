@@ -26,7 +26,6 @@ import rclpy
 import rclpy.exceptions
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
-from rclpy.executors import ExternalShutdownException
 from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from rclpy.lifecycle import Node as LifecycleNode
 from rclpy.parameter import Parameter
@@ -40,8 +39,7 @@ from libredgetpu_ros.femto.iospec import IOSpec, VectorSpec
 from libredgetpu_ros.femto.runner import SpuRunner, open_runner
 from libredgetpu_ros.femto.vectors import dequantize, prepare_input
 from libredgetpu_ros.ros import diagnostics
-from libredgetpu_ros.ros.environment import apply_localhost_only
-from libredgetpu_ros.ros.spinning import spin_with_companions
+from libredgetpu_ros.ros.spinning import run_lifecycle_node_main
 from libredgetpu_ros.ros.spu.io import topic_names, values_of, vector_msg
 from libredgetpu_ros.ros.spu.params import LATCHED_PREFIX, PARAM_TABLE, SpuConfig
 
@@ -331,18 +329,7 @@ class SpuNode(LifecycleNode):
 
 def main(args: list[str] | None = None) -> int:
     """``ros2 run libredgetpu_ros spu_node`` / ``python -m libredgetpu_ros.ros.spu.node``."""
-    apply_localhost_only()
-    rclpy.init(args=args)
-    node = SpuNode()
-    try:
-        spin_with_companions(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.teardown()
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return run_lifecycle_node_main(SpuNode, args)
 
 
 if __name__ == "__main__":
