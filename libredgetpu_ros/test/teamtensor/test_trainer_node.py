@@ -304,6 +304,7 @@ def test_executor_answers_while_the_worker_is_stopped(ros_env):
                 if name == "get_weights":  # the weights read before the stall, with their age
                     assert answer.success and "read from the worker" in answer.message, answer.message
             executor.spin_once(timeout_sec=0.1)
+        print(f"slowest answers while the worker is stopped (s): {worst}")  # figure for docs (pytest -s)
         assert max(worst.values()) < RESPONSIVE_S, worst
         warned = [m for level, m in statuses[stalled_at:] if level == 1]
         assert any("worker busy or silent" in m or "worker reads fail" in m for m in warned), statuses[-5:]
