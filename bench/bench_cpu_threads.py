@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _timing import ratio, write_report  # beside this script (its folder is on sys.path)
 from libredgetpu_ros.backends.cpu import CpuBackend
 from libredgetpu_ros.fixtures import fixture
 
@@ -106,13 +107,12 @@ def main() -> None:
         for name in names:
             med, best, cpu = result[name]
             lines.append(f"| {label} | {name} | {med:.1f} | {best:.1f} | {cpu:.1f} "
-                         f"| {one[0] / med:.2f}x / {one[1] / best:.2f}x "
-                         f"| {default[0] / med:.2f}x / {default[1] / best:.2f}x |")
+                         f"| {ratio(one[0], med, 2)} / {ratio(one[1], best, 2)} "
+                         f"| {ratio(default[0], med, 2)} / {ratio(default[1], best, 2)} |")
     lines += ["", "Speed-up = the baseline setting's wall time / this setting's, both measured in this run. "
               "CPU ms staying flat while wall time drops is the threads working in parallel; wall time far "
               "above CPU time is other processes holding the cores.", ""]
-    OUT.write_text("\n".join(lines))
-    print("\n".join(lines))
+    write_report(OUT, lines)
 
 
 def _litert_version() -> str:

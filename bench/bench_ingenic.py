@@ -10,11 +10,11 @@ is the code, the rest is waiting for a core).
 from __future__ import annotations
 
 import platform
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from _timing import best_ns, ratio, write_report  # beside this script (its folder is on sys.path)
 from libredgetpu_ros.ingenic import layouts
 
 REPEATS = 30
@@ -23,15 +23,8 @@ CONV_SHAPES = ((32, 32, 3, 3), (64, 64, 3, 3), (17, 70, 5, 5), (256, 256, 3, 3),
                (500, 300, 1, 1))
 
 
-def best_us(fn: Callable[[], object], repeats: int = REPEATS) -> float:
-    fn()  # warm-up
-    best = None
-    for _ in range(repeats):
-        start = time.thread_time_ns()
-        fn()
-        elapsed = time.thread_time_ns() - start
-        best = elapsed if best is None else min(best, elapsed)
-    return best / 1e3
+def best_us(fn: Callable[[], object]) -> float:
+    return best_ns(fn, REPEATS) / 1e3
 
 
 def bench_conv(shape: tuple[int, int, int, int], rng: np.random.Generator) -> dict:
@@ -60,7 +53,7 @@ def bench_gru(bidirectional: bool, rng: np.random.Generator) -> dict:
     }
 
 
-def render(rows: list[dict]) -> str:
+def render(rows: list[dict]) -> list[str]:
     lines = [
         "# Ingenic .mgk weight layouts",
         "",
@@ -75,8 +68,8 @@ def render(rows: list[dict]) -> str:
     for r in rows:
         dq = "-" if np.isnan(r["dequant_us"]) else f"{r['dequant_us']:.1f}"
         lines.append(f"| {r['what']} | {r['bytes']} | {r['copy_us']:.1f} | {r['pack_us']:.1f} "
-                     f"| {r['pack_us'] / r['copy_us']:.1f}x | {r['unpack_us']:.1f} "
-                     f"| {r['unpack_us'] / r['copy_us']:.1f}x | {dq} |")
+                     f"| {ratio(r['pack_us'], r['copy_us'])} | {r['unpack_us']:.1f} "
+                     f"| {ratio(r['unpack_us'], r['copy_us'])} | {dq} |")
     big = max((r for r in rows if r["what"].startswith("conv")), key=lambda r: r["bytes"])
     lines += [
         "",
@@ -89,16 +82,14 @@ def render(rows: list[dict]) -> str:
         f"Machine: {platform.machine()}, Python {platform.python_version()}, NumPy {np.__version__}.",
         "",
     ]
-    return "\n".join(lines)
+    return lines
 
 
 def main() -> None:
     rng = np.random.default_rng(0)
     rows = [bench_conv(shape, rng) for shape in CONV_SHAPES]
     rows += [bench_gru(True, rng), bench_gru(False, rng)]
-    text = render(rows)
-    RESULTS.write_text(text)
-    print(text)
+    write_report(RESULTS, render(rows))
 
 
 if __name__ == "__main__":

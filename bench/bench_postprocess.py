@@ -22,7 +22,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +29,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 from _revisions import package_at  # beside this script (run as a script: its folder is on sys.path)
+from _timing import median_ns, ratio, write_report
 from ai_edge_litert.interpreter import Interpreter
 from libredgetpu_ros.backends.twin import cut_at_tensors
 from libredgetpu_ros.fixtures import fixture
@@ -47,13 +47,7 @@ OUT = Path(__file__).resolve().parent / "results" / "postprocess.md"
 def median_ms(fn: Callable[[], object], repeats: int = REPEATS) -> float:
     """Median CPU time of the calling thread (everything here runs single-threaded in it), so that the load
     other jobs put on the shared cores does not count; wall time on an idle core is the same."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.thread_time()
-        fn()
-        times.append((time.thread_time() - start) * 1e3)
-    return statistics.median(times)
+    return median_ns(fn, repeats) / 1e6
 
 
 def rgb(name: str, size: tuple[int, int], interpolation: int = cv2.INTER_LINEAR) -> np.ndarray:
@@ -203,10 +197,10 @@ def main() -> int:
     ]
     for name, key, litert_key, target, note in rows:
         before = "".join(f" {b[key]:.2f} |" for b in bases.values())
-        speedup = f"{now[key] / bases[last][key]:.2f}x" if last else "n/a"
+        speedup = ratio(now[key], bases[last][key], 2) if last else "n/a"
         litert = f"{now[litert_key]:.2f}" if litert_key else "n/a"
-        ratio = f"{now[key] / now[litert_key]:.2f}x" if litert_key else "n/a"
-        lines.append(f"| {name} |{before} {now[key]:.2f} | {speedup} | {litert} | {ratio} | {target} "
+        vs_litert = ratio(now[key], now[litert_key], 2) if litert_key else "n/a"
+        lines.append(f"| {name} |{before} {now[key]:.2f} | {speedup} | {litert} | {vs_litert} | {target} "
                      f"| {note} |")
     for rev in bases:
         sha = subprocess.run(["git", "rev-parse", "--short", rev], capture_output=True,
@@ -215,9 +209,7 @@ def main() -> int:
             f"{k} {[round(r[k], 2) for r in base_rounds[rev]]}" for k in ("posenet", "ssd", "deeplab")))
     lines += ["", "Per-round medians (now): " + ", ".join(
         f"{k} {[round(r[k], 2) for r in now_rounds]}" for k in ("posenet", "ssd", "deeplab"))]
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print("\n".join(lines))
+    write_report(OUT, lines)
     return 0
 
 

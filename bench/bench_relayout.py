@@ -15,14 +15,13 @@ Run: .venv/bin/python bench/bench_relayout.py   (writes bench/results/relayout.m
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
-import time
 import types
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from _timing import median_ns, ratio, thread_times_ns, write_report  # beside this script (on sys.path)
 from libredgetpu_ros.fixtures import fixtures_dir
 from libredgetpu_ros.formats import load_model
 from libredgetpu_ros.formats.layout import relayout_output
@@ -62,20 +61,15 @@ def per_cell_loop(raw: np.ndarray, layer) -> np.ndarray:
 def _per_call_us(fn: Callable[[], object], repeats: int) -> float:
     fn()
     calls = 1
-    while True:  # batch size: about 2 ms of CPU per batch
-        t0 = time.thread_time_ns()
+
+    def batch() -> None:
         for _ in range(calls):
             fn()
-        if time.thread_time_ns() - t0 > 2_000_000 or calls > 10_000:
-            break
+
+    # batch size: about 2 ms of CPU per batch
+    while thread_times_ns(batch, 1, warm_up=False)[0] <= 2_000_000 and calls <= 10_000:
         calls *= 2
-    batches = []
-    for _ in range(repeats):
-        t0 = time.thread_time_ns()
-        for _ in range(calls):
-            fn()
-        batches.append((time.thread_time_ns() - t0) / calls / 1e3)
-    return statistics.median(batches)
+    return median_ns(batch, repeats, warm_up=False) / calls / 1e3
 
 
 def main() -> None:
@@ -118,7 +112,7 @@ def main() -> None:
     ]
     for name, shape, dense, tb, tl, tn in rows:
         lines.append(f"| {name} | {shape} | {'yes' if dense else 'no'} | {tb:.1f} | {tl:.1f} | {tn:.1f} "
-                     f"| {tb / tn:.1f}x | {tl / tn:.1f}x |")
+                     f"| {ratio(tb, tn)} | {ratio(tl, tn)} |")
     tiled = [r for r in rows if not r[2]]
     worst = min(r[4] / r[5] for r in tiled)
     ssd = next((r for r in rows if r[1] == "10x10x1280"), None)
@@ -128,8 +122,7 @@ def main() -> None:
         lines.append(f"SSD 10x10x1280: before {ssd[3]:.1f} us = {ssd[3] / ssd[4]:.1f}x the per-cell loop; "
                      f"now {ssd[5]:.1f} us = {ssd[5] / ssd[4]:.2f}x the per-cell loop.")
     lines.append("")
-    OUT.write_text("\n".join(lines))
-    print("\n".join(lines))
+    write_report(OUT, lines)
 
 
 if __name__ == "__main__":

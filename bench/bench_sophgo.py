@@ -19,11 +19,11 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import platform
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from _timing import best_ns, ratio, write_report  # beside this script (its folder is on sys.path)
 from libredgetpu_ros.fixtures import fixtures_dir
 from libredgetpu_ros.matmul import MatMulEngine
 from libredgetpu_ros.sophgo.emitter import emit_mlir
@@ -38,15 +38,8 @@ REPEATS = 20
 RESULTS = Path(__file__).resolve().parent / "results" / "sophgo.md"
 
 
-def best_ms(fn: Callable[[], object], repeats: int = REPEATS) -> float:
-    fn()  # warm-up
-    best = None
-    for _ in range(repeats):
-        start = time.thread_time_ns()
-        fn()
-        elapsed = time.thread_time_ns() - start
-        best = elapsed if best is None or elapsed < best else best
-    return best / 1e6
+def best_ms(fn: Callable[[], object]) -> float:
+    return best_ns(fn, REPEATS) / 1e6
 
 
 def _floor_ops(module: Module, values: dict[str, np.ndarray]) -> list[Callable[[], object]]:
@@ -108,13 +101,10 @@ def main() -> None:
         row = bench_graph(f"dense_{n} export, batch {batch}", module, weights, {"x": x})
         row["engine_ms"] = best_ms(lambda engine=engine, x=x: engine.matmul(x))
         rows.append(row)
-    text = render(rows)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(text)
-    print(text)
+    write_report(RESULTS, render(rows))
 
 
-def render(rows: list[dict]) -> str:
+def render(rows: list[dict]) -> list[str]:
     lines = [
         "# Sophgo TpuLang executor benchmark",
         "",
@@ -133,9 +123,9 @@ def render(rows: list[dict]) -> str:
     ]
     for r in rows:
         engine = f"{r['engine_ms']:.3f}" if "engine_ms" in r else ""
-        ratio = f"{r['executor_ms'] / r['floor_ms']:.1f}x" if r["floor_ms"] > 0 else "n/a (no conv/matmul)"
+        overhead = ratio(r["executor_ms"], r["floor_ms"], none="n/a (no conv/matmul)")
         lines.append(f"| {r['graph']} | {r['ops']} | {r['executor_ms']:.3f} | {r['floor_ms']:.3f} | "
-                     f"{ratio} | {engine} |")
+                     f"{overhead} | {engine} |")
     mobilenet = next(r for r in rows if r["graph"].startswith("mobilenet"))
     lines += [
         "",
@@ -151,7 +141,7 @@ def render(rows: list[dict]) -> str:
         "batch-1 gap.",
         "",
     ]
-    return "\n".join(lines)
+    return lines
 
 
 if __name__ == "__main__":

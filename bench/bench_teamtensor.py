@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from _timing import median_ns, ratio, write_report  # beside this script (its folder is on sys.path)
 from libredgetpu_ros.teamtensor import DataSource, datagrams, packets
 from libredgetpu_ros.teamtensor.model import ModelSpec, conv2d, decode_model, encode_model, linear, plain
 from libredgetpu_ros.teamtensor.wire import LayerCode, Metric, Reader
@@ -37,14 +38,8 @@ sys.modules["_training"] = training
 _spec.loader.exec_module(training)
 
 
-def median_s(fn: Callable[[], object], repeats: int = REPEATS) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.thread_time_ns()
-        fn()
-        times.append((time.thread_time_ns() - t0) / 1e9)
-    return statistics.median(times)
+def median_s(fn: Callable[[], object]) -> float:
+    return median_ns(fn, REPEATS) / 1e9
 
 
 def batch(inputs: int, rng: np.random.Generator) -> packets.Batch:
@@ -132,7 +127,8 @@ def main() -> None:
         "|---|---:|---:|---:|---:|",
     ]
     for what, size, codec, copy in rows:
-        lines.append(f"| {what} | {size:,} | {codec / 1e6:,.0f} | {copy / 1e6:,.0f} | {codec / copy:.3f}x |")
+        lines.append(f"| {what} | {size:,} | {codec / 1e6:,.0f} | {copy / 1e6:,.0f} "
+                     f"| {ratio(codec, copy, 3)} |")
     lines += [
         "",
         f"Round trip of a {SAMPLES}-sample batch on loopback: this process is the Data Source, "
@@ -146,8 +142,7 @@ def main() -> None:
     for n, r in trips.items():
         lines.append(f"| {n} in, 2 out | {r['bytes']:,} | {r['datagrams']} | {r['send_ms']:.2f} | "
                      f"{r['trained_ms']:.2f} | {r['retransmissions']} |")
-    OUT.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(OUT, lines)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,53 @@
+"""Thread CPU time of a callable, ratio cells and the result file: what every benchmark here needs.
+
+Thread CPU time (``time.thread_time_ns``) counts this thread's work only, so the load other jobs put on the
+shared cores does not inflate a figure; work done on other threads is not counted either (benchmarks that
+call BLAS keep it single-threaded). Imported as ``from _timing import ...``: a script's own folder is on
+``sys.path`` (like ``_revisions.py``).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+
+def thread_times_ns(fn: Callable[[], object], repeats: int, *, warm_up: bool = True) -> list[int]:
+    """Thread CPU time in ns of each of ``repeats`` calls of ``fn``, after one untimed call if ``warm_up``
+    (first calls pay for imports, caches and allocations the steady state does not)."""
+    if warm_up:
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.thread_time_ns()
+        fn()
+        times.append(time.thread_time_ns() - start)
+    return times
+
+
+def best_ns(fn: Callable[[], object], repeats: int, *, warm_up: bool = True) -> int:
+    """The fastest call: on a shared machine the minimum is the code, the rest is waiting for a core."""
+    return min(thread_times_ns(fn, repeats, warm_up=warm_up))
+
+
+def median_ns(fn: Callable[[], object], repeats: int, *, warm_up: bool = True) -> float:
+    """The median call, for figures where a typical call matters more than the best one."""
+    return statistics.median(thread_times_ns(fn, repeats, warm_up=warm_up))
+
+
+def ratio(numerator: float, denominator: float, digits: int = 1, none: str = "n/a") -> str:
+    """A table cell ``"3.2x"``; ``none`` when there is no baseline to divide by."""
+    return f"{numerator / denominator:.{digits}f}x" if denominator > 0 else none
+
+
+def write_report(path: Path, lines: Sequence[str]) -> str:
+    """Write the Markdown ``lines`` to ``path`` (ending in one newline, folder created) and print them."""
+    text = "\n".join(lines)
+    if not text.endswith("\n"):
+        text += "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    print(text, end="")
+    return text
