@@ -1,8 +1,9 @@
 """Test/bench side of the control node: lifecycle driver, planner (service client) and command recorder.
 
-Used by ``test_control_node.py`` and ``bench/bench_control_node.py``; it runs in the caller's process on a
-private rclpy context, with a SingleThreadedExecutor spinning in a background thread (cheaper per callback
-than the multi-threaded one, so the recorder keeps up with 1 kHz commands).
+Used by the ``test_control_*.py`` files (imported by name: ``conftest.py`` registers it) and by
+``bench/bench_control_node.py``; it runs in the caller's process on a private rclpy context, with a
+SingleThreadedExecutor spinning in a background thread (cheaper per callback than the multi-threaded one, so
+the recorder keeps up with 1 kHz commands).
 """
 
 from __future__ import annotations
@@ -28,6 +29,16 @@ def node_args(ns: str, *params: str, program: list[str] | None = None) -> list[s
     for p in ("backend:=cpu", "template:=256", *params):
         args += ["-p", p]
     return args
+
+
+def start_configured(ros_env: Any, ns: str, *params: str,
+                     program: list[str] | None = None) -> ControlHarness:
+    """Spawn a control node in ``ns`` (arguments as for :func:`node_args`) with the ``ros_env`` fixture,
+    drive it from a :class:`ControlHarness` on this process's rclpy context and configure it."""
+    ros_env.spawn(node_args(ns, *params, program=program), "control_node")
+    ctl = ControlHarness(ros_env.init_rclpy(), f"{ns}/control_node")
+    assert ctl.transition(T_CONFIGURE), "configure failed (see the control_node log)"
+    return ctl
 
 
 def float32_field(values: Any) -> array.array:

@@ -13,15 +13,13 @@ import sys
 import time
 from pathlib import Path
 
+import _control_harness as harness  # registered by conftest.py
 import numpy as np
 import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
 
 HERE = Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("_control_harness", HERE / "_control_harness.py")
-harness = sys.modules.setdefault("_control_harness", importlib.util.module_from_spec(_spec))
-_spec.loader.exec_module(harness)
 
 NS = "/faults"
 FQN = f"{NS}/control_node"
@@ -30,11 +28,8 @@ GOOD = np.array([0.5, -0.25, 0.75, -0.9, 0.1], np.float32)
 
 
 def _start(ros_env, *params: str, program: list[str] | None = None) -> harness.ControlHarness:
-    ros_env.spawn(harness.node_args(NS, "state_size:=5", "command_size:=3", "state_queue:=10",
-                                    "diagnostics_period:=0.2", "stale_timeout:=30.0", *params,
-                                    program=program), "control_node")
-    ctl = harness.ControlHarness(ros_env.init_rclpy(), FQN)
-    assert ctl.transition(harness.T_CONFIGURE), "configure failed (see the control_node log)"
+    ctl = harness.start_configured(ros_env, NS, "state_size:=5", "command_size:=3", "state_queue:=10",
+                                   "diagnostics_period:=0.2", "stale_timeout:=30.0", *params, program=program)
     assert ctl.transition(harness.T_ACTIVATE)
     return ctl
 

@@ -9,22 +9,19 @@ per-row quantization step) and the template's input/output scales read from its 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import itertools
 import json
 import sys
 import time
 from pathlib import Path
 
+import _control_harness as harness  # registered by conftest.py
 import numpy as np
 import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
 
 HERE = Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("_control_harness", HERE / "_control_harness.py")
-harness = sys.modules.setdefault("_control_harness", importlib.util.module_from_spec(_spec))
-_spec.loader.exec_module(harness)
 
 NS = "/ctl"
 FQN = f"{NS}/control_node"
@@ -50,10 +47,7 @@ def quant(fixture_path) -> dict:
 
 
 def _start(ros_env, *params: str) -> harness.ControlHarness:
-    ros_env.spawn(harness.node_args(NS, *params), "control_node")
-    ctl = harness.ControlHarness(ros_env.init_rclpy(), FQN)
-    assert ctl.transition(T_CONFIGURE), "configure failed (see the control_node log)"
-    return ctl
+    return harness.start_configured(ros_env, NS, *params)
 
 
 def test_swaps_under_load_are_atomic_and_bad_requests_refused(ros_env, quant, tmp_path):

@@ -15,20 +15,17 @@ applying a call twice, and ``get_weights`` names the ``request_id`` behind the a
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
+import _control_harness as harness  # registered by conftest.py
 import numpy as np
 import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
 
 HERE = Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("_control_harness", HERE / "_control_harness.py")
-harness = sys.modules.setdefault("_control_harness", importlib.util.module_from_spec(_spec))
-_spec.loader.exec_module(harness)
 
 NS = "/wload"
 FQN = f"{NS}/control_node"
@@ -36,10 +33,7 @@ ROWS, COLS = 4, 8
 
 
 def _start(ros_env) -> harness.ControlHarness:
-    ros_env.spawn(harness.node_args(NS, f"state_size:={COLS}", f"command_size:={ROWS}"), "control_node")
-    ctl = harness.ControlHarness(ros_env.init_rclpy(), FQN)
-    assert ctl.transition(harness.T_CONFIGURE), "configure failed (see the control_node log)"
-    return ctl
+    return harness.start_configured(ros_env, NS, f"state_size:={COLS}", f"command_size:={ROWS}")
 
 
 def _weights(seed: int) -> np.ndarray:
