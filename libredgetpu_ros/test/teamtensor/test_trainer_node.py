@@ -323,7 +323,8 @@ def test_executor_answers_while_the_worker_is_stopped(ros_env):
 @pytest.mark.ros
 def test_a_session_thread_fault_is_logged_reported_and_ends_in_error_processing(ros_env):
     """An exception that is no protocol outcome (injected into the batch sender) is not silent: diagnostics
-    ERROR naming it, the node goes through on_error to unconfigured, and configure works again."""
+    ERROR naming it, the node goes through on_error to unconfigured, and configure works again. While
+    inactive: reported at once, and activate goes through on_error."""
     from diagnostic_msgs.msg import DiagnosticArray
     from libredgetpu_ros.ros.trainer.node import TrainerNode
     from rclpy.executors import SingleThreadedExecutor
@@ -367,6 +368,16 @@ def test_a_session_thread_fault_is_logged_reported_and_ends_in_error_processing(
         assert trainer._session is None
         trainer.trigger_configure()
         assert state() == "inactive"  # recoverable: a new session
+
+        errors.clear()  # the same fault while inactive: reported at once, activate goes through on_error
+        trainer._session._source.send_batch = broken_send
+        trainer._session.submit(np.zeros((4, 3), np.float32), np.zeros((4, 2), np.float32))
+        while not errors:
+            executor.spin_once(timeout_sec=0.05)
+            assert time.monotonic() < deadline, "no ERROR diagnostics for a fault while inactive"
+        assert state() == "inactive" and "injected sender fault" in errors[0]
+        trainer.trigger_activate()
+        assert state() == "unconfigured" and trainer._session is None
     finally:
         executor.shutdown()
         trainer.teardown()

@@ -17,8 +17,9 @@ push or a ``get_weights`` call wants it) on the session thread and returns; the 
 executor through a guard condition, which publishes the metrics and keeps the weights. ``~/get_weights``
 answers at once from the last weights read (with their age), or "not read yet"; a tick while a read is still
 out (a busy or silent worker) is skipped and counted. A fatal fault of the session thread is logged with its
-traceback, published as a diagnostics ERROR and takes the node through ``ErrorProcessing`` (``on_error``
-disconnects; the node ends ``unconfigured`` and can be configured again).
+traceback, published as a diagnostics ERROR and takes an active node through ``ErrorProcessing`` (the shared
+``spinning.CompanionFault``; ``on_error`` disconnects, the node ends ``unconfigured`` and can be configured
+again); a fault while inactive is reported at once and the next activate goes the same way.
 """
 
 from __future__ import annotations
@@ -27,20 +28,18 @@ import concurrent.futures
 import contextlib
 import sys
 import time
+import traceback
 from typing import Any, NamedTuple
 
 import numpy as np
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
-from lifecycle_msgs.msg import State
-from rclpy.executors import ExternalShutdownException
 from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from rclpy.lifecycle import Node as LifecycleNode
 from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 
 from libredgetpu_ros.errors import LibrEdgeTpuError
 from libredgetpu_ros.ros import diagnostics
-from libredgetpu_ros.ros.environment import apply_localhost_only
+from libredgetpu_ros.ros.spinning import CompanionFault, run_lifecycle_node_main
 from libredgetpu_ros.ros.trainer.params import PARAM_TABLE, TrainerConfig, build_model, pushable
 from libredgetpu_ros.ros.trainer.push import WeightPusher
 from libredgetpu_ros.ros.trainer.session import Snapshot, TrainingSession
@@ -96,13 +95,13 @@ class TrainerNode(LifecycleNode):
         # Results and faults of the session thread reach the executor through guard conditions: publishing,
         # caching and lifecycle transitions happen there, never on the session thread.
         self._read_done = self.create_guard_condition(self._on_read_done)
-        self._fault: BaseException | None = None
-        self._fault_guard = self.create_guard_condition(self._on_session_fault)
+        self._crash = CompanionFault(self, "Team Tensor session",
+                                     report=lambda cause: self._publish_diagnostics(diagnostics.ERROR, cause))
 
     # ----- lifecycle ------------------------------------------------------------------------------
 
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._fault = None
+        self._crash.clear()
         try:
             cfg = self._cfg = PARAM_TABLE.read(self)
             model = build_model(cfg)
@@ -132,6 +131,9 @@ class TrainerNode(LifecycleNode):
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         cfg = self._cfg
+        if self._session.fault is not None:  # failed while inactive (reported then): start again from scratch
+            self.get_logger().error("not activated: the Team Tensor session failed while inactive")
+            return TransitionCallbackReturn.ERROR  # -> ErrorProcessing -> on_error -> unconfigured
         self._active = [
             self.create_subscription(Float32MultiArray, cfg.samples_topic, self._on_sample, 100),
             self.create_timer(cfg.metrics_period, self._tick),
@@ -143,13 +145,13 @@ class TrainerNode(LifecycleNode):
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         self._drop(self._active)
         self._active = []
-        if self._fault is not None:
+        if self._crash.cause is not None:
             return TransitionCallbackReturn.ERROR  # -> ErrorProcessing -> on_error
         return super().on_deactivate(state)
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.teardown()
-        return TransitionCallbackReturn.ERROR if self._fault is not None else TransitionCallbackReturn.SUCCESS
+        return TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.teardown()
@@ -159,7 +161,7 @@ class TrainerNode(LifecycleNode):
         self.get_logger().error(f"error processing (from {state.label}): disconnected from the worker; "
                                 "configure to start again")
         self.teardown()
-        self._fault = None
+        self._crash.clear()
         return TransitionCallbackReturn.SUCCESS
 
     def teardown(self) -> None:
@@ -196,22 +198,10 @@ class TrainerNode(LifecycleNode):
     # ----- session faults -------------------------------------------------------------------------
 
     def _session_failed(self, exc: BaseException) -> None:
-        """On the session thread (which logged the traceback): hand the fault to the executor."""
-        self._fault = exc
-        self._trigger(self._fault_guard)
-
-    def _on_session_fault(self) -> None:
-        exc = self._fault
-        if exc is None:
-            return
-        self._publish_diagnostics(diagnostics.ERROR, f"session thread failed: {type(exc).__name__}: {exc}")
-        current = self._state_machine.current_state[0]
-        if current == State.PRIMARY_STATE_ACTIVE:
-            self.trigger_deactivate()  # on_deactivate returns ERROR: ErrorProcessing -> on_error
-        elif current == State.PRIMARY_STATE_INACTIVE:
-            self.trigger_cleanup()  # on_cleanup returns ERROR: the same way
-        else:
-            self._fault = None  # already left (the fault raced a transition that closes the session)
+        """On the session thread: log with the traceback, hand over to the main executor (CompanionFault:
+        diagnostics ERROR, then an active node is deactivated into ErrorProcessing)."""
+        self._crash.latch(f"session thread failed: {type(exc).__name__}: {exc}",
+                          "".join(traceback.format_exception(exc)).rstrip())
 
     @staticmethod
     def _trigger(guard: Any) -> None:
@@ -352,18 +342,7 @@ class TrainerNode(LifecycleNode):
 
 def main(args: list[str] | None = None) -> int:
     """``ros2 run libredgetpu_ros trainer_node`` / ``python -m libredgetpu_ros.ros.trainer.node``."""
-    apply_localhost_only()
-    rclpy.init(args=args)
-    node = TrainerNode()
-    try:
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.teardown()
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return run_lifecycle_node_main(TrainerNode, args)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ and takes the result when the future completes: no ROS thread ever waits for the
 (the configure transition, whose outcome *is* the connection).
 
 Faults: an exception that is not a protocol outcome (a bug, a dead socket) ending the sender task, escaping
-a loop callback or stopping the loop thread is *fatal*: logged with its traceback and handed once to
-``on_fault`` (from the loop thread); the session does no more work and must be stopped.
+a loop callback or stopping the loop thread is *fatal*: handed once to ``on_fault`` (from the loop thread),
+or without one logged with its traceback; the session does no more work and must be stopped.
 """
 
 from __future__ import annotations
@@ -69,7 +69,8 @@ class TrainingSession:
     ``fetch()`` reads metrics and weights without blocking the caller.
 
     ``logger`` receives one preformatted string per call (``error`` / ``warning``): a Python logger or a ROS
-    node's logger. ``on_fault(exc)`` is called once, from the loop thread, on a fatal fault.
+    node's logger. ``on_fault(exc)`` is called once, from the loop thread, on a fatal fault (and must report
+    it: the session then does not log it).
     """
 
     def __init__(self, worker: tuple[str, int], model: ModelSpec, *, pipeline: int = 1, model_id: int = 1,
@@ -194,12 +195,13 @@ class TrainingSession:
         if self.fault is not None:
             return
         self.fault = exc
-        trace = "".join(traceback.format_exception(exc)).rstrip()
-        self.logger.error(f"Team Tensor session failed ({what}): {type(exc).__name__}: {exc}\n{trace}")
         if self._sender is not None and not self._sender.done():
             self._sender.cancel()
         if self.on_fault is not None:
-            self.on_fault(exc)
+            self.on_fault(exc)  # which logs it, with the traceback
+        else:
+            trace = "".join(traceback.format_exception(exc)).rstrip()
+            self.logger.error(f"Team Tensor session failed ({what}): {type(exc).__name__}: {exc}\n{trace}")
 
     def _shutdown(self) -> None:
         tasks = asyncio.all_tasks(self._loop)  # the sender and any read in flight
