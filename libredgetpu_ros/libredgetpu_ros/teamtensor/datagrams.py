@@ -16,13 +16,26 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Hashable
+from dataclasses import dataclass, field
 
 from libredgetpu_ros.errors import ProtocolError
 from libredgetpu_ros.teamtensor.wire import DEFAULT_WIRE, FRAGMENT_HEADER, REQUEST_ID, WireFormat
 
 TRAILER = REQUEST_ID.size
+
+
+@dataclass
+class RejectedDatagrams:
+    """Received datagrams not acted on, counted by reason: both ends keep these (in their stats) so that
+    nothing is dropped silently."""
+
+    rejected: Counter = field(default_factory=Counter)
+
+    @property
+    def rejected_total(self) -> int:
+        return sum(self.rejected.values())
 
 
 def to_datagrams(packet: bytes, request_id: int, wire: WireFormat = DEFAULT_WIRE) -> list[bytes]:

@@ -18,29 +18,15 @@ import itertools
 import logging
 import random
 import socket
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from libredgetpu_ros.errors import DeviceTimeoutError, ProtocolError
-from libredgetpu_ros.teamtensor import datagrams
+from libredgetpu_ros.teamtensor import datagrams, packets
 from libredgetpu_ros.teamtensor.model import ModelSpec
-from libredgetpu_ros.teamtensor.packets import (
-    AssignModel,
-    AssignPipeline,
-    Batch,
-    GetMetric,
-    GetModel,
-    Hello,
-    ProbeManagers,
-    ProbeQueue,
-    Refused,
-    Request,
-    decode_reply,
-    encode_request,
-)
+from libredgetpu_ros.teamtensor.packets import Refused, Request, decode_reply, encode_request
 from libredgetpu_ros.teamtensor.wire import DEFAULT_WIRE, Metric, Refusal, WireFormat
 
 log = logging.getLogger(__name__)
@@ -48,17 +34,12 @@ HELLO_PERIOD = 0.050  # the seed: rebroadcast after 50 ms without an answer
 
 
 @dataclass
-class SourceStats:
+class SourceStats(datagrams.RejectedDatagrams):  # rejected: received datagrams not taken as a reply
     requests: int = 0
     datagrams_sent: int = 0
     retransmissions: int = 0
     replies: int = 0
     queue_full: int = 0  # batches the worker refused for lack of queue space (then resent)
-    rejected: Counter = field(default_factory=Counter)  # received datagrams not taken as a reply
-
-    @property
-    def rejected_total(self) -> int:
-        return sum(self.rejected.values())
 
 
 @dataclass
@@ -203,27 +184,27 @@ class DataSource:
 
     async def hello(self, timeout: float | None = None) -> None:
         """The seed's HELLO: resend every 50 ms until the worker ACKs (forever if ``timeout`` is None)."""
-        await self.request(Hello(), period=HELLO_PERIOD, deadline=timeout)
+        await self.request(packets.Hello(), period=HELLO_PERIOD, deadline=timeout)
 
     async def assign_pipeline(self, pipeline: int) -> None:
-        await self.request(AssignPipeline(pipeline))
+        await self.request(packets.AssignPipeline(pipeline))
 
     async def assign_model(self, pipeline: int, model_id: int, model: ModelSpec) -> int:
         """Upload a model with its initial weights; returns the worker's count of models in the pipeline."""
-        return await self.request(AssignModel(pipeline, model_id, model))
+        return await self.request(packets.AssignModel(pipeline, model_id, model))
 
     async def managers_available(self) -> int:
-        return await self.request(ProbeManagers())
+        return await self.request(packets.ProbeManagers())
 
     async def queue_has_space(self) -> bool:
-        return await self.request(ProbeQueue())
+        return await self.request(packets.ProbeQueue())
 
     async def send_batch(self, inputs: np.ndarray, targets: np.ndarray, *, evaluate: bool = False,
                          poll: float = 0.002, deadline: float = 60.0) -> None:
         """Queue one batch (split into fragments when large); waits while the worker's queue is full."""
         loop = asyncio.get_running_loop()
         end = loop.time() + deadline
-        batch = Batch(np.asarray(inputs), np.asarray(targets), evaluate)
+        batch = packets.Batch(np.asarray(inputs), np.asarray(targets), evaluate)
         while True:
             try:
                 await self.request(batch)
@@ -238,7 +219,7 @@ class DataSource:
                 await asyncio.sleep(poll)
 
     async def metric(self, model_id: int, metric: Metric | int) -> float:
-        return await self.request(GetMetric(model_id, int(metric)))
+        return await self.request(packets.GetMetric(model_id, int(metric)))
 
     async def get_model(self, model_id: int) -> ModelSpec:
-        return await self.request(GetModel(model_id))
+        return await self.request(packets.GetModel(model_id))

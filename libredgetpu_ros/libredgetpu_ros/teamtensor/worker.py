@@ -76,17 +76,12 @@ class _Session:
 
 
 @dataclass
-class WorkerStats:
+class WorkerStats(datagrams.RejectedDatagrams):
     received: int = 0
     executed: Counter = field(default_factory=Counter)  # by request type
     refused: Counter = field(default_factory=Counter)  # NACKs sent, by reason
     duplicates: int = 0  # answered from the reply cache
-    rejected: Counter = field(default_factory=Counter)  # datagrams not acted on, by reason
     batch_errors: int = 0  # queued batches a model could not process (logged)
-
-    @property
-    def rejected_total(self) -> int:
-        return sum(self.rejected.values())
 
     def as_dict(self) -> dict:
         return {"received": self.received, "executed": dict(self.executed), "refused": dict(self.refused),
