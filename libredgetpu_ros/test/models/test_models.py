@@ -216,3 +216,13 @@ def test_cache_dir_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert cache_dir() == Path(os.path.expanduser("~")) / ".cache" / "libredgetpu_ros" / "models"
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert cache_dir() == tmp_path / "libredgetpu_ros" / "models"
+
+
+def test_progress_bar_reports_the_file_and_bytes(file_server, cache: Path, served: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from libredgetpu_ros.models.store import entry, fetch
+
+    with file_server(served) as srv:
+        fetch(ENTRY, mirror=srv.url, progress=True)
+    err = capsys.readouterr().err
+    assert entry(ENTRY).edgetpu.name in err and "B/s" in err  # tqdm's bar (name, total, rate) on stderr
