@@ -14,6 +14,10 @@ timeout_s="${LAUNCH_TEST_TIMEOUT:-120}"
 [[ -x "$venv/bin/launch_test" ]] || { echo "run_launch_tests: no $venv/bin/launch_test; run 'make setup'" >&2; exit 2; }
 # shellcheck disable=SC1091
 source "$repo/tools/env.sh"
+# As for the pytest run: `python -m ...` (a launched process, a test helper) must not put the current
+# directory (the repository root, where the ROS package folder libredgetpu_ros/ shadows the Python package of
+# the same name) on sys.path.
+export PYTHONSAFEPATH=1
 
 if (($#)); then files=("$@"); else
     shopt -s nullglob
