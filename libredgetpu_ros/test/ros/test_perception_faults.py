@@ -172,3 +172,7 @@ def test_a_crash_in_the_camera_path_goes_through_on_error_and_is_recoverable(ros
         sup.activate()
         sup.classified(sup.frame(64))
         assert sup.state() == "active"
+        # configure made a new /diagnostics publisher: wait until its statuses reach us (matched), so the
+        # next fault's one ERROR status, published just before on_error destroys it, is not lost.
+        seen = len(sup.statuses)
+        sup.wait_for("a status from the new configuration", lambda seen=seen: len(sup.statuses) > seen)
