@@ -23,7 +23,7 @@ import tempfile
 import time
 import unittest
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,6 @@ class LaunchCase:
     failure_log: str
     result: tuple[type, str]
     stimulus: Callable[[Any], Callable[[], None]]
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _params_file(key: str, params: dict[str, Any]) -> str:
