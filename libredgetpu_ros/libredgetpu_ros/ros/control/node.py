@@ -93,8 +93,7 @@ class ControlNode(LifecycleNode):
         self._plain_out, self._stamped_out = Float32MultiArray(), CommandStamped()  # reused by the loop
         self._swap_lock = threading.Lock()  # one swap at a time even if services move to another group
         # A crash of the loop thread, carried to the main executor (transitions must run there).
-        self._crash = CompanionFault(self, "state loop",
-                                     lambda cause: self._publish_diagnostics(diagnostics.ERROR, cause))
+        self._crash = CompanionFault(self, "state loop", self._report_crash)
 
     # ----- lifecycle ------------------------------------------------------------------------------
 
@@ -296,6 +295,12 @@ class ControlNode(LifecycleNode):
         """An exception escaped a loop callback (called on the loop thread by ``ros/spinning.py``, which
         then spins on). Logged with its traceback, ERROR diagnostics, the node goes to ``on_error``."""
         self._crash.companion_failed(companion, exc)
+
+    def _report_crash(self, cause: str) -> Any:
+        """Main executor, before on_error: one ERROR status; the publisher is returned so CompanionFault
+        lets subscribers acknowledge it before teardown destroys the publisher."""
+        self._publish_diagnostics(diagnostics.ERROR, cause)
+        return self._diag_pub
 
     # ----- services (main executor) -----------------------------------------------------------------
 

@@ -344,12 +344,14 @@ class PerceptionNode(LifecycleNode):
             self._bad_logged[cause] = now
             self.get_logger().warning(f"bad input frame ({cause}, {count} so far): {message}")
 
-    def _report_fault(self, cause: str) -> None:
+    def _report_fault(self, cause: str) -> Any:
         """Main executor, once per latched fault, before the node leaves 'active': counted, and published
-        at once (ERROR "processing errors: <cause>"), as on_error is about to destroy the publishers."""
+        at once (ERROR "processing errors: <cause>"), as on_error is about to destroy the publishers; returns
+        the publisher, so that CompanionFault lets subscribers acknowledge the status first."""
         self._stats.errors += 1
         self._stats.last_error = cause
         self._publish_diagnostics()
+        return self._diag_pub
 
     # -- diagnostics ----------------------------------------------------------------------------------------
 
