@@ -16,13 +16,14 @@ the node can recover; without that method the exception is logged with its trace
 logger and the thread ends. :class:`CompanionFault` is the one implementation of ``companion_failed`` the
 nodes share (control: the state loop; perception: the camera path): it logs the traceback, reports ERROR
 diagnostics and takes the node through lifecycle ``ErrorProcessing`` to ``unconfigured``.
+:func:`destroy_entities` is the nodes' shared teardown of the timers, subscriptions and services they made.
 """
 
 from __future__ import annotations
 
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import rclpy
@@ -30,6 +31,9 @@ from lifecycle_msgs.msg import State
 from rclpy.duration import Duration
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+from rclpy.service import Service
+from rclpy.subscription import Subscription
+from rclpy.timer import Timer
 
 # How long a fault's report may wait for reliable subscribers to acknowledge it (see CompanionFault).
 REPORT_ACK_TIMEOUT = Duration(seconds=0.5)
@@ -157,6 +161,22 @@ class CompanionFault:
             self._node.trigger_deactivate()  # on_deactivate returns ERROR: ErrorProcessing -> on_error
         else:
             self.cause = None  # already left 'active' (the fault raced a transition)
+
+
+def destroy_entities(node: Any, entities: Iterable[Any]) -> None:
+    """Destroy the timers (cancelled first), subscriptions and services ``node`` created: the teardown of
+    what a lifecycle node makes at configure / activate. The caller drops its list afterwards."""
+    for entity in entities:
+        if isinstance(entity, Timer):
+            entity.cancel()
+            node.destroy_timer(entity)
+        elif isinstance(entity, Subscription):
+            node.destroy_subscription(entity)
+        elif isinstance(entity, Service):
+            node.destroy_service(entity)
+        else:
+            raise TypeError(f"destroy_entities: a {type(entity).__name__} is not a timer, subscription or "
+                            "service")
 
 
 _PRIMARY_STATES = ("unconfigured", "inactive", "active")

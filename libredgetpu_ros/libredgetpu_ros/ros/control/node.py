@@ -60,7 +60,7 @@ from libredgetpu_ros.ros.control import stats
 from libredgetpu_ros.ros.control.codec import as_float32_buffer, describe_non_finite, to_float32_array
 from libredgetpu_ros.ros.control.controller import Controller
 from libredgetpu_ros.ros.control.params import PARAM_TABLE, ControlConfig
-from libredgetpu_ros.ros.spinning import CompanionFault, run_lifecycle_node_main
+from libredgetpu_ros.ros.spinning import CompanionFault, destroy_entities, run_lifecycle_node_main
 from libredgetpu_ros_interfaces.msg import CommandStamped
 from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
 
@@ -186,12 +186,7 @@ class ControlNode(LifecycleNode):
     def teardown(self) -> None:
         """Drop every entity created at configure and close the engine (idempotent)."""
         self._drop_subscription()
-        for entity in self._entities:
-            if hasattr(entity, "cancel"):
-                entity.cancel()
-                self.destroy_timer(entity)
-            else:
-                self.destroy_service(entity)
+        destroy_entities(self, self._entities)
         self._entities = []
         for pub in (self._cmd_pub, self._cmd_stamped_pub):
             if pub is not None:

@@ -39,7 +39,7 @@ from libredgetpu_ros.femto.iospec import IOSpec, VectorSpec
 from libredgetpu_ros.femto.runner import SpuRunner, open_runner
 from libredgetpu_ros.femto.vectors import dequantize, prepare_input
 from libredgetpu_ros.ros import diagnostics
-from libredgetpu_ros.ros.spinning import run_lifecycle_node_main
+from libredgetpu_ros.ros.spinning import destroy_entities, run_lifecycle_node_main
 from libredgetpu_ros.ros.spu.io import topic_names, values_of, vector_msg
 from libredgetpu_ros.ros.spu.params import LATCHED_PREFIX, PARAM_TABLE, SpuConfig
 
@@ -155,12 +155,7 @@ class SpuNode(LifecycleNode):
     def teardown(self) -> None:
         """Drop what configure made and close the runner (idempotent)."""
         self._drop_subscriptions()
-        for entity in self._entities:
-            if hasattr(entity, "cancel"):
-                entity.cancel()
-                self.destroy_timer(entity)
-            else:
-                self.destroy_service(entity)
+        destroy_entities(self, self._entities)
         self._entities = []
         for pub in self._out_pubs.values():
             self.destroy_lifecycle_publisher(pub)
