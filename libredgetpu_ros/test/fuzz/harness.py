@@ -33,6 +33,7 @@ kind, message), the slowest case, and the workers' RSS at start and at peak.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
 import random
@@ -195,6 +196,10 @@ def _rss_mb() -> float:
 
 def _worker(conn: Any, target: FuzzTarget, seed: int, first: int, end: int, memory_limit_mb: int,
             fixed: bytes | None) -> None:
+    # Objects inherited from the parent are the parent's to destroy: a collection here would run their
+    # finalizers in a process where their threads and handles no longer exist (an rclpy node left as cyclic
+    # garbage by an earlier test segfaulted the worker's first collection).
+    gc.freeze()
     conn.send(("start", _rss_mb()))
     _limit_memory(memory_limit_mb)
     for i in range(first, end):
@@ -225,6 +230,7 @@ def run_guarded(run: Callable[[bytes], Any], data: bytes, allowed: tuple[type[Ba
 def _drive(target: FuzzTarget, seed: int, first: int, end: int, time_limit_s: float, memory_limit_mb: int,
            fixed: bytes | None, progress: Callable[[FuzzReport], None] | None) -> FuzzReport:
     ctx = mp.get_context("fork")
+    gc.collect()  # finalize the parent's garbage in the parent, before workers inherit it
     report = FuzzReport(target.name)
     started = time.perf_counter()
     nxt = first
