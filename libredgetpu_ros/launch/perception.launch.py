@@ -9,33 +9,21 @@ With autostart the launch emits the lifecycle transitions configure, then activa
 
 from __future__ import annotations
 
-import os
-
-import launch
-import lifecycle_msgs.msg
-from ament_index_python.packages import get_package_share_directory
-from launch.actions import DeclareLaunchArgument, EmitEvent, RegisterEventHandler
-from launch.conditions import IfCondition
-from launch.events import matches_action
+from launch import LaunchDescription
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode
-from launch_ros.event_handlers import OnStateTransition
-from launch_ros.events.lifecycle import ChangeState
+from libredgetpu_ros.ros.launching import autostarted, installed_config, launch_arguments
 
 
-def generate_launch_description() -> launch.LaunchDescription:
-    default_params = os.path.join(get_package_share_directory("libredgetpu_ros"), "config",
-                                  "perception_pose.yaml")
-    args = [
-        DeclareLaunchArgument("params_file", default_value=default_params,
-                              description="node parameters (config/perception_*.yaml)"),
-        DeclareLaunchArgument("namespace", default_value="", description="namespace of the node and topics"),
-        DeclareLaunchArgument("node_name", default_value="perception"),
-        DeclareLaunchArgument("image", default_value="image_raw",
-                              description="camera topic remapped onto the node's input topic"),
-        DeclareLaunchArgument("autostart", default_value="true",
-                              description="configure and activate at start-up"),
-    ]
+def generate_launch_description() -> LaunchDescription:
+    arguments = launch_arguments({
+        "params_file": (installed_config("perception_pose.yaml"),
+                        "node parameters (config/perception_*.yaml)"),
+        "namespace": ("", "namespace of the node and topics"),
+        "node_name": ("perception", None),
+        "image": ("image_raw", "camera topic remapped onto the node's input topic"),
+        "autostart": ("true", "configure and activate at start-up"),
+    })
     node = LifecycleNode(
         package="libredgetpu_ros",
         executable="perception_node",
@@ -46,19 +34,4 @@ def generate_launch_description() -> launch.LaunchDescription:
                     ("image_raw/compressed", [LaunchConfiguration("image"), "/compressed"])],
         output="screen",
     )
-    autostart = IfCondition(LaunchConfiguration("autostart"))
-    configure = EmitEvent(
-        event=ChangeState(lifecycle_node_matcher=matches_action(node),
-                          transition_id=lifecycle_msgs.msg.Transition.TRANSITION_CONFIGURE),
-        condition=autostart,
-    )
-    activate_when_inactive = RegisterEventHandler(
-        OnStateTransition(
-            target_lifecycle_node=node, start_state="configuring", goal_state="inactive",
-            entities=[EmitEvent(event=ChangeState(
-                lifecycle_node_matcher=matches_action(node),
-                transition_id=lifecycle_msgs.msg.Transition.TRANSITION_ACTIVATE))],
-        ),
-        condition=autostart,
-    )
-    return launch.LaunchDescription([*args, node, activate_when_inactive, configure])
+    return LaunchDescription([*arguments, *autostarted(node)])

@@ -12,29 +12,21 @@ With autostart the launch emits configure, then activate once the node reports `
 
 from __future__ import annotations
 
-import os
-
-import launch
-import lifecycle_msgs.msg
-from ament_index_python.packages import get_package_share_directory
-from launch.actions import DeclareLaunchArgument, EmitEvent, OpaqueFunction, RegisterEventHandler
-from launch.conditions import IfCondition
-from launch.events import matches_action
+from launch import LaunchContext, LaunchDescription
+from launch.actions import OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode
-from launch_ros.event_handlers import OnStateTransition
-from launch_ros.events.lifecycle import ChangeState
+from libredgetpu_ros.ros.launching import autostarted, installed_config, launch_arguments
 
 
-def _node_and_transitions(context: launch.LaunchContext) -> list:
-    config = os.path.join(get_package_share_directory("libredgetpu_ros"), "config")
+def _node_and_transitions(context: LaunchContext) -> list:
     params_file = LaunchConfiguration("params_file").perform(context)
     overrides = {k: LaunchConfiguration(k).perform(context) for k in ("iospec", "program", "runner")}
     overrides = {k: v for k, v in overrides.items() if v}
     if not params_file:  # the example: absolute paths of the installed files
-        params_file = os.path.join(config, "spu.yaml")
-        overrides.setdefault("iospec", os.path.join(config, "spu_add_latched.iospec.yaml"))
-        overrides.setdefault("program", os.path.join(config, "spu_add_latched.program.yaml"))
+        params_file = installed_config("spu.yaml")
+        overrides.setdefault("iospec", installed_config("spu_add_latched.iospec.yaml"))
+        overrides.setdefault("program", installed_config("spu_add_latched.program.yaml"))
     node = LifecycleNode(
         package="libredgetpu_ros",
         executable="spu_node",
@@ -43,36 +35,17 @@ def _node_and_transitions(context: launch.LaunchContext) -> list:
         parameters=[params_file, overrides],
         output="screen",
     )
-    autostart = IfCondition(LaunchConfiguration("autostart"))
-    configure = EmitEvent(
-        event=ChangeState(lifecycle_node_matcher=matches_action(node),
-                          transition_id=lifecycle_msgs.msg.Transition.TRANSITION_CONFIGURE),
-        condition=autostart,
-    )
-    activate_when_inactive = RegisterEventHandler(
-        OnStateTransition(
-            target_lifecycle_node=node, start_state="configuring", goal_state="inactive",
-            entities=[EmitEvent(event=ChangeState(
-                lifecycle_node_matcher=matches_action(node),
-                transition_id=lifecycle_msgs.msg.Transition.TRANSITION_ACTIVATE))],
-        ),
-        condition=autostart,
-    )
-    return [node, activate_when_inactive, configure]
+    return autostarted(node)
 
 
-def generate_launch_description() -> launch.LaunchDescription:
-    args = [
-        DeclareLaunchArgument("params_file", default_value="",
-                              description="node parameters (config/spu.yaml); '' = the installed example"),
-        DeclareLaunchArgument("iospec", default_value="", description="IOSpec YAML (overrides params_file)"),
-        DeclareLaunchArgument("program", default_value="",
-                              description="reference runner program (overrides params_file)"),
-        DeclareLaunchArgument("runner", default_value="",
-                              description="reference | femtodriver | fqir (overrides params_file)"),
-        DeclareLaunchArgument("namespace", default_value="", description="namespace of the node and topics"),
-        DeclareLaunchArgument("node_name", default_value="spu"),
-        DeclareLaunchArgument("autostart", default_value="true",
-                              description="configure and activate at start-up"),
-    ]
-    return launch.LaunchDescription([*args, OpaqueFunction(function=_node_and_transitions)])
+def generate_launch_description() -> LaunchDescription:
+    arguments = launch_arguments({
+        "params_file": ("", "node parameters (config/spu.yaml); '' = the installed example"),
+        "iospec": ("", "IOSpec YAML (overrides params_file)"),
+        "program": ("", "reference runner program (overrides params_file)"),
+        "runner": ("", "reference | femtodriver | fqir (overrides params_file)"),
+        "namespace": ("", "namespace of the node and topics"),
+        "node_name": ("spu", None),
+        "autostart": ("true", "configure and activate at start-up"),
+    })
+    return LaunchDescription([*arguments, OpaqueFunction(function=_node_and_transitions)])
