@@ -7,8 +7,9 @@ companion gets its own ``SingleThreadedExecutor`` thread. Single-threaded everyw
 than the multi-threaded executor; not rclpy's ``EventsExecutor`` (its Kilted wheel busy-loops at 100 % CPU
 on an idle lifecycle node and ignores SIGTERM, measured here).
 
-Used by the nodes' ``main()`` (:func:`run_lifecycle_node_main`, which spins with :func:`spin_with_companions`)
-and ``bringup.py`` (:class:`CompanionSpinners`).
+Used by the nodes' ``main()`` (:func:`run_lifecycle_node_main`, which spins with :func:`spin_with_companions`
+and turns SIGINT / SIGTERM into a stop request with :class:`SignalStop`) and ``bringup.py``
+(:class:`CompanionSpinners`).
 
 An exception escaping a companion's callback never ends its thread silently: a node with a
 ``companion_failed(companion, exc)`` method is told (on the companion's thread) and the executor spins on, so
@@ -21,6 +22,8 @@ diagnostics and takes the node through lifecycle ``ErrorProcessing`` to ``unconf
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import traceback
 from collections.abc import Callable, Iterable
@@ -32,7 +35,9 @@ from rclpy.duration import Duration
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.service import Service
+from rclpy.signals import SignalHandlerOptions
 from rclpy.subscription import Subscription
+from rclpy.task import Future
 from rclpy.timer import Timer
 
 # How long a fault's report may wait for reliable subscribers to acknowledge it (see CompanionFault).
@@ -91,19 +96,88 @@ class CompanionSpinners:
         for executor, thread in running:
             executor.shutdown()
             thread.join(timeout=5.0)
+            if thread.is_alive():  # destroying its node now could crash the process: say which thread hangs
+                raise RuntimeError(f"executor thread {thread.name} did not end within 5 s of its shutdown")
 
 
-def spin_with_companions(node: Any) -> None:
+def spin_with_companions(node: Any, stop: SignalStop | None = None) -> None:
     """Spin ``node`` on a main ``SingleThreadedExecutor`` in this thread and its companions on their own
-    threads, until shutdown (``KeyboardInterrupt`` / ``ExternalShutdownException`` reach the caller)."""
+    threads until ``stop`` is requested (or, without one, the context shuts down); then, in this order,
+    ``stop`` is disconnected, the companion executors shut down and their threads joined, the main executor
+    shut down: nothing spins when this returns (an exception of the node's own reaches the caller)."""
     executor = SingleThreadedExecutor(context=node.context)
     executor.add_node(node)
     companions = CompanionSpinners(node)
     try:
-        executor.spin()
+        if stop is None:
+            executor.spin()
+        else:
+            executor.spin_until_future_complete(stop.requested)
     finally:
+        if stop is not None:
+            stop.disconnect()
         companions.stop()
         executor.shutdown()
+
+
+class SignalStop:
+    """SIGINT / SIGTERM as a request to stop spinning, so that the whole teardown runs in the main thread, in
+    order, with no other thread inside rclpy.
+
+    Why not rclpy's own signal handlers: on a signal they wake a thread of rclpy's (``_rclpy``'s deferred
+    signal handler) that triggers every executor's SIGINT guard condition and ``rcl_shutdown``s every context,
+    without synchronising with the Python side; Python's handler has meanwhile raised ``KeyboardInterrupt`` in
+    the main thread, whose teardown shuts the executors down (destroying those guard conditions and freeing
+    the list that thread walks), destroys the nodes and finalises logging. When the main thread won that race
+    the process died with SIGSEGV in that thread (1 stop in ~10 by launch's SIGINT; 3 of 28
+    ``test_control_launch.py`` runs, docs/install.md "Launch tests"). Here rclpy installs no handler
+    (``SignalHandlerOptions.NO``): ours only record the signal; ``signal.set_wakeup_fd`` makes CPython's C
+    handler write to a pipe at once, and a watcher thread completes :attr:`requested`, which wakes the main
+    executor (``spin_until_future_complete``). :meth:`disconnect` stops the watcher before the executors go.
+    A signal arriving during the teardown is recorded and otherwise ignored.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.requested: Future[int] = Future()
+        self._lock = threading.Lock()
+        self._connected = True
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)  # CPython's C handler must never block on a full pipe
+        self._handlers = {signum: signal.signal(signum, self._record) for signum in self.SIGNALS}
+        self._wakeup_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+        self._watcher = threading.Thread(target=self._watch, daemon=True, name="signal_stop")
+        self._watcher.start()
+
+    def _record(self, signum: int, frame: Any) -> None:  # main thread, whenever it runs Python code next
+        pass  # the wake-up byte already reached the watcher; nothing may be interrupted here
+
+    def _watch(self) -> None:
+        while True:
+            signums = os.read(self._read, 64)
+            with self._lock:
+                if not self._connected:
+                    return
+                if signums and not self.requested.done():
+                    self.requested.set_result(signums[0])  # its done callback wakes the spinning executor
+
+    def disconnect(self) -> None:
+        """End the watcher (no executor is woken after this); the handlers stay until :meth:`close`."""
+        with self._lock:
+            was_connected, self._connected = self._connected, False
+        if was_connected:
+            os.write(self._write, b"\0")
+            self._watcher.join()
+
+    def close(self) -> None:
+        """Restore the previous handlers and wake-up fd (after ``rclpy`` shut down)."""
+        self.disconnect()
+        signal.set_wakeup_fd(self._wakeup_fd)
+        for signum, handler in self._handlers.items():
+            signal.signal(signum, handler)
+        os.close(self._read)
+        os.close(self._write)
 
 
 class CompanionFault:
@@ -184,38 +258,43 @@ _PRIMARY_STATES = ("unconfigured", "inactive", "active")
 
 def run_lifecycle_node_main(node_factory: Callable[[], Any], args: list[str] | None = None, *,
                             retain_allocations: bool = False) -> int:
-    """The ``main()`` of a node process: localhost-only DDS defaults, ``rclpy.init(args)``, the node and its
-    companions spun (:func:`spin_with_companions`) until Ctrl-C / SIGTERM / shutdown, then torn down; 0.
+    """The ``main()`` of a node process: localhost-only DDS defaults, ``rclpy.init(args)`` without rclpy's
+    signal handlers (:class:`SignalStop` instead), the node and its companions spun
+    (:func:`spin_with_companions`) until Ctrl-C / SIGTERM, then torn down in the main thread alone; 0.
 
     ``retain_allocations``: keep multi-MB heap blocks for reuse (``ros/memory.py``), for nodes whose messages
     are large (state vectors, weights, camera frames); applied before rclpy so its threads allocate under the
-    same rules. Teardown: while the context is still up (the spin ended by an exception of the node's own) a
-    node in a primary state goes through its ``shutdown`` transition; after Ctrl-C / SIGTERM rclpy has shut
-    the context down (and started its own shutdown transition), so no transition can complete and
-    ``node.teardown()`` (idempotent) releases the device and entities directly. An unexpected exception
-    still propagates after the teardown (a traceback, exit code 1).
+    same rules. Teardown, in this order, once no executor thread runs: a node in a primary state goes through
+    its ``shutdown`` transition (the context is still up: a signal no longer shuts it down), any other
+    (stuck in a transition) is released by ``node.teardown()`` (idempotent); the node (with its companions)
+    is destroyed; rclpy shuts down; the previous signal handlers come back. An unexpected exception still
+    propagates after the teardown (a traceback, exit code 1).
     """
     from libredgetpu_ros.ros.environment import apply_localhost_only
     from libredgetpu_ros.ros.memory import retain_large_allocations
 
     apply_localhost_only()  # fills in only what is unset: an integrator's explicit DDS setup wins
     retained = retain_large_allocations() if retain_allocations else False
-    rclpy.init(args=args)
-    node = node_factory()
-    if retain_allocations:
-        node.get_logger().debug(f"large allocations retained for reuse (mallopt): {retained}")
+    stop = SignalStop()  # before rclpy.init: a signal during start-up is a stop request too
     try:
-        spin_with_companions(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except Exception as exc:
-        if not _ended_by_shutdown(exc, node.context):
-            raise
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+        node = node_factory()
+        if retain_allocations:
+            node.get_logger().debug(f"large allocations retained for reuse (mallopt): {retained}")
+        try:
+            spin_with_companions(node, stop)
+        except ExternalShutdownException:  # someone else shut the context down: tear down all the same
+            pass
+        except Exception as exc:
+            if not _ended_by_shutdown(exc, node.context):
+                raise
+        finally:
+            if node.context.ok() and node._state_machine.current_state[1] in _PRIMARY_STATES:
+                node.trigger_shutdown()
+            else:
+                node.teardown()
+            node.destroy_node()
+            rclpy.try_shutdown()
     finally:
-        if node.context.ok() and node._state_machine.current_state[1] in _PRIMARY_STATES:
-            node.trigger_shutdown()
-        else:
-            node.teardown()
-        node.destroy_node()
-        rclpy.try_shutdown()
+        stop.close()
     return 0

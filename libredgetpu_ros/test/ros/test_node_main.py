@@ -2,10 +2,15 @@
 entry points): each node in its own process over real (localhost-only) DDS, stopped by SIGINT (Ctrl-C) or
 SIGTERM while ``active`` (engine / pipeline open, companion thread spinning) or ``unconfigured``, must tear
 down and exit with code 0 within 15 s, with no traceback in its log.
+
+Regression: SIGINT to the node's process group right after a failed configure (what launch does at the end
+of the launch tests' ``broken`` scenario) crashed about 1 stop in 10 with SIGSEGV inside rclpy's shutdown,
+a race with rclpy's own signal-handling thread (``spinning.SignalStop`` explains it); it is repeated here.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -67,3 +72,43 @@ def test_a_signal_tears_the_node_down_and_exits_0(ros_env, fixture_path, node, s
     assert code == 0, f"exit code {code} after {signal.Signals(signum).name}:\n{log[-3000:]}"
     assert "Traceback" not in log, log[-3000:]
     assert time.monotonic() - started < 15.0
+
+
+# Rounds of the failed-configure stop: at most STOP_ROUNDS, a new one only while STOP_BUDGET_S minus the
+# length of one round (~2-4 s) is left, at least 3 whatever the machine's load.
+STOP_ROUNDS, STOP_BUDGET_S, ROUND_S = 6, 30.0, 5.0
+MISSING = "/nonexistent/dense_256_edgetpu.tflite"  # a template that is not there: configure fails
+
+
+@pytest.mark.timeout(60)
+def test_sigint_to_the_group_right_after_a_failed_configure_exits_0(ros_env) -> None:
+    """The control node (template missing: configure fails, its state loop thread spins) is stopped by
+    SIGINT to its process group at once after the failed configure's answer, :data:`STOP_ROUNDS` times (as
+    many as fit in :data:`STOP_BUDGET_S`, at least 3): exit code 0 each time (the crash was -11), no
+    traceback, no fatal error (``PYTHONFAULTHANDLER`` prints the stacks if it crashes)."""
+    from lifecycle_msgs.msg import Transition
+    from lifecycle_msgs.srv import ChangeState
+
+    ros_env.env["PYTHONFAULTHANDLER"] = "1"
+    probe, executor = ros_env.probe("main_test_stopper")
+    started = time.monotonic()
+    rounds = 0
+    while rounds < STOP_ROUNDS and (rounds < 3 or time.monotonic() - started < STOP_BUDGET_S - ROUND_S):
+        ns = f"{NS}/r{rounds}"
+        proc = ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.ros.control_node", "--ros-args",
+                              "-r", f"__ns:={ns}", "-p", "backend:=cpu", "-p", f"template_path:={MISSING}"],
+                             f"control_r{rounds}", expect_exit=True)
+        change = probe.create_client(ChangeState, f"{ns}/control_node/change_state")
+        assert change.wait_for_service(timeout_sec=20.0), f"round {rounds}: no change_state service"
+        configure = ChangeState.Request(transition=Transition(id=Transition.TRANSITION_CONFIGURE))
+        future = change.call_async(configure)
+        executor.spin_until_future_complete(future, timeout_sec=20.0)
+        assert future.done() and not future.result().success, f"round {rounds}: configure did not fail"
+        os.killpg(proc.pid, signal.SIGINT)  # spawn() made the node a process-group leader
+        code = proc.wait(timeout=15)
+        probe.destroy_client(change)
+        log = (ros_env.work_dir / f"control_r{rounds}.log").read_text()
+        assert code == 0, f"round {rounds}: exit code {code} after SIGINT to the group:\n{log[-4000:]}"
+        assert "Traceback" not in log and "Fatal Python error" not in log, log[-4000:]
+        assert "configure failed" in log, log[-4000:]
+        rounds += 1
