@@ -8,11 +8,9 @@ naming the field, and the CLI prints one ``error:`` line and returns 2.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 import struct
-import sys
 from pathlib import Path
 
 import flatbuffers.flexbuffers as flexbuffers
@@ -22,19 +20,13 @@ from libredgetpu_ros.errors import InputError
 from libredgetpu_ros.formats import load_model
 from libredgetpu_ros.formats.flex import decode_flexbuffer
 
+from .._helpers import load_helper
+
 HERE = Path(__file__).resolve().parent
 
 
-def _load(name: str, path: Path):  # test helper modules by path (pytest runs with --import-mode=importlib)
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
-hostile = _load("_hostile", HERE / "_hostile.py")
-harness = _load("_fuzz_harness", HERE.parent / "fuzz" / "harness.py")
+hostile = load_helper(HERE / "_hostile.py")
+harness = load_helper(HERE.parent / "fuzz" / "harness.py", "_fuzz_harness")
 
 POSENET = "posenet/posenet_mobilenet_v1_075_481_641_quant_decoder_edgetpu.tflite"
 DENSE = "matmul/dense_256_edgetpu.tflite"

@@ -3,27 +3,18 @@ model built with it once per session."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from .._helpers import load_helper
+
 HERE = Path(__file__).resolve().parent
 
 
-def load_helper(name: str, path: Path):
-    """Test helper modules by path (pytest runs with --import-mode=importlib)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
-builder = load_helper("_mgk_builder", HERE / "_mgk_builder.py")
-load_helper("_fuzz_harness", HERE.parent / "fuzz" / "harness.py")
+builder = load_helper(HERE / "_mgk_builder.py")
+load_helper(HERE.parent / "fuzz" / "harness.py", "_fuzz_harness")
 
 
 @pytest.fixture(scope="session")

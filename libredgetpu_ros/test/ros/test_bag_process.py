@@ -5,8 +5,6 @@ equal the pipeline run directly on the same pixels (raw and JPEG). Also: config 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +12,10 @@ import numpy as np
 import pytest
 from libredgetpu_ros.errors import ConfigError, InputError
 
+from .._helpers import load_helper
+
 HERE = Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("_bag_compare", HERE / "_bag_compare.py")
-compare = sys.modules.setdefault("_bag_compare", importlib.util.module_from_spec(_spec))
-_spec.loader.exec_module(compare)
+compare = load_helper(HERE / "_bag_compare.py")
 
 CLASSIFY = "classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite"
 RIHS_UNKNOWN = "RIHS01_" + "ab" * 32

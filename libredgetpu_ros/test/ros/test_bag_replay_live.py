@@ -7,7 +7,6 @@ only the definitions stored in it."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -15,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from .._helpers import load_helper
+
 HERE = Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("_bag_compare", HERE / "_bag_compare.py")
-compare = sys.modules.setdefault("_bag_compare", importlib.util.module_from_spec(_spec))
-_spec.loader.exec_module(compare)
+compare = load_helper(HERE / "_bag_compare.py")
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(150)]
 

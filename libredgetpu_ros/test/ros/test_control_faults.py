@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -16,6 +15,8 @@ from pathlib import Path
 import _control_harness as harness  # registered by conftest.py
 import numpy as np
 import pytest
+
+from .._helpers import load_helper
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
 
@@ -93,9 +94,7 @@ def test_non_finite_states_are_dropped_and_the_loop_goes_on(ros_env, state_type)
 
 def test_a_crash_in_the_state_loop_goes_through_on_error_and_is_recoverable(ros_env):
     faulty = HERE / "_control_faulty_node.py"
-    spec = importlib.util.spec_from_file_location("_control_faulty_node", faulty)
-    poison_value = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(poison_value)
+    poison_value = load_helper(faulty)
     ctl = _start(ros_env, program=[sys.executable, str(faulty)])
     try:
         pub, make = _state_publisher(ctl, joint=False)

@@ -8,7 +8,6 @@ field of every message, including nested arrays.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -17,17 +16,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from .._helpers import load_helper
+
 PEER_PATH = Path(__file__).with_name("_interfaces_peer.py")
 DISCOVERY_TIMEOUT_S = 30.0
 CALL_TIMEOUT_S = 10.0
 ROWS, COLS = 7, 33
-
-
-def _load_peer() -> Any:
-    spec = importlib.util.spec_from_file_location("_interfaces_peer", PEER_PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _as_plain(value: Any) -> Any:
@@ -68,7 +62,7 @@ def test_interfaces_roundtrip_between_processes(ros_env) -> None:
     from libredgetpu_ros_interfaces.msg import PersonPoseArray
     from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
 
-    peer_module = _load_peer()
+    peer_module = load_helper(PEER_PATH)
     peer = ros_env.spawn([sys.executable, str(PEER_PATH), "--lifetime", "120"], "interfaces_peer")
     context = ros_env.init_rclpy()
     node = Node("interfaces_roundtrip_test", context=context)

@@ -14,7 +14,6 @@ outside it), a CPU classifier; the test process plays camera and supervisor.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+
+from .._helpers import load_helper
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
 
@@ -32,13 +33,6 @@ NODE = f"{NS}/perception"
 MODEL = "classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite"
 WAIT_S = 20.0  # bound on any single wait (discovery of a new process can take a few seconds)
 T_CONFIGURE, T_ACTIVATE = 1, 3  # lifecycle_msgs/Transition ids
-
-
-def _faulty_module() -> Any:
-    spec = importlib.util.spec_from_file_location("_perception_faulty_node", FAULTY)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class Supervisor:
@@ -146,7 +140,7 @@ def test_a_crash_in_the_camera_path_goes_through_on_error_and_is_recoverable(ros
     assert sup.state() == "active"
     assert _values(sup.statuses[-1])["errors"] == "0"
 
-    faulty = _faulty_module()
+    faulty = load_helper(FAULTY)
     for width, injected in ((faulty.POISON_WIDTH, "injected fault in the camera path"),
                             (faulty.INTAKE_POISON_WIDTH, "injected fault in the frame intake")):
         # An unexpected exception: error processing, then unconfigured.

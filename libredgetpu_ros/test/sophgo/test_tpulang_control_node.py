@@ -3,20 +3,18 @@ equal, bit for bit, an in-process MatMulEngine on the CPU twin holding the same 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from .._helpers import load_helper
+
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
 
 HARNESS = Path(__file__).resolve().parents[1] / "ros" / "_control_harness.py"
-_spec = importlib.util.spec_from_file_location("_control_harness", HARNESS)
-harness = sys.modules.setdefault("_control_harness", importlib.util.module_from_spec(_spec))
-_spec.loader.exec_module(harness)
+harness = load_helper(HARNESS)
 
 NS = "/tpulang"
 ROWS, COLS = 3, 6

@@ -9,28 +9,21 @@ process with the worker's NumPy code, and converge below the stated thresholds.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from libredgetpu_ros.teamtensor.wire import Metric
 
+from .._helpers import load_helper
+
 pytestmark = [pytest.mark.timeout(120)]
 
 HERE = Path(__file__).resolve().parent
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-    module = sys.modules.setdefault(name, importlib.util.module_from_spec(spec))
-    spec.loader.exec_module(module)
-    return module
-
-
-training = _load("_training")
-proxy = _load("_proxy")
+training = load_helper(HERE / "_training.py")
+proxy = load_helper(HERE / "_proxy.py")
 
 IMPAIRED = proxy.Impairment(loss=0.2, duplicate=0.1, reorder=0.1, delay=(0.0, 0.001))
 # Convergence thresholds (evaluation batch of 500 held-out samples; initial values in the comments).

@@ -16,9 +16,7 @@ the codec itself is the oracle that filters them, and the state checks catch an 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import socket
-import sys
 import time
 from pathlib import Path
 
@@ -30,12 +28,12 @@ from libredgetpu_ros.teamtensor.model import ModelSpec, linear
 from libredgetpu_ros.teamtensor.wire import DEFAULT_WIRE, FRAGMENT_HEADER, Metric
 from libredgetpu_ros.teamtensor.worker import WorkerConfig, WorkerCore
 
+from .._helpers import load_helper
+
 pytestmark = [pytest.mark.timeout(120)]
 
 HERE = Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("_training", HERE / "_training.py")
-training = sys.modules.setdefault("_training", importlib.util.module_from_spec(_spec))
-_spec.loader.exec_module(training)
+training = load_helper(HERE / "_training.py")
 
 N_WORKER = 10_000
 BURST = 20

@@ -10,7 +10,6 @@ trainer serves (to one int8 step).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import time
@@ -19,12 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from .._helpers import load_helper
+
 pytestmark = [pytest.mark.timeout(120)]
 
 TESTS = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("_control_harness", TESTS / "ros" / "_control_harness.py")
-harness = sys.modules.setdefault("_control_harness", importlib.util.module_from_spec(_spec))
-_spec.loader.exec_module(harness)
+harness = load_helper(TESTS / "ros" / "_control_harness.py")
 
 T_CONFIGURE, T_ACTIVATE = 1, 3
 CTL, TRAINER = "/ctl/control_node", "/tt/trainer_node"

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
+
+from .._helpers import load_helper
 
 REPO = Path(__file__).resolve().parents[3]
 
 
 def _tool():
-    path = REPO / "tools" / "install_ament_package.py"
-    spec = importlib.util.spec_from_file_location("install_ament_package", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_helper(REPO / "tools" / "install_ament_package.py")
 
 
 def test_layout_follows_the_package_and_every_console_script(tmp_path: Path) -> None:
