@@ -45,8 +45,9 @@ REPORT_ACK_TIMEOUT = Duration(seconds=0.5)
 
 
 def _ended_by_shutdown(exc: BaseException, context: Any) -> bool:
-    """True for rclpy's own shutdown racing an executor: SIGINT/SIGTERM shut the context down between the
-    executor's ``context.ok()`` check and its wait, and the wait set refuses the dead context with an
+    """True for rclpy's own shutdown racing an executor: rclpy's signal handlers (where installed, e.g.
+    ``bringup``; not in a node's ``main()``) shut the context down between the executor's ``context.ok()``
+    check and its wait, and the wait set refuses the dead context with an
     ``RCLError`` ("the given context is not valid") instead of ``ExternalShutdownException``. Seen in about
     1 of 10 stops by a signal (test/ros/test_node_main.py): not a crash."""
     return isinstance(exc, _rclpy.RCLError) and not context.ok()
@@ -93,11 +94,15 @@ class CompanionSpinners:
 
     def stop(self) -> None:
         running, self._running = self._running, []
-        for executor, thread in running:
+        for executor, _ in running:
             executor.shutdown()
+        hung = []
+        for _, thread in running:
             thread.join(timeout=5.0)
-            if thread.is_alive():  # destroying its node now could crash the process: say which thread hangs
-                raise RuntimeError(f"executor thread {thread.name} did not end within 5 s of its shutdown")
+            if thread.is_alive():
+                hung.append(thread.name)
+        if hung:  # destroying their nodes now could crash the process: never silent
+            raise RuntimeError(f"executor threads {', '.join(hung)} did not end within 5 s of their shutdown")
 
 
 def spin_with_companions(node: Any, stop: SignalStop | None = None) -> None:
@@ -116,8 +121,10 @@ def spin_with_companions(node: Any, stop: SignalStop | None = None) -> None:
     finally:
         if stop is not None:
             stop.disconnect()
-        companions.stop()
-        executor.shutdown()
+        try:
+            companions.stop()
+        finally:
+            executor.shutdown()
 
 
 class SignalStop:
@@ -129,12 +136,14 @@ class SignalStop:
     without synchronising with the Python side; Python's handler has meanwhile raised ``KeyboardInterrupt`` in
     the main thread, whose teardown shuts the executors down (destroying those guard conditions and freeing
     the list that thread walks), destroys the nodes and finalises logging. When the main thread won that race
-    the process died with SIGSEGV in that thread (1 stop in ~10 by launch's SIGINT; 3 of 28
-    ``test_control_launch.py`` runs, docs/install.md "Launch tests"). Here rclpy installs no handler
-    (``SignalHandlerOptions.NO``): ours only record the signal; ``signal.set_wakeup_fd`` makes CPython's C
-    handler write to a pipe at once, and a watcher thread completes :attr:`requested`, which wakes the main
-    executor (``spin_until_future_complete``). :meth:`disconnect` stops the watcher before the executors go.
-    A signal arriving during the teardown is recorded and otherwise ignored.
+    the process died with SIGSEGV in a thread that is not Python's (faulthandler names no current thread;
+    4 of 40 ``test_control_launch.py`` runs of 2 launches each; docs/install.md "Launch tests").
+
+    Here rclpy installs no handler (``SignalHandlerOptions.NO``): ours only record the signal;
+    ``signal.set_wakeup_fd`` makes CPython's C handler write to a pipe at once, and a watcher thread completes
+    :attr:`requested`, which wakes the main executor (``spin_until_future_complete``). :meth:`disconnect`
+    stops the watcher before the executors go. A signal arriving during the teardown is recorded and
+    otherwise ignored (launch escalates to SIGKILL if a teardown hangs).
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
