@@ -136,8 +136,9 @@ class SignalStop:
     without synchronising with the Python side; Python's handler has meanwhile raised ``KeyboardInterrupt`` in
     the main thread, whose teardown shuts the executors down (destroying those guard conditions and freeing
     the list that thread walks), destroys the nodes and finalises logging. When the main thread won that race
-    the process died with SIGSEGV in a thread that is not Python's (faulthandler names no current thread;
-    4 of 40 ``test_control_launch.py`` runs of 2 launches each; docs/install.md "Launch tests").
+    the process died with SIGSEGV in that thread (core dump: ``rcl_trigger_guard_condition`` called from
+    ``_rclpy_pybind11`` on a ``std::thread``; 4 of 40 ``test_control_launch.py`` runs of 2 launches each;
+    docs/install.md "Launch tests").
 
     Here rclpy installs no handler (``SignalHandlerOptions.NO``): ours only record the signal;
     ``signal.set_wakeup_fd`` makes CPython's C handler write to a pipe at once, and a watcher thread completes

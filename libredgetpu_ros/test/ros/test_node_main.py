@@ -112,3 +112,23 @@ def test_sigint_to_the_group_right_after_a_failed_configure_exits_0(ros_env) -> 
         assert "Traceback" not in log and "Fatal Python error" not in log, log[-4000:]
         assert "configure failed" in log, log[-4000:]
         rounds += 1
+
+
+def test_signal_stop_turns_a_signal_into_a_request_and_restores_the_handlers() -> None:
+    """In-process, no DDS: SIGINT then SIGTERM to this process complete ``requested`` with the first signal
+    (no KeyboardInterrupt), within 2 s; after ``close`` the previous handlers and wake-up fd are back."""
+    from libredgetpu_ros.ros.spinning import SignalStop
+
+    before = {s: signal.getsignal(s) for s in SignalStop.SIGNALS}
+    stop = SignalStop()
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+        deadline = time.monotonic() + 2.0
+        while not stop.requested.done() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert stop.requested.done() and stop.requested.result() == signal.SIGINT
+    finally:
+        stop.close()
+    assert {s: signal.getsignal(s) for s in SignalStop.SIGNALS} == before
+    assert signal.set_wakeup_fd(-1) == -1  # none was set before; none is left behind
