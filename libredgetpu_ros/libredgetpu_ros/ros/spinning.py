@@ -180,12 +180,15 @@ class SignalStop:
             os.write(self._write, b"\0")
             self._watcher.join()
 
-    def close(self) -> None:
-        """Restore the previous handlers and wake-up fd (after ``rclpy`` shut down)."""
+    def close(self, restore: bool = True) -> None:
+        """Restore the previous wake-up fd and, with ``restore``, the previous handlers (after ``rclpy`` shut
+        down). Without ``restore`` the signals are ignored from now on: for a process that exits next, where
+        a late second Ctrl-C / launch's own SIGINT would otherwise raise ``KeyboardInterrupt`` after a clean
+        teardown (exit code -2; seen with 2 SIGINTs 10 ms apart)."""
         self.disconnect()
         signal.set_wakeup_fd(self._wakeup_fd)
         for signum, handler in self._handlers.items():
-            signal.signal(signum, handler)
+            signal.signal(signum, handler if restore else signal.SIG_IGN)
         os.close(self._read)
         os.close(self._write)
 
@@ -277,8 +280,8 @@ def run_lifecycle_node_main(node_factory: Callable[[], Any], args: list[str] | N
     same rules. Teardown, in this order, once no executor thread runs: a node in a primary state goes through
     its ``shutdown`` transition (the context is still up: a signal no longer shuts it down), any other
     (stuck in a transition) is released by ``node.teardown()`` (idempotent); the node (with its companions)
-    is destroyed; rclpy shuts down; the previous signal handlers come back. An unexpected exception still
-    propagates after the teardown (a traceback, exit code 1).
+    is destroyed; rclpy shuts down; SIGINT / SIGTERM are ignored from then on (the process exits next). An
+    unexpected exception still propagates after the teardown (a traceback, exit code 1).
     """
     from libredgetpu_ros.ros.environment import apply_localhost_only
     from libredgetpu_ros.ros.memory import retain_large_allocations
@@ -306,5 +309,5 @@ def run_lifecycle_node_main(node_factory: Callable[[], Any], args: list[str] | N
             node.destroy_node()
             rclpy.try_shutdown()
     finally:
-        stop.close()
+        stop.close(restore=False)  # the process exits next: a signal from now on must not change its status
     return 0
