@@ -45,9 +45,9 @@ REPORT_ACK_TIMEOUT = Duration(seconds=0.5)
 
 
 def _ended_by_shutdown(exc: BaseException, context: Any) -> bool:
-    """True for rclpy's own shutdown racing an executor: rclpy's signal handlers (where installed, e.g.
-    ``bringup``; not in a node's ``main()``) shut the context down between the executor's ``context.ok()``
-    check and its wait, and the wait set refuses the dead context with an
+    """True for rclpy's own shutdown racing an executor: rclpy's signal handlers (in a process that installs
+    them; a node's ``main()`` and ``bringup`` do not) shut the context down between the executor's
+    ``context.ok()`` check and its wait, and the wait set refuses the dead context with an
     ``RCLError`` ("the given context is not valid") instead of ``ExternalShutdownException``. Seen in about
     1 of 10 stops by a signal (test/ros/test_node_main.py): not a crash."""
     return isinstance(exc, _rclpy.RCLError) and not context.ok()
