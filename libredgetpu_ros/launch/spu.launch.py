@@ -1,4 +1,4 @@
-"""SPU lifecycle node (Femtosense) for a real ROS 2 install (launch/launch_ros are not available as wheels).
+"""SPU lifecycle node (Femtosense), started with the launch system (`make setup` installs it into the venv).
 
     ros2 launch libredgetpu_ros spu.launch.py        # the design seed's example on the reference runner
     ros2 launch libredgetpu_ros spu.launch.py params_file:=/path/spu.yaml namespace:=audio

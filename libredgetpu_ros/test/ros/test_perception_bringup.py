@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[2]  # libredgetpu_ros/ (the ament pac
 
 
 def test_launch_file_compiles() -> None:
-    # launch/launch_ros are not installable here; the file must at least be valid Python for real installs.
+    # A fast syntax check; test/launch/test_perception_launch.py runs the file under launch_testing.
     py_compile.compile(str(PACKAGE / "launch" / "perception.launch.py"), doraise=True)
 
 
