@@ -95,7 +95,7 @@ class TrainingSession:
         """Connect (HELLO), assign the pipeline and upload the model; returns the worker's model count.
         Blocks the caller for at most ``timeout`` (+ the model upload's own retries)."""
         self._thread.start()
-        return self._submit(self._connect(timeout)).result(timeout + 5.0)
+        return self._submit(lambda: self._connect(timeout)).result(timeout + 5.0)
 
     def submit(self, inputs: np.ndarray, targets: np.ndarray) -> None:
         """Queue one batch for the worker (returns at once)."""
@@ -106,7 +106,7 @@ class TrainingSession:
         """Start reading the metrics (and the trained model if ``model``); returns at once. The future holds
         a :class:`Snapshot`, or ``TimeoutError`` after ``timeout`` s (the worker is busy with a batch or does
         not answer), or the protocol error."""
-        return self._submit(asyncio.wait_for(self._fetch(model), timeout))
+        return self._submit(lambda: asyncio.wait_for(self._fetch(model), timeout))
 
     def stop(self) -> None:
         if not self._thread.is_alive():
@@ -116,13 +116,14 @@ class TrainingSession:
         if not self._thread.is_alive():
             self._loop.close()
 
-    def _submit(self, coro: Coroutine) -> concurrent.futures.Future:
+    def _submit(self, make: Callable[[], Coroutine]) -> concurrent.futures.Future:
+        # The coroutine is made only once it will run: one made and dropped warns "never awaited" (and
+        # closing a wait_for() wrapper leaves the coroutine inside it unawaited).
         if self.fault is not None or not self._thread.is_alive():
-            coro.close()
             future: concurrent.futures.Future = concurrent.futures.Future()
             future.set_exception(SessionFault(f"training session is not running: {self.fault}"))
             return future
-        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return asyncio.run_coroutine_threadsafe(make(), self._loop)
 
     # ----- on the loop thread -------------------------------------------------------------------------
 
