@@ -60,6 +60,7 @@ from libredgetpu_ros.ros.control import stats
 from libredgetpu_ros.ros.control.codec import as_float32_buffer, describe_non_finite, to_float32_array
 from libredgetpu_ros.ros.control.controller import Controller
 from libredgetpu_ros.ros.control.params import PARAM_TABLE, ControlConfig
+from libredgetpu_ros.ros.lifecycle import TeardownOnCleanup
 from libredgetpu_ros.ros.spinning import CompanionFault, destroy_entities, run_lifecycle_node_main
 from libredgetpu_ros_interfaces.msg import CommandStamped
 from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
@@ -67,7 +68,7 @@ from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
 NODE_NAME = "control_node"
 
 
-class ControlNode(LifecycleNode):
+class ControlNode(TeardownOnCleanup, LifecycleNode):
     """Lifecycle node computing ``y = W·x (+ b)`` per state message with run-time swappable W."""
 
     def __init__(self, node_name: str = NODE_NAME, **kwargs: Any) -> None:
@@ -141,14 +142,6 @@ class ControlNode(LifecycleNode):
         if self._crash.cause is not None:
             return TransitionCallbackReturn.ERROR  # -> ErrorProcessing -> on_error
         return super().on_deactivate(state)
-
-    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.teardown()
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.teardown()
-        return TransitionCallbackReturn.SUCCESS
 
     def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.get_logger().error(f"error processing (from {state.label}): closing the engine; configure to "

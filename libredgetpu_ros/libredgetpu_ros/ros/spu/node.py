@@ -39,6 +39,7 @@ from libredgetpu_ros.femto.iospec import IOSpec, VectorSpec
 from libredgetpu_ros.femto.runner import SpuRunner, open_runner
 from libredgetpu_ros.femto.vectors import dequantize, prepare_input
 from libredgetpu_ros.ros import diagnostics
+from libredgetpu_ros.ros.lifecycle import TeardownOnCleanup
 from libredgetpu_ros.ros.spinning import destroy_entities, run_lifecycle_node_main
 from libredgetpu_ros.ros.spu.io import topic_names, values_of, vector_msg
 from libredgetpu_ros.ros.spu.params import LATCHED_PREFIX, PARAM_TABLE, SpuConfig
@@ -46,7 +47,7 @@ from libredgetpu_ros.ros.spu.params import LATCHED_PREFIX, PARAM_TABLE, SpuConfi
 NODE_NAME = "spu"
 
 
-class SpuNode(LifecycleNode):
+class SpuNode(TeardownOnCleanup, LifecycleNode):
     """Lifecycle node running one SPU program; see the module docstring."""
 
     def __init__(self, node_name: str = NODE_NAME, **kwargs: Any) -> None:
@@ -138,14 +139,6 @@ class SpuNode(LifecycleNode):
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         self._drop_subscriptions()
         return super().on_deactivate(state)
-
-    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.teardown()
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.teardown()
-        return TransitionCallbackReturn.SUCCESS
 
     def _drop_subscriptions(self) -> None:
         subs, self._subs = self._subs, []

@@ -39,6 +39,7 @@ from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 
 from libredgetpu_ros.errors import LibrEdgeTpuError
 from libredgetpu_ros.ros import diagnostics
+from libredgetpu_ros.ros.lifecycle import TeardownOnCleanup
 from libredgetpu_ros.ros.spinning import CompanionFault, run_lifecycle_node_main
 from libredgetpu_ros.ros.trainer.params import PARAM_TABLE, TrainerConfig, build_model, pushable
 from libredgetpu_ros.ros.trainer.push import WeightPusher
@@ -69,7 +70,7 @@ def _linear_of(snapshot: Snapshot) -> TrainedWeights:
                           snapshot.stats.batches_sent, snapshot.taken)
 
 
-class TrainerNode(LifecycleNode):
+class TrainerNode(TeardownOnCleanup, LifecycleNode):
     def __init__(self, node_name: str = NODE_NAME, **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
         PARAM_TABLE.declare(self)
@@ -148,14 +149,6 @@ class TrainerNode(LifecycleNode):
         if self._crash.cause is not None:
             return TransitionCallbackReturn.ERROR  # -> ErrorProcessing -> on_error
         return super().on_deactivate(state)
-
-    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.teardown()
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.teardown()
-        return TransitionCallbackReturn.SUCCESS
 
     def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.get_logger().error(f"error processing (from {state.label}): disconnected from the worker; "
