@@ -11,7 +11,10 @@ time then file offset) and the same checks (record bounds, chunk CRC). Where ros
 and ends the whole read, a chunk that fails them (CRC mismatch, cut short, records overrunning it) is
 reported and skipped here: each of its messages on the wanted channels comes out as ``None`` instead of a
 view (never decoded), and the walk goes on with the next chunk.
-Anything else (compressed chunks, per-message compression, unindexed files, sqlite3) is left to rosbags:
+With ``compressed=True``, zstd and lz4 chunks (``ros2 bag record`` / rosbags storage compression) are walked
+the same way: decompressed and checked by ``salvage.chunk_records`` (size budget before decompressing,
+exact size, CRC), the messages then views into the decompressed records; a chunk failing is skipped as above.
+Anything else (per-message compression, unindexed files, sqlite3) is left to rosbags:
 ``message_views`` returns None and the caller uses ``reader.messages``.
 """
 
@@ -24,6 +27,8 @@ import zlib
 from collections.abc import Collection, Iterator
 from typing import Any
 
+from libredgetpu_ros.bags.salvage import BadRecord, chunk_records
+
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _MESSAGE_HEADER = struct.Struct("<HIQQ")  # channel id, sequence, log time, publish time
@@ -32,12 +37,14 @@ _OP_MESSAGE = 0x05
 # compression string (4 + n) and the records' length (8) -> the records.
 _CRC_AT = 9 + 24
 _RECORDS_AT = 9 + 40
+_COMPRESSIONS = ("", "zstd", "lz4")
 
 
-def message_views(reader: Any, connections: Collection[Any]) -> Iterator[tuple[Any, int, memoryview]] | None:
+def message_views(reader: Any, connections: Collection[Any],
+                  compressed: bool = False) -> Iterator[tuple[Any, int, memoryview]] | None:
     """``reader.messages(connections)`` of an opened ``rosbags.rosbag2.Reader`` with memoryviews instead of
-    bytes (``None`` for a message of a corrupt chunk, skipped), or None when the bag is not uncompressed
-    indexed MCAP (then use ``reader.messages``)."""
+    bytes (``None`` for a message of a corrupt chunk, skipped), or None when the bag is not indexed MCAP
+    with uncompressed chunks (or, with ``compressed``, zstd/lz4 chunks): then use ``reader.messages``."""
     from rosbags.rosbag2.reader import DirectoryReader
     from rosbags.rosbag2.storage_mcap import McapReader
 
@@ -50,7 +57,9 @@ def message_views(reader: Any, connections: Collection[Any]) -> Iterator[tuple[A
         return None
     if not connections or not all(isinstance(s, McapReader) and s.chunks for s in storages):
         return None
-    if any(c.compression or c.compressed_size != c.uncompressed_size for s in storages for c in s.chunks):
+    allowed = _COMPRESSIONS if compressed else ("",)
+    if any(c.compression not in allowed or (not c.compression and c.compressed_size != c.uncompressed_size)
+           for s in storages for c in s.chunks):
         return None
     return _views(storages, list(connections), directory)
 
@@ -76,25 +85,23 @@ def _views(storages: list[Any], connections: list[Any],
             data = memoryview(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ))
         chunks = [_chunk_messages(data, chunk, channel_map) for chunk in storage.chunks
                   if any(chunk.channel_count.get(cid, 0) for cid in channel_map)]
-        for timestamp, offset, connection, start, end in heapq.merge(*chunks):
+        for timestamp, offset, connection, view in heapq.merge(*chunks):
             if offset:  # not a chunk's start marker
-                yield connection, timestamp, data[start:end] if start >= 0 else None
-
-
-class _CorruptChunk(Exception):
-    """A chunk fails a check; the text says which."""
+                yield connection, timestamp, view
 
 
 def _chunk_messages(data: memoryview, chunk: Any, channel_map: dict[int, Any]) -> Iterator[tuple[Any, ...]]:
     """One chunk's messages in log-time order, after a start marker (so ``heapq.merge`` opens chunks only
     when their time comes, as rosbags does). A corrupt chunk gives one ``start = -1`` entry per message the
-    chunk index counts on a wanted channel (at the chunk's start time): reported, never decoded."""
-    yield chunk.message_start_time, 0, None, 0, 0
+    chunk index counts on a wanted channel (at the chunk's start time): reported, never decoded.
+    Entries are (log time, chunk offset, connection, view); chunks have distinct offsets, so the merge
+    never compares further."""
+    yield chunk.message_start_time, 0, None, None
     base = chunk.chunk_start_offset
     try:
         messages = _checked_messages(data, chunk, channel_map)
-    except _CorruptChunk:
-        messages = [(chunk.message_start_time, base, conn, -1, -1)
+    except BadRecord:
+        messages = [(chunk.message_start_time, base, conn, None)
                     for cid, conn in channel_map.items() for _ in range(chunk.channel_count.get(cid, 0))]
     yield from messages
 
@@ -102,28 +109,32 @@ def _chunk_messages(data: memoryview, chunk: Any, channel_map: dict[int, Any]) -
 def _checked_messages(data: memoryview, chunk: Any, channel_map: dict[int, Any]) -> list[tuple[Any, ...]]:
     base = chunk.chunk_start_offset
     start = base + _RECORDS_AT + len(chunk.compression)
-    end = start + chunk.uncompressed_size
+    end = start + chunk.compressed_size  # == uncompressed_size for an uncompressed chunk (message_views)
     if base + _CRC_AT + 4 > len(data) or end > len(data):
-        raise _CorruptChunk(f"chunk at offset {base} runs past the end of the file")
+        raise BadRecord(f"chunk at offset {base} runs past the end of the file")
     crc = _U32.unpack_from(data, base + _CRC_AT)[0]
-    if crc and zlib.crc32(data[start:end]) != crc:
-        raise _CorruptChunk(f"chunk at offset {base}: CRC mismatch")
-    messages: list[tuple[int, int, Any, int, int]] = []  # (log time, chunk offset, connection, start, end)
+    if chunk.compression:  # records in a new buffer, checked before and after decompressing
+        data = chunk_records(data[start:end], chunk.compression, chunk.uncompressed_size, crc, base)
+        start, end = 0, len(data)
+    elif crc and zlib.crc32(data[start:end]) != crc:
+        raise BadRecord(f"chunk at offset {base}: CRC mismatch")
+    messages: list[tuple[int, int, Any, memoryview]] = []  # (log time, chunk offset, connection, view)
     pos = start
     while pos < end:
         if pos + 9 > end:
-            raise _CorruptChunk(f"record header at {pos} overruns the chunk")
+            raise BadRecord(f"record header at {pos} overruns the chunk")
         op, size = data[pos], _U64.unpack_from(data, pos + 1)[0]
         record, pos = pos + 9, pos + 9 + size
         if pos > end:
-            raise _CorruptChunk(f"record at {record} overruns the chunk")
+            raise BadRecord(f"record at {record} overruns the chunk")
         if op != _OP_MESSAGE:
             continue
         if size < _MESSAGE_HEADER.size:
-            raise _CorruptChunk(f"message record at {record} is shorter than its header")
+            raise BadRecord(f"message record at {record} is shorter than its header")
         channel_id, _, log_time, _ = _MESSAGE_HEADER.unpack_from(data, record)
         # rosbags keeps only messages inside the chunk's declared time range
         if channel_id in channel_map and chunk.message_start_time <= log_time <= chunk.message_end_time:
-            messages.append((log_time, base, channel_map[channel_id], record + _MESSAGE_HEADER.size, pos))
+            payload = data[record + _MESSAGE_HEADER.size:pos]
+            messages.append((log_time, base, channel_map[channel_id], payload))
     messages.sort(key=lambda m: m[0])
     return messages

@@ -8,7 +8,7 @@ never writes, and a rosbag2 folder through ``metadata.yaml``, written last. Here
   fit, its size matches, its CRC matches when it has one (0 = not computed), and its inner records parse;
   otherwise it is counted as corrupt and skipped (none of its messages are used). The walk ends at the data
   section's end, at the footer, or where the file stops mid-record (the partial tail is reported).
-  Compressed chunks: zstd only (bounded by the chunk's declared size, at most ``MAX_CHUNK_BYTES``).
+  Compressed chunks: zstd and lz4 (bounded by the chunk's declared size, at most ``MAX_CHUNK_BYTES``).
 - **sqlite3**: opened read-write so sqlite rolls back an unfinished transaction (the journal a killed
   writer leaves), then the ``topics`` and ``messages`` tables are read.
 
@@ -63,7 +63,7 @@ class ScanReport:
     notes: list[str] = field(default_factory=list)
 
 
-class _Bad(Exception):
+class BadRecord(Exception):
     """A record does not parse; the text names the field."""
 
 
@@ -77,7 +77,7 @@ class _Cursor:
 
     def _take(self, n: int, what: str) -> int:
         if n < 0 or self.pos + n > self.end:
-            raise _Bad(f"{what}: needs {n} bytes, {self.end - self.pos} left")
+            raise BadRecord(f"{what}: needs {n} bytes, {self.end - self.pos} left")
         at, self.pos = self.pos, self.pos + n
         return at
 
@@ -99,7 +99,7 @@ class _Cursor:
         try:
             return bytes(self.raw(n, what)).decode()
         except UnicodeDecodeError as exc:
-            raise _Bad(f"{what} is not UTF-8") from exc
+            raise BadRecord(f"{what} is not UTF-8") from exc
 
 
 class _McapScan:
@@ -109,14 +109,15 @@ class _McapScan:
         self.channels: dict[int, Channel] = {}
 
     def records(self, start: int, end: int) -> Iterator[tuple[int, int, int]]:
-        """(opcode, body start, body end) of the records in [start, end); _Bad if one overruns."""
+        """(opcode, body start, body end) of the records in [start, end); BadRecord if one overruns."""
         pos = start
         while pos < end:
             if pos + 9 > end:
-                raise _Bad(f"record header at offset {pos} overruns by {pos + 9 - end} bytes")
+                raise BadRecord(f"record header at offset {pos} overruns by {pos + 9 - end} bytes")
             op, size = self.data[pos], _U64.unpack_from(self.data, pos + 1)[0]
             if size > end - pos - 9:
-                raise _Bad(f"record 0x{op:02x} at offset {pos} declares {size} bytes, {end - pos - 9} left")
+                raise BadRecord(f"record 0x{op:02x} at offset {pos} declares {size} bytes, "
+                                f"{end - pos - 9} left")
             yield op, pos + 9, pos + 9 + size
             pos += 9 + size
 
@@ -141,7 +142,7 @@ class _McapScan:
                 qos = value
         name, text = self.schemas.get(sid, ("", ""))
         if not name:
-            raise _Bad(f"channel {cid} ({topic}) refers to unknown schema {sid}")
+            raise BadRecord(f"channel {cid} ({topic}) refers to unknown schema {sid}")
         self.channels[cid] = Channel(cid, topic, name, encoding, text, qos)
 
     def message(self, start: int, end: int) -> tuple[int, int, memoryview]:
@@ -153,21 +154,14 @@ class _McapScan:
         return cid, log_time, self.data[cur.pos:end]
 
     def chunk(self, start: int, end: int, at: int) -> list[tuple[int, int, memoryview]]:
-        """The messages of a whole, valid chunk (definitions registered), or _Bad."""
+        """The messages of a whole, valid chunk (definitions registered), or BadRecord."""
         cur = _Cursor(self.data, start, end)
         cur.u64("chunk start time")
         cur.u64("chunk end time")
         size, crc = cur.u64("chunk uncompressed size"), cur.u32("chunk CRC")
         compression = cur.text("chunk compression")
         stored = cur.raw(cur.u64("chunk records length"), "chunk records")
-        if size > MAX_CHUNK_BYTES or (compression and size > _MAX_RATIO * len(stored) + (1 << 20)):
-            # a decode budget proportional to the input: a few bytes may not claim a huge output
-            raise _Bad(f"chunk uncompressed size {size} exceeds the budget for {len(stored)} stored bytes")
-        records = memoryview(_decompress(stored, compression, size))
-        if len(records) != size:
-            raise _Bad(f"chunk records are {len(records)} bytes, header says {size}")
-        if crc and zlib.crc32(records) != crc:
-            raise _Bad(f"chunk at offset {at}: CRC mismatch")
+        records = chunk_records(stored, compression, size, crc, at)
         inner = _McapScan(records, self.report)
         inner.schemas, inner.channels = dict(self.schemas), dict(self.channels)
         messages = []
@@ -180,9 +174,32 @@ class _McapScan:
         return messages
 
 
+def chunk_records(stored: memoryview, compression: str, size: int, crc: int, at: int) -> memoryview:
+    """A chunk's records, decompressed and checked: ``size`` (the header's uncompressed size) within the
+    budget before anything is decompressed, the output exactly ``size`` bytes, its CRC matching when the
+    chunk has one (0 = not computed); BadRecord otherwise. Shared by the salvage walk and ``mcap_view``."""
+    if size > MAX_CHUNK_BYTES or (compression and size > _MAX_RATIO * len(stored) + (1 << 20)):
+        # a decode budget proportional to the input: a few bytes may not claim a huge output
+        raise BadRecord(f"chunk at offset {at}: uncompressed size {size} exceeds the budget for "
+                        f"{len(stored)} stored bytes")
+    records = memoryview(_decompress(stored, compression, size))
+    if len(records) != size:
+        raise BadRecord(f"chunk at offset {at}: records are {len(records)} bytes, header says {size}")
+    if crc and zlib.crc32(records) != crc:
+        raise BadRecord(f"chunk at offset {at}: CRC mismatch")
+    return records
+
+
 def _decompress(stored: memoryview, compression: str, size: int) -> bytes | memoryview:
     if not compression:
         return stored
+    if compression == "lz4":
+        import lz4.frame  # rosbags' own dependency
+
+        try:  # at most size + 1 bytes, as for zstd
+            return lz4.frame.LZ4FrameDecompressor().decompress(stored, max_length=size + 1)
+        except RuntimeError as exc:  # lz4 reports a bad frame as RuntimeError
+            raise BadRecord(f"lz4 chunk does not decompress: {exc}") from exc
     if compression == "zstd":
         if sys.version_info >= (3, 14):
             from compression import zstd
@@ -191,8 +208,8 @@ def _decompress(stored: memoryview, compression: str, size: int) -> bytes | memo
         try:  # at most size + 1 bytes: a longer output is refused below, never produced
             return zstd.ZstdDecompressor().decompress(stored, max_length=size + 1)
         except (zstd.ZstdError, EOFError) as exc:
-            raise _Bad(f"zstd chunk does not decompress: {exc}") from exc
-    raise _Bad(f"unknown chunk compression {compression!r}")
+            raise BadRecord(f"zstd chunk does not decompress: {exc}") from exc
+    raise BadRecord(f"unknown chunk compression {compression!r}")
 
 
 def _scan_mcap(path: Path,
@@ -235,7 +252,7 @@ def scan_mcap_data(data: bytes | memoryview,
                 elif op in (_OP_DATA_END, _OP_FOOTER):
                     report.complete = True
                     return
-            except _Bad as exc:
+            except BadRecord as exc:
                 report.corrupt_chunks += op == _OP_CHUNK
                 if len(report.notes) < 20:
                     report.notes.append(f"skipped record 0x{op:02x} at offset {pos}: {exc}")

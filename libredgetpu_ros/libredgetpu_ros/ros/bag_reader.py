@@ -101,16 +101,17 @@ def _failed(timestamp: int, topic: str, cause: str, text: str) -> Decoded:
 
 def frames(reader: Any, topics: list[str], views: bool = True,
            max_pixels: int | None = None) -> Iterator[Decoded]:
-    """The decoded messages of ``topics`` in bag order (zero-copy where ``mcap_view`` can, unless
-    ``views`` is False); ``max_pixels``: see :func:`decode`."""
+    """The decoded messages of ``topics`` in bag order (through ``mcap_view`` where it can: zero-copy for
+    uncompressed chunks, a damaged chunk skipped also when compressed; unless ``views`` is False);
+    ``max_pixels``: see :func:`decode`."""
     connections = [c for c in reader.connections if c.topic in topics]
-    messages = message_views(reader, connections) if views else None
+    messages = message_views(reader, connections, compressed=True) if views else None
     if messages is None:
         messages = reader.messages(connections=connections)
     for conn, timestamp, raw in messages:
         if raw is None:  # in an MCAP chunk that failed its checks (bags.mcap_view): never decoded
             yield _failed(timestamp, conn.topic, "corrupt_chunk",
-                          "in a chunk failing its CRC or bounds checks")
+                          "in a chunk failing its CRC, size, decompression or bounds checks")
             continue
         yield decode(conn.msgtype, conn.topic, timestamp, raw, max_pixels)
 
