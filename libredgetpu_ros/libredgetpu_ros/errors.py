@@ -66,6 +66,12 @@ class BackendError(LibrEdgeTpuError):
     """A backend cannot load or run a model."""
 
 
+class OutputError(InputError):
+    """An output file cannot be written where the caller asked: missing folder, no permission, disk full.
+
+    The previous file of that name is left as it was (see libredgetpu_ros.atomicio)."""
+
+
 class ModelFetchError(LibrEdgeTpuError):
     """A catalogue model could not be fetched or imported: network, truncated transfer, wrong checksum."""
 

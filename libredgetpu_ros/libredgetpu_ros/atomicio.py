@@ -1,0 +1,257 @@
+"""Every file this package writes goes through here: readers see the old file or the new one, never half.
+
+The bytes go to a hidden temporary name in the SAME folder as the final name (so the rename cannot cross a
+file system), are flushed and fsync'ed, and the temporary is renamed onto the final name with ``os.replace``
+(atomic on POSIX); then the folder is fsync'ed so the rename itself survives a power cut. If anything fails or
+interrupts the write before the rename (an exception, a full disk, Ctrl-C), the temporary is removed and the
+old file is untouched. A ``kill -9`` cannot be cleaned up after, but it too leaves the final name alone: what
+remains is a hidden ``.<name>.<random>.tmp`` beside it.
+
+Four shapes, one mechanism:
+
+- :func:`atomic_write_bytes` / :func:`atomic_write_text` for data already in memory;
+- :func:`atomic_open`, a context manager yielding a binary (or text) file object, for writers that stream;
+- :func:`atomic_path`, yielding a fresh path that does not exist yet, for libraries that insist on creating
+  the file or folder themselves (bag writers); whatever they leave there replaces the final name;
+- :func:`atomic_directory`, yielding an empty temporary folder beside the final one, renamed into place whole.
+
+Failures to write (missing folder, no permission, disk full) become
+:class:`~libredgetpu_ros.errors.OutputError` naming the final path; any other exception from the caller's
+block passes through unchanged after the clean-up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from libredgetpu_ros.errors import OutputError
+
+__all__ = ["atomic_directory", "atomic_open", "atomic_path", "atomic_write_bytes", "atomic_write_text",
+           "fsync_directory"]
+
+
+# errno values of a write that reached the file system and failed: these mean "cannot write the output"
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS})
+
+
+def fsync_directory(directory: str | os.PathLike) -> None:
+    """Make a rename or creation inside ``directory`` durable (no-op where a folder cannot be fsync'ed)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass    # e.g. EINVAL on some network/FUSE file systems: the rename still happened
+    finally:
+        os.close(fd)
+
+
+def _current_umask() -> int:
+    """The process umask, read without changing it (``os.umask`` sets it: a racing thread would see 0o000)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _final_mode(final: Path, default: int) -> int:
+    """Keep the permissions of the file being replaced; a new file gets the usual ``default & ~umask``."""
+    try:
+        return final.stat().st_mode & 0o7777
+    except OSError:
+        return default & ~_current_umask()
+
+
+def _checked_folder(final: Path) -> Path:
+    folder = final.parent
+    if not folder.is_dir():
+        raise OutputError(f"cannot write {final}: folder {folder} does not exist")
+    if final.is_dir() and not final.is_symlink():
+        raise OutputError(f"cannot write {final}: it is a folder")
+    return folder
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink()
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "wb", *, encoding: str | None = None,
+                newline: str | None = None) -> Iterator[IO]:
+    """Yield a file object open on a temporary beside ``path``; on a clean exit it replaces ``path`` durably.
+
+    ``mode`` is ``"wb"`` (default) or ``"w"`` (text; ``encoding`` defaults to UTF-8). On an exception or
+    interruption inside the block the temporary is removed and ``path`` keeps its old content.
+    """
+    if mode not in ("wb", "w"):
+        raise ValueError(f"atomic_open writes whole files: mode must be 'wb' or 'w', not {mode!r}")
+    final = Path(path)
+    folder = _checked_folder(final)
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name[:200]}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise OutputError(f"cannot write into {folder}: {exc.strerror or exc}") from exc
+    tmp = Path(tmp_name)
+    text = mode == "w"
+    handle = os.fdopen(fd, mode, encoding=(encoding or "utf-8") if text else None,
+                       newline=newline if text else None)
+    try:
+        try:
+            yield handle
+        except OSError as exc:
+            if exc.errno in _WRITE_ERRNOS:   # the caller's write failed; its other OSErrors stay its own
+                raise OutputError(f"cannot write {final}: {exc.strerror or exc}") from exc
+            raise
+        try:
+            handle.flush()
+            os.fsync(handle.fileno())
+            handle.close()
+            os.chmod(tmp, _final_mode(final, 0o666))
+            os.replace(tmp, final)
+        except OSError as exc:
+            raise OutputError(f"cannot write {final}: {exc.strerror or exc}") from exc
+    except BaseException:
+        with contextlib.suppress(OSError):
+            handle.close()
+        _remove(tmp)
+        raise
+    fsync_directory(folder)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes | bytearray | memoryview) -> int:
+    """Write ``data`` to ``path`` atomically and durably; returns the number of bytes written."""
+    view = memoryview(data).cast("B")
+    with atomic_open(path, "wb") as handle:
+        handle.write(view)
+    return view.nbytes
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, *, encoding: str = "utf-8") -> int:
+    """Write ``text`` to ``path`` atomically and durably; returns the number of bytes written."""
+    return atomic_write_bytes(path, text.encode(encoding))
+
+
+def _fsync_tree(root: Path) -> None:
+    """fsync every file and folder under ``root`` (itself included) before ``root`` is renamed."""
+    if not root.is_dir() or root.is_symlink():
+        with open(root, "rb") as handle:
+            os.fsync(handle.fileno())
+        return
+    for folder, _subfolders, files in os.walk(root):
+        for name in files:
+            file_path = Path(folder, name)
+            if not file_path.is_symlink():
+                with open(file_path, "rb") as handle:
+                    os.fsync(handle.fileno())
+        fsync_directory(folder)
+
+
+_RENAME_EXCHANGE = 2    # linux/fs.h
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two existing names in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False when unavailable."""
+    libc_name = ctypes.util.find_library("c")
+    if libc_name is None:
+        return False
+    libc = ctypes.CDLL(libc_name, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    at_fdcwd = -100
+    result = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE)
+    if result == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):    # this kernel or file system cannot swap
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _publish(tmp: Path, final: Path) -> None:
+    """Move ``tmp`` onto ``final``. A file, or a folder onto nothing, is one ``os.replace``; a folder onto an
+    existing folder is swapped in one step where the kernel can, else the old one is set aside until the new
+    one is in place and put back if that fails."""
+    if not (tmp.is_dir() and final.exists()):
+        os.replace(tmp, final)
+        return
+    if _exchange(tmp, final):
+        _remove(tmp)    # tmp now holds the old content
+        return
+    aside = Path(tempfile.mkdtemp(prefix=f".{final.name[:200]}.", suffix=".old", dir=final.parent))
+    os.rmdir(aside)
+    os.replace(final, aside)
+    try:
+        os.replace(tmp, final)
+    except BaseException:
+        os.replace(aside, final)
+        raise
+    _remove(aside)
+
+
+@contextlib.contextmanager
+def _atomic_target(path: str | os.PathLike, *, make_folder: bool) -> Iterator[Path]:
+    final = Path(path)
+    folder = final.parent
+    if not folder.is_dir():
+        raise OutputError(f"cannot write {final}: folder {folder} does not exist")
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name[:200]}.", suffix=".tmp", dir=folder))
+        if not make_folder:
+            os.rmdir(tmp)   # the name stays ours in practice: hidden, random, in the caller's output folder
+    except OSError as exc:
+        raise OutputError(f"cannot write into {folder}: {exc.strerror or exc}") from exc
+    try:
+        try:
+            yield tmp
+        except OSError as exc:
+            if exc.errno in _WRITE_ERRNOS:
+                raise OutputError(f"cannot write {final}: {exc.strerror or exc}") from exc
+            raise
+        if not tmp.exists():
+            raise OutputError(f"cannot write {final}: the writer created nothing at {tmp}")
+        if final.exists() and final.is_dir() != tmp.is_dir():
+            kind = "folder" if final.is_dir() else "file"
+            raise OutputError(f"cannot write {final}: a {kind} of that name is in the way")
+        try:
+            _fsync_tree(tmp)
+            os.chmod(tmp, _final_mode(final, 0o777 if tmp.is_dir() else 0o666))
+            _publish(tmp, final)
+        except OSError as exc:
+            raise OutputError(f"cannot write {final}: {exc.strerror or exc}") from exc
+    except BaseException:
+        _remove(tmp)
+        raise
+    fsync_directory(folder)
+
+
+def atomic_path(path: str | os.PathLike) -> contextlib.AbstractContextManager[Path]:
+    """Yield a path beside ``path`` that does not exist yet; whatever the block creates there (a file or a
+    folder, e.g. a bag a library writes itself) is fsync'ed and renamed onto ``path`` on a clean exit, removed
+    otherwise."""
+    return _atomic_target(path, make_folder=False)
+
+
+def atomic_directory(path: str | os.PathLike) -> contextlib.AbstractContextManager[Path]:
+    """Yield an empty temporary folder beside ``path``; on a clean exit its whole tree is fsync'ed and it
+    replaces ``path`` (a folder); on an exception or interruption it is removed and ``path`` keeps its old
+    content."""
+    return _atomic_target(path, make_folder=True)
