@@ -39,6 +39,18 @@ class ProtocolError(InputError):
     """A network packet is malformed, truncated, oversized or names a field value out of bounds."""
 
 
+class TextDataError(InputError):
+    """A user's YAML / JSON file cannot be read within its budgets (textdata.py).
+
+    ``kind`` is the parser's exception class ("ScannerError", "JSONDecodeError", "UnicodeDecodeError"...) or
+    "limit" for a refused size, depth or alias expansion; ``origin`` names the file; ``detail`` is the
+    parser's full message."""
+
+    def __init__(self, message: str, *, kind: str, origin: str = "", detail: str = "") -> None:
+        super().__init__(message)
+        self.kind, self.origin, self.detail = kind, origin, detail
+
+
 class IOSpecError(InputError):
     """A Femtosense IOSpec file or a vector given for it is invalid.
 
