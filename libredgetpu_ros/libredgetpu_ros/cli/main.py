@@ -25,6 +25,7 @@ from libredgetpu_ros.errors import LibrEdgeTpuError
 SUBCOMMANDS: list[tuple[str, str]] = [
     ("inspect", "inspect_cmd"),
     ("devices", "devices_cmd"),
+    ("doctor", "doctor_cmd"),
     ("plan", "plan_cmd"),
     ("infer", "infer_cmd"),
     ("blob", "blob_cmd"),
