@@ -1,6 +1,7 @@
 # libredgetpu_ros workspace: `make demo`, `make test` (both run `make setup` first).
 #
-# setup  create .venv (python3.11), install requirements.lock.txt and the launch system + `ros2` CLI from
+# setup  check the system packages first (tools/check_prereqs.sh names what is missing and the install line),
+#        then create .venv (python3.11), install requirements.lock.txt and the launch system + `ros2` CLI from
 #        ../shared/ros/wheels, build our interfaces, composition_interfaces and vision_msgs with CMake into
 #        the venv prefix, install libredgetpu_ros editable and the colcon way (ros2 launch/run find it).
 #        Stamp files under .venv/.stamps make a second run with nothing to do take seconds.
@@ -37,12 +38,19 @@ NPROC := $(shell nproc 2>/dev/null || echo 2)
 SHARED ?= ../shared
 SHARED_ROS := $(abspath $(SHARED))/ros
 
-.PHONY: help setup test test-launch lint demo bench clean distclean
+.PHONY: help setup prereqs prereqs-test test test-launch lint demo bench clean distclean
 
 help:
 	@sed -n '/^#/!q; s/^# \{0,1\}//p' Makefile
 
-setup: $(STAMPS)/package
+setup: prereqs $(STAMPS)/package
+
+# System packages first: a missing one is named with its install line before anything is built.
+prereqs:
+	@tools/check_prereqs.sh --for setup
+
+prereqs-test:
+	@tools/check_prereqs.sh --for test
 
 $(VPY):
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Debian: apt-get install python3.11 python3.11-venv python3.11-dev)" >&2; exit 2; }
@@ -119,7 +127,7 @@ lint: setup
 # test/launch/conftest.py keeps the main run from collecting the launch tests, and those run after the suite
 # through `launch_test` (the runner colcon's add_launch_test uses; it works with any pytest), one file at a
 # time, each bounded in time: tools/run_launch_tests.sh. Only the launch tests: make test-launch
-test: lint
+test: prereqs-test lint
 	PYTHONSAFEPATH=1 $(SANDBOX) $(VPY) -m pytest $(PYTEST_ARGS)
 	$(SANDBOX) tools/run_launch_tests.sh
 
