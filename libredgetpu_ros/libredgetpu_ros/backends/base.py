@@ -84,6 +84,14 @@ class BoundaryInfo:
             cpu_ops_after=tuple(o.opcode_name for o in model.cpu_ops_after(op)),
         )
 
+    @classmethod
+    def from_graph(cls, model: Any, model_path: Path | None = None) -> BoundaryInfo:
+        """The whole graph of an uncompiled model as the boundary (the CPU backend runs it as is)."""
+        return cls(model_path=model_path, op_index=-1,
+                   inputs=tuple(tensor_spec(model.tensors[i]) for i in model.inputs),
+                   outputs=tuple(tensor_spec(model.tensors[i]) for i in model.outputs),
+                   cpu_ops_before=(), cpu_ops_after=())
+
     @property
     def output_names(self) -> tuple[str, ...]:
         return tuple(t.name for t in self.outputs)
@@ -127,8 +135,9 @@ class Backend(Protocol):
     def load(self, model_path: Path, cpu_model_path: Path | None = None) -> None:
         """Prepare ``model_path`` (a compiled ``*_edgetpu.tflite``); ``cpu_model_path`` names its CPU twin."""
 
-    def run(self, inputs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
-        """One inference: Edge TPU op inputs in, op outputs (quantized, keyed by tensor name) out."""
+    def run(self, inputs: Sequence[np.ndarray], parameters: Any = None) -> dict[str, np.ndarray]:
+        """One inference: Edge TPU op inputs in, op outputs (quantized, keyed by tensor name) out;
+        ``parameters`` (a ``reparam.ParameterSet``) replaces the compiled parameters (see reparam/)."""
 
     def describe(self) -> dict[str, Any]:
         """Backend, device, model and twin paths, for logs and ``--json``."""

@@ -18,6 +18,8 @@ from libredgetpu_ros.backends.base import BoundaryInfo, check_inputs
 from libredgetpu_ros.backends.twin import CutTwin, cut_twin, find_twin
 from libredgetpu_ros.errors import BackendError, InputError, ModelFormatError
 
+_KEPT_VERSIONS = 2  # interpreters kept for re-parameterised versions: the current one and the one before
+
 
 class CpuBackend:
     """``Backend`` on LiteRT. ``num_threads=None`` keeps LiteRT's default."""
@@ -35,6 +37,8 @@ class CpuBackend:
         self._input_indices: list[int] = []
         self._output_indices: list[tuple[str, int]] = []
         self._lock = threading.Lock()
+        self._twin_spans: dict[int, tuple[int, int]] = {}
+        self._versions: dict[tuple[int, int], Any] = {}  # ParameterSet.key -> its interpreter
 
     @property
     def boundary(self) -> BoundaryInfo:
@@ -58,8 +62,14 @@ class CpuBackend:
             compiled = load_model(model_path)
         except OSError as exc:
             raise InputError(f"cannot read model {model_path}: {exc.strerror or exc}") from exc
-        boundary = BoundaryInfo.from_model(compiled, model_path)
-        twin = cut_twin(boundary, find_twin(model_path, cpu_model_path))
+        if not compiled.edgetpu_ops() and cpu_model_path is None:
+            # an uncompiled model (a template whose compiled file does not exist): the whole graph runs
+            boundary = BoundaryInfo.from_graph(compiled, model_path)
+            twin = CutTwin(path=model_path, content=bytes(compiled.data), output_names=boundary.output_names,
+                           kept_ops=len(compiled.operators), dropped_ops=())
+        else:
+            boundary = BoundaryInfo.from_model(compiled, model_path)
+            twin = cut_twin(boundary, find_twin(model_path, cpu_model_path))
         try:
             interpreter = Interpreter(model_content=twin.content, num_threads=self._num_threads)
             interpreter.allocate_tensors()
@@ -89,12 +99,51 @@ class CpuBackend:
             self._model_path = model_path
             self._input_indices = [int(d["index"]) for d in inputs]
             self._output_indices = [(s.name, int(outputs[s.name]["index"])) for s in boundary.outputs]
+            self._twin_spans = {}
+            self._versions = {}
 
-    def run(self, inputs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    def _interpreter_for(self, parameters: Any) -> Any:
+        """LiteRT on the cut twin carrying ``parameters.twin`` (a ``reparam.ParameterSet``)."""
+        from ai_edge_litert.interpreter import Interpreter
+
+        from libredgetpu_ros.formats import load_model
+        from libredgetpu_ros.reparam.twin import patch_twin_content, twin_tensor_span
+
+        twin = self.twin
+        missing = [i for i in parameters.twin if i not in self._twin_spans]
+        if missing:
+            model = load_model(twin.content)
+            spans = dict(self._twin_spans)
+            spans.update({i: twin_tensor_span(model, i) for i in missing})
+            self._twin_spans = spans
+        content = patch_twin_content(twin.content, self._twin_spans, parameters.twin)
+        try:
+            interpreter = Interpreter(model_content=content, num_threads=self._num_threads)
+            interpreter.allocate_tensors()
+        except (RuntimeError, ValueError) as exc:
+            raise BackendError(f"LiteRT cannot load the re-parameterised twin {twin.path}: {exc}") from exc
+        return interpreter
+
+    def prepare(self, parameters: Any) -> None:
+        """Build the interpreter of a ``reparam.ParameterSet`` before it is published (errors refuse it)."""
+        if not parameters.twin or parameters.version == 0 or parameters.key in self._versions:
+            return
+        interpreter = self._interpreter_for(parameters)
+        with self._lock:
+            self._versions[parameters.key] = interpreter
+            while len(self._versions) > _KEPT_VERSIONS:
+                del self._versions[next(iter(self._versions))]
+
+    def run(self, inputs: Sequence[np.ndarray], parameters: Any = None) -> dict[str, np.ndarray]:
+        """One inference; ``parameters`` (a ``reparam.ParameterSet``) selects the twin values to run with."""
+        if parameters is not None and parameters.twin and parameters.version != 0:
+            self.prepare(parameters)  # no-op when already built
         with self._lock:
             interpreter = self._interpreter
             if interpreter is None:
                 raise BackendError("CPU backend: run() before load() or after close()")
+            if parameters is not None and parameters.twin and parameters.version != 0:
+                interpreter = self._versions.get(parameters.key) or self._interpreter_for(parameters)
             for index, array in zip(self._input_indices, check_inputs(inputs, self._boundary.inputs),
                                     strict=True):
                 interpreter.set_tensor(index, array)
@@ -114,3 +163,4 @@ class CpuBackend:
     def close(self) -> None:
         with self._lock:
             self._interpreter = None
+            self._versions = {}

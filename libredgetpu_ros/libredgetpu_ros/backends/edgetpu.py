@@ -1,7 +1,13 @@
-"""Edge TPU backend: a compiled model's ``edgetpu-custom-op`` run on a Coral USB accelerator."""
+"""Edge TPU backend: a compiled model's ``edgetpu-custom-op`` run on a Coral USB accelerator.
+
+``run(inputs, parameters)`` takes a ``reparam.ParameterSet``: its PARAMETER_CACHING blob is uploaded under
+the set's key (once per version; ``prepare`` does it when the set is published) and its EXECUTION_ONLY /
+STAND_ALONE blob is streamed with the instructions in place of the compiled one.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -61,6 +67,7 @@ class EdgeTpuBackend:
         self._model_path: Path | None = None
         self._cpu_model_path: Path | None = None
         self.last_latency_ms: float | None = None
+        self._versioned: tuple[Any, Any] | None = None  # (ParameterSet.key, package with its eo/sa blobs)
 
     def load(self, model_path: Path, cpu_model_path: Path | None = None) -> None:
         from libredgetpu_ros.edgetpu.device import EdgeTpuDevice
@@ -87,6 +94,35 @@ class EdgeTpuBackend:
         self._package, self.boundary = package, boundary
         self._in_layers, self._out_layers = in_layers, out_layers
         self._model_path, self._cpu_model_path = model_path, cpu_model_path
+        self._versioned = None
+
+    def _package_for(self, parameters: Any) -> Any:
+        """The loaded package with the set's EXECUTION_ONLY / STAND_ALONE parameters in place of its own."""
+        from libredgetpu_ros.formats.darwinn import ExecutableType
+
+        cached = self._versioned
+        if cached is not None and cached[0] == parameters.key:
+            return cached[1]
+        kinds = {ExecutableType.EXECUTION_ONLY: "eo", ExecutableType.STAND_ALONE: "sa"}
+        executables = []
+        for exe in self._package.executables:
+            blob = parameters.blobs.get(kinds.get(exe.type, ""))
+            if blob is not None and len(blob) != len(exe.parameters):
+                raise ModelFormatError(f"{self._model_path}: new {kinds[exe.type]!r} blob has {len(blob)} "
+                                       f"bytes, the executable takes {len(exe.parameters)}")
+            executables.append(exe if blob is None else dataclasses.replace(exe, parameters=memoryview(blob)))
+        package = dataclasses.replace(self._package, executables=executables)
+        self._versioned = (parameters.key, package)
+        return package
+
+    def prepare(self, parameters: Any) -> None:
+        """Upload a ``reparam.ParameterSet``'s PARAMETER_CACHING blob before it is published."""
+        if self._device is None or self._package is None:
+            raise BackendError("EdgeTpuBackend.prepare called before load()")
+        caching = self._package.parameter_caching
+        blob = parameters.blobs.get("pc")
+        if caching is not None and blob is not None and parameters.version != 0:
+            self._device.load_parameters(caching, memoryview(blob), cache_key=parameters.key)
 
     def _device_inputs(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         assert self.boundary is not None
@@ -98,13 +134,20 @@ class EdgeTpuBackend:
             arrays.append(data)
         return arrays
 
-    def run(self, inputs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, inputs: Sequence[np.ndarray], parameters: Any = None) -> dict[str, np.ndarray]:
+        """One inference; ``parameters`` (a ``reparam.ParameterSet``) selects the blobs to run with."""
         from libredgetpu_ros.formats.layout import fix_int8_sign, relayout_output
 
         if self._device is None or self.boundary is None:
             raise BackendError("EdgeTpuBackend.run called before load()")
         start = time.perf_counter()
-        raw = self._device.run(self._package, self._device_inputs(inputs))
+        if parameters is None or parameters.version == 0:
+            raw = self._device.run(self._package, self._device_inputs(inputs))
+        else:
+            blob = parameters.blobs.get("pc")
+            raw = self._device.run(self._package_for(parameters), self._device_inputs(inputs),
+                                   parameters=None if blob is None else memoryview(blob),
+                                   cache_key=None if blob is None else parameters.key)
         self.last_latency_ms = (time.perf_counter() - start) * 1e3
         runnable = self._package.runnable
         by_name = {layer.name: i for i, layer in enumerate(runnable.output_layers)}

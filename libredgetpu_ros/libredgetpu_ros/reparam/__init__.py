@@ -1,0 +1,17 @@
+"""Compiler-free re-parameterisation: new int8 values into a loaded model's parameter blobs and CPU twin,
+versioned and published atomically. One mechanism for MatMul's ``set_weights``, the spot tracker's colour,
+the pattern tracker's template (see docs/robotics.md)."""
+
+from libredgetpu_ros.reparam.store import (
+    SIGN_FLIP,
+    ParameterSet,
+    ParameterStore,
+    ParameterTarget,
+    device_to_int8,
+    int8_to_device,
+    patch_blob,
+)
+from libredgetpu_ros.reparam.twin import patch_twin_content, twin_tensor_span
+
+__all__ = ["SIGN_FLIP", "ParameterSet", "ParameterStore", "ParameterTarget", "device_to_int8",
+           "int8_to_device", "patch_blob", "patch_twin_content", "twin_tensor_span"]

@@ -1,0 +1,309 @@
+"""The shared base of the robotics modules: a template (compiled model + CPU twin + sidecar) and its runner.
+
+A template ``NAME`` is up to three files in one folder: ``NAME_edgetpu.tflite`` (compiled by
+``edgetpu_compiler``; missing for the pattern trackers, see docs/robotics.md), ``NAME.tflite`` (the int8 model
+it was compiled from, the "twin") and ``NAME_edgetpu.json`` (LibrEdgeTPU's sidecar: sizes, temperature, blob
+offsets). Every scale and zero point is read from the MODEL; the sidecar's copies are checked against it and
+a disagreement is a ``ModelFormatError`` naming the field (fields the sidecars are known to get wrong, such as
+the spot tracker's ``color_weight_scale``, are left to the module, which reads the model instead).
+
+API (for every module in this folder):
+
+- :func:`load_template(path_or_name, folder=None)` -> :class:`RoboticsTemplate`: ``input`` / ``outputs``
+  (``TensorSpec``), ``sidecar`` (dict), ``blobs()`` (the compiled parameter blobs by kind ``"pc"`` /
+  ``"eo"`` / ``"sa"``), ``conv_weights(n)`` (the twin tensor of the n-th CONV_2D's filter),
+  ``field(key)`` (a sidecar-only value, checked), ``check_sidecar(key, model_value)``.
+- :class:`TemplateRunner(template, backend="auto", device=None)`: one loaded backend (Edge TPU or CPU twin)
+  and a :class:`~libredgetpu_ros.reparam.ParameterStore` holding the parameters; ``run(inputs)`` ->
+  ``(outputs by tensor name, ParameterSet)`` from one snapshot; ``publish(blobs=..., twin=...)`` swaps in
+  new parameters atomically (uploaded / rebuilt before they become current). Modules that never swap
+  (optical flow) simply never publish.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from libredgetpu_ros.backends.base import BoundaryInfo, TensorSpec, tensor_spec
+from libredgetpu_ros.errors import BackendError, ConfigError, InputError, ModelFormatError
+from libredgetpu_ros.reparam import ParameterSet, ParameterStore
+
+COMPILED_SUFFIX = "_edgetpu.tflite"
+SIDECAR_SUFFIX = "_edgetpu.json"
+# Sidecar floats are float32 values printed as doubles.
+SIDECAR_RTOL = 1e-6
+MAX_SIDECAR_BYTES = 1 << 20
+
+
+def default_folder() -> Path:
+    """The shared fixtures' ``robotics`` folder (templates are grouped there by module)."""
+    from libredgetpu_ros.fixtures import fixtures_dir
+
+    return fixtures_dir() / "robotics"
+
+
+def _base_of(path: Path) -> Path:
+    name = path.name
+    for suffix in (COMPILED_SUFFIX, SIDECAR_SUFFIX, ".tflite"):
+        if name.endswith(suffix):
+            return path.with_name(name[: -len(suffix)])
+    return path
+
+
+def template_files(template: str | Path, folder: Path | None = None) -> tuple[Path | None, Path, Path]:
+    """(compiled or None, twin, sidecar) of a template given by any of its files or its base name.
+
+    A bare name (``color_red_64x64``) is looked up in ``folder`` and its sub-folders (default: the fixtures'
+    ``robotics`` folder)."""
+    path = Path(template)
+    base = _base_of(path)
+    if not base.parent.joinpath(base.name + ".tflite").is_file() and path.parent == Path("."):
+        root = Path(folder) if folder is not None else default_folder()
+        hits = sorted(root.glob(f"**/{base.name}.tflite"))
+        if hits:
+            base = hits[0].with_name(base.name)
+    compiled = base.with_name(base.name + COMPILED_SUFFIX)
+    twin = base.with_name(base.name + ".tflite")
+    sidecar = base.with_name(base.name + SIDECAR_SUFFIX)
+    missing = [str(p) for p in (twin, sidecar) if not p.is_file()]
+    if missing:
+        raise ModelFormatError(f"template {str(template)!r} is incomplete: missing {', '.join(missing)} "
+                               f"(a template is NAME.tflite + NAME_edgetpu.json, plus NAME_edgetpu.tflite "
+                               f"to run on the Edge TPU)")
+    return (compiled if compiled.is_file() else None), twin, sidecar
+
+
+def _read_sidecar(path: Path) -> dict[str, Any]:
+    try:
+        size = path.stat().st_size
+        if size > MAX_SIDECAR_BYTES:
+            raise ModelFormatError(f"{path}: sidecar is {size} bytes, more than the {MAX_SIDECAR_BYTES} "
+                                   f"allowed")
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot read sidecar {path}: {exc.strerror or exc}") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelFormatError(f"{path}: sidecar is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ModelFormatError(f"{path}: sidecar must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, (int, float)):
+        return a == b
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return math.isclose(float(a), float(b), rel_tol=SIDECAR_RTOL, abs_tol=1e-12)
+
+
+@dataclass(frozen=True, eq=False)
+class RoboticsTemplate:
+    """A loaded template whose sidecar agrees with its model (see the module docstring)."""
+
+    name: str
+    compiled_path: Path | None
+    twin_path: Path
+    sidecar_path: Path
+    sidecar: dict[str, Any]
+    twin: Any  # formats.TfliteModel of the uncompiled model
+    compiled: Any  # formats.TfliteModel of the compiled model, or None
+    boundary: BoundaryInfo  # the Edge TPU op's tensors; the twin's graph when no compiled model exists
+
+    @property
+    def input(self) -> TensorSpec:
+        return self.boundary.inputs[0]
+
+    @property
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        return self.boundary.outputs
+
+    @property
+    def output(self) -> TensorSpec:
+        return self.boundary.outputs[0]
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """(height, width, channels) of the input image."""
+        shape = self.input.shape
+        return int(shape[1]), int(shape[2]), int(shape[3])
+
+    def package(self) -> Any:
+        """The compiled model's DarwiNN package (ModelFormatError when there is no compiled model)."""
+        if self.compiled is None:
+            raise ModelFormatError(f"template {self.name}: no compiled model ({self.name}{COMPILED_SUFFIX}) "
+                                   f"next to {self.twin_path}; it runs on the CPU twin only")
+        return self.compiled.darwinn(self.compiled.edgetpu_ops()[0])
+
+    def blobs(self) -> dict[str, np.ndarray]:
+        """The compiled parameter blobs by kind (``pc``, ``eo``, ``sa``) as read-only uint8 views; {} without
+        a compiled model."""
+        if self.compiled is None:
+            return {}
+        from libredgetpu_ros.formats.darwinn import ExecutableType
+
+        kinds = {ExecutableType.PARAMETER_CACHING: "pc", ExecutableType.EXECUTION_ONLY: "eo",
+                 ExecutableType.STAND_ALONE: "sa"}
+        out = {}
+        for exe in self.package().executables:
+            view = np.frombuffer(exe.parameters, dtype=np.uint8)
+            out[kinds[exe.type]] = view
+        return out
+
+    def conv_weights(self, n: int = 0) -> Any:
+        """The twin tensor holding the filter of the ``n``-th CONV_2D (formats ``Tensor``)."""
+        convs = [op for op in self.twin.operators if op.opcode_name == "CONV_2D"]
+        if n >= len(convs):
+            raise ModelFormatError(f"{self.twin_path}: has {len(convs)} CONV_2D op(s), no #{n}")
+        tensor = self.twin.tensors[convs[n].inputs[1]]
+        if tensor.dtype != np.int8 or self.twin.buffer_data(tensor) is None:
+            raise ModelFormatError(f"{self.twin_path}: CONV_2D #{n}'s filter {tensor.name!r} is not a "
+                                   f"constant int8 tensor")
+        return tensor
+
+    def weight_scale(self, tensor: Any) -> float:
+        """The (single) scale of a twin tensor, from the model."""
+        spec = tensor_spec(tensor)
+        if spec.scale <= 0 or not math.isfinite(spec.scale):
+            raise ModelFormatError(f"{self.twin_path}: tensor {tensor.name!r} has scale {spec.scale}")
+        return spec.scale
+
+    def field(self, key: str, kind: type = float) -> Any:
+        """A sidecar field with no copy in the model (temperature, offsets...); missing/mistyped: error."""
+        if key not in self.sidecar:
+            raise ModelFormatError(f"{self.sidecar_path}: field {key!r} missing")
+        value = self.sidecar[key]
+        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+              and math.isfinite(float(value))) if kind is float else isinstance(value, kind)
+        if kind is int and isinstance(value, bool):
+            ok = False
+        if not ok:
+            raise ModelFormatError(f"{self.sidecar_path}: field {key!r} is {value!r}, expected "
+                                   f"{kind.__name__}")
+        return float(value) if kind is float else value
+
+    def check_sidecar(self, key: str, model_value: Any) -> None:
+        """Raise ModelFormatError when the sidecar has ``key`` and it disagrees with the model's value."""
+        if key in self.sidecar and not _same(self.sidecar[key], model_value):
+            raise ModelFormatError(f"{self.sidecar_path}: field {key!r} is {self.sidecar[key]!r} but the "
+                                   f"model says {model_value!r}")
+
+
+def load_template(template: str | Path, folder: Path | None = None) -> RoboticsTemplate:
+    """Load a template and check its sidecar's copies of the model's quantization and shapes."""
+    from libredgetpu_ros.formats import load_model
+
+    compiled_path, twin_path, sidecar_path = template_files(template, folder)
+    sidecar = _read_sidecar(sidecar_path)
+    try:
+        twin = load_model(twin_path)
+        compiled = load_model(compiled_path) if compiled_path is not None else None
+    except OSError as exc:
+        raise InputError(f"cannot read template {template}: {exc.strerror or exc}") from exc
+    if twin.edgetpu_ops():
+        raise ModelFormatError(f"{twin_path}: the twin is itself compiled; it must be the uncompiled model")
+    boundary = (BoundaryInfo.from_model(compiled, compiled_path) if compiled is not None
+                else BoundaryInfo.from_graph(twin, twin_path))
+    if len(boundary.inputs) != 1 or len(boundary.inputs[0].shape) != 4:
+        raise ModelFormatError(f"{compiled_path or twin_path}: a robotics template takes one [1, H, W, C] "
+                               f"image, found inputs {[s.shape for s in boundary.inputs]}")
+    result = RoboticsTemplate(name=twin_path.stem, compiled_path=compiled_path, twin_path=twin_path,
+                              sidecar_path=sidecar_path, sidecar=sidecar, twin=twin, compiled=compiled,
+                              boundary=boundary)
+    _check_common(result)
+    return result
+
+
+def _check_common(t: RoboticsTemplate) -> None:
+    """The sidecar fields every LibrEdgeTPU template carries, against the model."""
+    h, w, c = t.image_shape
+    spec_in, spec_out = t.input, t.output
+    for key, value in (("input_scale", spec_in.scale), ("input_zero_point", spec_in.zero_point),
+                       ("output_scale", spec_out.scale), ("output_zero_point", spec_out.zero_point),
+                       ("output_count", int(np.prod(spec_out.shape))), ("channels", c)):
+        t.check_sidecar(key, value)
+    for prefix in ("", "search_"):
+        t.check_sidecar(prefix + "height", h)
+        t.check_sidecar(prefix + "width", w)
+    twin_in = tensor_spec(t.twin.tensors[t.twin.inputs[0]])
+    if twin_in.shape != spec_in.shape or twin_in.dtype != spec_in.dtype:
+        raise ModelFormatError(f"{t.twin_path}: input {twin_in.shape} {twin_in.dtype} does not match the "
+                               f"compiled model's {spec_in.shape} {spec_in.dtype}")
+
+
+class TemplateRunner:
+    """A template on one backend with versioned, swappable parameters (see the module docstring).
+
+    ``twin_tensors`` names the twin tensors swaps may change (their current values start the store);
+    ``backend_object`` replaces opening one (tests pass a double that records what it is given), and
+    ``blobs`` the compiled blobs to start from (only for such doubles when no compiled model exists).
+    """
+
+    def __init__(self, template: RoboticsTemplate, backend: str = "auto", device: Any = None, *,
+                 twin_tensors: Sequence[int] = (), backend_object: Any = None,
+                 blobs: Mapping[str, np.ndarray] | None = None, cpu_threads: int | None = 1) -> None:
+        self.template = template
+        if backend_object is not None:
+            self.backend = backend_object
+        else:
+            self.backend = _open(template, backend, device, cpu_threads)
+        start_blobs = dict(template.blobs() if blobs is None else blobs)
+        twin = {int(i): template.twin.buffer_data(template.twin.tensors[i]) for i in twin_tensors}
+        self.store = ParameterStore(start_blobs, twin)
+        prepare = getattr(self.backend, "prepare", None)
+        if prepare is not None:
+            self.store.add_target(self.backend)
+
+    @property
+    def backend_name(self) -> str:
+        return str(getattr(self.backend, "name", type(self.backend).__name__))
+
+    @property
+    def parameters(self) -> ParameterSet:
+        return self.store.current
+
+    def run(self, inputs: Sequence[np.ndarray]) -> tuple[dict[str, np.ndarray], ParameterSet]:
+        """One inference on one parameter snapshot: (outputs by tensor name, the set they came from)."""
+        parameters = self.store.current
+        outputs = self.backend.run(list(inputs), parameters=parameters)
+        return outputs, parameters
+
+    def publish(self, blobs: Mapping[str, np.ndarray] | None = None,
+                twin: Mapping[int, np.ndarray] | None = None,
+                meta: Mapping[str, Any] | None = None) -> ParameterSet:
+        """Swap in new blobs / twin tensors (see ``ParameterStore.publish``); returns the new set."""
+        return self.store.publish(blobs=blobs, twin=twin, meta=meta)
+
+    def describe(self) -> dict[str, Any]:
+        info = dict(self.backend.describe()) if hasattr(self.backend, "describe") else {}
+        info.update(template=self.template.name, parameters_version=self.store.version)
+        return info
+
+    def close(self) -> None:
+        if self.backend is not None:
+            self.backend.close()
+
+
+def _open(template: RoboticsTemplate, backend: str, device: Any, cpu_threads: int | None) -> Any:
+    from libredgetpu_ros.backends import KINDS, open_backend
+
+    if backend not in KINDS:
+        raise ConfigError(f"backend must be one of {', '.join(KINDS)}, got {backend!r}")
+    if template.compiled_path is None:
+        if backend == "edgetpu":
+            raise BackendError(f"template {template.name}: no compiled model "
+                               f"{template.name}{COMPILED_SUFFIX}, so it cannot run on the Edge TPU (the CPU "
+                               f"twin can: backend 'cpu')")
+        from libredgetpu_ros.backends.cpu import CpuBackend
+
+        cpu = CpuBackend(num_threads=cpu_threads)
+        cpu.load(template.twin_path)
+        return cpu
+    return open_backend(backend, template.compiled_path, template.twin_path, device=device,
+                        cpu_threads=cpu_threads)
