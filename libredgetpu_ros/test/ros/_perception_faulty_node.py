@@ -23,7 +23,7 @@ INTAKE_POISON_WIDTH = 14
 
 def main() -> int:
     from libredgetpu_ros.perception.pipeline import PerceptionPipeline
-    from libredgetpu_ros.ros.perception.intake import Intake
+    from libredgetpu_ros.ros.camera.intake import Intake
     from libredgetpu_ros.ros.perception_node import main as node_main
 
     original, original_arrived = PerceptionPipeline.process, Intake.arrived

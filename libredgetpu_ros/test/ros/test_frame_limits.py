@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import cv2
 import numpy as np
 import pytest
+from libredgetpu_ros.ros.camera.intake import Intake
 from libredgetpu_ros.ros.dds_profile import FASTDDS_DEFAULT_SEGMENT, shm_segment_bytes
 from libredgetpu_ros.ros.environment import DDS_PROFILE
 from libredgetpu_ros.ros.image_msgs import (
@@ -26,7 +27,6 @@ from libredgetpu_ros.ros.image_msgs import (
     image_to_rgb,
     to_rgb,
 )
-from libredgetpu_ros.ros.perception.intake import Intake
 from sensor_msgs.msg import CompressedImage, Image
 
 from ._crafted_images import png_bomb

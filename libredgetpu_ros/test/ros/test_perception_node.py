@@ -340,8 +340,8 @@ def test_a_slow_model_gets_the_newest_frame_and_every_skipped_frame_is_counted(r
     processed: list[int] = []
     try:
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
-        process = node._process
-        monkeypatch.setattr(node, "_process", lambda frame, skipped: (
+        process = node._process_frame
+        monkeypatch.setattr(node, "_process_frame", lambda frame, skipped: (
             processed.append(frame.msg.header.stamp.sec), process(frame, skipped)))
         assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
         camera = camera_node.create_publisher(Image, "image_raw", qos_profile_sensor_data)

@@ -1,4 +1,5 @@
-"""Frame arrival bookkeeping of the perception node: counters, sequence gaps, transport loss.
+"""Frame arrival bookkeeping of a camera node (``ros/camera/node_base.py``): counters, sequence gaps,
+transport loss.
 
 Two kinds of loss are told apart:
 

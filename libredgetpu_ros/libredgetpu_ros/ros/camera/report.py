@@ -1,26 +1,27 @@
-"""The perception node's /diagnostics status and per-frame ``~/timing`` messages (built, not published)."""
+"""A camera node's /diagnostics status and per-frame ``~/timing`` messages (built here, published by
+the node)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray
 
 from libredgetpu_ros.ros import diagnostics
-from libredgetpu_ros.ros.perception.intake import Frame, FrameStats
+from libredgetpu_ros.ros.camera.intake import Frame, FrameStats
 
 
-def status_array(node_name: str, stamp: Any, stats: FrameStats, describe: dict[str, Any], task: str,
-                 model: str, input_topic: str) -> DiagnosticArray:
-    """One period's status: rates, counters, mean stage times; the level says what needs attention."""
+def status_array(name: str, hardware_id: str, stamp: Any, stats: FrameStats, head: Mapping[str, object],
+                 image: Mapping[str, object], warnings: list[str]) -> DiagnosticArray:
+    """One period's status: the node's own ``head`` values, the ``image`` subscription's, rates, counters,
+    mean stage times. Level: ERROR on a processing error; else WARN naming every ``warnings`` entry and the
+    intake's own (bad input, transport loss, no input); else OK with the output rate."""
     s = stats
     n, stages, latency, latency_max = s.take_period()
-    values: dict[str, object] = {
-        "task": task,
-        "backend": describe.get("backend", ""),
-        "device": describe.get("device", ""),
-        "model": model,
-        "input_topic": input_topic,
+    values: dict[str, object] = dict(head)
+    values.update(image)
+    values.update({
         "fps_in": s.rate_in.rate(),
         "fps_out": s.rate_out.rate(),
         "frames_received": s.received,
@@ -30,30 +31,31 @@ def status_array(node_name: str, stamp: Any, stats: FrameStats, describe: dict[s
         "frames_lost_transport": s.lost_transport,
         "errors": s.errors,
         "bad_input": s.bad_input.total(),
-    }
+    })
     values.update({f"bad_input_{cause}": count for cause, count in s.bad_input.items()})
     values.update({f"{stage}_ms": ms for stage, ms in sorted(stages.items())})
     values.update({"node_latency_ms": latency, "node_latency_max_ms": latency_max})
+    warn = list(warnings)
+    if s.bad_input.total():
+        warn.append(f"{s.bad_input.total()} bad input frames")
+    if s.lost_transport:
+        warn.append(f"{s.lost_transport} frames lost in transport")
+    if n == 0:
+        warn.append("no input")
     if s.errors:
         level, message = diagnostics.ERROR, f"processing errors: {s.last_error}"
-    elif s.bad_input.total():
-        level, message = diagnostics.WARN, f"{s.bad_input.total()} bad input frames"
-    elif s.lost_transport:
-        level, message = diagnostics.WARN, f"{s.lost_transport} frames lost in transport"
-    elif n == 0:
-        level, message = diagnostics.WARN, "no input"
+    elif warn:
+        level, message = diagnostics.WARN, "; ".join(warn)
     else:
         level, message = diagnostics.OK, f"{s.rate_out.rate():.1f} fps"
-    hardware = str(describe.get("device") or describe.get("backend") or "cpu")
-    st = diagnostics.status(f"{node_name}: perception", hardware, level, message, values)
-    return diagnostics.array(stamp, [st])
+    return diagnostics.array(stamp, [diagnostics.status(name, hardware_id, level, message, values)])
 
 
-def timing_array(node_name: str, task: str, frame: Frame, skipped: int, idle_ns: int,
-                 timings: dict[str, float], started: float, converted: float, processed: float,
-                 published: float) -> DiagnosticArray:
+def timing_array(node_name: str, hardware_id: str, frame: Frame, skipped: int, idle_ns: int,
+                 timings: Mapping[str, float], started: float, converted: float,
+                 finished: float) -> DiagnosticArray:
     """Where one frame's time went, stamped with the frame's header (to pair it with the results).
-    ``idle_ns``: wall ns the previous frame finished."""
+    ``idle_ns``: wall ns the previous frame finished; ``timings``: the node's own stages (ms)."""
     values: dict[str, object] = {"skipped": skipped}  # frames dropped for this one
     queued_ns = 0
     if frame.rmw_ns:
@@ -68,11 +70,10 @@ def timing_array(node_name: str, task: str, frame: Frame, skipped: int, idle_ns:
         "wait_ms": (started - frame.received) * 1e3,  # callback -> processing (newer frames taken)
         "convert_ms": (converted - started) * 1e3,
         **{f"{stage}_ms": ms for stage, ms in timings.items()},
-        "pipeline_ms": (processed - converted) * 1e3,
-        "publish_ms": (published - processed) * 1e3,  # result messages built and published
-        "node_ms": (published - frame.received) * 1e3,
+        "process_ms": (finished - converted) * 1e3,
+        "node_ms": (finished - frame.received) * 1e3,
     })
-    st = diagnostics.status(f"{node_name}: frame timing", task, diagnostics.OK, "", values)
+    st = diagnostics.status(f"{node_name}: frame timing", hardware_id, diagnostics.OK, "", values)
     msg = diagnostics.array(frame.msg.header.stamp, [st])
     msg.header.frame_id = frame.msg.header.frame_id
     return msg

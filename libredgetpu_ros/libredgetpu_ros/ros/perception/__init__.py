@@ -1,6 +1,7 @@
-"""The perception lifecycle node, one concern per module: ``params`` (parameter table, QoS, pipeline
-config), ``intake`` (frame arrival, skipped and lost frames), ``report`` (diagnostics and ``~/timing``),
-``node`` (lifecycle and data path). The entry point is ``libredgetpu_ros.ros.perception_node:main``."""
+"""The perception lifecycle node: ``params`` (its parameter table merged with the camera base's image
+parameters, label QoS, pipeline config) and ``node`` (the pipeline as a ``ros/camera/`` camera node: intake,
+QoS, diagnostics and ``~/timing`` live there).
+The entry point is ``libredgetpu_ros.ros.perception_node:main``."""
 
 from libredgetpu_ros.ros.perception.node import PerceptionNode
 from libredgetpu_ros.ros.perception.params import (

@@ -1,4 +1,5 @@
-"""The perception node's parameters (one table), its result QoS and the pipeline configuration they give."""
+"""The perception node's parameters (its own merged with the camera base's image parameters, one table), its
+label QoS and the pipeline configuration they give. ``RESULT_QOS`` is the camera base's."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Any
 from rclpy.qos import QoSDurabilityPolicy, QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy
 
 from libredgetpu_ros.errors import ConfigError
-from libredgetpu_ros.ros.image_msgs import DEFAULT_MAX_PIXELS, MAX_PIXEL_BUDGET
-from libredgetpu_ros.ros.params import ParamSpec, ParamTable
+from libredgetpu_ros.ros.camera import RESULT_QOS as RESULT_QOS  # re-exported: the nodes' result QoS
+from libredgetpu_ros.ros.camera import ImageParams, camera_param_table
+from libredgetpu_ros.ros.params import ParamSpec
 
 TASKS = ("auto", "pose", "segment", "detect", "classify")
 # LiteRT threads beyond this buy nothing on the boards this runs on; the range keeps a typo from asking 10^6.
@@ -19,7 +21,7 @@ ALL_CORES = max(1, min(MAX_CPU_THREADS, len(os.sched_getaffinity(0))))
 
 
 @dataclass(frozen=True)
-class PerceptionParams:
+class PerceptionParams(ImageParams):
     model: str
     cpu_model: str
     backend: str
@@ -30,17 +32,13 @@ class PerceptionParams:
     score_threshold: float
     max_results: int
     top_k: int
-    input_topic: str
-    input_type: str
-    max_image_pixels: int
     publish_markers: bool
     publish_annotated: bool
     publish_overlay: bool
     marker_scale: float
-    diagnostics_period: float
 
 
-PARAMS = ParamTable([
+PARAMS = camera_param_table([
     ParamSpec("model", "", "Compiled model (*_edgetpu.tflite), or the segments of a pipelined one "
               "comma-separated; the cpu backend runs its CPU twin."),
     ParamSpec("cpu_model", "", "CPU twin of the model for the cpu backend; empty: derived from `model`."),
@@ -57,13 +55,6 @@ PARAMS = ParamTable([
               range=(1, 100), mutability="runtime"),
     ParamSpec("top_k", 5, "Classes published per image (classification).", range=(1, 1000),
               mutability="runtime"),
-    ParamSpec("input_topic", "image_raw", "Camera topic (remap it, or set e.g. image_raw/compressed).",
-              mutability="read_only"),
-    ParamSpec("input_type", "raw", "sensor_msgs/Image (raw) or sensor_msgs/CompressedImage (compressed).",
-              choices=("raw", "compressed"), mutability="read_only"),
-    ParamSpec("max_image_pixels", DEFAULT_MAX_PIXELS, "Frames with more pixels (width x height, read from "
-              "a compressed frame's header before decoding) are refused as bad input (too_large).",
-              range=(1, MAX_PIXEL_BUDGET), mutability="runtime"),
     ParamSpec("publish_markers", True, "Publish a visualization_msgs/MarkerArray on `markers`.",
               mutability="runtime"),
     ParamSpec("publish_annotated", False, "Publish the input with results drawn on `annotated` (costs CPU).",
@@ -72,12 +63,8 @@ PARAMS = ParamTable([
               mutability="runtime"),
     ParamSpec("marker_scale", 0.001, "Marker size in metres per image pixel (rviz).",
               range=(1e-6, 1.0), mutability="runtime"),
-    ParamSpec("diagnostics_period", 1.0, "Seconds between /diagnostics messages.", range=(0.1, 60.0)),
 ], PerceptionParams)
 
-# Results are reliable so rviz and loggers (reliable by default) can subscribe; keep only the newest few.
-RESULT_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=5,
-                        reliability=QoSReliabilityPolicy.RELIABLE)
 # The label map (vision_msgs/LabelInfo) is published once per configure; transient-local keeps it for late
 # subscribers, as the vision_msgs convention asks.
 LABEL_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=1,

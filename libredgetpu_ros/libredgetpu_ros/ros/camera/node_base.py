@@ -1,0 +1,459 @@
+"""``CameraNode``: the lifecycle node base of every node that takes camera images (see ``ros/camera/__init__``
+for the subclass API).
+
+Lifecycle (the ros2/demos ``lifecycle_py`` rhythm):
+
+- configure: read the parameters, ``open_processor()`` (a ``LibrEdgeTpuError`` -> FAILURE, stays
+  unconfigured, reason logged), ``create_outputs()``, the ``~/timing`` and ``/diagnostics`` publishers and
+  the diagnostics timer;
+- activate: subscribe to the camera with the reliability ``image_reliability`` gives (``camera/qos.py``),
+  enable the publishers;
+- deactivate: unsubscribe (waiting for a frame in progress), disable the publishers;
+- cleanup / shutdown: ``close_processor()``, every output destroyed;
+- a fault in the camera path drives the node through deactivate -> ErrorProcessing (``on_error`` releases
+  everything) -> unconfigured, so a supervisor can configure it again: a ``DeviceError`` / ``BackendError``
+  raised by ``process``, or any exception that is not bad input escaping the camera callback
+  (``ros/spinning.py`` hands it to :meth:`CameraNode.companion_failed`). Both go through
+  ``spinning.CompanionFault``: logged (with the traceback), one ERROR diagnostics status naming the cause.
+  Bad input (``InputError``: undecodable, oversized, malformed frames) is only counted per frame, and logged
+  at most every 10 s per cause.
+
+Threads:
+
+- the camera path: the image subscription lives on a small companion node (``<name>_image``: no parameter
+  services, no rosout, one subscription while active) spun by its own ``SingleThreadedExecutor`` thread, so
+  a frame never waits behind a lifecycle or parameter request or the diagnostics timer, and each wake-up of
+  rclpy's Python executor walks one entity instead of the lifecycle node's dozen services;
+  ``companion_nodes()`` names it, and ``ros/spinning.py`` spins it (for the entry point and
+  ``ros/bringup.py``). Frames are processed right in its callback: no hand-off to another thread;
+- the main executor (this node): lifecycle and parameter services, the diagnostics timer, the fault's guard
+  condition, the re-check of the image reliability when a publisher appears.
+
+Only the newest frame is processed: before processing, the callback takes every frame that queued in the
+reader meanwhile and keeps the newest, so a slow model never builds a backlog or publishes stale results.
+Skipped and lost frames are counted by ``camera.intake.Intake``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.event_handler import SubscriptionEventCallbacks
+from rclpy.exceptions import InvalidHandle
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy
+from rclpy.subscription import MessageInfo
+from sensor_msgs.msg import CompressedImage, Image
+from std_msgs.msg import Header
+
+from libredgetpu_ros.errors import BackendError, DeviceError, ImageError, InputError, LibrEdgeTpuError
+from libredgetpu_ros.ros.camera import qos as image_qos
+from libredgetpu_ros.ros.camera import report
+from libredgetpu_ros.ros.camera.intake import Frame, FrameStats, Intake
+from libredgetpu_ros.ros.camera.params import ImageParams
+from libredgetpu_ros.ros.image_msgs import BadImage, to_rgb
+from libredgetpu_ros.ros.params import ParamTable
+from libredgetpu_ros.ros.spinning import CompanionFault
+
+_BAD_INPUT_LOG_PERIOD_S = 10.0
+_IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
+
+# Results are reliable so rviz and loggers (reliable by default) can subscribe; keep only the newest few.
+RESULT_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=5,
+                        reliability=QoSReliabilityPolicy.RELIABLE)
+
+
+class CameraNode(LifecycleNode):
+    """Lifecycle node that runs ``process`` on the newest camera frame; see the module docstring and the
+    subclass API in ``ros/camera/__init__.py``."""
+
+    PARAMS: ClassVar[ParamTable]  # camera_param_table(own specs, OwnParams): the subclass sets it
+    DIAGNOSTICS_NAME: ClassVar[str] = "camera"  # status name "<node>: <DIAGNOSTICS_NAME>"
+
+    def __init__(self, node_name: str, **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        # The camera path's own node, spun by its own executor (see the module docstring). No parameters, no
+        # global arguments (the input topic is resolved by this node, remaps included), no rosout.
+        self.image_node = Node(f"{self.get_name()}_image", namespace=self.get_namespace(),
+                               context=self.context, use_global_arguments=False, enable_rosout=False,
+                               start_parameter_services=False)
+        self.PARAMS.declare(self)
+        self._validate_params = self.PARAMS.validator(self.is_configured)
+        self.add_on_set_parameters_callback(self._on_set_params)
+        self.add_post_set_parameters_callback(self._after_set_params)
+        self.params: Any = self.PARAMS.read(self)
+        self._configured = False
+        self._outputs: list[Any] = []  # lifecycle publishers made by output()
+        self._timing_pub: Any = None
+        self._diag_pub: Any = None
+        self._diag_timer: Any = None
+        self._sub: Any = None
+        self._sub_reliability = ""  # what the subscription was created with, and why
+        self._sub_reason = ""
+        self._busy = threading.Lock()  # held while a frame is processed
+        self._active = False  # frames are processed (set under _busy)
+        self._idle_ns = 0  # wall ns the previous frame finished (for ~/timing queued_ms)
+        self._intake = Intake(lambda text: self.get_logger().warning(text))
+        self._incompatible = image_qos.QosIncompatibility()
+        self._bad_logged: dict[str, float] = {}
+        self._silence_since = 0.0  # monotonic s of the last frame (or activation) while active
+        self._silence_received = 0
+        self._silence_warned = False
+        # A publisher appeared or an incompatible one was reported (rmw event, camera thread): the reliability
+        # is chosen again on the main executor, where the subscription may be replaced.
+        self._recheck = self.create_guard_condition(self._recheck_reliability)
+        # A fault of the camera path, carried to the main executor (transitions cannot run on the camera
+        # thread); while one is latched, frames are ignored.
+        self._fault = CompanionFault(self, "camera path", self._report_fault)
+
+    # -- the subclass API (see ros/camera/__init__.py) ------------------------------------------------------
+
+    def open_processor(self) -> None:
+        """Configure: open what ``process`` needs from ``self.params``; a ``LibrEdgeTpuError`` fails it."""
+        raise NotImplementedError
+
+    def close_processor(self) -> None:
+        """Cleanup / shutdown / error: release what ``open_processor`` opened (idempotent; must not raise)."""
+
+    def create_outputs(self) -> None:
+        """Configure, after ``open_processor``: make the result publishers with :meth:`output`."""
+
+    def destroy_outputs(self) -> None:
+        """Cleanup: destroy publishers not made with :meth:`output` (those are destroyed by the base)."""
+
+    def process(self, rgb: Any, header: Header, frame: Frame) -> Mapping[str, float] | None:
+        """Camera thread, one frame: work on ``rgb`` (HxWx3 uint8), publish results stamped with ``header``;
+        return the time per stage in ms (reported in ``~/timing`` and diagnostics as ``<stage>_ms``), or None
+        if nothing was done. Raise ``InputError`` for bad frame data, ``DeviceError`` / ``BackendError``
+        when the processor cannot run any more (the node goes to error processing)."""
+        raise NotImplementedError
+
+    def diagnostic_values(self) -> dict[str, object]:
+        """Key/values put first in the diagnostics status (e.g. task, backend, model)."""
+        return {}
+
+    def diagnostic_warnings(self) -> list[str]:
+        """Reasons for a WARN status besides the intake's own (e.g. an accelerator fallback)."""
+        return []
+
+    def hardware_id(self) -> str:
+        """The diagnostics ``hardware_id`` (device or backend)."""
+        return "cpu"
+
+    def check_runtime_params(self, changes: dict[str, Any]) -> str | None:
+        """A runtime parameter change (name -> new value, table checks passed): why it is refused, or None.
+        Apply it here when applying can fail (the values become ``self.params`` right after)."""
+        return None
+
+    def runtime_params_changed(self, names: set[str]) -> None:
+        """After runtime parameters ``names`` changed (``self.params`` holds the new values)."""
+
+    def output(self, msg_type: Any, topic: str, qos: Any = RESULT_QOS) -> Any:
+        """A lifecycle publisher, destroyed by the base on cleanup."""
+        pub = self.create_lifecycle_publisher(msg_type, topic, qos)
+        self._outputs.append(pub)
+        return pub
+
+    def is_configured(self) -> bool:
+        return self._configured
+
+    @property
+    def stats(self) -> FrameStats:
+        return self._intake.stats
+
+    _stats = stats  # the name the tests and benches used before the base existed
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        try:
+            self.params = self.PARAMS.read(self)
+            self.open_processor()
+        except LibrEdgeTpuError as exc:
+            self.get_logger().error(f"configure failed: {exc}")
+            self.close_processor()
+            return TransitionCallbackReturn.FAILURE
+        self._configured = True
+        self.create_outputs()
+        # Per-frame timings (stamped like the frame's results) for benchmarks and tuning; built only while
+        # someone subscribes, after the frame's results went out.
+        self._timing_pub = self.create_lifecycle_publisher(DiagnosticArray, "~/timing", RESULT_QOS)
+        self._diag_pub = self.create_lifecycle_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._diag_timer = self.create_timer(self.params.diagnostics_period, self._publish_diagnostics)
+        self._intake.reset(stats=True)
+        self._incompatible.reset()
+        self._fault.clear()
+        summary = " ".join(f"{k}={v}" for k, v in self.diagnostic_values().items())
+        self.get_logger().info(f"configured: {summary}")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        with self._busy:
+            self._active, self._idle_ns = True, 0
+            self._intake.reset()
+        self._silence_since, self._silence_received, self._silence_warned = time.monotonic(), 0, False
+        self._subscribe()
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._stop_processing()
+        ret = super().on_deactivate(state)
+        if self._fault.cause is not None:
+            return TransitionCallbackReturn.ERROR  # -> on_error releases the device
+        return ret
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._release()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.teardown()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        reason = self._fault.cause or "transition callback failed"
+        self.get_logger().error(f"error processing (from {state.label}): {reason}; releasing the device")
+        self.teardown()
+        self._fault.clear()
+        return TransitionCallbackReturn.SUCCESS  # -> unconfigured; configure again to recover
+
+    def companion_nodes(self) -> list[Node]:
+        """Nodes a host process must spin besides this one, each on its own executor (the entry point,
+        ``ros/bringup.py``): the camera subscription's node."""
+        return [self.image_node]
+
+    def companion_failed(self, companion: Node, exc: BaseException) -> None:
+        """An exception escaped the camera callback (called on the camera thread by ``ros/spinning.py``,
+        which then spins on): logged with its traceback, ERROR diagnostics, the node goes to ``on_error``."""
+        self._fault.companion_failed(companion, exc)
+
+    def destroy_node(self) -> None:
+        self.image_node.destroy_node()
+        super().destroy_node()
+
+    def teardown(self) -> None:
+        """Stop processing and release the device and every configured entity, outside any transition."""
+        self._stop_processing()
+        self._release()
+
+    def state_label(self) -> str:
+        """Current lifecycle state: unconfigured, inactive, active, finalized (or a transition state)."""
+        return self._state_machine.current_state[1]
+
+    # -- parameters -----------------------------------------------------------------------------------------
+
+    def _on_set_params(self, params: list[Parameter]) -> SetParametersResult:
+        verdict = self._validate_params(params)
+        runtime = {p.name: p.value for p in params if p.name in self.PARAMS.runtime_names()}
+        if not verdict.successful or not runtime:
+            return verdict
+        reason = self.check_runtime_params(runtime)
+        return SetParametersResult(successful=False, reason=reason) if reason else verdict
+
+    def _after_set_params(self, params: list[Parameter]) -> None:
+        names = {p.name for p in params} & self.PARAMS.runtime_names()
+        if names:
+            self.params = self.PARAMS.read(self)
+            self.runtime_params_changed(names)
+
+    # -- subscription ---------------------------------------------------------------------------------------
+
+    def _input_topic(self) -> str:
+        return self.resolve_topic_name(self.params.input_topic)
+
+    def _publisher_reliabilities(self) -> list[str]:
+        return image_qos.publisher_reliabilities(self.get_publishers_info_by_topic(self._input_topic()))
+
+    def _subscribe(self) -> None:
+        p: ImageParams = self.params
+        msg_type = CompressedImage if p.input_type == "compressed" else Image
+        reliability, why = image_qos.choose_reliability(p.image_reliability, self._publisher_reliabilities())
+        topic = self._input_topic()
+        events = SubscriptionEventCallbacks(message_lost=self._intake.on_message_lost,
+                                            incompatible_qos=self._on_incompatible, matched=self._on_matched)
+        self._sub = self.image_node.create_subscription(msg_type, topic, self._on_image,
+                                                        image_qos.image_qos(reliability),
+                                                        event_callbacks=events)
+        self._sub_reliability, self._sub_reason = reliability, why
+        self.get_logger().info(f"active: reading {topic} ({msg_type.__name__}, {reliability}: {why})")
+
+    def _on_matched(self, event: Any) -> None:  # camera thread
+        if event.current_count_change > 0 and self.params.image_reliability == "auto":
+            self._recheck.trigger()
+
+    def _on_incompatible(self, event: Any) -> None:  # camera thread
+        self._incompatible.on_event(event)
+        if self.params.image_reliability == "auto":
+            self._recheck.trigger()
+        else:
+            self.get_logger().warning(
+                f"a publisher on {self._input_topic()} offers QoS incompatible with this subscription "
+                f"({self._incompatible.policy}; image_reliability={self.params.image_reliability}); its "
+                f"frames never arrive: set image_reliability to auto")
+
+    def _recheck_reliability(self) -> None:
+        """Main executor: subscribe again when ``auto`` now chooses another reliability."""
+        if self._sub is None or self.params.image_reliability != "auto":
+            return
+        wanted, _ = image_qos.choose_reliability("auto", self._publisher_reliabilities())
+        if wanted != self._sub_reliability:
+            old, self._sub = self._sub, None
+            self.image_node.destroy_subscription(old)
+            self._subscribe()
+
+    # -- release --------------------------------------------------------------------------------------------
+
+    def _release(self) -> None:
+        if self._diag_timer is not None:
+            self.destroy_timer(self._diag_timer)
+            self._diag_timer = None
+        outputs, self._outputs = self._outputs, []
+        for pub in outputs:
+            self.destroy_lifecycle_publisher(pub)
+        self.destroy_outputs()
+        if self._timing_pub is not None:
+            self.destroy_lifecycle_publisher(self._timing_pub)
+            self._timing_pub = None
+        if self._diag_pub is not None:
+            self.destroy_lifecycle_publisher(self._diag_pub)
+            self._diag_pub = None
+        self._configured = False
+        self.close_processor()
+
+    def _stop_processing(self) -> None:
+        if self._sub is not None:
+            sub, self._sub = self._sub, None
+            self.image_node.destroy_subscription(sub)
+        with self._busy:  # waits for the frame in flight; none starts after this
+            self._active = False
+
+    # -- data path ------------------------------------------------------------------------------------------
+
+    def _on_image(self, msg: Image | CompressedImage, info: MessageInfo) -> None:
+        """Image executor thread: process the newest frame queued in the reader, right here."""
+        intake = self._intake
+        frame = intake.arrived(msg, info)
+        sub = self._sub
+        if sub is not None:
+            try:
+                with sub.handle:  # frames that queued while the previous one was processed: newest only
+                    while (newer := sub.handle.take_message(sub.msg_type, sub.raw)) is not None:
+                        intake.taken_newer()
+                        frame = intake.arrived(*newer)
+            except InvalidHandle:  # deactivated (or resubscribed) meanwhile
+                return
+        with self._busy:
+            if self._active and self._fault.cause is None:  # a latched fault: on its way to on_error
+                skipped, intake.skipped = intake.skipped, 0
+                self._run(frame, skipped)
+                self._idle_ns = time.time_ns()
+
+    def _run(self, frame: Frame, skipped: int) -> None:
+        try:
+            self._process_frame(frame, skipped)
+        except BadImage as exc:
+            self._bad_input(exc.cause, str(exc))
+        except ImageError as exc:
+            self._bad_input("image", str(exc))
+        except InputError as exc:  # the frame's data refused further on (e.g. non-finite model outputs)
+            self._bad_input("input", str(exc))
+        except (DeviceError, BackendError) as exc:  # the processor cannot run any more: release, report
+            self._active = False
+            self._fault.latch(f"device failure while processing: {exc}")
+        # Anything else is a fault of the node, not of the frame: it escapes the camera callback and
+        # ros/spinning.py hands it to companion_failed (error processing; counting it per frame and going on
+        # would leave the node 'active' while every frame fails).
+
+    def _process_frame(self, frame: Frame, skipped: int) -> None:
+        started = time.monotonic()
+        rgb = to_rgb(frame.msg, self.params.max_image_pixels)
+        converted = time.monotonic()
+        timings = self.process(rgb, frame.msg.header, frame)
+        if timings is None:
+            return
+        finished = time.monotonic()
+        self._intake.stats.add_result(timings, (finished - frame.received) * 1e3)
+        timing_pub = self._timing_pub
+        if timing_pub is not None and timing_pub.get_subscription_count():
+            timing_pub.publish(report.timing_array(self.get_fully_qualified_name(), self.hardware_id(), frame,
+                                                   skipped, self._idle_ns, timings, started, converted,
+                                                   finished))
+
+    def _bad_input(self, cause: str, message: str) -> None:
+        count = self._intake.stats.bad_input.add(cause)
+        now = time.monotonic()
+        if now - self._bad_logged.get(cause, -1e9) >= _BAD_INPUT_LOG_PERIOD_S:
+            self._bad_logged[cause] = now
+            self.get_logger().warning(f"bad input frame ({cause}, {count} so far): {message}")
+
+    def _report_fault(self, cause: str) -> Any:
+        """Main executor, once per latched fault, before the node leaves 'active': counted, and published
+        at once (ERROR "processing errors: <cause>"), as on_error is about to destroy the publishers; returns
+        the publisher, so that CompanionFault lets subscribers acknowledge the status first."""
+        stats = self._intake.stats
+        stats.errors += 1
+        stats.last_error = cause
+        self._publish_diagnostics()
+        return self._diag_pub
+
+    # -- diagnostics ----------------------------------------------------------------------------------------
+
+    def _image_status(self) -> tuple[dict[str, object], list[str]]:
+        """The subscription's diagnostics values and warnings; logs the no-input WARN once per silence."""
+        topic = self._input_topic()
+        publishers = self._publisher_reliabilities()
+        values: dict[str, object] = {
+            "input_topic": topic,
+            "image_reliability": self.params.image_reliability,
+            "subscribed_reliability": self._sub_reliability if self._sub is not None else "",
+            "publishers": len(publishers),
+            "publisher_reliability": ",".join(sorted(set(publishers))),
+            "qos_incompatible": self._incompatible.count,
+        }
+        warnings: list[str] = []
+        if self._incompatible.count:
+            values["qos_incompatible_policy"] = self._incompatible.policy
+            warnings.append(f"{self._incompatible.count} incompatible QoS ({self._incompatible.policy}) "
+                            f"with a publisher on {topic}: its frames never arrive (image_reliability="
+                            f"{self.params.image_reliability})")
+        stats = self._intake.stats
+        if (self._sub is not None and self._sub_reliability == "best_effort" and publishers
+                and all(r == "reliable" for r in publishers) and stats.lost > stats.received):
+            warnings.append(f"most frames from the reliable publisher(s) on {topic} are lost ({stats.lost} "
+                            f"lost, {stats.received} received) by this best_effort subscription: set "
+                            f"image_reliability to auto or reliable")
+        if self._sub is not None:
+            self._warn_if_silent(topic, len(publishers))
+        return values, warnings
+
+    def _warn_if_silent(self, topic: str, n_publishers: int) -> None:
+        now, received = time.monotonic(), self._intake.stats.received
+        if received != self._silence_received:
+            self._silence_since, self._silence_received, self._silence_warned = now, received, False
+            return
+        if self._silence_warned or now - self._silence_since < self.params.input_timeout:
+            return
+        self._silence_warned = True
+        topics = [f"{name} ({types[0].rsplit('/', 1)[-1]})"
+                  for name, types in self.get_topic_names_and_types()
+                  if any(t in _IMAGE_TYPES for t in types)]
+        self.get_logger().warning(
+            f"no frame on {topic} for {now - self._silence_since:.0f} s ({n_publishers} publisher(s), "
+            f"subscribed {self._sub_reliability}); image topics that exist: {', '.join(topics) or 'none'}. "
+            f"Remap {self.params.input_topic} or set input_topic / input_type")
+
+    def _publish_diagnostics(self) -> None:
+        if self._diag_pub is None:
+            return
+        image_values, warnings = self._image_status()
+        self._diag_pub.publish(report.status_array(
+            f"{self.get_fully_qualified_name()}: {self.DIAGNOSTICS_NAME}", self.hardware_id(),
+            self.get_clock().now().to_msg(), self._intake.stats, self.diagnostic_values(), image_values,
+            warnings + self.diagnostic_warnings()))

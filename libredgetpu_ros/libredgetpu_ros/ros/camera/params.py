@@ -1,0 +1,48 @@
+"""The image parameters every camera node shares, merged with a node's own into one ``ParamTable``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from libredgetpu_ros.ros.camera.qos import RELIABILITY_CHOICES
+from libredgetpu_ros.ros.image_msgs import DEFAULT_MAX_PIXELS, MAX_PIXEL_BUDGET
+from libredgetpu_ros.ros.params import ParamSpec, ParamTable
+
+
+@dataclass(frozen=True)
+class ImageParams:
+    """The shared image parameters; a node's values dataclass derives from this one and adds its own."""
+
+    input_topic: str
+    input_type: str
+    image_reliability: str
+    max_image_pixels: int
+    input_timeout: float
+    diagnostics_period: float
+
+
+IMAGE_PARAMS: tuple[ParamSpec, ...] = (
+    ParamSpec("input_topic", "image_raw", "Camera topic (remap it, or set e.g. image_raw/compressed).",
+              mutability="read_only"),
+    ParamSpec("input_type", "raw", "sensor_msgs/Image (raw) or sensor_msgs/CompressedImage (compressed).",
+              choices=("raw", "compressed"), mutability="read_only"),
+    ParamSpec("image_reliability", "auto", "Reliability of the image subscription: auto matches the "
+              "publishers found on the topic (reliable when all of them are, else best_effort; re-checked "
+              "when a publisher appears); best_effort or reliable force it (docs/perception_node.md 'Image "
+              "QoS').", choices=RELIABILITY_CHOICES),
+    ParamSpec("max_image_pixels", DEFAULT_MAX_PIXELS, "Frames with more pixels (width x height, read from "
+              "a compressed frame's header before decoding) are refused as bad input (too_large).",
+              range=(1, MAX_PIXEL_BUDGET), mutability="runtime"),
+    ParamSpec("input_timeout", 5.0, "Seconds active without a frame before a WARN lists the image topics "
+              "that exist (once per silence).", range=(0.5, 3600.0), mutability="runtime"),
+    ParamSpec("diagnostics_period", 1.0, "Seconds between /diagnostics messages.", range=(0.1, 60.0)),
+)
+
+
+def camera_param_table(specs: Sequence[ParamSpec], values_type: type[ImageParams]) -> ParamTable:
+    """One table: the node's own ``specs`` then :data:`IMAGE_PARAMS`; ``values_type`` must derive from
+    :class:`ImageParams` (so it has the image fields) and add one field per own spec."""
+    if not issubclass(values_type, ImageParams):
+        raise TypeError(f"{values_type.__name__} must derive from ImageParams")
+    return ParamTable([*specs, *IMAGE_PARAMS], values_type)
