@@ -106,7 +106,7 @@ $(STAMPS)/ros_tools: $(STAMPS)/requirements $(wildcard $(SHARED_ROS)/wheels/*)
 # console_script of setup.py in lib/libredgetpu_ros/) so `ros2 run` / `ros2 launch` find it. The folders
 # are prerequisites: adding or removing a launch/config file re-runs the (idempotent) layout step.
 PKG := libredgetpu_ros
-PKG_LAYOUT_SRC := $(PKG)/launch $(PKG)/config $(wildcard $(PKG)/launch/* $(PKG)/config/*)
+PKG_LAYOUT_SRC := $(PKG)/launch $(PKG)/config $(PKG)/rviz $(wildcard $(PKG)/launch/* $(PKG)/config/* $(PKG)/rviz/*)
 $(STAMPS)/package: $(STAMPS)/interfaces $(STAMPS)/vision_msgs $(STAMPS)/composition_interfaces \
                    $(STAMPS)/ros_tools $(PKG)/setup.py $(PKG)/setup.cfg $(PKG)/package.xml \
                    tools/install_ament_package.py $(PKG_LAYOUT_SRC)

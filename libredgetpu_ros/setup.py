@@ -15,6 +15,7 @@ setup(
         (f"share/{PACKAGE}", ["package.xml"]),
         (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
         (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.xml") + glob("config/*.rules")),
+        (f"share/{PACKAGE}/rviz", glob("rviz/*.rviz")),
     ],
     package_data={PACKAGE: ["data/*"]},
     install_requires=["setuptools"],

@@ -4,7 +4,7 @@
 ``ament_index_python.get_package_share_directory`` find a package only through the ament layout:
 
     <prefix>/share/ament_index/resource_index/packages/<pkg>   the index marker
-    <prefix>/share/<pkg>/package.xml, launch/*, config/*         symlinks to the checkout's files
+    <prefix>/share/<pkg>/package.xml, launch/*, config/*, rviz/*  symlinks to the checkout's files
     <prefix>/lib/<pkg>/<executable>                              every console_script of the package
 
 A bare ``pip install -e`` registers none of these. Share files are per-file symlinks (``ros2 launch``
@@ -29,6 +29,7 @@ from pathlib import Path
 _SHARE_DIRS = {
     "launch": ("*.launch.py", "*.launch.xml", "*.launch.yaml"),
     "config": ("*.yaml", "*.xml", "*.rules"),
+    "rviz": ("*.rviz",),
 }
 
 

@@ -2,9 +2,10 @@
 
     python -m libredgetpu_ros.ros.demo [--out DIR] [--frames N] [--segment]
 
-Starts, in this process, a camera publisher (rgb8 ``sensor_msgs/Image``, frame_id ``camera``, stamped), the
-perception lifecycle node (PoseNet; DeepLab too with ``--segment``) driven to active, and a listener that
-prints what the node publishes per frame and saves the annotated images to ``--out`` (default out/demo/).
+Starts, in this process, a camera publisher (rgb8 ``sensor_msgs/Image``, frame_id ``camera_optical_frame``,
+stamped), the perception lifecycle node (PoseNet; DeepLab too with ``--segment``) driven to active, and a
+listener that prints what the node publishes per frame and saves the annotated images to ``--out`` (default
+out/demo/).
 DDS stays on this machine (localhost-only settings are filled in before rclpy starts). Ends by itself.
 """
 
@@ -27,6 +28,9 @@ VOC_LABELS = "labels/pascal_voc_segmentation_labels.txt"
 IMAGES = ("images/test_couple.jpg", "images/grace_hopper.bmp", "images/cat.bmp")
 RATE_HZ = 10.0
 NAMESPACE = "demo"
+
+# REP-103 optical frame (x right, y down), as make-bag writes and the rviz config displays.
+CAMERA_FRAME = "camera_optical_frame"
 
 
 @dataclass
@@ -172,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.monotonic()
         for i in range(args.frames):
             name, rgb = images[i % len(images)]
-            msg = rgb_to_image(rgb, _header(io, "camera"))
+            msg = rgb_to_image(rgb, _header(io, CAMERA_FRAME))
             with lock:
                 frames[key(msg)] = _Frame(i, name, time.monotonic())
             camera.publish(msg)
