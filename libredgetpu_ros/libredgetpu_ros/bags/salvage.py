@@ -26,6 +26,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from libredgetpu_ros.errors import InputError
 
@@ -67,7 +68,7 @@ class BadRecord(Exception):
     """A record does not parse; the text names the field."""
 
 
-class _Cursor:
+class Cursor:
     """Bounds-checked little-endian reads over one record's bytes."""
 
     __slots__ = ("data", "end", "pos")
@@ -123,7 +124,7 @@ class _McapScan:
 
     def definition(self, op: int, start: int, end: int) -> None:
         """A schema or channel record (top level or inside a chunk)."""
-        cur = _Cursor(self.data, start, end)
+        cur = Cursor(self.data, start, end)
         if op == _OP_SCHEMA:
             sid = cur.u16("schema id")
             name, _encoding = cur.text("schema name"), cur.text("schema encoding")
@@ -133,7 +134,7 @@ class _McapScan:
         cid, sid = cur.u16("channel id"), cur.u16("channel schema id")
         topic, encoding = cur.text("channel topic"), cur.text("channel message encoding")
         n = cur.u32("channel metadata length")
-        meta = _Cursor(self.data, cur.pos, cur.pos + n)
+        meta = Cursor(self.data, cur.pos, cur.pos + n)
         cur.raw(n, "channel metadata")
         qos = ""
         while meta.pos < meta.end:
@@ -146,7 +147,7 @@ class _McapScan:
         self.channels[cid] = Channel(cid, topic, name, encoding, text, qos)
 
     def message(self, start: int, end: int) -> tuple[int, int, memoryview]:
-        cur = _Cursor(self.data, start, end)
+        cur = Cursor(self.data, start, end)
         cid = cur.u16("message channel id")
         cur.u32("message sequence")
         log_time = cur.u64("message log time")
@@ -155,7 +156,7 @@ class _McapScan:
 
     def chunk(self, start: int, end: int, at: int) -> list[tuple[int, int, memoryview]]:
         """The messages of a whole, valid chunk (definitions registered), or BadRecord."""
-        cur = _Cursor(self.data, start, end)
+        cur = Cursor(self.data, start, end)
         cur.u64("chunk start time")
         cur.u64("chunk end time")
         size, crc = cur.u64("chunk uncompressed size"), cur.u32("chunk CRC")
@@ -174,15 +175,23 @@ class _McapScan:
         return messages
 
 
+def check_chunk_size(size: int, stored: int, compression: str, at: int) -> None:
+    """BadRecord unless a chunk's declared uncompressed ``size`` is within the budget for its ``stored``
+    bytes: at most ``MAX_CHUNK_BYTES``, and for a compressed chunk at most ``_MAX_RATIO`` x stored + 1 MiB
+    (a decode budget proportional to the input: a few bytes may not claim a huge output)."""
+    if size > MAX_CHUNK_BYTES or (compression and size > _MAX_RATIO * stored + (1 << 20)):
+        raise BadRecord(f"chunk at offset {at}: uncompressed size {size} exceeds the budget for "
+                        f"{stored} stored bytes")
+
+
 def chunk_records(stored: memoryview, compression: str, size: int, crc: int, at: int) -> memoryview:
     """A chunk's records, decompressed and checked: ``size`` (the header's uncompressed size) within the
-    budget before anything is decompressed, the output exactly ``size`` bytes, its CRC matching when the
-    chunk has one (0 = not computed); BadRecord otherwise. Shared by the salvage walk and ``mcap_view``."""
-    if size > MAX_CHUNK_BYTES or (compression and size > _MAX_RATIO * len(stored) + (1 << 20)):
-        # a decode budget proportional to the input: a few bytes may not claim a huge output
-        raise BadRecord(f"chunk at offset {at}: uncompressed size {size} exceeds the budget for "
-                        f"{len(stored)} stored bytes")
-    records = memoryview(_decompress(stored, compression, size))
+    budget before anything is decompressed, the output exactly ``size`` bytes (one compressed frame, no
+    trailing bytes: rosbags' one-shot decompressors would go on into them), its CRC matching when the
+    chunk has one (0 = not computed); BadRecord otherwise. Shared by the salvage walk, ``mcap_view`` and
+    ``mcap_summary``."""
+    check_chunk_size(size, len(stored), compression, at)
+    records = memoryview(_decompress(stored, compression, size, at))
     if len(records) != size:
         raise BadRecord(f"chunk at offset {at}: records are {len(records)} bytes, header says {size}")
     if crc and zlib.crc32(records) != crc:
@@ -190,26 +199,47 @@ def chunk_records(stored: memoryview, compression: str, size: int, crc: int, at:
     return records
 
 
-def _decompress(stored: memoryview, compression: str, size: int) -> bytes | memoryview:
-    if not compression:
-        return stored
+_PIECE = 1 << 24  # compressed chunks are decompressed 16 MiB at a time into one growing buffer
+
+
+def _decompressor(compression: str, at: int) -> tuple[Any, tuple[type[BaseException], ...]]:
     if compression == "lz4":
         import lz4.frame  # rosbags' own dependency
 
-        try:  # at most size + 1 bytes, as for zstd
-            return lz4.frame.LZ4FrameDecompressor().decompress(stored, max_length=size + 1)
-        except RuntimeError as exc:  # lz4 reports a bad frame as RuntimeError
-            raise BadRecord(f"lz4 chunk does not decompress: {exc}") from exc
+        return lz4.frame.LZ4FrameDecompressor(), (RuntimeError,)  # lz4 reports a bad frame as RuntimeError
     if compression == "zstd":
         if sys.version_info >= (3, 14):
             from compression import zstd
         else:  # rosbags' own dependency on older Pythons
             from backports import zstd
-        try:  # at most size + 1 bytes: a longer output is refused below, never produced
-            return zstd.ZstdDecompressor().decompress(stored, max_length=size + 1)
-        except (zstd.ZstdError, EOFError) as exc:
-            raise BadRecord(f"zstd chunk does not decompress: {exc}") from exc
-    raise BadRecord(f"unknown chunk compression {compression!r}")
+        return zstd.ZstdDecompressor(), (zstd.ZstdError, EOFError)
+    raise BadRecord(f"chunk at offset {at}: unknown chunk compression {compression[:40]!r}")
+
+
+def _decompress(stored: memoryview, compression: str, size: int, at: int) -> bytearray | memoryview:
+    """The one compressed frame of ``stored``, at most ``size`` bytes of it (one more is an error). The
+    output grows piece by piece, so a chunk never holds more than what it really decompresses to (a
+    one-shot decompressor with a length cap held its output twice: 2 GB for a 1 GiB chunk)."""
+    if not compression:
+        return stored
+    decompressor, errors = _decompressor(compression, at)
+    out = bytearray()
+    data: memoryview | bytes = stored
+    try:
+        while not decompressor.eof:
+            piece = decompressor.decompress(data, max_length=min(_PIECE, size - len(out) + 1))
+            data = b""
+            if len(out) + len(piece) > size:
+                raise BadRecord(f"chunk at offset {at}: records run past {size} bytes, header says {size}")
+            if not piece and not decompressor.eof:
+                raise BadRecord(f"chunk at offset {at}: {compression} data ends inside its frame")
+            out += piece
+    except errors as exc:
+        raise BadRecord(f"chunk at offset {at}: {compression} data does not decompress: {exc}") from exc
+    if decompressor.unused_data:
+        raise BadRecord(f"chunk at offset {at}: {len(decompressor.unused_data)} bytes after the "
+                        f"{compression} frame")
+    return out
 
 
 def _scan_mcap(path: Path,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,23 +13,60 @@ IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
 
 
 def open_reader(path: str | Path) -> Any:
-    """An opened ``rosbags.rosbag2.Reader`` (a bag folder, or its single .mcap / .db3 file)."""
-    from rosbags.rosbag2 import Reader, ReaderError
+    """An opened ``rosbags.rosbag2.Reader`` (a bag folder, or its single .mcap / .db3 file). MCAP files are
+    checked first (``mcap_summary``: footer, summary and chunk index against the file), so rosbags never
+    allocates or counts from a field that disagrees with the file; anything rosbags then raises on the
+    bag's bytes is an InputError with the ``bag-repair`` hint too."""
+    from rosbags.rosbag2 import Reader
+
+    from libredgetpu_ros.bags.mcap_summary import check_mcap
 
     path = Path(path)
     if not path.exists():
         raise InputError(f"bag {path} does not exist")
+    reader = None
     try:
+        files = [path] if path.is_file() else sorted(path.glob("*.mcap"))
+        for file in files:
+            if file.suffix == ".mcap":
+                check_mcap(file)
         reader = Reader(path)
         reader.open()
-    except (ReaderError, OSError, ValueError) as exc:
+    except MemoryError:
+        raise
+    except Exception as exc:  # InputError from the checks, or whatever rosbags raises on the bag's bytes
         if path.is_dir() and not (path / "metadata.yaml").exists():
             hint = (" (no metadata.yaml: was its writer killed? `libredgetpu-ros bag-repair` recovers what "
                     "was written)")
         else:
             hint = " (`libredgetpu-ros bag-repair` recovers what a damaged or unfinished bag still holds)"
-        raise InputError(f"cannot read bag {path}: {exc}{hint}") from exc
+        raise InputError(f"cannot read bag {path}: {_describe(exc)}{hint}") from exc
     return reader
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an error from reading a bag: our typed errors as they are, a library's with its type."""
+    from libredgetpu_ros.textdata import clip
+
+    text = clip(" ".join(str(exc).split()), 300)
+    return text if isinstance(exc, (InputError, OSError)) else f"{type(exc).__name__}: {text}"
+
+
+def guarded_messages(messages: Iterator[Any], path: str | Path) -> Iterator[Any]:
+    """``messages`` (rosbags' iteration of an opened bag) with whatever rosbags or sqlite raise on the bag's
+    bytes while reading (ReaderError, apsw errors, struct.error, ...) turned into one InputError naming the
+    bag; MemoryError passes (the readers' checks are meant to make it impossible)."""
+    while True:
+        try:
+            item = next(messages)
+        except StopIteration:
+            return
+        except (MemoryError, InputError):
+            raise
+        except Exception as exc:  # rosbags' parsers on the bag's bytes: every failure means a damaged bag
+            raise InputError(f"cannot read bag {path}: {_describe(exc)} (`libredgetpu-ros bag-repair` "
+                             f"recovers what a damaged bag still holds)") from exc
+        yield item
 
 
 def open_writer(path: str | Path, storage: str) -> Any:
