@@ -7,13 +7,14 @@ interrupts the write before the rename (an exception, a full disk, Ctrl-C), the 
 old file is untouched. A ``kill -9`` cannot be cleaned up after, but it too leaves the final name alone: what
 remains is a hidden ``.<name>.<random>.tmp`` beside it.
 
-Four shapes, one mechanism:
+Several shapes, one mechanism:
 
 - :func:`atomic_write_bytes` / :func:`atomic_write_text` for data already in memory;
 - :func:`atomic_open`, a context manager yielding a binary (or text) file object, for writers that stream;
 - :func:`atomic_path`, yielding a fresh path that does not exist yet, for libraries that insist on creating
   the file or folder themselves (bag writers); whatever they leave there replaces the final name;
-- :func:`atomic_directory`, yielding an empty temporary folder beside the final one, renamed into place whole.
+- :func:`atomic_directory`, yielding an empty temporary folder beside the final one, renamed into place whole;
+- :func:`commit_file` for a temporary the caller keeps across runs (a resumable ``.part`` download).
 
 Failures to write (missing folder, no permission, disk full) become
 :class:`~libredgetpu_ros.errors.OutputError` naming the final path; any other exception from the caller's
@@ -36,7 +37,7 @@ from typing import IO
 from libredgetpu_ros.errors import OutputError
 
 __all__ = ["atomic_directory", "atomic_open", "atomic_path", "atomic_write_bytes", "atomic_write_text",
-           "fsync_directory"]
+           "commit_file", "fsync_directory"]
 
 
 # errno values of a write that reached the file system and failed: these mean "cannot write the output"
@@ -134,6 +135,19 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb", *, encoding: str | No
         _remove(tmp)
         raise
     fsync_directory(folder)
+
+
+def commit_file(tmp: str | os.PathLike, final: str | os.PathLike) -> None:
+    """Publish a temporary a caller filled itself (a resumable ``.part`` download) onto ``final``: fsync it,
+    rename it over ``final`` and fsync the folder. Both must be in the same folder."""
+    tmp, final = Path(tmp), Path(final)
+    try:
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, final)
+    except OSError as exc:
+        raise OutputError(f"cannot write {final}: {exc.strerror or exc}") from exc
+    fsync_directory(final.parent)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes | bytearray | memoryview) -> int:

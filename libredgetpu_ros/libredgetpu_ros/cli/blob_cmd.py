@@ -30,6 +30,7 @@ def _load_npy(path: Path, what: str) -> object:
 
 
 def run(args: argparse.Namespace) -> int:
+    from libredgetpu_ros.atomicio import atomic_write_bytes
     from libredgetpu_ros.matmul import MatMulEngine
 
     engine = MatMulEngine.from_template(args.template, backend="cpu")
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     bias = _load_npy(args.bias, "bias") if args.bias else None
     report = engine.set_weights(weights, bias=bias)
     blob, _ = engine.current_blob()
-    args.out.write_bytes(blob.tobytes())
+    atomic_write_bytes(args.out, blob.tobytes())
     summary = {
         "template": engine.template.name, "rows": engine.rows, "cols": engine.cols, "out": str(args.out),
         "blob_bytes": int(blob.size), "clipped_count": report.clipped_count,

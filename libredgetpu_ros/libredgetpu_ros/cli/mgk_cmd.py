@@ -69,39 +69,13 @@ def _print_inspect(info: dict) -> None:
 
 
 def _write_npz_atomically(out: Path, arrays: dict) -> int:
-    """Save to a temporary file beside ``out`` and rename it over ``out``; returns the bytes written."""
-    import contextlib
-    import os
-    import tempfile
-
+    """Save through atomicio (temporary beside ``out``, fsync, rename); returns the bytes written."""
     import numpy as np
 
-    from libredgetpu_ros.errors import ConfigError
+    from libredgetpu_ros.atomicio import atomic_open
 
-    directory = out.parent
-    if not directory.is_dir():
-        raise ConfigError(f"output folder {directory} does not exist")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=directory)
-    except OSError as exc:
-        raise ConfigError(f"cannot write into {directory}: {exc}") from exc
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **arrays)
-            fh.flush()
-            os.fsync(fh.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600; give the file the usual permissions
-        os.replace(tmp, out)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise ConfigError(f"cannot write {out}: {exc}") from exc
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with atomic_open(out) as handle:
+        np.savez(handle, **arrays)
     return out.stat().st_size
 
 

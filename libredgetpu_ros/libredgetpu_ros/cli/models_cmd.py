@@ -18,6 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--mirror", help="base URL serving the files by name instead of the official URLs "
                                     "(also $LIBREDGETPU_ROS_MODEL_MIRROR); checksums stay the catalogue's")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="overall deadline per file, whole transfer (default 600; a cut transfer resumes)")
     p = sub.add_parser("path", help="print the cached path of an entry's model (or --cpu twin, --labels)")
     p.add_argument("name")
     which = p.add_mutually_exclusive_group()
@@ -59,8 +61,13 @@ def run(args: argparse.Namespace) -> int:
     if action == "list":
         return _list(args.json)
     if action == "fetch":
+        from libredgetpu_ros.models.download import DEADLINE_S
+
         progress = not args.no_progress and sys.stderr.isatty()  # the bar draws on stderr
-        path = store.fetch(args.name, mirror=args.mirror, progress=progress, say=say)
+        deadline = DEADLINE_S if args.timeout is None else args.timeout
+        if not 0 < deadline < float("inf"):
+            raise InputError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+        path = store.fetch(args.name, mirror=args.mirror, progress=progress, say=say, deadline_s=deadline)
         print(path)
         return 0
     if action == "path":

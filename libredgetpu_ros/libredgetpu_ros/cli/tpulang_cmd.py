@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
         summary = {"mlir": str(mlir_path), "weights": str(npz_path)}
         text = f"wrote {mlir_path} and {npz_path}"
     else:
+        from libredgetpu_ros.atomicio import atomic_open
         from libredgetpu_ros.sophgo.executor import execute
         from libredgetpu_ros.sophgo.npz_reader import read_npz
         from libredgetpu_ros.sophgo.parser import load_mlir
@@ -52,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
         outputs = execute(module, weights, inputs, keep_all=args.all)
         elapsed_ms = (time.perf_counter() - start) * 1e3
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(args.out, **outputs)
+        with atomic_open(args.out) as handle:   # a kill or a full disk never leaves a cut file at --out
+            np.savez(handle, **outputs)
         summary = {"module": module.name, "out": str(args.out), "elapsed_ms": round(elapsed_ms, 3),
                    "outputs": {k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in outputs.items()
                                if k in module.outputs}}

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from libredgetpu_ros.atomicio import atomic_write_bytes, atomic_write_text
 from libredgetpu_ros.errors import ConfigError, ModelFormatError
 from libredgetpu_ros.matmul.blob import blob_size, check_dense_shape, parse_blob
 from libredgetpu_ros.matmul.template import (
@@ -64,7 +65,7 @@ def write_uncompiled(spec: DenseSpec, out_dir: Path) -> Path:
                                  2 * output_range / 255, _ZERO_POINT)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"dense_{spec.n}.tflite"
-    path.write_bytes(data)
+    atomic_write_bytes(path, data)
     return path
 
 
@@ -107,7 +108,7 @@ def write_sidecar(spec: DenseSpec, uncompiled: Path, compiled: Path) -> Path:
         "param_overhead": base64.b64encode(overhead.tobytes()).decode("ascii"),
     }
     path = uncompiled.with_name(uncompiled.stem + SIDECAR_SUFFIX)
-    path.write_text(json.dumps(sidecar, indent=2) + "\n")
+    atomic_write_text(path, json.dumps(sidecar, indent=2) + "\n")
     try:
         load_template(compiled)
     except ModelFormatError as exc:

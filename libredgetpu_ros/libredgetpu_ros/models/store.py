@@ -19,9 +19,10 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from libredgetpu_ros.errors import InputError, ModelFetchError
+from libredgetpu_ros.atomicio import atomic_path
+from libredgetpu_ros.errors import InputError, ModelFetchError, OutputError
 from libredgetpu_ros.models.catalogue import CATALOGUE, ModelEntry, ModelFile
-from libredgetpu_ros.models.download import download, sha256_of
+from libredgetpu_ros.models.download import DEADLINE_S, download, sha256_of
 
 MIRROR_VAR = "LIBREDGETPU_ROS_MODEL_MIRROR"  # base URL serving the catalogue's files by name
 
@@ -54,11 +55,12 @@ def status(e: ModelEntry, cache: Path | None = None) -> str:
 
 
 def fetch(name: str, *, mirror: str | None = None, cache: Path | None = None, progress: bool = False,
-          say: Callable[[str], None] = lambda _: None) -> Path:
+          say: Callable[[str], None] = lambda _: None, deadline_s: float = DEADLINE_S) -> Path:
     """Download every file of entry ``name`` not cached yet (verified, resumable); the Edge TPU model's path.
 
     ``mirror`` (or ``$LIBREDGETPU_ROS_MODEL_MIRROR``) replaces the official URL by ``<mirror>/<file name>``,
-    for a site cache or an air-gapped robot; the checksums stay the catalogue's.
+    for a site cache or an air-gapped robot; the checksums stay the catalogue's. Each file must arrive
+    within ``deadline_s`` seconds (a resumed transfer gets a fresh deadline).
     """
     e = entry(name)
     cache = cache or cache_dir()
@@ -70,7 +72,7 @@ def fetch(name: str, *, mirror: str | None = None, cache: Path | None = None, pr
             say(f"{f.name}: cached")
             continue
         say(f"{f.name}: fetching {url}")
-        download(url, dest, f.sha256, progress=progress)
+        download(url, dest, f.sha256, progress=progress, deadline_s=deadline_s)
     return cache / e.edgetpu.name
 
 
@@ -103,12 +105,24 @@ def import_dir(folder: Path, names: list[str] | None = None, *, cache: Path | No
             dest = cache / f.name
             if not (dest.is_file() and sha256_of(dest) == f.sha256):
                 cache.mkdir(parents=True, exist_ok=True)
-                tmp = dest.with_name(dest.name + ".import")
-                shutil.copyfile(src, tmp)
-                os.replace(tmp, dest)
+                _copy_verified(src, dest, f)
             say(f"{f.name}: imported from {src}")
             done.add(f.name)
     return [e.name for e in touched if status(e, cache) == "cached"]
+
+
+def _copy_verified(src: Path, dest: Path, f: ModelFile) -> None:
+    """Copy ``src`` to ``dest`` through a temporary that is hashed again before the rename: the source may
+    have changed since it was checked, or the copy gone wrong; either way ``dest`` is left as it was."""
+    try:
+        with atomic_path(dest) as tmp:
+            shutil.copyfile(src, tmp)
+            got = sha256_of(tmp)
+            if got != f.sha256:
+                raise ModelFetchError(f"import: the copy of {src} has SHA-256 {got}, expected {f.sha256} "
+                                      f"(the file changed while it was imported?); nothing was imported")
+    except (OSError, OutputError) as exc:
+        raise ModelFetchError(f"import: cannot copy {src} into {dest.parent}: {exc}") from exc
 
 
 def _resolve(text: str, pick: Callable[[ModelEntry], ModelFile | None], what: str) -> str:

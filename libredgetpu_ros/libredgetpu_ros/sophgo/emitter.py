@@ -12,9 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
+from libredgetpu_ros.atomicio import atomic_open
 from libredgetpu_ros.sophgo.ir import NONE_TYPE, Module, TensorType, TpuLangError
 from libredgetpu_ros.sophgo.mlir_text import format_attr_dict, format_string, format_type
-from libredgetpu_ros.sophgo.npz_writer import write_npz
+from libredgetpu_ros.sophgo.npz_writer import npz_bytes
 
 
 def uses_generic_form(module: Module) -> bool:
@@ -77,18 +78,18 @@ def emit_mlir(module: Module) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_weights(path: Path, weights: dict[str, np.ndarray]) -> None:
-    """The origin weight npz: one array per ``top.Weight``, keyed by its name, stored as given."""
-    write_npz(path, weights)
-
-
 def save_module(module: Module, weights: dict[str, np.ndarray], out_dir: str | Path = ".") -> tuple[Path,
                 Path]:
-    """Write ``<name>_origin.mlir`` and the weight npz into ``out_dir``; returns both paths."""
+    """Write ``<name>_origin.mlir`` and the weight npz into ``out_dir``; returns both paths.
+
+    Both files are written to temporaries first and renamed into place only once both are complete, so a
+    failure part-way (disk full, Ctrl-C) leaves the previous pair as it was."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     mlir_path = out / f"{module.name}_origin.mlir"
     weight_path = out / module.weight_file
-    mlir_path.write_text(emit_mlir(module), encoding="utf-8")
-    write_weights(weight_path, weights)
+    text, npz = emit_mlir(module), npz_bytes(weights)
+    with atomic_open(weight_path) as npz_file, atomic_open(mlir_path) as mlir_file:
+        npz_file.write(npz)
+        mlir_file.write(text.encode("utf-8"))
     return mlir_path, weight_path

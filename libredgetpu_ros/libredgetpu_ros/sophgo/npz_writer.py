@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from libredgetpu_ros.atomicio import atomic_write_bytes
+
 _LOCAL, _CENTRAL, _END = b"PK\x03\x04", b"PK\x01\x02", b"PK\x05\x06"
 _VERSION_20 = 20
 _MADE_BY_UNIX_3_20 = (3 << 8) | 20
@@ -48,4 +50,5 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
 
 
 def write_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
-    Path(path).write_bytes(npz_bytes(arrays))
+    """Write the npz atomically: a failed write (disk full) leaves the previous file at ``path`` intact."""
+    atomic_write_bytes(path, npz_bytes(arrays))
