@@ -1,10 +1,15 @@
-"""Packets <-> UDP datagrams: the request id trailer, fragments, and bounded reassembly.
+"""Packets <-> UDP datagrams: the integrity trailer, sessions and request ids, fragments, bounded reassembly.
 
-Every datagram is ``body ‖ request id (u32, big-endian)``. The body is a whole seed packet when it fits
-``WireFormat.max_datagram``; otherwise the packet travels as fragments
+Reliable framing (default): every datagram is ``body ‖ session u32 ‖ request id u32 ‖ tag``. The tag is a
+CRC-32 of everything before it or, with a shared key, a 16-byte truncated HMAC-SHA256; it is checked before
+anything else looks at the datagram, so a corrupted opcode, payload, session or request id is dropped (and
+counted), never taken for another request. The session is a random number the Data Source picks when it
+opens; request ids are scoped to it. The body is a whole seed packet when it fits ``max_datagram``;
+otherwise the packet travels as fragments
 ``[fragment opcode][total length u32][offset u32][CRC-32 of the packet u32][chunk]``, all with the
-request id of the packet. A reply carries the id of the request it answers, so the Data Source can tell a
-late answer to an earlier (retransmitted) request from the one it waits for.
+session and request id of the packet. A reply carries the session and id of the request it answers.
+
+Seed framing: a datagram is exactly one seed packet (no trailer, no fragments); see :class:`Framer`.
 
 Reassembly keeps the chunks received so far (never more than the declared total, itself bounded by
 ``max_packet``), at most ``max_pending`` packets at once (the oldest is dropped), and checks coverage and
@@ -14,6 +19,8 @@ retransmission rebuilds it.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import time
 import zlib
 from collections import Counter, OrderedDict
@@ -21,9 +28,20 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from libredgetpu_ros.errors import ProtocolError
-from libredgetpu_ros.teamtensor.wire import DEFAULT_WIRE, FRAGMENT_HEADER, REQUEST_ID, WireFormat
+from libredgetpu_ros.teamtensor.wire import (
+    CRC_TAG,
+    DEFAULT_WIRE,
+    FRAGMENT_HEADER,
+    HMAC_TAG,
+    TRAILER_IDS,
+    WireFormat,
+)
 
-TRAILER = REQUEST_ID.size
+MAX_UDP_PAYLOAD = 65507  # largest IPv4 UDP payload: the seed framing's only limit on a packet
+
+
+class IntegrityError(ProtocolError):
+    """A datagram whose CRC-32 or HMAC tag does not match: corrupted in transit, or not from a key holder."""
 
 
 @dataclass
@@ -38,27 +56,92 @@ class RejectedDatagrams:
         return sum(self.rejected.values())
 
 
-def to_datagrams(packet: bytes, request_id: int, wire: WireFormat = DEFAULT_WIRE) -> list[bytes]:
-    """The datagrams carrying ``packet`` (one, or fragments of at most ``max_datagram`` bytes)."""
-    if len(packet) > wire.max_packet:
-        raise ProtocolError(f"packet of {len(packet)} bytes exceeds WireFormat.max_packet = "
-                            f"{wire.max_packet}")
-    rid = REQUEST_ID.pack(request_id)
-    if len(packet) + TRAILER <= wire.max_datagram:
-        return [packet + rid]
-    chunk = wire.max_datagram - FRAGMENT_HEADER.size - TRAILER
-    crc = zlib.crc32(packet)
-    view = memoryview(packet)
-    return [FRAGMENT_HEADER.pack(wire.fragment_opcode, len(packet), off, crc) + view[off:off + chunk] + rid
-            for off in range(0, len(packet), chunk)]
+@dataclass(frozen=True)
+class Sealed:
+    """What an opened datagram carries: its session, request id and body (the seed packet or a fragment)."""
+
+    session: int
+    rid: int
+    body: memoryview
 
 
-def split(datagram: bytes | memoryview) -> tuple[int, memoryview]:
-    """(request id, body) of one datagram; too short to hold an opcode and the id is a ProtocolError."""
-    if len(datagram) < 1 + TRAILER:
-        raise ProtocolError(f"datagram of {len(datagram)} byte(s): shorter than opcode + request id")
-    view = memoryview(datagram)
-    return REQUEST_ID.unpack(view[-TRAILER:])[0], view[:-TRAILER]
+class Framer:
+    """Seals packets into datagrams and opens received datagrams, for one ``WireFormat`` and optional key.
+
+    Both ends must use the same framing and key. With ``key`` the tag is an HMAC: a datagram from anyone
+    without the key is rejected exactly like a corrupted one.
+    """
+
+    def __init__(self, wire: WireFormat = DEFAULT_WIRE, key: bytes | None = None) -> None:
+        if key is not None and not key:
+            raise ProtocolError("shared key: empty (give none for no authentication)")
+        if key is not None and wire.seed:
+            raise ProtocolError("shared key: the seed framing has no room for an authentication tag")
+        self.wire, self.key = wire, key
+        self.tag_size = 0 if wire.seed else HMAC_TAG if key else CRC_TAG
+        self.overhead = 0 if wire.seed else TRAILER_IDS.size + self.tag_size
+
+    def _tag(self, data: bytes | memoryview) -> bytes:
+        if self.key is not None:
+            return hmac.new(self.key, data, hashlib.sha256).digest()[:HMAC_TAG]
+        return zlib.crc32(data).to_bytes(CRC_TAG, "big")
+
+    def seal(self, packet: bytes, session: int = 0, rid: int = 0) -> list[bytes]:
+        """The datagrams carrying ``packet`` (one, or fragments of at most ``max_datagram`` bytes)."""
+        wire = self.wire
+        if wire.seed:
+            if len(packet) > MAX_UDP_PAYLOAD:
+                raise ProtocolError(f"packet of {len(packet)} bytes: the seed framing has no fragments and "
+                                    f"a UDP datagram holds at most {MAX_UDP_PAYLOAD}")
+            return [packet]
+        if len(packet) > wire.max_packet:
+            raise ProtocolError(f"packet of {len(packet)} bytes exceeds WireFormat.max_packet = "
+                                f"{wire.max_packet}")
+        ids = TRAILER_IDS.pack(session & 0xFFFFFFFF, rid & 0xFFFFFFFF)
+        if len(packet) + self.overhead <= wire.max_datagram:
+            bodies: list[bytes | memoryview] = [packet]
+        else:
+            chunk = wire.max_datagram - FRAGMENT_HEADER.size - self.overhead
+            crc = zlib.crc32(packet)
+            view = memoryview(packet)
+            bodies = [FRAGMENT_HEADER.pack(wire.fragment_opcode, len(packet), off, crc)
+                      + view[off:off + chunk] for off in range(0, len(packet), chunk)]
+        out = []
+        for body in bodies:
+            data = bytes(body) + ids
+            out.append(data + self._tag(data))
+        return out
+
+    def open(self, datagram: bytes | memoryview) -> Sealed:
+        """Check the tag first, then split off the trailer; a bad or short datagram is a ProtocolError
+        (:class:`IntegrityError` when the tag does not match)."""
+        view = memoryview(datagram)
+        if self.wire.seed:
+            if not len(view):
+                raise ProtocolError("empty datagram")
+            return Sealed(0, 0, view)
+        if len(view) < 1 + self.overhead:
+            raise ProtocolError(f"datagram of {len(view)} byte(s): shorter than opcode + trailer "
+                                f"({self.overhead} bytes)")
+        cut = len(view) - self.tag_size
+        if not hmac.compare_digest(self._tag(view[:cut]), bytes(view[cut:])):
+            raise IntegrityError(f"datagram of {len(view)} bytes fails its "
+                                 f"{'HMAC' if self.key else 'CRC-32'} tag")
+        session, rid = TRAILER_IDS.unpack(view[cut - TRAILER_IDS.size:cut])
+        return Sealed(session, rid, view[:cut - TRAILER_IDS.size])
+
+
+def to_datagrams(packet: bytes, request_id: int, wire: WireFormat = DEFAULT_WIRE, *, session: int = 0,
+                 key: bytes | None = None) -> list[bytes]:
+    """``Framer(wire, key).seal(packet, session, request_id)``."""
+    return Framer(wire, key).seal(packet, session, request_id)
+
+
+def split(datagram: bytes | memoryview, wire: WireFormat = DEFAULT_WIRE,
+          key: bytes | None = None) -> tuple[int, memoryview]:
+    """(request id, body) of one datagram after its integrity check (see :meth:`Framer.open`)."""
+    sealed = Framer(wire, key).open(datagram)
+    return sealed.rid, sealed.body
 
 
 class _Partial:

@@ -60,6 +60,71 @@ def output_shape(model: ModelSpec, sample_shape: tuple[int, ...], window: int) -
 
 
 # --------------------------------------------------------------------------------------------------
+# Budget: what training a batch allocates, from the descriptor alone, before anything is allocated.
+
+_ELEMENTWISE = (LayerCode.RELU, LayerCode.SOFTMAX)
+BYTES_PER_ELEMENT = 8  # float32 arrays, counted twice: NumPy's temporaries (x - t, g * p, ...) double them
+
+
+def largest_input(model: ModelSpec) -> tuple[int, ...] | None:
+    """The largest sample shape the model's descriptor admits, or None when the descriptor leaves it open.
+
+    The first Linear fixes its input ``(in,)``; the first Conv2D fixes channels and, from its output size,
+    stride, pad and kernel, the largest height and width that give that output
+    (``(out - 1)·stride + kernel - 2·pad + stride - 1``). Layers in front of it must keep the shape
+    (ReLU, Softmax); after a Flatten or MaxPool the sample's shape is not determined (checked per batch).
+    """
+    for i, ly in enumerate(model.layers):
+        if not ly.trainable:
+            continue
+        if any(before.code not in _ELEMENTWISE for before in model.layers[:i]):
+            return None
+        if ly.code == LayerCode.LINEAR:
+            return (int(ly.weights.shape[1]),)
+        _, c, kh, kw = (int(d) for d in ly.weights.shape)
+        s, p = ly.stride, ly.pad
+        return (c, (ly.out_height - 1) * s + kh - 2 * p + s - 1, (ly.out_width - 1) * s + kw - 2 * p + s - 1)
+    return None
+
+
+def training_bytes(model: ModelSpec, sample_shape: tuple[int, ...], samples: int, window: int) -> int:
+    """Bytes one training step on ``samples`` samples of ``sample_shape`` allocates (forward, backward and
+    update), an upper bound from the shapes alone; a shape the model cannot take is a ProtocolError."""
+    shape = tuple(int(d) for d in sample_shape)
+    if any(d < 1 for d in shape):
+        raise ProtocolError(f"sample shape {shape}: every dimension must be >= 1")
+    per_sample = 2 * _size(shape)  # the batch cast to float32 and its gradient
+    fixed = 0
+    for i, ly in enumerate(model.layers):
+        try:
+            out = output_shape(ModelSpec([ly], model.metrics), shape, window)
+        except ProtocolError as exc:
+            raise ProtocolError(str(exc).replace("layer 0", f"layer {i}", 1)) from None
+        n_in, n_out = _size(shape), _size(out)
+        if ly.code == LayerCode.CONV2D:
+            c, h, w = shape
+            _, _, kh, kw = ly.weights.shape
+            padded = c * (h + 2 * ly.pad) * (w + 2 * ly.pad)
+            windows = c * int(kh) * int(kw) * out[1] * out[2]
+            per_sample += 2 * padded + 3 * windows + 2 * n_out  # xp / dxp, window copies, y / dy
+        elif ly.code == LayerCode.MAXPOOL:
+            per_sample += 4 * n_in + 2 * n_out  # window columns (values, argmax, gradient), dx, y, dy
+        else:
+            per_sample += 3 * max(n_in, n_out)  # output, cache/mask, gradient
+        if ly.trainable:
+            fixed += 3 * (ly.weights.size + ly.bias.size)  # gradients and the scaled step
+        shape = out
+    return (samples * per_sample + fixed) * BYTES_PER_ELEMENT
+
+
+def _size(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+# --------------------------------------------------------------------------------------------------
 # Layers: forward returns (output, cache); backward returns (input gradient, parameter gradients).
 
 

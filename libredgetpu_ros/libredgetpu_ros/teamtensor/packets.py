@@ -4,6 +4,10 @@ A packet is the seed's byte layout exactly; on the wire each datagram also carri
 trailer (see ``datagrams.py``). Replies are decoded against the request they answer (the seed's ACK
 payload depends on it). Decoders accept exactly the seed's length: missing or extra bytes, a count that
 points past the end, an unknown code are all a ``ProtocolError`` naming the field.
+
+Under ``WireFormat.framing == "seed"`` three packets take the seed's literal form: GET_MT is
+``[09][metric id]`` (no model id: the worker answers for its lowest model id), NACK is the bare ``03`` (no
+reason), and RELEASE does not exist.
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ class Batch:
 
 @dataclass(frozen=True)
 class GetMetric:
-    model_id: int
+    model_id: int | None  # None: the seed's GET_MT, which names no model
     metric: int
 
 
@@ -66,7 +70,15 @@ class GetModel:
     model_id: int
 
 
-Request = Hello | AssignPipeline | AssignModel | ProbeManagers | ProbeQueue | Batch | GetMetric | GetModel
+@dataclass(frozen=True)
+class Release:  # ours (reliable framing): the Data Source ends its session on the worker
+    pass
+
+
+Request = (Hello | AssignPipeline | AssignModel | ProbeManagers | ProbeQueue | Batch | GetMetric | GetModel
+           | Release)
+# Requests whose reply is stored for repeats: executing them twice would change the worker twice.
+STATE_CHANGING = (AssignPipeline, AssignModel, Batch, Release)
 
 
 def _u16(value: int, field: str) -> bytes:
@@ -96,9 +108,17 @@ def encode_request(req: Request, wire: WireFormat = DEFAULT_WIRE) -> bytes:
         op = wire.eval_opcode if req.evaluate else Op.BATCH
         return bytes([op]) + _u16(n, "number of inputs") + encode_samples(req.inputs, req.targets, wire)
     if isinstance(req, GetMetric):
+        if wire.seed:
+            return bytes([Op.GET_MT, req.metric & 0xFF])
+        if req.model_id is None:
+            raise ProtocolError("GET_MT: the reliable framing names the model (model id is None)")
         return bytes([Op.GET_MT]) + _u16(req.model_id, "model id") + bytes([req.metric & 0xFF])
     if isinstance(req, GetModel):
         return bytes([Op.GET_MD]) + _u16(req.model_id, "model id")
+    if isinstance(req, Release):
+        if wire.seed:
+            raise ProtocolError("RELEASE: not a packet of the seed framing")
+        return bytes([wire.release_opcode])
     raise ProtocolError(f"not a request: {type(req).__name__}")
 
 
@@ -125,10 +145,12 @@ def decode_request(packet: bytes | memoryview, wire: WireFormat = DEFAULT_WIRE) 
         req = Batch(x, t, evaluate=op != Op.BATCH)
     elif op == Op.GET_MT:
         r.what = "GET_MT"
-        req = GetMetric(r.u16("model id"), r.u8("metric id"))
+        req = GetMetric(None if wire.seed else r.u16("model id"), r.u8("metric id"))
     elif op == Op.GET_MD:
         r.what = "GET_MD"
         req = GetModel(r.u16("model id"))
+    elif op == wire.release_opcode and not wire.seed:
+        req = Release()
     else:
         raise ProtocolError(f"request: opcode {op:#04x} is not a request")
     r.done()
@@ -162,7 +184,7 @@ class Refused(ProtocolError):
         try:
             name = Refusal(reason).name
         except ValueError:
-            name = f"reason {reason:#04x}"
+            name = "no reason given (seed framing)" if reason == 0 else f"reason {reason:#04x}"
         super().__init__(f"worker refused {request}: {name}")
         self.reason = reason
 
@@ -171,8 +193,8 @@ def ack(payload: bytes = b"") -> bytes:
     return bytes([Op.ACK]) + payload
 
 
-def nack(reason: Refusal) -> bytes:
-    return bytes([Op.NACK, int(reason)])
+def nack(reason: Refusal, wire: WireFormat = DEFAULT_WIRE) -> bytes:
+    return bytes([Op.NACK]) if wire.seed else bytes([Op.NACK, int(reason)])
 
 
 def ack_u16(value: int) -> bytes:
@@ -195,7 +217,7 @@ def decode_reply(req: Request, packet: bytes | memoryview, wire: WireFormat = DE
         raise ProtocolError(f"reply to {name}: empty packet")
     r = Reader(packet, f"reply to {name}", 1)
     if packet[0] == Op.NACK:
-        reason = r.u8("NACK reason")
+        reason = 0 if wire.seed else r.u8("NACK reason")
         r.done()
         if isinstance(req, ProbeQueue):
             return False

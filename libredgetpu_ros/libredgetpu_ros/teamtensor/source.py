@@ -1,11 +1,18 @@
 """The Data Source side: an asyncio client for one worker board.
 
-One request is outstanding at a time (stop-and-wait, per worker). Each request gets a fresh request id;
+One request is outstanding at a time (stop-and-wait, per worker). Reliable framing (default): the Data
+Source picks a random session number when it opens; each request gets the next request id of that session;
 its datagrams are retransmitted on a timeout that grows by ``backoff`` up to ``max_timeout``, at most
 ``retries`` times, then :class:`DeviceTimeoutError`. A datagram that is not the reply to the outstanding
-request (another sender, another id, malformed, a fragment that does not fit) is counted in
-``stats.rejected`` and ignored, so duplicated, reordered or forged datagrams cannot complete the wrong
-request. HELLO follows the seed: retransmitted every 50 ms until a worker answers.
+request (integrity tag wrong, another sender, session or id, malformed, a fragment that does not fit) is
+counted in ``stats.rejected`` and ignored, so corrupted, duplicated, reordered or forged datagrams cannot
+complete the wrong request. Leaving ``async with`` releases the worker's session (RELEASE). HELLO follows
+the seed: retransmitted every 50 ms until a worker answers; with ``broadcast=True`` it may go to a
+broadcast address and the first worker that answers becomes this source's worker.
+
+Seed framing: the seed's bytes and nothing else. The first reply-shaped datagram from the worker answers
+the outstanding request (there are no ids: best effort); a BATCH, which has no reply in the seed, is sent
+once after B_FULL says there is room.
 
 A batch refused with QUEUE_FULL is retried with a new id after the worker's B_FULL says there is space
 again (:meth:`DataSource.send_batch`).
@@ -61,18 +68,29 @@ class _SourceProtocol(asyncio.DatagramProtocol):
 
 
 class DataSource:
-    """Client of one worker at ``worker`` = (host, port). Use ``async with DataSource(...) as src``."""
+    """Client of one worker at ``worker`` = (host, port). Use ``async with DataSource(...) as src``.
+
+    ``key``: shared key of the worker (HMAC tags instead of CRC-32; reliable framing only). ``broadcast``:
+    the socket may send to a broadcast address (SO_BROADCAST) and HELLO learns the worker's address from
+    its answer. ``release_timeout``: how long leaving ``async with`` tries to release the session.
+    """
 
     def __init__(self, worker: tuple[str, int], wire: WireFormat = DEFAULT_WIRE, *, timeout: float = 0.1,
                  backoff: float = 1.5, max_timeout: float = 1.0, retries: int = 60,
-                 local: tuple[str, int] = ("127.0.0.1", 0)) -> None:
+                 local: tuple[str, int] = ("127.0.0.1", 0), key: bytes | None = None,
+                 broadcast: bool = False, release_timeout: float = 2.0) -> None:
         self.worker = (socket.gethostbyname(worker[0]), int(worker[1]))
         self.wire = wire
         self.timeout, self.backoff, self.max_timeout, self.retries = timeout, backoff, max_timeout, retries
         self.local = local
+        self.broadcast, self.release_timeout = broadcast, release_timeout
+        self.framer = datagrams.Framer(wire, key)
         self.stats = SourceStats()
-        # Ids start at a random point so a restarted source on the same port is not mistaken for an old one.
-        self._ids = itertools.count(random.SystemRandom().randrange(1, 1 << 30))
+        # The session number scopes request ids: a restarted source (same address) is never taken for the
+        # old one, and a datagram of the old one never for this one's.
+        self.session = random.SystemRandom().randrange(1, 1 << 32)
+        self._ids = itertools.count(1)
+        self._claimed = False  # the worker acknowledged our ASN_DP: release it when leaving
         self._lock = asyncio.Lock()
         self._pending: _Pending | None = None
         self._reassembler = datagrams.Reassembler(wire, max_pending=2)
@@ -83,7 +101,10 @@ class DataSource:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
-        self.close()
+        try:
+            await self.release()
+        finally:
+            self.close()
 
     async def open(self) -> None:
         loop = asyncio.get_running_loop()
@@ -92,6 +113,8 @@ class DataSource:
         sock = self._transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
+            if self.broadcast:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -106,15 +129,24 @@ class DataSource:
 
     def _on_datagram(self, data: bytes, addr: tuple) -> None:
         rejected = self.stats.rejected
-        if tuple(addr[:2]) != self.worker:
+        pending = self._pending
+        sender = tuple(addr[:2])
+        discovering = self.broadcast and pending is not None and isinstance(pending.request, packets.Hello)
+        if sender != self.worker and not discovering:
             rejected["foreign sender"] += 1
             return
         try:
-            rid, body = datagrams.split(data)
+            sealed = self.framer.open(data)
+        except datagrams.IntegrityError:
+            rejected["integrity"] += 1
+            return
         except ProtocolError:
             rejected["truncated"] += 1
             return
-        pending = self._pending
+        rid, body = sealed.rid, sealed.body
+        if not self.wire.seed and sealed.session != self.session:
+            rejected["other session"] += 1
+            return
         if pending is None or rid != pending.rid or pending.future.done():
             rejected["not the awaited request id"] += 1
             return
@@ -135,6 +167,8 @@ class DataSource:
             log.debug("rejected reply from %s: %s", addr, exc)
             return
         self.stats.replies += 1
+        if discovering:
+            self.worker = sender
         pending.future.set_result(value)
 
     # ----- requests ---------------------------------------------------------------------------------
@@ -150,11 +184,11 @@ class DataSource:
             raise ProtocolError("DataSource is not open")
         packet = encode_request(req, self.wire)
         async with self._lock:
-            rid = next(self._ids) & 0xFFFFFFFF
+            rid = 0 if self.wire.seed else next(self._ids) & 0xFFFFFFFF
             loop = asyncio.get_running_loop()
             pending = _Pending(rid, req, loop.create_future())
             self._pending = pending
-            out = datagrams.to_datagrams(packet, rid, self.wire)
+            out = self.framer.seal(packet, self.session, rid)
             self.stats.requests += 1
             timeout = period or self.timeout
             end = None if deadline is None else loop.time() + deadline
@@ -187,7 +221,22 @@ class DataSource:
         await self.request(packets.Hello(), period=HELLO_PERIOD, deadline=timeout)
 
     async def assign_pipeline(self, pipeline: int) -> None:
+        """Claim the worker's session (reliable framing) and assign the pipeline; NACK BUSY (``Refused``)
+        while another Data Source holds the worker."""
         await self.request(packets.AssignPipeline(pipeline))
+        self._claimed = True
+
+    async def release(self) -> None:
+        """End our session on the worker so another Data Source may claim it (reliable framing; a no-op
+        otherwise). Best effort within ``release_timeout``: a worker that does not answer frees the session
+        after its own silence timeout anyway."""
+        if not self._claimed or self.wire.seed or self._transport is None:
+            return
+        self._claimed = False
+        try:
+            await self.request(packets.Release(), deadline=self.release_timeout)
+        except (DeviceTimeoutError, ProtocolError) as exc:
+            log.info("session not released: %s", exc)
 
     async def assign_model(self, pipeline: int, model_id: int, model: ModelSpec) -> int:
         """Upload a model with its initial weights; returns the worker's count of models in the pipeline."""
@@ -205,6 +254,13 @@ class DataSource:
         loop = asyncio.get_running_loop()
         end = loop.time() + deadline
         batch = packets.Batch(np.asarray(inputs), np.asarray(targets), evaluate)
+        if self.wire.seed:  # no reply to a BATCH: wait for room, send it once (best effort)
+            while not await self.queue_has_space():
+                if loop.time() > end:
+                    raise DeviceTimeoutError(f"worker {self.worker} queue stayed full for {deadline} s")
+                await asyncio.sleep(poll)
+            self.send_once(batch)
+            return
         while True:
             try:
                 await self.request(batch)
@@ -218,7 +274,18 @@ class DataSource:
                     raise DeviceTimeoutError(f"worker {self.worker} queue stayed full for {deadline} s")
                 await asyncio.sleep(poll)
 
+    def send_once(self, req: Request) -> None:
+        """Send ``req`` without waiting for a reply (the seed's BATCH has none)."""
+        if self._transport is None:
+            raise ProtocolError("DataSource is not open")
+        out = self.framer.seal(encode_request(req, self.wire), self.session, next(self._ids) & 0xFFFFFFFF)
+        for d in out:
+            self._transport.sendto(d, self.worker)
+        self.stats.requests += 1
+        self.stats.datagrams_sent += len(out)
+
     async def metric(self, model_id: int, metric: Metric | int) -> float:
+        """A metric of ``model_id`` (the seed framing's GET_MT names no model: the worker's lowest id)."""
         return await self.request(packets.GetMetric(model_id, int(metric)))
 
     async def get_model(self, model_id: int) -> ModelSpec:

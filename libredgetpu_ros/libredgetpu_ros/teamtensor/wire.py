@@ -66,6 +66,11 @@ class Refusal(enum.IntEnum):
     SHAPE_MISMATCH = 0x07
     UNKNOWN_METRIC = 0x08
     NO_DATA = 0x09
+    BUSY = 0x0A  # another Data Source holds the worker's session (reliable framing)
+    OVER_BUDGET = 0x0B  # training this batch would need more memory than the worker's budget
+
+
+FRAMINGS = ("reliable", "seed")
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,11 @@ class WireFormat:
       request id trailer. 1400 keeps a datagram inside an Ethernet MTU.
     - ``max_packet``: largest reassembled packet accepted (bounds reassembly memory).
     - ``maxpool_window``: MaxPool carries no parameters in the seed: a fixed k×k window with stride k.
+    - ``framing``: ``reliable`` (default) appends our trailer (session, request id, CRC-32 or HMAC tag) to
+      every datagram, fragments large packets and gives exactly-once sessions; ``seed`` sends exactly the
+      seed's bytes (no trailer, no fragments, NACK without a reason, GET_MT without a model id, no reply to a
+      BATCH): stop-and-wait and best effort, for peers built from the seed alone.
+    - ``release_opcode``: our addition (0x0d, reliable framing only): the Data Source ends its session.
     """
 
     value_dtype: str = ">f4"
@@ -92,6 +102,8 @@ class WireFormat:
     max_datagram: int = 1400
     max_packet: int = 16 * 1024 * 1024
     maxpool_window: int = 2
+    framing: str = "reliable"
+    release_opcode: int = 0x0D
 
     def __post_init__(self) -> None:
         for name in ("value_dtype", "metric_dtype"):
@@ -99,14 +111,22 @@ class WireFormat:
             if dt.kind not in "fiu" or dt.itemsize not in (1, 2, 4, 8):
                 raise ProtocolError(f"WireFormat.{name} = {getattr(self, name)!r}: not a numeric dtype")
         used = {int(op) for op in Op}
-        ours = (self.eval_opcode, self.fragment_opcode)
-        if used & set(ours) or ours[0] == ours[1]:
+        ours = (self.eval_opcode, self.fragment_opcode, self.release_opcode)
+        if used & set(ours) or len(set(ours)) != len(ours):
             raise ProtocolError(f"WireFormat opcodes eval={self.eval_opcode:#x} fragment="
-                                f"{self.fragment_opcode:#x} collide with the seed's opcodes or each other")
+                                f"{self.fragment_opcode:#x} release={self.release_opcode:#x} collide with "
+                                "the seed's opcodes or each other")
+        if self.framing not in FRAMINGS:
+            raise ProtocolError(f"WireFormat.framing = {self.framing!r}: not one of {', '.join(FRAMINGS)}")
         if not 64 <= self.max_datagram <= 65507:
             raise ProtocolError(f"WireFormat.max_datagram = {self.max_datagram}: outside [64, 65507]")
         if self.maxpool_window < 1:
             raise ProtocolError(f"WireFormat.maxpool_window = {self.maxpool_window}: must be >= 1")
+
+    @property
+    def seed(self) -> bool:
+        """True for the seed's own bytes (no trailer, fragments, ids, NACK reasons)."""
+        return self.framing == "seed"
 
     @property
     def values(self) -> np.dtype:
@@ -119,7 +139,11 @@ class WireFormat:
 
 DEFAULT_WIRE = WireFormat()
 
-REQUEST_ID = struct.Struct(">I")  # trailer of every datagram: the transaction it belongs to
+# Reliable framing: every datagram ends with [session u32][request id u32][tag]; the tag is a CRC-32 (4 bytes)
+# or, with a shared key, a truncated HMAC-SHA256 (16 bytes) over everything before it.
+TRAILER_IDS = struct.Struct(">II")
+CRC_TAG = 4
+HMAC_TAG = 16
 FRAGMENT_HEADER = struct.Struct(">BIII")  # opcode, total packet length, offset, CRC-32 of the whole packet
 
 

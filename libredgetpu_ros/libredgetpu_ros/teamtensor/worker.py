@@ -4,13 +4,26 @@
 datagrams to send back), so tests and fuzzers drive it directly; :func:`serve` puts it on an asyncio
 datagram endpoint and trains queued batches between datagrams.
 
-Exactly-once: each peer's last ``reply_cache`` replies are kept by request id. A duplicate (retransmission
-or network duplicate) gets the cached reply and is not executed again; an id older than everything cached
-is stale and dropped, so a datagram delayed past its retransmissions cannot replay a BATCH or an ASN_MD.
+Reliable framing (default): a datagram's integrity tag is checked before anything else; then the worker's
+one session (``sessions.py``) decides: the owner's requests run exactly once (stored replies for repeats,
+stale ids dropped), a peer without the session may only say HELLO, probe (M_FULL, B_FULL) or claim the
+worker with ASN_DP when nobody holds it (or its holder released it or went silent for
+``session_timeout``); anything else gets NACK BUSY (or NO_PIPELINE when nobody holds the worker). Replies to
+peers without the session are at most 3 bytes of packet, never larger than twice their request: the worker
+cannot be used to reflect traffic. Fragments are reassembled for the owner only.
+
+Seed framing: the seed's bytes, best effort: every valid request is executed when it arrives (no ids, so a
+network duplicate of a BATCH trains twice), a BATCH gets no reply, NACK carries no reason.
+
+Budget: a model is accepted only if training one sample of the largest input its descriptor admits fits
+``memory_budget`` (every layer's output from the descriptor, ``nn.training_bytes``); a batch only if its
+training fits it; otherwise NACK BAD_MODEL / OVER_BUDGET. Nothing a datagram does can end the worker: an
+exception while handling one is caught, logged and counted (``internal error``), the datagram dropped.
 Reads (GET_MT, GET_MD) first train what is queued, so they see every batch acknowledged before them.
 
-Every datagram that is not acted on (too short, unknown opcode, bad field, bad fragment, stale id) is
-counted in ``stats.rejected`` by reason and leaves the state as it was; no reply is sent to it.
+Every datagram that is not acted on (integrity, too short, unknown opcode, bad field, bad fragment, stale
+id, fragment without the session) is counted in ``stats.rejected`` by reason, leaves the state as it was and
+gets no reply.
 """
 
 from __future__ import annotations
@@ -18,7 +31,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections import Counter, OrderedDict, deque
+import time
+from collections import Counter, deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
@@ -28,6 +42,7 @@ from libredgetpu_ros.errors import ProtocolError
 from libredgetpu_ros.teamtensor import datagrams, nn
 from libredgetpu_ros.teamtensor.model import ModelSpec
 from libredgetpu_ros.teamtensor.packets import (
+    STATE_CHANGING,
     AssignModel,
     AssignPipeline,
     Batch,
@@ -36,6 +51,7 @@ from libredgetpu_ros.teamtensor.packets import (
     Hello,
     ProbeManagers,
     ProbeQueue,
+    Release,
     Request,
     ack,
     ack_metric,
@@ -44,10 +60,12 @@ from libredgetpu_ros.teamtensor.packets import (
     decode_request,
     nack,
 )
-from libredgetpu_ros.teamtensor.wire import DEFAULT_WIRE, Metric, Refusal, WireFormat
+from libredgetpu_ros.teamtensor.sessions import Session
+from libredgetpu_ros.teamtensor.wire import DEFAULT_WIRE, Metric, Op, Refusal, WireFormat
 
 log = logging.getLogger(__name__)
 RECV_BUFFER = 4 * 1024 * 1024  # a fragment burst of a large batch must not overflow the socket buffer
+MiB = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -55,8 +73,22 @@ class WorkerConfig:
     managers: int = 4  # model managers on this board
     queue_capacity: int = 8  # batches the data pipeline router holds (B_FULL answers from this)
     learning_rate: float = 0.05  # SGD step (the seed carries none on the wire: a property of the board)
-    reply_cache: int = 64  # replies kept per peer for duplicates
-    max_peers: int = 32  # peers whose reply caches are kept (least recently seen dropped)
+    session_timeout: float = 10.0  # s of silence after which another Data Source may claim the worker
+    reply_cache: int = 64  # replies of state-changing requests stored for repeats (the session's)
+    reply_budget: int = 64 * 1024  # bytes those stored replies may take
+    id_window: int = 1 << 16  # how far ahead of the latest executed id a new request id may be
+    memory_budget: int = 128 * MiB  # bytes training one batch may allocate (model and batch checked)
+    max_pending: int = 2  # fragmented packets of the owner reassembled at once
+
+    def memory_bound(self, wire: WireFormat = DEFAULT_WIRE) -> int:
+        """Upper bound of the worker's protocol and training memory (docs/teamtensor.md, *Memory*): models,
+        the batch queue, reassembly, stored replies and one training step. Peers without the session add
+        nothing."""
+        widen = max(1, 4 // wire.values.itemsize)  # weights are decoded to float32
+        models = self.managers * wire.max_packet * widen
+        queue = self.queue_capacity * wire.max_packet
+        reassembly = (self.max_pending + 1) * wire.max_packet
+        return models + queue + reassembly + self.reply_budget + self.memory_budget
 
 
 @dataclass
@@ -70,58 +102,75 @@ class ModelManager:
 
 
 @dataclass
-class _Session:
-    replies: OrderedDict[int, list[bytes]] = field(default_factory=OrderedDict)
-    floor: int = 0  # ids below this are stale (their replies were evicted)
-
-
-@dataclass
 class WorkerStats(datagrams.RejectedDatagrams):
     received: int = 0
     executed: Counter = field(default_factory=Counter)  # by request type
     refused: Counter = field(default_factory=Counter)  # NACKs sent, by reason
-    duplicates: int = 0  # answered from the reply cache
+    duplicates: int = 0  # answered from the stored replies
     batch_errors: int = 0  # queued batches a model could not process (logged)
+    sessions: Counter = field(default_factory=Counter)  # claimed, taken over, released
 
     def as_dict(self) -> dict:
         return {"received": self.received, "executed": dict(self.executed), "refused": dict(self.refused),
                 "duplicates": self.duplicates, "rejected": dict(self.rejected),
-                "rejected_total": self.rejected_total, "batch_errors": self.batch_errors}
+                "rejected_total": self.rejected_total, "batch_errors": self.batch_errors,
+                "sessions": dict(self.sessions)}
 
 
 class WorkerCore:
-    def __init__(self, config: WorkerConfig = WorkerConfig(), wire: WireFormat = DEFAULT_WIRE) -> None:
-        self.config, self.wire = config, wire
+    def __init__(self, config: WorkerConfig = WorkerConfig(), wire: WireFormat = DEFAULT_WIRE,
+                 key: bytes | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.config, self.wire, self.clock = config, wire, clock
+        self.framer = datagrams.Framer(wire, key)
         self.pipeline: int | None = None
         self.managers: dict[int, ModelManager] = {}
         self.queue: deque[Batch] = deque()
         self.stats = WorkerStats()
-        self._sessions: OrderedDict[Hashable, _Session] = OrderedDict()
-        self._reassembler = datagrams.Reassembler(wire)
+        self.session: Session | None = None
+        self._reassembler = datagrams.Reassembler(wire, max_pending=config.max_pending)
 
     # ----- datagrams --------------------------------------------------------------------------------
 
     def handle(self, peer: Hashable, datagram: bytes) -> list[bytes]:
-        """Process one datagram from ``peer``; return the datagrams to send back to it."""
+        """Process one datagram from ``peer``; return the datagrams to send back to it. Never raises."""
         self.stats.received += 1
         try:
-            rid, body = datagrams.split(datagram)
+            return self._handle(peer, datagram)
+        except Exception as exc:  # a bug or an allocation failure: this datagram is lost, not the worker
+            self.stats.rejected["internal error"] += 1
+            log.error("datagram from %s not handled: %s: %s", peer, type(exc).__name__, exc, exc_info=True)
+            return []
+
+    def _handle(self, peer: Hashable, datagram: bytes) -> list[bytes]:
+        try:
+            sealed = self.framer.open(datagram)
+        except datagrams.IntegrityError:
+            self.stats.rejected["integrity"] += 1
+            return []
         except ProtocolError:
             self.stats.rejected["truncated"] += 1
             return []
-        session = self._session(peer)
-        cached = session.replies.get(rid)
+        if self.wire.seed:
+            return self._handle_seed(peer, sealed.body)
+        session, rid, body = self.session, sealed.rid, sealed.body
+        owner = session is not None and session.owns(peer, sealed.session)
         fragment = self._reassembler.is_fragment(body)
-        if cached is not None:
-            if fragment and int.from_bytes(body[5:9], "big") != 0:
-                return []  # answer a retransmitted fragmented request once, at its first fragment
-            self.stats.duplicates += 1
-            return cached
-        if rid < session.floor:
-            self.stats.rejected["stale request id"] += 1
+        if owner:
+            session.last_seen = self.clock()
+            stored = session.replies.get(rid)
+            if stored is not None:
+                if fragment and int.from_bytes(body[5:9], "big") != 0:
+                    return []  # answer a retransmitted fragmented request once, at its first fragment
+                self.stats.duplicates += 1
+                return stored
+            if rid != session.highest and not session.is_new(rid, self.config.id_window):
+                self.stats.rejected["stale request id"] += 1
+                return []
+        elif fragment:  # no session, no reassembly memory: a Data Source claims with a small ASN_DP first
+            self.stats.rejected["fragment without the session"] += 1
             return []
         try:
-            packet = self._reassembler.feed((peer, rid), body) if fragment else body
+            packet = self._reassembler.feed((sealed.session, rid), body) if fragment else body
             if packet is None:
                 return []  # more fragments to come
             req = decode_request(packet, self.wire)
@@ -129,22 +178,59 @@ class WorkerCore:
             self.stats.rejected["fragment" if fragment else _reason(body)] += 1
             log.debug("rejected datagram from %s: %s", peer, exc)
             return []
-        reply = datagrams.to_datagrams(self.execute(req), rid, self.wire)
-        session.replies[rid] = reply
-        while len(session.replies) > self.config.reply_cache:
-            old, _ = session.replies.popitem(last=False)
-            session.floor = max(session.floor, old + 1)
+        if not owner:
+            reply = self._without_session(peer, sealed.session, rid, req)
+            return self.framer.seal(reply, sealed.session, rid)
+        if rid == session.highest and isinstance(req, STATE_CHANGING):
+            self.stats.rejected["stale request id"] += 1  # its stored reply was evicted: never run it twice
+            return []
+        session.highest = rid
+        reply = self.framer.seal(self.execute(req), sealed.session, rid)
+        if isinstance(req, Release):
+            self.session = None
+            self.stats.sessions["released"] += 1
+        elif isinstance(req, STATE_CHANGING) and self.session is session:
+            session.store(rid, reply, self.config.reply_cache, self.config.reply_budget)
         return reply
 
-    def _session(self, peer: Hashable) -> _Session:
-        session = self._sessions.get(peer)
-        if session is None:
-            session = self._sessions[peer] = _Session()
-            while len(self._sessions) > self.config.max_peers:
-                self._sessions.popitem(last=False)
+    def _without_session(self, peer: Hashable, number: int, rid: int, req: Request) -> bytes:
+        """The reply to a peer that does not hold the session: a few bytes, and only ASN_DP changes state."""
+        holder = self.session
+        if isinstance(req, Hello | ProbeManagers | ProbeQueue):
+            return self.execute(req)
+        if holder is None and isinstance(req, Release):
+            return ack()  # nothing to release (a repeat of an accepted RELEASE lands here)
+        if isinstance(req, AssignPipeline):
+            silent = holder is not None and self.clock() - holder.last_seen > self.config.session_timeout
+            if holder is None or silent:
+                self.stats.sessions["taken over" if silent else "claimed"] += 1
+                if silent:
+                    log.warning("session of %s silent for %.1f s: taken over by %s", holder.peer,
+                                self.clock() - holder.last_seen, peer)
+                self.session = Session(peer, number, rid, self.clock())
+                reply = self.execute(req)
+                self.session.store(rid, self.framer.seal(reply, number, rid), self.config.reply_cache,
+                                   self.config.reply_budget)
+                return reply
+        return self._nack(Refusal.BUSY if holder is not None else Refusal.NO_PIPELINE)
+
+    def _handle_seed(self, peer: Hashable, body: memoryview) -> list[bytes]:
+        """The seed framing: the address that claimed the worker with ASN_DP owns it (no session number)."""
+        try:
+            req = decode_request(body, self.wire)
+        except ProtocolError as exc:
+            self.stats.rejected[_reason(body)] += 1
+            log.debug("rejected datagram from %s: %s", peer, exc)
+            return []
+        session = self.session
+        if session is not None and session.peer == peer:
+            session.last_seen = self.clock()
+            reply = self.execute(req)
         else:
-            self._sessions.move_to_end(peer)
-        return session
+            reply = self._without_session(peer, 0, 0, req)
+        if isinstance(req, Batch) and reply[0] != Op.NACK:
+            return []  # the seed's BATCH has no reply (a refusal is still a NACK: the queue was full)
+        return [reply]
 
     # ----- requests ---------------------------------------------------------------------------------
 
@@ -167,8 +253,11 @@ class WorkerCore:
             return self._assign_model(req)
         if isinstance(req, Batch):
             return self._enqueue(req)
+        if isinstance(req, Release):
+            return ack()
         if isinstance(req, GetMetric | GetModel):
-            manager = self.managers.get(req.model_id)
+            model_id = req.model_id if req.model_id is not None else min(self.managers, default=None)
+            manager = self.managers.get(model_id)
             if manager is None:
                 return self._nack(Refusal.UNKNOWN_MODEL)
             self.drain()
@@ -183,7 +272,7 @@ class WorkerCore:
 
     def _nack(self, reason: Refusal) -> bytes:
         self.stats.refused[reason.name] += 1
-        return nack(reason)
+        return nack(reason, self.wire)
 
     def _assign_model(self, req: AssignModel) -> bytes:
         if self.pipeline is None:
@@ -192,6 +281,17 @@ class WorkerCore:
             return self._nack(Refusal.WRONG_PIPELINE)
         if req.model_id not in self.managers and len(self.managers) >= self.config.managers:
             return self._nack(Refusal.NO_MANAGER)
+        shape = nn.largest_input(req.model)
+        if shape is not None:  # every layer's output from the descriptor, and one sample's training cost
+            try:
+                cost = nn.training_bytes(req.model, shape, 1, self.wire.maxpool_window)
+            except ProtocolError as exc:
+                log.info("model %d refused: %s", req.model_id, exc)
+                return self._nack(Refusal.BAD_MODEL)
+            if cost > self.config.memory_budget:
+                log.info("model %d refused: one sample of %s needs %d bytes to train, budget %d",
+                         req.model_id, shape, cost, self.config.memory_budget)
+                return self._nack(Refusal.BAD_MODEL)
         self.drain()  # queued batches belong to the models assigned when they were acknowledged
         self.managers[req.model_id] = ModelManager(req.model_id, req.pipeline, req.model.copy())
         return ack_u16(sum(m.pipeline == self.pipeline for m in self.managers.values()))
@@ -213,6 +313,12 @@ class WorkerCore:
                 log.info("batch refused for model %d: targets %s, model output %s", manager.model_id,
                          req.targets.shape[1:], out)
                 return self._nack(Refusal.SHAPE_MISMATCH)
+            cost = nn.training_bytes(manager.model, req.inputs.shape[1:], len(req.inputs),
+                                     self.wire.maxpool_window)
+            if cost > self.config.memory_budget:
+                log.info("batch refused for model %d: training needs %d bytes, budget %d", manager.model_id,
+                         cost, self.config.memory_budget)
+                return self._nack(Refusal.OVER_BUDGET)
         self.queue.append(req)
         return ack()
 
@@ -230,9 +336,10 @@ class WorkerCore:
                 else:
                     result = nn.train_step(manager.model, batch.inputs, batch.targets,
                                            self.config.learning_rate, self.wire.maxpool_window)
-            except (ProtocolError, ValueError, FloatingPointError) as exc:
+            except Exception as exc:  # MemoryError too: this batch is lost for this model, not the worker
                 self.stats.batch_errors += 1
-                log.error("model %d could not process a batch: %s", manager.model_id, exc)
+                log.error("model %d could not process a batch: %s: %s", manager.model_id,
+                          type(exc).__name__, exc)
                 continue
             manager.last = result.metrics
             manager.batches += 1

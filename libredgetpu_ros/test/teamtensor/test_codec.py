@@ -240,8 +240,32 @@ def test_fragments_fit_the_datagram_and_reassemble_in_any_order_with_duplicates(
             break
         r.feed(("peer", rid), body)  # an immediate duplicate changes nothing
     assert got == packet and r.pending_bytes == 0
-    single = datagrams.to_datagrams(b"\x01", 5)
-    assert single == [b"\x01\x00\x00\x00\x05"]
+
+
+def test_reliable_trailer_layout_and_every_single_byte_corruption_is_caught():
+    single = datagrams.to_datagrams(b"\x01", 5, session=0x0A0B0C0D)
+    head = b"\x01" + bytes.fromhex("0a0b0c0d") + bytes.fromhex("00000005")
+    assert single == [head + zlib.crc32(head).to_bytes(4, "big")]  # [packet][session][request id][CRC-32]
+    framer = datagrams.Framer()
+    for packet in (b"\x01", b"\x08\x00\x01" + bytes(range(40)), _fragmented(3000)[0]):
+        for d in framer.seal(packet, 7, 9):
+            assert framer.open(d).rid == 9
+            for pos in range(len(d)):  # every position, every other byte value
+                for xor in range(1, 256):
+                    bad = bytearray(d)
+                    bad[pos] ^= xor
+                    with pytest.raises(datagrams.IntegrityError):
+                        framer.open(bytes(bad))
+    keyed = datagrams.Framer(key=b"robot-cell-7")
+    d = keyed.seal(b"\x04\x00\x01", 1, 2)[0]
+    assert len(d) == 3 + 8 + 16 and keyed.open(d).body.tobytes() == b"\x04\x00\x01"
+    for other in (datagrams.Framer(key=b"robot-cell-8"), framer):  # wrong key, or no key at all
+        with pytest.raises(ProtocolError):
+            other.open(d)
+    seed = datagrams.Framer(WireFormat(framing="seed"))
+    assert seed.seal(b"\x01") == [b"\x01"] and seed.open(b"\x02").body.tobytes() == b"\x02"
+    with pytest.raises(ProtocolError, match="no fragments"):
+        seed.seal(b"\x08" * 70_000)
 
 
 def test_corrupt_or_inconsistent_fragments_are_rejected():

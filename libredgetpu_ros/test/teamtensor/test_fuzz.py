@@ -9,7 +9,8 @@ Data Source: a fake worker (the real worker state machine behind a socket) answe
 with 20 invalid datagrams (mutated replies with the right request id, other ids, random, oversized) before
 the true reply. Every answer is still right and every invalid datagram is counted.
 
-A candidate that happens to be valid (a mutation of a weight value is still a valid ASN_MD) is not sent:
+Half the candidates are sealed again with a valid CRC-32 after the mutation, so they reach the decoders
+behind the integrity check. A candidate that happens to be valid (a mutation of a weight value is still a valid ASN_MD) is not sent:
 the codec itself is the oracle that filters them, and the state checks catch an oracle that lets one through.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +33,7 @@ from libredgetpu_ros.teamtensor.worker import WorkerConfig, WorkerCore
 from .._helpers import load_helper
 
 pytestmark = [pytest.mark.timeout(120)]
+TRAILER = 12  # session, request id, CRC-32 (reliable framing, no key)
 
 HERE = Path(__file__).resolve().parent
 training = load_helper(HERE / "_training.py")
@@ -132,8 +135,16 @@ def _valid_requests() -> list[bytes]:
 
 
 def _invalid(seeds: list[bytes], accept, rng: np.random.Generator) -> bytes:
+    """Half the candidates are mutated datagrams (the integrity tag catches them), half mutated packets
+    sealed again with a valid trailer and CRC-32, so that they reach the decoders behind the tag."""
     while True:
-        d = mutant(seeds[rng.integers(0, len(seeds))], rng)
+        valid = seeds[rng.integers(0, len(seeds))]
+        if rng.random() < 0.5:
+            d = mutant(valid, rng)
+        else:
+            cut = len(valid) - TRAILER
+            head = mutant(valid[:cut], rng) + valid[cut:-4]
+            d = head + zlib.crc32(head).to_bytes(4, "big")
         if not accept(d):
             return d
 

@@ -15,15 +15,17 @@ PEER = ("127.0.0.1", 40000)
 
 
 class Driver:
-    def __init__(self, core: WorkerCore) -> None:
-        self.core = core
+    """One Data Source's datagrams (peer address, session number, request ids) straight into a WorkerCore."""
+
+    def __init__(self, core: WorkerCore, peer: tuple[str, int] = PEER, session: int = 1) -> None:
+        self.core, self.peer, self.session = core, peer, session
         self.ids = itertools.count(1)
 
     def raw(self, req: packets.Request, rid: int | None = None) -> tuple[int, list[bytes]]:
         rid = next(self.ids) if rid is None else rid
         out: list[bytes] = []
-        for d in datagrams.to_datagrams(packets.encode_request(req), rid):
-            out += self.core.handle(PEER, d)
+        for d in datagrams.to_datagrams(packets.encode_request(req), rid, session=self.session):
+            out += self.core.handle(self.peer, d)
         return rid, out
 
     def ask(self, req: packets.Request):
@@ -121,23 +123,23 @@ def test_stale_ids_are_dropped_not_replayed():
     drv.ask(packets.AssignPipeline(1))
     drv.ask(packets.AssignModel(1, 1, _model()))
     rid, _ = drv.raw(_batch())
-    for _ in range(6):
-        drv.ask(packets.ProbeQueue())
-    drv.core.drain()
+    for i in range(6):  # state-changing requests: their stored replies push the first one out
+        drv.ask(_batch(seed=i))
+        drv.core.drain()
     _, out = drv.raw(_batch(), rid=rid)  # a copy delayed past the reply cache
     assert out == [] and drv.core.stats.rejected["stale request id"] == 1
-    assert drv.core.stats.executed["Batch"] == 1 and not drv.core.queue
+    assert drv.core.stats.executed["Batch"] == 7 and not drv.core.queue
 
 
 def test_a_fragmented_request_reassembles_once_from_reordered_duplicated_datagrams(drv):
     drv.ask(packets.AssignModel(5, 1, _model()))
     batch = _batch(n=500)
-    parts = datagrams.to_datagrams(packets.encode_request(batch), 4242)
+    parts = datagrams.to_datagrams(packets.encode_request(batch), 4242, session=drv.session)
     assert len(parts) > 5
     order = np.random.default_rng(3).permutation(len(parts))
     replies = []
     for i in [*order[::-1], *order]:  # every datagram twice, in two different orders
-        replies += drv.core.handle(PEER, parts[i])
+        replies += drv.core.handle(drv.peer, parts[i])
     assert drv.core.stats.executed["Batch"] == 1 and len(drv.core.queue) == 1
     assert len(replies) == 2 and replies[0] == replies[1]  # answered, then answered again from the cache
     assert np.array_equal(drv.core.queue[0].inputs, batch.inputs)

@@ -1,0 +1,48 @@
+"""The worker's one session: which Data Source owns the worker, its request ids and its stored replies.
+
+The first Data Source to assign a pipeline (ASN_DP) owns the worker until it releases it (RELEASE) or has
+been silent for ``session_timeout`` seconds and another Data Source claims it. A session is the owner's
+address *and* the random session number it put in every datagram's trailer, so a datagram from an earlier
+Data Source on the same address cannot pass for the current one.
+
+Exactly-once within a session: the Data Source sends one request at a time with increasing ids, so the
+worker keeps the highest id it has executed. A new id (ahead of it by at most ``id_window``) is executed;
+the id just executed, when it was a read, is executed again (its reply was lost and it changes nothing);
+the replies of state-changing requests (ASN_DP, ASN_MD, BATCH, RELEASE) are stored, within a count and a
+byte budget, and a repeat gets the stored reply; any other id is stale and dropped. Only datagrams that
+passed the integrity check reach this, so one corrupted datagram can neither execute twice, poison the next
+id nor push the highest id out of the Data Source's reach.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+ID_MODULUS = 1 << 32
+
+
+@dataclass
+class Session:
+    peer: Hashable
+    number: int  # the Data Source's session number (datagram trailer)
+    highest: int  # the latest request id executed
+    last_seen: float
+    replies: OrderedDict[int, list[bytes]] = field(default_factory=OrderedDict)
+    reply_bytes: int = 0
+
+    def owns(self, peer: Hashable, number: int) -> bool:
+        return self.peer == peer and self.number == number
+
+    def is_new(self, rid: int, window: int) -> bool:
+        """Ahead of the latest executed id by 1..window (modulo 2**32)."""
+        return 0 < (rid - self.highest) % ID_MODULUS <= window
+
+    def store(self, rid: int, reply: list[bytes], max_replies: int, max_bytes: int) -> None:
+        """Keep ``reply`` for repeats of ``rid``; oldest first out past either budget, never the newest."""
+        self.replies[rid] = reply
+        self.reply_bytes += sum(len(d) for d in reply)
+        while len(self.replies) > 1 and (len(self.replies) > max_replies or self.reply_bytes > max_bytes):
+            _, old = self.replies.popitem(last=False)
+            self.reply_bytes -= sum(len(d) for d in old)
