@@ -1,0 +1,118 @@
+"""VisualCompass: yaw between frames from the horizontal optical flow, and the heading integrated over them.
+
+A camera turning about its vertical axis moves the whole scene sideways in the image. With the horizontal
+field of view ``fov`` spread over ``W`` pixels (LibrEdgeTPU's linear model; exact at the image centre up to
+the lens' ``tan``), a horizontal flow of ``vx`` pixels is a turn of ``vx · fov / W``.
+
+Sign (REP 103, z up): positive yaw is a turn to the LEFT (counter-clockwise seen from above), which moves
+the scene to the RIGHT in the image (positive ``vx``). LibrEdgeTPU's ``VisualCompass`` returns the same
+number (``vx · deg_per_px``) but calls it a rightward turn; the number is what a ROS ``angular.z`` wants.
+
+The heading is the sum of the valid yaws; a pair without an estimate (flat frame, ambiguous scene, first
+frame, a gap in the stamps) adds nothing and is counted. Rates come from the frames' stamps, never the wall
+clock, so a replayed bag gives what the live camera gave.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from libredgetpu_ros.errors import ConfigError
+from libredgetpu_ros.robotics.flow import FlowResult, OpticalFlow
+
+__all__ = ["CompassResult", "VisualCompass", "fov_from_camera_info"]
+
+
+def fov_from_camera_info(width: int, fx: float) -> float:
+    """Horizontal field of view in degrees of a pinhole camera ``width`` pixels wide with focal length
+    ``fx`` pixels (``sensor_msgs/CameraInfo``: ``k[0]``)."""
+    if width <= 0 or not fx > 0.0 or not math.isfinite(fx):
+        raise ConfigError(f"camera info: width {width} and fx {fx} must be positive")
+    return math.degrees(2.0 * math.atan(width / (2.0 * fx)))
+
+
+@dataclass(frozen=True, slots=True)
+class CompassResult:
+    """One frame pair: ``yaw_deg`` / ``yaw_rad`` turned since the previous frame (0 when not ``valid``),
+    ``yaw_rate`` in rad/s from the stamps (0 without stamps), the integrated ``heading_deg`` /
+    ``heading_rad``, and the flow it came from."""
+
+    yaw_deg: float
+    yaw_rate: float
+    heading_deg: float
+    valid: bool
+    flow: FlowResult
+
+    @property
+    def yaw_rad(self) -> float:
+        return math.radians(self.yaw_deg)
+
+    @property
+    def heading_rad(self) -> float:
+        return math.radians(self.heading_deg)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"yaw_deg": self.yaw_deg, "yaw_rate": self.yaw_rate, "heading_deg": self.heading_deg,
+                "valid": self.valid, "reason": self.flow.reason, "vx": self.flow.vx, "vy": self.flow.vy,
+                "confidence": self.flow.confidence}
+
+
+class VisualCompass:
+    """Yaw and heading on an :class:`OpticalFlow` (which it owns: ``close()`` closes it)."""
+
+    def __init__(self, flow: OpticalFlow, fov_deg: float) -> None:
+        self.flow = flow
+        self.set_fov(fov_deg)
+        self.heading_deg = 0.0
+        self.pairs = 0
+        self.invalid = 0
+
+    def set_fov(self, fov_deg: float) -> None:
+        """Change the horizontal field of view (degrees, in (0, 360]); e.g. from a CameraInfo."""
+        if not 0.0 < fov_deg <= 360.0:
+            raise ConfigError(f"fov_deg must be in (0, 360], got {fov_deg}")
+        self.fov_deg = float(fov_deg)
+
+    @property
+    def deg_per_grid_step(self) -> float:
+        """The yaw of one grid step: the finest turn the grid resolves before interpolation."""
+        return self.fov_deg * self.flow.grid_step / self.flow.width
+
+    def yaw_of(self, result: FlowResult) -> float:
+        """Degrees turned for a flow result (pixels of any frame width: the grid steps are used)."""
+        return result.vx_grid * self.deg_per_grid_step if result.valid else 0.0
+
+    def reset(self, heading_deg: float = 0.0) -> None:
+        """Start a new pair on the next frame and set the heading."""
+        self.flow.reset()
+        self.heading_deg = float(heading_deg)
+
+    def step(self, image: np.ndarray, stamp: float | None = None) -> CompassResult:
+        """Yaw since the previous frame and the updated heading (one backend call)."""
+        return self._account(self.flow.step(image, stamp))
+
+    def compute(self, frame_t: np.ndarray, frame_t1: np.ndarray) -> CompassResult:
+        """Yaw from ``frame_t`` to ``frame_t1`` (added to the heading like a stream's pair)."""
+        return self._account(self.flow.compute(frame_t, frame_t1))
+
+    def _account(self, result: FlowResult) -> CompassResult:
+        if result.reason != "first_frame":
+            self.pairs += 1
+            self.invalid += not result.valid
+        yaw = self.yaw_of(result)
+        self.heading_deg += yaw
+        rate = math.radians(yaw) / result.dt if result.valid and result.dt > 0.0 else 0.0
+        return CompassResult(yaw, rate, self.heading_deg, result.valid, result)
+
+    def close(self) -> None:
+        self.flow.close()
+
+    def __enter__(self) -> VisualCompass:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

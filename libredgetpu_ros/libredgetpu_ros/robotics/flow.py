@@ -1,0 +1,348 @@
+"""OpticalFlow: one global image-plane motion ``(vx, vy)`` between consecutive grayscale frames.
+
+The Gabor template (``gabor_<N>x<N>_7k_4o_2s`` or the pooled ``gabor_<N>x<N>_p4``: 8 Gabor filters, 7×7,
+4 orientations × 2 scales, ReLU; ``p4`` adds a 4×4 average pool on the chip) runs on the Edge TPU or its CPU
+twin through the backend interface. Everything after it is NumPy (:mod:`robotics.correlation`): block-sum
+pooling (standard template), correlation over the ``±search_range`` displacement grid, and the peak.
+
+Two modes:
+
+- ``"libredgetpu"``: LibrEdgeTPU's ``OpticalFlow`` formulas exactly (raw frame in; zero point removed; block
+  sum; raw correlation divided by the overlap's element count; soft argmax at ``temperature``). Kept for the
+  exactness test and for comparison. Its weaknesses, measured on the 64×64 twin: the all-positive ReLU
+  features make the correlation follow their mean (diagonal shifts read short, half-contrast scenes read ≈ 0),
+  and the soft argmax over raw scores at 0.1 is a hard argmax (whole grid steps).
+- ``"normalized"`` (default): each frame is stretched to a fixed contrast before the model (mean 128,
+  ``CONTRAST_GAIN`` grey levels per standard deviation), features lose their per-channel mean, scores are the
+  normalised cross-correlation over each overlap (in [-1, 1]), and the peak is refined by a parabola. A frame
+  pair gives ``valid=False`` when either frame is too flat (``min_texture``, grey-level standard deviation)
+  or the best score is weak (``min_confidence``) or not distinct from another displacement (``min_margin``:
+  stripes, repeated patterns) rather than a confident wrong motion. Frame-border cells are left out (the
+  7×7 kernels see the zero padding there as an edge that does not move).
+
+Motion larger than the grid saturates: the peak sits on the grid's edge (``saturated=True``) and the value
+is the edge (``±search_range`` grid steps), never beyond. One grid step is the pool factor in model-input
+pixels; results are given in pixels of the frames passed in (resized to the model's input internally).
+
+Video costs one accelerator call per frame: :meth:`OpticalFlow.step` keeps the features of the previous
+frame for the next pair (LibrEdgeTPU computes both frames of every pair).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from libredgetpu_ros.errors import ConfigError, ImageError, ModelFormatError
+from libredgetpu_ros.robotics.correlation import CorrelationGrid, block_sum, parabolic_peak, soft_argmax
+
+__all__ = ["FlowFeatures", "FlowMode", "FlowResult", "OpticalFlow", "flow_to_direction", "to_gray"]
+
+FlowMode = Literal["normalized", "libredgetpu"]
+MODES: tuple[str, ...] = ("normalized", "libredgetpu")
+
+CONTRAST_GAIN = 48.0  # grey levels per standard deviation after normalisation: ±2.6 σ fill 0..255
+DEFAULT_MIN_TEXTURE = 4.0  # grey-level standard deviation below which a frame has no usable texture
+DEFAULT_MIN_CONFIDENCE = 0.3  # normalised correlation of the best displacement below which a pair is unsure
+# How far the best score must stand above any score outside its 3x3 neighbourhood: stripes and other
+# repeating scenes give several equal peaks (measured margin 0.00); textures and photos 0.23..0.84.
+DEFAULT_MIN_MARGIN = 0.1
+# The templates' Gabor kernels are 7x7 with zero padding: features within 3 px of the frame's border see
+# the black padding as a strong edge that does not move with the scene. The normalised mode leaves those
+# cells out (with them, photos shifted by 1 grid step read 0.4 steps).
+KERNEL_RADIUS = 3
+
+
+def to_gray(image: np.ndarray) -> np.ndarray:
+    """An ``HxW``, ``HxWx1`` or ``HxWx3`` (RGB) uint8 image as ``HxW`` uint8 (BT.601 luma for RGB)."""
+    if not isinstance(image, np.ndarray) or image.dtype != np.uint8:
+        raise ImageError(f"frame must be a uint8 array, got {getattr(image, 'dtype', type(image).__name__)}")
+    if image.ndim == 3 and image.shape[2] == 1:
+        image = image[:, :, 0]
+    if image.ndim == 3 and image.shape[2] == 3:
+        import cv2
+
+        image = cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_RGB2GRAY)
+    if image.ndim != 2 or image.shape[0] < 1 or image.shape[1] < 1:
+        raise ImageError(f"frame must be HxW gray or HxWx3 RGB, got shape {image.shape}")
+    return image
+
+
+@dataclass(frozen=True, slots=True)
+class FlowFeatures:
+    """What is kept of one frame for the next pair: pooled features (float64; zero-mean in the normalised
+    mode), their per-cell energy, the frame's grey-level standard deviation and its size ``(w, h)``.
+    ``pooled`` is None when the frame was too flat to run the model on."""
+
+    pooled: np.ndarray | None
+    energy: np.ndarray | None
+    texture: float
+    frame_size: tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class FlowResult:
+    """Motion of frame t+1 relative to frame t.
+
+    ``vx``, ``vy``: pixels of the frames given (positive right / down: the scene content moved that way);
+    ``vx_grid``, ``vy_grid``: the same in grid steps; ``valid``: an estimate exists; ``reason`` says why not
+    (``low_texture``, ``low_confidence``, ``ambiguous``, ``first_frame``, ``gap``, ``size_changed``,
+    ``stamp``);
+    ``confidence``: the best normalised correlation (normalised mode) or the soft argmax's largest weight
+    (LibrEdgeTPU mode); ``texture``: the flatter frame's grey-level standard deviation; ``saturated``: the
+    peak is on the grid's edge (motion may be larger than the grid); ``dt``: seconds between the frames'
+    stamps when given (0 otherwise)."""
+
+    vx: float
+    vy: float
+    vx_grid: float
+    vy_grid: float
+    valid: bool
+    reason: str
+    confidence: float
+    texture: float
+    saturated: bool
+    dt: float = 0.0
+
+    @classmethod
+    def none(cls, reason: str, texture: float = 0.0, dt: float = 0.0) -> FlowResult:
+        return cls(0.0, 0.0, 0.0, 0.0, False, reason, 0.0, texture, False, dt)
+
+    def rate(self) -> tuple[float, float]:
+        """``(vx, vy)`` per second from the stamps (0 when invalid or no stamps)."""
+        if not self.valid or self.dt <= 0.0:
+            return 0.0, 0.0
+        return self.vx / self.dt, self.vy / self.dt
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"vx": self.vx, "vy": self.vy, "vx_grid": self.vx_grid, "vy_grid": self.vy_grid,
+                "valid": self.valid, "reason": self.reason, "confidence": self.confidence,
+                "texture": self.texture, "saturated": self.saturated, "dt": self.dt}
+
+
+def flow_to_direction(vx: float, vy: float, threshold: float = 0.3) -> str:
+    """A direction word for a flow vector (``center`` below ``threshold``), as LibrEdgeTPU names them."""
+    if math.hypot(vx, vy) < threshold:
+        return "center"
+    parts = []
+    if vy < -threshold:
+        parts.append("up")
+    elif vy > threshold:
+        parts.append("down")
+    if vx < -threshold:
+        parts.append("left")
+    elif vx > threshold:
+        parts.append("right")
+    return "-".join(parts) if parts else "center"
+
+
+class OpticalFlow:
+    """Global optical flow on a Gabor feature template run by ``backend`` (``boundary`` + ``run``).
+
+    ``pool_factor`` applies to the standard template (CPU block sum); the pooled template's pool factor is
+    read from the model (input size / output size) and ``pool_factor`` is ignored, as in LibrEdgeTPU.
+    """
+
+    def __init__(self, backend: Any, *, search_range: int = 4, temperature: float = 0.1, pool_factor: int = 4,
+                 mode: str = "normalized", min_texture: float = DEFAULT_MIN_TEXTURE,
+                 min_confidence: float = DEFAULT_MIN_CONFIDENCE, min_margin: float = DEFAULT_MIN_MARGIN,
+                 max_gap: float = 0.0) -> None:
+        if mode not in MODES:
+            raise ConfigError(f"flow mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if not temperature > 0.0:
+            raise ConfigError(f"temperature must be > 0, got {temperature}")
+        if min_texture < 0.0 or not -1.0 <= min_confidence <= 1.0 or max_gap < 0.0:
+            raise ConfigError(f"min_texture >= 0, min_confidence in [-1, 1], max_gap >= 0 required; got "
+                              f"{min_texture}, {min_confidence}, {max_gap}")
+        self._backend = backend
+        boundary = backend.boundary
+        where = str(boundary.model_path or "model")
+        if len(boundary.inputs) != 1 or len(boundary.outputs) != 1:
+            raise ModelFormatError(f"{where}: a flow template has one input and one output, found "
+                                   f"{len(boundary.inputs)} and {len(boundary.outputs)}")
+        self._in, self._out = boundary.inputs[0], boundary.outputs[0]
+        in_shape, out_shape = self._in.shape, self._out.shape
+        if (len(in_shape) != 4 or in_shape[0] != 1 or in_shape[3] != 1 or self._in.dtype != np.uint8
+                or len(out_shape) != 4 or out_shape[0] != 1 or self._out.dtype != np.uint8):
+            raise ModelFormatError(f"{where}: expected uint8 input [1, H, W, 1] and uint8 output "
+                                   f"[1, h, w, C], got {in_shape} {self._in.dtype} and {out_shape} "
+                                   f"{self._out.dtype}")
+        self.height, self.width = int(in_shape[1]), int(in_shape[2])
+        fused = self.height // int(out_shape[1])
+        if fused * int(out_shape[1]) != self.height or fused * int(out_shape[2]) != self.width:
+            raise ModelFormatError(f"{where}: output {out_shape[1]}x{out_shape[2]} does not divide the input "
+                                   f"{self.height}x{self.width}")
+        self.fused_pool = fused if fused > 1 else 0
+        if not self.fused_pool and not 1 <= pool_factor <= min(self.height, self.width):
+            raise ConfigError(f"pool_factor must be in [1, {min(self.height, self.width)}], "
+                              f"got {pool_factor}")
+        self.pool_factor = int(pool_factor)
+        self.grid_step = self.fused_pool or self.pool_factor  # model-input pixels per grid step
+        self.channels = int(out_shape[3])
+        self.mode = mode
+        self.search_range, self.temperature = int(search_range), float(temperature)
+        self.min_texture, self.min_confidence = float(min_texture), float(min_confidence)
+        self.min_margin, self.max_gap = float(min_margin), float(max_gap)
+        pooled_h, pooled_w = int(out_shape[1]), int(out_shape[2])
+        if not self.fused_pool:
+            pooled_h, pooled_w = self.height // self.pool_factor, self.width // self.pool_factor
+        self.margin = 0 if mode == "libredgetpu" else -(-KERNEL_RADIUS // self.grid_step)
+        self.grid = CorrelationGrid(pooled_h - 2 * self.margin, pooled_w - 2 * self.margin, self.channels,
+                                    self.search_range)
+        self.backend_calls = 0
+        self._previous: FlowFeatures | None = None
+        self._previous_stamp: float | None = None
+
+    @classmethod
+    def open(cls, model: Path | str, backend: str = "auto", cpu_model: Path | str | None = None,
+             device: Any = None, **options: Any) -> OpticalFlow:
+        """OpticalFlow on the compiled template ``model`` (its CPU twin is found beside it)."""
+        from libredgetpu_ros.backends import open_backend
+
+        runner = open_backend(backend, model, cpu_model, device=device, cpu_threads=1)
+        try:
+            return cls(runner, **options)
+        except BaseException:
+            runner.close()
+            raise
+
+    @property
+    def backend(self) -> Any:
+        return self._backend
+
+    def close(self) -> None:
+        self._backend.close()
+
+    def __enter__(self) -> OpticalFlow:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- one frame -------------------------------------------------------------------------------------
+
+    def model_frame(self, image: np.ndarray) -> np.ndarray:
+        """``image`` as the model's ``H×W`` gray input (area resize when the size differs)."""
+        gray = to_gray(image)
+        if gray.shape != (self.height, self.width):
+            import cv2
+
+            shrink = gray.shape[0] >= self.height and gray.shape[1] >= self.width
+            gray = cv2.resize(gray, (self.width, self.height),
+                              interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR)
+        return gray
+
+    def features(self, image: np.ndarray) -> FlowFeatures:
+        """Features of one frame (one backend call; none for a frame too flat in the normalised mode)."""
+        gray = self.model_frame(image)
+        size = (int(image.shape[1]), int(image.shape[0]))
+        mean, std = float(gray.mean()), float(gray.std())
+        if self.mode == "libredgetpu":
+            model_input = gray
+        elif std < max(self.min_texture, 1e-3):
+            return FlowFeatures(None, None, std, size)
+        else:
+            stretched = (gray.astype(np.float32) - np.float32(mean)) * np.float32(CONTRAST_GAIN / std) + 128.0
+            model_input = np.clip(np.rint(stretched), 0, 255).astype(np.uint8)
+        raw = self._backend.run([model_input.reshape(self._in.shape)])[self._out.name]
+        self.backend_calls += 1
+        return self.from_feature_map(raw.reshape(self._out.shape[1:]), std, size)
+
+    def from_feature_map(self, feature_map: np.ndarray, texture: float = math.inf,
+                         frame_size: tuple[int, int] | None = None) -> FlowFeatures:
+        """What is kept of a frame, from the template's raw uint8 output ``h×w×C`` (for feature maps
+        computed elsewhere, e.g. to compare with LibrEdgeTPU on the same maps)."""
+        expected = tuple(self._out.shape[1:])
+        if feature_map.shape != expected or feature_map.dtype != np.uint8:
+            raise ImageError(f"feature map must be uint8 {expected}, got {feature_map.dtype} "
+                             f"{feature_map.shape}")
+        size = frame_size or (self.width, self.height)
+        zero = int(self._out.zero_point)
+        if self.fused_pool:
+            pooled = feature_map.astype(np.float64) - zero
+        else:
+            pooled = block_sum(feature_map, self.pool_factor).astype(np.float64)
+            if zero:
+                pooled -= zero * self.pool_factor * self.pool_factor
+        if self.mode == "libredgetpu":
+            return FlowFeatures(pooled, None, texture, size)
+        if self.margin:
+            pooled = pooled[self.margin:-self.margin, self.margin:-self.margin]
+        pooled -= pooled.mean(axis=(0, 1))
+        return FlowFeatures(pooled, np.einsum("yxc,yxc->yx", pooled, pooled), texture, size)
+
+    # -- a pair ----------------------------------------------------------------------------------------
+
+    def flow(self, first: FlowFeatures, second: FlowFeatures, dt: float = 0.0) -> FlowResult:
+        """Motion from the frame of ``first`` to the frame of ``second``."""
+        texture = min(first.texture, second.texture)
+        if first.frame_size != second.frame_size:
+            return FlowResult.none("size_changed", texture, dt)
+        if first.pooled is None or second.pooled is None:
+            return FlowResult.none("low_texture", texture, dt)
+        scores = self.grid.correlate(first.pooled, second.pooled)
+        if self.mode == "libredgetpu":
+            flat = (scores / self.grid.overlap_counts).ravel()
+            gx, gy = soft_argmax(flat, self.grid.displacements, self.temperature)
+            top = np.exp((flat - flat.max()) / self.temperature)
+            confidence = float(1.0 / top.sum())
+            edge = max(abs(gx), abs(gy)) > self.search_range - 0.5
+            valid, reason = texture >= self.min_texture, "" if texture >= self.min_texture else "low_texture"
+            return self._result(gx, gy, valid, reason, confidence, texture, edge, dt, first.frame_size)
+        energy_a, energy_b = self.grid.overlap_energies(first.energy, second.energy)
+        ncc = scores / np.sqrt(np.maximum(energy_a * energy_b, 1e-30))
+        peak = parabolic_peak(ncc)
+        if peak.score < self.min_confidence:
+            return FlowResult.none("low_confidence", texture, dt)
+        if peak.margin < self.min_margin:
+            return FlowResult.none("ambiguous", texture, dt)
+        return self._result(peak.dx, peak.dy, True, "", peak.score, texture, peak.saturated, dt,
+                            first.frame_size)
+
+    def _result(self, gx: float, gy: float, valid: bool, reason: str, confidence: float, texture: float,
+                saturated: bool, dt: float, frame_size: tuple[int, int]) -> FlowResult:
+        sx = self.grid_step * frame_size[0] / self.width
+        sy = self.grid_step * frame_size[1] / self.height
+        return FlowResult(gx * sx, gy * sy, gx, gy, valid, reason, confidence, texture, saturated, dt)
+
+    def compute(self, frame_t: np.ndarray, frame_t1: np.ndarray) -> FlowResult:
+        """Motion from ``frame_t`` to ``frame_t1`` (two backend calls; LibrEdgeTPU's ``compute``)."""
+        return self.flow(self.features(frame_t), self.features(frame_t1))
+
+    # -- a stream --------------------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Forget the previous frame: the next frame starts a new pair."""
+        self._previous, self._previous_stamp = None, None
+
+    def step(self, image: np.ndarray, stamp: float | None = None) -> FlowResult:
+        """Motion since the previous frame of the stream (one backend call for this frame).
+
+        ``stamp`` (seconds, the frame's own time) gives ``dt``; a stamp not after the previous one, or more
+        than ``max_gap`` later (when ``max_gap > 0``), starts a new pair instead of reporting a jump.
+        """
+        current = self.features(image)
+        previous, previous_stamp = self._previous, self._previous_stamp
+        self._previous, self._previous_stamp = current, stamp
+        if previous is None:
+            return FlowResult.none("first_frame", current.texture)
+        dt = 0.0
+        if stamp is not None and previous_stamp is not None:
+            dt = stamp - previous_stamp
+            if dt <= 0.0:
+                return FlowResult.none("stamp", current.texture, dt)
+            if self.max_gap > 0.0 and dt > self.max_gap:
+                return FlowResult.none("gap", current.texture, dt)
+        return self.flow(previous, current, dt)
+
+    def describe(self) -> dict[str, Any]:
+        return {"mode": self.mode, "input": [self.height, self.width], "fused_pool": self.fused_pool,
+                "pool_factor": self.pool_factor, "grid_step_px": self.grid_step,
+                "search_range": self.search_range, "temperature": self.temperature,
+                "min_texture": self.min_texture, "min_confidence": self.min_confidence,
+                "min_margin": self.min_margin,
+                "backend": self._backend.describe()}

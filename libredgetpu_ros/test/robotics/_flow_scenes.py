@@ -1,0 +1,122 @@
+"""Scenes with known motion for the optical-flow and compass tests and the flow bench.
+
+- ``texture(seed)``: band-limited noise (Gaussian-blurred), a synthetic texture of known contrast;
+- ``photo(name)``: a fixture photo (../shared/fixtures/images), square-cropped, gray;
+- ``shifted_pair(scene, dx, dy)``: two ``n×n`` crops from the scene's centre, the second showing the content
+  moved by ``(+dx, +dy)`` pixels (bilinear, so sub-pixel shifts are real interpolations);
+- ``panorama_view(strip, yaw_deg, fov_deg)``: what a pinhole camera of that horizontal FOV sees of a
+  cylindrical 360° panorama strip when turned by ``yaw_deg`` (positive yaw = turned left, counter-clockwise
+  seen from above, REP 103: the scene moves right in the image);
+- ``libredgetpu_flow(...)``: LibrEdgeTPU's own ``OpticalFlow`` class from a checkout (no device needed:
+  its constructor only parses the model), or None when no checkout is found.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+from pathlib import Path
+
+import cv2
+import numpy as np
+from libredgetpu_ros.fixtures import fixture
+
+LIBREDGETPU_ENV = "LIBREDGETPU_SRC"
+LIBREDGETPU_DEFAULT = Path("/work/ext/LibrEdgeTPU")
+
+
+def texture(seed: int, size: int = 160, blur: float = 2.0, contrast: float = 1.0) -> np.ndarray:
+    """``size×size`` float32 texture, mean 128, standard deviation ``50·contrast`` grey levels."""
+    noise = np.random.default_rng(seed).normal(size=(size, size)).astype(np.float32)
+    noise = cv2.GaussianBlur(noise, (0, 0), blur)
+    noise = (noise - noise.mean()) / noise.std()
+    return np.clip(128.0 + 50.0 * contrast * noise, 0, 255).astype(np.float32)
+
+
+def photo(name: str, size: int = 160) -> np.ndarray:
+    """A fixture photo as a ``size×size`` float32 gray image (centre square, area resize)."""
+    gray = cv2.imread(str(fixture(f"images/{name}")), cv2.IMREAD_GRAYSCALE)
+    h, w = gray.shape
+    s = min(h, w)
+    square = gray[(h - s) // 2:(h - s) // 2 + s, (w - s) // 2:(w - s) // 2 + s]
+    return cv2.resize(square, (size, size), interpolation=cv2.INTER_AREA).astype(np.float32)
+
+
+def _to_u8(image: np.ndarray, contrast: float = 1.0) -> np.ndarray:
+    return np.clip(np.rint(128.0 + (image - 128.0) * contrast), 0, 255).astype(np.uint8)
+
+
+def shifted_pair(scene: np.ndarray, dx: float, dy: float, n: int = 64,
+                 contrast: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """(frame t, frame t+1): centre crops of ``scene``, the second with the content moved by ``(dx, dy)``;
+    ``contrast`` scales both around grey 128."""
+    c = scene.shape[0] // 2
+    move = np.float32([[1, 0, dx], [0, 1, dy]])
+    moved = cv2.warpAffine(scene, move, scene.shape[::-1], flags=cv2.INTER_LINEAR,
+                           borderMode=cv2.BORDER_REFLECT)
+    crop = np.s_[c - n // 2:c + n // 2, c - n // 2:c + n // 2]
+    return _to_u8(scene[crop], contrast), _to_u8(moved[crop], contrast)
+
+
+def panorama_strip(fov_deg: float, n: int = 64, seed: int = 3) -> np.ndarray:
+    """A 360° strip (columns = azimuth) sampled like the ``n``-pixel view of ``fov_deg``: one strip pixel per
+    view pixel at the view's centre, rows for the view's height at its edges. Fixture photos side by side
+    with a texture mixed in, so that every direction has detail."""
+    f = (n / 2.0) / np.tan(np.radians(fov_deg) / 2.0)
+    width = round(2 * np.pi * f)
+    height = int(np.ceil(n * 1.2))
+    tex = texture(seed, size=max(width, height))[:height, :width]
+    tiles = np.concatenate([photo(name, size=height) for name in
+                            ("grace_hopper.bmp", "cat.bmp", "test_couple.jpg")], axis=1)
+    tiled = np.tile(tiles, (1, -(-width // tiles.shape[1])))[:, :width]
+    return (0.6 * tiled + 0.4 * tex).astype(np.float32)
+
+
+def panorama_view(strip: np.ndarray, yaw_deg: float, fov_deg: float, n: int = 64) -> np.ndarray:
+    """The ``n×n`` pinhole view of the cylindrical ``strip`` with the camera turned by ``yaw_deg``.
+
+    Column ``u`` looks at azimuth ``-yaw + atan((u - c) / f)`` (a left turn brings what was on the left into
+    view: the content moves right); rows are scaled by ``1 / cos`` of the column's angle, as on a cylinder."""
+    height, width = strip.shape
+    f = (n / 2.0) / np.tan(np.radians(fov_deg) / 2.0)
+    centre = (n - 1) / 2.0
+    u = np.arange(n, dtype=np.float64) - centre
+    angle = np.arctan(u / f)
+    azimuth = np.degrees(angle) - yaw_deg
+    map_x = np.mod(azimuth * width / 360.0 + width / 2.0, width)
+    px_per_rad = width / (2 * np.pi)
+    v = np.arange(n, dtype=np.float64)[:, None] - centre
+    map_y = height / 2.0 + v * np.cos(angle)[None, :] * px_per_rad / f
+    map_x = np.broadcast_to(map_x[None, :], (n, n))
+    wrapped = np.concatenate([strip, strip[:, :2]], axis=1)  # bilinear across the 360° seam
+    view = cv2.remap(wrapped, map_x.astype(np.float32), map_y.astype(np.float32), cv2.INTER_LINEAR,
+                     borderMode=cv2.BORDER_REFLECT)
+    return _to_u8(view)
+
+
+def libredgetpu_root() -> Path | None:
+    root = Path(os.environ.get(LIBREDGETPU_ENV) or LIBREDGETPU_DEFAULT)
+    return root if (root / "libredgetpu" / "optical_flow_module.py").is_file() else None
+
+
+def libredgetpu_flow(model: Path, search_range: int = 4, temperature: float = 0.1, pool_factor: int = 4):
+    """LibrEdgeTPU's ``OpticalFlow`` on ``model`` (its sidecar beside it), or None without a checkout.
+
+    Its package imports pyusb at import time; nothing here talks to a device, so an empty ``usb`` module
+    stands in when pyusb is not installed."""
+    root = libredgetpu_root()
+    if root is None:
+        return None
+    try:
+        import usb.core  # noqa: F401
+    except ImportError:
+        for name in ("usb", "usb.core", "usb.util"):
+            sys.modules.setdefault(name, types.ModuleType(name))
+    if str(root) not in sys.path:
+        sys.path.append(str(root))
+    from libredgetpu.optical_flow_module import OpticalFlow as TheirFlow
+
+    sidecar = model.with_name(model.name.replace(".tflite", ".json"))
+    return TheirFlow(str(model), metadata_path=str(sidecar), search_range=search_range,
+                     temperature=temperature, pool_factor=pool_factor)
