@@ -25,6 +25,7 @@ consumer's loop between two inferences.
 from __future__ import annotations
 
 import heapq
+import itertools
 import mmap
 import struct
 import zlib
@@ -125,8 +126,12 @@ def _chunk_messages(data: memoryview, chunk: Any, channel_map: dict[int, Any],
     try:
         messages = _checked_messages(data, chunk, channel_map, crc_ok)
     except BadRecord:
-        messages = [(chunk.message_start_time, base, conn, None)
-                    for cid, conn in channel_map.items() for _ in range(chunk.channel_count.get(cid, 0))]
+        # counts checked against the chunk's message index records when the bag was opened
+        # (mcap_summary), and generated one by one: never a list as long as a count says
+        for cid, conn in channel_map.items():
+            yield from itertools.repeat((chunk.message_start_time, base, conn, None),
+                                        chunk.channel_count.get(cid, 0))
+        return
     yield from messages
 
 

@@ -16,6 +16,7 @@ from libredgetpu_ros.bags.salvage import Channel, ScanReport, data_files, scan
 from libredgetpu_ros.bags.storage import open_writer
 from libredgetpu_ros.bags.typestore import typestore
 from libredgetpu_ros.errors import InputError
+from libredgetpu_ros.textdata import clip
 
 
 @dataclass
@@ -36,7 +37,8 @@ class RepairSummary:
         for r in self.files:
             state = "complete" if r.complete else f"unfinished ({r.tail_bytes} bytes of a cut record dropped)"
             lines.append(f"  {r.path.name}: {r.messages} messages, {r.chunks} whole chunks, "
-                         f"{r.corrupt_chunks} corrupt chunk(s) skipped, {r.orphans} orphan message(s); "
+                         f"{r.corrupt_chunks} corrupt chunk(s) skipped, {r.orphans} orphan message(s), "
+                         f"{r.bad_rows} bad row(s) skipped; "
                          f"{state}")
             lines += [f"    {note}" for note in r.notes]
         lines += [f"  topic {t} not copied: {why}" for t, why in sorted(self.skipped_topics.items())]
@@ -46,27 +48,32 @@ class RepairSummary:
         return {"source": str(self.source), "output": str(self.output), "storage": self.storage,
                 "messages": self.messages, "dropped": self.dropped, "skipped_topics": self.skipped_topics,
                 "files": [{"path": str(r.path), "messages": r.messages, "chunks": r.chunks,
-                           "corrupt_chunks": r.corrupt_chunks, "orphans": r.orphans, "complete": r.complete,
+                           "corrupt_chunks": r.corrupt_chunks, "orphans": r.orphans, "bad_rows": r.bad_rows,
+                           "complete": r.complete,
                            "tail_bytes": r.tail_bytes, "notes": r.notes} for r in self.files]}
 
 
-def _type_hash(channel: Channel) -> str:
-    """rosbag2's RIHS01 hash of a channel's type: stored, known to the typestore, or from its definition."""
-    if channel.type_hash:
-        return channel.type_hash
+def _definition(channel: Channel) -> tuple[str, str]:
+    """(message definition, rosbag2's RIHS01 type hash) of a channel's type: the definition the bag carries,
+    else the typestore's; the hash stored in the bag, else the typestore's, else computed from the
+    definition. InputError when the type is unknown here and the bag has no definition for it."""
     store = typestore()
-    if channel.msgtype in store.types:
-        return store.hash_rihs01(channel.msgtype)
-    if not channel.msgdef:
-        raise InputError("no message definition in the bag and the type is unknown here")
+    known = channel.msgtype in store.types
+    if not channel.msgdef and not known:
+        raise InputError("type unknown here and no message definition in the bag")
+    msgdef = channel.msgdef or store.generate_msgdef(channel.msgtype, ros_version=2)[0]
+    if channel.type_hash:
+        return msgdef, channel.type_hash
+    if known:
+        return msgdef, store.hash_rihs01(channel.msgtype)
     from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
     own = get_typestore(Stores.ROS2_KILTED)  # a private store: the shared one stays as it is
     try:
         own.register(get_types_from_msg(channel.msgdef, channel.msgtype))
-        return own.hash_rihs01(channel.msgtype)
+        return msgdef, own.hash_rihs01(channel.msgtype)
     except Exception as exc:  # rosbags raises several parser errors; any means "cannot hash this type"
-        raise InputError(f"its message definition does not parse: {exc}") from exc
+        raise InputError(f"its message definition does not parse: {clip(exc, 200)}") from exc
 
 
 def _qos(channel: Channel) -> list[Any]:
@@ -98,13 +105,13 @@ def repair_bag(source: str | Path, output: str | Path, storage: str | None = Non
                 conn = connections.get(key)
                 if conn is None and channel.topic not in summary.skipped_topics:
                     try:
+                        msgdef, type_hash = _definition(channel)
                         conn = connections[key] = writer.add_connection(
-                            channel.topic, channel.msgtype, msgdef=channel.msgdef or None,
-                            rihs01=_type_hash(channel), typestore=typestore(),
+                            channel.topic, channel.msgtype, msgdef=msgdef, rihs01=type_hash,
                             serialization_format=channel.serialization_format or "cdr",
                             offered_qos_profiles=_qos(channel))
                     except InputError as exc:
-                        summary.skipped_topics[channel.topic] = f"{channel.msgtype}: {exc}"
+                        summary.skipped_topics[channel.topic] = f"{clip(channel.msgtype, 100)}: {exc}"
                 if conn is None:
                     summary.dropped += 1
                     continue

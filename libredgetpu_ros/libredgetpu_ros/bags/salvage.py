@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from libredgetpu_ros.errors import InputError
+from libredgetpu_ros.textdata import clip_repr
 
 MCAP_MAGIC = b"\x89MCAP0\r\n"
 MAX_CHUNK_BYTES = 1 << 30  # an uncompressed chunk larger than this is refused (rosbag2 writes ~1 MB chunks)
@@ -59,6 +60,7 @@ class ScanReport:
     chunks: int = 0  # whole chunks used
     corrupt_chunks: int = 0  # skipped: CRC mismatch, bad size or unparsable records
     orphans: int = 0  # messages of a channel never declared (its record was in a corrupt chunk)
+    bad_rows: int = 0  # sqlite3 rows skipped: a timestamp that is not an integer, data that is not a BLOB
     complete: bool = False  # the data section ended properly (DataEnd / footer seen)
     tail_bytes: int = 0  # bytes after the last whole record (a record cut by the kill)
     notes: list[str] = field(default_factory=list)
@@ -284,8 +286,7 @@ def scan_mcap_data(data: bytes | memoryview,
                     return
             except BadRecord as exc:
                 report.corrupt_chunks += op == _OP_CHUNK
-                if len(report.notes) < 20:
-                    report.notes.append(f"skipped record 0x{op:02x} at offset {pos}: {exc}")
+                _note(report, f"skipped record 0x{op:02x} at offset {pos}: {exc}")
             channels.update(scan.channels)
             pos = end
         report.tail_bytes = size - pos
@@ -312,17 +313,20 @@ def _scan_sqlite3(path: Path,
         if "message_definitions" in tables:
             rows = conn.execute("SELECT topic_type, encoded_message_definition, type_description_hash "
                                 "FROM message_definitions")
-            defs = {t: (d, h) for t, d, h in rows}
+            defs = {t: (d, h) for t, d, h in rows if _all_text(t, d, h)}
         rows = conn.execute("SELECT * FROM topics")
         columns = [d[0] for d in rows.description]
+        if not {"id", "name", "type"} <= set(columns):
+            raise InputError(f"{path}: table topics has columns {', '.join(columns)[:200]}, "
+                             f"not id, name, type")
         channels = {}
         for row in rows:
-            values = dict(zip(columns, row, strict=True))
-            msgdef, type_hash = defs.get(values["type"], ("", ""))
-            channels[values["id"]] = Channel(values["id"], values["name"], values["type"],
-                                             values.get("serialization_format", "cdr"), msgdef,
-                                             values.get("offered_qos_profiles", "") or "",
-                                             values.get("type_description_hash", "") or type_hash)
+            values = {k: v for k, v in zip(columns, row, strict=True) if v is not None}
+            channel = _sqlite_channel(values, defs)
+            if channel is None:
+                _note(report, f"skipped topic row {clip_repr(row, 120)}: not an integer id with text fields")
+                continue
+            channels[channel.id] = channel
     except sqlite3.DatabaseError as exc:
         raise InputError(f"cannot read {path} as an sqlite3 bag: {exc}") from exc
     report.complete = True
@@ -331,15 +335,44 @@ def _scan_sqlite3(path: Path,
         try:
             for cid, timestamp, data in conn.execute(
                     "SELECT topic_id, timestamp, data FROM messages ORDER BY timestamp, id"):
-                if cid in channels:
+                if type(timestamp) is not int or not isinstance(data, bytes):
+                    # a column holds what was stored in it: TEXT or INTEGER data, a TEXT timestamp
+                    report.bad_rows += 1
+                    _note(report, f"skipped a row of topic {clip_repr(cid, 20)}: timestamp "
+                                  f"{clip_repr(timestamp, 40)}, {type(data).__name__} data (not an integer "
+                                  f"and a BLOB)")
+                elif cid in channels:
                     report.messages += 1
                     yield cid, timestamp, data
                 else:
                     report.orphans += 1
+        except sqlite3.DatabaseError as exc:  # a damaged page: what was read so far is kept
+            report.complete = False
+            _note(report, f"stopped at a damaged part of the database: {exc}")
         finally:
             conn.close()
 
     return channels, messages()
+
+
+def _all_text(*values: object) -> bool:
+    return all(isinstance(v, str) for v in values)
+
+
+def _sqlite_channel(values: dict[str, object], defs: dict[str, tuple[str, str]]) -> Channel | None:
+    """The Channel of a ``topics`` row (None when its id is not an integer or a text field is not text)."""
+    cid, name, msgtype = values["id"], values.get("name"), values.get("type")
+    fmt, qos = values.get("serialization_format", "cdr"), values.get("offered_qos_profiles", "")
+    type_hash = values.get("type_description_hash", "")
+    if type(cid) is not int or not _all_text(name, msgtype, fmt, qos, type_hash):
+        return None
+    msgdef, stored_hash = defs.get(msgtype, ("", ""))  # type: ignore[arg-type]
+    return Channel(cid, name, msgtype, fmt, msgdef, qos, type_hash or stored_hash)  # type: ignore[arg-type]
+
+
+def _note(report: ScanReport, text: str) -> None:
+    if len(report.notes) < 20:
+        report.notes.append(text)
 
 
 def data_files(bag: Path) -> list[Path]:

@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from libredgetpu_ros.bags.mcap_view import message_views
-from libredgetpu_ros.bags.storage import IMAGE_TYPES, open_reader
+from libredgetpu_ros.bags.storage import IMAGE_TYPES, guarded_messages, open_reader
+from libredgetpu_ros.textdata import clip_repr
 
 
 @dataclass(slots=True)
@@ -106,14 +107,24 @@ def frames(reader: Any, topics: list[str], views: bool = True,
     ``max_pixels``: see :func:`decode`."""
     connections = [c for c in reader.connections if c.topic in topics]
     messages = message_views(reader, connections, compressed=True) if views else None
-    if messages is None:
-        messages = reader.messages(connections=connections)
+    if messages is None:  # rosbags' own reading: what it raises on damaged bytes becomes an InputError
+        messages = guarded_messages(reader.messages(connections=connections), reader.path)
     for conn, timestamp, raw in messages:
         if raw is None:  # in an MCAP chunk that failed its checks (bags.mcap_view): never decoded
             yield _failed(timestamp, conn.topic, "corrupt_chunk",
                           "in a chunk failing its CRC, size, decompression or bounds checks")
-            continue
-        yield decode(conn.msgtype, conn.topic, timestamp, raw, max_pixels)
+        elif type(timestamp) is not int or not isinstance(raw, bytes | memoryview):
+            # a sqlite3 row is typed by what was stored: TEXT or INTEGER data, a TEXT timestamp
+            yield _failed(timestamp if type(timestamp) is int else 0, conn.topic, "corrupt",
+                          _bad_row(timestamp, raw))
+        else:
+            yield decode(conn.msgtype, conn.topic, timestamp, raw, max_pixels)
+
+
+def _bad_row(timestamp: object, raw: object) -> str:
+    if type(timestamp) is not int:
+        return f"its timestamp is {clip_repr(timestamp, 40)} ({type(timestamp).__name__}), not an integer"
+    return f"its data is {clip_repr(raw, 40)} ({type(raw).__name__}), not a BLOB"
 
 
 def inline(reader: Any, topics: list[str]) -> bool:
