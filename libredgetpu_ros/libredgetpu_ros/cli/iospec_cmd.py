@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
 def _check(spec, as_json: bool) -> int:
     info = spec.describe()
     if as_json:
-        print(json.dumps(info, indent=2))
+        print(json.dumps(info, indent=2, default=str))  # fields femtorun never checks may hold dates
         return 0
     latched = set(info["latched_inputs"])
     print(f"{info['origin']}: valid (femtorun 4.1.2 rules)")

@@ -30,6 +30,7 @@ from typing import Any
 
 from libredgetpu_ros.errors import SpuSequenceError
 from libredgetpu_ros.femto.iospec import IOSpec
+from libredgetpu_ros.textdata import clip_repr
 
 OVERFLOW_MESSAGE = "Bad input sequence, provided too many inputs before receiving outputs"
 
@@ -140,11 +141,12 @@ class SequenceEngine:
         try:
             node = self._var[name]
         except KeyError:
-            raise SpuSequenceError(f"unknown input name {name!r} (femtorun: KeyError)", kind="KeyError",
-                                   rule="unknown-name", femtorun_message=repr(name)) from None
+            raise SpuSequenceError(f"unknown input name {clip_repr(name)} (femtorun: KeyError)",
+                                   kind="KeyError", rule="unknown-name",
+                                   femtorun_message=repr(name)) from None
         except TypeError as exc:  # an unhashable name
-            raise SpuSequenceError(f"input name {name!r}: {exc}", kind="TypeError", rule="unknown-name",
-                                   femtorun_message=str(exc)) from None
+            raise SpuSequenceError(f"input name {clip_repr(name)}: {exc}", kind="TypeError",
+                                   rule="unknown-name", femtorun_message=str(exc)) from None
         if self._pred[node]:
             raise SpuSequenceError(
                 f"{name!r} is produced by a sequence (an output), it cannot be sent "

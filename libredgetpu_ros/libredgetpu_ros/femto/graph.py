@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from libredgetpu_ros.textdata import clip_repr
+
 
 @dataclass
 class SequenceGraph:
@@ -38,11 +40,11 @@ class SequenceGraph:
                 n = len(self.pred[node])
                 what = "no sequence produces it" if n == 0 else f"{n} sequences produce it" if n > 1 else \
                     "it also feeds a sequence"
-                out.append(f"output {self.nodes[node]!r}: {what}; every recv fails "
+                out.append(f"output {clip_repr(self.nodes[node], 80)}: {what}; every recv fails "
                            "(femtorun: AssertionError)")
         for i, node in enumerate(self.nodes):
             if i not in self.node_to_var and not self.is_sequence[i]:
-                out.append(f"sequence node {node!r} is neither a declared input nor output")
+                out.append(f"sequence node {clip_repr(node, 80)} is neither a declared input nor output")
         return out
 
 

@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from libredgetpu_ros.errors import IOSpecError, not_a_file
+from libredgetpu_ros import textdata
+from libredgetpu_ros.errors import IOSpecError, TextDataError, not_a_file
 from libredgetpu_ros.femto.graph import SequenceGraph, build_graph
 
 SECTIONS = ("inputs", "outputs", "simple_sequences", "complex_sequences")
@@ -32,6 +31,10 @@ _CHECKS = {"inputs": ("IOSpecInout", _INOUT_KEYS), "outputs": ("IOSpecInout", _I
            "simple_sequences": ("IOSpecSimpleSequence", _SIMPLE_KEYS),
            "complex_sequences": ("IOSpecComplexSequence", _COMPLEX_KEYS)}
 MAX_TEXT_BYTES = 4 * 1024 * 1024  # an IOSpec is a few KB; refuse to parse anything absurd
+# Nesting and alias budgets (textdata.py): an IOSpec nests 4 levels; femtorun's pure-Python composer itself
+# fails near 500. Aliases (fmot never writes them) load as femtorun loads them up to the expansion budget.
+MAX_DEPTH = 64
+MAX_ALIAS_NODES = 100_000
 MAX_VECTOR_LENGTH = 1 << 20       # elements; an SPU core has 1 MB of data memory
 
 
@@ -92,14 +95,14 @@ class IOSpec:
         for v in self.inputs.values():
             if v.name == varname:
                 return v
-        raise IOSpecError(f"{self.origin}: no input named {varname!r}", kind="KeyError", key="inputs",
+        raise IOSpecError(f"{self.origin}: no input named {_short(varname)}", kind="KeyError", key="inputs",
                           value=varname)
 
     def output_by_name(self, varname: str) -> VectorSpec:
         for v in self.outputs.values():
             if v.name == varname:
                 return v
-        raise IOSpecError(f"{self.origin}: no output named {varname!r}", kind="KeyError", key="outputs",
+        raise IOSpecError(f"{self.origin}: no output named {_short(varname)}", kind="KeyError", key="outputs",
                           value=varname)
 
     def _padding(self, section: dict) -> dict[str, tuple[tuple[Any], tuple[Any]]]:
@@ -168,27 +171,27 @@ def load_iospec(path: str | Path) -> IOSpec:
     """Read and validate an IOSpec file; errors name the file, key and value."""
     p = Path(path)
     if not p.is_file():
-        raise IOSpecError(not_a_file("IOSpec", p), kind="FileNotFoundError", key="path", value=str(p))
+        raise IOSpecError(not_a_file("IOSpec", textdata.clip(p)), kind="FileNotFoundError", key="path",
+                          value=str(p))
     size = p.stat().st_size
     if size > MAX_TEXT_BYTES:
-        raise IOSpecError(f"IOSpec {p}: {size} bytes is larger than the {MAX_TEXT_BYTES} bytes accepted",
-                          kind="ValueError", key="size", value=size)
-    return parse_iospec(p.read_bytes(), origin=str(p))
+        raise IOSpecError(f"IOSpec {textdata.clip(p)}: {size} bytes is larger than the {MAX_TEXT_BYTES} "
+                          "bytes accepted", kind="limit", key="size", value=size)
+    return parse_iospec(p.read_bytes(), origin=textdata.clip(p))
 
 
 def parse_iospec(text: str | bytes, origin: str = "<iospec>") -> IOSpec:
-    """Validate IOSpec YAML text the way femtorun 4.1.2 does (same verdict, same exception kind)."""
-    if len(text) > MAX_TEXT_BYTES:
-        raise IOSpecError(f"{origin}: {len(text)} bytes is larger than the {MAX_TEXT_BYTES} accepted",
-                          kind="ValueError", key="size", value=len(text))
+    """Validate IOSpec YAML text the way femtorun 4.1.2 does (same verdict, same exception kind).
+
+    femtorun reads the file as UTF-8 text (``open(path)``), so bytes that are not UTF-8 (a UTF-16 file
+    with its BOM, a Latin-1 byte) fail with ``UnicodeDecodeError`` before any parsing, as there. Refusals
+    femtorun does not make (size, nesting, alias expansion: see textdata.py) have ``kind == "limit"``."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise IOSpecError(f"{origin}: malformed YAML: {exc}", kind=type(exc).__name__,
-                          femtorun_message=str(exc), key="yaml", value=None) from None
-    except (ValueError, TypeError, RecursionError) as exc:  # e.g. undecodable bytes, absurd nesting
-        raise IOSpecError(f"{origin}: unreadable YAML: {exc}", kind=type(exc).__name__,
-                          femtorun_message=str(exc), key="yaml", value=None) from None
+        data = textdata.load_yaml(text, origin, max_bytes=MAX_TEXT_BYTES, max_depth=MAX_DEPTH,
+                                  max_alias_nodes=MAX_ALIAS_NODES)
+    except TextDataError as exc:
+        raise IOSpecError(str(exc), kind=exc.kind, femtorun_message=exc.detail, key="yaml",
+                          value=None) from None
     return iospec_from_data(data, origin)
 
 
@@ -204,14 +207,14 @@ class _Where:
 
 
 def _fail(origin: str, where: _Where, exc: BaseException) -> IOSpecError:
-    text = str(exc) or type(exc).__name__
-    return IOSpecError(f"{origin}: {where.path}: {text} (value {_short(where.value)})",
+    text = textdata.clip(str(exc) or type(exc).__name__)
+    return IOSpecError(f"{origin}: {textdata.clip(where.path)}: {text} (value {_short(where.value)})",
                        kind=type(exc).__name__, femtorun_message=str(exc), key=where.path, value=where.value)
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    """A bounded repr: a value may be megabytes of text or an alias-shared structure."""
+    return textdata.clip_repr(value, 80)
 
 
 def iospec_from_data(data: Any, origin: str = "<iospec>") -> IOSpec:
@@ -292,24 +295,30 @@ def _simple_properties(data: dict, where: _Where) -> tuple[bool, Any, list | Non
 
 
 def _number(value: Any) -> float | None:
+    """A finite float, or None (femtorun never reads ``quantization``: 10**400 loads, scale unusable)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond float range
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _vector(key: Any, obj: dict, direction: str, warnings: list[str]) -> VectorSpec:
-    where = f"{direction}s.{key}"
+    where = f"{direction}s.{textdata.clip(key, 80)}"
     length, precision, padded = obj["length"], obj["precision"], obj["padded_length"]
     if isinstance(padded, bool) or (padded is not None and not isinstance(padded, int)):
-        warnings.append(f"{where}.padded_length {padded!r} is not an integer; treated as null")
+        warnings.append(f"{where}.padded_length {_short(padded)} is not an integer; treated as null")
         padded = None
     if not 0 < length <= MAX_VECTOR_LENGTH:
-        warnings.append(f"{where}.length {length} is outside 1..{MAX_VECTOR_LENGTH}; vectors cannot be sent")
+        warnings.append(f"{where}.length {_short(length)} is outside 1..{MAX_VECTOR_LENGTH}; vectors cannot "
+                        "be sent")
     if padded is not None and not length <= padded <= MAX_VECTOR_LENGTH:
-        warnings.append(f"{where}.padded_length {padded} is below length {length} or too large "
-                        "(femtodriver's femtofile export asserts length <= padded_length)")
+        warnings.append(f"{where}.padded_length {_short(padded)} is below length {_short(length)} or too "
+                        "large (femtodriver's femtofile export asserts length <= padded_length)")
     if precision not in (8, 16):
-        warnings.append(f"{where}.precision {precision} is not 8 or 16 (the SPU's V8 / V16 vectors)")
+        warnings.append(f"{where}.precision {_short(precision)} is not 8 or 16 (the SPU's V8 / V16 vectors)")
     quant = obj.get("quantization")
     scale = zero = None
     if isinstance(quant, dict):
@@ -322,7 +331,8 @@ def _vector(key: Any, obj: dict, direction: str, warnings: list[str]) -> VectorS
     target = length if padded is None else padded
     packed = -(-target * precision // 64) if isinstance(target, int) and isinstance(precision, int) else None
     if isinstance(words, int) and packed is not None and words != packed:
-        warnings.append(f"{where}.length_64b_words {words} != {packed} words that {target} x {precision}-bit "
+        warnings.append(f"{where}.length_64b_words {_short(words)} != {packed} words that {_short(target)} x "
+                        f"{_short(precision)}-bit "
                         "elements pack into (femtodriver writes (padded_length + 3) // 4 for any precision; "
                         "which one the SPU expects for 8-bit vectors is unverified)")
     comments = obj.get("comments")
@@ -350,18 +360,19 @@ def _describe(data: dict, origin: str, graph: SequenceGraph, simple: tuple) -> I
                 ins, outs = tuple(obj["inputs"].items()), tuple(obj["outputs"].items())
                 for node, count in ins + outs:
                     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                        warnings.append(f"complex_sequences.{key}: count {count!r} for {node!r} is not a "
-                                        "positive integer")
+                        warnings.append(f"complex_sequences.{_short(key)}: count {_short(count)} for "
+                                        f"{_short(node)} is not a positive integer")
             sequences.append(SequenceSpec(key=key, index=len(sequences), kind=kind, inputs=ins, outputs=outs))
             for node, _ in ins:
                 if node not in inputs:
-                    warnings.append(f"{section}.{key}: input {node!r} is not declared; the sequence can "
-                                    "never fire")
+                    warnings.append(f"{section}.{_short(key)}: input {_short(node)} is not declared; the "
+                                    "sequence can never fire")
     warnings.extend(graph.problems())
     for key, vec in inputs.items():
         in_output_seq = any(key in dict(s.inputs) for s in sequences if s.outputs)
         if vec.latch_hint and in_output_seq:
-            warnings.append(f"inputs.{key}: comments.latch is true but it feeds an output-producing sequence")
+            warnings.append(f"inputs.{textdata.clip(key, 80)}: comments.latch is true but it feeds an "
+                            "output-producing sequence")
     if sum(1 for s in sequences if s.outputs) > 1:
         warnings.append("more than one output-producing sequence: the SPU library firmware supports one "
                         "(plus latched sequences)")

@@ -8,29 +8,27 @@ femtorun's harness recorded: ``outcome``, ``error`` (``event_index``, ``type``, 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from libredgetpu_ros.errors import IOSpecError, SpuSequenceError
+from libredgetpu_ros import textdata
+from libredgetpu_ros.errors import IOSpecError, SpuSequenceError, TextDataError
 from libredgetpu_ros.femto.engine import SequenceEngine
 
 MAX_TRACE_FILE_BYTES = 16 * 1024 * 1024
 MAX_EVENTS = 1_000_000
+MAX_TRACE_DEPTH = 16  # traces nest 6 levels ({traces: [{events: [{send: [...]}]}]})
 
 
 def load_traces(path: str | Path) -> list[dict]:
     """The ``traces`` list of a traces JSON file (or a bare list); errors name the file and field."""
     p = Path(path)
-    if not p.is_file():
-        raise IOSpecError(f"trace file {p} does not exist or is not a file", kind="FileNotFoundError",
-                          key="trace", value=str(p))
-    if p.stat().st_size > MAX_TRACE_FILE_BYTES:
-        raise IOSpecError(f"trace file {p} is larger than {MAX_TRACE_FILE_BYTES} bytes", key="trace")
     try:
-        doc = json.loads(p.read_bytes())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise IOSpecError(f"trace file {p}: not JSON: {exc}", key="trace") from None
+        doc = textdata.load_json_file(p, "trace file", max_bytes=MAX_TRACE_FILE_BYTES,
+                                      max_depth=MAX_TRACE_DEPTH)
+    except TextDataError as exc:
+        raise IOSpecError(str(exc), kind=exc.kind, key="trace", value=str(p)) from None
+    p = textdata.clip(p)
     traces = doc.get("traces") if isinstance(doc, dict) else doc
     if not isinstance(traces, list):
         raise IOSpecError(f"trace file {p}: expected a list or an object with a 'traces' list", key="traces",
@@ -51,7 +49,8 @@ def _error(index: int, exc: SpuSequenceError) -> dict:
 def _apply(engine: SequenceEngine, event: Any, index: int) -> dict:
     """Run one event; returns the step record (raises SpuSequenceError / IOSpecError)."""
     if not isinstance(event, dict) or len(event) != 1:
-        raise IOSpecError(f"event {index}: expected one of {{send|recv|reset: ...}}, got {event!r}",
+        raise IOSpecError(f"event {index}: expected one of {{send|recv|reset: ...}}, got "
+                          f"{textdata.clip_repr(event)}",
                           key=f"events[{index}]", value=event)
     (kind, arg), = event.items()
     step: dict[str, Any] = {"index": index, "event": event}
@@ -66,7 +65,8 @@ def _apply(engine: SequenceEngine, event: Any, index: int) -> dict:
         engine.reset()
         step["result"] = "ok"
     else:
-        raise IOSpecError(f"event {index}: unknown event kind {kind!r} (send, recv or reset)",
+        raise IOSpecError(f"event {index}: unknown event kind {textdata.clip_repr(kind)} (send, recv or "
+                          "reset)",
                           key=f"events[{index}]", value=kind)
     return step
 
@@ -75,7 +75,8 @@ def replay_trace(engine: SequenceEngine, trace: dict) -> dict:
     """Reset the engine, run the trace's events; the result mirrors the fixtures' trace records."""
     mode = trace.get("mode", "stop_at_first_error")
     if mode not in ("stop_at_first_error", "continue_after_error"):
-        raise IOSpecError(f"trace {trace.get('name')!r}: unknown mode {mode!r}", key="mode", value=mode)
+        raise IOSpecError(f"trace {textdata.clip_repr(trace.get('name'))}: unknown mode "
+                          f"{textdata.clip_repr(mode)}", key="mode", value=mode)
     engine.reset()
     steps: list[dict] = []
     first_error: dict | None = None

@@ -1,0 +1,250 @@
+"""Bounded reading of user text data: YAML and JSON files a user hands us, and their values in messages.
+
+Every YAML or JSON file the package reads on a user's behalf (IOSpecs, reference programs, ``mgk --table``,
+trace and replay cases, bag ``metadata.yaml`` and offered-QoS strings, node parameter files) goes through
+here, so one set of rules holds for all of them:
+
+- **Size** is checked before the bytes are read (files) or parsed (text).
+- **Text is UTF-8**, decoded strictly: a UTF-16 file or a Latin-1 byte is refused with the
+  ``UnicodeDecodeError`` kind and the byte offset (femtorun and ROS tools read these files as UTF-8 text).
+- **YAML**: texts over 128 KB are parsed with libyaml's C parser when PyYAML has it (``CSafeLoader``, 3-4x
+  the pure-Python loader), smaller ones by PyYAML's own (see PURE_PYTHON_CHARS). A first pass over the
+  parser's events, which is iterative, bounds the **nesting depth** (the C composer recurses on the C
+  stack: ``[`` x 100,000 segfaults the interpreter) and the **alias expansion**:
+  the nodes a consumer would walk if it expanded every alias (a 1.2 KB "billion laughs" file expands to
+  10^9 nodes; PyYAML shares the objects, so loading is cheap but any walk, ``repr`` or dump is not). An
+  alias to an enclosing node (a recursive structure) cannot be expanded at all and is refused. Aliases
+  within the budget load as PyYAML loads them.
+- **JSON** nesting depth is measured on the bytes with NumPy (strings masked out) before ``json.loads``,
+  so deep nesting is refused instead of raising RecursionError.
+- Every failure is a :class:`~libredgetpu_ros.errors.TextDataError` (an ``InputError``: one CLI ``error:``
+  line, exit 2) naming the origin, with ``kind`` = the parser's exception class (``ScannerError``,
+  ``JSONDecodeError``, ``UnicodeDecodeError``, ``ValueError``...) or ``"limit"`` for a refused budget.
+- :func:`clip` / :func:`clip_repr` bound user text and values echoed in messages (``reprlib`` never builds
+  the whole ``repr`` of an expanded value).
+"""
+
+from __future__ import annotations
+
+import json
+import reprlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from libredgetpu_ros.errors import TextDataError, not_a_file
+
+MAX_BYTES = 16 * 1024 * 1024       # default size budget of one file
+MAX_DEPTH = 100                    # nesting levels; configs and specs use < 10. The pure-Python YAML
+#                                    composer (femtorun's) hits RecursionError near 500
+MAX_ALIAS_NODES = 100_000          # nodes that alias references add when expanded
+# libyaml and PyYAML's own parser disagree on a few inputs (a tab libyaml takes and PyYAML refuses; a
+# syntax error named ParserError by one and ScannerError by the other). PyYAML's pure-Python loader is what
+# femtorun, launch and most Python tools use, so small texts (all real IOSpecs and configs; ~5 ms per 4 KB)
+# go through it for the same verdict; larger ones through the C loader (3-4x faster), and when the C loader
+# refuses one up to PURE_PYTHON_RECHECK_CHARS, the pure-Python loader names the error.
+PURE_PYTHON_CHARS = 128 * 1024
+PURE_PYTHON_RECHECK_CHARS = 1024 * 1024
+CLIP = 160                         # characters of user text kept in a message
+
+_C_LOADER = getattr(yaml, "CSafeLoader", None)
+_repr = reprlib.Repr()
+_repr.maxlevel, _repr.maxdict, _repr.maxlist, _repr.maxtuple, _repr.maxset = 3, 6, 6, 6, 6
+_repr.maxstring, _repr.maxother, _repr.maxlong = 60, 60, 40
+
+
+def clip(text: object, limit: int = CLIP) -> str:
+    """``str(text)`` cut to ``limit`` characters, saying how long it was."""
+    s = text if isinstance(text, str) else str(text)
+    return s if len(s) <= limit else f"{s[:limit]}... ({len(s)} characters)"
+
+
+def clip_repr(value: object, limit: int = CLIP) -> str:
+    """A bounded ``repr`` (few levels and items, short strings) of any value, however large or shared."""
+    try:
+        text = _repr.repr(value)
+    except (ValueError, RecursionError) as exc:  # e.g. an int beyond the int-to-str digit limit
+        text = f"<{type(value).__name__}: {type(exc).__name__}>"
+    return clip(text, limit)
+
+
+def read_file(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> bytes:
+    """The bytes of a user file, size checked before reading."""
+    p = Path(path)
+    if not p.is_file():
+        raise TextDataError(not_a_file(what, clip(p)), kind="FileNotFoundError", origin=str(p))
+    size = p.stat().st_size
+    if size > max_bytes:
+        raise TextDataError(f"{what} {clip(p)}: {size} bytes is larger than the {max_bytes} accepted",
+                            kind="limit", origin=str(p))
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise TextDataError(f"{what} {clip(p)}: cannot read: {exc}", kind=type(exc).__name__,
+                            origin=str(p)) from None
+    if len(data) > max_bytes:  # grew between stat and read
+        raise TextDataError(f"{what} {clip(p)}: larger than the {max_bytes} bytes accepted", kind="limit",
+                            origin=str(p))
+    return data
+
+
+def decode_utf8(data: bytes | str, origin: str) -> str:
+    """Strict UTF-8 (a leading BOM is kept, as Python's text files keep it; YAML skips it)."""
+    if isinstance(data, str):
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TextDataError(f"{origin}: not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} "
+                            f"({exc.reason})", kind="UnicodeDecodeError", origin=origin,
+                            detail=str(exc)) from None
+
+
+# ----- YAML ------------------------------------------------------------------------------------------
+
+def check_yaml_events(text: str, origin: str, max_depth: int = MAX_DEPTH,
+                      max_alias_nodes: int = MAX_ALIAS_NODES, loader_class: Any = None) -> None:
+    """Refuse nesting deeper than ``max_depth`` or aliases expanding to more than ``max_alias_nodes`` nodes.
+
+    Walks the parser's events (iterative: no recursion, nothing composed). A syntax error is left for the
+    loader to report, so the verdict on a malformed file is the parser's own."""
+    stack: list[list] = []        # per open collection: [expanded node count, anchor]
+    anchors: dict[str, int] = {}  # anchor -> expanded node count of its node (complete nodes only)
+    open_anchors: set[str] = set()
+    added = 0
+    loader = (loader_class or _C_LOADER or yaml.SafeLoader)(text)
+    try:
+        while True:
+            try:
+                if not loader.check_event():
+                    return
+                event = loader.get_event()
+            except yaml.YAMLError:
+                return  # the loader reports it
+            kind = type(event)
+            if kind is yaml.ScalarEvent:
+                if event.anchor is not None:
+                    anchors[event.anchor] = 1
+                if stack:
+                    stack[-1][0] += 1
+            elif kind is yaml.SequenceStartEvent or kind is yaml.MappingStartEvent:
+                if len(stack) >= max_depth:
+                    mark = event.start_mark
+                    raise TextDataError(f"{origin}: nested deeper than {max_depth} levels (line "
+                                        f"{mark.line + 1})", kind="limit", origin=origin)
+                stack.append([1, event.anchor])
+                if event.anchor is not None:
+                    open_anchors.add(event.anchor)
+            elif kind is yaml.SequenceEndEvent or kind is yaml.MappingEndEvent:
+                size, anchor = stack.pop()
+                if anchor is not None:
+                    anchors[anchor] = size
+                    open_anchors.discard(anchor)
+                if stack:
+                    stack[-1][0] += size
+            elif kind is yaml.AliasEvent:
+                if event.anchor in open_anchors:
+                    raise TextDataError(f"{origin}: alias *{clip(event.anchor, 40)} refers to a node that "
+                                        "contains it (a recursive structure cannot be expanded)",
+                                        kind="limit", origin=origin)
+                size = anchors.get(event.anchor, 1)  # an undefined alias: the loader reports it
+                added += size
+                if added > max_alias_nodes:
+                    raise TextDataError(f"{origin}: aliases expand to more than {max_alias_nodes} nodes "
+                                        "(a YAML alias bomb?)", kind="limit", origin=origin)
+                if stack:
+                    stack[-1][0] += size
+            elif kind is yaml.DocumentEndEvent:
+                anchors.clear()  # anchors are per document, as PyYAML's composer keeps them
+    finally:
+        loader.dispose()
+
+
+def load_yaml(data: str | bytes, origin: str = "<yaml>", *, max_bytes: int = MAX_BYTES,
+              max_depth: int = MAX_DEPTH, max_alias_nodes: int = MAX_ALIAS_NODES) -> Any:
+    """``yaml.safe_load`` with the budgets above, the C loader when available, and typed errors."""
+    if len(data) > max_bytes:
+        raise TextDataError(f"{origin}: {len(data)} bytes is larger than the {max_bytes} accepted",
+                            kind="limit", origin=origin)
+    text = decode_utf8(data, origin)
+    try:
+        if _C_LOADER is not None and len(text) > PURE_PYTHON_CHARS:
+            try:
+                return _load(text, origin, max_depth, max_alias_nodes, _C_LOADER)
+            except yaml.YAMLError:
+                if len(text) > PURE_PYTHON_RECHECK_CHARS:
+                    raise
+        return _load(text, origin, max_depth, max_alias_nodes, yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        raise TextDataError(f"{origin}: malformed YAML: {clip(exc, 400)}", kind=type(exc).__name__,
+                            origin=origin, detail=str(exc)) from None
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:  # a constructor refusing a value
+        raise TextDataError(f"{origin}: unreadable YAML value: {clip(exc, 400)}", kind=type(exc).__name__,
+                            origin=origin, detail=str(exc)) from None
+
+
+def _load(text: str, origin: str, max_depth: int, max_alias_nodes: int, loader_class: Any) -> Any:
+    check_yaml_events(text, origin, max_depth, max_alias_nodes, loader_class)
+    loader = loader_class(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def load_yaml_file(path: str | Path, what: str = "YAML file", *, max_bytes: int = MAX_BYTES,
+                   max_depth: int = MAX_DEPTH, max_alias_nodes: int = MAX_ALIAS_NODES) -> Any:
+    """:func:`load_yaml` of a file; ``what`` names it in messages ("IOSpec", "table"...)."""
+    data = read_file(path, what, max_bytes)
+    return load_yaml(data, f"{what} {clip(path)}", max_bytes=max_bytes, max_depth=max_depth,
+                     max_alias_nodes=max_alias_nodes)
+
+
+# ----- JSON ------------------------------------------------------------------------------------------
+
+_OPEN = np.zeros(256, np.int8)
+_OPEN[[ord("["), ord("{")]] = 1
+_OPEN[[ord("]"), ord("}")]] = -1
+
+
+def json_depth(data: bytes) -> int:
+    """Deepest bracket nesting of JSON bytes outside strings (vectorised; exact for valid JSON)."""
+    arr = np.frombuffer(data, dtype=np.uint8)
+    if arr.size == 0:
+        return 0
+    # A quote is a string delimiter unless an odd number of backslashes precedes it.
+    idx = np.arange(arr.size)
+    last_plain = np.maximum.accumulate(np.where(arr != ord("\\"), idx, -1))
+    backslashes = idx - 1 - np.concatenate(([-1], last_plain[:-1]))
+    quote = (arr == ord('"')) & (backslashes % 2 == 0)
+    inside = (np.cumsum(quote) - quote) % 2 == 1  # after an odd number of delimiters: in a string
+    delta = np.where(inside | quote, 0, _OPEN[arr]).astype(np.int32)
+    return int(np.cumsum(delta).max(initial=0))
+
+
+def load_json(data: str | bytes, origin: str = "<json>", *, max_bytes: int = MAX_BYTES,
+              max_depth: int = MAX_DEPTH) -> Any:
+    """``json.loads`` of UTF-8 text with a size and depth budget and typed errors."""
+    if len(data) > max_bytes:
+        raise TextDataError(f"{origin}: {len(data)} bytes is larger than the {max_bytes} accepted",
+                            kind="limit", origin=origin)
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    text = decode_utf8(raw, origin).removeprefix("\ufeff")
+    depth = json_depth(raw)
+    if depth > max_depth:
+        raise TextDataError(f"{origin}: nested {depth} levels deep, more than the {max_depth} accepted",
+                            kind="limit", origin=origin)
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, the int digit limit
+        raise TextDataError(f"{origin}: not JSON: {clip(exc, 400)}", kind=type(exc).__name__, origin=origin,
+                            detail=str(exc)) from None
+
+
+def load_json_file(path: str | Path, what: str = "JSON file", *, max_bytes: int = MAX_BYTES,
+                   max_depth: int = MAX_DEPTH) -> Any:
+    """:func:`load_json` of a file; ``what`` names it in messages."""
+    data = read_file(path, what, max_bytes)
+    return load_json(data, f"{what} {clip(path)}", max_bytes=max_bytes, max_depth=max_depth)
