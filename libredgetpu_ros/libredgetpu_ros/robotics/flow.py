@@ -155,9 +155,14 @@ class OpticalFlow:
             raise ConfigError(f"flow mode must be one of {', '.join(MODES)}, got {mode!r}")
         if not temperature > 0.0:
             raise ConfigError(f"temperature must be > 0, got {temperature}")
-        if min_texture < 0.0 or not -1.0 <= min_confidence <= 1.0 or max_gap < 0.0:
-            raise ConfigError(f"min_texture >= 0, min_confidence in [-1, 1], max_gap >= 0 required; got "
-                              f"{min_texture}, {min_confidence}, {max_gap}")
+        for name, value, low, high in (("min_texture", min_texture, 0.0, 255.0),
+                                       ("min_confidence", min_confidence, -1.0, 1.0),
+                                       ("min_margin", min_margin, 0.0, 2.0),
+                                       ("max_gap", max_gap, 0.0, math.inf)):
+            if not low <= value <= high:
+                raise ConfigError(f"{name} must be in [{low}, {high}], got {value}")
+        if not 1 <= search_range <= 32:
+            raise ConfigError(f"search_range must be in [1, 32] grid steps, got {search_range}")
         self._backend = backend
         boundary = backend.boundary
         where = str(boundary.model_path or "model")
