@@ -38,6 +38,8 @@ COMMAND_WORDS = ("libredgetpu-ros", ".venv/bin/libredgetpu-ros", "ros2", "make",
 FOREIGN = ("install/", "/opt/", "~", "$", "<", "src/", "my_", "/tmp", "out/", "build/", "*", "/etc/", "/dev/",
            "http", "ws/", "/path", "DIR", "FILE", "PATH", "MODEL", "NAME")
 ROBOT_SECTION = re.compile(r"robot|apt|colcon|ros 2 from|other machine", re.IGNORECASE)
+# Inline code that is a whole command: `libredgetpu-ros models fetch NAME`, `ros2 launch libredgetpu_ros ...`.
+INLINE = re.compile(r"`((?:libredgetpu-ros|ros2 (?:launch|run) libredgetpu_ros|make) [^`]+)`")
 REPO_DIRS = ("config/", "tools/", "libredgetpu_ros/", "docs/", "bench/")
 READ_ONLY_RUNS = (["models", "list"], ["doctor", "--json"], ["--help"])
 
@@ -70,6 +72,12 @@ def commands() -> list[Command]:
                 fence = not fence and raw.strip().startswith(SHELL_FENCES)
                 continue
             if not fence:
+                for span in INLINE.findall(raw):
+                    try:
+                        argv = tuple(shlex.split(span))
+                    except ValueError:
+                        continue
+                    found.append(Command(str(doc.relative_to(ROOT)), number, heading, argv, "inline"))
                 continue
             text, _, note = raw.partition(" #") if not raw.lstrip().startswith("#") else ("", "", "")
             text = text.rstrip()
@@ -132,8 +140,12 @@ def test_docs_have_commands() -> None:
 
 @pytest.mark.parametrize("command", of("libredgetpu-ros"), ids=str)
 def test_libredgetpu_ros_arguments_parse(command: Command) -> None:
-    from libredgetpu_ros.cli.main import build_parser
+    from libredgetpu_ros.cli.main import SUBCOMMANDS, build_parser
 
+    if command.note == "inline":  # prose naming a command ("`libredgetpu-ros mgk inspect|extract`")
+        names = command.argv[1].split("|") if len(command.argv) > 1 else []
+        assert all(n in dict(SUBCOMMANDS) for n in names if n), f"{command}: no such subcommand"
+        return
     # A synopsis ("[--json]", "a|b", "[--cpu | --labels]", "N") is checked as the command with every option
     # given, first alternatives, and 1 for an upper-case placeholder of a typed value.
     text = re.sub(r"\s*\|\s*[^\]\s]+", "", " ".join(command.argv[1:]))
@@ -150,8 +162,8 @@ def test_libredgetpu_ros_arguments_parse(command: Command) -> None:
 
 
 def test_every_named_subcommand_runs_its_help() -> None:
-    names = sorted({c.argv[1] for c in of("libredgetpu-ros")
-                    if len(c.argv) > 1 and not c.argv[1].startswith("-")})
+    names = sorted({name for c in of("libredgetpu-ros") if len(c.argv) > 1 and not c.argv[1].startswith("-")
+                    for name in c.argv[1].split("|") if name})
     runs = [[name, "--help"] for name in names] + [list(r) for r in READ_ONLY_RUNS]
     for argv in runs:
         done = subprocess.run([sys.executable, "-m", "libredgetpu_ros.cli.main", *argv], capture_output=True,
