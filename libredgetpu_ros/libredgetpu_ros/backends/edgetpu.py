@@ -106,7 +106,7 @@ class EdgeTpuBackend:
         kinds = {ExecutableType.EXECUTION_ONLY: "eo", ExecutableType.STAND_ALONE: "sa"}
         executables = []
         for exe in self._package.executables:
-            blob = parameters.blobs.get(kinds.get(exe.type, ""))
+            blob = parameters.blob(kinds.get(exe.type, ""))
             if blob is not None and len(blob) != len(exe.parameters):
                 raise ModelFormatError(f"{self._model_path}: new {kinds[exe.type]!r} blob has {len(blob)} "
                                        f"bytes, the executable takes {len(exe.parameters)}")
@@ -120,7 +120,7 @@ class EdgeTpuBackend:
         if self._device is None or self._package is None:
             raise BackendError("EdgeTpuBackend.prepare called before load()")
         caching = self._package.parameter_caching
-        blob = parameters.blobs.get("pc")
+        blob = parameters.blob("pc")
         if caching is not None and blob is not None and parameters.version != 0:
             self._device.load_parameters(caching, memoryview(blob), cache_key=parameters.key)
 
@@ -144,7 +144,7 @@ class EdgeTpuBackend:
         if parameters is None or parameters.version == 0:
             raw = self._device.run(self._package, self._device_inputs(inputs))
         else:
-            blob = parameters.blobs.get("pc")
+            blob = parameters.blob("pc")
             raw = self._device.run(self._package_for(parameters), self._device_inputs(inputs),
                                    parameters=None if blob is None else memoryview(blob),
                                    cache_key=None if blob is None else parameters.key)

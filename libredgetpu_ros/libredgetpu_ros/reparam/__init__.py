@@ -4,14 +4,15 @@ the pattern tracker's template (see docs/robotics.md)."""
 
 from libredgetpu_ros.reparam.store import (
     SIGN_FLIP,
+    BlobPatch,
     ParameterSet,
     ParameterStore,
     ParameterTarget,
     device_to_int8,
     int8_to_device,
-    patch_blob,
+    make_patch,
 )
 from libredgetpu_ros.reparam.twin import patch_twin_content, twin_tensor_span
 
-__all__ = ["SIGN_FLIP", "ParameterSet", "ParameterStore", "ParameterTarget", "device_to_int8",
-           "int8_to_device", "patch_blob", "patch_twin_content", "twin_tensor_span"]
+__all__ = ["SIGN_FLIP", "BlobPatch", "ParameterSet", "ParameterStore", "ParameterTarget", "device_to_int8",
+           "int8_to_device", "make_patch", "patch_twin_content", "twin_tensor_span"]

@@ -6,7 +6,10 @@ device reads each int8 value as ``value ^ 0x80``. Its CPU twin (the uncompiled m
 int8 tensors. Changing a constant without ``edgetpu_compiler`` means writing both, as one new version:
 
 - :class:`ParameterSet` is immutable: a version number, read-only blobs by executable kind, read-only twin
-  tensors by twin tensor index, and an optional owner payload (MatMul keeps its weights and bias there).
+  tensors by twin tensor index, and an optional owner payload (MatMul keeps its weights and bias there). A
+  blob may be given as a :class:`BlobPatch` (base blob + int8 values at byte offsets): it is built into a full
+  blob the first time something reads it (an upload), so a swap of a few values costs a few values, and a
+  CPU-only run never builds it.
 - :meth:`ParameterStore.publish` builds the next set from the changed pieces (everything else is shared with
   the previous set, never copied), lets every registered target prepare it (the Edge TPU backend uploads it,
   the CPU backend builds its interpreter) and only then makes it current with one reference assignment. A
@@ -50,24 +53,49 @@ def device_to_int8(data: np.ndarray) -> np.ndarray:
     return np.bitwise_xor(np.asarray(data, dtype=np.uint8), np.uint8(SIGN_FLIP)).view(np.int8)
 
 
-def patch_blob(base: np.ndarray, offsets: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """A read-only copy of ``base`` with int8 ``values`` written (sign-flipped) at byte ``offsets``.
+@dataclass(frozen=True, eq=False)
+class BlobPatch:
+    """A blob described as ``base`` with ``device_bytes`` (already sign-flipped) at ``offsets``; see
+    :func:`make_patch`. ``build()`` returns the full read-only blob (built once)."""
 
-    ``offsets`` must be an integer array as long as ``values`` and inside the blob; they are checked here so a
-    bad sidecar fails before any blob exists.
-    """
-    offsets = np.asarray(offsets)
+    base: np.ndarray  # read-only uint8
+    offsets: np.ndarray  # intp, checked inside base
+    device_bytes: np.ndarray  # uint8, same length as offsets
+    _built: list = field(default_factory=list, repr=False)
+
+    @property
+    def size(self) -> int:
+        return int(self.base.size)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.base.shape
+
+    def build(self) -> np.ndarray:
+        if not self._built:  # two racing readers build the same bytes; either result is right
+            out = self.base.copy()
+            out[self.offsets] = self.device_bytes
+            self._built.append(_read_only(out))
+        return self._built[0]
+
+
+def make_patch(base: np.ndarray | BlobPatch, offsets: np.ndarray, values: np.ndarray) -> BlobPatch:
+    """A :class:`BlobPatch` writing int8 ``values`` at byte ``offsets`` of ``base`` (checked here, so a bad
+    sidecar fails before any blob exists). A patch of a patch at the same offsets replaces it (no chains)."""
+    offsets = np.asarray(offsets, dtype=np.intp)
     values = np.asarray(values)
     if values.dtype != np.int8:
         raise WeightsError(f"patch values must be int8, got {values.dtype}")
     if offsets.shape != (values.size,):
         raise WeightsError(f"{values.size} value(s) but {offsets.size} offset(s)")
+    if isinstance(base, BlobPatch) and (base.offsets is offsets or np.array_equal(base.offsets, offsets)):
+        offsets, base = base.offsets, base.base
+    elif isinstance(base, BlobPatch):
+        base = base.build()
     if offsets.size and (int(offsets.min()) < 0 or int(offsets.max()) >= base.size):
         raise WeightsError(f"patch offsets span [{int(offsets.min())}, {int(offsets.max())}] outside the "
                            f"{base.size}-byte blob")
-    out = base.copy()
-    out[offsets] = int8_to_device(values.reshape(-1))
-    return _read_only(out)
+    return BlobPatch(base, offsets, _read_only(int8_to_device(values.reshape(-1))))
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,10 +104,15 @@ class ParameterSet:
 
     store_id: int
     version: int
-    blobs: Mapping[str, np.ndarray]  # "pc" | "eo" | "sa" -> uint8 device bytes, read-only
+    blobs: Mapping[str, np.ndarray | BlobPatch]  # "pc" | "eo" | "sa" -> device bytes (read with blob())
     twin: Mapping[int, np.ndarray]  # twin tensor index -> int8 values in the twin's shape, read-only
     payload: Any = None
     meta: dict[str, Any] = field(default_factory=dict)  # what the publisher wants reported (e.g. clipping)
+
+    def blob(self, kind: str) -> np.ndarray | None:
+        """The full read-only uint8 blob of ``kind`` (None when the model has none)."""
+        blob = self.blobs.get(kind)
+        return blob.build() if isinstance(blob, BlobPatch) else blob
 
     @property
     def key(self) -> tuple[int, int]:
@@ -127,7 +160,7 @@ class ParameterStore:
             if target in self._targets:
                 self._targets.remove(target)
 
-    def publish(self, blobs: Mapping[str, np.ndarray] | None = None,
+    def publish(self, blobs: Mapping[str, np.ndarray | BlobPatch] | None = None,
                 twin: Mapping[int, np.ndarray] | None = None, payload: Any = _KEEP,
                 meta: Mapping[str, Any] | None = None,
                 extra_targets: Iterable[ParameterTarget] = ()) -> ParameterSet:
@@ -140,14 +173,15 @@ class ParameterStore:
             old = self._current
             new_blobs = dict(old.blobs)
             for kind, blob in (blobs or {}).items():
-                blob = np.asarray(blob)
+                blob = blob if isinstance(blob, BlobPatch) else np.asarray(blob)
                 if kind not in old.blobs:
                     raise WeightsError(f"this model has no {kind!r} parameter blob (it has "
                                        f"{sorted(old.blobs) or 'none'})")
-                if blob.dtype != np.uint8 or blob.shape != old.blobs[kind].shape:
+                dtype = blob.base.dtype if isinstance(blob, BlobPatch) else blob.dtype
+                if dtype != np.uint8 or blob.shape != old.blobs[kind].shape:
                     raise WeightsError(f"new {kind!r} blob is {blob.dtype} {blob.shape}; the model's is "
                                        f"uint8 {old.blobs[kind].shape}")
-                new_blobs[kind] = _read_only(blob)
+                new_blobs[kind] = blob if isinstance(blob, BlobPatch) else _read_only(blob)
             new_twin = dict(old.twin)
             for index, values in (twin or {}).items():
                 values = np.asarray(values)

@@ -1,0 +1,63 @@
+"""Frames -> a template's input image (uint8 H x W x C), resized or refused as configured.
+
+The robotics templates take raw pixels (input scale 1, zero point 0), so no arithmetic runs besides the resize
+(OpenCV ``INTER_AREA`` when shrinking: block means, as LibrEdgeTPU's integer-ratio path; ``INTER_LINEAR``
+when enlarging) and, for one-channel templates given colour, BT.601 luma.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from libredgetpu_ros.errors import ImageError
+
+
+def as_uint8(image: object, what: str = "image") -> np.ndarray:
+    """A uint8 array of the image; floats must be finite and inside [0, 255] (rounded), ints inside it."""
+    array = np.asarray(image)
+    if array.dtype == np.uint8:
+        return array
+    if array.dtype.kind not in "fiu" or array.size == 0:
+        raise ImageError(f"{what}: dtype {array.dtype} with shape {array.shape}; expected a "
+                         f"non-empty numeric image")
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        raise ImageError(f"{what}: contains NaN/inf")
+    low, high = float(array.min()), float(array.max())
+    if low < 0 or high > 255:
+        raise ImageError(f"{what}: values span [{low:g}, {high:g}], outside [0, 255]")
+    return np.rint(array).astype(np.uint8) if array.dtype.kind == "f" else array.astype(np.uint8)
+
+
+def fit_image(image: object, height: int, width: int, channels: int, resize: bool = True,
+              what: str = "image") -> np.ndarray:
+    """``image`` as a contiguous uint8 (height, width, channels) array.
+
+    Accepts (H, W), (H, W, 1), (H, W, 3) and a leading batch of 1. A wrong size is resized when ``resize``
+    is true, else refused; RGB given to a one-channel template becomes luma; one channel given to a colour
+    template is refused (the colour cannot be invented).
+    """
+    array = as_uint8(image, what)
+    if array.ndim == 4 and array.shape[0] == 1:
+        array = array[0]
+    if array.ndim == 2:
+        array = array[:, :, None]
+    if array.ndim != 3 or array.shape[2] not in (1, 3) or min(array.shape[:2]) < 1:
+        raise ImageError(f"{what}: shape {array.shape}; expected (H, W), (H, W, 1) or (H, W, 3)")
+    if array.shape[2] != channels:
+        if channels == 3:
+            raise ImageError(f"{what}: {array.shape[2]} channel(s) given, the template tracks colour and "
+                             f"needs RGB (H, W, 3)")
+        import cv2
+
+        array = cv2.cvtColor(np.ascontiguousarray(array), cv2.COLOR_RGB2GRAY)[:, :, None]
+    if array.shape[:2] != (height, width):
+        if not resize:
+            raise ImageError(f"{what}: {array.shape[1]}x{array.shape[0]} given, the template takes "
+                             f"{width}x{height} (resizing is off)")
+        import cv2
+
+        shrink = array.shape[0] >= height and array.shape[1] >= width
+        resized = cv2.resize(np.ascontiguousarray(array), (width, height),
+                             interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR)
+        array = resized.reshape(height, width, channels)
+    return np.ascontiguousarray(array)

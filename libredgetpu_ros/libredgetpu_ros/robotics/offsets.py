@@ -1,0 +1,77 @@
+"""The trackers' output: a soft-argmax position as an (x, y) offset from the image centre in [-1, 1].
+
+Both the spot and the pattern template end in ``SOFTMAX -> FC(x grid) , FC(y grid) -> CONCAT`` with int8
+output ``[1, 2]``. The grids carry the temperature (coordinates / temperature) and the y grid a constant
+``y_offset`` (so x and y get different quantization ranges); decoding undoes both:
+
+    x = (q[0] - zp) * scale * temperature,   y = ((q[1] - zp) * scale - y_offset) * temperature
+
+with ``scale`` / ``zp`` from the model's output tensor and ``temperature`` / ``y_offset`` from the sidecar
+(LibrEdgeTPU's ``_decode_tracker_output``). x grows to the right, y downwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from libredgetpu_ros.backends.base import TensorSpec
+from libredgetpu_ros.errors import ModelFormatError
+
+
+@dataclass(frozen=True, slots=True)
+class TrackResult:
+    """Where the target is: offsets from the centre in [-1, 1] (x right, y down), and the parameter version
+    that found it."""
+
+    x_offset: float
+    y_offset: float
+    raw: tuple[int, int]  # the int8 outputs the offsets were decoded from
+    version: int  # parameter version (colour / template) the frame ran with
+
+    def servo_error(self, gain: float = 1.0) -> tuple[float, float]:
+        """Error to drive to zero: the negated offset times ``gain`` (steer towards the target)."""
+        return -self.x_offset * gain, -self.y_offset * gain
+
+    def direction(self, threshold: float = 0.1) -> str:
+        return offset_to_direction(self.x_offset, self.y_offset, threshold)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"x_offset": self.x_offset, "y_offset": self.y_offset, "direction": self.direction(),
+                "raw": list(self.raw), "version": self.version}
+
+
+def offset_to_direction(x_offset: float, y_offset: float, threshold: float = 0.1) -> str:
+    """"center", "left", "up-right", ...: each axis counts once its offset reaches ``threshold``."""
+    x_dir = "" if abs(x_offset) < threshold else ("right" if x_offset > 0 else "left")
+    y_dir = "" if abs(y_offset) < threshold else ("down" if y_offset > 0 else "up")
+    return "-".join(d for d in (y_dir, x_dir) if d) or "center"
+
+
+class OffsetDecoder:
+    """Decodes the int8 ``[1, 2]`` output of a tracker template (see the module docstring)."""
+
+    def __init__(self, output: TensorSpec, temperature: float, y_offset: float) -> None:
+        if output.dtype != np.int8 or int(np.prod(output.shape)) != 2:
+            raise ModelFormatError(f"tracker output {output.name!r} is {output.dtype} {output.shape}; "
+                                   f"expected int8 with 2 values (x, y)")
+        if not temperature > 0:
+            raise ModelFormatError(f"tracker temperature must be > 0, got {temperature}")
+        self.output = output
+        self.temperature = float(temperature)
+        self.y_offset = float(y_offset)
+        self._scale = np.float32(output.scale)
+        self._zero = np.float32(output.zero_point)
+
+    def decode(self, raw: np.ndarray, version: int = 0) -> TrackResult:
+        q = np.asarray(raw).reshape(-1)
+        real = (q.astype(np.float32) - self._zero) * self._scale
+        x = float(real[0]) * self.temperature
+        y = (float(real[1]) - self.y_offset) * self.temperature
+        return TrackResult(x, y, (int(q[0]), int(q[1])), version)
+
+    def grid_position(self, result: TrackResult, grid_width: int, grid_height: int) -> tuple[float, float]:
+        """The offsets as (column, row) on the soft-argmax grid (``(n - 1) / 2 * (1 + offset)``)."""
+        return ((grid_width - 1) / 2 * (1 + result.x_offset), (grid_height - 1) / 2 * (1 + result.y_offset))

@@ -1,0 +1,164 @@
+"""SpotTracker: where the brightest (or best-matching colour) region is, as an offset from the image centre.
+
+The template is ``QUANTIZE -> [CONV_2D 1x1 colour filter + ReLU] -> SOFTMAX -> soft argmax`` (the bright
+variant has no filter). The colour variants hold the filter's three int8 weights in the PARAMETER_CACHING blob
+bytes 0..2 (value XOR 0x80), which is checked against the twin at load. ``set_color(r, g, b)`` quantizes new
+weights with the filter scale of the LOADED model (each colour template was quantized on its own: 1/127 for
+red, green, blue and yellow, 0.5/127 for cyan and magenta, 0.33/127 for white; sidecars say 1/127 for all),
+so a swap between colours of one scale gives exactly the other template's bytes and otherwise the nearest
+values on the loaded scale (out-of-range weights are clipped and reported).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from libredgetpu_ros.errors import ConfigError, ModelFormatError, WeightsError
+from libredgetpu_ros.reparam import make_patch
+from libredgetpu_ros.robotics.image import fit_image
+from libredgetpu_ros.robotics.offsets import OffsetDecoder, TrackResult
+from libredgetpu_ros.robotics.template import RoboticsTemplate, TemplateRunner, load_template
+
+# LibrEdgeTPU's colour presets (tracker/templates.py COLOR_FILTER_WEIGHTS): [R, G, B] filter weights.
+COLOR_PRESETS: dict[str, tuple[float, float, float]] = {
+    "red": (1.0, -0.5, -0.5), "green": (-0.5, 1.0, -0.5), "blue": (-0.5, -0.5, 1.0),
+    "yellow": (0.5, 0.5, -1.0), "white": (0.33, 0.33, 0.33), "cyan": (-0.5, 0.5, 0.5),
+    "magenta": (0.5, -0.5, 0.5),
+}
+FILTER_OFFSETS = np.arange(3, dtype=np.intp)  # PARAMETER_CACHING bytes of the R, G, B filter weights
+
+
+@dataclass(frozen=True, slots=True)
+class ColorSwap:
+    """What one ``set_color`` did (errors are raised, so a report always describes published weights)."""
+
+    version: int
+    weights: tuple[int, int, int]  # the int8 filter values now in the model
+    color: tuple[float, float, float]  # their real values (int8 * the model's filter scale)
+    clipped: int  # channels outside the loaded scale's range, set to the nearest end
+    scale: float
+    timings_us: dict[str, float]
+
+
+def quantize_color(rgb: tuple[float, float, float] | list[float],
+                   scale: float) -> tuple[tuple[int, ...], int]:
+    """(int8 values, clipped count) of R, G, B filter weights on ``scale`` (round half to even, like the
+    converter); NaN/inf or a wrong length is a WeightsError."""
+    if len(rgb) != 3:
+        raise WeightsError(f"a colour is 3 weights (R, G, B), got {len(rgb)}")
+    values, clipped = [], 0
+    for name, w in zip("RGB", rgb, strict=True):
+        w = float(w)
+        if not math.isfinite(w):
+            raise WeightsError(f"colour weight {name} is {w}")
+        q = round(w / scale)
+        if q < -128 or q > 127:
+            clipped += 1
+            q = min(127, max(-128, q))
+        values.append(q)
+    return tuple(values), clipped
+
+
+class SpotTracker:
+    """Bright-spot / colour tracking on a spot template (Edge TPU or its CPU twin)."""
+
+    def __init__(self, template: RoboticsTemplate, backend: str = "auto", device: Any = None,
+                 resize: bool = True, backend_object: Any = None) -> None:
+        self.template = template
+        self.height, self.width, self.channels = template.image_shape
+        self.resize = resize
+        self.variant = str(template.sidecar.get("variant", "color" if self.channels == 3 else "bright"))
+        self.decoder = OffsetDecoder(template.output, template.field("temperature"),
+                                     template.field("y_offset"))
+        self._filter = template.conv_weights(0) if self.channels == 3 else None
+        twin_tensors = ()
+        if self._filter is not None:
+            if tuple(self._filter.shape) != (1, 1, 1, 3):
+                raise ModelFormatError(f"{template.twin_path}: colour filter {self._filter.name!r} has shape "
+                                       f"{tuple(self._filter.shape)}, expected (1, 1, 1, 3)")
+            self.filter_scale = template.weight_scale(self._filter)
+            self._check_filter_bytes()
+            twin_tensors = (self._filter.index,)
+        else:
+            self.filter_scale = None
+        self.runner = TemplateRunner(template, backend, device, twin_tensors=twin_tensors,
+                                     backend_object=backend_object)
+
+    def _check_filter_bytes(self) -> None:
+        """The filter's int8 values must sit at PARAMETER_CACHING bytes 0..2 of the compiled model."""
+        pc = self.template.blobs().get("pc")
+        if pc is None:
+            return  # twin only: nothing to patch on a device
+        twin_values = self.template.twin.buffer_data(self._filter).reshape(-1)
+        if pc.size < 3 or not np.array_equal((pc[:3] ^ 0x80).view(np.int8), twin_values):
+            raise ModelFormatError(f"{self.template.compiled_path}: PARAMETER_CACHING bytes 0..2 do not "
+                                   f"hold the colour filter {twin_values.tolist()} of the twin; cannot swap "
+                                   f"colours")
+
+    @classmethod
+    def from_template(cls, size: int = 64, variant: str = "bright", folder: Path | None = None,
+                      **kwargs: Any) -> SpotTracker:
+        """``bright_{size}x{size}`` or ``color_{colour}_{size}x{size}`` (variant "bright", "red", ...)."""
+        name = variant if variant == "bright" or variant.startswith("color_") else f"color_{variant}"
+        return cls(load_template(f"{name}_{size}x{size}", folder), **kwargs)
+
+    @property
+    def version(self) -> int:
+        return self.runner.store.version
+
+    @property
+    def color(self) -> tuple[float, float, float] | None:
+        """The active filter's real (R, G, B) weights (None for the bright variant)."""
+        if self._filter is None:
+            return None
+        values = self.runner.parameters.twin[self._filter.index].reshape(-1)
+        return tuple(float(v) * self.filter_scale for v in values)
+
+    def prepare(self, image: object) -> np.ndarray:
+        """The template's input (1, H, W, C) uint8 from a frame (see robotics.image.fit_image)."""
+        return fit_image(image, self.height, self.width, self.channels, self.resize)[None]
+
+    def track(self, image: object) -> TrackResult:
+        outputs, parameters = self.runner.run([self.prepare(image)])
+        return self.decoder.decode(outputs[self.template.output.name], parameters.version)
+
+    def set_color(self, rgb: tuple[float, float, float] | list[float]) -> ColorSwap:
+        """Swap the colour filter for ``rgb`` weights (e.g. ``COLOR_PRESETS["green"]``) without a compiler."""
+        t0 = time.perf_counter()
+        if self._filter is None:
+            raise ConfigError(f"template {self.template.name} tracks brightness (1 channel); set_color "
+                              f"needs a colour template")
+        values, clipped = quantize_color(rgb, self.filter_scale)
+        int8 = np.array(values, dtype=np.int8)
+        t1 = time.perf_counter()
+        current = self.runner.parameters
+        blobs = {"pc": make_patch(current.blobs["pc"], FILTER_OFFSETS, int8)} if "pc" in current.blobs else {}
+        t2 = time.perf_counter()
+        published = self.runner.publish(blobs=blobs, twin={self._filter.index: int8.reshape(1, 1, 1, 3)},
+                                        meta={"clipped": clipped})
+        t3 = time.perf_counter()
+        timings = {"quantize": (t1 - t0) * 1e6, "blob": (t2 - t1) * 1e6, "publish": (t3 - t2) * 1e6,
+                   "total": (t3 - t0) * 1e6}
+        return ColorSwap(published.version, values, tuple(v * self.filter_scale for v in values), clipped,
+                         self.filter_scale, timings)
+
+    def describe(self) -> dict[str, Any]:
+        info = self.runner.describe()
+        info.update(module="spot", variant=self.variant, size=[self.width, self.height],
+                    channels=self.channels, color=self.color, filter_scale=self.filter_scale)
+        return info
+
+    def close(self) -> None:
+        self.runner.close()
+
+    def __enter__(self) -> SpotTracker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
