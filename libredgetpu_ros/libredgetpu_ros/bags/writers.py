@@ -6,7 +6,8 @@ writer leaves a journal and an empty database. These subclasses change only that
 
 - :class:`CrcMcapWriter`: after rosbags writes a chunk, its ``uncompressed_crc`` field is filled in (CRC-32 of
   the chunk's records, as the MCAP spec defines it) and the file is flushed, so after SIGKILL every whole
-  chunk is on disk and checkable (``bags.salvage`` / ``libredgetpu-ros bag-repair`` recover them).
+  chunk is on disk and checkable (``bags.salvage`` / ``libredgetpu-ros bag-repair`` recover them). On close,
+  the footer's summary CRC is filled in too (rosbags writes 0 there as well).
 - :class:`CommittingSqlite3Writer`: commits every ``COMMIT_EVERY`` messages or ``COMMIT_PERIOD_S`` seconds,
   so after SIGKILL the database holds what was committed (sqlite rolls the rest back on the next open).
 
@@ -26,7 +27,9 @@ from rosbags.rosbag2.storage_sqlite3 import Sqlite3Writer
 
 # Chunk record: opcode (1) + record length (8) + message start, end, uncompressed size (3 x 8) -> the CRC.
 CHUNK_CRC_OFFSET = 1 + 8 + 24
-_U32 = struct.Struct("<I")
+# Footer: opcode (1) + length (8) + summary start, summary offset start (2 x 8) -> summary CRC; magic.
+FOOTER_SIZE, SUMMARY_CRC_AT = 37, 1 + 8 + 16
+_U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
 COMMIT_EVERY = 64  # messages
 COMMIT_PERIOD_S = 1.0
 
@@ -43,6 +46,19 @@ class CrcMcapWriter(McapWriter):
         self.bio.write(_U32.pack(crc))
         self.bio.seek(end)
         self.bio.flush()
+
+    def close(self, version: int, metadata: str) -> None:
+        """rosbags' close (summary and footer), then the footer's summary CRC filled in (rosbags writes 0):
+        a changed byte in the summary section is then detected by ``mcap_summary`` at open."""
+        super().close(version, metadata)
+        with self.path.open("r+b") as f:
+            footer_at = f.seek(-FOOTER_SIZE, 2)
+            summary_start = _U64.unpack(f.read(FOOTER_SIZE)[9:17])[0]
+            if not summary_start:
+                return
+            f.seek(summary_start)
+            crc = zlib.crc32(f.read(footer_at + SUMMARY_CRC_AT - summary_start))
+            f.write(_U32.pack(crc))  # the file position is now the CRC field
 
 
 class CommittingSqlite3Writer(Sqlite3Writer):
