@@ -5,8 +5,11 @@ Usage (on a ROS 2 install with launch_ros, e.g. Kilted from apt), with a worker 
 
     ros2 launch libredgetpu_ros trainer.launch.py
     ros2 launch libredgetpu_ros trainer.launch.py params_file:=/path/to/trainer.yaml \
-        samples_topic:=/experience namespace:=arm
+        samples_topic:=/experience namespace:=arm worker_host:=10.0.0.7 worker_port:=18500
 
+``worker_host`` / ``worker_port`` / ``set_weights_service`` / ``framing``, when given, override what the
+params file says. The default ``set_weights_service`` (``control_node/set_weights``) is relative, so with
+``namespace:=arm`` it reaches the control node launched with the same namespace (``/arm/control_node``).
 Configure connects to the worker and uploads the model; it fails if the worker does not answer within
 ``connect_timeout``. ``autostart:=false`` leaves the node unconfigured for a lifecycle manager.
 Tested by test/launch/test_trainer_launch.py.
@@ -14,10 +17,31 @@ Tested by test/launch/test_trainer_launch.py.
 
 from __future__ import annotations
 
-from launch import LaunchDescription
+from launch import LaunchContext, LaunchDescription
+from launch.actions import OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode
 from libredgetpu_ros.ros.launching import autostarted, installed_config, launch_arguments
+
+OVERRIDES = ("worker_host", "worker_port", "set_weights_service", "framing")
+
+
+def _node_and_transitions(context: LaunchContext) -> list:
+    overrides: dict[str, str | int] = {}
+    for name in OVERRIDES:
+        value = LaunchConfiguration(name).perform(context)
+        if value:
+            overrides[name] = int(value) if name == "worker_port" else value
+    node = LifecycleNode(
+        package="libredgetpu_ros",
+        executable="trainer_node",
+        name="trainer_node",
+        namespace=LaunchConfiguration("namespace"),
+        parameters=[LaunchConfiguration("params_file"), overrides],
+        remappings=[("samples", LaunchConfiguration("samples_topic"))],
+        output="screen",
+    )
+    return autostarted(node)
 
 
 def generate_launch_description() -> LaunchDescription:
@@ -25,15 +49,10 @@ def generate_launch_description() -> LaunchDescription:
         "params_file": (installed_config("trainer.yaml"), "YAML parameters of trainer_node"),
         "namespace": ("", "node namespace"),
         "samples_topic": ("samples", "topic the training samples arrive on (remaps 'samples')"),
+        "worker_host": ("", "Team Tensor worker address (overrides params_file)"),
+        "worker_port": ("", "Team Tensor worker UDP port (overrides params_file)"),
+        "set_weights_service": ("", "the control node's SetWeights service (overrides params_file)"),
+        "framing": ("", "reliable | seed (overrides params_file; the worker's --framing)"),
         "autostart": ("true", "configure, then activate once configured"),
     })
-    node = LifecycleNode(
-        package="libredgetpu_ros",
-        executable="trainer_node",
-        name="trainer_node",
-        namespace=LaunchConfiguration("namespace"),
-        parameters=[LaunchConfiguration("params_file")],
-        remappings=[("samples", LaunchConfiguration("samples_topic"))],
-        output="screen",
-    )
-    return LaunchDescription([*arguments, *autostarted(node)])
+    return LaunchDescription([*arguments, OpaqueFunction(function=_node_and_transitions)])

@@ -27,7 +27,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
-from libredgetpu_ros.errors import ProtocolError
+from libredgetpu_ros.errors import ConfigError, ProtocolError
 from libredgetpu_ros.teamtensor.wire import (
     CRC_TAG,
     DEFAULT_WIRE,
@@ -129,6 +129,26 @@ class Framer:
                                  f"{'HMAC' if self.key else 'CRC-32'} tag")
         session, rid = TRAILER_IDS.unpack(view[cut - TRAILER_IDS.size:cut])
         return Sealed(session, rid, view[:cut - TRAILER_IDS.size])
+
+
+def read_key(key: str | None, key_file: str | None) -> bytes | None:
+    """A shared key given as text or as the first line of a file (UTF-8, surrounding whitespace stripped);
+    None when neither is given. Both, an empty key or an unreadable file are a ConfigError."""
+    if key and key_file:
+        raise ConfigError("give a shared key or a key file, not both")
+    if key_file:
+        try:
+            with open(key_file, encoding="utf-8") as f:
+                key = f.readline()
+        except OSError as exc:
+            raise ConfigError(f"key file {key_file}: {exc.strerror}") from exc
+        if not key.strip():
+            raise ConfigError(f"key file {key_file}: empty first line")
+    if key is None:
+        return None
+    if not key.strip():
+        raise ConfigError("shared key is empty")
+    return key.strip().encode()
 
 
 def to_datagrams(packet: bytes, request_id: int, wire: WireFormat = DEFAULT_WIRE, *, session: int = 0,

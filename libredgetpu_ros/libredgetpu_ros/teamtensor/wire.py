@@ -107,7 +107,11 @@ class WireFormat:
 
     def __post_init__(self) -> None:
         for name in ("value_dtype", "metric_dtype"):
-            dt = np.dtype(getattr(self, name))
+            try:
+                dt = np.dtype(getattr(self, name))
+            except TypeError:
+                raise ProtocolError(f"WireFormat.{name} = {getattr(self, name)!r}: not a NumPy dtype") \
+                    from None
             if dt.kind not in "fiu" or dt.itemsize not in (1, 2, 4, 8):
                 raise ProtocolError(f"WireFormat.{name} = {getattr(self, name)!r}: not a numeric dtype")
         used = {int(op) for op in Op}

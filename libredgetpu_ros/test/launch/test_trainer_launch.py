@@ -2,8 +2,10 @@
 
 The launch description also starts a `libredgetpu-ros tt-worker` process on a free UDP port; the trainer
 node from the launch file connects to it at configure. A few training samples published on the remapped
-samples topic (one batch per publish) must produce a ``~/metrics`` message. Broken case: a worker port
-where nobody answers (configure times out). The worker, like the node, must exit 0 at shutdown.
+samples topic (one batch per publish) must produce a ``~/metrics`` message. The worker's port comes from
+the ``worker_port`` launch argument, over a params file that names a silent port (so the node connects only
+if the argument overrides the file). Broken case: the params file's ``worker_host`` is an address where
+nobody answers (configure times out). The worker, like the node, must exit 0 at shutdown.
 """
 
 from __future__ import annotations
@@ -51,16 +53,17 @@ def _samples(node: Any) -> Callable[[], None]:
 def _case() -> LaunchCase:
     from std_msgs.msg import Float32MultiArray
 
-    params = {"worker_port": WORKER_PORT, "input_size": 3, "output_size": 2, "batch_size": BATCH,
+    params = {"worker_port": SILENT_PORT, "input_size": 3, "output_size": 2, "batch_size": BATCH,
               "metrics_period": 0.2, "push_period": 0.0, "connect_timeout": 5.0, "retransmit_timeout": 0.02}
     return LaunchCase(
         launch_file="trainer.launch.py",
         node="/lt/trainer_node",
-        arguments={"namespace": "lt", "samples_topic": "/lt/experience"},
+        arguments={"namespace": "lt", "samples_topic": "/lt/experience", "worker_port": str(WORKER_PORT)},
         params_key="/**/trainer_node",  # as config/trainer.yaml
         params=params,
-        expect_params={"worker_port": WORKER_PORT, "batch_size": BATCH, "metrics_period": 0.2},
-        broken={"worker_port": SILENT_PORT, "connect_timeout": 0.5},
+        expect_params={"worker_port": WORKER_PORT, "batch_size": BATCH, "metrics_period": 0.2,
+                       "set_weights_service": "control_node/set_weights"},
+        broken={"worker_host": "127.0.0.2", "connect_timeout": 0.5},
         failure_log="configure failed: DeviceTimeoutError",
         result=(Float32MultiArray, "/lt/trainer_node/metrics"),
         stimulus=_samples,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,32 +11,10 @@ from libredgetpu_ros.teamtensor.model import ModelSpec, linear
 from libredgetpu_ros.teamtensor.wire import Metric
 from libredgetpu_ros.teamtensor.worker import WorkerConfig, WorkerCore
 
-PEER = ("127.0.0.1", 40000)
+from .._helpers import load_helper
 
-
-class Driver:
-    """One Data Source's datagrams (peer address, session number, request ids) straight into a WorkerCore."""
-
-    def __init__(self, core: WorkerCore, peer: tuple[str, int] = PEER, session: int = 1) -> None:
-        self.core, self.peer, self.session = core, peer, session
-        self.ids = itertools.count(1)
-
-    def raw(self, req: packets.Request, rid: int | None = None) -> tuple[int, list[bytes]]:
-        rid = next(self.ids) if rid is None else rid
-        out: list[bytes] = []
-        for d in datagrams.to_datagrams(packets.encode_request(req), rid, session=self.session):
-            out += self.core.handle(self.peer, d)
-        return rid, out
-
-    def ask(self, req: packets.Request):
-        rid, out = self.raw(req)
-        assert len(out) >= 1
-        r = datagrams.Reassembler()
-        for d in out:
-            got_rid, body = datagrams.split(d)
-            assert got_rid == rid
-            packet = r.feed("reply", body) if r.is_fragment(body) else bytes(body)
-        return packets.decode_reply(req, packet)
+_driver = load_helper(Path(__file__).resolve().parent / "_driver.py")
+Driver, PEER = _driver.Driver, _driver.PEER
 
 
 def _model(out: int = 2, inp: int = 3) -> ModelSpec:

@@ -44,7 +44,8 @@ from libredgetpu_ros.ros.spinning import CompanionFault, run_lifecycle_node_main
 from libredgetpu_ros.ros.trainer.params import PARAM_TABLE, TrainerConfig, build_model, pushable
 from libredgetpu_ros.ros.trainer.push import WeightPusher
 from libredgetpu_ros.ros.trainer.session import Snapshot, TrainingSession
-from libredgetpu_ros.teamtensor.wire import LayerCode
+from libredgetpu_ros.teamtensor.datagrams import read_key
+from libredgetpu_ros.teamtensor.wire import LayerCode, WireFormat
 from libredgetpu_ros_interfaces.srv import GetWeights
 
 __all__ = ["NODE_NAME", "PARAM_TABLE", "TrainerNode", "main"]
@@ -108,8 +109,10 @@ class TrainerNode(TeardownOnCleanup, LifecycleNode):
             model = build_model(cfg)
             self._session = TrainingSession(
                 (cfg.worker_host, cfg.worker_port), model, pipeline=cfg.pipeline_id, model_id=cfg.model_id,
+                wire=WireFormat(value_dtype=cfg.value_dtype, framing=cfg.framing),
                 max_backlog=cfg.max_backlog, logger=self.get_logger(), on_fault=self._session_failed,
-                timeout=cfg.retransmit_timeout, retries=cfg.retries)
+                timeout=cfg.retransmit_timeout, retries=cfg.retries,
+                key=read_key(None, cfg.auth_key_file or None), broadcast=cfg.hello_broadcast)
             count = self._session.start(cfg.connect_timeout)
         except (LibrEdgeTpuError, TimeoutError, OSError) as exc:
             self.get_logger().error(f"configure failed: {type(exc).__name__}: {exc}")

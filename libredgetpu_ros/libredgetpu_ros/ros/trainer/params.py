@@ -9,13 +9,21 @@ import numpy as np
 
 from libredgetpu_ros.ros.params import ParamSpec, ParamTable
 from libredgetpu_ros.teamtensor.model import ModelSpec, linear, plain
-from libredgetpu_ros.teamtensor.wire import LayerCode, Metric
+from libredgetpu_ros.teamtensor.wire import FRAMINGS, LayerCode, Metric
 
 OBJECTIVES = {"mse": [Metric.MSE, Metric.MAE], "cross_entropy": [Metric.CROSS_ENTROPY, Metric.ACCURACY]}
 
 PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("worker_host", "127.0.0.1", "Team Tensor worker address"),
     ParamSpec("worker_port", 18500, "Team Tensor worker UDP port", range=(1, 65535)),
+    ParamSpec("framing", "reliable", "reliable (integrity tag, sessions, exactly once) or seed (the seed's "
+              "bytes, best effort); the worker's --framing", choices=FRAMINGS),
+    ParamSpec("value_dtype", ">f4", "tensor value type on the wire, a NumPy dtype; the worker's "
+              "--value-dtype"),
+    ParamSpec("auth_key_file", "", "file whose first line is the worker's shared key (--key): HMAC tags "
+              "instead of CRC-32; '' = none"),
+    ParamSpec("hello_broadcast", False, "send HELLO with SO_BROADCAST (worker_host a broadcast address); the "
+              "first worker that answers is used"),
     ParamSpec("pipeline_id", 1, "data pipeline assigned to the worker", range=(0, 65535)),
     ParamSpec("model_id", 1, "model id on the worker", range=(0, 65535)),
     ParamSpec("input_size", 3, "inputs per sample (columns of the Linear weights)", range=(1, 4096)),
@@ -35,7 +43,8 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("metrics_period", 1.0, "s between ~/metrics messages", range=(0.05, 3600.0)),
     ParamSpec("push_period", 2.0, "s between pushes of the trained weights to set_weights; 0 = never",
               range=(0.0, 3600.0)),
-    ParamSpec("set_weights_service", "/control_node/set_weights", "the control node's SetWeights service"),
+    ParamSpec("set_weights_service", "control_node/set_weights", "the control node's SetWeights service "
+              "(relative: resolved in this node's namespace)"),
     ParamSpec("engine_name", "", "engine name in set_weights requests ('' = the node's only engine)"),
     ParamSpec("connect_timeout", 10.0, "s to wait for the worker's HELLO answer at configure",
               range=(0.05, 3600.0)),
@@ -51,6 +60,10 @@ PARAMETERS: tuple[ParamSpec, ...] = (
 class TrainerConfig:
     worker_host: str
     worker_port: int
+    framing: str
+    value_dtype: str
+    auth_key_file: str
+    hello_broadcast: bool
     pipeline_id: int
     model_id: int
     input_size: int

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -208,12 +209,14 @@ class TrainingSession:
         tasks = asyncio.all_tasks(self._loop)  # the sender and any read in flight
         for task in tasks:
             task.cancel()
-        if self._source is not None:
-            self._source.close()
 
         async def stop_when_cancelled() -> None:  # a task stopped mid-flight would be reported as pending
             if tasks:
                 await asyncio.wait(tasks, timeout=1.0)
+            if self._source is not None:  # free the worker for the next Data Source (bounded, best effort)
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self._source.release(), 1.5)
+                self._source.close()
             self._loop.stop()
 
         self._loop.create_task(stop_when_cancelled())
