@@ -31,6 +31,7 @@ frame for the next pair (LibrEdgeTPU computes both frames of every pair).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -199,6 +200,8 @@ class OpticalFlow:
         self.grid = CorrelationGrid(pooled_h - 2 * self.margin, pooled_w - 2 * self.margin, self.channels,
                                     self.search_range)
         self.backend_calls = 0
+        # optional remap of the model-size gray frame before the model (the compass makes yaw a uniform shift)
+        self.warp: Callable[[np.ndarray], np.ndarray] | None = None
         self._previous: FlowFeatures | None = None
         self._previous_stamp: float | None = None
 
@@ -244,6 +247,8 @@ class OpticalFlow:
     def features(self, image: np.ndarray) -> FlowFeatures:
         """Features of one frame (one backend call; none for a frame too flat in the normalised mode)."""
         gray = self.model_frame(image)
+        if self.warp is not None:
+            gray = self.warp(gray)
         size = (int(image.shape[1]), int(image.shape[0]))
         mean, std = float(gray.mean()), float(gray.std())
         if self.mode == "libredgetpu":
