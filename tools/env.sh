@@ -1,15 +1,18 @@
 # shellcheck shell=bash
-# Source me (bash): `source tools/env.sh` — the workspace venv as a ROS 2 install, like sourcing
-# /opt/ros/<distro>/setup.bash on a robot:
+# Source me (bash): `source tools/env.sh [--localhost]` — the workspace venv as a ROS 2 install, like
+# sourcing /opt/ros/<distro>/setup.bash on a robot:
 #   - activates the venv (.venv beside this folder, or $LIBREDGETPU_ROS_VENV), so `ros2`, `launch_test`,
 #     `libredgetpu-ros` and the venv's python are on PATH;
 #   - prepends the venv to AMENT_PREFIX_PATH, where `make setup` installed the ament index, the launch
 #     system, vision_msgs, our interfaces and libredgetpu_ros the colcon way (`ros2 launch libredgetpu_ros
 #     perception.launch.py`, `ros2 run libredgetpu_ros perception_node`, `ros2 lifecycle`, `ros2 param`);
-#   - fills in the localhost-only DDS settings where unset (discovery range LOCALHOST, the package's
-#     Fast DDS profile on 127.0.0.1, rmw_fastrtps_cpp), as libredgetpu_ros.ros.environment does. To talk to
-#     other machines, set ROS_AUTOMATIC_DISCOVERY_RANGE=SUBNET and a profile of your own before sourcing.
-# Tests, demos and CI still run inside tools/ros_sandbox.sh (which sources this file after forcing those).
+#   - leaves discovery and transport to ROS's defaults and your environment (like setup.bash): nodes are
+#     seen from other machines of the subnet, as every ROS package's are;
+#   - with --localhost, fills in the localhost-only DDS settings where unset (discovery range LOCALHOST,
+#     the package's Fast DDS profile on 127.0.0.1, rmw_fastrtps_cpp), as
+#     libredgetpu_ros.ros.environment.localhost_only_environ does: nothing of this shell's ROS traffic
+#     leaves the machine (docs/install.md "Across machines, or confined to one").
+# Tests, demos and CI run inside tools/ros_sandbox.sh (which forces those settings, then sources this file).
 
 _lrr_repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 _lrr_venv="${LIBREDGETPU_ROS_VENV:-$_lrr_repo/.venv}"
@@ -24,9 +27,12 @@ case ":${AMENT_PREFIX_PATH:-}:" in
     *":$_lrr_venv:"*) ;;
     *) export AMENT_PREFIX_PATH="$_lrr_venv${AMENT_PREFIX_PATH:+:$AMENT_PREFIX_PATH}" ;;
 esac
-export ROS_AUTOMATIC_DISCOVERY_RANGE="${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}"
-export FASTDDS_DEFAULT_PROFILES_FILE="${FASTDDS_DEFAULT_PROFILES_FILE:-$_lrr_repo/libredgetpu_ros/libredgetpu_ros/data/fastdds_localhost.xml}"
-export RMW_IMPLEMENTATION="${RMW_IMPLEMENTATION:-rmw_fastrtps_cpp}"
+# (Only --localhost is looked at: sourced without arguments, $1 may be the calling script's.)
+if [[ "${1:-}" == "--localhost" ]]; then
+    export ROS_AUTOMATIC_DISCOVERY_RANGE="${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}"
+    export FASTDDS_DEFAULT_PROFILES_FILE="${FASTDDS_DEFAULT_PROFILES_FILE:-$_lrr_repo/libredgetpu_ros/libredgetpu_ros/data/fastdds_localhost.xml}"
+    export RMW_IMPLEMENTATION="${RMW_IMPLEMENTATION:-rmw_fastrtps_cpp}"
+fi
 # rclpy cannot start without HOME or ROS_LOG_DIR (rcutils_expand_user fails).
 if [[ -z "${HOME:-}" && -z "${ROS_LOG_DIR:-}" ]]; then
     ROS_LOG_DIR="$(mktemp -d "${TMPDIR:-/tmp}/libredgetpu_ros_log.XXXXXX")"

@@ -22,7 +22,7 @@ export PYTHONUNBUFFERED=1
 # `launch_test` work here too; the settings forced above are kept (env.sh only fills in unset ones).
 if [[ -f "${LIBREDGETPU_ROS_VENV:-$repo/.venv}/bin/activate" ]]; then
     # shellcheck disable=SC1091
-    source "$repo/tools/env.sh"
+    source "$repo/tools/env.sh" --localhost
 fi
 
 # `ip` is needed to bring lo up inside the namespace; probe the whole thing once.

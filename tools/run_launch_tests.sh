@@ -13,7 +13,7 @@ venv="${LIBREDGETPU_ROS_VENV:-$repo/.venv}"
 timeout_s="${LAUNCH_TEST_TIMEOUT:-120}"
 [[ -x "$venv/bin/launch_test" ]] || { echo "run_launch_tests: no $venv/bin/launch_test; run 'make setup'" >&2; exit 2; }
 # shellcheck disable=SC1091
-source "$repo/tools/env.sh"
+source "$repo/tools/env.sh" --localhost  # launch tests stay on this machine even outside the sandbox
 # As for the pytest run: `python -m ...` (a launched process, a test helper) must not put the current
 # directory (the repository root, where the ROS package folder libredgetpu_ros/ shadows the Python package of
 # the same name) on sys.path.

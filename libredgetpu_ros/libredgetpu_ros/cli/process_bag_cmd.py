@@ -31,9 +31,9 @@ def run(args: argparse.Namespace) -> int:
 
     from libredgetpu_ros.cli.signals import sigterm_as_interrupt
     from libredgetpu_ros.ros.bag_processing import process_bag
-    from libredgetpu_ros.ros.environment import apply_localhost_only
+    from libredgetpu_ros.ros.environment import ensure_log_dir
 
-    apply_localhost_only()  # rclpy's serializer loads the rmw; no node is created
+    ensure_log_dir()  # rclpy's serializer loads the rmw; no node is created, nothing is discovered
     with sigterm_as_interrupt():  # SIGTERM closes the output bag as Ctrl-C does (exit 130)
         summary = process_bag(args.input, args.output, args.config, backend=args.backend,
                               storage=args.storage, topics=args.topics,

@@ -6,7 +6,9 @@ Starts, in this process, a camera publisher (rgb8 ``sensor_msgs/Image``, frame_i
 stamped), the perception lifecycle node (PoseNet; DeepLab too with ``--segment``) driven to active, and a
 listener that prints what the node publishes per frame and saves the annotated images to ``--out`` (default
 out/demo/).
-DDS stays on this machine (localhost-only settings are filled in before rclpy starts). Ends by itself.
+Its participants talk only among themselves, so DDS is confined to this machine whatever the environment says
+(``environment.confine_to_localhost`` before rclpy starts; ``make demo`` also runs it in the sandbox's private
+network namespace). Ends by itself.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from libredgetpu_ros.ros.environment import apply_localhost_only
+from libredgetpu_ros.ros.environment import confine_to_localhost
 
 POSENET = "posenet/posenet_mobilenet_v1_075_481_641_quant_decoder_edgetpu.tflite"
 DEEPLAB = "deeplab/deeplabv3_mnv2_pascal_quant_edgetpu.tflite"
@@ -60,7 +62,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    apply_localhost_only()  # safety net; `make demo` exports the full localhost-only environment already
+    confine_to_localhost()  # the demo is self-contained: nothing of it needs to leave this machine
 
     import cv2
     import numpy as np

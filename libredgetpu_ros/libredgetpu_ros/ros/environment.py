@@ -1,4 +1,4 @@
-"""The ROS environment that keeps DDS traffic on this machine.
+"""The ROS environment that keeps DDS traffic on this machine, for tests, benches and the demo.
 
 By default Fast DDS discovers peers by multicast on every network interface. Tests, demos and CI must not
 send a packet off the host, so they run with:
@@ -9,13 +9,16 @@ send a packet off the host, so they run with:
 - ``RMW_IMPLEMENTATION=rmw_fastrtps_cpp`` (the only RMW the PyPI wheels ship; the profile is Fast DDS only);
 - ``ROS_LOG_DIR`` (``rclpy.init`` fails without it when ``HOME`` is unset, as under some CI runners).
 
-Two entry points, on purpose with different strength:
+The package's nodes never change discovery or transport: they follow ROS's defaults and the user's
+environment, like every other ROS package (docs/install.md "Across machines, or confined to one").
+What is here is for the code that must stay on this machine by itself:
 
-- :func:`localhost_only_environ` *forces* all of the above into a copy of an environment. Use it for tests,
-  demos and every subprocess they start.
-- :func:`apply_localhost_only` only *fills in* the discovery range, DDS profile and RMW when they are unset,
-  so a robot integrator who deliberately chose ``SUBNET`` discovery or another profile keeps it; explicit
-  arguments (domain id, log dir) always win.
+- :func:`localhost_only_environ` *forces* all of the above into a copy of an environment: for tests,
+  benches and every subprocess they start (``tools/ros_sandbox.sh`` exports the same in the shell);
+- :func:`confine_to_localhost` forces them into ``os.environ`` of a process whose participants talk only
+  among themselves (``make demo``'s in-process demo);
+- :func:`ensure_log_dir` is all a node's ``main()`` sets: ``ROS_LOG_DIR`` when neither it nor ``HOME``
+  exists (``rclpy.init`` fails then; some CI runners and service managers start processes so).
 
 This module must not import rclpy: it runs before rclpy reads the environment.
 """
@@ -78,19 +81,14 @@ def localhost_only_environ(
     return env
 
 
-def apply_localhost_only(domain_id: int | None = None, log_dir: str | None = None) -> None:
-    """Prepare ``os.environ`` for ``rclpy.init`` in this process; call it before rclpy is initialised.
+def confine_to_localhost(domain_id: int | None = None, log_dir: str | None = None) -> None:
+    """Force the localhost-only settings (:func:`localhost_only_environ`) into ``os.environ``; call it before
+    rclpy is initialised, only in a process whose participants talk only among themselves."""
+    os.environ.update(localhost_only_environ(domain_id=domain_id, log_dir=log_dir))
 
-    Fills in the discovery range, DDS profile and RMW only where they are unset (see the module docstring).
-    ``domain_id`` / ``log_dir`` are set when given. Without ``log_dir``, ``ROS_LOG_DIR`` is left alone when
-    set or when ``HOME`` exists (rcl then logs to ``~/.ros/log``); otherwise a temporary directory is used.
-    """
-    os.environ.setdefault(DISCOVERY_RANGE_VAR, "LOCALHOST")
-    os.environ.setdefault(PROFILE_VAR, str(DDS_PROFILE))
-    os.environ.setdefault(RMW_VAR, RMW)
-    if log_dir is not None:
-        os.environ[LOG_DIR_VAR] = _make_log_dir(log_dir)
-    elif not os.environ.get(LOG_DIR_VAR) and not os.environ.get("HOME"):
+
+def ensure_log_dir() -> None:
+    """Set ``ROS_LOG_DIR`` to a fresh temporary directory when neither it nor ``HOME`` is set (rcl logs to
+    ``~/.ros/log`` otherwise, and ``rclpy.init`` fails without either). Nothing else is touched."""
+    if not os.environ.get(LOG_DIR_VAR) and not os.environ.get("HOME"):
         os.environ[LOG_DIR_VAR] = _make_log_dir(None)
-    if domain_id is not None:
-        os.environ[DOMAIN_VAR] = _check_domain_id(domain_id)

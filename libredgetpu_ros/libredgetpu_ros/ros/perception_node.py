@@ -25,9 +25,9 @@ __all__ = ["LABEL_QOS", "PARAMS", "RESULT_QOS", "TASKS", "PerceptionNode", "Perc
 
 
 def main(args: list[str] | None = None) -> int:
-    """Localhost-only DDS defaults and the shipped DDS profile (16 MiB shared-memory segment,
-    docs/perception_node.md "Large frames") unless the integrator set them; large allocations retained
-    (every frame passes through ~1 MB buffers, see ros/memory.py); Ctrl-C / SIGTERM tear down, exit 0."""
+    """ROS's discovery and transport as the environment gives them (docs/install.md); large allocations
+    retained (every frame passes through ~1 MB buffers, see ros/memory.py); Ctrl-C / SIGTERM tear down,
+    exit 0."""
     return run_lifecycle_node_main(PerceptionNode, args, retain_allocations=True)
 
 

@@ -224,9 +224,9 @@ def run(bag: str | Path, options: ReplayOptions, linger_s: float = 0.5,
     import rclpy
     from rclpy.signals import SignalHandlerOptions
 
-    from libredgetpu_ros.ros.environment import apply_localhost_only
+    from libredgetpu_ros.ros.environment import ensure_log_dir
 
-    apply_localhost_only()
+    ensure_log_dir()  # discovery and transport: the environment's (ROS defaults unless set)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

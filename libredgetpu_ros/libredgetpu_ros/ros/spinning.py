@@ -271,8 +271,9 @@ _PRIMARY_STATES = ("unconfigured", "inactive", "active")
 
 def run_lifecycle_node_main(node_factory: Callable[[], Any], args: list[str] | None = None, *,
                             retain_allocations: bool = False) -> int:
-    """The ``main()`` of a node process: localhost-only DDS defaults, ``rclpy.init(args)`` without rclpy's
-    signal handlers (:class:`SignalStop` instead), the node and its companions spun
+    """The ``main()`` of a node process: ROS's discovery and transport as the environment gives them
+    (never changed here; only ``ROS_LOG_DIR`` when rcl would have nowhere to log), ``rclpy.init(args)``
+    without rclpy's signal handlers (:class:`SignalStop` instead), the node and its companions spun
     (:func:`spin_with_companions`) until Ctrl-C / SIGTERM, then torn down in the main thread alone; 0.
 
     ``retain_allocations``: keep multi-MB heap blocks for reuse (``ros/memory.py``), for nodes whose messages
@@ -283,10 +284,10 @@ def run_lifecycle_node_main(node_factory: Callable[[], Any], args: list[str] | N
     is destroyed; rclpy shuts down; SIGINT / SIGTERM are ignored from then on (the process exits next). An
     unexpected exception still propagates after the teardown (a traceback, exit code 1).
     """
-    from libredgetpu_ros.ros.environment import apply_localhost_only
+    from libredgetpu_ros.ros.environment import ensure_log_dir
     from libredgetpu_ros.ros.memory import retain_large_allocations
 
-    apply_localhost_only()  # fills in only what is unset: an integrator's explicit DDS setup wins
+    ensure_log_dir()
     retained = retain_large_allocations() if retain_allocations else False
     stop = SignalStop()  # before rclpy.init: a signal during start-up is a stop request too
     try:
