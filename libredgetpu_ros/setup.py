@@ -34,5 +34,9 @@ setup(
             "spu_node = libredgetpu_ros.ros.spu.node:main",
             "trainer_node = libredgetpu_ros.ros.trainer.node:main",
         ],
+        # MatMulEngine runners the families provide (matmul/runners.py); matmul/ itself never imports them.
+        "libredgetpu_ros.matmul_runners": [
+            "tpulang = libredgetpu_ros.sophgo.matmul_runner:open_tpulang_runner",
+        ],
     },
 )

@@ -178,7 +178,7 @@ def load_yaml(data: str | bytes, origin: str = "<yaml>", *, max_bytes: int = MAX
                     raise
         return _load(text, origin, max_depth, max_alias_nodes, yaml.SafeLoader)
     except yaml.YAMLError as exc:
-        raise TextDataError(f"{origin}: malformed YAML: {clip(exc, 400)}", kind=type(exc).__name__,
+        raise TextDataError(f"{origin}: not valid YAML: {clip(exc, 400)}", kind=type(exc).__name__,
                             origin=origin, detail=str(exc)) from None
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:  # a constructor refusing a value
         raise TextDataError(f"{origin}: unreadable YAML value: {clip(exc, 400)}", kind=type(exc).__name__,

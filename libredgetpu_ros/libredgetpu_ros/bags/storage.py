@@ -30,6 +30,9 @@ def open_reader(path: str | Path) -> Any:
         for file in files:
             if file.suffix == ".mcap":
                 check_mcap(file)
+        if (path / "metadata.yaml").is_file():  # rosbags' YAML reader has no depth or alias budget
+            from libredgetpu_ros.textdata import load_yaml_file
+            load_yaml_file(path / "metadata.yaml", "metadata.yaml", max_depth=32)
         reader = Reader(path)
         reader.open()
     except MemoryError:

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
-from libredgetpu_ros.errors import ConfigError, IOSpecError, not_a_file
+from libredgetpu_ros import textdata
+from libredgetpu_ros.errors import ConfigError, IOSpecError, TextDataError
 from libredgetpu_ros.femto.engine import SequenceEngine
 from libredgetpu_ros.femto.iospec import IOSpec, VectorSpec
 from libredgetpu_ros.femto.vectors import dequantize, int_dtype, pad, quantize
@@ -65,16 +65,11 @@ def load_program(source: str | Path | dict, spec: IOSpec) -> dict[str, _Rule]:
     if not isinstance(source, str | Path):
         doc, origin = source, "<program>"
     else:
-        p = Path(source)
-        if not p.is_file():
-            raise ConfigError(not_a_file("program", p))
-        if p.stat().st_size > MAX_PROGRAM_BYTES:
-            raise ConfigError(f"program {p} is larger than {MAX_PROGRAM_BYTES} bytes")
-        origin = str(p)
+        origin = textdata.clip(source)
         try:
-            doc = yaml.safe_load(p.read_text())
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"program {p}: malformed YAML: {exc}") from None
+            doc = textdata.load_yaml_file(source, "program", max_bytes=MAX_PROGRAM_BYTES, max_depth=16)
+        except TextDataError as exc:
+            raise ConfigError(str(exc)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("outputs"), dict):
         raise ConfigError(f"program {origin}: expected a mapping with an 'outputs' mapping")
     ins = {v.name: v for v in spec.inputs.values()}

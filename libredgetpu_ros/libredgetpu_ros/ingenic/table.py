@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from libredgetpu_ros.errors import ConfigError, not_a_file
+from libredgetpu_ros.errors import ConfigError
 from libredgetpu_ros.ingenic.layouts import BLOCK_BYTES, GRU_BIDIR_BYTES, GRU_UNIDIR_BYTES, nmhwsoib2_size
 
 LAYOUTS = ("auto", "nmhwsoib2", "gru_bidirectional", "gru_unidirectional", "raw")
@@ -139,15 +139,11 @@ def parse_table(doc: object, source: str = "<table>") -> OffsetTable:
 
 
 def load_table(path: str | Path) -> OffsetTable:
-    import yaml
+    from libredgetpu_ros.errors import TextDataError
+    from libredgetpu_ros.textdata import load_yaml_file
 
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(not_a_file("offset table", path))
-    if path.stat().st_size > MAX_TABLE_BYTES:
-        raise ConfigError(f"offset table {path} is over {MAX_TABLE_BYTES} bytes")
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"offset table {path}: cannot read it as YAML: {exc}") from exc
+    try:  # size, UTF-8, nesting depth and alias expansion bounded (textdata.py)
+        doc = load_yaml_file(path, "offset table", max_bytes=MAX_TABLE_BYTES, max_depth=16)
+    except TextDataError as exc:
+        raise ConfigError(f"cannot read it as YAML: {exc}") from None
     return parse_table(doc, str(path))

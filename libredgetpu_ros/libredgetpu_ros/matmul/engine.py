@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -28,12 +28,15 @@ from libredgetpu_ros.matmul.quantize import (
     validate_bias,
     validate_matrix,
 )
+from libredgetpu_ros.matmul.runners import Runner, runner_factory
 from libredgetpu_ros.matmul.template import DenseTemplate, load_template
 from libredgetpu_ros.matmul.twin import DenseQuantization, dense_uint8, dequantize, quantize_input
 
 log = logging.getLogger(__name__)
 
-Backend = Literal["auto", "cpu", "edgetpu", "tpulang"]
+# "auto" (Edge TPU when one is attached, else "cpu") or a runner name of matmul/runners.py: "cpu",
+# "edgetpu", and what the families declare ("tpulang" from sophgo/).
+Backend = str
 # Output rounding: half an output LSB, plus float32 rounding of acc * M (relative 3 * 2**-24 on at most
 # 256 LSB of range, i.e. < 1e-4 LSB), rounded up.
 OUTPUT_ROUNDING_LSB = 0.501
@@ -91,11 +94,12 @@ class MatMulEngine:
     """Runtime weight-swapping ``y = W x + b`` on a Dense(N) template (Edge TPU or its CPU twin)."""
 
     def __init__(self, template: DenseTemplate, backend: Backend = "auto", device: Any = None) -> None:
-        if backend not in ("auto", "cpu", "edgetpu", "tpulang"):
-            raise ConfigError(f"backend must be 'auto', 'cpu', 'edgetpu' or 'tpulang', got {backend!r}")
+        if not isinstance(backend, str):
+            raise ConfigError(f"backend must be a runner name, got {backend!r}")
         if backend == "auto":
             backend = "edgetpu" if _edgetpu_attached() else "cpu"
             log.info("MatMulEngine(%s): backend auto -> %s", template.name, backend)
+        factory = runner_factory(backend)  # ConfigError naming the known runners
         self.template = template
         self.quantization: DenseQuantization = template.quant
         self.backend: str = backend
@@ -104,16 +108,9 @@ class MatMulEngine:
         self._swap_lock = threading.Lock()
         blob = _read_only(build_blob(template.weights, template.overhead))
         self._state = _State(0, template.weights, blob, None, np.zeros(template.rows))
-        self._runner = None
-        if backend == "edgetpu":
-            from libredgetpu_ros.matmul.device_runner import EdgeTpuRunner
-
-            self._runner = EdgeTpuRunner(template, device)
-            self._runner.upload(blob, 0)
-        elif backend == "tpulang":  # the Dense layer as a TpuLang graph on the NumPy executor (sophgo/)
-            from libredgetpu_ros.sophgo.matmul_runner import TpuLangRunner
-
-            self._runner = TpuLangRunner(template)
+        # None: the integer CPU twin below; else the family's runner (matmul/runners.py registry).
+        self._runner: Runner | None = factory(template, device)
+        if self._runner is not None:
             self._runner.upload(blob, 0)
 
     @classmethod

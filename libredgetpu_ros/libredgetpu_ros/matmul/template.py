@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -156,10 +155,13 @@ def load_template(template: int | str | Path, templates_dir: Path | None = None)
 
 
 def _read_sidecar(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelFormatError(f"{path}: cannot read the template sidecar: {exc}") from exc
+    from libredgetpu_ros.errors import TextDataError
+    from libredgetpu_ros.textdata import load_json_file
+
+    try:  # size, UTF-8 and nesting depth bounded (textdata.py)
+        data = load_json_file(path, "template sidecar", max_bytes=1 << 20, max_depth=16)
+    except TextDataError as exc:
+        raise ModelFormatError(str(exc)) from None
     if not isinstance(data, dict):
         raise ModelFormatError(f"{path}: the sidecar must be a JSON object")
     for key in ("matrix_size", "input_scale", "input_zero_point", "output_scale", "output_zero_point"):

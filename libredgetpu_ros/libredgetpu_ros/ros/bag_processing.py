@@ -59,18 +59,16 @@ class NodeConfig:
 def load_node_config(path: str | Path, overrides: dict[str, Any] | None = None) -> NodeConfig:
     """The perception node of a bringup file (``nodes:``) or of a ROS parameters file
     (``/**: ros__parameters: ...`` or ``<node>: ros__parameters: ...``), with ``overrides`` applied."""
-    import yaml
-
+    from libredgetpu_ros.errors import TextDataError
     from libredgetpu_ros.ros.bringup import load_config
     from libredgetpu_ros.ros.perception_node import PARAMS
+    from libredgetpu_ros.textdata import load_yaml_file
 
     path = Path(path)
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config {path} is not valid YAML: {exc}") from exc
+    try:  # size, UTF-8, nesting depth and alias expansion bounded (textdata.py)
+        doc = load_yaml_file(path, "config")
+    except TextDataError as exc:
+        raise ConfigError(str(exc)) from None
     if isinstance(doc, dict) and "nodes" in doc:
         specs = [s for s in load_config(path) if s.type == "perception"]
         if len(specs) != 1:

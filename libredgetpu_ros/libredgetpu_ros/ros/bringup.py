@@ -52,15 +52,14 @@ class NodeSpec:
 
 def load_config(path: str | Path) -> list[NodeSpec]:
     """The node list of a bringup YAML file; ConfigError names the file and the offending entry."""
-    import yaml
+    from libredgetpu_ros.errors import TextDataError
+    from libredgetpu_ros.textdata import load_yaml_file
 
     path = Path(path)
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read bringup file {path}: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"bringup file {path} is not valid YAML: {exc}") from exc
+    try:  # size, UTF-8, nesting depth and alias expansion bounded (textdata.py)
+        doc = load_yaml_file(path, "bringup file")
+    except TextDataError as exc:
+        raise ConfigError(str(exc)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list) or not doc["nodes"]:
         raise ConfigError(f"bringup file {path}: expected a top-level 'nodes:' list with at least one node")
     specs: list[NodeSpec] = []

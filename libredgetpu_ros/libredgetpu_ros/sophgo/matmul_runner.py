@@ -9,6 +9,7 @@ the ``dense_w`` array (``W^T`` of the blob's int8 weights), so every result come
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -70,3 +71,8 @@ class TpuLangRunner:
         with self._lock:
             self._weights.clear()
             self._modules.clear()
+
+
+def open_tpulang_runner(template: DenseTemplate, device: Any = None) -> TpuLangRunner:
+    """The ``tpulang`` entry of MatMul's runner registry (setup.py entry point); no device involved."""
+    return TpuLangRunner(template)

@@ -134,5 +134,5 @@ def test_errors_name_key_and_value() -> None:
     message = str(err.value)
     assert "spec.yaml" in message and "inputs.B.length" in message and "'4'" in message
     assert err.value.key == "inputs.B.length" and err.value.value == "4"
-    with pytest.raises(IOSpecError, match="malformed YAML"):
+    with pytest.raises(IOSpecError, match="not valid YAML"):
         parse_iospec("inputs: [unclosed", "bad.yaml")

@@ -1,0 +1,93 @@
+"""MatMul runners come from a registry the families fill; matmul/ never imports another family's folder."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import libredgetpu_ros.matmul
+import numpy as np
+import pytest
+from libredgetpu_ros.errors import ConfigError
+from libredgetpu_ros.matmul import MatMulEngine, runners
+from libredgetpu_ros.matmul.twin import dense_uint8
+
+MATMUL_DIR = Path(libredgetpu_ros.matmul.__file__).resolve().parent
+FAMILIES = ("sophgo", "femto", "ingenic", "teamtensor")
+
+
+def _imported_modules(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_matmul_sources_import_no_other_family():
+    # Lazy imports inside functions count too: that is how the old sophgo import closed the cycle.
+    offenders = {path.name: sorted(name for name in _imported_modules(path)
+                                   if any(name.startswith(f"libredgetpu_ros.{f}") for f in FAMILIES))
+                 for path in MATMUL_DIR.glob("*.py")}
+    assert {name: mods for name, mods in offenders.items() if mods} == {}
+
+
+def test_tpulang_engine_loads_no_sophgo_until_asked():
+    probe = ("import sys, numpy as np\n"
+             "from libredgetpu_ros.matmul import MatMulEngine\n"
+             "e = MatMulEngine.from_template(256, backend='cpu'); e.matmul(np.zeros(256))\n"
+             "assert not [m for m in sys.modules if m.startswith('libredgetpu_ros.sophgo')]\n"
+             "t = MatMulEngine.from_template(256, backend='tpulang')\n"
+             "print(type(t._runner).__module__)\n")
+    proc = subprocess.run([sys.executable, "-P", "-c", probe], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "libredgetpu_ros.sophgo.matmul_runner"
+
+
+def test_known_names_and_unknown_name_error():
+    assert {"cpu", "edgetpu", "tpulang"} <= set(runners.runner_names())
+    with pytest.raises(ConfigError, match=r"'nonesuch' is unknown; known: 'auto', 'cpu', 'edgetpu'"):
+        MatMulEngine.from_template(256, backend="nonesuch")
+    with pytest.raises(ConfigError, match="reserved"):
+        runners.register_runner("auto", lambda template, device: None)
+
+
+class _RecordingRunner:
+    """A test double of a family's runner: the twin's arithmetic on the int8 weights of each uploaded blob."""
+
+    def __init__(self, template, device):
+        from libredgetpu_ros.matmul.blob import parse_blob
+
+        self.template, self.device, self.uploads, self.closed = template, device, [], False
+        self._parse = parse_blob
+
+    def upload(self, blob, version):
+        self.uploads.append(version)
+
+    def run(self, blob, version, xq):
+        weights, _ = self._parse(blob, self.template.rows, self.template.cols)
+        return dense_uint8(weights, xq, self.template.quant)
+
+    def close(self):
+        self.closed = True
+
+
+def test_registered_runner_is_used_with_its_device_and_versions():
+    runners.register_runner("recording-test", _RecordingRunner)
+    rng = np.random.default_rng(0)
+    with MatMulEngine.from_template(256, backend="cpu") as twin, \
+            MatMulEngine.from_template(256, backend="recording-test", device="dev0") as engine:
+        runner = engine._runner
+        assert isinstance(runner, _RecordingRunner) and runner.device == "dev0" and runner.uploads == [0]
+        weights = rng.uniform(-50, 50, (256, 256)) * engine.quantization.weight_scales[:, None]
+        engine.set_weights(weights)
+        twin.set_weights(weights)
+        engine.set_weights(weights, dry_run=True)  # a dry run uploads nothing
+        assert runner.uploads == [0, 1]
+        x = rng.uniform(-1, 1, (3, 256))
+        assert np.array_equal(engine.matmul(x), twin.matmul(x))
+    assert runner.closed

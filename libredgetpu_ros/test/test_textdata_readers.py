@@ -1,0 +1,85 @@
+"""Every reader of a user's YAML / JSON goes through textdata (issue 21 items 3 and 7): ``mgk --table``,
+bag ``metadata.yaml``, the reference runner's program, bringup / node config files, the dense template
+sidecar. Alias bombs and deep nesting are refused with the reader's typed error in bounded time (the
+bombs run in a subprocess capped in time and address space: before, ``mgk --table`` took 1.66 GB)."""
+
+from __future__ import annotations
+
+import pytest
+from libredgetpu_ros.errors import ConfigError, InputError, ModelFormatError
+
+from .test_textdata import billion_laughs, run_limited
+
+DEEP = "x: " + "[" * 3000 + "]" * 3000 + "\n"
+
+
+def test_mgk_table_alias_bomb_refused_quickly(tmp_path) -> None:
+    table = tmp_path / "table.yaml"
+    table.write_text(billion_laughs() + "layers: *a8\n")
+    proc = run_limited(f"""
+        from libredgetpu_ros.ingenic.table import load_table
+        from libredgetpu_ros.errors import ConfigError
+        try:
+            load_table({str(table)!r})
+        except ConfigError as exc:
+            print("refused:", exc)
+        """)
+    assert proc.returncode == 0, proc.stderr[-1000:]
+    assert proc.stdout.startswith("refused:") and "aliases expand to more than" in proc.stdout
+
+
+@pytest.mark.parametrize("text", [DEEP, "layers: [" + "{a: " * 500 + "1" + "}" * 500 + "]\n"])
+def test_mgk_table_deep_nesting_refused(tmp_path, text: str) -> None:
+    from libredgetpu_ros.ingenic.table import load_table
+
+    table = tmp_path / "table.yaml"
+    table.write_text(text)
+    with pytest.raises(ConfigError, match="nested deeper than 16 levels"):
+        load_table(table)
+
+
+@pytest.mark.parametrize("text", [DEEP, billion_laughs()])
+def test_bag_metadata_refused_before_rosbags_reads_it(tmp_path, text: str) -> None:
+    from libredgetpu_ros.bags.storage import open_reader
+
+    bag = tmp_path / "bag"
+    bag.mkdir()
+    (bag / "metadata.yaml").write_text(text)
+    with pytest.raises(InputError, match=r"metadata.yaml.*(nested deeper than 32|aliases expand)") as info:
+        open_reader(bag)
+    assert len(str(info.value)) < 600
+
+
+def test_reference_program_bomb_refused(fixture_path, tmp_path) -> None:
+    from libredgetpu_ros.femto import load_iospec
+    from libredgetpu_ros.femto.reference import load_program
+
+    spec = load_iospec(fixture_path("femto/add_bc_api.yaml"))
+    program = tmp_path / "program.yaml"
+    program.write_text(billion_laughs() + "outputs: {}\n")
+    with pytest.raises(ConfigError, match="aliases expand"):
+        load_program(program, spec)
+    program.write_bytes(b"outputs: {A: {bias: 0.0}}\n# caf\xe9\n")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_program(program, spec)
+
+
+def test_bringup_and_node_config_deep_nesting_refused(tmp_path) -> None:
+    from libredgetpu_ros.ros.bag_processing import load_node_config
+    from libredgetpu_ros.ros.bringup import load_config
+
+    path = tmp_path / "bringup.yaml"
+    path.write_text(DEEP)
+    with pytest.raises(ConfigError, match="nested deeper than"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="nested deeper than"):
+        load_node_config(path)
+
+
+def test_template_sidecar_deep_json_refused(tmp_path) -> None:
+    from libredgetpu_ros.matmul.template import _read_sidecar
+
+    path = tmp_path / "dense_edgetpu.json"
+    path.write_text('{"x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(ModelFormatError, match="nested 100001 levels deep"):
+        _read_sidecar(path)
