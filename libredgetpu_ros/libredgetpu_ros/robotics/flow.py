@@ -40,8 +40,10 @@ import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, ImageError, ModelFormatError
 from libredgetpu_ros.robotics.correlation import CorrelationGrid, block_sum, parabolic_peak, soft_argmax
+from libredgetpu_ros.robotics.image import fit_image
+from libredgetpu_ros.robotics.template import TemplateRunner, load_template
 
-__all__ = ["FlowFeatures", "FlowMode", "FlowResult", "OpticalFlow", "flow_to_direction", "to_gray"]
+__all__ = ["FlowFeatures", "FlowMode", "FlowResult", "OpticalFlow", "flow_to_direction"]
 
 FlowMode = Literal["normalized", "libredgetpu"]
 MODES: tuple[str, ...] = ("normalized", "libredgetpu")
@@ -52,25 +54,10 @@ DEFAULT_MIN_CONFIDENCE = 0.3  # normalised correlation of the best displacement 
 # How far the best score must stand above any score outside its 3x3 neighbourhood: stripes and other
 # repeating scenes give several equal peaks (measured margin 0.00); textures and photos 0.23..0.84.
 DEFAULT_MIN_MARGIN = 0.1
-# The templates' Gabor kernels are 7x7 with zero padding: features within 3 px of the frame's border see
-# the black padding as a strong edge that does not move with the scene. The normalised mode leaves those
-# cells out (with them, photos shifted by 1 grid step read 0.4 steps).
+# The templates' Gabor kernels are 7x7 (sidecar ``ksize``) with zero padding: features within 3 px of the
+# frame's border see the black padding as a strong edge that does not move with the scene. The normalised
+# mode leaves those cells out (with them, photos shifted by 1 grid step read 0.4 steps).
 KERNEL_RADIUS = 3
-
-
-def to_gray(image: np.ndarray) -> np.ndarray:
-    """An ``HxW``, ``HxWx1`` or ``HxWx3`` (RGB) uint8 image as ``HxW`` uint8 (BT.601 luma for RGB)."""
-    if not isinstance(image, np.ndarray) or image.dtype != np.uint8:
-        raise ImageError(f"frame must be a uint8 array, got {getattr(image, 'dtype', type(image).__name__)}")
-    if image.ndim == 3 and image.shape[2] == 1:
-        image = image[:, :, 0]
-    if image.ndim == 3 and image.shape[2] == 3:
-        import cv2
-
-        image = cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_RGB2GRAY)
-    if image.ndim != 2 or image.shape[0] < 1 or image.shape[1] < 1:
-        raise ImageError(f"frame must be HxW gray or HxWx3 RGB, got shape {image.shape}")
-    return image
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,14 +129,15 @@ def flow_to_direction(vx: float, vy: float, threshold: float = 0.3) -> str:
 
 
 class OpticalFlow:
-    """Global optical flow on a Gabor feature template run by ``backend`` (``boundary`` + ``run``).
+    """Global optical flow on a Gabor feature template (``runner``: a ``robotics.template.TemplateRunner``).
 
     ``pool_factor`` applies to the standard template (CPU block sum); the pooled template's pool factor is
-    read from the model (input size / output size) and ``pool_factor`` is ignored, as in LibrEdgeTPU.
+    read from the model (input size / output size, checked against the sidecar's ``fused_pool``) and
+    ``pool_factor`` is ignored, as in LibrEdgeTPU.
     """
 
-    def __init__(self, backend: Any, *, search_range: int = 4, temperature: float = 0.1, pool_factor: int = 4,
-                 mode: str = "normalized", min_texture: float = DEFAULT_MIN_TEXTURE,
+    def __init__(self, runner: TemplateRunner, *, search_range: int = 4, temperature: float = 0.1,
+                 pool_factor: int = 4, mode: str = "normalized", min_texture: float = DEFAULT_MIN_TEXTURE,
                  min_confidence: float = DEFAULT_MIN_CONFIDENCE, min_margin: float = DEFAULT_MIN_MARGIN,
                  max_gap: float = 0.0) -> None:
         if mode not in MODES:
@@ -164,16 +152,15 @@ class OpticalFlow:
                 raise ConfigError(f"{name} must be in [{low}, {high}], got {value}")
         if not 1 <= search_range <= 32:
             raise ConfigError(f"search_range must be in [1, 32] grid steps, got {search_range}")
-        self._backend = backend
-        boundary = backend.boundary
-        where = str(boundary.model_path or "model")
-        if len(boundary.inputs) != 1 or len(boundary.outputs) != 1:
-            raise ModelFormatError(f"{where}: a flow template has one input and one output, found "
-                                   f"{len(boundary.inputs)} and {len(boundary.outputs)}")
-        self._in, self._out = boundary.inputs[0], boundary.outputs[0]
+        self.runner = runner
+        template = runner.template
+        where = str(template.compiled_path or template.twin_path)
+        if len(template.outputs) != 1:
+            raise ModelFormatError(f"{where}: a flow template has one output, found {len(template.outputs)}")
+        self._in, self._out = template.input, template.output
         in_shape, out_shape = self._in.shape, self._out.shape
-        if (len(in_shape) != 4 or in_shape[0] != 1 or in_shape[3] != 1 or self._in.dtype != np.uint8
-                or len(out_shape) != 4 or out_shape[0] != 1 or self._out.dtype != np.uint8):
+        if (in_shape[3] != 1 or self._in.dtype != np.uint8 or len(out_shape) != 4 or out_shape[0] != 1
+                or self._out.dtype != np.uint8):
             raise ModelFormatError(f"{where}: expected uint8 input [1, H, W, 1] and uint8 output "
                                    f"[1, h, w, C], got {in_shape} {self._in.dtype} and {out_shape} "
                                    f"{self._out.dtype}")
@@ -183,6 +170,10 @@ class OpticalFlow:
             raise ModelFormatError(f"{where}: output {out_shape[1]}x{out_shape[2]} does not divide the input "
                                    f"{self.height}x{self.width}")
         self.fused_pool = fused if fused > 1 else 0
+        template.check_sidecar("fused_pool", self.fused_pool)
+        template.check_sidecar("num_filters", int(out_shape[3]))
+        # the Gabor kernels' zero padding reaches this far into the frame (see KERNEL_RADIUS)
+        kernel_radius = int(template.sidecar.get("ksize", 2 * KERNEL_RADIUS + 1)) // 2
         if not self.fused_pool and not 1 <= pool_factor <= min(self.height, self.width):
             raise ConfigError(f"pool_factor must be in [1, {min(self.height, self.width)}], "
                               f"got {pool_factor}")
@@ -196,7 +187,7 @@ class OpticalFlow:
         pooled_h, pooled_w = int(out_shape[1]), int(out_shape[2])
         if not self.fused_pool:
             pooled_h, pooled_w = self.height // self.pool_factor, self.width // self.pool_factor
-        self.margin = 0 if mode == "libredgetpu" else -(-KERNEL_RADIUS // self.grid_step)
+        self.margin = 0 if mode == "libredgetpu" else -(-kernel_radius // self.grid_step)
         self.grid = CorrelationGrid(pooled_h - 2 * self.margin, pooled_w - 2 * self.margin, self.channels,
                                     self.search_range)
         self.backend_calls = 0
@@ -206,24 +197,19 @@ class OpticalFlow:
         self._previous_stamp: float | None = None
 
     @classmethod
-    def open(cls, model: Path | str, backend: str = "auto", cpu_model: Path | str | None = None,
-             device: Any = None, **options: Any) -> OpticalFlow:
-        """OpticalFlow on the compiled template ``model`` (its CPU twin is found beside it)."""
-        from libredgetpu_ros.backends import open_backend
-
-        runner = open_backend(backend, model, cpu_model, device=device, cpu_threads=1)
+    def from_template(cls, template: str | Path = "gabor_64x64_p4", backend: str = "auto", device: Any = None,
+                      folder: Path | None = None, **options: Any) -> OpticalFlow:
+        """OpticalFlow on a Gabor template: a name (``gabor_64x64_p4``, looked up in the fixtures'
+        ``robotics`` folder or ``folder``) or any of its files (compiled, twin or sidecar)."""
+        runner = TemplateRunner(load_template(template, folder), backend, device)
         try:
             return cls(runner, **options)
         except BaseException:
             runner.close()
             raise
 
-    @property
-    def backend(self) -> Any:
-        return self._backend
-
     def close(self) -> None:
-        self._backend.close()
+        self.runner.close()
 
     def __enter__(self) -> OpticalFlow:
         return self
@@ -234,22 +220,15 @@ class OpticalFlow:
     # -- one frame -------------------------------------------------------------------------------------
 
     def model_frame(self, image: np.ndarray) -> np.ndarray:
-        """``image`` as the model's ``H×W`` gray input (area resize when the size differs)."""
-        gray = to_gray(image)
-        if gray.shape != (self.height, self.width):
-            import cv2
-
-            shrink = gray.shape[0] >= self.height and gray.shape[1] >= self.width
-            gray = cv2.resize(gray, (self.width, self.height),
-                              interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR)
-        return gray
+        """``image`` as the model's ``H×W`` gray input (luma, area resize; see robotics.image.fit_image)."""
+        return fit_image(image, self.height, self.width, 1, what="frame")[:, :, 0]
 
     def features(self, image: np.ndarray) -> FlowFeatures:
         """Features of one frame (one backend call; none for a frame too flat in the normalised mode)."""
         gray = self.model_frame(image)
         if self.warp is not None:
             gray = self.warp(gray)
-        size = (int(image.shape[1]), int(image.shape[0]))
+        size = (int(np.shape(image)[1]), int(np.shape(image)[0]))
         mean, std = float(gray.mean()), float(gray.std())
         if self.mode == "libredgetpu":
             model_input = gray
@@ -258,7 +237,7 @@ class OpticalFlow:
         else:
             stretched = (gray.astype(np.float32) - np.float32(mean)) * np.float32(CONTRAST_GAIN / std) + 128.0
             model_input = np.clip(np.rint(stretched), 0, 255).astype(np.uint8)
-        raw = self._backend.run([model_input.reshape(self._in.shape)])[self._out.name]
+        raw = self.runner.run([model_input.reshape(self._in.shape)])[0][self._out.name]
         self.backend_calls += 1
         return self.from_feature_map(raw.reshape(self._out.shape[1:]), std, size)
 
@@ -355,4 +334,4 @@ class OpticalFlow:
                 "search_range": self.search_range, "temperature": self.temperature,
                 "min_texture": self.min_texture, "min_confidence": self.min_confidence,
                 "min_margin": self.min_margin,
-                "backend": self._backend.describe()}
+                "backend": self.runner.describe()}

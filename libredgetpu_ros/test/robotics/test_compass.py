@@ -23,7 +23,7 @@ scenes = load_helper(Path(__file__).with_name("_flow_scenes.py"))
 
 @pytest.fixture(scope="module")
 def flow(fixture_path):
-    with OpticalFlow.open(fixture_path("robotics/optical_flow/gabor_64x64_p4_edgetpu.tflite"),
+    with OpticalFlow.from_template(fixture_path("robotics/optical_flow/gabor_64x64_p4_edgetpu.tflite"),
                           backend="cpu") as opened:
         yield opened
 

@@ -41,9 +41,9 @@ def _maps(model: Path, flow: OpticalFlow) -> list[tuple[np.ndarray, np.ndarray]]
         scene = scenes.photo(name, size=2 * n + 32)
         for dx, dy in SHIFTS:
             a, b = scenes.shifted_pair(scene, dx * n / 64, dy * n / 64, n=n)
-            run = flow.backend.run
-            fa = run([a.reshape(1, n, n, 1)])["output"][0]
-            fb = run([b.reshape(1, n, n, 1)])["output"][0]
+            run = flow.runner.run
+            fa = run([a.reshape(1, n, n, 1)])[0]["output"][0]
+            fb = run([b.reshape(1, n, n, 1)])[0]["output"][0]
             pairs.append((fa, fb))
     return pairs
 
@@ -113,12 +113,12 @@ def test_parabolic_peak_recovers_a_sampled_parabola() -> None:
 def test_libredgetpu_mode_equals_its_formulas(name: str, fixture_path) -> None:
     model = fixture_path(f"robotics/optical_flow/{name}_edgetpu.tflite")
     settings = [(4, 0.1), (2, 0.05), (6, 1.0), (3, 10.0)]
-    with OpticalFlow.open(model, backend="cpu", mode="libredgetpu") as base:
+    with OpticalFlow.from_template(model, backend="cpu", mode="libredgetpu") as base:
         maps = _maps(model, base)
         theirs_available = scenes.libredgetpu_root() is not None
         worst = 0.0
         for search_range, temperature in settings:
-            flow = OpticalFlow(base.backend, mode="libredgetpu", search_range=search_range,
+            flow = OpticalFlow(base.runner, mode="libredgetpu", search_range=search_range,
                                temperature=temperature)
             theirs = scenes.libredgetpu_flow(model, search_range, temperature) if theirs_available else None
             zero = int(flow._out.zero_point)
