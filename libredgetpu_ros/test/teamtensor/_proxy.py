@@ -1,8 +1,10 @@
 """A user-space UDP impairment proxy on 127.0.0.1 (this machine has no ``tc netem``).
 
 It sits between one client and one upstream server and, in both directions and from a seeded RNG, drops,
-duplicates, delays and reorders datagrams. Reordering holds a datagram back until the next one in the same
-direction has gone (or ``hold`` seconds pass). Runs on the caller's asyncio loop.
+duplicates, corrupts (one byte of a datagram replaced by another value), delays and reorders datagrams.
+A random delay per datagram (``delay``, jitter) reorders by itself; ``reorder`` also holds a datagram back
+until the next one in the same direction has gone (or ``hold`` seconds pass). Runs on the caller's asyncio
+loop.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ class Impairment:
     duplicate: float = 0.0
     reorder: float = 0.0
     delay: tuple[float, float] = (0.0, 0.0)  # uniform extra latency, seconds
+    corrupt: float = 0.0  # probability that one byte of a datagram (a copy of it) is changed
     hold: float = 0.005  # longest a reordered datagram waits for a successor
 
 
@@ -80,11 +83,17 @@ class ImpairmentProxy:
         copies = 2 if rng.random() < imp.duplicate else 1
         self.stats[f"{direction} duplicated"] += copies - 1
         for _ in range(copies):
+            out = data
+            if rng.random() < imp.corrupt and data:
+                bad = bytearray(data)
+                bad[rng.randrange(len(bad))] ^= rng.randrange(1, 256)
+                out = bytes(bad)
+                self.stats[f"{direction} corrupted"] += 1
             delay = rng.uniform(*imp.delay)
             if delay > 0:
-                asyncio.get_running_loop().call_later(delay, self._pass, direction, data)
+                asyncio.get_running_loop().call_later(delay, self._pass, direction, out)
             else:
-                self._pass(direction, data)
+                self._pass(direction, out)
 
     def _pass(self, direction: str, data: bytes) -> None:
         held = self._held[direction]

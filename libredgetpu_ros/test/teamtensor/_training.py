@@ -119,9 +119,10 @@ class Outcome:
     rejected: int = 0
 
 
-async def train_remote(address: tuple[str, int], problem: Problem, pipeline: int) -> Outcome:
+async def train_remote(address: tuple[str, int], problem: Problem, pipeline: int,
+                       retries: dict | None = None, **source: object) -> Outcome:
     """The Data Source side of one training run against a worker at ``address``."""
-    async with DataSource(address, **FAST_RETRIES) as src:
+    async with DataSource(address, **(retries or FAST_RETRIES), **source) as src:
         await src.hello(timeout=20.0)
         await src.assign_pipeline(pipeline)
         assert await src.managers_available() >= 1

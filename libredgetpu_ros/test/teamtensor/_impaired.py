@@ -1,0 +1,103 @@
+"""Issue 27's harsh network, shared by test_impaired.py (a few seeds) and bench/longrun_teamtensor_impaired.py
+(20 seeds): three workloads trained through the impairment proxy against an in-process worker, each run
+bounded in time, its outcome compared bit for bit with the same training done without any network.
+
+Harsh: 40 % loss, 20 % duplication, 0-200 ms uniform jitter (which reorders), 1 % single-byte corruption, in
+both directions. The worker runs on the caller's event loop (``teamtensor.serve``), one per run, so many
+runs proceed at once: their time is spent waiting on the proxy's delays, not on the CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from libredgetpu_ros.teamtensor import WorkerConfig, WorkerCore, serve
+
+HERE = Path(__file__).resolve().parent
+
+
+def _load(name: str):
+    import importlib.util
+    import sys
+
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+training = _load("_training")
+proxy = _load("_proxy")
+
+HARSH = proxy.Impairment(loss=0.4, duplicate=0.2, delay=(0.0, 0.2), corrupt=0.01)
+# Retransmit after 0.3 s (x1.5, at most 1.5 s): above most of the jitter, so a try is not resent while its
+# reply is still on its way; 200 tries bound one request (the run's deadline bounds the whole run).
+HARSH_RETRIES = {"timeout": 0.3, "backoff": 1.5, "max_timeout": 1.5, "retries": 200}
+RUN_DEADLINE_S = 240.0
+
+
+def workloads(seed: int) -> dict[str, training.Problem]:
+    """The three workloads of the issue, smaller than the end-to-end test's (20 batches each)."""
+    return {
+        "regression": training.regression(n_batches=20, batch=64, seed=seed),  # 2 fragments per batch
+        "small batches": training.regression(n_batches=20, batch=4, seed=seed),  # one datagram per batch
+        "classification": training.classification(n_batches=20, batch=32, seed=seed),  # 4 fragments
+    }
+
+
+@dataclass
+class ImpairedRun:
+    workload: str
+    seed: int
+    identical: bool
+    seconds: float
+    retransmissions: int
+    proxy: dict
+    worker: dict
+    error: str = ""
+
+
+def _identical(a: training.Outcome, b: training.Outcome) -> bool:
+    return (a.losses == [float(np.float32(v)) for v in b.losses]
+            and a.evaluation == {m: float(np.float32(v)) for m, v in b.evaluation.items()}
+            and all(np.array_equal(x, y) for x, y in zip(a.weights, b.weights, strict=True)))
+
+
+async def run_one(workload: str, problem: training.Problem, seed: int,
+                  impairment: proxy.Impairment = HARSH) -> ImpairedRun:
+    """One training run through the proxy against a fresh in-process worker; never raises."""
+    core = WorkerCore(WorkerConfig(learning_rate=training.LEARNING_RATE))
+    stop = asyncio.Event()
+    ready: asyncio.Future = asyncio.get_running_loop().create_future()
+    server = asyncio.ensure_future(serve(core, "127.0.0.1", 0, stop, ready.set_result))
+    address = await ready
+    p = proxy.ImpairmentProxy(address, impairment, seed=seed)
+    front = await p.start()
+    t0 = time.monotonic()
+    error, outcome = "", None
+    try:
+        outcome = await asyncio.wait_for(
+            training.train_remote(front, problem, pipeline=1, retries=HARSH_RETRIES), RUN_DEADLINE_S)
+    except Exception as exc:  # a run that fails is reported as such, with why
+        error = f"{type(exc).__name__}: {exc}"
+    seconds = time.monotonic() - t0
+    p.close()
+    stop.set()
+    await server
+    reference = training.train_local(problem)
+    return ImpairedRun(workload, seed, outcome is not None and _identical(outcome, reference), seconds,
+                       outcome.retransmissions if outcome else -1, dict(p.stats), core.stats.as_dict(), error)
+
+
+async def run_seeds(seeds: list[int], names: list[str] | None = None) -> list[ImpairedRun]:
+    """Every workload (or ``names``) for every seed, all at once."""
+    jobs = [run_one(name, problem, seed) for seed in seeds
+            for name, problem in workloads(seed).items() if names is None or name in names]
+    return list(await asyncio.gather(*jobs))
