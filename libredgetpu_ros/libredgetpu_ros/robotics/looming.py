@@ -1,0 +1,140 @@
+"""LoomingDetector: edge density in a grid of zones, tau = centre / mean(periphery), time to contact.
+
+The template is ``QUANTIZE -> Sobel x, Sobel y -> square, add -> AVERAGE_POOL (zones x zones) -> uint8`` (the
+compiled op covers all of it); the zone densities are the output dequantized with the model's scale. An object
+approaching the camera inside the centre zone grows there: tau rises above 1; a receding one lowers it.
+
+Time to contact follows LibrEdgeTPU's ``compute_ttc`` with the frames' own stamps instead of a fixed ``dt``
+(so a bag replay gives what the live run gave): with the tau history over a window, ``rate = (tau_last -
+tau_first) / (t_last - t_first)``; when ``rate > 0`` and ``tau_last > 1``, ``ttc = max(0, (contact_tau -
+tau_last) / rate)`` (``contact_tau`` = 2: the centre twice as dense as the periphery); otherwise there is no
+contact coming and ``ttc_s`` is None (LibrEdgeTPU returns inf)."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from libredgetpu_ros.errors import ConfigError, InputError, ModelFormatError
+from libredgetpu_ros.robotics.image import fit_image
+from libredgetpu_ros.robotics.template import RoboticsTemplate, TemplateRunner, load_template
+
+TAU_EPSILON = 1e-6  # LibrEdgeTPU's floor under the periphery mean
+
+
+@dataclass(frozen=True, slots=True)
+class LoomingResult:
+    zones: np.ndarray  # float32 (zones, zones), row-major from the top-left
+    tau: float
+    ttc_s: float | None  # None: not approaching (or too few frames yet)
+    stamp_s: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"zones": [[float(v) for v in row] for row in self.zones], "tau": self.tau,
+                "ttc_s": self.ttc_s, "stamp_s": self.stamp_s}
+
+
+def compute_tau(zones: np.ndarray, epsilon: float = TAU_EPSILON) -> float:
+    """Centre zone / mean of the others (an odd square grid; 3 x 3 in the templates)."""
+    flat = np.asarray(zones, dtype=np.float64).reshape(-1)
+    side = math.isqrt(flat.size)
+    if side * side != flat.size or side % 2 == 0:
+        raise InputError(f"zones must be an odd square grid, got {flat.size} values")
+    centre = flat.size // 2
+    periphery = (flat.sum() - flat[centre]) / (flat.size - 1)
+    return float(flat[centre] / max(periphery, epsilon))
+
+
+class TtcEstimator:
+    """Time to contact from (stamp, tau) pairs (see the module docstring); stamps must increase."""
+
+    def __init__(self, window: int = 5, min_samples: int = 3, contact_tau: float = 2.0) -> None:
+        if window < 2 or not 2 <= min_samples <= window:
+            raise ConfigError(f"need window >= 2 and 2 <= min_samples <= window, got window={window}, "
+                              f"min_samples={min_samples}")
+        if not contact_tau > 1:
+            raise ConfigError(f"contact_tau must be > 1, got {contact_tau}")
+        self.min_samples, self.contact_tau = min_samples, float(contact_tau)
+        self._history: deque[tuple[float, float]] = deque(maxlen=window)
+
+    def reset(self) -> None:
+        self._history.clear()
+
+    def update(self, stamp_s: float, tau: float) -> float | None:
+        if not math.isfinite(stamp_s) or not math.isfinite(tau):
+            raise InputError(f"stamp {stamp_s} / tau {tau} must be finite")
+        if self._history and stamp_s <= self._history[-1][0]:
+            # time went backwards (bag loop, clock reset): start over rather than divide by a negative span
+            self._history.clear()
+        self._history.append((float(stamp_s), float(tau)))
+        if len(self._history) < self.min_samples:
+            return None
+        (t0, tau0), (t1, tau1) = self._history[0], self._history[-1]
+        rate = (tau1 - tau0) / (t1 - t0)
+        if rate <= 0 or tau1 <= 1.0:
+            return None
+        return max(0.0, (self.contact_tau - tau1) / rate)
+
+
+class LoomingDetector:
+    """Zone densities and tau per frame on a looming template; ``ttc`` over a stamped sequence."""
+
+    def __init__(self, template: RoboticsTemplate, backend: str = "auto", device: Any = None,
+                 resize: bool = True, window: int = 5, min_samples: int = 3, contact_tau: float = 2.0,
+                 backend_object: Any = None) -> None:
+        self.template = template
+        self.height, self.width, self.channels = template.image_shape
+        out = template.output
+        self.zones_per_side = int(template.sidecar.get("zones", 3))
+        if int(np.prod(out.shape)) != self.zones_per_side ** 2 or out.dtype != np.uint8:
+            raise ModelFormatError(f"{template.compiled_path or template.twin_path}: output {out.name!r} is "
+                                   f"{out.dtype} {out.shape}; a {self.zones_per_side}x{self.zones_per_side} "
+                                   f"looming template gives {self.zones_per_side ** 2} uint8 zones")
+        self.resize = resize
+        self.runner = TemplateRunner(template, backend, device, backend_object=backend_object)
+        self.ttc = TtcEstimator(window, min_samples, contact_tau)
+        self._scale, self._zero = np.float32(out.scale), np.float32(out.zero_point)
+
+    @classmethod
+    def from_template(cls, size: int = 64, zones: int = 3, folder: Path | None = None,
+                      **kwargs: Any) -> LoomingDetector:
+        return cls(load_template(f"looming_{size}x{size}_{zones}x{zones}", folder), **kwargs)
+
+    def prepare(self, image: object) -> np.ndarray:
+        return fit_image(image, self.height, self.width, self.channels, self.resize)[None]
+
+    def zones(self, image: object) -> np.ndarray:
+        """Zone edge densities (float32, zones x zones) of one frame."""
+        outputs, _ = self.runner.run([self.prepare(image)])
+        return self.decode(outputs[self.template.output.name])
+
+    def decode(self, raw: np.ndarray) -> np.ndarray:
+        """Raw uint8 zone outputs -> densities (LibrEdgeTPU's ``dequantize``: (q - zp) * scale, float32)."""
+        real = (np.asarray(raw).astype(np.float32) - self._zero) * self._scale
+        return real.reshape(self.zones_per_side, self.zones_per_side)
+
+    def detect(self, image: object, stamp_s: float | None = None) -> LoomingResult:
+        """Zones and tau of a frame; with ``stamp_s`` (the frame's time) also the TTC over the history."""
+        zones = self.zones(image)
+        tau = compute_tau(zones)
+        ttc = None if stamp_s is None else self.ttc.update(float(stamp_s), tau)
+        return LoomingResult(zones, tau, ttc, stamp_s)
+
+    def describe(self) -> dict[str, Any]:
+        info = self.runner.describe()
+        info.update(module="looming", size=[self.width, self.height], zones=self.zones_per_side)
+        return info
+
+    def close(self) -> None:
+        self.runner.close()
+
+    def __enter__(self) -> LoomingDetector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

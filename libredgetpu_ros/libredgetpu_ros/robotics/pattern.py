@@ -1,0 +1,218 @@
+"""PatternTracker: where a reference patch lies in the search image (Conv2D correlation + soft argmax).
+
+The template is ``QUANTIZE -> CONV_2D (the patch as a kh x kw x C filter, VALID, ReLU) -> SOFTMAX -> soft
+argmax`` over the (H - kh + 1) x (W - kw + 1) correlation grid; the output decodes like the spot tracker's
+(robotics/offsets.py) to the grid position of the patch's top-left corner.
+
+``set_template(patch)`` turns a patch (uint8 / [0, 255]) into filter values: zero mean (so a bright flat
+region does not outscore the match) and a gain chosen from the model's own quantization, so that the patch's
+response to itself fills ~90 % of the correlation output's range (the filter scale, the conv output scale
+and the input scale are fixed in the compiled instructions; only the int8 values change).
+``set_template_raw(int8)`` writes given values. Each value lands at the sidecar's ``conv_weight_offsets`` in
+the blob the sidecar names (``conv_weight_blob``: PARAMETER_CACHING or EXECUTION_ONLY) and in the twin's
+filter tensor, as one version.
+
+LibrEdgeTPU quantizes the raw 0..255 patch with the filter scale (~1/127), which saturates every pixel above
+0.33 to 127 and turns the filter into a box; we do not copy that. No compiled PatternTracker file exists in
+the fixtures: the CPU twin runs it, and its Edge TPU path is tested with doubles only (docs/robotics.md)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from libredgetpu_ros.backends.base import tensor_spec
+from libredgetpu_ros.errors import ImageError, ModelFormatError, WeightsError
+from libredgetpu_ros.reparam import make_patch
+from libredgetpu_ros.robotics.image import as_uint8, fit_image
+from libredgetpu_ros.robotics.offsets import OffsetDecoder, TrackResult
+from libredgetpu_ros.robotics.template import RoboticsTemplate, TemplateRunner, load_template
+
+BLOB_NAMES = {"pc_params": "pc", "eo_params": "eo"}
+SELF_RESPONSE_FILL = 0.9  # fraction of the correlation output range the patch's match should reach
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateSwap:
+    version: int
+    weights: np.ndarray  # int8 (kh, kw, C) now in the model
+    gain: float  # filter value per (pixel - patch mean); 0 for raw swaps
+    timings_us: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class PatternMatch:
+    """A track result with the patch's place in template-input pixels."""
+
+    result: TrackResult
+    x: float  # patch centre, template-input pixels
+    y: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.result.to_dict(), x=self.x, y=self.y)
+
+
+class PatternTracker:
+    """Template matching on a pattern template (CPU twin; Edge TPU when a compiled file exists)."""
+
+    def __init__(self, template: RoboticsTemplate, backend: str = "auto", device: Any = None,
+                 resize: bool = True, backend_object: Any = None,
+                 blobs: dict[str, np.ndarray] | None = None) -> None:
+        self.template = template
+        self.height, self.width, self.channels = template.image_shape
+        self.resize = resize
+        self._filter = template.conv_weights(0)
+        shape = tuple(int(d) for d in self._filter.shape)
+        if len(shape) != 4 or shape[0] != 1 or shape[3] != self.channels:
+            raise ModelFormatError(f"{template.twin_path}: filter {self._filter.name!r} has shape {shape}; "
+                                   f"expected (1, kh, kw, {self.channels})")
+        self.kernel_height, self.kernel_width = shape[1], shape[2]
+        spec = tensor_spec(self._filter)
+        self.filter_scale = template.weight_scale(self._filter)
+        for key, value in (("kernel_height", shape[1]), ("kernel_width", shape[2]),
+                           ("conv_weight_scale", self.filter_scale),
+                           ("conv_weight_zero_point", spec.zero_point),
+                           ("conv_weight_count", int(np.prod(shape)))):
+            template.check_sidecar(key, value)
+        self.grid_height = self.height - self.kernel_height + 1
+        self.grid_width = self.width - self.kernel_width + 1
+        self.decoder = OffsetDecoder(template.output, template.field("temperature"),
+                                     template.field("y_offset"))
+        self._budget = self._response_budget()
+        self.runner = TemplateRunner(template, backend, device, twin_tensors=(self._filter.index,),
+                                     backend_object=backend_object, blobs=blobs)
+        self.offsets, self.blob_kind = self._offsets(self.runner.parameters.blobs)
+
+    @classmethod
+    def from_template(cls, search: int = 64, kernel: int = 8, channels: int = 1, folder: Path | None = None,
+                      **kwargs: Any) -> PatternTracker:
+        name = f"pattern_{search}x{search}_{kernel}x{kernel}_{channels}ch"
+        return cls(load_template(name, folder), **kwargs)
+
+    def _response_budget(self) -> float:
+        """Largest filter-value x pixel sum the correlation output holds (from the model's scales)."""
+        conv = next(op for op in self.template.twin.operators if op.opcode_name == "CONV_2D")
+        out = tensor_spec(self.template.twin.tensors[conv.outputs[0]])
+        conv_in = tensor_spec(self.template.twin.tensors[conv.inputs[0]])
+        top = (np.iinfo(out.dtype).max - out.zero_point) * out.scale  # ReLU: the output starts at 0
+        return float(top / (conv_in.scale * self.filter_scale))
+
+    def _offsets(self, blobs: Any) -> tuple[np.ndarray, str]:
+        where = self.template.sidecar_path
+        raw = self.template.field("conv_weight_offsets", list)
+        count = self.kernel_height * self.kernel_width * self.channels
+        ints = all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in raw)
+        if len(raw) != count or not ints:
+            raise ModelFormatError(f"{where}: field 'conv_weight_offsets' must hold {count} non-negative "
+                                   f"integers (one per filter value)")
+        offsets = np.asarray(raw, dtype=np.intp)
+        if np.unique(offsets).size != offsets.size:
+            raise ModelFormatError(f"{where}: field 'conv_weight_offsets' repeats offsets")
+        name = self.template.sidecar.get("conv_weight_blob", "pc_params")
+        if name not in BLOB_NAMES:
+            raise ModelFormatError(f"{where}: field 'conv_weight_blob' is {name!r}, expected one of "
+                                   f"{sorted(BLOB_NAMES)}")
+        kind = BLOB_NAMES[name]
+        blob = blobs.get(kind)
+        if blob is not None:  # the compiled model's own filter must be where the sidecar says
+            if int(offsets.max()) >= blob.size:
+                raise ModelFormatError(f"{where}: conv_weight_offsets reach {int(offsets.max())}, the "
+                                       f"{kind!r} blob has {blob.size} bytes")
+            twin_values = self.template.twin.buffer_data(self._filter).reshape(-1)
+            if not np.array_equal((np.asarray(blob)[offsets] ^ 0x80).view(np.int8), twin_values):
+                raise ModelFormatError(f"{where}: the {kind!r} blob does not hold the twin's filter at "
+                                       f"conv_weight_offsets")
+        return offsets, kind
+
+    # -- template -------------------------------------------------------------------------------------------
+    def patch_shape(self) -> tuple[int, int, int]:
+        return self.kernel_height, self.kernel_width, self.channels
+
+    def quantize_patch(self, patch: object) -> tuple[np.ndarray, float]:
+        """(int8 filter values (kh, kw, C), gain) of a patch; see the module docstring."""
+        array = as_uint8(patch, "template patch")
+        if array.ndim == 2:
+            array = array[:, :, None]
+        if array.shape != self.patch_shape():
+            raise WeightsError(f"template patch has shape {array.shape}; this template takes "
+                               f"{self.patch_shape()} (kh, kw, channels)")
+        centred = array.astype(np.float64) - array.mean()
+        peak = float(np.abs(centred).max())
+        energy = float((centred * centred).sum())
+        if peak == 0.0:
+            raise WeightsError("template patch is flat (no contrast): nothing to correlate")
+        gain = min(127.0 / peak, SELF_RESPONSE_FILL * self._budget / energy)
+        return np.clip(np.rint(centred * gain), -128, 127).astype(np.int8), gain
+
+    def set_template(self, patch: object) -> TemplateSwap:
+        """Track ``patch`` from the next frame on (no compiler; old template kept on any error)."""
+        t0 = time.perf_counter()
+        values, gain = self.quantize_patch(patch)
+        return self._publish(values, gain, t0)
+
+    def set_template_raw(self, values: object) -> TemplateSwap:
+        """Write int8 filter values (kh, kw, C) as they are."""
+        t0 = time.perf_counter()
+        array = np.asarray(values)
+        if array.ndim == 2 and self.channels == 1:
+            array = array[:, :, None]
+        if array.shape != self.patch_shape() or array.dtype != np.int8:
+            raise WeightsError(f"raw template is {array.dtype} {array.shape}; expected int8 "
+                               f"{self.patch_shape()}")
+        return self._publish(array, 0.0, t0)
+
+    def _publish(self, values: np.ndarray, gain: float, t0: float) -> TemplateSwap:
+        t1 = time.perf_counter()
+        current = self.runner.parameters
+        blobs = {}
+        if self.blob_kind in current.blobs:
+            base = current.blobs[self.blob_kind]
+            blobs[self.blob_kind] = make_patch(base, self.offsets, values.reshape(-1))
+        t2 = time.perf_counter()
+        twin = {self._filter.index: values.reshape(self._filter.shape)}
+        published = self.runner.publish(blobs=blobs, twin=twin)
+        t3 = time.perf_counter()
+        timings = {"quantize": (t1 - t0) * 1e6, "blob": (t2 - t1) * 1e6, "publish": (t3 - t2) * 1e6,
+                   "total": (t3 - t0) * 1e6}
+        return TemplateSwap(published.version, values, gain, timings)
+
+    def weights(self) -> np.ndarray:
+        """The active int8 filter (kh, kw, C), from the current parameter set."""
+        return self.runner.parameters.twin[self._filter.index].reshape(self.patch_shape())
+
+    def cut_patch(self, image: object, x: int, y: int) -> np.ndarray:
+        """The patch whose top-left corner is (x, y) in template-input pixels of ``image`` (resized first)."""
+        fitted = fit_image(image, self.height, self.width, self.channels, self.resize)
+        if not (0 <= x <= self.width - self.kernel_width and 0 <= y <= self.height - self.kernel_height):
+            raise ImageError(f"a {self.kernel_width}x{self.kernel_height} patch at ({x}, {y}) leaves the "
+                             f"{self.width}x{self.height} image")
+        return fitted[y:y + self.kernel_height, x:x + self.kernel_width].copy()
+
+    # -- tracking -------------------------------------------------------------------------------------------
+    def prepare(self, image: object) -> np.ndarray:
+        return fit_image(image, self.height, self.width, self.channels, self.resize)[None]
+
+    def track(self, image: object) -> PatternMatch:
+        outputs, parameters = self.runner.run([self.prepare(image)])
+        result = self.decoder.decode(outputs[self.template.output.name], parameters.version)
+        col, row = self.decoder.grid_position(result, self.grid_width, self.grid_height)
+        return PatternMatch(result, col + (self.kernel_width - 1) / 2, row + (self.kernel_height - 1) / 2)
+
+    def describe(self) -> dict[str, Any]:
+        info = self.runner.describe()
+        info.update(module="pattern", size=[self.width, self.height], channels=self.channels,
+                    kernel=[self.kernel_width, self.kernel_height], blob=self.blob_kind)
+        return info
+
+    def close(self) -> None:
+        self.runner.close()
+
+    def __enter__(self) -> PatternTracker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,254 @@
+"""LoomingDetector and PatternTracker: LibrEdgeTPU's formulas on the same raw twin outputs, scenes with known
+answers (approaching / receding / static texture; a photo patch found after known shifts), template swaps
+landing at the sidecar's offsets (Edge TPU path on a double: no compiled PatternTracker file exists)."""
+
+from __future__ import annotations
+
+import itertools
+
+import cv2
+import numpy as np
+import pytest
+from libredgetpu_ros.errors import ImageError, ModelFormatError, WeightsError
+from libredgetpu_ros.robotics.looming import LoomingDetector, TtcEstimator, compute_tau
+from libredgetpu_ros.robotics.pattern import PatternTracker
+from libredgetpu_ros.robotics.template import load_template
+
+PATTERN_SHAPES = [(64, 8, 1), (64, 8, 3), (64, 16, 1), (128, 16, 1), (128, 16, 3), (128, 32, 1)]
+SHIFTS = [(0, 0), (5, 0), (-6, 3), (4, -7), (-3, -3), (7, 6)]
+
+
+def librEdgetpu_tau(zones: np.ndarray, epsilon: float = 1e-6) -> float:
+    """LibrEdgeTPU ``LoomingDetector.compute_tau``, restated."""
+    zones = np.asarray(zones).flatten()
+    periphery_mean = np.mean(zones[[0, 1, 2, 3, 5, 6, 7, 8]])
+    return float(zones[4] / max(periphery_mean, epsilon))
+
+
+def librEdgetpu_ttc(tau_history: list[float], dt: float, min_samples: int = 3) -> float:
+    """LibrEdgeTPU ``LoomingDetector.compute_ttc``, restated (inf where we say None)."""
+    if dt <= 0 or len(tau_history) < min_samples:
+        return float("inf")
+    tau = np.array(tau_history)
+    rate = (tau[-1] - tau[0]) / ((len(tau) - 1) * dt)
+    if rate <= 0 or tau[-1] <= 1.0:
+        return float("inf")
+    return max(0.0, (2.0 - tau[-1]) / rate)
+
+
+@pytest.fixture(scope="module")
+def looming() -> LoomingDetector:
+    detector = LoomingDetector.from_template(64, backend="cpu", window=5)
+    yield detector
+    detector.close()
+
+
+_YY, _XX = np.mgrid[:64, :64]
+_BACKGROUND = (((_XX // 4) + (_YY // 4)) % 2 * 50 + 100).astype(np.uint8)  # low-contrast texture
+
+
+def _object_scene(half: float) -> np.ndarray:
+    """A high-contrast textured square of half-size ``half`` in the centre zone over a low-contrast one."""
+    image = _BACKGROUND.copy()
+    mask = (np.abs(_XX - 31.5) < half) & (np.abs(_YY - 31.5) < half)
+    image[mask] = (((_XX // 4) + (_YY // 4)) % 2 * 90 + 80)[mask]
+    return image
+
+
+def test_looming_decode_and_tau_equal_librEdgetpu(looming, fixture_path) -> None:
+    """Zones = (q - zp) * scale of the raw twin output (exact, float32); tau to 1e-6 relative (LibrEdgeTPU
+    averages in float32, we in float64)."""
+    rng = np.random.default_rng(4)
+    photo = cv2.cvtColor(cv2.imread(str(fixture_path("images/grace_hopper.bmp"))), cv2.COLOR_BGR2GRAY)
+    images = [rng.integers(0, 256, (64, 64), dtype=np.uint8) for _ in range(10)]
+    images += [cv2.resize(photo, (64, 64), interpolation=cv2.INTER_AREA), _object_scene(6)]
+    spec = looming.template.output
+    for image in images:
+        outputs, _ = looming.runner.run([looming.prepare(image)])
+        raw = outputs[spec.name].reshape(-1)
+        ref_zones = (raw.astype(np.float32) - spec.zero_point) * np.float32(spec.scale)
+        zones = looming.zones(image)
+        np.testing.assert_array_equal(zones.reshape(-1), ref_zones)
+        assert compute_tau(zones) == pytest.approx(librEdgetpu_tau(ref_zones), rel=1e-6)
+
+
+def test_ttc_equals_librEdgetpu_for_uniform_stamps() -> None:
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        taus = list(np.cumsum(rng.normal(0.05, 0.1, 8)) + rng.uniform(0.6, 1.6))
+        estimator = TtcEstimator(window=8, min_samples=3)
+        for i, tau in enumerate(taus):
+            ours = estimator.update(0.05 * i, tau)
+            ref = librEdgetpu_ttc(taus[: i + 1], 0.05)
+            assert (ours is None and ref == float("inf")) or ours == pytest.approx(ref, rel=1e-9)
+
+
+def _run(detector: LoomingDetector, halves: list[float], dt: float = 0.1):
+    detector.ttc.reset()
+    return [detector.detect(_object_scene(h), stamp_s=100.0 + dt * i) for i, h in enumerate(halves)]
+
+
+def test_approaching_object_tau_rises_ttc_finite_and_falling(looming) -> None:
+    results = _run(looming, [2, 3, 4, 5, 6, 7, 8, 9])
+    taus = [r.tau for r in results]
+    assert taus[-1] > 1 and taus[-1] > taus[0] and all(b >= a - 0.05 for a, b in itertools.pairwise(taus))
+    ttcs = [r.ttc_s for r in results if r.ttc_s is not None]
+    assert len(ttcs) >= 3 and all(np.isfinite(ttcs))
+    assert all(b < a or b == 0.0 for a, b in itertools.pairwise(ttcs)) and ttcs[-1] < ttcs[0]
+
+
+def test_receding_object_tau_falls_no_ttc(looming) -> None:
+    results = _run(looming, [10, 9, 8, 7, 6, 5, 4, 3])
+    taus = [r.tau for r in results]
+    assert taus[-1] < taus[0] and all(b <= a + 0.05 for a, b in itertools.pairwise(taus))
+    assert all(r.ttc_s is None for r in results)
+
+
+def test_static_scene_no_ttc(looming) -> None:
+    results = _run(looming, [6] * 6)
+    assert len({r.tau for r in results}) == 1 and all(r.ttc_s is None for r in results)
+
+
+def test_stamps_going_backwards_restart_the_history(looming) -> None:
+    looming.ttc.reset()
+    for i, h in enumerate([3, 4, 5, 6]):
+        looming.detect(_object_scene(h), stamp_s=10 + 0.1 * i)
+    assert looming.detect(_object_scene(7), stamp_s=1.0).ttc_s is None  # a bag looped: history restarted
+
+
+def test_looming_bad_input(looming) -> None:
+    with pytest.raises(ImageError, match="NaN"):
+        looming.zones(np.full((64, 64), np.nan))
+    with pytest.raises(Exception, match="odd square"):
+        compute_tau(np.ones(8))
+
+
+# --- pattern tracker ---------------------------------------------------------------------------------------
+def _photo(fixture_path, size: int, channels: int) -> np.ndarray:
+    rgb = cv2.cvtColor(cv2.imread(str(fixture_path("images/grace_hopper.bmp"))), cv2.COLOR_BGR2RGB)
+    image = cv2.resize(rgb, (size, size), interpolation=cv2.INTER_AREA)
+    return image if channels == 3 else cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)[:, :, None]
+
+
+def _distinctive(image: np.ndarray, k: int) -> tuple[int, int]:
+    """Top-left of the highest-contrast k x k patch in the central half (room for the shifts)."""
+    size = image.shape[0]
+    best = max((image[y:y + k, x:x + k].std(), x, y) for y in range(size // 4, size - size // 4 - k, 2)
+                for x in range(size // 4, size - size // 4 - k, 2))
+    return best[1], best[2]
+
+
+@pytest.mark.parametrize(("search", "kernel", "channels"), PATTERN_SHAPES)
+def test_tracker_finds_the_patch_after_known_shifts(search, kernel, channels, fixture_path, record_property):
+    """Patch cut from a photo, set as template; the photo shifted by known offsets: error <= 2 px."""
+    tracker = PatternTracker.from_template(search, kernel, channels, backend="cpu")
+    try:
+        image = _photo(fixture_path, search, channels)
+        x, y = _distinctive(image, kernel)
+        swap = tracker.set_template(tracker.cut_patch(image, x, y))
+        assert swap.version == 1
+        errors = []
+        for dx, dy in SHIFTS:
+            shifted = cv2.warpAffine(image, np.float32([[1, 0, dx], [0, 1, dy]]), (search, search),
+                                     borderMode=cv2.BORDER_REFLECT).reshape(image.shape)
+            match = tracker.track(shifted)
+            assert match.result.version == 1
+            errors.append(max(abs(match.x - (x + dx + (kernel - 1) / 2)),
+                              abs(match.y - (y + dy + (kernel - 1) / 2))))
+        record_property("max_error_px", max(errors))
+        print(f"pattern {search}x{search} {kernel}x{kernel} {channels}ch: max error {max(errors):.2f} px")
+        assert max(errors) <= 2.0
+    finally:
+        tracker.close()
+
+
+def _double_blob(template) -> dict[str, np.ndarray]:
+    """Stand-in for the missing compiled blob: the twin's filter at the sidecar's offsets, zeros elsewhere."""
+    offsets = np.asarray(template.sidecar["conv_weight_offsets"])
+    blob = np.zeros(int(offsets.max()) + 64, np.uint8)
+    values = template.twin.buffer_data(template.conv_weights()).reshape(-1)
+    blob[offsets] = values.view(np.uint8) ^ 0x80
+    return {{"pc_params": "pc", "eo_params": "eo"}[template.sidecar["conv_weight_blob"]]: blob}
+
+
+class _Recorder:
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.prepared: list = []
+
+    def prepare(self, parameters) -> None:
+        self.prepared.append(parameters)
+
+    def run(self, inputs, parameters=None):
+        raise AssertionError("not run here")
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("search", "kernel", "channels"), PATTERN_SHAPES)
+def test_template_swap_lands_at_the_sidecar_offsets(search, kernel, channels) -> None:
+    template = load_template(f"pattern_{search}x{search}_{kernel}x{kernel}_{channels}ch")
+    recorder = _Recorder()
+    tracker = PatternTracker(template, backend_object=recorder, blobs=_double_blob(template))
+    rng = np.random.default_rng(search + kernel + channels)
+    values = rng.integers(-128, 128, tracker.patch_shape(), dtype=np.int8)
+    tracker.set_template_raw(values)
+    params = tracker.runner.parameters
+    blob = params.blob(tracker.blob_kind)
+    offsets = np.asarray(template.sidecar["conv_weight_offsets"])
+    np.testing.assert_array_equal((blob[offsets] ^ 0x80).view(np.int8), values.reshape(-1))  # round trip
+    untouched = np.ones(blob.size, bool)
+    untouched[offsets] = False
+    assert not blob[untouched].any()
+    np.testing.assert_array_equal(params.twin[template.conv_weights().index].reshape(values.shape), values)
+    assert recorder.prepared == [params]  # the device side saw the new version before it was published
+
+
+def test_template_swap_on_the_twin_changes_what_is_found(fixture_path) -> None:
+    tracker = PatternTracker.from_template(64, 8, 1, backend="cpu")
+    try:
+        image = _photo(fixture_path, 64, 1)
+        first = _distinctive(image, 8)
+        second = max((image[y:y + 8, x:x + 8].std(), x, y) for y in range(4, 52, 2) for x in range(4, 52, 2)
+                     if max(abs(x - first[0]), abs(y - first[1])) >= 16)[1:]
+        for x, y in (first, second, first):
+            tracker.set_template(tracker.cut_patch(image, x, y))
+            match = tracker.track(image)
+            assert abs(match.x - (x + 3.5)) <= 2 and abs(match.y - (y + 3.5)) <= 2
+        assert tracker.runner.parameters.version == 3
+    finally:
+        tracker.close()
+
+
+@pytest.mark.parametrize(("patch", "error", "match"), [
+    (np.zeros((16, 16), np.uint8), WeightsError, "shape"),
+    (np.full((8, 8), 77, np.uint8), WeightsError, "flat"),
+    (np.full((8, 8), np.nan), ImageError, "NaN"),
+    (np.full((8, 8), -3.0), ImageError, "outside"),
+    (np.zeros((8, 8, 3), np.uint8), WeightsError, "shape"),
+])
+def test_bad_templates_swap_nothing(patch, error, match) -> None:
+    tracker = PatternTracker(load_template("pattern_64x64_8x8_1ch"), backend_object=_Recorder())
+    before = tracker.runner.parameters
+    with pytest.raises(error, match=match):
+        tracker.set_template(patch)
+    with pytest.raises(WeightsError):
+        tracker.set_template_raw(np.zeros((8, 8), np.int16))
+    assert tracker.runner.parameters is before
+
+
+def test_pattern_has_no_edgetpu_file_and_says_so() -> None:
+    from libredgetpu_ros.errors import BackendError
+
+    with pytest.raises(BackendError, match="no compiled model"):
+        PatternTracker.from_template(64, 8, 1, backend="edgetpu")
+
+
+def test_sidecar_offsets_disagreeing_with_the_blob_are_refused() -> None:
+    template = load_template("pattern_64x64_8x8_1ch")
+    blobs = _double_blob(template)
+    next(iter(blobs.values()))[template.sidecar["conv_weight_offsets"][0]] ^= 0x01
+    with pytest.raises(ModelFormatError, match="conv_weight_offsets"):
+        PatternTracker(template, backend_object=_Recorder(), blobs=blobs)
