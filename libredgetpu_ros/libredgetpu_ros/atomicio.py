@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import IO
 
 from libredgetpu_ros.errors import OutputError
+from libredgetpu_ros.textdata import clip
 
 __all__ = ["atomic_directory", "atomic_open", "atomic_path", "atomic_write_bytes", "atomic_write_text",
            "commit_file", "fsync_directory"]
@@ -42,6 +43,10 @@ __all__ = ["atomic_directory", "atomic_open", "atomic_path", "atomic_write_bytes
 
 # errno values of a write that reached the file system and failed: these mean "cannot write the output"
 _WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS})
+
+
+def _shown(path: Path) -> str:
+    return clip(str(path))  # a path in a message is user text: bounded
 
 
 def fsync_directory(directory: str | os.PathLike) -> None:
@@ -80,9 +85,9 @@ def _final_mode(final: Path, default: int) -> int:
 def _checked_folder(final: Path) -> Path:
     folder = final.parent
     if not folder.is_dir():
-        raise OutputError(f"cannot write {final}: folder {folder} does not exist")
+        raise OutputError(f"cannot write {_shown(final)}: folder {_shown(folder)} does not exist")
     if final.is_dir() and not final.is_symlink():
-        raise OutputError(f"cannot write {final}: it is a folder")
+        raise OutputError(f"cannot write {_shown(final)}: it is a folder")
     return folder
 
 
@@ -109,7 +114,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb", *, encoding: str | No
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name[:200]}.", suffix=".tmp", dir=folder)
     except OSError as exc:
-        raise OutputError(f"cannot write into {folder}: {exc.strerror or exc}") from exc
+        raise OutputError(f"cannot write into {_shown(folder)}: {exc.strerror or exc}") from exc
     tmp = Path(tmp_name)
     text = mode == "w"
     handle = os.fdopen(fd, mode, encoding=(encoding or "utf-8") if text else None,
@@ -119,7 +124,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb", *, encoding: str | No
             yield handle
         except OSError as exc:
             if exc.errno in _WRITE_ERRNOS:   # the caller's write failed; its other OSErrors stay its own
-                raise OutputError(f"cannot write {final}: {exc.strerror or exc}") from exc
+                raise OutputError(f"cannot write {_shown(final)}: {exc.strerror or exc}") from exc
             raise
         try:
             handle.flush()
@@ -128,7 +133,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb", *, encoding: str | No
             os.chmod(tmp, _final_mode(final, 0o666))
             os.replace(tmp, final)
         except OSError as exc:
-            raise OutputError(f"cannot write {final}: {exc.strerror or exc}") from exc
+            raise OutputError(f"cannot write {_shown(final)}: {exc.strerror or exc}") from exc
     except BaseException:
         with contextlib.suppress(OSError):
             handle.close()
@@ -146,7 +151,7 @@ def commit_file(tmp: str | os.PathLike, final: str | os.PathLike) -> None:
             os.fsync(handle.fileno())
         os.replace(tmp, final)
     except OSError as exc:
-        raise OutputError(f"cannot write {final}: {exc.strerror or exc}") from exc
+        raise OutputError(f"cannot write {_shown(final)}: {exc.strerror or exc}") from exc
     fsync_directory(final.parent)
 
 
@@ -226,31 +231,31 @@ def _atomic_target(path: str | os.PathLike, *, make_folder: bool) -> Iterator[Pa
     final = Path(path)
     folder = final.parent
     if not folder.is_dir():
-        raise OutputError(f"cannot write {final}: folder {folder} does not exist")
+        raise OutputError(f"cannot write {_shown(final)}: folder {_shown(folder)} does not exist")
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name[:200]}.", suffix=".tmp", dir=folder))
         if not make_folder:
             os.rmdir(tmp)   # the name stays ours in practice: hidden, random, in the caller's output folder
     except OSError as exc:
-        raise OutputError(f"cannot write into {folder}: {exc.strerror or exc}") from exc
+        raise OutputError(f"cannot write into {_shown(folder)}: {exc.strerror or exc}") from exc
     try:
         try:
             yield tmp
         except OSError as exc:
             if exc.errno in _WRITE_ERRNOS:
-                raise OutputError(f"cannot write {final}: {exc.strerror or exc}") from exc
+                raise OutputError(f"cannot write {_shown(final)}: {exc.strerror or exc}") from exc
             raise
         if not tmp.exists():
-            raise OutputError(f"cannot write {final}: the writer created nothing at {tmp}")
+            raise OutputError(f"cannot write {_shown(final)}: the writer created nothing at {_shown(tmp)}")
         if final.exists() and final.is_dir() != tmp.is_dir():
             kind = "folder" if final.is_dir() else "file"
-            raise OutputError(f"cannot write {final}: a {kind} of that name is in the way")
+            raise OutputError(f"cannot write {_shown(final)}: a {kind} of that name is in the way")
         try:
             _fsync_tree(tmp)
             os.chmod(tmp, _final_mode(final, 0o777 if tmp.is_dir() else 0o666))
             _publish(tmp, final)
         except OSError as exc:
-            raise OutputError(f"cannot write {final}: {exc.strerror or exc}") from exc
+            raise OutputError(f"cannot write {_shown(final)}: {exc.strerror or exc}") from exc
     except BaseException:
         _remove(tmp)
         raise

@@ -11,6 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
+DEFAULT_BUDGET_MB = 2048  # = sophgo.memory_plan.DEFAULT_BUDGET (not imported: keeps `--help` light)
 HELP = "TpuLang tools: replay a CASE.json into MLIR + npz, or run a Top MLIR file on the CPU"
 
 
@@ -25,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run_p.add_argument("inputs", type=Path, help=".npz of inputs keyed by input name")
     run_p.add_argument("--out", required=True, type=Path, help="where to write the outputs (.npz)")
     run_p.add_argument("--all", action="store_true", help="also write every intermediate value")
+    run_p.add_argument("--max-memory-mb", type=int, default=DEFAULT_BUDGET_MB, metavar="MB",
+                       help=f"refuse a graph whose estimated peak memory is larger (default "
+                            f"{DEFAULT_BUDGET_MB}); checked from the MLIR's shapes before anything is loaded")
     for p in (replay, run_p):
         p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -42,15 +46,24 @@ def run(args: argparse.Namespace) -> int:
         text = f"wrote {mlir_path} and {npz_path}"
     else:
         from libredgetpu_ros.atomicio import atomic_open
+        from libredgetpu_ros.errors import ConfigError
         from libredgetpu_ros.sophgo.executor import execute
+        from libredgetpu_ros.sophgo.memory_plan import plan_memory
         from libredgetpu_ros.sophgo.npz_reader import read_npz
         from libredgetpu_ros.sophgo.parser import load_mlir
 
+        if not 0 < args.max_memory_mb <= 1 << 30:
+            raise ConfigError(f"--max-memory-mb must be a positive number of MiB, got {args.max_memory_mb}")
+        budget = args.max_memory_mb << 20
         module = load_mlir(args.mlir)
-        weights = read_npz(args.weights, "weights")
-        inputs = read_npz(args.inputs, "inputs")
+        plan = plan_memory(module, budget)  # before any array is read: shapes and peak from the MLIR alone
+        # Only the arrays the module uses are read, and no more bytes than it declares for them.
+        weight_names = [node.name for node in module.weights()]
+        input_names = [name for name, _ in module.inputs]
+        weights = read_npz(args.weights, "weights", names=weight_names, max_bytes=plan.bytes_of(weight_names))
+        inputs = read_npz(args.inputs, "inputs", names=input_names, max_bytes=plan.bytes_of(input_names))
         start = time.perf_counter()
-        outputs = execute(module, weights, inputs, keep_all=args.all)
+        outputs = execute(module, weights, inputs, keep_all=args.all, memory_budget=budget)
         elapsed_ms = (time.perf_counter() - start) * 1e3
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with atomic_open(args.out) as handle:   # a kill or a full disk never leaves a cut file at --out

@@ -8,6 +8,7 @@ numbered in print order and listed after the module.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from libredgetpu_ros.atomicio import atomic_open
 from libredgetpu_ros.sophgo.ir import NONE_TYPE, Module, TensorType, TpuLangError
 from libredgetpu_ros.sophgo.mlir_text import format_attr_dict, format_string, format_type
 from libredgetpu_ros.sophgo.npz_writer import npz_bytes
+from libredgetpu_ros.textdata import clip_repr
 
 
 def uses_generic_form(module: Module) -> bool:
@@ -78,6 +80,13 @@ def emit_mlir(module: Module) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _name_max(folder: Path) -> int:
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
 def save_module(module: Module, weights: dict[str, np.ndarray], out_dir: str | Path = ".") -> tuple[Path,
                 Path]:
     """Write ``<name>_origin.mlir`` and the weight npz into ``out_dir``; returns both paths.
@@ -88,6 +97,12 @@ def save_module(module: Module, weights: dict[str, np.ndarray], out_dir: str | P
     out.mkdir(parents=True, exist_ok=True)
     mlir_path = out / f"{module.name}_origin.mlir"
     weight_path = out / module.weight_file
+    limit = _name_max(out)
+    for path in (mlir_path, weight_path):
+        if len(os.fsencode(path.name)) > limit:
+            raise TpuLangError(f"module name {clip_repr(module.name)} ({len(module.name)} characters) makes "
+                               f"the file name {clip_repr(path.name)} longer than the {limit} bytes this "
+                               f"file system allows")
     text, npz = emit_mlir(module), npz_bytes(weights)
     with atomic_open(weight_path) as npz_file, atomic_open(mlir_path) as mlir_file:
         npz_file.write(npz)

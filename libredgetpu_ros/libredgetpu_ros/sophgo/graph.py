@@ -29,6 +29,7 @@ from libredgetpu_ros.sophgo.ir import (
     check_dtype,
     weight_file_name,
 )
+from libredgetpu_ros.textdata import clip_repr
 
 _tensor_ids = itertools.count()
 MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*")
@@ -71,9 +72,9 @@ class Tensor:
                  zero_point: Any = None) -> None:
         self.id = next(_tensor_ids)
         if name is not None and (not isinstance(name, str) or not name):
-            raise TpuLangError(f"Tensor: name must be a non-empty string, got {name!r}")
+            raise TpuLangError(f"Tensor: name must be a non-empty string, got {clip_repr(name)}")
         self.name = name if name is not None else f"BMTensor{self.id}"
-        where = f"Tensor {self.name!r}"
+        where = f"Tensor {clip_repr(self.name)}"
         if ttype not in ("neuron", "coeff"):
             raise TpuLangError(f"{where}: ttype must be 'neuron' or 'coeff', got {ttype!r}")
         self.ttype = ttype
@@ -118,28 +119,28 @@ class Tensor:
 
     def quantization(self, scale: Any = None, zero_point: Any = None, where: str = "") -> Tensor:
         """Set the quantization, or check it against the one already set (TpuLang's set-or-check)."""
-        new = make_quant(scale, zero_point, where or f"Tensor {self.name!r}")
+        new = make_quant(scale, zero_point, where or f"Tensor {clip_repr(self.name)}")
         if new is None:
             return self
         if self.quant is not None and self.quant != new:
             # An explicit argument overrides only what the tensor did not state: equal or unset.
-            raise TpuLangError(f"{where or self.name}: tensor {self.name!r} is already quantized with scale "
-                               f"{self.scale} zero point {self.zero_point}, the argument asks for "
-                               f"{list(new.scales)} / {list(new.zero_points)}")
+            raise TpuLangError(f"{where or clip_repr(self.name)}: tensor {clip_repr(self.name)} is already "
+                               f"quantized with scale {self.scale} zero point {self.zero_point}, the "
+                               f"argument asks for {list(new.scales)} / {list(new.zero_points)}")
         self.quant = new
         return self
 
     def set_quantization(self, scale: Any, zero_point: Any) -> Tensor:
         """Replace the quantization outright (an exporter labelling an op output with its real scale, where
         TpuLang's op would leave the placeholder scale 1.0)."""
-        self.quant = make_quant(scale, zero_point, f"Tensor {self.name!r}")
+        self.quant = make_quant(scale, zero_point, f"Tensor {clip_repr(self.name)}")
         return self
 
     def mlir_type(self, ranked: bool) -> TensorType:
         return TensorType(tuple(self.shape) if ranked else None, self.dtype, self.quant)
 
     def __repr__(self) -> str:
-        return f"Tensor({self.name!r}, {self.shape}, {self.dtype}, {self.ttype})"
+        return f"Tensor({clip_repr(self.name)}, {self.shape}, {self.dtype}, {self.ttype})"
 
 
 @dataclass
@@ -158,7 +159,7 @@ class Graph:
     def insert(self, kind: str, inputs: list[Tensor | None], output: Tensor, attrs: dict[str,
                AttrValue]) -> Tensor:
         if output.name in self.names:
-            raise TpuLangError(f"{kind} {output.name!r}: out_name is already used by another op")
+            raise TpuLangError(f"{kind} {clip_repr(output.name)}: out_name is already used by another op")
         self.names.add(output.name)
         self.ops.append(Operator(kind, inputs, output, attrs))
         return output
@@ -211,7 +212,7 @@ def build_module(name: str, inputs: list[Tensor], outputs: list[Tensor], quantiz
     """The module TpuLang's ``compile`` (quantized) or ``compile_f32`` would write for this graph."""
     graph = graph or current_graph("compile")
     if not MODULE_NAME.fullmatch(name or ""):
-        raise TpuLangError(f"compile: model name {name!r} must be a bare MLIR identifier "
+        raise TpuLangError(f"compile: model name {clip_repr(name)} must be a bare MLIR identifier "
                            f"([A-Za-z_][A-Za-z0-9_$.]*): it names the module and the files")
     if not inputs or not outputs:
         raise TpuLangError("compile: a graph needs at least one input and one output")
@@ -221,7 +222,8 @@ def build_module(name: str, inputs: list[Tensor], outputs: list[Tensor], quantiz
     ops: list[OpNode] = []
     for index, tensor in enumerate(inputs):
         if tensor.ttype != "neuron" or tensor.id in produced:
-            raise TpuLangError(f"compile: input {tensor.name!r} must be a neuron tensor no op produces")
+            raise TpuLangError(f"compile: input {clip_repr(tensor.name)} must be a neuron tensor no op "
+                               f"produces")
         input_ids.add(tensor.id)
         ranked = tensor.mlir_type(ranked=True)
         ops.append(OpNode("top.Input", tensor.name, (tensor.name,), {"do_preprocess": False}, ranked, index))
@@ -236,8 +238,9 @@ def build_module(name: str, inputs: list[Tensor], outputs: list[Tensor], quantiz
                 ops.append(OpNode("top.Weight", operand.name, (), {}, operand.mlir_type(ranked=True)))
                 shapes[operand.name] = tuple(operand.shape)
             elif operand.ttype == "neuron" and operand.id not in input_ids and operand.id not in produced:
-                raise TpuLangError(f"{op.kind} {op.output.name!r}: operand {operand.name!r} is not a graph "
-                                   f"input of compile() and no op produces it")
+                raise TpuLangError(f"{op.kind} {clip_repr(op.output.name)}: operand "
+                                   f"{clip_repr(operand.name)} is not a graph input of compile() and no op "
+                                   f"produces it")
         operands = tuple(None if t is None else t.name for t in op.inputs)
         ops.append(OpNode(op.kind, op.output.name, operands, dict(op.attrs),
                    op.output.mlir_type(ranked=False)))
@@ -245,12 +248,12 @@ def build_module(name: str, inputs: list[Tensor], outputs: list[Tensor], quantiz
     known: set[str] = set()
     for node in ops:
         if node.name in known:
-            raise TpuLangError(f"compile: name {node.name!r} is used by two tensors (inputs, weights and op "
-                               f"outputs need distinct names)")
+            raise TpuLangError(f"compile: name {clip_repr(node.name)} is used by two tensors (inputs, "
+                               f"weights and op outputs need distinct names)")
         known.add(node.name)
     for tensor in outputs:
         if tensor.name not in known:
-            raise TpuLangError(f"compile: output {tensor.name!r} is not produced by this graph")
+            raise TpuLangError(f"compile: output {clip_repr(tensor.name)} is not produced by this graph")
     module = Module(name, state, weight_file_name(name, state),
                     [(t.name, t.mlir_type(ranked=True)) for t in inputs], ops, [t.name for t in outputs])
     module.shapes = shapes

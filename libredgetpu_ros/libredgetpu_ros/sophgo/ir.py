@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from libredgetpu_ros.errors import InputError
+from libredgetpu_ros.textdata import clip_repr
 
 
 class TpuLangError(InputError):
@@ -125,7 +126,7 @@ class Module:
         for node in self.ops:
             if node.name == name:
                 return node
-        raise TpuLangError(f"module {self.name}: no value named {name!r}")
+        raise TpuLangError(f"module {self.name}: no value named {clip_repr(name)}")
 
     def weights(self) -> list[OpNode]:
         return [node for node in self.ops if node.kind == "top.Weight"]

@@ -13,6 +13,7 @@ import numpy as np
 
 from libredgetpu_ros.sophgo import shapes
 from libredgetpu_ros.sophgo.ir import Module, OpNode, TensorType
+from libredgetpu_ros.textdata import clip_repr
 
 Handler = Callable[["RunState", OpNode, list], np.ndarray]
 HANDLERS: dict[str, Handler] = {}
@@ -27,7 +28,7 @@ def register(kind: str) -> Callable[[Handler], Handler]:
 
 
 def where_of(node: OpNode) -> str:
-    return f"{node.kind} {node.name!r}"
+    return f"{node.kind} {clip_repr(node.name)}"
 
 
 def is_float(t: TensorType) -> bool:

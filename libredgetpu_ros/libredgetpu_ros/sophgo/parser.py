@@ -13,6 +13,7 @@ from pathlib import Path
 from libredgetpu_ros.errors import not_a_file
 from libredgetpu_ros.sophgo.ir import NONE_TYPE, Module, OpNode, TensorType, TpuLangError
 from libredgetpu_ros.sophgo.mlir_cursor import Cursor
+from libredgetpu_ros.textdata import clip_repr
 
 MAX_MLIR_BYTES = 64 << 20
 MAX_OPS = 200_000
@@ -131,7 +132,8 @@ class _Body:
                                    f"defined")
             node.name = aliases[alias]
             if node.name in names.values():
-                raise TpuLangError(f"{self.source}: {node.kind} %{number}: name {node.name!r} is used twice")
+                raise TpuLangError(f"{self.source}: {node.kind} %{number}: name {clip_repr(node.name)} is "
+                                   f"used twice")
             names[f"%{number}"] = node.name
         for node in self.ops:
             if node.kind == "top.Input":

@@ -3,7 +3,6 @@ its arguments), so the MLIR and npz we write can be compared with the ones tpu-m
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from libredgetpu_ros.sophgo.emitter import save_module
 from libredgetpu_ros.sophgo.graph import Tensor, build_module, private_graph, weights_of
 from libredgetpu_ros.sophgo.ir import Module, TpuLangError
 from libredgetpu_ros.sophgo.npz_reader import read_npz
+from libredgetpu_ros.textdata import clip, clip_repr, load_json_file
 
 FUNCTIONS = {name: getattr(ops, name) for name in (
     "conv", "conv_int", "conv_quant", "matmul", "matmul_int", "relu", "maxpool2d", "avgpool2d", "softmax",
@@ -25,25 +25,23 @@ FUNCTIONS.update({name: getattr(ops_quant, name) for name in (
 
 
 def load_case(path: str | Path) -> dict:
+    """The CASE.json object (size, nesting depth and UTF-8 checked by :mod:`textdata`)."""
     path = Path(path)
-    if not path.is_file():
-        raise TpuLangError(not_a_file("CASE.json", path))
-    try:
-        case = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TpuLangError(f"{path}: not valid JSON ({exc})") from None
+    case = load_json_file(path, "CASE.json")
+    shown = clip(str(path))
     if not isinstance(case, dict):
-        raise TpuLangError(f"{path}: not a JSON object")
+        raise TpuLangError(f"{shown}: not a JSON object")
     for key in ("case", "mode", "inputs", "weights", "ops", "outputs"):
         if key not in case:
-            raise TpuLangError(f"{path}: missing field {key!r}")
+            raise TpuLangError(f"{shown}: missing field {key!r}")
     return case
 
 
 def _resolve(value: Any, tensors: dict[str, Tensor], where: str) -> Any:
     if isinstance(value, dict) and set(value) == {"tensor"}:
         if not isinstance(value["tensor"], str) or value["tensor"] not in tensors:
-            raise TpuLangError(f"{where}: tensor {value['tensor']!r} is not defined before this call")
+            raise TpuLangError(f"{where}: tensor {clip_repr(value['tensor'])} is not defined before this "
+                               f"call")
         return tensors[value["tensor"]]
     if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
         return [_resolve(v, tensors, where) for v in value]
@@ -71,8 +69,11 @@ def replay_case(path: str | Path,
     files = case.get("files") if isinstance(case.get("files"), dict) else {}
     npz_path = Path(weights_npz) if weights_npz else path.parent / str(files.get("weights", ""))
     if case["weights"] and not npz_path.is_file():
-        raise TpuLangError(not_a_file("weight npz", npz_path))
-    stored = read_npz(npz_path, "weight npz") if case["weights"] else {}
+        raise TpuLangError(not_a_file("weight npz", clip(str(npz_path))))
+    keys = [spec.get("npz_key", spec.get("name")) for spec in _entries(case, "weights", path)
+            if isinstance(spec, dict)]
+    stored = read_npz(npz_path, "weight npz", names=[k for k in keys if isinstance(k, str)]) \
+        if case["weights"] else {}
     with private_graph() as graph:
         tensors: dict[str, Tensor] = {}
         for index, spec in enumerate(_entries(case, "inputs", path)):
@@ -82,7 +83,7 @@ def replay_case(path: str | Path,
             where = f"{path.name} weights[{index}]"
             key = spec.get("npz_key", spec.get("name")) if isinstance(spec, dict) else None
             if not isinstance(key, str) or key not in stored:
-                raise TpuLangError(f"{where}: key {key!r} missing from {npz_path}")
+                raise TpuLangError(f"{where}: key {clip_repr(key)} missing from {clip(npz_path)}")
             tensor = _tensor(spec, where, ttype="coeff", data=stored[key])
             tensors[tensor.name] = tensor
         for index, call in enumerate(_entries(case, "ops", path)):
