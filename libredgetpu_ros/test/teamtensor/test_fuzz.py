@@ -10,8 +10,9 @@ with 20 invalid datagrams (mutated replies with the right request id, other ids,
 the true reply. Every answer is still right and every invalid datagram is counted.
 
 Half the candidates are sealed again with a valid CRC-32 after the mutation, so they reach the decoders
-behind the integrity check. A candidate that happens to be valid (a mutation of a weight value is still a valid ASN_MD) is not sent:
-the codec itself is the oracle that filters them, and the state checks catch an oracle that lets one through.
+behind the integrity check. A candidate that happens to be valid (a mutation of a weight value is still a
+valid ASN_MD) is not sent: the codec itself is the oracle that filters them, and the state checks catch an
+oracle that lets one through.
 """
 
 from __future__ import annotations
@@ -267,3 +268,69 @@ async def _fuzz_source() -> None:
 
 def test_source_counts_and_ignores_invalid_replies():
     asyncio.run(_fuzz_source())
+
+
+# --------------------------------------------------------------------------------------------------
+# Memory under hostile traffic from many ports (issue 27: stored replies were kept per peer).
+
+N_HOSTILE = 20_000
+HOSTILE_PORTS = 64
+HOSTILE_RSS_GROWTH_KB = 10_240  # docs/teamtensor.md "Memory": peers without the session keep nothing
+
+
+def _hostile(rng: np.random.Generator, port: int, seeds: list[bytes]) -> bytes:
+    """Valid requests of a peer without the session (reads of the model, claims, probes), the start of a
+    16 MiB fragmented packet, or a mutant; each sealed with the peer's own session number and a valid CRC."""
+    kind = rng.integers(0, 5)
+    if kind == 0:
+        packet = packets.encode_request(packets.GetModel(1))
+    elif kind == 1:
+        packet = packets.encode_request(packets.AssignPipeline(int(rng.integers(0, 1 << 16))))
+    elif kind == 2:
+        packet = FRAGMENT_HEADER.pack(DEFAULT_WIRE.fragment_opcode, DEFAULT_WIRE.max_packet,
+                                      int(rng.integers(0, 1 << 20)), 0) + bytes(1300)
+    elif kind == 3:
+        packet = packets.encode_request(packets.ProbeQueue())
+    else:
+        return _invalid(seeds, worker_would_accept, rng)
+    return datagrams.to_datagrams(packet, int(rng.integers(1, 1 << 32)), session=port)[0]
+
+
+async def _hostile_ports(address: tuple[str, int], rss) -> dict:
+    rng = np.random.default_rng(27)
+    seeds = _valid_requests()
+    socks = []
+    for _ in range(HOSTILE_PORTS):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        s.setblocking(False)
+        socks.append(s)
+    big = ModelSpec([linear(np.zeros((128, 128), np.float32))], [Metric.MSE])  # GET_MD reply: 64 KiB
+    try:
+        async with DataSource(address, **training.FAST_RETRIES) as owner:
+            await owner.hello(timeout=20.0)
+            await owner.assign_pipeline(3)
+            await owner.assign_model(3, 1, big)
+            rss_before, sent = rss(), 0
+            while sent < N_HOSTILE:
+                for s in socks:  # one datagram from each port per burst
+                    s.sendto(_hostile(rng, s.getsockname()[1], seeds), address)
+                    sent += 1
+                assert await owner.queue_has_space() is True  # alive, and has read the burst
+            trained = await owner.get_model(1)
+            rss_after = rss()
+    finally:
+        for s in socks:
+            s.close()
+    assert trained.layers[0].weights.shape == (128, 128)
+    return {"sent": sent, "rss_growth_kb": rss_after - rss_before}
+
+
+def test_worker_memory_under_twenty_thousand_hostile_datagrams_from_64_ports():
+    with training.worker_process() as worker:
+        result = asyncio.run(_hostile_ports(worker.address, worker.rss_kb))
+    assert result["sent"] >= N_HOSTILE
+    print(f"hostile ports: {result}")
+    assert result["rss_growth_kb"] < HOSTILE_RSS_GROWTH_KB, result
+    assert worker.stats["sessions"] == {"claimed": 1, "released": 1}  # nobody else got the worker
+    assert worker.stats["refused"].get("BUSY", 0) > N_HOSTILE // 10
