@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from libredgetpu_ros.errors import InputError
-from libredgetpu_ros.textdata import clip_repr
+from libredgetpu_ros.textdata import clip, clip_repr
 
 MCAP_MAGIC = b"\x89MCAP0\r\n"
 MAX_CHUNK_BYTES = 1 << 30  # an uncompressed chunk larger than this is refused (rosbag2 writes ~1 MB chunks)
@@ -306,6 +306,7 @@ def _scan_sqlite3(path: Path,
                   report: ScanReport) -> tuple[dict[int, Channel], Iterator[tuple[int, int, bytes]]]:
     try:
         conn = sqlite3.connect(f"file:{path}", uri=True)  # read-write: rolls back a killed transaction
+        conn.text_factory = _text  # TEXT that is not UTF-8 becomes a marker, not a UnicodeDecodeError
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if not {"topics", "messages"} <= tables:
             raise InputError(f"{path} has no rosbag2 tables (topics, messages)")
@@ -327,32 +328,45 @@ def _scan_sqlite3(path: Path,
                 _note(report, f"skipped topic row {clip_repr(row, 120)}: not an integer id with text fields")
                 continue
             channels[channel.id] = channel
-    except sqlite3.DatabaseError as exc:
-        raise InputError(f"cannot read {path} as an sqlite3 bag: {exc}") from exc
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # sqlite's message may quote non-UTF-8 text
+        raise InputError(f"cannot read {path} as an sqlite3 bag: {clip(exc, 300)}") from exc
     report.complete = True
 
     def messages() -> Iterator[tuple[int, int, bytes]]:
         try:
             for cid, timestamp, data in conn.execute(
-                    "SELECT topic_id, timestamp, data FROM messages ORDER BY timestamp, id"):
+                    "SELECT topic_id, timestamp, CASE typeof(data) WHEN 'blob' THEN data "
+                    "ELSE typeof(data) END FROM messages ORDER BY timestamp, id"):
                 if type(timestamp) is not int or not isinstance(data, bytes):
                     # a column holds what was stored in it: TEXT or INTEGER data, a TEXT timestamp
                     report.bad_rows += 1
                     _note(report, f"skipped a row of topic {clip_repr(cid, 20)}: timestamp "
-                                  f"{clip_repr(timestamp, 40)}, {type(data).__name__} data (not an integer "
-                                  f"and a BLOB)")
+                                  f"{clip_repr(timestamp, 40)}, data of type "
+                                  f"{'blob' if isinstance(data, bytes) else data} "
+                                  f"(not an integer and a blob)")
                 elif cid in channels:
                     report.messages += 1
                     yield cid, timestamp, data
                 else:
                     report.orphans += 1
-        except sqlite3.DatabaseError as exc:  # a damaged page: what was read so far is kept
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # a damaged page: what was read is kept
             report.complete = False
-            _note(report, f"stopped at a damaged part of the database: {exc}")
+            _note(report, f"stopped at a damaged part of the database: {clip(exc, 300)}")
         finally:
             conn.close()
 
     return channels, messages()
+
+
+class _NotUtf8(bytes):
+    """A TEXT value that is not UTF-8 (never a str, so never taken for a name)."""
+
+
+def _text(raw: bytes) -> str | _NotUtf8:
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return _NotUtf8(raw)
 
 
 def _all_text(*values: object) -> bool:

@@ -204,7 +204,7 @@ def targets(fixtures: Callable[[str], Path]) -> dict[str, FuzzTarget]:
 def main() -> int:
     from libredgetpu_ros.fixtures import fixture
 
-    parser = argparse.ArgumentParser(description="long fuzz run of the model readers")
+    parser = argparse.ArgumentParser(description="long fuzz run of the model and bag readers")
     parser.add_argument("--cases", type=int, default=40_000, help="cases per target")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--first", type=int, default=0, help="first case number (to continue a run)")
@@ -213,6 +213,12 @@ def main() -> int:
     parser.add_argument("--memory-limit-mb", type=int, default=1024)
     args = parser.parse_args()
     all_targets = targets(fixture)
+    if not args.target or {"mcap_bag", "sqlite_bag"} & set(args.target):
+        import tempfile
+
+        from bag_targets import targets as bag_targets  # the bag readers (bag_targets.py)
+
+        all_targets |= bag_targets(Path(tempfile.mkdtemp(prefix="bag-seeds-")))
     ok = True
     for name in args.target or list(all_targets):
         report = fuzz(all_targets[name], args.cases, args.seed, args.time_limit, args.memory_limit_mb,
