@@ -58,6 +58,12 @@ class SequenceEngine:
         self._recv = tuple(zip(g.recv_order, g.recv_bad, [g.pred[i][0] if len(g.pred[i]) == 1 else -1
                                                           for i in g.recv_order], strict=True))
         self._recv_names = tuple(g.node_to_var[i] for i in g.recv_order)
+        # Outputs take_ready() serves: exactly one producing sequence (whether or not the output also feeds
+        # another sequence), as (edge from the producer, varname).
+        self._takeable = tuple((edge, name) for (_node, _bad, edge), name in zip(self._recv, self._recv_names,
+                                                                                   strict=True) if edge >= 0)
+        self.unservable = tuple(name for (_node, _bad, edge), name in zip(self._recv, self._recv_names,
+                                                                            strict=True) if edge < 0)
         self._strict_setup(spec)
 
     # -- strict-mode tables ------------------------------------------------------------------------------
@@ -190,6 +196,23 @@ class SequenceEngine:
                     f"output {name!r} has {len(self._pred[node])} producing sequences and "
                     f"{len(self._succ[node])} consumers; femtorun's recv asserts exactly 1 and 0",
                     kind="AssertionError", rule="output-producers")
+            if count[edge] == freq[edge]:
+                out.append(name)
+                count[edge] = 0
+        return out
+
+    def take_ready(self) -> list[str]:
+        """Ready outputs (declaration order), cleared, without femtorun's all-or-nothing assertion.
+
+        femtorun's ``recv`` fails on every call when any declared output has no producer, two producers or
+        also feeds a sequence, so a femtorun-valid spec with one such output can never deliver anything.
+        This serves every output that has exactly one producing sequence, including one that also feeds
+        another sequence (the engine already propagated it there on the send, as femtorun does); outputs
+        without a single producer (``unservable``) are never returned. Never raises. The runners and the
+        node use it; ``recv`` stays femtorun-exact for the CLI and the conformance traces."""
+        out: list[str] = []
+        count, freq = self._count, self._freq
+        for edge, name in self._takeable:
             if count[edge] == freq[edge]:
                 out.append(name)
                 count[edge] = 0

@@ -101,7 +101,8 @@ def load_program(source: str | Path | dict, spec: IOSpec) -> dict[str, _Rule]:
         if activation not in ("none", "relu"):
             raise ConfigError(f"program {origin}: outputs.{name}.activation: {activation!r} (none | relu)")
         rules[name] = _Rule(tuple(terms), np.broadcast_to(bias, (out_len,)).copy(), activation == "relu")
-    missing = sorted(set(outs) - set(rules))
+    produced = {spec.outputs[n].name for s in spec.sequences for n, _ in s.outputs if n in spec.outputs}
+    missing = sorted((set(outs) & produced) - set(rules))  # an output no sequence produces needs no rule
     if missing:
         raise ConfigError(f"program {origin}: no rule for outputs {missing}")
     return rules
@@ -155,7 +156,8 @@ class ReferenceRunner:
         return pad(quantize(y, out), out.target_length)
 
     def recv(self) -> dict[str, np.ndarray]:
-        return {name: self._produced.pop(name) for name in self._engine.recv() if name in self._produced}
+        ready = self._engine.take_ready()
+        return {name: self._produced.pop(name) for name in ready if name in self._produced}
 
     def describe(self) -> dict:
         src = self.program_source

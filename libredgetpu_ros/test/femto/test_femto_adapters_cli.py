@@ -95,45 +95,138 @@ def test_femtodriver_on_a_real_spu(fixture_path) -> None:  # pragma: no cover - 
     runner.close()
 
 
+class _StandInFqirGraph:
+    """fmot's FQIR graph as FQIRArithRunner uses it: ``subgraphs["ARITH"].inputs`` (objects with ``.name``)
+    and ``.run(*inputs, return_dict=True, return_objs=True, state=...) -> (outputs by name, state)``."""
+
+    def __init__(self, input_names: list[str], fn) -> None:
+        arith = types.SimpleNamespace(inputs=[types.SimpleNamespace(name=n) for n in input_names])
+        arith.run = lambda *args, return_dict=True, return_objs=True, state=None: (fn(*args), state)
+        self.subgraphs = {"ARITH": arith}
+
+
 class _StandInArithRunner:
-    """femtodriver.fqir_runner.FQIRArithRunner's surface: reset / step(inputs) -> (outputs, _) / finish."""
+    """femtodriver 2.6.0's ``fqir_runner.FQIRArithRunner`` as its source keys things: latched values under
+    ``io_spec.latched_input_names()`` (the IOSpec keys); a step whose inputs are all latched only stores
+    them; otherwise the graph runs on ``inputs[k.name]``, else the latched value, per graph input name
+    (a KeyError when neither holds it)."""
 
     def __init__(self, fqir, io_spec) -> None:
-        self.fqir, self.io_spec, self.steps = fqir, io_spec, []
+        self.fqir, self.steps = fqir, []
+        self.latched_inputs = {key: None for key in io_spec.latched_input_names()}
 
     def reset(self) -> None:
         self.steps.clear()
 
     def step(self, inputs: dict):
         self.steps.append({k: np.asarray(v).tolist() for k, v in inputs.items()})
-        if set(inputs) == {"config"}:
+        for name, value in inputs.items():
+            if name in self.latched_inputs:
+                self.latched_inputs[name] = value
+        if set(inputs) <= set(self.latched_inputs):
             return {}, None
-        return {"output.0": np.asarray(inputs["x"][:8]) + np.asarray(inputs["config"][:8])}, None
+        arith = self.fqir.subgraphs["ARITH"]
+        args = [inputs[k.name] if k.name in inputs else self.latched_inputs[k.name] for k in arith.inputs]
+        return arith.run(*args, return_dict=True, return_objs=True, state=None)
 
     def finish(self) -> None:
         pass
 
 
-def test_fqir_adapter_wiring(monkeypatch, fixture_path, tmp_path) -> None:
-    """Latched input stepped alone, then x stepped with the latched value (FQIRArithRunner's contract)."""
+def _real_fqir_arith_runner():
+    """femtodriver 2.6.0's own FQIRArithRunner, loaded from an unpacked wheel outside the repository
+    (``LIBREDGETPU_ROS_FEMTODRIVER_SRC``, default /work/ext/femtodriver/src: ``pip download femtodriver==2.6.0
+    --no-deps`` + unzip; its package __init__ pulls torch, the module itself only femtorun)."""
+    import importlib.util
+    import os
+    from pathlib import Path
+
+    path = Path(os.environ.get("LIBREDGETPU_ROS_FEMTODRIVER_SRC", "/work/ext/femtodriver/src"),
+                "femtodriver", "fqir_runner.py")
+    if not path.is_file():
+        pytest.skip(f"femtodriver 2.6.0 source not found at {path}")
+    spec = importlib.util.spec_from_file_location("femtodriver_fqir_runner_2_6_0", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FQIRArithRunner
+
+
+def _fqir_runner(monkeypatch, tmp_path, spec, graph, arith_runner):
     fake_torch = types.ModuleType("torch")
-    fake_torch.load = lambda path, weights_only=False: ("graph", path)
+    fake_torch.load = lambda path, weights_only=False: graph
     fake_fr = types.ModuleType("femtodriver.fqir_runner")
-    fake_fr.FQIRArithRunner = _StandInArithRunner
+    fake_fr.FQIRArithRunner = arith_runner
     for name, module in [("torch", fake_torch), ("fmot", types.ModuleType("fmot")),
                          ("femtodriver", types.ModuleType("femtodriver")),
                          ("femtodriver.fqir_runner", fake_fr)]:
         monkeypatch.setitem(sys.modules, name, module)
     pickle = tmp_path / "graph.pt"
     pickle.write_bytes(b"\0")
+    return open_runner("fqir", spec, fqir=pickle)
+
+
+def test_fqir_adapter_wiring(monkeypatch, fixture_path, tmp_path) -> None:
+    """fmot's export (key == varname): the latched input stepped alone, then x with the held value."""
     spec = load_iospec(fixture_path("femto/latched_one_fmot.yaml"))
-    runner = open_runner("fqir", spec, fqir=pickle)
+    graph = _StandInFqirGraph(["x", "config"], lambda x, config: {"output.0": x[:8] + config[:8]})
+    runner = _fqir_runner(monkeypatch, tmp_path, spec, graph, _StandInArithRunner)
     runner.send("config", np.full(16, 3, np.int16))
     assert runner.recv() == {}
     runner.send("x", np.arange(16, dtype=np.int16))
     out = runner.recv()
     assert out["output.0"].tolist() == [3, 4, 5, 6, 7, 8, 9, 10]
     assert runner._runner.steps[0] == {"config": [3] * 16}
+
+
+SEED_SPEC = """\
+inputs:
+  B: {type: input, varname: B, length: 4, precision: 16, padded_length: 4, comments: {}}
+  latchedC: {type: input, varname: C, length: 4, precision: 16, padded_length: 4, comments: {latch: true}}
+outputs:
+  A: {type: output, varname: A, length: 4, precision: 16, padded_length: 4, comments: {}}
+simple_sequences:
+  main_seq: {type: simple_sequence, inputs: [B], outputs: [A], comments: {}}
+  latched_seq: {type: simple_sequence, inputs: [latchedC], outputs: [], comments: {}}
+complex_sequences: {}
+"""
+
+
+@pytest.mark.parametrize("arith_runner", ["stand-in", "femtodriver 2.6.0"])
+def test_fqir_adapter_keys_latched_inputs_as_femtodriver(monkeypatch, tmp_path, arith_runner) -> None:
+    """The design seed's A = B + latchedC with key ``latchedC`` / varname ``C``: the adapter takes sends by
+    varname and hands femtodriver the key (stepping ``{"C": ...}`` left femtodriver's latched value unset
+    and ran the graph on a latched write: KeyError 'latchedC')."""
+    cls = _StandInArithRunner if arith_runner == "stand-in" else _real_fqir_arith_runner()
+    path = tmp_path / "seed.yaml"
+    path.write_text(SEED_SPEC)
+    spec = load_iospec(path)
+    graph = _StandInFqirGraph(["B", "latchedC"], lambda b, c: {"A": np.asarray(b) + np.asarray(c)})
+    runner = _fqir_runner(monkeypatch, tmp_path, spec, graph, cls)
+    runner.send("C", np.array([10, 20, 30, 40], np.int16))
+    assert runner.recv() == {}
+    assert runner._runner.latched_inputs["latchedC"].tolist() == [10, 20, 30, 40]
+    for b in ([1, 2, 3, 4], [5, 6, 7, 8]):
+        runner.send("B", np.array(b, np.int16))
+        out = runner.recv()
+        assert list(out) == ["A"] and out["A"].tolist() == [b[i] + (i + 1) * 10 for i in range(4)]
+
+
+def test_femtodriver_adapter_refuses_what_spurunner_cannot_send(monkeypatch, tmp_path) -> None:
+    fake = types.ModuleType("femtodriver")
+    fake.SPURunner = _StandInSpuRunner
+    fake.CompiledData = types.SimpleNamespace(read_from_femtofile=lambda p: ("compiled", p))
+    monkeypatch.setitem(sys.modules, "femtodriver", fake)
+    femtofile = tmp_path / "model.femto"
+    femtofile.write_bytes(b"\0")
+    path = tmp_path / "seed.yaml"
+    path.write_text(SEED_SPEC)
+    with pytest.raises(ConfigError, match=r"key and varname differ cannot be sent: latchedC \(varname C\)"):
+        open_runner("femtodriver", load_iospec(path), femtofile=femtofile)
+    path.write_text(SEED_SPEC.replace("varname: C", "varname: latchedC").replace(
+        "outputs:\n  A:", "outputs:\n  Z: {type: output, varname: Z, length: 4, precision: 16, "
+        "padded_length: 4}\n  A:"))
+    with pytest.raises(ConfigError, match=r"without exactly one producer \['Z'\]"):
+        open_runner("femtodriver", load_iospec(path), femtofile=femtofile)
 
 
 # -- CLI -------------------------------------------------------------------------------------------------
