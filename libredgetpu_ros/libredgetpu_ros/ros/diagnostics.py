@@ -63,6 +63,23 @@ class RateMeter:
             self._times.popleft()
 
 
+class LogLimiter:
+    """At most one log line per cause per ``period_s`` (a flood of bad input must not flood the log; the
+    counters in diagnostics carry the totals)."""
+
+    def __init__(self, period_s: float = 10.0) -> None:
+        self.period_s = period_s
+        self._last: dict[str, float] = {}
+
+    def due(self, cause: str, now: float | None = None) -> bool:
+        """True when a line for ``cause`` may be logged now (and records it)."""
+        now = time.monotonic() if now is None else now
+        if now - self._last.get(cause, -float("inf")) < self.period_s:
+            return False
+        self._last[cause] = now
+        return True
+
+
 class Counters:
     """Named integer counters, e.g. bad input per cause."""
 
