@@ -41,6 +41,8 @@ SUBCOMMANDS: list[tuple[str, str]] = [
     ("export-tpulang", "export_tpulang_cmd"),
     ("tpulang", "tpulang_cmd"),
     ("models", "models_cmd"),
+    ("robotics", "robotics_cmd"),
+    ("retarget", "retarget_cmd"),
 ]
 
 

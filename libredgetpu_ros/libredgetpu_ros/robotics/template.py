@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from libredgetpu_ros.backends.base import BoundaryInfo, TensorSpec, tensor_spec
 from libredgetpu_ros.errors import BackendError, ConfigError, InputError, ModelFormatError
 from libredgetpu_ros.reparam import ParameterSet, ParameterStore
@@ -241,6 +242,7 @@ class TemplateRunner:
     """A template on one backend with versioned, swappable parameters (see the module docstring).
 
     ``twin_tensors`` names the twin tensors swaps may change (their current values start the store);
+    ``backend="none"`` opens nothing (parameters only: ``retarget`` swaps and writes files, never runs);
     ``backend_object`` replaces opening one (tests pass a double that records what it is given), and
     ``blobs`` the compiled blobs to start from (only for such doubles when no compiled model exists).
     """
@@ -251,6 +253,8 @@ class TemplateRunner:
         self.template = template
         if backend_object is not None:
             self.backend = backend_object
+        elif backend == "none":
+            self.backend = None
         else:
             self.backend = _open(template, backend, device, cpu_threads)
         start_blobs = dict(template.blobs() if blobs is None else blobs)
@@ -262,6 +266,8 @@ class TemplateRunner:
 
     @property
     def backend_name(self) -> str:
+        if self.backend is None:
+            return "none"
         return str(getattr(self.backend, "name", type(self.backend).__name__))
 
     @property
@@ -271,6 +277,9 @@ class TemplateRunner:
     def run(self, inputs: Sequence[np.ndarray]) -> tuple[dict[str, np.ndarray], ParameterSet]:
         """One inference on one parameter snapshot: (outputs by tensor name, the set they came from)."""
         parameters = self.store.current
+        if self.backend is None:
+            raise BackendError(f"template {self.template.name} was opened without a backend (parameters "
+                               f"only)")
         outputs = self.backend.run(list(inputs), parameters=parameters)
         return outputs, parameters
 
@@ -281,7 +290,7 @@ class TemplateRunner:
         return self.store.publish(blobs=blobs, twin=twin, meta=meta)
 
     def describe(self) -> dict[str, Any]:
-        info = dict(self.backend.describe()) if hasattr(self.backend, "describe") else {}
+        info = dict(self.backend.describe()) if hasattr(self.backend, "describe") else {"backend": "none"}
         info.update(template=self.template.name, parameters_version=self.store.version)
         return info
 
@@ -297,9 +306,9 @@ def _open(template: RoboticsTemplate, backend: str, device: Any, cpu_threads: in
         raise ConfigError(f"backend must be one of {', '.join(KINDS)}, got {backend!r}")
     if template.compiled_path is None:
         if backend == "edgetpu":
-            raise BackendError(f"template {template.name}: no compiled model "
-                               f"{template.name}{COMPILED_SUFFIX}, so it cannot run on the Edge TPU (the CPU "
-                               f"twin can: backend 'cpu')")
+            raise ConfigError(f"template {template.name}: no compiled model "
+                              f"{template.name}{COMPILED_SUFFIX}, so it cannot run on the Edge TPU (the CPU "
+                              f"twin can: backend 'cpu')")
         from libredgetpu_ros.backends.cpu import CpuBackend
 
         cpu = CpuBackend(num_threads=cpu_threads)

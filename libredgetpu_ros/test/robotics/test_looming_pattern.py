@@ -240,9 +240,9 @@ def test_bad_templates_swap_nothing(patch, error, match) -> None:
 
 
 def test_pattern_has_no_edgetpu_file_and_says_so() -> None:
-    from libredgetpu_ros.errors import BackendError
+    from libredgetpu_ros.errors import ConfigError
 
-    with pytest.raises(BackendError, match="no compiled model"):
+    with pytest.raises(ConfigError, match="no compiled model"):
         PatternTracker.from_template(64, 8, 1, backend="edgetpu")
 
 

@@ -1,0 +1,153 @@
+"""``libredgetpu-ros robotics MODULE``: run a robotics module (spot, pattern, looming, ...) on image files.
+
+Each module registers one ``(name, help, add_arguments, run)`` entry in :data:`MODULES` (see
+:func:`register`); the shared options (``--model``, ``--backend``, ``--device``, ``--no-resize``, ``--json``,
+``IMAGE...``) are added for every module, so a new module only declares its own. Output: one result per
+image (``--json``: a JSON object with ``module``, ``template``, ``backend`` and ``results``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+HELP = "run a robotics module (spot, pattern, looming, ...) on image files: offsets, zones, tau, TTC"
+
+
+@dataclass(frozen=True)
+class RoboticsCommand:
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, list[Any]], dict[str, Any]]  # (args, RGB images) -> report
+
+
+MODULES: dict[str, RoboticsCommand] = {}
+
+
+def register(command: RoboticsCommand) -> None:
+    """Add a module subcommand (H25/H26 modules call this below their own functions)."""
+    MODULES[command.name] = command
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="module", metavar="MODULE", required=True)
+    for command in MODULES.values():
+        p = sub.add_parser(command.name, help=command.help, description=command.help)
+        p.add_argument("--model", required=True,
+                       help="template: a compiled *_edgetpu.tflite, its twin, its sidecar, or a name such as "
+                            "color_red_64x64 (looked up in the fixtures' robotics folder)")
+        p.add_argument("--backend", choices=("auto", "cpu", "edgetpu"), default="auto",
+                       help="auto = the Edge TPU if one is attached, else the CPU twin (default)")
+        p.add_argument("--device", help="which Edge TPU (index or USB bus path)")
+        p.add_argument("--no-resize", action="store_true",
+                       help="refuse images whose size differs from the template's instead of resizing them")
+        p.add_argument("--json", action="store_true", help="print JSON instead of text")
+        command.add_arguments(p)
+        p.add_argument("images", nargs="+", metavar="IMAGE", help="image files (anything OpenCV reads)")
+        p.set_defaults(robotics_command=command)
+
+
+def run(args: argparse.Namespace) -> int:
+    from libredgetpu_ros.perception.images import load_image
+
+    images = [load_image(path) for path in args.images]  # every file is read before any work starts
+    report = args.robotics_command.run(args, images)
+    for entry, path in zip(report["results"], args.images, strict=True):
+        entry["image"] = path
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(f"{report['module']} on {report['template']} ({report['backend']})")
+        for entry in report["results"]:
+            shown = {k: v for k, v in entry.items() if k not in ("image", "raw", "zones")}
+            print(f"  {entry['image']}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in shown.items()))
+    return 0
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def _common(args: argparse.Namespace) -> dict[str, Any]:
+    return {"backend": args.backend, "device": args.device, "resize": not args.no_resize}
+
+
+def _report(module: Any, name: str, results: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"module": name, "template": module.template.name, "backend": module.runner.backend_name,
+            "version": module.runner.store.version, "results": results}
+
+
+# -- spot ---------------------------------------------------------------------------------------------------
+def _spot_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--color", nargs=3, type=float, metavar=("R", "G", "B"),
+                        help="colour filter weights to swap in first (colour templates; e.g. 1 -0.5 -0.5)")
+
+
+def _spot_run(args: argparse.Namespace, images: list[Any]) -> dict[str, Any]:
+    from libredgetpu_ros.robotics.spot import SpotTracker
+    from libredgetpu_ros.robotics.template import load_template
+
+    with SpotTracker(load_template(args.model), **_common(args)) as tracker:
+        swap = tracker.set_color(args.color) if args.color else None
+        results = [tracker.track(image).to_dict() for image in images]
+        report = _report(tracker, "spot", results)
+        if swap is not None:
+            report["color"] = {"weights": list(swap.weights), "real": list(swap.color),
+                               "clipped": swap.clipped}
+    return report
+
+
+# -- pattern ------------------------------------------------------------------------------------------------
+def _pattern_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--template", metavar="PATCH", required=True,
+                        help="image file of the reference patch, exactly the template's kernel size")
+
+
+def _pattern_run(args: argparse.Namespace, images: list[Any]) -> dict[str, Any]:
+    from libredgetpu_ros.perception.images import load_image
+    from libredgetpu_ros.robotics.pattern import PatternTracker
+    from libredgetpu_ros.robotics.template import load_template
+
+    patch = load_image(args.template)
+    with PatternTracker(load_template(args.model), **_common(args)) as tracker:
+        if tracker.channels == 1:
+            import cv2
+
+            patch = cv2.cvtColor(patch, cv2.COLOR_RGB2GRAY)
+        tracker.set_template(patch)
+        return _report(tracker, "pattern", [tracker.track(image).to_dict() for image in images])
+
+
+# -- looming ------------------------------------------------------------------------------------------------
+def _looming_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--fps", type=float,
+                        help="the images are a sequence at this rate: report the time to contact (ttc_s)")
+
+
+def _looming_run(args: argparse.Namespace, images: list[Any]) -> dict[str, Any]:
+    from libredgetpu_ros.errors import InputError
+    from libredgetpu_ros.robotics.looming import LoomingDetector
+    from libredgetpu_ros.robotics.template import load_template
+
+    if args.fps is not None and not 0 < args.fps < 1e6:
+        raise InputError(f"--fps must be a positive rate, got {args.fps}")
+    with LoomingDetector(load_template(args.model), **_common(args)) as detector:
+        results = []
+        for i, image in enumerate(images):
+            stamp = None if args.fps is None else i / args.fps
+            results.append(detector.detect(image, stamp).to_dict())
+        return _report(detector, "looming", results)
+
+
+register(RoboticsCommand("spot", "bright / colour spot: offset from the image centre, servo direction",
+                         _spot_arguments, _spot_run))
+register(RoboticsCommand("pattern", "where a reference patch lies in each image (correlation + soft argmax)",
+                         _pattern_arguments, _pattern_run))
+register(RoboticsCommand("looming", "zone edge densities, tau and (with --fps) time to contact",
+                         _looming_arguments, _looming_run))
