@@ -47,7 +47,8 @@ from libredgetpu_ros.bags.salvage import (
 from libredgetpu_ros.errors import InputError
 
 _OP_HEADER, _OP_FOOTER, _OP_SCHEMA, _OP_CHANNEL, _OP_CHUNK = 0x01, 0x02, 0x03, 0x04, 0x06
-_OP_MESSAGE_INDEX, _OP_CHUNK_INDEX, _OP_STATISTICS, _OP_SUMMARY_OFFSET = 0x07, 0x08, 0x0B, 0x0E
+_OP_MESSAGE_INDEX, _OP_CHUNK_INDEX, _OP_STATISTICS = 0x07, 0x08, 0x0B
+_OP_SUMMARY_OFFSET, _OP_DATA_END = 0x0E, 0x0F
 _FOOTER = struct.Struct("<BQQQI")  # opcode, record length (20), summary start, summary offset start, CRC
 _FOOTER_SIZE = _FOOTER.size + len(MCAP_MAGIC)  # 37
 _U64 = struct.Struct("<Q")
@@ -125,6 +126,7 @@ def check_mcap_data(data: bytes | memoryview, name: str) -> None:
                         f"{stored // _MIN_MESSAGE}")
     # rosbags scans the data section itself when the summary does not describe it: walk it first
     if not summary_start or (statistics is not None and not schemas) or not chunks:
+        _check_top_level(data, data_start, data_end)
         _check_data_section(data[:data_end], name)
 
 
@@ -158,11 +160,11 @@ def _records(data: memoryview, start: int, end: int) -> Iterator[tuple[int, int,
     pos = start
     while pos < end:
         if pos + 9 > end:
-            raise BadRecord(f"summary record header at offset {pos} overruns the footer")
+            raise BadRecord(f"record header at offset {pos} overruns the section's end {end}")
         op, length = data[pos], _U64.unpack_from(data, pos + 1)[0]
         if length > end - pos - 9:
-            raise BadRecord(f"summary record 0x{op:02x} at offset {pos} declares {length} bytes, "
-                            f"{end - pos - 9} left before the footer")
+            raise BadRecord(f"record 0x{op:02x} at offset {pos} declares {length} bytes, "
+                            f"{end - pos - 9} left in its section")
         yield op, pos + 9, pos + 9 + length
         pos += 9 + length
 
@@ -300,6 +302,16 @@ def _check_disjoint(chunks: list[_ChunkIndex]) -> None:
             raise BadRecord(f"chunk index at offset {chunk.at}: its chunk at offset {chunk.offset} overlaps "
                             f"the one of the chunk index at offset {previous_at}")
         previous_end, previous_at = chunk.offset + chunk.length + chunk.index_length, chunk.at
+
+
+def _check_top_level(data: memoryview, start: int, end: int) -> None:
+    """rosbags' scan goes on past the data end record up to the summary (or footer): every record there
+    must be whole too, and no chunk may follow the data end (the salvage walk stops at it)."""
+    ended = False
+    for op, body, _ in _records(data, start, end):
+        if ended and op == _OP_CHUNK:
+            raise BadRecord(f"chunk record at offset {body - 9} after the data end record")
+        ended = ended or op == _OP_DATA_END
 
 
 def _check_data_section(data: memoryview, name: str) -> None:

@@ -1,7 +1,8 @@
 """Fuzz targets of the bag readers: what ``process-bag`` and ``bag-repair`` do with a hostile bag file.
 
 - ``mcap_bag``: small MCAP camera bags (3-frame chunks so there are several chunk indexes; uncompressed
-  with our CRCs, the same with the summary CRC zeroed as rosbags writes it, zstd-compressed) -> the file
+  with our CRCs, the same with the summary CRC zeroed as rosbags writes it, zstd-compressed, and that one
+  with a footer pointing at no summary, which rosbags reads by scanning the data section) -> the file
   checked and opened (``storage.open_reader``: ``mcap_summary``, then rosbags), every frame read and decoded
   as ``process-bag`` reads it (``bag_reader.FrameReader``: ``mcap_view`` zero-copy or compressed, the
   node's decoders), then the salvage walk ``bag-repair`` uses. Hot ranges: the summary section and the
@@ -114,7 +115,10 @@ def mcap_seeds(tmp: Path) -> list[bytes]:
     plain = _frames(tmp, "plain", "mcap", 8).read_bytes()
     no_crc = bytearray(plain)
     no_crc[len(no_crc) - 37 + 25:len(no_crc) - 37 + 29] = bytes(4)  # summary CRC 0, as rosbags writes it
-    return [plain, bytes(no_crc), _frames(tmp, "zstd", "mcap", 8, compressed=True).read_bytes()]
+    compressed = _frames(tmp, "zstd", "mcap", 8, compressed=True).read_bytes()
+    unindexed = bytearray(compressed)  # footer without a summary: rosbags scans the data section itself
+    unindexed[len(unindexed) - 37 + 9:len(unindexed) - 37 + 29] = bytes(20)
+    return [plain, bytes(no_crc), compressed, bytes(unindexed)]
 
 
 def mcap_hot(data: bytes) -> list[tuple[int, int]]:
