@@ -1,0 +1,358 @@
+"""ReservoirComputer: an echo state network whose recurrent product ``W_res x`` runs on the MatMul engine.
+
+Per step, with state ``x`` (N), input ``u`` (M) and leak rate ``a``::
+
+    h  = g * engine(x)            # W_res x on the Dense(N) template (Edge TPU or its CPU twin)
+    x' = (1 - a) x + a act(h + W_in u + b)           act: tanh | relu | identity
+    y  = W_out [1; u; x']         # ridge readout fitted on the CPU, optionally on a second engine
+
+``W_res`` (seeded, uniform, ``density`` of entries kept, scaled to ``spectral_radius``) is stored on the
+engine as ``W_res / g`` with ``g`` the smallest power of two that brings every entry inside the template's
+per-row int8 range (``g`` = 1 for dense reservoirs on the shipped templates), so no entry is clipped and ``/
+g``, ``* g`` are exact. The engine's error model then bounds one step: from the same ``x``, the quantized step
+differs from the float64 step of the same equations by at most ``a * g * engine.error_bound(x)`` per unit
+(tanh, relu and identity are 1-Lipschitz): :meth:`ReservoirComputer.step_bound`.
+
+LibrEdgeTPU's ``reservoir.py`` (public) was read for the facts; the readout here also sees ``[1; u]``, has a
+washout, refuses ill-posed fits (keeping the previous readout) and can be saved and loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from libredgetpu_ros.errors import ConfigError, InputError
+from libredgetpu_ros.matmul import MatMulEngine
+
+ACTIVATIONS = ("tanh", "relu", "identity")
+READOUT_FORMAT = "libredgetpu_ros.reservoir_readout.v1"
+MAX_READOUT_BYTES = 256 << 20
+
+
+@dataclass(frozen=True)
+class ReservoirConfig:
+    """The reservoir's hyper-parameters; with the template size they fix ``W_res``, ``W_in`` and ``b``."""
+
+    input_dim: int
+    spectral_radius: float = 0.9
+    input_scaling: float = 0.5
+    bias_scaling: float = 0.1
+    leak_rate: float = 1.0
+    activation: str = "tanh"
+    density: float = 1.0
+    seed: int = 0
+    ridge: float = 1e-6
+    washout: int = 100
+
+    def __post_init__(self) -> None:
+        checks = (
+            ("input_dim", self.input_dim >= 1, "an integer >= 1"),
+            ("spectral_radius", 0.0 < self.spectral_radius <= 10.0, "in (0, 10]"),
+            ("input_scaling", 0.0 <= self.input_scaling <= 100.0, "in [0, 100]"),
+            ("bias_scaling", 0.0 <= self.bias_scaling <= 100.0, "in [0, 100]"),
+            ("leak_rate", 0.0 < self.leak_rate <= 1.0, "in (0, 1]"),
+            ("activation", self.activation in ACTIVATIONS, f"one of {ACTIVATIONS}"),
+            ("density", 0.0 < self.density <= 1.0, "in (0, 1]"),
+            ("ridge", 0.0 <= self.ridge <= 1e6, "in [0, 1e6]"),
+            ("washout", self.washout >= 0, "an integer >= 0"),
+        )
+        for name, ok, expected in checks:
+            value = getattr(self, name)
+            if isinstance(value, float) and not math.isfinite(value):
+                ok = False
+            if not ok:
+                raise ConfigError(f"reservoir {name} must be {expected}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Readout:
+    """``y = weights @ [1; u; x]``: weights (K, 1 + M + N) float64, fitted on ``samples`` steps."""
+
+    weights: np.ndarray
+    samples: int
+    train_nrmse: float
+
+
+@dataclass(frozen=True)
+class FitReport:
+    samples: int  # steps used after the washout
+    washout: int
+    train_nrmse: float  # RMSE / std of the targets, averaged over outputs
+    readout_on_engine: bool
+
+
+def _activation(name: str):
+    if name == "tanh":
+        return np.tanh
+    if name == "relu":
+        return lambda v: np.maximum(v, 0.0)
+    return lambda v: v
+
+
+def _power_of_two_at_least(value: float) -> float:
+    return 1.0 if value <= 1.0 else float(2.0 ** math.ceil(math.log2(value)))
+
+
+def nrmse(prediction: np.ndarray, target: np.ndarray) -> float:
+    """Root mean square error over the targets' standard deviation, averaged over output columns."""
+    prediction = np.asarray(prediction, dtype=np.float64).reshape(len(target), -1)
+    target = np.asarray(target, dtype=np.float64).reshape(len(target), -1)
+    std = target.std(axis=0)
+    std[std == 0] = 1.0
+    return float(np.mean(np.sqrt(np.mean((prediction - target) ** 2, axis=0)) / std))
+
+
+class ReservoirComputer:
+    """Echo state network on a MatMul engine (module docstring); ``step`` is for one caller at a time."""
+
+    def __init__(self, engine: MatMulEngine, config: ReservoirConfig,
+                 readout_engine: MatMulEngine | None = None) -> None:
+        self.engine = engine
+        self.config = config
+        self.readout_engine = readout_engine
+        n, m = engine.rows, config.input_dim
+        if engine.rows != engine.cols:
+            raise ConfigError(f"the reservoir needs a square template, got ({engine.rows}, {engine.cols})")
+        rng = np.random.default_rng(config.seed)
+        w = rng.uniform(-1.0, 1.0, size=(n, n))
+        if config.density < 1.0:
+            w *= rng.random((n, n)) < config.density
+        radius = float(np.max(np.abs(np.linalg.eigvals(w))))
+        if radius == 0.0:
+            raise ConfigError(f"reservoir density {config.density} left W_res without eigenvalues; raise it")
+        # The reservoir IS this float32 matrix (so the float64 reference and the engine share it exactly).
+        self._w_res32 = (w * (config.spectral_radius / radius)).astype(np.float32)
+        self.input_weights = rng.uniform(-config.input_scaling, config.input_scaling, size=(n, m))
+        self.input_bias = rng.uniform(-config.bias_scaling, config.bias_scaling, size=n)
+        _, hi = engine.weight_range()
+        limit = hi.astype(np.float64)  # 127 * s_r, the smaller side of the symmetric range
+        self.gain = _power_of_two_at_least(float(np.max(np.abs(self._w_res32) / limit[:, None])))
+        engine.set_weights(self._w_res32 / np.float32(self.gain))  # exact: gain is a power of two
+        self._act = _activation(config.activation)
+        self._lock = threading.Lock()
+        self._state = np.zeros(n)
+        self._readout: Readout | None = None
+        self._readout_gain = 1.0
+
+    # -- shapes and state ------------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return self.engine.rows
+
+    @property
+    def reservoir_weights(self) -> np.ndarray:
+        """``W_res`` as float64 (the exact values the engine's weights are quantized from, times ``gain``)."""
+        return self._w_res32.astype(np.float64)
+
+    @property
+    def readout(self) -> Readout | None:
+        return self._readout
+
+    @property
+    def state(self) -> np.ndarray:
+        return self._state.copy()
+
+    def reset_state(self) -> None:
+        self._state = np.zeros(self.size)
+
+    def set_state(self, state: object) -> None:
+        """Restore a state saved with :attr:`state` (shape (N,), finite)."""
+        array = np.asarray(state, dtype=np.float64)
+        if array.shape != (self.size,) or not np.isfinite(array).all():
+            raise InputError(f"reservoir state must be {self.size} finite values, got shape {array.shape}")
+        self._state = array.copy()
+
+    # -- dynamics --------------------------------------------------------------------------------------
+    def _check_input(self, u: object) -> np.ndarray:
+        array = np.asarray(u, dtype=np.float64)
+        if array.shape != (self.config.input_dim,):
+            raise InputError(f"reservoir input has shape {array.shape}; expected ({self.config.input_dim},)")
+        if not np.isfinite(array).all():
+            raise InputError("reservoir input contains NaN/inf")
+        return array
+
+    def _advance(self, x: np.ndarray, u: np.ndarray) -> np.ndarray:
+        pre = self.gain * self.engine.matmul(x).astype(np.float64) + self.input_weights @ u + self.input_bias
+        a = self.config.leak_rate
+        return (1.0 - a) * x + a * self._act(pre)
+
+    def step(self, u: object) -> np.ndarray:
+        """Advance one step with input ``u`` (M,); returns the new state (N,). Bad input: InputError."""
+        u = self._check_input(u)
+        self._state = self._advance(self._state, u)
+        return self._state.copy()
+
+    def run(self, inputs: object, reset: bool = True) -> np.ndarray:
+        """States (T, N) for inputs (T, M), from zero (``reset``) or from the current state."""
+        sequence = self._check_sequence(inputs, "inputs", self.config.input_dim)
+        if reset:
+            self.reset_state()
+        states = np.empty((len(sequence), self.size))
+        x = self._state
+        for t, u in enumerate(sequence):
+            x = self._advance(x, u)
+            states[t] = x
+        self._state = x
+        return states
+
+    def step_bound(self, state: object) -> np.ndarray:
+        """Per-unit bound on |quantized step - float64 step| from the same ``state`` (int8 error model)."""
+        x = np.asarray(state, dtype=np.float64)
+        return self.config.leak_rate * self.gain * self.engine.error_bound(x).astype(np.float64)
+
+    # -- readout ---------------------------------------------------------------------------------------
+    def _check_sequence(self, values: object, name: str, width: int | None) -> np.ndarray:
+        try:
+            array = np.asarray(values, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"{name} is not a numeric array: {exc}") from exc
+        if array.ndim == 1 and width in (None, 1):
+            array = array[:, None]
+        if array.ndim != 2 or (width is not None and array.shape[1] != width):
+            want = f"(T, {width})" if width is not None else "(T, K)"
+            raise InputError(f"{name} has shape {array.shape}; expected {want}")
+        if not np.isfinite(array).all():
+            row = int(np.argwhere(~np.isfinite(array))[0][0])
+            raise InputError(f"{name} contains NaN/inf (first at step {row})")
+        return array
+
+    def features(self, inputs: np.ndarray, states: np.ndarray) -> np.ndarray:
+        """Readout features ``[1, u, x]`` per step, (T, 1 + M + N)."""
+        return np.hstack([np.ones((len(states), 1)), inputs, states])
+
+    def fit(self, inputs: object, targets: object, washout: int | None = None) -> FitReport:
+        """Drive from zero with ``inputs`` (T, M), drop ``washout`` steps, ridge-fit ``targets`` (T, K).
+
+        Refuses (InputError, previous readout kept) NaN/inf, mismatched lengths, or fewer samples after the
+        washout than features (1 + M + N): the readout would only memorise them.
+        """
+        u = self._check_sequence(inputs, "inputs", self.config.input_dim)
+        y = self._check_sequence(targets, "targets", None)
+        washout = self.config.washout if washout is None else int(washout)
+        if len(y) != len(u):
+            raise InputError(f"inputs have {len(u)} steps but targets {len(y)}")
+        features = 1 + self.config.input_dim + self.size
+        samples = len(u) - max(washout, 0)
+        if washout < 0 or samples < features:
+            raise InputError(f"fit needs at least {features} samples after the washout of {washout} "
+                             f"(1 + inputs + reservoir units), got {max(samples, 0)} of {len(u)} steps")
+        saved = self._state
+        states = self.run(u)
+        self._state = saved  # fitting does not disturb a running reservoir
+        x = self.features(u, states)[washout:]
+        target = y[washout:]
+        gram = x.T @ x
+        gram[np.diag_indices_from(gram)] += self.config.ridge * len(x)
+        try:
+            weights = np.linalg.solve(gram, x.T @ target).T
+        except np.linalg.LinAlgError as exc:
+            raise InputError(f"readout fit is singular ({exc}); raise ridge above "
+                             f"{self.config.ridge}") from exc
+        if not np.isfinite(weights).all():
+            raise InputError("readout fit produced NaN/inf weights; raise ridge or check the data")
+        train_error = nrmse(x @ weights.T, target)
+        self._install(Readout(weights, len(x), train_error), states[washout:])
+        return FitReport(len(x), washout, train_error, self.readout_engine is not None)
+
+    def _install(self, readout: Readout, states: np.ndarray | None = None) -> None:
+        """Make ``readout`` current (and upload its state part to the readout engine) in one assignment."""
+        k = readout.weights.shape[0]
+        gain = 1.0
+        if self.readout_engine is not None:
+            engine = self.readout_engine
+            if engine.rows < k or engine.cols < self.size:
+                raise ConfigError(f"readout engine ({engine.rows}, {engine.cols}) is smaller than the "
+                                  f"readout ({k} outputs, {self.size} units)")
+            w_state = readout.weights[:, 1 + self.config.input_dim:]
+            _, hi = engine.weight_range()
+            need = float(np.max(np.abs(w_state) / hi[:k, None].astype(np.float64)))
+            if states is not None:  # keep W x inside the engine's output range on the data it was fitted on
+                need = max(need, float(np.max(np.abs(states @ w_state.T))) / (0.9 * engine.quantization
+                                                                               .output_range()[1]))
+            gain = _power_of_two_at_least(need)
+            padded = np.zeros((engine.rows, engine.cols), dtype=np.float32)
+            padded[:k, : self.size] = w_state / gain
+            engine.set_weights(padded)
+        with self._lock:
+            self._readout, self._readout_gain = readout, gain
+
+    def output(self, u: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """The readout of state(s) ``x`` with input(s) ``u``: (K,) or (T, K)."""
+        with self._lock:
+            readout, gain = self._readout, self._readout_gain
+        if readout is None:
+            raise ConfigError("the reservoir has no readout yet: fit or load one first")
+        m = self.config.input_dim
+        w = readout.weights
+        direct = w[:, 0] + u @ w[:, 1:1 + m].T
+        if self.readout_engine is None:
+            return direct + x @ w[:, 1 + m:].T
+        k = w.shape[0]
+        on_engine = self.readout_engine.matmul(x).astype(np.float64)
+        return direct + gain * (on_engine[..., :k])
+
+    def predict(self, inputs: object, reset: bool = True) -> np.ndarray:
+        """Readout (T, K) over a sequence of inputs (T, M) (from zero when ``reset``)."""
+        u = self._check_sequence(inputs, "inputs", self.config.input_dim)
+        return self.output(u, self.run(u, reset=reset))
+
+    def step_predict(self, u: object) -> np.ndarray:
+        """One online step and its readout (K,)."""
+        u = self._check_input(u)
+        x = self._advance(self._state, u)
+        self._state = x
+        return self.output(u, x)
+
+    # -- persistence -----------------------------------------------------------------------------------
+    def identity(self) -> dict[str, Any]:
+        """What a saved readout must match: the template size and the whole configuration."""
+        return {"size": self.size, **asdict(self.config)}
+
+    def save_readout(self, path: str | Path) -> None:
+        """Write the readout and what it was fitted for to ``path`` (.npz, no pickles), atomically."""
+        readout = self._readout
+        if readout is None:
+            raise ConfigError("no readout to save: fit or load one first")
+        path = Path(path)
+        meta = {"format": READOUT_FORMAT, "samples": readout.samples, "train_nrmse": readout.train_nrmse,
+                **self.identity()}
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as handle:
+            np.savez(handle, weights=readout.weights, meta=np.array(json.dumps(meta)))
+        tmp.replace(path)
+
+    def load_readout(self, path: str | Path) -> Readout:
+        """Load a readout saved by :meth:`save_readout` for the same reservoir; InputError, old one kept."""
+        path = Path(path)
+        try:
+            if path.stat().st_size > MAX_READOUT_BYTES:
+                raise InputError(f"{path}: {path.stat().st_size} bytes is over the {MAX_READOUT_BYTES} limit")
+            with np.load(path, allow_pickle=False) as data:
+                weights = np.array(data["weights"], dtype=np.float64)
+                meta = json.loads(str(data["meta"]))
+        except (OSError, KeyError, ValueError, TypeError) as exc:
+            raise InputError(f"{path}: not a reservoir readout file: {exc}") from exc
+        if not isinstance(meta, dict) or meta.get("format") != READOUT_FORMAT:
+            raise InputError(f"{path}: format is {meta.get('format') if isinstance(meta, dict) else meta!r}, "
+                             f"expected {READOUT_FORMAT}")
+        for key, value in self.identity().items():
+            if key in ("ridge", "washout"):
+                continue  # fitting choices: the reservoir itself is the same
+            if meta.get(key) != value:
+                raise InputError(f"{path}: readout was fitted for {key}={meta.get(key)!r}, this reservoir "
+                                 f"has {value!r}")
+        expected = 1 + self.config.input_dim + self.size
+        if weights.ndim != 2 or weights.shape[1] != expected or not 1 <= weights.shape[0] <= 65536:
+            raise InputError(f"{path}: readout weights have shape {weights.shape}; expected (K, {expected})")
+        if not np.isfinite(weights).all():
+            raise InputError(f"{path}: readout weights contain NaN/inf")
+        readout = Readout(weights, int(meta.get("samples", 0)), float(meta.get("train_nrmse", float("nan"))))
+        self._install(readout)
+        return readout
