@@ -1,5 +1,5 @@
-"""``libredgetpu-ros robotics`` and ``retarget``: JSON per image, one-line errors with exit 2, retargeted files
-byte-exact against the compiled colour variants (every ordered pair of the 7 and the 128x128 red)."""
+"""``libredgetpu-ros robotics`` and ``retarget``: JSON per image, one-line errors with exit 2, retargeted
+files byte-exact against the compiled colour variants (every ordered pair of the 7 and the 128x128 red)."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ def _run_json(capsys, argv: list[str]) -> dict:
 
 def test_spot_json_per_image_and_colour_swap(tmp_path, capsys) -> None:
     left, right = _spot(tmp_path / "l.png", 12, 31), _spot(tmp_path / "r.png", 52, 31, (0, 255, 0))
-    report = _run_json(capsys, ["robotics", "spot", "--model", "color_red_64x64", "--backend", "cpu", "--json",
-                                left, right])
+    report = _run_json(capsys, ["robotics", "spot", "--model", "color_red_64x64", "--backend", "cpu",
+                                "--json", left, right])
     assert report["module"] == "spot" and report["backend"] == "cpu" and len(report["results"]) == 2
     assert report["results"][0]["x_offset"] < -0.4 and report["results"][0]["image"] == left
     report = _run_json(capsys, ["robotics", "spot", "--model", "color_red_64x64", "--backend", "cpu",
@@ -53,7 +53,8 @@ def test_pattern_and_looming_json(tmp_path, capsys, fixture_path) -> None:
                                 "--template", patch, "--json", image])
     found = report["results"][0]
     assert abs(found["x"] - (x + 3.5)) <= 2 and abs(found["y"] - (y + 3.5)) <= 2
-    frames = [_write(tmp_path / f"f{i}.png", np.full((64, 64), 100 + 20 * (i % 2), np.uint8)) for i in range(3)]
+    frames = [_write(tmp_path / f"f{i}.png", np.full((64, 64), 100 + 20 * (i % 2), np.uint8))
+              for i in range(3)]
     report = _run_json(capsys, ["robotics", "looming", "--model", "looming_64x64_3x3", "--backend", "cpu",
                                 "--fps", "10", "--json", *frames])
     assert [len(r["zones"]) for r in report["results"]] == [3, 3, 3]
@@ -67,8 +68,8 @@ def test_pattern_and_looming_json(tmp_path, capsys, fixture_path) -> None:
     (["robotics", "spot", "--model", "color_red_64x64", "--backend", "cpu", "missing.png"], "missing.png"),
     (["robotics", "spot", "--model", "bright_64x64", "--backend", "cpu", "--color", "1", "0", "0", "IMG"],
      "brightness"),
-    (["robotics", "spot", "--model", "color_red_64x64", "--backend", "cpu", "--color", "nan", "0", "0", "IMG"],
-     "nan"),
+    (["robotics", "spot", "--model", "color_red_64x64", "--backend", "cpu", "--color", "nan", "0", "0",
+      "IMG"], "nan"),
     (["robotics", "pattern", "--model", "pattern_64x64_8x8_1ch", "--backend", "cpu", "--template", "IMG",
       "IMG"], "shape"),
     (["robotics", "pattern", "--model", "pattern_64x64_8x8_1ch", "--backend", "edgetpu", "--template", "IMG",
@@ -118,12 +119,14 @@ def test_retarget_colour_pairs_byte_exact(tmp_path, capsys, loaded, target) -> N
 def test_retarget_128_red_and_the_result_runs(tmp_path, capsys) -> None:
     src = load_template("color_red_128x128")
     out = tmp_path / "blue128_edgetpu.tflite"
-    _run_json(capsys, ["retarget", "color_red_128x128", "--color", "-0.5", "-0.5", "1", "-o", str(out), "--json"])
+    _run_json(capsys, ["retarget", "color_red_128x128", "--color", "-0.5", "-0.5", "1", "-o", str(out),
+                       "--json"])
     written = load_model(out)
     package = written.darwinn(written.edgetpu_ops()[0])
     pc = np.frombuffer(package.parameter_caching.parameters, np.uint8)
     assert (pc[:3] ^ 0x80).view(np.int8).tolist() == [-64, -64, 127]
-    np.testing.assert_array_equal(np.frombuffer(package.execution_only.parameters, np.uint8), src.blobs()["eo"])
+    eo = np.frombuffer(package.execution_only.parameters, np.uint8)
+    np.testing.assert_array_equal(eo, src.blobs()["eo"])
     with SpotTracker(load_template(out), backend="cpu") as tracker:
         image = np.zeros((128, 128, 3), np.uint8)
         cv2.circle(image, (100, 30), 8, (0, 0, 255), -1)
