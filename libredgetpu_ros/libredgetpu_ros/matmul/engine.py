@@ -1,14 +1,15 @@
 """MatMulEngine: ``y = W x (+ b)`` on a compiled Dense(N) template whose weights can be swapped at runtime.
 
 New float weights are quantized with the template's per-row scales, laid out as the DarwiNN parameter blob
-in NumPy (no compiler), and published by one reference assignment of an immutable state; readers take one
-snapshot per call, so every result comes from exactly one weight version.
+in NumPy (no compiler), and published through ``reparam.ParameterStore`` (the one re-parameterisation
+mechanism, shared with the robotics modules' colour / template swaps): one reference assignment of an
+immutable version after the runner uploaded it; readers take one snapshot per call, so every result comes
+from exactly one weight version.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from libredgetpu_ros.matmul.quantize import (
 from libredgetpu_ros.matmul.runners import Runner, runner_factory
 from libredgetpu_ros.matmul.template import DenseTemplate, load_template
 from libredgetpu_ros.matmul.twin import DenseQuantization, dense_uint8, dequantize, quantize_input
+from libredgetpu_ros.reparam import ParameterSet, ParameterStore
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +59,9 @@ class SwapReport:
 
 @dataclass(frozen=True, eq=False)
 class _State:
-    version: int
+    """What the engine keeps with one parameter version (the ParameterSet's payload)."""
+
     weights: np.ndarray  # int8 (rows, cols), read-only
-    blob: np.ndarray  # uint8 parameter blob, read-only
     bias: np.ndarray | None  # float32 (rows,), read-only
     row_error: np.ndarray  # float64 (rows,): max |W - dequantized W| per row
     # Float64 copy of ``weights`` for the CPU twin, filled on first use (a race just computes it twice).
@@ -71,6 +73,16 @@ class _State:
             dense = self.weights.astype(np.float64)
             self.cache["f64"] = dense
         return dense
+
+
+class _RunnerTarget:
+    """The runner as a ``reparam`` target: a new version is uploaded before it is published."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+
+    def prepare(self, parameters: ParameterSet) -> None:
+        self.runner.upload(parameters.blob("pc"), parameters.version)
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:
@@ -105,13 +117,15 @@ class MatMulEngine:
         self.backend: str = backend
         self._multipliers = template.quant.multipliers()
         self._scales = template.quant.weight_scales.astype(np.float32)
-        self._swap_lock = threading.Lock()
         blob = _read_only(build_blob(template.weights, template.overhead))
-        self._state = _State(0, template.weights, blob, None, np.zeros(template.rows))
+        # The one re-parameterisation mechanism (reparam/): versions of the blob + this engine's payload.
+        initial = _State(template.weights, None, np.zeros(template.rows))
+        self._store = ParameterStore({"pc": blob}, payload=initial)
         # None: the integer CPU twin below; else the family's runner (matmul/runners.py registry).
         self._runner: Runner | None = factory(template, device)
         if self._runner is not None:
             self._runner.upload(blob, 0)
+            self._store.add_target(_RunnerTarget(self._runner))
 
     @classmethod
     def from_template(cls, template: int | str | Path, backend: Backend = "auto", device: Any = None,
@@ -130,7 +144,7 @@ class MatMulEngine:
 
     @property
     def version(self) -> int:
-        return self._state.version
+        return self._store.version
 
     def weight_range(self) -> tuple[np.ndarray, np.ndarray]:
         """Per-row (min, max) representable weights: ``-128 * s_r`` and ``127 * s_r``."""
@@ -138,14 +152,15 @@ class MatMulEngine:
 
     def get_weights(self) -> tuple[np.ndarray, np.ndarray | None, int]:
         """(dequantized float32 W, bias or None, version), all from one snapshot."""
-        state = self._state
+        params = self._store.current
+        state = params.payload
         weights = state.weights.astype(np.float32) * self._scales[:, None]
-        return weights, None if state.bias is None else state.bias.copy(), state.version
+        return weights, None if state.bias is None else state.bias.copy(), params.version
 
     def current_blob(self) -> tuple[np.ndarray, int]:
         """(read-only parameter blob, version) of the active weights."""
-        state = self._state
-        return state.blob, state.version
+        params = self._store.current
+        return params.blob("pc"), params.version
 
     # -- swapping --------------------------------------------------------------------------------------
     def set_weights(self, weights: object, bias: object | None = None, dry_run: bool = False) -> SwapReport:
@@ -194,14 +209,10 @@ class MatMulEngine:
         blob = _read_only(build_blob(values, self.template.overhead) if blob is None else blob)
         t3 = time.perf_counter()
         if dry_run:
-            version = self._state.version
-        else:
-            with self._swap_lock:
-                version = self._state.version + 1
-                new = _State(version, values, blob, bias, quantized.row_error)
-                if self._runner is not None:  # a failed upload raises before the new state is visible
-                    self._runner.upload(blob, version)
-                self._state = new  # the swap: one reference assignment
+            version = self._store.version
+        else:  # a failed upload raises inside publish, before the new version is visible
+            payload = _State(values, bias, quantized.row_error)
+            version = self._store.publish(blobs={"pc": blob}, payload=payload).version
         t4 = time.perf_counter()
         timings = {"validate": _ms(t0, t1), "quantize": _ms(t1, t2), "blob": _ms(t2, t3), "swap": _ms(t3, t4),
                    "total": _ms(t0, t4)}
@@ -225,17 +236,18 @@ class MatMulEngine:
     def matmul_versioned(self, x: object) -> tuple[np.ndarray, int]:
         """``(W x + b, version)`` for x of shape (cols,), or a batch (k, cols) -> (k, rows)."""
         batch, single = self._inputs(x)
-        state = self._state  # the one snapshot this call uses
+        params = self._store.current  # the one snapshot this call uses
+        state = params.payload
         quant = self.quantization
         xq = quantize_input(batch, quant)
         if self._runner is not None:
-            yq = self._runner.run(state.blob, state.version, xq)
+            yq = self._runner.run(params.blob("pc"), params.version, xq)
         else:
             yq = dense_uint8(state.dense_f64(), xq, quant, self._multipliers)
         y = dequantize(yq, quant.output_scale, quant.output_zero_point)
         if state.bias is not None:
             y += state.bias
-        return (y[0] if single else y), state.version
+        return (y[0] if single else y), params.version
 
     def matmul(self, x: object) -> np.ndarray:
         """``W x + b`` for x of shape (cols,), or a batch (k, cols) -> (k, rows)."""
@@ -250,7 +262,7 @@ class MatMulEngine:
         saturate (|y| within :attr:`quantization` ``.output_range()``).
         """
         batch, single = self._inputs(x)
-        state = self._state
+        state = self._store.current.payload
         quant = self.quantization
         x_hat = dequantize(quantize_input(batch, quant), quant.input_scale, quant.input_zero_point)
         input_error = np.abs(batch.astype(np.float64) - x_hat)
