@@ -60,11 +60,12 @@ def run(args: argparse.Namespace) -> int:
                           session_timeout=args.session_timeout,
                           memory_budget=int(args.memory_budget_mb * MiB))
     core = WorkerCore(config, wire, key)
-    if key is None and not _loopback(args.host):
-        print(f"warning: tt-worker bound to {args.host} without --key: anyone who can reach this port can "
-              "assign models and read weights (use --key on robot networks)", file=sys.stderr, flush=True)
 
     def ready(addr: tuple[str, int]) -> None:
+        if key is None and not _loopback(args.host):  # bound: say so once, before serving anyone
+            print(f"warning: tt-worker bound to {args.host} without --key: anyone who can reach this port "
+                  "can assign models and read weights (use --key on robot networks)", file=sys.stderr,
+                  flush=True)
         if args.json:
             print(json.dumps({"listening": {"host": addr[0], "port": addr[1]}}), flush=True)
         else:

@@ -41,6 +41,7 @@ class ImpairmentProxy:
         self.stats: Counter = Counter()
         self._client: tuple | None = None
         self._front = self._back = None
+        self._closed = False  # datagrams still delayed when the proxy closes are dropped
         self._held: dict[str, tuple[bytes, asyncio.TimerHandle] | None] = {"up": None, "down": None}
 
     async def start(self) -> tuple[str, int]:
@@ -52,6 +53,7 @@ class ImpairmentProxy:
         return self._front.get_extra_info("sockname")[:2]
 
     def close(self) -> None:
+        self._closed = True
         for held in self._held.values():
             if held is not None:
                 held[1].cancel()
@@ -68,6 +70,8 @@ class ImpairmentProxy:
             self._impair("down", data)
 
     def _send(self, direction: str, data: bytes) -> None:
+        if self._closed:
+            return
         if direction == "up":
             self._back.sendto(data, self.upstream)
         elif self._client is not None:
