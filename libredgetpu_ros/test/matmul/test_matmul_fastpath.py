@@ -9,6 +9,7 @@ from libredgetpu_ros.matmul import MatMulEngine, fastpath
 from libredgetpu_ros.matmul.blob import build_blob
 from libredgetpu_ros.matmul.quantize import quantize_rows
 from libredgetpu_ros.matmul.template import load_template
+from libredgetpu_ros.matmul.twin import dense_uint8, exact_float_dtype
 
 SIZES = (256, 512, 1024)
 
@@ -112,3 +113,21 @@ def test_engine_reports_match_either_path(fixture_path):
         with pytest.raises(WeightsError, match="NaN"):
             engine.set_weights(np.full((256, 256), np.nan))
         assert engine.version == 2
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_float32_twin_is_exact_up_to_the_largest_sums(n, fixture_path):
+    # float32 BLAS holds every partial sum exactly when |sum| <= 2**24: the extreme matrices reach it at 1024.
+    template = load_template(fixture_path(f"matmul/dense_{n}_edgetpu.tflite"))
+    quant = template.quant
+    assert exact_float_dtype(n, quant.input_zero_point) is np.float32
+    assert exact_float_dtype(2048, quant.input_zero_point) is np.float64
+    rng = np.random.default_rng(n)
+    weights = np.vstack([np.full((1, n), -128), np.full((1, n), 127),
+                         rng.integers(-128, 128, (n - 2, n))]).astype(np.int8)
+    xq = np.vstack([np.zeros((1, n)), np.full((1, n), 255), rng.integers(0, 256, (6, n))]).astype(np.uint8)
+    as64 = dense_uint8(weights.astype(np.float64), xq, quant)
+    assert np.array_equal(dense_uint8(weights.astype(np.float32), xq, quant), as64)
+    assert np.array_equal(dense_uint8(weights, xq, quant), as64)
+    acc = (xq.astype(np.int64) - quant.input_zero_point) @ weights.T.astype(np.int64)
+    assert np.abs(acc).max() >= n * 127 * 127  # the extremes really were exercised
