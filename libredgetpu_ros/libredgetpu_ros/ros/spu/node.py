@@ -11,6 +11,13 @@
   declared order). A violation is rejected with the rule broken (logged, counted in ``/diagnostics``),
   never reordered, and leaves the engine and the runner as they were.
 - ``~/reset`` (std_srvs/Trigger) resets the SPU and drops partial sequences; latched values are sent again.
+- Rejections are logged at most once per cause per ``_LOG_PERIOD_S`` (with the count so far); every one is
+  counted in diagnostics.
+- A femtorun-valid spec whose outputs femtorun's ``recv`` cannot serve (an output no sequence produces, one
+  with two producers, one that also feeds another sequence) runs: the engine's ``take_ready`` serves every
+  output with one producer, chained ones included; outputs without one producer are never published,
+  named at configure (WARN) and in diagnostics (``never_published``). Any sequence or runner error while
+  completing a sequence is counted, the SPU is reset (latched values re-sent) and the next input is served.
 - configure loads the IOSpec and opens the runner; cleanup closes them. One single-threaded executor: the
   callbacks never run concurrently, so engine and runner need no lock.
 """
@@ -43,8 +50,10 @@ from libredgetpu_ros.ros.lifecycle import TeardownOnCleanup
 from libredgetpu_ros.ros.spinning import destroy_entities, run_lifecycle_node_main
 from libredgetpu_ros.ros.spu.io import topic_names, values_of, vector_msg
 from libredgetpu_ros.ros.spu.params import LATCHED_PREFIX, PARAM_TABLE, SpuConfig
+from libredgetpu_ros.textdata import clip
 
 NODE_NAME = "spu"
+_LOG_PERIOD_S = 10.0  # one WARN line per rejection cause per period; diagnostics carry every count
 
 
 class SpuNode(TeardownOnCleanup, LifecycleNode):
@@ -69,7 +78,8 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
         self._entities: list[Any] = []
         self._diag_pub: Any = None
         self.counters = diagnostics.Counters()
-        self.last_rejection = ""
+        self._log_limit = diagnostics.LogLimiter(_LOG_PERIOD_S)
+        self.last_rejection = self.last_fault = ""
         self.rejected = 0
         self._rejections_at_last_report = 0
 
@@ -99,7 +109,8 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
         self._entities = [self.create_service(Trigger, "~/reset", self._on_reset),
                           self.create_timer(cfg.diagnostics_period, self._publish_diagnostics)]
         self.counters = diagnostics.Counters()
-        self.last_rejection, self.rejected, self._rejections_at_last_report = "", 0, 0
+        self._log_limit = diagnostics.LogLimiter(_LOG_PERIOD_S)
+        self.last_rejection, self.last_fault, self.rejected, self._rejections_at_last_report = "", "", 0, 0
         self._latched = {}
         for vec in spec.latched_inputs():
             name = LATCHED_PREFIX + vec.name
@@ -117,6 +128,11 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
                 self.teardown()
                 return TransitionCallbackReturn.FAILURE
         streaming = [v.name for v in spec.streaming_inputs()]
+        if engine.unservable:
+            self.get_logger().warning(
+                f"outputs {clip(list(engine.unservable))} have no single producing sequence in "
+                f"{spec.origin}: they are never published (femtorun accepts the spec; its recv fails on "
+                "them)")
         self.get_logger().info(
             f"configured: {spec.origin} on runner {runner.describe()}; streaming {streaming}, latched "
             f"{list(self._latched)}, outputs {list(self._outputs)}, strict={cfg.strict}")
@@ -192,10 +208,21 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
     # ----- inputs ---------------------------------------------------------------------------------
 
     def _reject(self, cause: str, text: str) -> None:
-        self.counters.add(f"rejected.{cause}")
+        count = self.counters.add(f"rejected.{cause}")
         self.rejected += 1
-        self.last_rejection = text
-        self.get_logger().warning(f"rejected ({cause}): {text}")
+        self.last_rejection = clip(text, 300)
+        if self._log_limit.due(cause):
+            self.get_logger().warning(f"rejected ({cause}, {count} so far; one line per cause per "
+                                      f"{_LOG_PERIOD_S:g} s): {self.last_rejection}")
+
+    def _fault(self, counter: str, text: str) -> None:
+        """A sequence or runner error while completing a sequence: counted, logged (rate-limited), the SPU
+        reset with the latched values re-sent; the next input is served from a clean state."""
+        count = self.counters.add(counter)
+        self.last_fault = clip(text, 300)
+        if self._log_limit.due(counter):
+            self.get_logger().error(f"{self.last_fault} ({counter}: {count} so far); resetting the SPU")
+        self._reset_spu()
 
     def _send(self, name: str, values: np.ndarray, what: str) -> list | None:
         """Check, quantize, pass the engine then the runner; None when rejected (state unchanged)."""
@@ -215,9 +242,7 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
         try:
             runner.send(name, q)
         except LibrEdgeTpuError as exc:  # engine and runner disagree now: start both again
-            self.counters.add("runner_errors")
-            self.get_logger().error(f"runner failed on {what}: {exc}; resetting the SPU")
-            self._reset_spu()
+            self._fault("runner_errors", f"runner failed on {what}: {exc}")
             return None
         self.counters.add("inputs_accepted")
         return fired
@@ -237,22 +262,25 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
         fired = self._send(name, values_of(msg), f"input {name!r}")
         if not fired:
             return
-        ready = self._engine.recv()
+        try:
+            ready = self._engine.take_ready()
+        except SpuSequenceError as exc:  # take_ready never raises today; a fault here must not kill the node
+            self._fault("sequence_errors", f"sequence error after input {name!r}: {exc}")
+            return
         if not ready:
             return
         try:
             produced = self._runner.recv()
-        except LibrEdgeTpuError as exc:
-            self.counters.add("runner_errors")
-            self.get_logger().error(f"runner recv failed: {exc}; resetting the SPU")
-            self._reset_spu()
+        except LibrEdgeTpuError as exc:  # SpuSequenceError from a runner's engine included
+            self._fault("runner_errors", f"runner recv failed: {exc}")
             return
         for out in ready:
             vec = self._outputs[out]
             q = produced.get(out)
             if q is None:
                 self.counters.add("runner_errors")
-                self.get_logger().error(f"runner produced no {out!r} although its sequence completed")
+                if self._log_limit.due("missing_output"):
+                    self.get_logger().error(f"runner produced no {out!r} although its sequence completed")
                 continue
             self._out_pubs[out].publish(vector_msg(msg.header.stamp, msg.header.frame_id,
                                                    dequantize(np.asarray(q)[: vec.length], vec)))
@@ -295,11 +323,14 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
             "latched_updates": self.counters.get("latched_updates"),
             "rejected": self.rejected, "resets": self.counters.get("resets"),
             "runner_errors": self.counters.get("runner_errors"),
+            "sequence_errors": self.counters.get("sequence_errors"),
+            "never_published": ", ".join(self._engine.unservable) if self._engine else "",
         }
         for rule in ("bad_input", "declared-order", "unread-outputs", "too-many-inputs", "not-an-input",
                      "unknown-name", "output-producers"):
             values[f"rejected.{rule}"] = self.counters.get(f"rejected.{rule}")
         values["last_rejection"] = self.last_rejection
+        values["last_fault"] = self.last_fault
         return values
 
     def _publish_diagnostics(self) -> None:
@@ -308,7 +339,8 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
         total = self.rejected
         new = total - self._rejections_at_last_report
         self._rejections_at_last_report = total
-        level = diagnostics.WARN if new or self.counters.get("runner_errors") else diagnostics.OK
+        faults = self.counters.get("runner_errors") + self.counters.get("sequence_errors")
+        level = diagnostics.WARN if new or faults else diagnostics.OK
         message = f"{new} input(s) rejected: {self.last_rejection}" if new else "running"
         status = diagnostics.status(f"{self.get_fully_qualified_name()}: spu", self._runner.name
                                     if self._runner else "", level, message, self.diagnostics_values())

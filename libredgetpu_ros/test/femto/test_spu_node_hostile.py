@@ -1,0 +1,186 @@
+"""The SPU node in its own process, started with the installed ``config/spu.yaml``, on femtorun-valid specs
+that femtorun's own ``recv`` cannot serve (issue 21 items 1 and 9).
+
+The spec has an output no sequence produces (``Z``), an output that feeds another sequence (``M`` ->
+``chain`` -> ``P``) and a latched input ``latchedC`` of length 6 (the installed config pinned
+``latched.latchedC`` to 4 values, which failed configure). Before: configure and activate succeeded and the
+first B killed the process (``SpuSequenceError`` from ``engine.recv()`` in the callback, exit 1). Now the
+node runs: A, M and P are published with B's stamp and the reference runner's values, Z is named in
+diagnostics as never published, and it keeps answering. A flood of bad inputs is counted one by one in
+diagnostics but logged once per cause per period.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+import libredgetpu_ros
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
+NS = "/spu_hostile"
+FQN = f"{NS}/spu"
+SCALE = 2.0 ** -8
+OUTPUTS = ("A", "M", "P", "Z")
+FLOOD = 60
+
+
+def _vec(name: str, kind: str, length: int = 6) -> dict:
+    return {"type": kind, "varname": name, "length": length, "precision": 16, "padded_length": 8,
+            "quantization": {"scale": SCALE, "zero_pt": 0}, "comments": {}}
+
+
+def write_program(tmp: Path) -> tuple[Path, Path]:
+    seq = {"type": "simple_sequence", "comments": {}}
+    spec = {"inputs": {"B": _vec("B", "input"), "latchedC": _vec("latchedC", "input")},
+            "outputs": {n: _vec(n, "output") for n in OUTPUTS},
+            "simple_sequences": {"main": {**seq, "inputs": ["B"], "outputs": ["A", "M"]},
+                                 "chain": {**seq, "inputs": ["M"], "outputs": ["P"]},
+                                 "latch": {**seq, "inputs": ["latchedC"], "outputs": []}},
+            "complex_sequences": {}}
+    program = {"outputs": {
+        "A": {"terms": [{"input": "B", "weight": 1.0}, {"input": "latchedC", "weight": 1.0}]},
+        "M": {"terms": [{"input": "B", "weight": 2.0}]},
+        "P": {"terms": [{"input": "B", "weight": -1.0}], "bias": 0.5}}}
+    (tmp / "spec.yaml").write_text(yaml.safe_dump(spec))
+    (tmp / "program.yaml").write_text(yaml.safe_dump(program))
+    return tmp / "spec.yaml", tmp / "program.yaml"
+
+
+class Client:
+    def __init__(self, ros_env: Any) -> None:
+        from diagnostic_msgs.msg import DiagnosticArray
+        from lifecycle_msgs.srv import ChangeState
+        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+        from sensor_msgs.msg import JointState
+
+        self.node, self.executor = ros_env.probe("spu_hostile_client")
+        self.JointState, self.ChangeState = JointState, ChangeState
+        self.outputs: dict[str, list] = {n: [] for n in OUTPUTS}
+        self.diag: list[dict] = []
+        self.lock = threading.Lock()
+        qos = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
+        self.pub_b = self.node.create_publisher(JointState, f"{FQN}/in/B", qos)
+        self.pub_c = self.node.create_publisher(JointState, f"{FQN}/in/latchedC", QoSProfile(
+            depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL))
+        for name in OUTPUTS:
+            self.node.create_subscription(JointState, f"{FQN}/out/{name}", self._recorder(name), qos)
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 50)
+        self.change_state = self.node.create_client(ChangeState, f"{FQN}/change_state")
+        self.thread = threading.Thread(target=self._spin, daemon=True)
+        self.thread.start()
+
+    def _spin(self) -> None:
+        from rclpy.executors import ExternalShutdownException
+
+        with contextlib.suppress(ExternalShutdownException):
+            self.executor.spin()
+
+    def _recorder(self, name: str):
+        def record(msg: Any) -> None:
+            with self.lock:
+                self.outputs[name].append((msg.header.stamp.nanosec, np.array(msg.position)))
+        return record
+
+    def _on_diag(self, msg: Any) -> None:
+        for status in msg.status:
+            if status.name.startswith(FQN):
+                with self.lock:
+                    self.diag.append({kv.key: kv.value for kv in status.values})
+
+    def transition(self, transition_id: int) -> bool:
+        assert self.change_state.wait_for_service(timeout_sec=15.0)
+        req = self.ChangeState.Request()
+        req.transition.id = transition_id
+        future = self.change_state.call_async(req)
+        deadline = time.monotonic() + 15.0
+        while not future.done() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return bool(future.done() and future.result().success)
+
+    def send(self, pub: Any, values: list[float], stamp_ns: int) -> None:
+        msg = self.JointState()
+        msg.header.stamp.nanosec = stamp_ns
+        msg.position = [float(x) for x in values]
+        pub.publish(msg)
+
+    def wait(self, predicate, what: str, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                if predicate():
+                    return
+            time.sleep(0.02)
+        last = self.diag[-1] if self.diag else None
+        raise AssertionError(f"timed out waiting for {what}; last diag {last}")
+
+    def last(self, key: str) -> str:
+        return self.diag[-1].get(key, "") if self.diag else ""
+
+
+def test_spu_node_runs_specs_femtorun_recv_cannot_serve(ros_env, tmp_path: Path) -> None:
+    from libredgetpu_ros.femto import load_iospec
+    from libredgetpu_ros.femto.reference import ReferenceRunner
+    from libredgetpu_ros.femto.vectors import dequantize, prepare_input
+
+    spec_path, program_path = write_program(tmp_path)
+    installed = Path(libredgetpu_ros.__file__).resolve().parents[1] / "config" / "spu.yaml"  # as installed
+    proc = ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.ros.spu.node", "--ros-args",
+                          "--params-file", str(installed), "-r", f"__ns:={NS}", "-p", f"iospec:={spec_path}",
+                          "-p", f"program:={program_path}", "-p", "diagnostics_period:=0.1",
+                          "-p", "qos_depth:=200"], "spu")
+    c = Client(ros_env)
+    assert c.transition(1), "configure failed (installed spu.yaml pinned latched.latchedC to 4 values?)"
+    assert c.transition(3)
+    c.wait(lambda: c.diag, "diagnostics")
+    assert c.last("never_published") == "Z"
+
+    spec = load_iospec(spec_path)
+    ref = ReferenceRunner(spec, program_path)
+    ref.reset()
+    vecs = {v.name: v for v in spec.inputs.values()}
+    outs = {v.name: v for v in spec.outputs.values()}
+
+    def ref_send(name: str, values: list[float]) -> dict[str, np.ndarray]:
+        ref.send(name, prepare_input(np.array(values), vecs[name]))
+        return {n: dequantize(q[:6], outs[n]) for n, q in ref.recv().items()}
+
+    c.send(c.pub_c, [0.25] * 6, 1)
+    ref_send("latchedC", [0.25] * 6)
+    c.wait(lambda: c.last("latched_updates") == "2", "latched value (1: the zeros at configure)")
+    rng = np.random.default_rng(3)
+    for i in range(4):
+        b = np.round(rng.uniform(-2, 2, 6), 2).tolist()
+        c.send(c.pub_b, b, 100 + i)  # before the fix: the first B killed the node (exit 1)
+        want = ref_send("B", b)
+        assert sorted(want) == ["A", "M", "P"]
+        c.wait(lambda i=i: all(len(c.outputs[n]) > i for n in ("A", "M", "P")), f"outputs of B {i}")
+        assert proc.poll() is None
+        for name in ("A", "M", "P"):
+            stamp, values = c.outputs[name][i]
+            assert stamp == 100 + i
+            np.testing.assert_allclose(values, want[name], atol=0)
+    assert c.outputs["Z"] == []
+    assert c.last("sequence_errors") == "0" and c.last("runner_errors") == "0"
+
+    # A flood of bad inputs (wrong length): every one counted, the log gets one line for the cause.
+    for i in range(FLOOD):
+        c.send(c.pub_b, [1.0] * 5, 1000 + i)
+    c.wait(lambda: c.last("rejected.bad_input") == str(FLOOD), "the flood counted")
+    c.send(c.pub_b, [1.0] * 6, 2000)  # and the next good input is answered
+    c.wait(lambda: len(c.outputs["A"]) == 5, "output after the flood")
+    assert proc.poll() is None
+    assert c.transition(4) and c.transition(2)
+    log = (ros_env.work_dir / "spu.log").read_text(errors="replace")
+    lines = [line for line in log.splitlines() if "rejected (bad_input" in line]
+    assert 1 <= len(lines) <= 2, lines[:5]  # before: one WARN per rejected input (60)
+    assert "outputs ['Z'] have no single producing sequence" in log
