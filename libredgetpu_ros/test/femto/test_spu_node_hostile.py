@@ -184,3 +184,46 @@ def test_spu_node_runs_specs_femtorun_recv_cannot_serve(ros_env, tmp_path: Path)
     lines = [line for line in log.splitlines() if "rejected (bad_input" in line]
     assert 1 <= len(lines) <= 2, lines[:5]  # before: one WARN per rejected input (60)
     assert "outputs ['Z'] have no single producing sequence" in log
+
+
+def test_sequence_error_while_completing_is_counted_and_the_node_recovers(ros_env, tmp_path: Path,
+                                                                          monkeypatch) -> None:
+    """In-process: a SpuSequenceError raised while the outputs of a completed sequence are collected (the
+    path that used to end the process) is counted in diagnostics, the SPU is reset, the next input served."""
+    import libredgetpu_ros.ros.spu.node as node_module
+    from libredgetpu_ros.errors import SpuSequenceError
+    from libredgetpu_ros.femto.engine import SequenceEngine
+    from rclpy.parameter import Parameter
+    from sensor_msgs.msg import JointState
+
+    spec_path, program_path = write_program(tmp_path)
+    real_take = SequenceEngine.take_ready
+    calls = []
+
+    def flaky_take(self):
+        calls.append(1)
+        if len(calls) == 1:
+            raise SpuSequenceError("injected", kind="AssertionError", rule="output-producers")
+        return real_take(self)
+
+    monkeypatch.setattr(SequenceEngine, "take_ready", flaky_take)
+    context = ros_env.init_rclpy()
+    node = node_module.SpuNode(context=context, parameter_overrides=[
+        Parameter("iospec", value=str(spec_path)), Parameter("program", value=str(program_path))])
+    published: list = []
+    try:
+        node.trigger_configure()
+        node.trigger_activate()
+        for pub in node._out_pubs.values():
+            monkeypatch.setattr(pub, "publish", published.append)
+        msg = JointState()
+        msg.position = [1.0] * 6
+        node._on_input("B", msg)
+        values = node.diagnostics_values()
+        assert values["sequence_errors"] == 1 and values["resets"] == 1 and "injected" in values["last_fault"]
+        assert published == []
+        node._on_input("B", msg)
+        assert len(published) == 3  # A, M, P
+    finally:
+        node.teardown()
+        node.destroy_node()
