@@ -162,14 +162,20 @@ class CorrelationGrid:
         gathered = products[:, self._diag_index]  # [dx, dy, yb]
         return np.einsum("kjy,jy->jk", gathered, self._diag_mask)
 
-    def overlap_energies(self, a_energy: np.ndarray, b_energy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Sums of ``a_energy`` / ``b_energy`` (``H×W`` per-cell energies, e.g. squared features summed over
-        channels) over each displacement's overlap: a's part and b's part, both ``[dy + r, dx + r]``."""
-        return self._box_sums(a_energy, shift=True), self._box_sums(b_energy, shift=False)
-
-    def _box_sums(self, energy: np.ndarray, shift: bool) -> np.ndarray:
-        table = np.zeros((self.height + 1, self.width + 1), dtype=np.float64)
+    @staticmethod
+    def energy_table(energy: np.ndarray) -> np.ndarray:
+        """Summed-area table (``(h+1)×(w+1)``, zero first row and column) of per-cell energies ``h×w``."""
+        table = np.zeros((energy.shape[0] + 1, energy.shape[1] + 1), dtype=np.float64)
         np.cumsum(np.cumsum(energy, axis=0), axis=1, out=table[1:, 1:])
+        return table
+
+    def overlap_energies(self, table_a: np.ndarray, table_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Energy of a's part and of b's part of each displacement's overlap, ``[dy + r, dx + r]``, from
+        the two frames' :meth:`energy_table` (per-cell energies, e.g. squared features summed over
+        channels)."""
+        return self._box_sums(table_a, shift=True), self._box_sums(table_b, shift=False)
+
+    def _box_sums(self, table: np.ndarray, shift: bool) -> np.ndarray:
         offsets = np.arange(-self.search_range, self.search_range + 1)
         move = offsets if shift else np.zeros_like(offsets)
         y0 = (self._b_lo_y - move)[:, None]

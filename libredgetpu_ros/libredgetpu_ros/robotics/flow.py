@@ -39,7 +39,8 @@ from typing import Any, Literal
 import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, ImageError, ModelFormatError
-from libredgetpu_ros.robotics.correlation import CorrelationGrid, block_sum, parabolic_peak, soft_argmax
+from libredgetpu_ros.robotics import flow_kernels
+from libredgetpu_ros.robotics.correlation import CorrelationGrid, Peak, block_sum, parabolic_peak, soft_argmax
 from libredgetpu_ros.robotics.image import fit_image
 from libredgetpu_ros.robotics.template import TemplateRunner, load_template
 
@@ -63,11 +64,12 @@ KERNEL_RADIUS = 3
 @dataclass(frozen=True, slots=True)
 class FlowFeatures:
     """What is kept of one frame for the next pair: pooled features (float64; zero-mean in the normalised
-    mode), their per-cell energy, the frame's grey-level standard deviation and its size ``(w, h)``.
-    ``pooled`` is None when the frame was too flat to run the model on."""
+    mode), the summed-area table of their per-cell energy (normalised mode), the frame's grey-level
+    standard deviation and its size ``(w, h)``. ``pooled`` is None when the frame was too flat to run the
+    model on."""
 
     pooled: np.ndarray | None
-    energy: np.ndarray | None
+    energy_table: np.ndarray | None
     texture: float
     frame_size: tuple[int, int]
 
@@ -139,7 +141,7 @@ class OpticalFlow:
     def __init__(self, runner: TemplateRunner, *, search_range: int = 4, temperature: float = 0.1,
                  pool_factor: int = 4, mode: str = "normalized", min_texture: float = DEFAULT_MIN_TEXTURE,
                  min_confidence: float = DEFAULT_MIN_CONFIDENCE, min_margin: float = DEFAULT_MIN_MARGIN,
-                 max_gap: float = 0.0) -> None:
+                 max_gap: float = 0.0, kernels: bool = True) -> None:
         if mode not in MODES:
             raise ConfigError(f"flow mode must be one of {', '.join(MODES)}, got {mode!r}")
         if not temperature > 0.0:
@@ -190,6 +192,12 @@ class OpticalFlow:
         self.margin = 0 if mode == "libredgetpu" else -(-kernel_radius // self.grid_step)
         self.grid = CorrelationGrid(pooled_h - 2 * self.margin, pooled_w - 2 * self.margin, self.channels,
                                     self.search_range)
+        # compiled CPU part (robotics.flow_kernels) unless numba is missing or ``kernels=False`` (NumPy)
+        self.kernels = bool(kernels and flow_kernels.AVAILABLE)
+        if self.kernels:
+            flow_kernels.warm_up()
+        self._scores = np.empty((self.grid.side, self.grid.side))
+        self._counts = self.grid.overlap_counts.copy()
         self.backend_calls = 0
         # optional remap of the model-size gray frame before the model (the compass makes yaw a uniform shift)
         self.warp: Callable[[np.ndarray], np.ndarray] | None = None
@@ -251,18 +259,27 @@ class OpticalFlow:
                              f"{feature_map.shape}")
         size = frame_size or (self.width, self.height)
         zero = int(self._out.zero_point)
+        normalized = self.mode == "normalized"
+        if self.kernels:
+            pooled = np.empty((self.grid.height, self.grid.width, self.channels))
+            table = np.empty((self.grid.height + 1, self.grid.width + 1) if normalized else (0, 0))
+            factor = 1 if self.fused_pool else self.pool_factor
+            flow_kernels.prepare(np.ascontiguousarray(feature_map), factor, zero, self.margin, normalized,
+                                 pooled, table)
+            return FlowFeatures(pooled, table if normalized else None, texture, size)
         if self.fused_pool:
             pooled = feature_map.astype(np.float64) - zero
         else:
             pooled = block_sum(feature_map, self.pool_factor).astype(np.float64)
             if zero:
                 pooled -= zero * self.pool_factor * self.pool_factor
-        if self.mode == "libredgetpu":
+        if not normalized:
             return FlowFeatures(pooled, None, texture, size)
         if self.margin:
             pooled = pooled[self.margin:-self.margin, self.margin:-self.margin]
         pooled -= pooled.mean(axis=(0, 1))
-        return FlowFeatures(pooled, np.einsum("yxc,yxc->yx", pooled, pooled), texture, size)
+        table = self.grid.energy_table(np.einsum("yxc,yxc->yx", pooled, pooled))
+        return FlowFeatures(pooled, table, texture, size)
 
     # -- a pair ----------------------------------------------------------------------------------------
 
@@ -273,18 +290,25 @@ class OpticalFlow:
             return FlowResult.none("size_changed", texture, dt)
         if first.pooled is None or second.pooled is None:
             return FlowResult.none("low_texture", texture, dt)
-        scores = self.grid.correlate(first.pooled, second.pooled)
         if self.mode == "libredgetpu":
-            flat = (scores / self.grid.overlap_counts).ravel()
-            gx, gy = soft_argmax(flat, self.grid.displacements, self.temperature)
-            top = np.exp((flat - flat.max()) / self.temperature)
-            confidence = float(1.0 / top.sum())
+            if self.kernels:
+                gx, gy, confidence = flow_kernels.soft_argmax_peak(
+                    first.pooled, second.pooled, self.search_range, self.temperature, self._counts,
+                    self._scores)
+            else:
+                flat = (self.grid.correlate(first.pooled, second.pooled) / self.grid.overlap_counts).ravel()
+                gx, gy = soft_argmax(flat, self.grid.displacements, self.temperature)
+                confidence = float(1.0 / np.exp((flat - flat.max()) / self.temperature).sum())
             edge = max(abs(gx), abs(gy)) > self.search_range - 0.5
             valid, reason = texture >= self.min_texture, "" if texture >= self.min_texture else "low_texture"
             return self._result(gx, gy, valid, reason, confidence, texture, edge, dt, first.frame_size)
-        energy_a, energy_b = self.grid.overlap_energies(first.energy, second.energy)
-        ncc = scores / np.sqrt(np.maximum(energy_a * energy_b, 1e-30))
-        peak = parabolic_peak(ncc)
+        if self.kernels:
+            peak = Peak(*flow_kernels.normalized_peak(first.pooled, second.pooled, first.energy_table,
+                                                      second.energy_table, self.search_range, self._scores))
+        else:
+            scores = self.grid.correlate(first.pooled, second.pooled)
+            energy_a, energy_b = self.grid.overlap_energies(first.energy_table, second.energy_table)
+            peak = parabolic_peak(scores / np.sqrt(np.maximum(energy_a * energy_b, 1e-30)))
         if peak.score < self.min_confidence:
             return FlowResult.none("low_confidence", texture, dt)
         if peak.margin < self.min_margin:
@@ -333,5 +357,5 @@ class OpticalFlow:
                 "pool_factor": self.pool_factor, "grid_step_px": self.grid_step,
                 "search_range": self.search_range, "temperature": self.temperature,
                 "min_texture": self.min_texture, "min_confidence": self.min_confidence,
-                "min_margin": self.min_margin,
+                "min_margin": self.min_margin, "kernels": self.kernels,
                 "backend": self.runner.describe()}

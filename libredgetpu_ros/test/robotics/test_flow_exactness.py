@@ -80,7 +80,8 @@ def test_correlation_equals_direct_sums() -> None:
         a, b = rng.normal(size=(h, w, c)), rng.normal(size=(h, w, c))
         grid = CorrelationGrid(h, w, c, r)
         scores = grid.correlate(a, b)
-        energy_a, energy_b = grid.overlap_energies((a * a).sum(-1), (b * b).sum(-1))
+        energy_a, energy_b = grid.overlap_energies(grid.energy_table((a * a).sum(-1)),
+                                                   grid.energy_table((b * b).sum(-1)))
         for dy in range(-r, r + 1):
             for dx in range(-r, r + 1):
                 bs = b[max(0, dy):h + min(0, dy), max(0, dx):w + min(0, dx)]
@@ -146,3 +147,30 @@ def test_libredgetpu_itself_is_compared_when_present(fixture_path) -> None:
     model = fixture_path("robotics/optical_flow/gabor_64x64_p4_edgetpu.tflite")
     theirs = scenes.libredgetpu_flow(model)
     assert theirs.fused_pool == 4 and theirs.search_range == 4
+
+
+@pytest.mark.parametrize("name", ["gabor_64x64_7k_4o_2s", "gabor_64x64_p4", "gabor_128x128_p4"])
+def test_compiled_kernels_equal_the_numpy_path(name: str, fixture_path) -> None:
+    """robotics.flow_kernels (numba) against robotics.correlation (NumPy): the same numbers, both modes."""
+    from libredgetpu_ros.robotics import flow_kernels
+
+    if not flow_kernels.AVAILABLE:
+        pytest.skip("numba is not installed: the NumPy path is the only one")
+    model = fixture_path(f"robotics/optical_flow/{name}_edgetpu.tflite")
+    with OpticalFlow.from_template(model, backend="cpu") as base:
+        maps = _maps(model, base)
+        for mode in ("libredgetpu", "normalized"):
+            for search_range, temperature in [(4, 0.1), (2, 1.0), (5, 0.05)]:
+                fast, slow = (OpticalFlow(base.runner, mode=mode, search_range=search_range,
+                                          temperature=temperature, kernels=k) for k in (True, False))
+                assert fast.kernels and not slow.kernels
+                for fa, fb in maps:
+                    a_fast, b_fast = fast.from_feature_map(fa), fast.from_feature_map(fb)
+                    a_slow, b_slow = slow.from_feature_map(fa), slow.from_feature_map(fb)
+                    np.testing.assert_allclose(a_fast.pooled, a_slow.pooled, rtol=1e-12, atol=1e-9)
+                    if mode == "normalized":
+                        np.testing.assert_allclose(a_fast.energy_table, a_slow.energy_table, rtol=1e-12)
+                    got, want = fast.flow(a_fast, b_fast), slow.flow(a_slow, b_slow)
+                    assert (got.valid, got.reason, got.saturated) == (want.valid, want.reason, want.saturated)
+                    assert (got.vx_grid, got.vy_grid, got.confidence) == pytest.approx(
+                        (want.vx_grid, want.vy_grid, want.confidence), rel=1e-9, abs=1e-9)

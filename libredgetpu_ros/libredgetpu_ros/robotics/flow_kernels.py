@@ -1,0 +1,191 @@
+"""Compiled kernels of OpticalFlow's CPU part (numba), with :mod:`robotics.correlation` as the NumPy path.
+
+A 14×14×8 map pair is ~130k multiply-adds: less than what the ~40 NumPy calls of the NumPy path cost around
+them (1-2 µs each). Here a frame's preparation (pool, border crop, zero mean, energy table) is one call and
+a pair's scores, overlap energies and peak another (numba, LLVM-vectorised, cached on disk after the first
+compile), which is what makes the CPU part ≥ 3× faster than LibrEdgeTPU's at 64×64 (bench/results/flow.md).
+
+Vectorisation needs the inner loop to run over two contiguous slices with a plain ``range`` index: indexing
+``a[y - dy, k - off]`` instead makes numba check for negative indices on every access and runs 4× slower.
+
+Same arithmetic as the NumPy path: float64 sums, exact for the integer features of the ``libredgetpu`` mode
+whatever the summation order (partial sums stay far below 2**53), and within ~1e-12 relative for the
+normalised mode; ``test_flow_exactness.py`` checks both. Without numba :data:`AVAILABLE` is false and
+:class:`~libredgetpu_ros.robotics.flow.OpticalFlow` takes the NumPy path (same results, slower).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+try:  # optional: without numba the flow runs on robotics.correlation (NumPy), same results
+    from numba import njit
+except ImportError:  # pragma: no cover - exercised only where numba is absent
+    njit = None
+
+AVAILABLE = njit is not None
+
+
+def _prepare(feature_map, factor, zero, margin, zero_mean, pooled, table):  # pragma: no cover - compiled
+    """``pooled[y, x, c]``: block sum (``factor``; 1 = none) of ``feature_map - zero`` over the cells
+    ``margin`` in from each edge, minus each channel's mean when ``zero_mean``. ``table``: the summed-area
+    table (``(h+1)×(w+1)``, zero first row/column) of the per-cell energy ``Σ_c pooled²``; skipped when
+    ``table`` is empty."""
+    h, w, c = pooled.shape
+    for y in range(h):
+        for x in range(w):
+            for ch in range(c):
+                pooled[y, x, ch] = 0.0
+            for dy in range(factor):
+                row = (y + margin) * factor + dy
+                for dx in range(factor):
+                    col = (x + margin) * factor + dx
+                    for ch in range(c):
+                        pooled[y, x, ch] += feature_map[row, col, ch]
+    offset = float(zero) * factor * factor
+    for ch in range(c):
+        mean = offset
+        if zero_mean:
+            total = 0.0
+            for y in range(h):
+                for x in range(w):
+                    total += pooled[y, x, ch]
+            mean = total / (h * w)
+        if mean != 0.0:
+            for y in range(h):
+                for x in range(w):
+                    pooled[y, x, ch] -= mean
+    if table.size:
+        for x in range(w + 1):
+            table[0, x] = 0.0
+        for y in range(h):
+            table[y + 1, 0] = 0.0
+            run = 0.0
+            for x in range(w):
+                cell = 0.0
+                for ch in range(c):
+                    cell += pooled[y, x, ch] * pooled[y, x, ch]
+                run += cell
+                table[y + 1, x + 1] = table[y, x + 1] + run
+
+
+def _correlate(a, b, r, scores):  # pragma: no cover - compiled
+    """``scores[dy + r, dx + r] = Σ a[y - dy, x - dx, :] · b[y, x, :]`` over the overlap."""
+    h, w, c = a.shape
+    fa = a.reshape(h, w * c)
+    fb = b.reshape(h, w * c)
+    for j in range(2 * r + 1):
+        dy = j - r
+        y0, y1 = max(0, dy), h + min(0, dy)
+        for i in range(2 * r + 1):
+            dx = i - r
+            lo, hi = max(0, dx) * c, (w + min(0, dx)) * c
+            n = hi - lo
+            acc = 0.0
+            for y in range(y0, y1):
+                ra = fa[y - dy, lo - dx * c:hi - dx * c]
+                rb = fb[y, lo:hi]
+                for k in range(n):
+                    acc += ra[k] * rb[k]
+            scores[j, i] = acc
+
+
+def _box(table, y0, y1, x0, x1):  # pragma: no cover - compiled
+    return table[y1, x1] - table[y0, x1] - table[y1, x0] + table[y0, x0]
+
+
+def _normalized_peak(a, b, table_a, table_b, r, scores):  # pragma: no cover - compiled
+    """Normalised cross-correlation over each overlap into ``scores``, then the peak: ``(dx, dy, score,
+    margin, saturated)`` as ``correlation.parabolic_peak`` computes it."""
+    _correlate(a, b, r, scores)
+    h, w = a.shape[0], a.shape[1]
+    side = 2 * r + 1
+    bj, bi, best = 0, 0, -math.inf
+    for j in range(side):
+        dy = j - r
+        y0, y1 = max(0, dy), h + min(0, dy)
+        for i in range(side):
+            dx = i - r
+            x0, x1 = max(0, dx), w + min(0, dx)
+            energy = _box(table_a, y0 - dy, y1 - dy, x0 - dx, x1 - dx) * _box(table_b, y0, y1, x0, x1)
+            value = scores[j, i] / math.sqrt(max(energy, 1e-30))
+            scores[j, i] = value
+            if value > best:
+                bj, bi, best = j, i, value
+    other = -math.inf
+    for j in range(side):
+        for i in range(side):
+            if (abs(j - bj) > 1 or abs(i - bi) > 1) and scores[j, i] > other:
+                other = scores[j, i]
+    margin = best - other if side > 3 else math.inf
+    ox = oy = 0.0
+    edge = False
+    if 0 < bi < side - 1:
+        ox = _refine(scores[bj, bi - 1], best, scores[bj, bi + 1])
+    else:
+        edge = True
+    if 0 < bj < side - 1:
+        oy = _refine(scores[bj - 1, bi], best, scores[bj + 1, bi])
+    else:
+        edge = True
+    return bi - r + ox, bj - r + oy, best, margin, edge
+
+
+def _refine(lower, best, upper):  # pragma: no cover - compiled
+    curvature = lower - 2.0 * best + upper
+    if curvature >= 0.0:
+        return 0.0
+    return min(0.5, max(-0.5, 0.5 * (lower - upper) / curvature))
+
+
+def _soft_argmax_peak(a, b, r, temperature, counts, scores):  # pragma: no cover - compiled
+    """LibrEdgeTPU's scores (raw correlation / overlap count) into ``scores`` and its soft argmax:
+    ``(vx, vy, largest weight)``."""
+    _correlate(a, b, r, scores)
+    side = 2 * r + 1
+    top = -math.inf
+    for j in range(side):
+        for i in range(side):
+            scores[j, i] /= counts[j, i]
+            top = max(top, scores[j, i])
+    total = vx = vy = 0.0
+    t = max(temperature, 1e-6)
+    for j in range(side):
+        for i in range(side):
+            weight = math.exp((scores[j, i] - top) / t)
+            total += weight
+            vx += weight * (i - r)
+            vy += weight * (j - r)
+    if total < 1e-12:
+        return 0.0, 0.0, 0.0
+    return vx / total, vy / total, 1.0 / total
+
+
+if njit is not None:
+    # numba resolves helpers' global names when a kernel first compiles: bind them to compiled versions
+    _correlate = njit(cache=True, fastmath=True, nogil=True)(_correlate)
+    _box = njit(cache=True, nogil=True, inline="always")(_box)
+    _refine = njit(cache=True, nogil=True)(_refine)
+    prepare = njit(cache=True, fastmath=True, nogil=True)(_prepare)
+    correlate = _correlate
+    normalized_peak = njit(cache=True, nogil=True)(_normalized_peak)
+    soft_argmax_peak = njit(cache=True, nogil=True)(_soft_argmax_peak)
+else:  # pragma: no cover
+    prepare = correlate = normalized_peak = soft_argmax_peak = None
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) every kernel for the dtypes the flow uses, so that the first
+    frame of a stream does not pay for it (~3 s compiled, ~0.2 s from the cache)."""
+    if not AVAILABLE:
+        return
+    feat = np.zeros((8, 8, 2), np.uint8)
+    pooled = np.zeros((4, 4, 2))
+    table = np.zeros((5, 5))
+    prepare(feat, 2, 0, 0, True, pooled, table)
+    prepare(feat, 1, 0, 2, False, pooled, np.zeros((0, 0)))
+    scores = np.zeros((3, 3))
+    normalized_peak(pooled, pooled, table, table, 1, scores)
+    soft_argmax_peak(pooled, pooled, 1, 0.1, np.ones((3, 3)), scores)
