@@ -3,9 +3,11 @@
     ros2 launch libredgetpu_ros spu.launch.py        # the design seed's example on the reference runner
     ros2 launch libredgetpu_ros spu.launch.py params_file:=/path/spu.yaml namespace:=audio
     ros2 launch libredgetpu_ros spu.launch.py params_file:=/path/spu.yaml iospec:=/path/model.iospec.yaml
+    ros2 launch libredgetpu_ros spu.launch.py strict:=false     # femtorun's rules only (any input order)
 
 Without ``params_file`` the installed ``config/spu.yaml`` runs with the installed example IOSpec and program
-(A = B + latchedC). ``iospec`` / ``program`` / ``runner``, when given, override what the params file says.
+(A = B + latchedC). ``iospec`` / ``program`` / ``runner`` / ``strict``, when given, override what the params
+file says.
 With autostart the launch emits configure, then activate once the node reports ``inactive``; without it:
 ``ros2 lifecycle set /spu configure``.
 """
@@ -21,8 +23,13 @@ from libredgetpu_ros.ros.launching import autostarted, installed_config, launch_
 
 def _node_and_transitions(context: LaunchContext) -> list:
     params_file = LaunchConfiguration("params_file").perform(context)
-    overrides = {k: LaunchConfiguration(k).perform(context) for k in ("iospec", "program", "runner")}
+    overrides: dict = {k: LaunchConfiguration(k).perform(context) for k in ("iospec", "program", "runner")}
     overrides = {k: v for k, v in overrides.items() if v}
+    strict = LaunchConfiguration("strict").perform(context).strip().lower()
+    if strict:  # a bool parameter: the string "false" would be refused by the node's table
+        if strict not in ("true", "false"):
+            raise ValueError(f"launch argument strict:={strict!r}: expected true or false")
+        overrides["strict"] = strict == "true"
     if not params_file:  # the example: absolute paths of the installed files
         params_file = installed_config("spu.yaml")
         overrides.setdefault("iospec", installed_config("spu_add_latched.iospec.yaml"))
@@ -44,6 +51,8 @@ def generate_launch_description() -> LaunchDescription:
         "iospec": ("", "IOSpec YAML (overrides params_file)"),
         "program": ("", "reference runner program (overrides params_file)"),
         "runner": ("", "reference | femtodriver | fqir (overrides params_file)"),
+        "strict": ("", "true | false: reject inputs out of a sequence's declared order, the SPU firmware "
+                       "rule (overrides params_file; '' = the file's value, true by default)"),
         "namespace": ("", "namespace of the node and topics"),
         "node_name": ("spu", None),
         "autostart": ("true", "configure and activate at start-up"),

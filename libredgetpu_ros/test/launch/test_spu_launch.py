@@ -1,7 +1,8 @@
 """launch_testing: launch/spu.launch.py as a robot starts it (run by `make test` through launch_test).
 
 The installed example (A = B + latchedC, reference runner) with a params file of our own: latchedC = 1, so
-a B published on the node's input topic must produce an A. Broken case: a program file that does not exist.
+a B published on the node's input topic must produce an A; the ``strict:=false`` launch argument overrides
+the file's ``strict: true``. Broken case: a program file that does not exist.
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ def _case() -> LaunchCase:
     return LaunchCase(
         launch_file="spu.launch.py",
         node="/lt/spu",
-        arguments={"namespace": "lt"},
+        arguments={"namespace": "lt", "strict": "false"},
         params_key="/**/spu",  # as config/spu.yaml
         params=params,
-        expect_params={"runner": "reference", "strict": True, "qos_depth": 5},
+        expect_params={"runner": "reference", "strict": False, "qos_depth": 5},
         broken={"program": "/nonexistent/program.yaml"},
         failure_log="configure failed: program /nonexistent/program.yaml does not exist",
         result=(JointState, "/lt/spu/out/A"),
