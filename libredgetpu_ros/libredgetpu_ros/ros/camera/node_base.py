@@ -64,6 +64,9 @@ from libredgetpu_ros.ros.spinning import CompanionFault
 
 _BAD_INPUT_LOG_PERIOD_S = 10.0
 _IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
+# Frames this large travel as many UDP fragments (when they miss shared memory): read best effort from a
+# reliable writer, one lost fragment loses the frame (issue 22: 8 of 91 1080p frames arrived).
+_FRAGMENTED_BYTES = 1 << 20
 
 # Results are reliable so rviz and loggers (reliable by default) can subscribe; keep only the newest few.
 RESULT_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=5,
@@ -425,10 +428,13 @@ class CameraNode(LifecycleNode):
                             f"{self.params.image_reliability})")
         stats = self._intake.stats
         if (self._sub is not None and self._sub_reliability == "best_effort" and publishers
-                and all(r == "reliable" for r in publishers) and stats.lost > stats.received):
-            warnings.append(f"most frames from the reliable publisher(s) on {topic} are lost ({stats.lost} "
-                            f"lost, {stats.received} received) by this best_effort subscription: set "
-                            f"image_reliability to auto or reliable")
+                and all(r == "reliable" for r in publishers)
+                and (stats.largest_frame >= _FRAGMENTED_BYTES or stats.lost > stats.received
+                     or not stats.received)):
+            warnings.append(f"reliable publisher(s) on {topic} read by a best_effort subscription "
+                            f"(image_reliability={self.params.image_reliability}; {stats.received} received, "
+                            f"{stats.lost} lost, largest {stats.largest_frame / 1e6:.1f} MB): a lost "
+                            f"fragment loses a large frame; set image_reliability to auto or reliable")
         if self._sub is not None:
             self._warn_if_silent(topic, len(publishers))
         return values, warnings
@@ -441,9 +447,11 @@ class CameraNode(LifecycleNode):
         if self._silence_warned or now - self._silence_since < self.params.input_timeout:
             return
         self._silence_warned = True
+        own = {name for name, _ in self.get_publisher_names_and_types_by_node(self.get_name(),
+                                                                             self.get_namespace())}
         topics = [f"{name} ({types[0].rsplit('/', 1)[-1]})"
                   for name, types in self.get_topic_names_and_types()
-                  if any(t in _IMAGE_TYPES for t in types)]
+                  if name not in own and any(t in _IMAGE_TYPES for t in types)]
         self.get_logger().warning(
             f"no frame on {topic} for {now - self._silence_since:.0f} s ({n_publishers} publisher(s), "
             f"subscribed {self._sub_reliability}); image topics that exist: {', '.join(topics) or 'none'}. "

@@ -63,4 +63,4 @@ class QosIncompatibility:
         if change > 0:
             self.count += change
             kind = event.last_policy_kind
-            self.policy = getattr(kind, "name", str(kind))
+            self.policy = getattr(kind, "name", str(kind)).removeprefix("RMW_QOS_POLICY_")  # "RELIABILITY"
