@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import zipfile
+import zlib
 from collections.abc import Collection
 from pathlib import Path
 
@@ -43,6 +44,8 @@ def _header(member: zipfile.ZipExtFile, where: str) -> tuple[tuple[int, ...], np
 
 def _check_stored_size(info: zipfile.ZipInfo, archive_size: int, where: str) -> None:
     """The member's declared (uncompressed) size must be possible for the bytes the file holds."""
+    if info.flag_bits & 0x1:  # zipfile would raise RuntimeError asking for a password
+        raise TpuLangError(f"{where}: an encrypted member")
     if info.header_offset + info.compress_size > archive_size:
         raise TpuLangError(f"{where}: declares {info.compress_size} stored bytes at offset "
                            f"{info.header_offset}, past the end of the {archive_size}-byte file")
@@ -93,5 +96,5 @@ def read_npz(path: str | Path, what: str = "npz", names: Collection[str] | None 
             keys = [info.filename[:-4] for info in selected]
             with np.load(path, allow_pickle=False) as data:
                 return {key: data[key] for key in keys}
-    except (OSError, zipfile.BadZipFile, EOFError, ValueError, NotImplementedError) as exc:
+    except (OSError, zipfile.BadZipFile, EOFError, ValueError, NotImplementedError, zlib.error) as exc:
         raise TpuLangError(f"{what} {shown}: not a readable .npz ({clip(exc)})") from None

@@ -32,7 +32,9 @@ from libredgetpu_ros import sophgo as tpul
 
 pytestmark = pytest.mark.timeout(120)
 
-CASES = ("f32_conv_s2_asym_maxpool", "f32_dwconv_dil2_avgpool", "f32_mlp_softmax", "q_conv_int_zp_requant")
+CASES = ("f32_add_concat_reshape_permute", "f32_conv_bias_relu", "f32_conv_s2_asym_maxpool",
+         "f32_dwconv_dil2_avgpool", "f32_mlp_softmax", "q_conv_int_zp_requant", "q_conv_quant_perchannel",
+         "q_matmul_int_requant")  # every conformance case: all the executor's op kinds
 
 
 def _cli(args: list[str], *, fsize: int | None = None, memory: int | None = None,
@@ -96,6 +98,49 @@ def test_plan_covers_every_executor_op_and_matches_the_shapes_it_produces(fixtur
         assert {k: v.shape for k, v in values.items()} == plan.shapes, case
         assert plan.value_bytes == {k: v.nbytes for k, v in values.items()}, case
         assert 0 < plan.peak_bytes < 64 << 20
+
+
+def _int_conv_graph() -> tuple:
+    x = tpul.Tensor([1, 16, 128, 128], name="x", dtype="int8")
+    w = tpul.Tensor([32, 16, 3, 3], name="w", ttype="coeff", dtype="int8",
+                    data=np.ones((32, 16, 3, 3), np.int8))
+    y = tpul.conv_int(x, w, pad=[1, 1, 1, 1], input_zp=3, weight_zp=1, out_dtype="int32", out_name="c")
+    y = tpul.requant_int(y, 12345, 20, 0, 2, out_dtype="int8", out_name="r")
+    y = tpul.avgpool2d(y, kernel=[3, 3], stride=[1, 1], pad=[1, 1, 1, 1], out_name="a")
+    return tpul.build("n", [x], [y], quantized=True), {"x": np.ones((1, 16, 128, 128), np.int8)}
+
+
+def _float_graph() -> tuple:
+    x = tpul.Tensor([1, 16, 128, 128], name="x")
+    w = tpul.Tensor([32, 16, 3, 3], name="w", ttype="coeff", data=np.ones((32, 16, 3, 3), np.float32))
+    dw = tpul.Tensor([32, 1, 3, 3], name="dw", ttype="coeff", data=np.ones((32, 1, 3, 3), np.float32))
+    y = tpul.conv(x, w, pad=[1, 1, 1, 1], out_name="c")
+    y = tpul.conv(y, dw, pad=[1, 1, 1, 1], group=32, out_name="d")
+    y = tpul.maxpool2d(y, kernel=[3, 3], stride=[1, 1], pad=[1, 1, 1, 1], out_name="p")
+    y = tpul.softmax(y, axis=1, out_name="s")
+    m = tpul.Tensor([128, 64], name="m", ttype="coeff", data=np.ones((128, 64), np.float32))
+    y = tpul.matmul(y, m, out_name="mm")
+    return tpul.build("n", [x], [y], quantized=False), {"x": np.ones((1, 16, 128, 128), np.float32)}
+
+
+@pytest.mark.parametrize("graph", [_int_conv_graph, _float_graph])
+def test_plan_is_an_upper_bound_of_what_the_run_allocates(graph) -> None:
+    """NumPy reports its buffers to tracemalloc: the run's traced peak (plus the inputs and weights it was
+    given) stays under the plan's estimate on graphs large enough for the arrays to dominate."""
+    tpul.init("bm1684x")
+    try:
+        (module, weights), inputs = graph()
+    finally:
+        tpul.deinit()
+    plan = plan_memory(module)
+    given = sum(a.nbytes for a in (*weights.values(), *inputs.values()))
+    tracemalloc.start()
+    try:
+        execute(module, weights, inputs)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert given + peak <= plan.peak_bytes, (given + peak, plan.peak_bytes, plan.peak_op)
 
 
 def test_memory_bomb_mlir_is_refused_before_allocating(tmp_path: Path) -> None:
@@ -187,6 +232,19 @@ def test_declared_size_must_fit_the_bytes_present(tmp_path: Path) -> None:
     bad.write_bytes(bytes(data))
     with pytest.raises(tpul.TpuLangError, match="an uncompressed member declaring 2147483647 bytes in"):
         read_npz(bad, "weights")
+
+
+def test_member_flagged_encrypted_is_typed(tmp_path: Path) -> None:
+    """Found by the long fuzz run: the zip 'encrypted' flag made zipfile raise RuntimeError (untyped)."""
+    path = tmp_path / "w.npz"
+    np.savez(path, w=np.arange(4, dtype=np.int8))
+    data = bytearray(path.read_bytes())
+    for signature, flag_at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):
+        pos = data.index(signature) + flag_at
+        data[pos] |= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(tpul.TpuLangError, match="an encrypted member"):
+        read_npz(path, "weights")
 
 
 # -- item 5: outputs are never cut --------------------------------------------------------------------------

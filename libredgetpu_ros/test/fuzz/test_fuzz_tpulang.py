@@ -1,0 +1,29 @@
+"""CI fuzzing of the TpuLang readers (issue 21): 1,000 seeded mutations each of the conformance MLIR files
+(parse, memory plan, execute, print back) and npz files (read whole and by name), each case limited to 5 s
+and 1 GiB of address space; only typed ``InputError``s are allowed. The long run (100,000 cases per reader)
+is recorded in docs/reliability.md."""
+
+from __future__ import annotations
+
+import pytest
+
+from .harness import fuzz
+from .tpulang_targets import targets
+
+CASES = 1000
+
+
+@pytest.fixture(scope="module")
+def tpulang_targets(fixture_path):
+    return targets(fixture_path)
+
+
+@pytest.mark.parametrize("name", ["tpulang_mlir", "tpulang_npz"])
+def test_tpulang_reader_fuzz_budget(tpulang_targets, name):
+    report = fuzz(tpulang_targets[name], CASES, seed=1, time_limit_s=5.0, memory_limit_mb=1024)
+    print(report.summary())
+    assert report.cases == CASES
+    assert report.ok, report.summary()
+    # Both verdicts must occur, or the mutations are not reaching past the first check.
+    counts = report.counts
+    assert counts["accepted"] > CASES // 100 and counts["refused"] > CASES // 2, report.summary()

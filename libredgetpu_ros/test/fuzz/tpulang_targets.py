@@ -1,0 +1,131 @@
+"""Fuzz targets of the TpuLang readers: the Top MLIR parser and the npz reader, seeded with the conformance
+fixtures, each followed by what ``tpulang run`` does next.
+
+- ``tpulang_mlir``: UTF-8 decode (as ``load_mlir``), parse, plan the memory against a 256 MiB budget, then
+  execute on zero-filled inputs and weights of the declared shapes, and print the module back. A plan that
+  under-estimates shows up as a MemoryError (the worker's address space is capped) or a hang.
+- ``tpulang_npz``: ``read_npz`` of the mutated file, whole and for one named member, with a 64 MiB budget.
+
+``test_fuzz_tpulang.py`` runs a bounded budget of each in CI; for a long run::
+
+    nice -n 19 .venv/bin/python libredgetpu_ros/test/fuzz/tpulang_targets.py --cases 100000 --seed 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+try:
+    from .harness import FuzzTarget, fuzz
+except ImportError:  # run as a script
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from harness import FuzzTarget, fuzz
+
+from libredgetpu_ros.errors import InputError
+
+CASES = ("f32_add_concat_reshape_permute", "f32_conv_bias_relu", "f32_conv_s2_asym_maxpool",
+         "f32_dwconv_dil2_avgpool", "f32_mlp_softmax", "q_conv_int_zp_requant", "q_conv_quant_perchannel",
+         "q_matmul_int_requant")
+RUN_BUDGET = 256 << 20
+NPZ_BUDGET = 64 << 20
+
+
+def consume_mlir(data: bytes) -> None:
+    from libredgetpu_ros.sophgo.emitter import emit_mlir
+    from libredgetpu_ros.sophgo.executor import execute
+    from libredgetpu_ros.sophgo.ir import TpuLangError
+    from libredgetpu_ros.sophgo.memory_plan import plan_memory
+    from libredgetpu_ros.sophgo.parser import parse_mlir
+
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:  # load_mlir's verdict on the same bytes
+        raise TpuLangError(f"not UTF-8 text ({exc})") from None
+    module = parse_mlir(text, "fuzz")
+    emit_mlir(module)
+    plan = plan_memory(module, RUN_BUDGET)
+    arrays = {node.name: np.zeros(plan.shapes[node.name], node.result.np_dtype)
+              for node in module.ops if node.kind in ("top.Input", "top.Weight")}
+    execute(module, arrays, arrays, memory_budget=RUN_BUDGET)
+
+
+def consume_npz(data: bytes) -> None:
+    from libredgetpu_ros.sophgo.npz_reader import read_npz
+
+    fd, name = tempfile.mkstemp(suffix=".npz")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        arrays = read_npz(name, "fuzz", max_bytes=NPZ_BUDGET)
+        for key in list(arrays)[:1]:
+            read_npz(name, "fuzz", names=[key], max_bytes=NPZ_BUDGET)
+    finally:
+        os.unlink(name)
+
+
+def _mlir_seeds(fixtures: Callable[[str], Path]) -> list[bytes]:
+    return [fixtures(f"tpulang/{case}/{case}_origin.mlir").read_bytes() for case in CASES]
+
+
+def _npz_seeds(fixtures: Callable[[str], Path]) -> list[bytes]:
+    seeds = []
+    for case in CASES:
+        folder = fixtures(f"tpulang/{case}/{case}.json").parent
+        seeds += [p.read_bytes() for p in sorted(folder.glob("*.npz")) if p.stat().st_size < 1 << 20]
+    return seeds
+
+
+def _mlir_hot(data: bytes) -> list[tuple[int, int]]:
+    """The numbers (shapes, pads, strides, scales): a flipped low bit turns one digit into another."""
+    return [(m.start(), m.end()) for m in re.finditer(rb"\d+", data)][:4000]
+
+
+def _npz_hot(data: bytes) -> list[tuple[int, int]]:
+    """Zip headers (local, central directory, end record) and the .npy headers right after local headers."""
+    ranges = [(len(data) - 512, len(data))]
+    pos = data.find(b"PK\x03\x04")
+    while pos >= 0 and len(ranges) < 64:
+        ranges.append((pos, pos + 200))
+        pos = data.find(b"PK\x03\x04", pos + 4)
+    return ranges
+
+
+def targets(fixtures: Callable[[str], Path]) -> dict[str, FuzzTarget]:
+    typed = (InputError,)
+    return {
+        "tpulang_mlir": FuzzTarget("tpulang_mlir", _mlir_seeds(fixtures), consume_mlir, typed, _mlir_hot),
+        "tpulang_npz": FuzzTarget("tpulang_npz", _npz_seeds(fixtures), consume_npz, typed, _npz_hot),
+    }
+
+
+def main() -> int:
+    from libredgetpu_ros.fixtures import fixture
+
+    parser = argparse.ArgumentParser(description="long fuzz run of the TpuLang MLIR and npz readers")
+    parser.add_argument("--cases", type=int, default=100_000, help="cases per target")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--first", type=int, default=0, help="first case number (to continue a run)")
+    parser.add_argument("--target", action="append", help="only these targets (default: both)")
+    parser.add_argument("--time-limit", type=float, default=5.0, help="seconds per case")
+    parser.add_argument("--memory-limit-mb", type=int, default=1024)
+    args = parser.parse_args()
+    all_targets = targets(fixture)
+    ok = True
+    for name in args.target or list(all_targets):
+        report = fuzz(all_targets[name], args.cases, args.seed, args.time_limit, args.memory_limit_mb,
+                      first=args.first, progress=lambda r: print(r.summary().splitlines()[0], flush=True))
+        print("FINAL " + report.summary(), flush=True)
+        ok &= report.ok
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
