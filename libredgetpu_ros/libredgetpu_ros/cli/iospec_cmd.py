@@ -41,27 +41,65 @@ def run(args: argparse.Namespace) -> int:
 
 def _check(spec, as_json: bool) -> int:
     info = spec.describe()
+    names = _ros_names(info, {str(v.key) for v in spec.latched_inputs()})
     if as_json:
+        for section in ("inputs", "outputs"):
+            for v in info[section]:
+                v.update(names[(section, v["key"])])
+        varname = {v["key"]: v["name"] for v in info["inputs"] + info["outputs"]}
+        for s in info["sequences"]:
+            s["input_names"] = [varname.get(n, n) for n, _ in s["inputs"]]
+            s["output_names"] = [varname.get(n, n) for n, _ in s["outputs"]]
+        info["latched_input_names"] = [varname.get(k, k) for k in info["latched_inputs"]]
         print(json.dumps(info, indent=2, default=str))  # fields femtorun never checks may hold dates
         return 0
+    # Sends, topics and parameters use varnames; sequences and femtorun's latched list name YAML keys.
+    # Everything is printed by varname, with the key beside it where the two differ.
+    varname = {v["key"]: v["name"] for v in info["inputs"] + info["outputs"]}
+
+    def label(key: str) -> str:
+        name = varname.get(key, key)
+        return name if name == key else f"{name} (key {key})"
+
     latched = set(info["latched_inputs"])
     print(f"{info['origin']}: valid (femtorun 4.1.2 rules)")
+    print("vectors by varname (what sends, recvs, node topics and parameters use):")
     for section in ("inputs", "outputs"):
         print(f"{section}:")
         for v in info[section]:
             tag = "  latched" if v["key"] in latched and section == "inputs" else ""
             words = f"words {v['words_packed']} packed / {v['words_femtodriver']} femtodriver"
-            print(f"  {v['name']:<16} length {v['length']:>5} -> padded {v['padded_length']!s:>5}  "
-                  f"int{v['precision']}  scale {v['scale']}  zero {v['zero_point']}  {words}{tag}")
+            ros = names[(section, v["key"])]
+            where = f"  topic {ros['topic']}" + (f", parameter {ros['parameter']}" if "parameter" in ros
+                                                  else "")
+            print(f"  {label(v['key']):<16} length {v['length']!s:>5} -> padded {v['padded_length']!s:>5}  "
+                  f"int{v['precision']}  scale {v['scale']}  zero {v['zero_point']}  {words}{tag}{where}")
     print("sequences (SPU sequence id: name: inputs -> outputs):")
     for s in info["sequences"]:
-        ins = ", ".join(n if c == 1 else f"{n}x{c}" for n, c in s["inputs"])
-        outs = ", ".join(n if c == 1 else f"{n}/{c}" for n, c in s["outputs"]) or "(latched: no output)"
+        ins = ", ".join(label(n) if c == 1 else f"{label(n)}x{c}" for n, c in s["inputs"])
+        outs = ", ".join(label(n) if c == 1 else f"{label(n)}/{c}" for n, c in s["outputs"]) or \
+            "(latched: no output)"
         print(f"  {s['id']}: {s['name']} [{s['kind']}]: {ins} -> {outs}")
-    print(f"latched inputs: {', '.join(info['latched_inputs']) or 'none'}")
+    print(f"latched inputs: {', '.join(label(k) for k in info['latched_inputs']) or 'none'}")
     for w in info["warnings"]:
         print(f"warning: {w}")
     return 0
+
+
+def _ros_names(info: dict, latched: set[str]) -> dict[tuple[str, str], dict[str, str]]:
+    """(section, key) -> the SPU node's topic (and, for the inputs the node latches, its
+    ``latched.<varname>`` parameter) for that vector."""
+    from libredgetpu_ros.ros.spu.io import topic_token
+    from libredgetpu_ros.ros.spu.params import LATCHED_PREFIX
+
+    out = {}
+    for section, prefix in (("inputs", "in"), ("outputs", "out")):
+        for v in info[section]:
+            entry = {"topic": f"~/{prefix}/{topic_token(str(v['name']))}"}
+            if section == "inputs" and v["key"] in latched:
+                entry["parameter"] = LATCHED_PREFIX + str(v["name"])
+            out[(section, v["key"])] = entry
+    return out
 
 
 def _matches(ours: dict, record: dict) -> bool | None:

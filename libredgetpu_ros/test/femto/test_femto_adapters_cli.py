@@ -283,3 +283,20 @@ def test_cli_run_strict(fixture_path, tmp_path, capsys) -> None:
     (result,) = json.loads(capsys.readouterr().out)
     assert result["outcome"] == "error" and result["error"]["type"] == "strict"
     assert result["error"]["rule"] == "declared-order" and result["error"]["event_index"] == 0
+
+
+def test_cli_check_prints_varnames_as_topics_and_parameters_use_them(tmp_path, capsys) -> None:
+    """The seed's key ``latchedC`` / varname ``C``: sequences and the latched list were printed by key,
+    while the node's topic is ``~/in/C`` and its parameter ``latched.C``."""
+    path = tmp_path / "seed.yaml"
+    path.write_text(SEED_SPEC)
+    assert main(["iospec", "check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "1: latched_seq [simple]: C (key latchedC) -> (latched: no output)" in out
+    assert "latched inputs: C (key latchedC)" in out
+    assert "topic ~/in/C, parameter latched.C" in out and "topic ~/out/A" in out
+    assert main(["iospec", "check", str(path), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["latched_inputs"] == ["latchedC"] and info["latched_input_names"] == ["C"]
+    assert [s["input_names"] for s in info["sequences"]] == [["B"], ["C"]]
+    assert info["inputs"][1]["parameter"] == "latched.C" and info["inputs"][1]["topic"] == "~/in/C"
