@@ -151,3 +151,84 @@ register(RoboticsCommand("pattern", "where a reference patch lies in each image 
                          _pattern_arguments, _pattern_run))
 register(RoboticsCommand("looming", "zone edge densities, tau and (with --fps) time to contact",
                          _looming_arguments, _looming_run))
+
+
+# -- flow and compass ---------------------------------------------------------------------------------------
+def _flow_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mode", choices=("normalized", "libredgetpu"), default="normalized",
+                        help="normalized (default: contrast-normalised NCC, valid=false without texture) or "
+                             "libredgetpu (its formulas exactly)")
+    parser.add_argument("--search-range", type=int, default=4, help="grid half-width in grid steps (4)")
+    parser.add_argument("--temperature", type=float, default=0.1,
+                        help="soft argmax temperature (libredgetpu mode)")
+    parser.add_argument("--pool-factor", type=int, default=4, help="CPU pooling of the standard template (4)")
+    parser.add_argument("--min-texture", type=float, default=4.0,
+                        help="grey-level standard deviation below which a frame has no estimate (4)")
+    parser.add_argument("--min-confidence", type=float, default=0.3,
+                        help="normalised correlation below which a pair has no estimate (0.3)")
+    parser.add_argument("--fps", type=float,
+                        help="the images are a sequence at this rate: also report rates (per second)")
+
+
+def _open_flow(args: argparse.Namespace) -> Any:
+    from libredgetpu_ros.errors import InputError
+    from libredgetpu_ros.robotics.flow import OpticalFlow
+
+    if args.fps is not None and not 0 < args.fps < 1e6:
+        raise InputError(f"--fps must be a positive rate, got {args.fps}")
+    return OpticalFlow.from_template(
+        args.model, backend=args.backend, device=args.device, resize=not args.no_resize, mode=args.mode,
+        search_range=args.search_range, temperature=args.temperature, pool_factor=args.pool_factor,
+        min_texture=args.min_texture, min_confidence=args.min_confidence)
+
+
+def _stamp(args: argparse.Namespace, i: int) -> float | None:
+    return None if args.fps is None else i / args.fps
+
+
+def _flow_run(args: argparse.Namespace, images: list[Any]) -> dict[str, Any]:
+    """One entry per image: the motion since the previous image (the first has ``first_frame``)."""
+    with _open_flow(args) as flow:
+        results = []
+        for i, image in enumerate(images):
+            result = flow.step(image, _stamp(args, i))
+            entry = result.to_dict()
+            if args.fps is not None:
+                entry["vx_per_s"], entry["vy_per_s"] = result.rate()
+            results.append(entry)
+        report = _report(flow, "flow", results)
+        report["grid_step_px"] = flow.grid_step
+    return report
+
+
+def _compass_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--fov", type=float, required=True, help="horizontal field of view in degrees")
+    parser.add_argument("--projection", choices=("pinhole", "linear"), default="pinhole",
+                        help="pinhole (default: frames remapped to equal angles) or linear (LibrEdgeTPU's "
+                             "fov/width)")
+    _flow_arguments(parser)
+
+
+def _compass_run(args: argparse.Namespace, images: list[Any]) -> dict[str, Any]:
+    """One entry per image: yaw since the previous image and the integrated heading (REP 103: positive =
+    turned left)."""
+    from libredgetpu_ros.robotics.compass import VisualCompass
+
+    flow = _open_flow(args)
+    try:
+        compass = VisualCompass(flow, args.fov, args.projection)
+    except BaseException:
+        flow.close()
+        raise
+    with compass:
+        results = [compass.step(image, _stamp(args, i)).to_dict() for i, image in enumerate(images)]
+        report = _report(compass.flow, "compass", results)
+        report.update(fov_deg=compass.fov_deg, projection=compass.projection, heading_deg=compass.heading_deg)
+    return report
+
+
+register(RoboticsCommand("flow", "global optical flow between consecutive images: vx, vy in pixels, valid",
+                         _flow_arguments, _flow_run))
+register(RoboticsCommand("compass", "yaw between consecutive images from the horizontal flow and --fov, "
+                                    "integrated heading",
+                         _compass_arguments, _compass_run))

@@ -141,7 +141,7 @@ class OpticalFlow:
     def __init__(self, runner: TemplateRunner, *, search_range: int = 4, temperature: float = 0.1,
                  pool_factor: int = 4, mode: str = "normalized", min_texture: float = DEFAULT_MIN_TEXTURE,
                  min_confidence: float = DEFAULT_MIN_CONFIDENCE, min_margin: float = DEFAULT_MIN_MARGIN,
-                 max_gap: float = 0.0, kernels: bool = True) -> None:
+                 max_gap: float = 0.0, kernels: bool = True, resize: bool = True) -> None:
         if mode not in MODES:
             raise ConfigError(f"flow mode must be one of {', '.join(MODES)}, got {mode!r}")
         if not temperature > 0.0:
@@ -155,6 +155,7 @@ class OpticalFlow:
         if not 1 <= search_range <= 32:
             raise ConfigError(f"search_range must be in [1, 32] grid steps, got {search_range}")
         self.runner = runner
+        self.resize = bool(resize)  # frames of another size are resized (else refused)
         template = runner.template
         where = str(template.compiled_path or template.twin_path)
         if len(template.outputs) != 1:
@@ -216,6 +217,11 @@ class OpticalFlow:
             runner.close()
             raise
 
+    @property
+    def template(self) -> Any:
+        """The loaded ``RoboticsTemplate``."""
+        return self.runner.template
+
     def close(self) -> None:
         self.runner.close()
 
@@ -229,7 +235,7 @@ class OpticalFlow:
 
     def model_frame(self, image: np.ndarray) -> np.ndarray:
         """``image`` as the model's ``H×W`` gray input (luma, area resize; see robotics.image.fit_image)."""
-        return fit_image(image, self.height, self.width, 1, what="frame")[:, :, 0]
+        return fit_image(image, self.height, self.width, 1, resize=self.resize, what="frame")[:, :, 0]
 
     def features(self, image: np.ndarray) -> FlowFeatures:
         """Features of one frame (one backend call; none for a frame too flat in the normalised mode)."""
