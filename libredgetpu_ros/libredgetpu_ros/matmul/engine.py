@@ -31,7 +31,13 @@ from libredgetpu_ros.matmul.quantize import (
 )
 from libredgetpu_ros.matmul.runners import Runner, runner_factory
 from libredgetpu_ros.matmul.template import DenseTemplate, load_template
-from libredgetpu_ros.matmul.twin import DenseQuantization, dense_uint8, dequantize, quantize_input
+from libredgetpu_ros.matmul.twin import (
+    DenseQuantization,
+    dense_uint8,
+    dequantize,
+    exact_float_dtype,
+    quantize_input,
+)
 from libredgetpu_ros.reparam import ParameterSet, ParameterStore
 
 log = logging.getLogger(__name__)
@@ -64,15 +70,25 @@ class _State:
     weights: np.ndarray  # int8 (rows, cols), read-only
     bias: np.ndarray | None  # float32 (rows,), read-only
     row_error: np.ndarray  # float64 (rows,): max |W - dequantized W| per row
-    # Float64 copy of ``weights`` for the CPU twin, filled on first use (a race just computes it twice).
+    # Float copies of ``weights`` for the CPU twin and the error bound, filled on first use (a race just
+    # computes one twice).
     cache: dict[str, np.ndarray] = field(default_factory=dict)
 
-    def dense_f64(self) -> np.ndarray:
-        dense = self.cache.get("f64")
+    def dense_float(self, input_zero_point: int) -> np.ndarray:
+        """``weights`` as the float type whose BLAS sums them exactly (float32 up to 1024 columns)."""
+        dense = self.cache.get("float")
         if dense is None:
-            dense = self.weights.astype(np.float64)
-            self.cache["f64"] = dense
+            dense = self.weights.astype(exact_float_dtype(self.weights.shape[1], input_zero_point))
+            self.cache["float"] = dense
         return dense
+
+    def abs_weights(self, scales: np.ndarray) -> np.ndarray:
+        """|dequantized weights| (float64), for :meth:`MatMulEngine.error_bound`."""
+        w_abs = self.cache.get("abs")
+        if w_abs is None:
+            w_abs = np.abs(self.weights.astype(np.float64)) * scales[:, None].astype(np.float64)
+            self.cache["abs"] = w_abs
+        return w_abs
 
 
 class _RunnerTarget:
@@ -243,7 +259,7 @@ class MatMulEngine:
         if self._runner is not None:
             yq = self._runner.run(params.blob("pc"), params.version, xq)
         else:
-            yq = dense_uint8(state.dense_f64(), xq, quant, self._multipliers)
+            yq = dense_uint8(state.dense_float(quant.input_zero_point), xq, quant, self._multipliers)
         y = dequantize(yq, quant.output_scale, quant.output_zero_point)
         if state.bias is not None:
             y += state.bias
@@ -266,7 +282,7 @@ class MatMulEngine:
         quant = self.quantization
         x_hat = dequantize(quantize_input(batch, quant), quant.input_scale, quant.input_zero_point)
         input_error = np.abs(batch.astype(np.float64) - x_hat)
-        w_abs = np.abs(state.dense_f64()) * self._scales[:, None].astype(np.float64)
+        w_abs = state.abs_weights(self._scales)
         bound = (np.abs(batch).sum(axis=1, dtype=np.float64)[:, None] * state.row_error[None, :]
                  + input_error @ w_abs.T + OUTPUT_ROUNDING_LSB * quant.output_scale)
         return bound[0] if single else bound
