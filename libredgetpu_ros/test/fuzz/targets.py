@@ -219,6 +219,10 @@ def main() -> int:
         from bag_targets import targets as bag_targets  # the bag readers (bag_targets.py)
 
         all_targets |= bag_targets(Path(tempfile.mkdtemp(prefix="bag-seeds-")))
+    if not args.target or {"tpulang_mlir", "tpulang_npz"} & set(args.target):
+        from tpulang_targets import targets as tpulang_targets  # TpuLang MLIR and npz (tpulang_targets.py)
+
+        all_targets |= tpulang_targets(fixture)
     ok = True
     for name in args.target or list(all_targets):
         report = fuzz(all_targets[name], args.cases, args.seed, args.time_limit, args.memory_limit_mb,
