@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from libredgetpu_ros.bags.image_source import FrameSource
-from libredgetpu_ros.bags.storage import open_writer, sensor_data_qos
+from libredgetpu_ros.bags.storage import new_bag, sensor_data_qos
 from libredgetpu_ros.bags.typestore import typestore
 from libredgetpu_ros.errors import InputError
 
@@ -78,8 +78,8 @@ def make_bag(inputs: Sequence[str | Path], out: str | Path, options: MakeBagOpti
              progress: bool | None = None) -> MakeBagSummary:
     """Write the frames of ``inputs`` (``loop`` times) to a new bag at ``out``; see the module docstring.
 
-    ``progress``: a tqdm bar on stderr (None: only when stderr is a terminal). A failure removes nothing
-    that existed before: the bag folder is new.
+    ``progress``: a tqdm bar on stderr (None: only when stderr is a terminal). The bag appears at ``out``
+    only when complete (``storage.new_bag``); a failure leaves nothing there.
     """
     from tqdm import tqdm
 
@@ -89,9 +89,8 @@ def make_bag(inputs: Sequence[str | Path], out: str | Path, options: MakeBagOpti
     start_ns = opts.start_ns if opts.start_ns is not None else time.time_ns()
     period_ns = 1e9 / rate
     total = source.count * opts.loop if source.count is not None else None
-    writer = open_writer(out, opts.storage)
     frames, stamp = 0, start_ns
-    try:
+    with new_bag(out, opts.storage) as writer:
         conn = writer.add_connection(opts.topic, IMAGE_TYPE, typestore=typestore(),
                                      offered_qos_profiles=[sensor_data_qos()])
         with tqdm(total=total, unit="frame", desc="make-bag", file=sys.stderr,
@@ -102,8 +101,6 @@ def make_bag(inputs: Sequence[str | Path], out: str | Path, options: MakeBagOpti
                     writer.write(conn, stamp, image_cdr(bgr, stamp, opts.frame_id, opts.encoding))
                     frames += 1
                     bar.update(1)
-    finally:
-        writer.close()
-    if frames == 0:
-        raise InputError(f"no frames could be read from {', '.join(str(i) for i in inputs)}")
+        if frames == 0:  # raised inside: the empty bag is removed, never published
+            raise InputError(f"no frames could be read from {', '.join(str(i) for i in inputs)}")
     return MakeBagSummary(Path(out), frames, rate, start_ns, stamp)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from libredgetpu_ros.bags.salvage import Channel, ScanReport, data_files, scan
-from libredgetpu_ros.bags.storage import open_writer
+from libredgetpu_ros.bags.storage import new_bag
 from libredgetpu_ros.bags.typestore import typestore
 from libredgetpu_ros.errors import InputError
 from libredgetpu_ros.textdata import clip
@@ -93,9 +93,8 @@ def repair_bag(source: str | Path, output: str | Path, storage: str | None = Non
     files = data_files(source)
     storage = storage or ("sqlite3" if files[0].suffix == ".db3" else "mcap")
     summary = RepairSummary(source, output, storage)
-    writer = open_writer(output, storage)
     connections: dict[tuple[str, str], Any] = {}
-    try:
+    with new_bag(output, storage) as writer:  # appears at ``output`` only when complete
         for path in files:
             report, channels, messages = scan(path)
             summary.files.append(report)
@@ -116,6 +115,4 @@ def repair_bag(source: str | Path, output: str | Path, storage: str | None = Non
                     summary.dropped += 1
                     continue
                 writer.write(conn, timestamp, payload)
-    finally:
-        writer.close()
     return summary

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,39 @@ def open_writer(path: str | Path, storage: str) -> Any:
     except (WriterError, OSError) as exc:
         raise InputError(f"cannot create bag {path}: {exc}") from exc
     return writer
+
+
+@contextlib.contextmanager
+def new_bag(path: str | Path, storage: str) -> Iterator[Any]:
+    """An opened writer (``open_writer``) of a new bag that appears at ``path`` only once it is closed and
+    complete: it is written in a temporary folder beside ``path`` and renamed into place after an fsync
+    (``atomicio.atomic_directory``), so no reader ever sees half a bag under the final name.
+
+    Ctrl-C or SIGTERM (KeyboardInterrupt) inside the block closes the bag, publishes it with what it holds
+    (a complete, readable bag: the CLI's exit 130 contract) and re-raises; any other exception removes it.
+    After SIGKILL, the unfinished bag stays in the hidden ``.<name>.<random>.tmp/<name>`` beside ``path``,
+    where ``bag-repair`` recovers its whole chunks."""
+    from libredgetpu_ros.atomicio import atomic_directory
+
+    path = Path(path)
+    if path.exists():
+        raise InputError(f"output bag {path} already exists: remove it or choose another name")
+    path.parent.mkdir(parents=True, exist_ok=True)  # as rosbags' writer did
+    interrupted: KeyboardInterrupt | None = None
+    with atomic_directory(path) as tmp:
+        inner = tmp / path.name  # rosbags names the data file after its folder: <name>/<name>.mcap
+        writer = open_writer(inner, storage)
+        try:
+            yield writer
+        except KeyboardInterrupt as exc:
+            interrupted = exc
+        finally:
+            writer.close()
+        for entry in inner.iterdir():
+            entry.rename(tmp / entry.name)
+        inner.rmdir()
+    if interrupted is not None:
+        raise interrupted
 
 
 def storage_of(path: str | Path) -> str:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from libredgetpu_ros.bags.storage import IMAGE_TYPES, open_reader, open_writer, reliable_qos, storage_of
+from libredgetpu_ros.bags.storage import IMAGE_TYPES, new_bag, open_reader, reliable_qos, storage_of
 from libredgetpu_ros.bags.typestore import typestore
 from libredgetpu_ros.errors import ConfigError, ImageError, InputError
 from libredgetpu_ros.ros.bag_reader import Decoded, FrameReader
@@ -202,8 +202,7 @@ class BagProcessor:
             stack.callback(pipeline.close)
             self._out_types = dict(output_topics(pipeline.task))
             self._out_conns = {}
-            writer = open_writer(output_bag, storage or storage_of(input_bag))
-            stack.callback(writer.close)
+            writer = stack.enter_context(new_bag(output_bag, storage or storage_of(input_bag)))
             bar = stack.enter_context(tqdm(total=total, unit="frame", desc="process-bag", file=sys.stderr,
                                            disable=None if progress is None else not progress))
             frames = iter(stack.enter_context(FrameReader(input_bag, summary.topics,

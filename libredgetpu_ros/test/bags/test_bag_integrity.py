@@ -205,7 +205,12 @@ def test_sigterm_closes_make_bag_like_ctrl_c(tmp_path: Path, fixture_path) -> No
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30
-        while not any(out.glob("*.mcap")) or next(out.glob("*.mcap")).stat().st_size < 3_000_000:
+
+        def written() -> int:  # the bag is written beside ``out`` (storage.new_bag), renamed once closed
+            files = list(tmp_path.glob(".long.*.tmp/long/*.mcap"))
+            return files[0].stat().st_size if files else 0
+
+        while written() < 3_000_000:
             assert time.monotonic() < deadline and proc.poll() is None, "make-bag did not start writing"
             time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
@@ -213,7 +218,7 @@ def test_sigterm_closes_make_bag_like_ctrl_c(tmp_path: Path, fixture_path) -> No
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert (out / "metadata.yaml").exists()
+    assert (out / "metadata.yaml").exists() and not any(tmp_path.glob(".long.*"))
     reader = open_reader(out)
     try:
         assert reader.message_count >= 3
@@ -271,3 +276,33 @@ def test_salvage_fuzz(tmp_path: Path) -> None:
     report = fuzz(target, 2000, seed=1, time_limit_s=2.0, memory_limit_mb=1024)
     print(report.summary())
     assert report.cases == 2000 and report.ok, report.summary()
+
+
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_a_bag_appears_only_when_closed(tmp_path: Path, storage: str) -> None:
+    """``storage.new_bag`` (make-bag, bag-repair, process-bag): the bag is written beside its final name and
+    renamed there once closed; an error leaves nothing, Ctrl-C / SIGTERM publishes what was written."""
+    from libredgetpu_ros.bags.storage import new_bag, open_reader
+    from libredgetpu_ros.bags.typestore import typestore
+
+    def write(out: Path, stop: BaseException) -> None:
+        with new_bag(out, storage) as writer:
+            conn = writer.add_connection("/a", "std_msgs/msg/UInt8MultiArray", typestore=typestore())
+            for i in range(3):
+                writer.write(conn, 1_000 + i, bytes(40))
+            assert not out.exists() and len(list(tmp_path.glob(f".{out.name}.*.tmp"))) == 1
+            raise stop
+
+    with pytest.raises(RuntimeError):
+        write(tmp_path / "failed", RuntimeError("disk on fire"))
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(KeyboardInterrupt):
+        write(tmp_path / "interrupted", KeyboardInterrupt())
+    assert [p.name for p in tmp_path.iterdir()] == ["interrupted"]
+    reader = open_reader(tmp_path / "interrupted")
+    try:
+        assert reader.message_count == 3
+        assert sorted(p.name for p in (tmp_path / "interrupted").iterdir()) == [
+            "interrupted.db3" if storage == "sqlite3" else "interrupted.mcap", "metadata.yaml"]
+    finally:
+        reader.close()

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,11 +65,17 @@ def _started(ros_env, tmp: Path, fixture_path: Any) -> tuple[subprocess.Popen, P
                           "--config", str(_config(tmp, fixture_path, annotated=True))], "process_bag",
                          expect_exit=True)
     deadline = time.monotonic() + 60
-    while not any(out.glob("*.mcap")) or next(out.glob("*.mcap")).stat().st_size < 1_200_000:
+    while not any(_unfinished(out)) or next(_unfinished(out)).stat().st_size < 1_200_000:
         assert proc.poll() is None, "process-bag ended before it could be interrupted"
         assert time.monotonic() < deadline, "process-bag wrote no whole chunk in 60 s"
         time.sleep(0.05)
     return proc, out
+
+
+def _unfinished(out: Path) -> Iterator[Path]:
+    """The data file of an output bag being written: in its temporary folder beside ``out``
+    (``storage.new_bag``), renamed to ``out`` once closed."""
+    return out.parent.glob(f".{out.name}.*.tmp/{out.name}/*.mcap")
 
 
 def _count(bag: Path) -> int:
@@ -97,9 +104,11 @@ def test_after_sigkill_bag_repair_recovers_the_output(ros_env, tmp_path: Path, f
     proc, out = _started(ros_env, tmp_path, fixture_path)
     proc.kill()
     assert proc.wait(timeout=30) == -signal.SIGKILL
+    assert not out.exists()  # never half a bag under the final name
+    unfinished = next(_unfinished(out)).parent
     with pytest.raises(InputError):
-        open_reader(out)
-    summary = repair_bag(out, tmp_path / "fixed")
+        open_reader(unfinished)
+    summary = repair_bag(unfinished, tmp_path / "fixed")
     assert summary.messages > 0 and summary.files[0].corrupt_chunks == 0
     assert _count(tmp_path / "fixed") == summary.messages
 
