@@ -236,3 +236,28 @@ def test_bag_repair_holds_a_big_compressed_chunk_once(tmp_path: Path) -> None:
     print(f"baseline {base / 2**20:.0f} MiB, peak {peak / 2**20:.0f} MiB for a {size >> 20} MiB chunk")
     assert (chunks, corrupt) == (1, 0)
     assert peak - base <= 1.1 * size
+
+
+@pytest.mark.ros
+def test_process_bag_on_a_damaged_summary_is_one_error_line(tmp_path: Path, fixture_path) -> None:
+    """The CLI contract on a bag refused at open: exit 2, one ``error:`` line naming the file, the damaged
+    field and ``bag-repair``, no traceback."""
+    import yaml
+
+    bag = _image_bag(tmp_path, "bag", frames=4)
+    mcap = next(bag.glob("*.mcap"))
+    data = _without_summary_crc(mcap.read_bytes())
+    data[_chunk_index_field(data, "chunk offset")] ^= 0x01
+    mcap.write_bytes(bytes(data))
+    config = tmp_path / "classify.yaml"
+    config.write_text(yaml.safe_dump({"/**": {"ros__parameters": {
+        "model": str(fixture_path("classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite")), "backend": "cpu",
+        "task": "classify"}}}))
+    out = subprocess.run([sys.executable, "-m", "libredgetpu_ros.cli.main", "process-bag", str(bag),
+                          str(tmp_path / "out"), "--config", str(config)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), out.stderr
+    assert mcap.name in lines[0] and "chunk index" in lines[0] and "bag-repair" in lines[0]
+    assert not (tmp_path / "out").exists()
