@@ -83,3 +83,12 @@ def test_template_sidecar_deep_json_refused(tmp_path) -> None:
     path.write_text('{"x": ' + "[" * 100_000 + "]" * 100_000 + "}")
     with pytest.raises(ModelFormatError, match="nested 100001 levels deep"):
         _read_sidecar(path)
+
+
+def test_robotics_template_sidecar_deep_json_refused(tmp_path) -> None:
+    from libredgetpu_ros.robotics.template import _read_sidecar
+
+    path = tmp_path / "spot_edgetpu.json"
+    path.write_text('{"x": ' + "[" * 100_000 + "]" * 100_000 + "}")  # before: RecursionError
+    with pytest.raises(ModelFormatError, match=r"sidecar is not JSON.*nested 100001 levels deep"):
+        _read_sidecar(path)

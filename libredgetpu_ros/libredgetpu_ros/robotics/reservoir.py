@@ -30,6 +30,7 @@ import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, InputError
 from libredgetpu_ros.matmul import MatMulEngine
+from libredgetpu_ros.textdata import load_json
 
 ACTIVATIONS = ("tanh", "relu", "identity")
 READOUT_FORMAT = "libredgetpu_ros.reservoir_readout.v1"
@@ -336,7 +337,7 @@ class ReservoirComputer:
                 raise InputError(f"{path}: {path.stat().st_size} bytes is over the {MAX_READOUT_BYTES} limit")
             with np.load(path, allow_pickle=False) as data:
                 weights = np.array(data["weights"], dtype=np.float64)
-                meta = json.loads(str(data["meta"]))
+                meta = load_json(str(data["meta"]), f"{path} meta", max_depth=32)  # textdata: depth bounded
         except (OSError, KeyError, ValueError, TypeError) as exc:
             raise InputError(f"{path}: not a reservoir readout file: {exc}") from exc
         if not isinstance(meta, dict) or meta.get("format") != READOUT_FORMAT:

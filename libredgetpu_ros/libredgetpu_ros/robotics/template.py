@@ -22,7 +22,6 @@ API (for every module in this folder):
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,8 +31,9 @@ from typing import Any
 import numpy as np
 
 from libredgetpu_ros.backends.base import BoundaryInfo, TensorSpec, tensor_spec
-from libredgetpu_ros.errors import BackendError, ConfigError, InputError, ModelFormatError
+from libredgetpu_ros.errors import BackendError, ConfigError, InputError, ModelFormatError, TextDataError
 from libredgetpu_ros.reparam import ParameterSet, ParameterStore
+from libredgetpu_ros.textdata import load_json
 
 COMPILED_SUFFIX = "_edgetpu.tflite"
 SIDECAR_SUFFIX = "_edgetpu.json"
@@ -86,10 +86,10 @@ def _read_sidecar(path: Path) -> dict[str, Any]:
         if size > MAX_SIDECAR_BYTES:
             raise ModelFormatError(f"{path}: sidecar is {size} bytes, more than the {MAX_SIDECAR_BYTES} "
                                    f"allowed")
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_json(path.read_bytes(), str(path), max_depth=32)  # UTF-8, depth bounded (textdata.py)
     except OSError as exc:
         raise InputError(f"cannot read sidecar {path}: {exc.strerror or exc}") from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except TextDataError as exc:
         raise ModelFormatError(f"{path}: sidecar is not JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise ModelFormatError(f"{path}: sidecar must be a JSON object, got {type(data).__name__}")
