@@ -15,6 +15,8 @@ from libredgetpu_ros.teamtensor.wire import DEFAULT_WIRE, Reader, WireFormat
 
 MAX_DIM = 0xFFFF
 MAX_NDIM = 0xFF
+MAX_ARRAY_NDIM = 32  # NumPy arrays have at most 64 dimensions; no layer needs more than 4
+MAX_EXTENT = 1 << 48  # product of the dimensions (zeros counted as 1) beyond any array NumPy can describe
 
 
 def _native(dtype: np.dtype) -> np.dtype:
@@ -43,8 +45,17 @@ def encode_tensor(array: np.ndarray, wire: WireFormat = DEFAULT_WIRE, field: str
 
 def read_shape(reader: Reader, field: str) -> tuple[int, ...]:
     ndim = reader.u8(f"{field} number of dimensions")
+    if ndim > MAX_ARRAY_NDIM:
+        raise ProtocolError(f"{reader.what}: {field} has {ndim} dimensions, at most {MAX_ARRAY_NDIM} "
+                            "supported")
     reader.need(2 * ndim, f"{field} dimension sizes")
-    return tuple(reader.u16(f"{field} dimension {i}") for i in range(ndim))
+    shape = tuple(reader.u16(f"{field} dimension {i}") for i in range(ndim))
+    extent = 1
+    for size in shape:  # an empty tensor's other dimensions still have to make a representable array
+        extent *= max(size, 1)
+    if extent > MAX_EXTENT:
+        raise ProtocolError(f"{reader.what}: {field} shape {shape} is larger than any array can be")
+    return shape
 
 
 def decode_tensor(reader: Reader, wire: WireFormat = DEFAULT_WIRE, field: str = "tensor") -> np.ndarray:

@@ -182,11 +182,24 @@ def test_huge_declared_sizes_allocate_nothing():
     """A header declaring ~10^19 values or 65535 samples in a 40-byte packet fails before any allocation."""
     bomb = bytes([0x08, 0xFF, 0xFF, 8]) + b"\xff\xff" * 8 + b"\0" * 20
     tracemalloc.start()
-    with pytest.raises(ProtocolError, match="needs"):
+    with pytest.raises(ProtocolError, match="larger than any array"):
         packets.decode_request(bomb)
+    with pytest.raises(ProtocolError, match="needs"):  # a large shape that NumPy could describe
+        packets.decode_request(bytes([0x08, 0xFF, 0xFF, 3]) + b"\xff\xff" * 3 + b"\0" * 20)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 64 * 1024
+
+
+def test_shapes_numpy_cannot_hold_are_protocol_errors():
+    """Found by test/fuzz/test_fuzz_teamtensor.py: 191 dimensions, or a zero next to dimensions whose product
+    overflows, made NumPy raise ValueError inside the decoder (the worker counted an internal error)."""
+    many = bytes([0x08, 0x00, 0x01, 191]) + b"\x00\x01" * 191 + b"\0" * 8
+    with pytest.raises(ProtocolError, match="191 dimensions"):
+        packets.decode_request(many)
+    empty = Reader(bytes([20]) + b"\x00\x00" + b"\xff\xff" * 19, "test")
+    with pytest.raises(ProtocolError, match="larger than any array"):
+        decode_tensor(empty)
 
 
 def test_samples_of_different_shapes_are_rejected():

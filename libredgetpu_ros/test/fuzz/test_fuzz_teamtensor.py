@@ -1,0 +1,34 @@
+"""CI fuzzing of the Team Tensor worker's model acceptance and memory budget (issue 27): 1,500 seeded
+mutations of ASN_MD packets, each accepted model trained on a batch of its largest input, each case limited
+to 5 s and 1 GiB of address space; only typed refusals are allowed, and the worker must never fail inside
+(see teamtensor_targets.py). Also: the issue's padding bomb is refused under the same limits."""
+
+from __future__ import annotations
+
+import numpy as np
+from libredgetpu_ros.errors import InputError
+from libredgetpu_ros.teamtensor import packets
+from libredgetpu_ros.teamtensor.model import ModelSpec, conv2d
+from libredgetpu_ros.teamtensor.wire import Metric
+
+from .harness import fuzz, run_guarded
+from .teamtensor_targets import consume_model, targets
+
+CASES = 1500
+
+
+def test_teamtensor_model_fuzz_budget():
+    report = fuzz(targets()["teamtensor_model"], CASES, seed=1, time_limit_s=5.0, memory_limit_mb=1024)
+    print(report.summary())
+    assert report.cases == CASES
+    assert report.ok, report.summary()
+    counts = report.counts
+    assert counts["accepted"] > CASES // 20 and counts["refused"] > CASES // 4, report.summary()
+
+
+def test_the_padding_bomb_is_refused_within_the_limits():
+    bomb = ModelSpec([conv2d(np.ones((1, 1, 1, 1), np.float32), None, pad=20000, stride=60000, out_width=1,
+                             out_height=1)], [Metric.MSE])
+    outcome = run_guarded(consume_model, packets.encode_request(packets.AssignModel(1, 1, bomb)),
+                          (InputError,), time_limit_s=5.0, memory_limit_mb=1024)
+    assert outcome.kind == "refused" and "BAD_MODEL" in outcome.message, outcome
