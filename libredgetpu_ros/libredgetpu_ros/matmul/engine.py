@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, InputError, WeightsError
+from libredgetpu_ros.matmul import fastpath
 from libredgetpu_ros.matmul.blob import build_blob
 from libredgetpu_ros.matmul.fastpath import quantize_to_blob
 from libredgetpu_ros.matmul.quantize import (
@@ -259,7 +260,9 @@ class MatMulEngine:
         if self._runner is not None:
             yq = self._runner.run(params.blob("pc"), params.version, xq)
         else:
-            yq = dense_uint8(state.dense_float(quant.input_zero_point), xq, quant, self._multipliers)
+            # int8 as is for the compiled kernel, else the float copy BLAS sums exactly.
+            weights = state.weights if fastpath.available() else state.dense_float(quant.input_zero_point)
+            yq = dense_uint8(weights, xq, quant, self._multipliers)
         y = dequantize(yq, quant.output_scale, quant.output_zero_point)
         if state.bias is not None:
             y += state.bias

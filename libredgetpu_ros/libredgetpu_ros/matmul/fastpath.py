@@ -1,4 +1,5 @@
-"""Float weights -> int8 values + parameter blob in one compiled pass (the common case of ``set_weights``).
+"""Compiled hot paths of the MatMul engine: float weights -> int8 + parameter blob in one pass
+(``set_weights``) and the CPU twin's Dense layer (``dense_uint8``).
 
 ``quantize.quantize_rows`` + ``blob.build_blob`` take eight NumPy passes over a 1024x1024 float32 matrix
 (~2 ms here); this kernel reads each weight once, in the order it is stored, and writes the int8 value, its
@@ -82,8 +83,35 @@ def _tiles(values, blob_words, group):  # pragma: no cover - compiled
             out[base + row] = words[row, k] ^ np.uint32(0x80808080)
 
 
+def _dense(weights, xq, zp_in, multipliers, zp_out, out):  # pragma: no cover - compiled
+    """The twin's Dense layer: int8 weights x (uint8 - zp_in), float32 requantization, uint8 out.
+
+    Compiled with ``reassoc``/``contract`` so the row sums vectorise: exact all the same, because the caller
+    only uses it when every partial sum is an integer float32 holds (twin.exact_float_dtype).
+    """
+    k, cols = xq.shape
+    rows = weights.shape[0]
+    centred = np.empty(cols, np.float32)
+    low, high = np.float32(0.0), np.float32(255.0)
+    for i in range(k):
+        for c in range(cols):
+            centred[c] = np.float32(xq[i, c]) - np.float32(zp_in)
+        for r in range(rows):
+            w_row = weights[r]
+            acc = np.float32(0.0)
+            for c in range(cols):
+                acc += np.float32(w_row[c]) * centred[c]
+            v = np.rint(acc * multipliers[r]) + np.float32(zp_out)
+            v = low if v < low else v
+            v = high if v > high else v
+            out[i, r] = np.uint8(v)
+
+
 _compiled = None
+_dense_compiled = None
 if njit is not None:
+    _dense_compiled = njit(cache=True, nogil=True, boundscheck=False,
+                           fastmath={"reassoc", "contract"})(_dense)
     _tiles = njit(cache=True, nogil=True, boundscheck=False)(_tiles)
     _compiled = njit(cache=True, nogil=True, boundscheck=False)(_kernel)
 
@@ -123,6 +151,20 @@ def quantize_to_blob(weights: object, scales: np.ndarray, overhead: np.ndarray,
     return QuantizedWeights(values, 0, float(row_error.max(initial=0.0)), 0.0, row_error), blob
 
 
+def dense_uint8(weights: np.ndarray, xq: np.ndarray, input_zero_point: int, multipliers: np.ndarray,
+                output_zero_point: int) -> np.ndarray | None:
+    """uint8 (k, rows) of the twin's Dense layer for int8 ``weights``, or None without numba.
+
+    Only for shapes where float32 sums are exact (the caller, ``twin.dense_uint8``, checks it).
+    """
+    if _dense_compiled is None or weights.dtype != np.int8 or not weights.flags.c_contiguous:
+        return None
+    out = np.empty((xq.shape[0], weights.shape[0]), dtype=np.uint8)
+    _dense_compiled(weights, np.ascontiguousarray(xq, dtype=np.uint8), int(input_zero_point),
+                    np.ascontiguousarray(multipliers, dtype=np.float32), int(output_zero_point), out)
+    return out
+
+
 def warm_up() -> None:
     """Compile (or load from the on-disk cache) the float32 and float64 variants now, not on a first swap."""
     if _compiled is None:
@@ -131,3 +173,5 @@ def warm_up() -> None:
     scales = np.ones(GROUP_ROWS, dtype=np.float32)
     for dtype in _FAST_DTYPES:
         quantize_to_blob(np.zeros((GROUP_ROWS, TILE_COLS), dtype=dtype), scales, overhead, TILE_COLS)
+    dense_uint8(np.zeros((GROUP_ROWS, TILE_COLS), np.int8), np.zeros((1, TILE_COLS), np.uint8), 128, scales,
+                128)

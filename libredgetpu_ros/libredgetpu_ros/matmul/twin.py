@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from libredgetpu_ros.matmul import fastpath
 from libredgetpu_ros.matmul.quantize import round_half_away
 
 UINT8_MIN, UINT8_MAX = 0, 255
@@ -84,11 +85,15 @@ def dense_uint8(weights: np.ndarray, xq: np.ndarray, quant: DenseQuantization,
     its gemv is far faster still); ``multipliers`` defaults to ``quant.multipliers()``.
     """
     exact = exact_float_dtype(weights.shape[1], quant.input_zero_point)
+    m = quant.multipliers() if multipliers is None else multipliers
+    if weights.dtype == np.int8 and exact is np.float32:  # the compiled kernel: int8 read once, no copy
+        out = fastpath.dense_uint8(weights, xq, quant.input_zero_point, m, quant.output_zero_point)
+        if out is not None:
+            return out
     if weights.dtype != np.float64 and not (weights.dtype == np.float32 and exact is np.float32):
         weights = weights.astype(exact)
     centred = xq.astype(weights.dtype) - weights.dtype.type(quant.input_zero_point)
     acc = (centred @ weights.T).astype(np.float32)  # like (float)int32 in the kernels: rounds beyond 2**24
-    m = quant.multipliers() if multipliers is None else multipliers
     scaled = np.rint(acc * m)
     scaled += quant.output_zero_point
     return np.clip(scaled, UINT8_MIN, UINT8_MAX).astype(np.uint8)
