@@ -5,6 +5,7 @@ Every size is bounded (rank, element count, number of per-axis scales) before an
 
 from __future__ import annotations
 
+import math
 import re
 
 from libredgetpu_ros.sophgo.ir import (
@@ -19,6 +20,7 @@ from libredgetpu_ros.sophgo.ir import (
     TensorType,
     TpuLangError,
 )
+from libredgetpu_ros.textdata import clip
 
 MAX_ELEMENTS = 1 << 31  # per tensor: refuse types whose buffers could not be allocated anyway
 MAX_RANK = 8
@@ -105,8 +107,12 @@ class Cursor:
             bits = int(text.lstrip("-+"), 16)
             if bits >> 64:
                 raise self.fail("hex float wider than 64 bits")
-            return struct.unpack("<d", bits.to_bytes(8, "little"))[0]
-        return float(text)
+            value = struct.unpack("<d", bits.to_bytes(8, "little"))[0]
+        else:
+            value = float(text)
+        if not math.isfinite(value):  # an overflowing literal, or inf/NaN bits: TpuLang never writes them
+            raise self.fail(f"float {clip(text, 40)} is not finite")
+        return value
 
     def end(self) -> None:
         self.ws()

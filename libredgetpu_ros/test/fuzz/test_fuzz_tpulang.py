@@ -1,5 +1,6 @@
 """CI fuzzing of the TpuLang readers (issue 21): 1,000 seeded mutations each of the conformance MLIR files
-(parse, memory plan, execute, print back) and npz files (read whole and by name), each case limited to 5 s
+(bytes, and their numbers; then parse, memory plan, execute, print back) and npz files (read whole and by
+name), each case limited to 5 s
 and 1 GiB of address space; only typed ``InputError``s are allowed. The long run (100,000 cases per reader)
 is recorded in docs/reliability.md."""
 
@@ -18,7 +19,7 @@ def tpulang_targets(fixture_path):
     return targets(fixture_path)
 
 
-@pytest.mark.parametrize("name", ["tpulang_mlir", "tpulang_npz"])
+@pytest.mark.parametrize("name", ["tpulang_mlir", "tpulang_mlir_numbers", "tpulang_npz"])
 def test_tpulang_reader_fuzz_budget(tpulang_targets, name):
     report = fuzz(tpulang_targets[name], CASES, seed=1, time_limit_s=5.0, memory_limit_mb=1024)
     print(report.summary())

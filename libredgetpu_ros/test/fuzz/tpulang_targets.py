@@ -4,6 +4,11 @@ fixtures, each followed by what ``tpulang run`` does next.
 - ``tpulang_mlir``: UTF-8 decode (as ``load_mlir``), parse, plan the memory against a 256 MiB budget, then
   execute on zero-filled inputs and weights of the declared shapes, and print the module back. A plan that
   under-estimates shows up as a MemoryError (the worker's address space is capped) or a hang.
+- ``tpulang_mlir_numbers``: the same consumer on a fixture MLIR whose numbers (shapes, pads, strides,
+  kernel sizes, axes, scales, zero points) are replaced by values taken from the fuzzed bytes: the input is
+  ``[case index: 1 byte][(number index: u16, value: i64) x N]``, so the harness's size-like mutations
+  (0, -1, 2**31-1, 2**63-1, ...) land in the fields the memory plan and the shape checks guard. Byte
+  mutations of the text mostly stop at the parser; these reach the planner and the executor.
 - ``tpulang_npz``: ``read_npz`` of the mutated file, whole and for one named member, with a 64 MiB budget.
 
 ``test_fuzz_tpulang.py`` runs a bounded budget of each in CI; for a long run::
@@ -15,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import re
+import struct
 import sys
 import tempfile
 from collections.abc import Callable
@@ -55,6 +62,42 @@ def consume_mlir(data: bytes) -> None:
     arrays = {node.name: np.zeros(plan.shapes[node.name], node.result.np_dtype)
               for node in module.ops if node.kind in ("top.Input", "top.Weight")}
     execute(module, arrays, arrays, memory_budget=RUN_BUDGET)
+
+
+_NUMBER = re.compile(r"-?\d+")
+_EDIT = struct.Struct("<Hq")
+
+
+def consume_mlir_numbers(data: bytes) -> None:
+    texts = _TEXTS  # filled by targets(): the fixture texts, read once in the parent before forking
+    if not data:
+        return
+    text = texts[data[0] % len(texts)]
+    spans = [m.span() for m in _NUMBER.finditer(text)]
+    edits: dict[int, int] = {}
+    for offset in range(1, len(data) - _EDIT.size + 1, _EDIT.size):
+        index, value = _EDIT.unpack_from(data, offset)
+        edits[index % len(spans)] = value
+    pieces, last = [], 0
+    for i in sorted(edits):
+        start, end = spans[i]
+        pieces += [text[last:start], str(edits[i])]
+        last = end
+    consume_mlir(("".join(pieces) + text[last:]).encode())
+
+
+def _number_seeds() -> list[bytes]:
+    """Instruction strings: every case with no edit, and with 1-4 edits of small values."""
+    rng = random.Random(7)
+    seeds = [bytes([k]) for k in range(len(CASES))]
+    for _ in range(40):
+        edits = b"".join(_EDIT.pack(rng.randrange(1 << 16), rng.choice((0, 1, 2, 3, 7, 64, 255, 8191)))
+                         for _ in range(rng.randint(1, 4)))
+        seeds.append(bytes([rng.randrange(len(CASES))]) + edits)
+    return seeds
+
+
+_TEXTS: list[str] = []
 
 
 def consume_npz(data: bytes) -> None:
@@ -100,8 +143,11 @@ def _npz_hot(data: bytes) -> list[tuple[int, int]]:
 
 def targets(fixtures: Callable[[str], Path]) -> dict[str, FuzzTarget]:
     typed = (InputError,)
+    _TEXTS[:] = [seed.decode() for seed in _mlir_seeds(fixtures)]
     return {
         "tpulang_mlir": FuzzTarget("tpulang_mlir", _mlir_seeds(fixtures), consume_mlir, typed, _mlir_hot),
+        "tpulang_mlir_numbers": FuzzTarget("tpulang_mlir_numbers", _number_seeds(), consume_mlir_numbers,
+                                           typed),
         "tpulang_npz": FuzzTarget("tpulang_npz", _npz_seeds(fixtures), consume_npz, typed, _npz_hot),
     }
 

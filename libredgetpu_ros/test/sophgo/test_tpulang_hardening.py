@@ -247,6 +247,18 @@ def test_member_flagged_encrypted_is_typed(tmp_path: Path) -> None:
         read_npz(path, "weights")
 
 
+@pytest.mark.parametrize("literal", ["-1.000000e+400", "0x7FF0000000000000", "0x7FF8000000000000"])
+def test_non_finite_float_literals_are_refused(fixtures_dir: Path, literal: str) -> None:
+    """Found by the tpulang_mlir_numbers fuzz target: an overflowing literal parsed to -inf, which the
+    module could then not be printed with (ValueError from the emitter)."""
+    from libredgetpu_ros.sophgo.parser import parse_mlir
+
+    text = (fixtures_dir / "tpulang" / "f32_conv_bias_relu" / "f32_conv_bias_relu_origin.mlir").read_text()
+    assert "relu_limit = -1.000000e+00 : f64" in text
+    with pytest.raises(tpul.TpuLangError, match="is not finite"):
+        parse_mlir(text.replace("relu_limit = -1.000000e+00 : f64", f"relu_limit = {literal} : f64"))
+
+
 # -- item 5: outputs are never cut --------------------------------------------------------------------------
 def _sizes(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
