@@ -1,0 +1,28 @@
+"""CI fuzzing of the user-text readers (text_targets.py): seeded mutations of the Femtosense fixtures and
+crafted alias / depth / encoding cases, each case limited to 2 s and 512 MiB of address space; only typed
+``InputError``s may come out. The long run (100,000 cases per target) is in docs/reliability.md."""
+
+from __future__ import annotations
+
+import pytest
+
+from .harness import fuzz
+from .text_targets import targets
+
+CASES = {"iospec": 4000, "iospec_tokens": 2000, "yaml": 2000, "json": 2000}
+
+
+@pytest.fixture(scope="module")
+def text_targets(fixture_path):
+    return targets(fixture_path)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_text_reader_fuzz_budget(text_targets, name):
+    report = fuzz(text_targets[name], CASES[name], seed=1, time_limit_s=2.0, memory_limit_mb=512)
+    print(report.summary())
+    assert report.cases == CASES[name]
+    assert report.ok, report.summary()
+    counts = report.counts
+    # Both paths exercised (byte mutations break most YAML at once: a few % stay valid IOSpecs).
+    assert counts["refused"] > CASES[name] // 40 and counts["accepted"] > CASES[name] // 40, report.summary()
