@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -338,7 +339,7 @@ class ReservoirComputer:
             with np.load(path, allow_pickle=False) as data:
                 weights = np.array(data["weights"], dtype=np.float64)
                 meta = load_json(str(data["meta"]), f"{path} meta", max_depth=32)  # textdata: depth bounded
-        except (OSError, KeyError, ValueError, TypeError) as exc:
+        except (OSError, KeyError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as exc:
             raise InputError(f"{path}: not a reservoir readout file: {exc}") from exc
         if not isinstance(meta, dict) or meta.get("format") != READOUT_FORMAT:
             raise InputError(f"{path}: format is {meta.get('format') if isinstance(meta, dict) else meta!r}, "

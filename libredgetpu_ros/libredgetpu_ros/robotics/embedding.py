@@ -1,0 +1,317 @@
+"""EmbeddingSimilarity: cosine search over a database held as MatMul engine weight rows, and the extractor.
+
+Place recognition / object re-identification: an image -> an embedding (``EmbeddingExtractor``, a MobileNet
+feature extractor on the Edge TPU or its CPU twin) -> the most similar enrolled entries (one engine matmul).
+
+Layout. Entries are L2-normalised D-vectors. A template of ``rows x cols`` holds each entry in ``chunks =
+ceil(D / cols)`` consecutive rows (the vector zero-padded to ``chunks * cols``: padding adds nothing to a dot
+product), so ``capacity = rows // chunks``; a query is a batch of its ``chunks`` pieces and the score of entry
+i is the sum over k of output[k, i * chunks + k]. A 1024-d database fits dense_1024 (1024 entries), dense_512
+(256) and dense_256 (64). A file never loses entries or dimensions when loaded: more entries than the
+capacity, or another D, is an error.
+
+Scaling. Entry i is stored as ``g_i * e_i`` with ``g_i = min_r(127 s_r) / max|e_i|`` (its largest component on
+the int8 grid's end: the full 8 bits, LibrEdgeTPU uses a fixed factor and gets ~5 levels); a query ``q`` is
+sent as ``g_q * q`` with ``g_q`` the largest value that keeps it inside the input range and every |output| <=
+g_i g_q <= the output range (|partial cosine| <= 1), so nothing saturates and the score ``output / (g_i g_q)``
+is the cosine to within ``engine.error_bound`` / (g_i g_q) (``query(..., bound=True)``).
+
+Swaps. Every change builds the whole weight matrix and swaps it in through ``set_weights`` (one
+atomic version); the labels and gains of that version are registered under its number before the swap,
+and a query reads them by the version its matmul ran on: a query never mixes two databases.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from libredgetpu_ros.errors import ConfigError, InputError
+from libredgetpu_ros.matmul import MatMulEngine
+
+DATABASE_FORMAT = "libredgetpu_ros.embedding_db.v1"
+MAX_DATABASE_BYTES = 512 << 20
+MAX_LABEL_CHARS = 256
+_KEEP_VERSIONS = 8  # database snapshots kept for queries still running on an older weight version
+
+
+@dataclass(frozen=True)
+class Match:
+    label: str
+    score: float  # cosine similarity in [-1, 1] (int8 resolution)
+    entry: int  # slot of the best entry with this label
+    bound: float | None = None  # |score - float cosine| bound when asked for
+
+
+@dataclass(frozen=True, eq=False)
+class _Snapshot:
+    labels: tuple[str | None, ...]  # per slot; None = free
+    normalized: np.ndarray  # float32 (capacity, D), zero rows for free slots, read-only
+    gains: np.ndarray  # float64 (capacity,), 0 for free slots
+
+
+def l2_normalize(vector: object, dim: int, what: str = "embedding") -> np.ndarray:
+    """float64 unit vector of a finite, non-zero (dim,) array; InputError naming the problem otherwise."""
+    try:
+        array = np.asarray(vector, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{what} is not numeric: {exc}") from exc
+    if array.shape != (dim,):
+        raise InputError(f"{what} has {array.size} values; this database holds {dim}-d embeddings")
+    if not np.isfinite(array).all():
+        raise InputError(f"{what} contains NaN/inf")
+    norm = float(np.linalg.norm(array))
+    if norm == 0.0:
+        raise InputError(f"{what} is all zeros (no direction to compare)")
+    return array / norm
+
+
+class EmbeddingSimilarity:
+    """A database of L2-normalised embeddings on a MatMul engine of its own (no other user may swap its
+    weights); ``query`` may run while another thread changes the database."""
+
+    def __init__(self, engine: MatMulEngine, embedding_dim: int) -> None:
+        if embedding_dim < 1:
+            raise ConfigError(f"embedding_dim must be >= 1, got {embedding_dim}")
+        self.engine = engine
+        self.embedding_dim = int(embedding_dim)
+        self.chunks = math.ceil(self.embedding_dim / engine.cols)
+        self.capacity = engine.rows // self.chunks
+        if self.capacity < 1:
+            raise ConfigError(f"a {engine.rows}x{engine.cols} template cannot hold {embedding_dim}-d "
+                              f"embeddings")
+        _, hi = engine.weight_range()
+        self._row_limit = hi.astype(np.float64)  # 127 * s_r
+        lo_in, hi_in = engine.quantization.input_range()
+        lo_out, hi_out = engine.quantization.output_range()
+        self._input_limit = min(-lo_in, hi_in)
+        self._output_limit = min(-lo_out, hi_out) * 0.999  # strictly inside: rounding never saturates
+        self._write_lock = threading.Lock()
+        empty = _Snapshot((None,) * self.capacity, np.zeros((self.capacity, self.embedding_dim), np.float32),
+                          np.zeros(self.capacity))
+        self._matrix = np.zeros((engine.rows, engine.cols), dtype=np.float32)
+        self._snapshots: dict[int, _Snapshot] = {}
+        self._publish(empty)
+
+    # -- reading ---------------------------------------------------------------------------------------
+    @property
+    def _current(self) -> _Snapshot:
+        return self._snapshots[self.engine.version]
+
+    def __len__(self) -> int:
+        return sum(label is not None for label in self._current.labels)
+
+    @property
+    def labels(self) -> list[str]:
+        """Labels of the stored entries, one per entry (a label may have several entries), by slot."""
+        return [label for label in self._current.labels if label is not None]
+
+    def entries(self) -> list[tuple[int, str]]:
+        return [(slot, label) for slot, label in enumerate(self._current.labels) if label is not None]
+
+    def _query_batch(self, normalized: np.ndarray) -> tuple[np.ndarray, float]:
+        """(chunks, cols) engine input for a unit vector, and its gain ``g_q``."""
+        padded = np.zeros(self.chunks * self.engine.cols)
+        padded[: self.embedding_dim] = normalized
+        gains = self._current.gains
+        g_max = float(gains.max(initial=0.0)) or 1.0
+        g_q = min(self._input_limit / float(np.max(np.abs(normalized))), self._output_limit / g_max)
+        return (padded * g_q).reshape(self.chunks, self.engine.cols), g_q
+
+    def scores(self, embedding: object,
+               bound: bool = False) -> tuple[np.ndarray, _Snapshot, np.ndarray | None]:
+        """Cosine scores of every slot (free slots: NaN), the snapshot they belong to, optional bounds."""
+        normalized = l2_normalize(embedding, self.embedding_dim, "query embedding")
+        for _ in range(_KEEP_VERSIONS):
+            batch, g_q = self._query_batch(normalized)
+            out, version = self.engine.matmul_versioned(batch)
+            snapshot = self._snapshots.get(version)
+            # g_q came from the newest gains: retry if the version that ran could have saturated with it.
+            if snapshot is not None and float(snapshot.gains.max(initial=0.0)) * g_q <= self._output_limit:
+                break
+        else:  # pragma: no cover - needs _KEEP_VERSIONS swaps during each of as many queries
+            raise InputError("the database changed faster than a query could run")
+        c = self.chunks
+        rows_of = np.arange(self.capacity)[:, None] * c + np.arange(c)[None, :]  # entry i -> its rows
+        picked = out[np.arange(c)[None, :], rows_of]
+        raw = picked.sum(axis=1, dtype=np.float64)  # (capacity,)
+        occupied = snapshot.gains > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            score = np.where(occupied, raw / (snapshot.gains * g_q), np.nan)
+        bounds = None
+        if bound:
+            err = self.engine.error_bound(batch)
+            per_entry = err[np.arange(c)[None, :], rows_of]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                bounds = np.where(occupied, per_entry.sum(axis=1) / (snapshot.gains * g_q), np.nan)
+        return score, snapshot, bounds
+
+    def query(self, embedding: object, top_k: int = 1, bound: bool = False) -> list[Match]:
+        """The ``top_k`` best labels (each by its best entry), best first. Empty database: empty list."""
+        if top_k < 1:
+            raise InputError(f"top_k must be >= 1, got {top_k}")
+        score, snapshot, bounds = self.scores(embedding, bound)
+        order = np.argsort(-np.nan_to_num(score, nan=-np.inf), kind="stable")
+        matches: list[Match] = []
+        seen: set[str] = set()
+        for slot in order:
+            label = snapshot.labels[slot]
+            if label is None or label in seen:
+                continue
+            seen.add(label)
+            matches.append(Match(label, float(score[slot]), int(slot),
+                                 None if bounds is None else float(bounds[slot])))
+            if len(matches) == top_k:
+                break
+        return matches
+
+    # -- changing --------------------------------------------------------------------------------------
+    def _gain(self, normalized: np.ndarray, slot: int) -> float:
+        rows = slice(slot * self.chunks, (slot + 1) * self.chunks)
+        return float(self._row_limit[rows].min()) / float(np.max(np.abs(normalized)))
+
+    def _publish(self, snapshot: _Snapshot, changed: Sequence[int] | None = None) -> None:
+        """Swap the engine to ``snapshot`` (caller holds the write lock, or is __init__)."""
+        c, cols = self.chunks, self.engine.cols
+        slots = range(self.capacity) if changed is None else changed
+        for slot in slots:
+            padded = np.zeros(c * cols, dtype=np.float64)
+            padded[: self.embedding_dim] = snapshot.normalized[slot] * snapshot.gains[slot]
+            self._matrix[slot * c:(slot + 1) * c] = padded.reshape(c, cols)
+        version = self.engine.version + 1
+        self._snapshots[version] = snapshot  # readable before the swap makes it current
+        try:
+            report = self.engine.set_weights(self._matrix)
+        except BaseException:
+            del self._snapshots[version]
+            old = self._snapshots[self.engine.version]
+            for slot in slots:  # put the rows of the current version back
+                padded = np.zeros(c * cols)
+                padded[: self.embedding_dim] = old.normalized[slot] * old.gains[slot]
+                self._matrix[slot * c:(slot + 1) * c] = padded.reshape(c, cols)
+            raise
+        if report.version != version or report.clipped_count:
+            raise RuntimeError(f"embedding database swap went to version {report.version} (expected "
+                               f"{version}) with {report.clipped_count} clipped: is the engine shared?")
+        for old_version in sorted(self._snapshots)[:-_KEEP_VERSIONS]:
+            del self._snapshots[old_version]
+
+    def _check_label(self, label: object) -> str:
+        if not isinstance(label, str) or not label.strip() or len(label) > MAX_LABEL_CHARS:
+            raise InputError(f"label must be a non-empty string of at most {MAX_LABEL_CHARS} characters, "
+                             f"got {label!r}")
+        return label
+
+    def add(self, label: str, embedding: object) -> int:
+        """Enrol one embedding under ``label`` (labels may repeat); returns its slot. Full: InputError."""
+        return self.add_many([(label, embedding)])[0]
+
+    def add_many(self, items: Sequence[tuple[str, object]]) -> list[int]:
+        """Enrol several embeddings in one swap (all or none)."""
+        checked = [(self._check_label(label), l2_normalize(e, self.embedding_dim)) for label, e in items]
+        with self._write_lock:
+            current = self._current
+            free = [slot for slot, label in enumerate(current.labels) if label is None]
+            if len(checked) > len(free):
+                raise InputError(f"embedding database is full: capacity {self.capacity} entries "
+                                 f"({self.embedding_dim}-d in {self.chunks} row(s) each on a "
+                                 f"{self.engine.rows}x{self.engine.cols} template), {len(free)} free, "
+                                 f"{len(checked)} asked; forget some or use a larger template")
+            labels, normalized, gains = list(current.labels), current.normalized.copy(), current.gains.copy()
+            slots = free[: len(checked)]
+            for slot, (label, vector) in zip(slots, checked, strict=True):
+                labels[slot] = label
+                normalized[slot] = vector
+                gains[slot] = self._gain(normalized[slot].astype(np.float64), slot)
+            normalized.setflags(write=False)
+            self._publish(_Snapshot(tuple(labels), normalized, gains), slots)
+        return slots
+
+    def remove(self, label: str) -> int:
+        """Forget every entry of ``label``; returns how many. Unknown label: InputError."""
+        with self._write_lock:
+            current = self._current
+            slots = [slot for slot, name in enumerate(current.labels) if name == label]
+            if not slots:
+                raise InputError(f"no entry labelled {label!r} (known: {sorted(set(self.labels))})")
+            labels, normalized, gains = list(current.labels), current.normalized.copy(), current.gains.copy()
+            for slot in slots:
+                labels[slot] = None
+                normalized[slot] = 0.0
+                gains[slot] = 0.0
+            normalized.setflags(write=False)
+            self._publish(_Snapshot(tuple(labels), normalized, gains), slots)
+        return len(slots)
+
+    def clear(self) -> None:
+        with self._write_lock:
+            empty = np.zeros((self.capacity, self.embedding_dim), np.float32)
+            empty.setflags(write=False)
+            self._publish(_Snapshot((None,) * self.capacity, empty, np.zeros(self.capacity)))
+
+    # -- persistence -----------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> int:
+        """Write the entries (labels + unit float32 vectors, no pickles) to ``path`` atomically; count."""
+        snapshot = self._current
+        slots = [slot for slot, label in enumerate(snapshot.labels) if label is not None]
+        meta = {"format": DATABASE_FORMAT, "embedding_dim": self.embedding_dim,
+                "labels": [snapshot.labels[s] for s in slots]}
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as handle:
+            np.savez(handle, embeddings=snapshot.normalized[slots], meta=np.array(json.dumps(meta)))
+        tmp.replace(path)
+        return len(slots)
+
+    def load(self, path: str | Path) -> int:
+        """Replace the database with a saved one (any template size or scale); InputError, old one kept."""
+        path = Path(path)
+        labels, vectors = read_database(path)
+        if vectors.shape[1] != self.embedding_dim:
+            raise InputError(f"{path}: holds {vectors.shape[1]}-d embeddings, this database "
+                             f"{self.embedding_dim}-d")
+        if len(labels) > self.capacity:
+            raise InputError(f"{path}: holds {len(labels)} entries, this template's capacity is "
+                             f"{self.capacity} (entries are never dropped: use a larger template)")
+        checked = [(self._check_label(label), l2_normalize(v, self.embedding_dim, f"{path}: entry {i}"))
+                   for i, (label, v) in enumerate(zip(labels, vectors, strict=True))]
+        with self._write_lock:
+            names: list[str | None] = [None] * self.capacity
+            normalized = np.zeros((self.capacity, self.embedding_dim), np.float32)
+            gains = np.zeros(self.capacity)
+            for slot, (label, vector) in enumerate(checked):
+                names[slot], normalized[slot] = label, vector
+                gains[slot] = self._gain(normalized[slot].astype(np.float64), slot)
+            normalized.setflags(write=False)
+            self._publish(_Snapshot(tuple(names), normalized, gains))
+        return len(checked)
+
+
+def read_database(path: Path) -> tuple[list[str], np.ndarray]:
+    """(labels, float32 (n, D) vectors) of a database file; InputError naming the problem."""
+    try:
+        if path.stat().st_size > MAX_DATABASE_BYTES:
+            raise InputError(f"{path}: {path.stat().st_size} bytes is over the {MAX_DATABASE_BYTES} limit")
+        with np.load(path, allow_pickle=False) as data:
+            vectors = np.asarray(data["embeddings"])
+            meta: Any = json.loads(str(data["meta"]))
+    except (OSError, KeyError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as exc:
+        raise InputError(f"{path}: not an embedding database file: {exc}") from exc
+    if not isinstance(meta, dict) or meta.get("format") != DATABASE_FORMAT:
+        raise InputError(f"{path}: format is {meta.get('format') if isinstance(meta, dict) else meta!r}, "
+                         f"expected {DATABASE_FORMAT}")
+    labels = meta.get("labels")
+    if (vectors.ndim != 2 or vectors.dtype.kind != "f" or not isinstance(labels, list)
+            or len(labels) != len(vectors) or vectors.shape[1] != meta.get("embedding_dim")):
+        raise InputError(f"{path}: embeddings {vectors.dtype} {vectors.shape} do not match "
+                         f"{len(labels) if isinstance(labels, list) else labels!r} labels of "
+                         f"{meta.get('embedding_dim')!r}-d")
+    return labels, vectors.astype(np.float32)

@@ -1,0 +1,68 @@
+"""EmbeddingExtractor: an image -> the float embedding of a feature-extractor model (Edge TPU or CPU twin).
+
+The fixture is MobileNet v1 with its classifier cut off (``robotics/embedding``: input 224x224x3 uint8, output
+1x1x1x1024 uint8, the whole graph one Edge TPU op). Frames are resized to the input (``INTER_AREA`` when
+shrinking, as for the classifiers: perception/preprocess.py) and the output is dequantized with the model's
+own scale and zero point. ``region`` crops a box of the frame first (enrol "the object in this box").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from libredgetpu_ros.backends import open_backend
+from libredgetpu_ros.errors import InputError, ModelFormatError
+from libredgetpu_ros.perception.images import check_rgb
+from libredgetpu_ros.perception.preprocess import InputTransform
+
+
+def default_model() -> Path:
+    """The fixture extractor (compiled; its twin is found beside it)."""
+    from libredgetpu_ros.fixtures import fixtures_dir
+
+    name = "mobilenet_v1_1.0_224_quant_embedding_extractor_edgetpu.tflite"
+    return fixtures_dir() / "robotics" / "embedding" / name
+
+
+class EmbeddingExtractor:
+    def __init__(self, model: str | Path | None = None, backend: str = "auto",
+                 cpu_model: str | Path | None = None, device: Any = None) -> None:
+        self.model_path = Path(model) if model is not None else default_model()
+        self._backend = open_backend(backend, self.model_path, cpu_model, device)
+        boundary = self._backend.boundary
+        if len(boundary.inputs) != 1 or len(boundary.outputs) != 1:
+            self._backend.close()
+            raise ModelFormatError(f"{self.model_path}: an embedding extractor has one input and one output, "
+                                   f"got {len(boundary.inputs)} and {len(boundary.outputs)}")
+        self._transform = InputTransform.for_input(boundary.inputs[0], "area")
+        self._output = boundary.outputs[0]
+        self.dim = int(np.prod(self._output.shape))
+
+    @property
+    def backend_name(self) -> str:
+        return str(getattr(self._backend, "name", type(self._backend).__name__))
+
+    def embed(self, rgb: np.ndarray, region: tuple[int, int, int, int] | None = None) -> np.ndarray:
+        """float32 (dim,) embedding of an HxWx3 uint8 RGB frame (or of ``region`` = x, y, width, height)."""
+        rgb = check_rgb(rgb)
+        if region is not None:
+            x, y, w, h = (int(v) for v in region)
+            height, width = rgb.shape[:2]
+            if w <= 0 or h <= 0 or x < 0 or y < 0 or x + w > width or y + h > height:
+                raise InputError(f"region (x={x}, y={y}, w={w}, h={h}) is not inside the {width}x{height} "
+                                 f"image")
+            rgb = rgb[y:y + h, x:x + w]
+        outputs = self._backend.run([self._transform(rgb)])
+        return self._output.dequantize(outputs[self._output.name]).reshape(-1)
+
+    def close(self) -> None:
+        self._backend.close()
+
+    def __enter__(self) -> EmbeddingExtractor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
