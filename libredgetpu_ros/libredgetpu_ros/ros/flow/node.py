@@ -1,0 +1,256 @@
+"""Flow lifecycle node: camera images in; image-plane motion, yaw rate, heading and an rviz arrow out.
+
+A :class:`~libredgetpu_ros.ros.camera.CameraNode` (image intake, QoS, compressed input, pixel budget, newest
+frame only, bad input counted, faults through ``on_error``, diagnostics) whose processor is a
+:class:`~libredgetpu_ros.robotics.compass.VisualCompass` over an
+:class:`~libredgetpu_ros.robotics.flow.OpticalFlow` (one accelerator call per frame).
+
+Outputs, each with the camera frame's header:
+
+- ``flow`` (``geometry_msgs/TwistStamped``): ``linear.x`` / ``linear.y`` the image-plane flow in pixels per
+  second of the camera image (right / down; at the image centre), ``angular.z`` the yaw rate in rad/s (REP
+  103: positive = turning left). Rates divide by the difference of the two frames' header stamps, never
+  the wall clock: a bag replayed at any speed, or a camera at 10 Hz or 30 Hz, gives the same numbers.
+  Published only for a pair with an estimate: a flat, ambiguous or unsure pair, the first frame, a frame
+  after a gap longer than ``max_gap``, a frame of another size or without a later stamp publishes nothing
+  here and is counted in diagnostics by reason;
+- ``heading`` (``geometry_msgs/QuaternionStamped``): the integrated heading (rotation about z), every
+  processed frame;
+- ``flow_marker`` (``visualization_msgs/Marker``): an arrow 1 m ahead of the camera along the flow
+  (camera optical frame: x right, y down), ``marker_scale`` m per pixel/s.
+
+The field of view is ``fov_deg`` until a ``sensor_msgs/CameraInfo`` arrives on ``camera_info_topic`` (when
+``use_camera_info``): then ``2·atan(width / (2·fx))``.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from geometry_msgs.msg import Point, QuaternionStamped, TwistStamped
+from rclpy.qos import QoSProfile, QoSReliabilityPolicy
+from sensor_msgs.msg import CameraInfo
+from std_msgs.msg import Header
+from visualization_msgs.msg import Marker
+
+from libredgetpu_ros.errors import ConfigError, LibrEdgeTpuError
+from libredgetpu_ros.ros.camera import CameraNode, Frame
+from libredgetpu_ros.ros.flow.params import PARAMS
+
+# Settings of the flow that may change while active (applied under the processor lock).
+_RUNTIME_FLOW = ("temperature", "min_texture", "min_confidence", "min_margin", "max_gap")
+# Reasons a pair has no estimate because of the scene (diagnostics warn when most pairs have one).
+_SCENE_REASONS = ("low_texture", "low_confidence", "ambiguous")
+CAMERA_INFO_QOS = QoSProfile(depth=1, reliability=QoSReliabilityPolicy.BEST_EFFORT)  # matches either
+
+
+def stamp_seconds(header: Header) -> float | None:
+    """The header's stamp in seconds, or None when the publisher left it zero (no rates then)."""
+    stamp = header.stamp
+    if stamp.sec == 0 and stamp.nanosec == 0:
+        return None
+    return stamp.sec + stamp.nanosec * 1e-9
+
+
+def centre_pixels(yaw_deg: float, vx: float, projection: str, fov_deg: float, width: int) -> float:
+    """Horizontal flow in pixels of a ``width``-pixel pinhole image at its centre. Under the pinhole
+    projection the flow was measured in equal-angle columns: its angle (``yaw_deg``) times the centre's
+    focal length; under the linear one it is ``vx`` as measured."""
+    if projection != "pinhole":
+        return vx
+    focal = (width / 2.0) / math.tan(math.radians(fov_deg) / 2.0)
+    return focal * math.radians(yaw_deg)
+
+
+class FlowNode(CameraNode):
+    """Optical flow and visual compass on the newest camera frame; see the module docstring."""
+
+    PARAMS = PARAMS
+    DIAGNOSTICS_NAME = "flow"
+
+    def __init__(self, node_name: str = "flow", **kwargs: Any) -> None:
+        self._compass: Any = None
+        self._lock = threading.Lock()  # the compass: camera thread vs parameter changes
+        self._describe: dict[str, Any] = {}
+        self._twist_pub: Any = None
+        self._heading_pub: Any = None
+        self._marker_pub: Any = None
+        self._info_sub: Any = None
+        self._fov_source = "parameter"
+        self._reasons: Counter[str] = Counter()  # per reason over the node's life (since configure)
+        self._period: Counter[str] = Counter()  # since the last diagnostics message
+        self._saturated = 0
+        self._last_confidence = 0.0
+        super().__init__(node_name, **kwargs)
+
+    # -- the camera-node hooks ------------------------------------------------------------------------------
+
+    def open_processor(self) -> None:
+        from libredgetpu_ros.robotics.compass import VisualCompass
+        from libredgetpu_ros.robotics.flow import OpticalFlow
+
+        p = self.params
+        flow = OpticalFlow.from_template(p.model, backend=p.backend, device=p.device or None, mode=p.mode,
+                                         search_range=p.search_range, pool_factor=p.pool_factor,
+                                         temperature=p.temperature, min_texture=p.min_texture,
+                                         min_confidence=p.min_confidence, min_margin=p.min_margin,
+                                         max_gap=p.max_gap)
+        try:
+            compass = VisualCompass(flow, p.fov_deg, p.projection)
+        except BaseException:
+            flow.close()
+            raise
+        described = flow.runner.describe()
+        with self._lock:
+            self._compass = compass
+        self._describe = {"backend": flow.runner.backend_name, "device": str(described.get("device", "")),
+                          "template": flow.template.name, "grid_step_px": flow.grid_step}
+        self._fov_source = "parameter"
+        self._reasons, self._period, self._saturated = Counter(), Counter(), 0
+
+    def close_processor(self) -> None:
+        with self._lock:
+            compass, self._compass = self._compass, None
+        if compass is not None:
+            try:
+                compass.close()
+            except LibrEdgeTpuError as exc:  # releasing must not fail the transition
+                self.get_logger().warning(f"closing the flow template: {exc}")
+
+    def create_outputs(self) -> None:
+        self._twist_pub = self.output(TwistStamped, "flow")
+        self._heading_pub = self.output(QuaternionStamped, "heading")
+        self._marker_pub = self.output(Marker, "flow_marker")
+
+    def destroy_outputs(self) -> None:
+        self._twist_pub = self._heading_pub = self._marker_pub = None
+
+    def on_activate(self, state: Any) -> Any:
+        result = super().on_activate(state)
+        if self.params.use_camera_info:
+            # on the camera thread's node: CameraInfo and frames are handled in order, never concurrently
+            self._info_sub = self.image_node.create_subscription(
+                CameraInfo, self.resolve_topic_name(self.params.camera_info_topic), self._on_camera_info,
+                CAMERA_INFO_QOS)
+        with self._lock:
+            if self._compass is not None:
+                self._compass.flow.reset()  # frames from before the pause do not pair with new ones
+        return result
+
+    def on_deactivate(self, state: Any) -> Any:
+        if self._info_sub is not None:
+            sub, self._info_sub = self._info_sub, None
+            self.image_node.destroy_subscription(sub)
+        return super().on_deactivate(state)
+
+    def process(self, rgb: Any, header: Header, frame: Frame) -> Mapping[str, float] | None:
+        started = time.monotonic()
+        with self._lock:
+            compass = self._compass
+            if compass is None:
+                return None
+            result = compass.step(rgb, stamp_seconds(header))
+            heading_deg, fov, projection = compass.heading_deg, compass.fov_deg, compass.projection
+        computed = time.monotonic()
+        flow = result.flow
+        reason = flow.reason or "estimate"
+        self._reasons[reason] += 1
+        self._period[reason] += 1
+        self._saturated += flow.saturated
+        heading_rad = math.radians(heading_deg)
+        if self._heading_pub is not None:
+            heading = QuaternionStamped(header=header)
+            heading.quaternion.z, heading.quaternion.w = math.sin(heading_rad / 2), math.cos(heading_rad / 2)
+            self._heading_pub.publish(heading)
+        if result.valid and flow.dt > 0.0:
+            self._last_confidence = flow.confidence
+            vx = centre_pixels(result.yaw_deg, flow.vx, projection, fov, rgb.shape[1]) / flow.dt
+            vy = flow.vy / flow.dt
+            if all(math.isfinite(v) for v in (vx, vy, result.yaw_rate)):  # never publish NaN
+                twist = TwistStamped(header=header)
+                twist.twist.linear.x, twist.twist.linear.y = vx, vy
+                twist.twist.angular.z = result.yaw_rate
+                self._twist_pub.publish(twist)
+                if self.params.publish_marker and self._marker_pub.get_subscription_count():
+                    self._marker_pub.publish(self._arrow(header, vx, vy))
+            else:  # pragma: no cover - the flow never returns non-finite values; counted if it did
+                self.stats.bad_input.add("non_finite")
+        elif result.valid:
+            self._reasons["unstamped"] += 1  # an estimate, but no time between the frames: no rate
+        return {"flow": (computed - started) * 1e3, "publish": (time.monotonic() - computed) * 1e3}
+
+    def diagnostic_values(self) -> dict[str, object]:
+        with self._lock:
+            compass = self._compass
+            heading = compass.heading_deg if compass is not None else 0.0
+            fov = compass.fov_deg if compass is not None else self.params.fov_deg
+        values: dict[str, object] = {
+            "template": self._describe.get("template", self.params.model),
+            "backend": self._describe.get("backend", ""), "mode": self.params.mode,
+            "projection": self.params.projection, "fov_deg": round(fov, 3), "fov_source": self._fov_source,
+            "heading_deg": round(heading, 3), "estimates": self._reasons["estimate"],
+            "saturated": self._saturated, "last_confidence": round(self._last_confidence, 3)}
+        for reason in (*_SCENE_REASONS, "first_frame", "gap", "size_changed", "stamp", "unstamped"):
+            values[f"no_estimate_{reason}"] = self._reasons[reason]
+        return values
+
+    def diagnostic_warnings(self) -> list[str]:
+        period, self._period = self._period, Counter()
+        pairs = sum(n for reason, n in period.items() if reason != "first_frame")
+        scene = sum(period[r] for r in _SCENE_REASONS)
+        if pairs and scene * 2 > pairs:
+            detail = ", ".join(f"{r} {period[r]}" for r in _SCENE_REASONS if period[r])
+            return [f"no motion estimate for {scene} of {pairs} frame pairs ({detail}): the scene lacks "
+                    f"texture or repeats; nothing is published on flow for them"]
+        return []
+
+    def hardware_id(self) -> str:
+        return str(self._describe.get("device") or self._describe.get("backend") or "cpu")
+
+    def check_runtime_params(self, changes: dict[str, Any]) -> str | None:
+        with self._lock:
+            compass = self._compass
+            if compass is None:
+                return None
+            if "fov_deg" in changes and self._fov_source == "parameter":
+                try:
+                    compass.set_fov(float(changes["fov_deg"]))
+                except ConfigError as exc:
+                    return str(exc)
+            for name in _RUNTIME_FLOW:
+                if name in changes:
+                    setattr(compass.flow, name, float(changes[name]))
+        return None
+
+    # -- camera info and marker -----------------------------------------------------------------------------
+
+    def _on_camera_info(self, msg: CameraInfo) -> None:
+        from libredgetpu_ros.robotics.compass import fov_from_camera_info
+
+        try:
+            fov = fov_from_camera_info(int(msg.width), float(msg.k[0]))
+            with self._lock:
+                if self._compass is not None and abs(self._compass.fov_deg - fov) > 1e-9:
+                    self._compass.set_fov(fov)
+                    self._fov_source = "camera_info"
+                    self.get_logger().info(f"field of view {fov:.2f} deg from camera info ({msg.width} px, "
+                                           f"fx {msg.k[0]:.1f})")
+        except ConfigError as exc:
+            count = self.stats.bad_input.add("camera_info")
+            if count == 1:
+                self.get_logger().warning(f"camera info ignored (keeping fov_deg): {exc}")
+
+    def _arrow(self, header: Header, vx: float, vy: float) -> Marker:
+        scale = self.params.marker_scale
+        marker = Marker(header=header, ns="flow", id=0, type=Marker.ARROW, action=Marker.ADD)
+        marker.points = [Point(x=0.0, y=0.0, z=1.0), Point(x=vx * scale, y=vy * scale, z=1.0)]
+        marker.scale.x, marker.scale.y, marker.scale.z = 0.01, 0.02, 0.02  # shaft and head diameters, m
+        marker.color.r, marker.color.g, marker.color.a = 0.1, 0.9, 1.0
+        marker.lifetime.nanosec = 500_000_000  # the arrow vanishes when estimates stop
+        return marker
+

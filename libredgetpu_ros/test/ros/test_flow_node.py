@@ -1,0 +1,234 @@
+"""The flow node as a separate process over real (localhost-only) DDS, driven from outside like a robot.
+
+This process plays camera, CameraInfo publisher and supervisor: it publishes stamped frames of a texture
+moving at a known speed, drives the lifecycle through ``/<node>/change_state``, and reads ``flow``
+(TwistStamped), ``heading`` and ``/diagnostics``. Checked: rates from the header stamps (the same scene
+speed filmed at 10 Hz and at 30 Hz gives the same px/s), header copied, a stamp gap and the first frame
+publish nothing, bad input (frames of another size, all-black/all-white/constant frames, wrong encodings)
+is counted while the node stays active and never publishes NaN, the field of view from CameraInfo.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from .._helpers import load_helper
+
+scenes = load_helper(Path(__file__).resolve().parents[1] / "robotics" / "_flow_scenes.py")
+
+pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
+
+WAIT_S = 20.0
+NODE = "flow_test"
+SPEED = 60.0  # px/s of the scene in 64-pixel frames: 6 px (1.5 grid steps) at 10 Hz, 2 px at 30 Hz
+
+
+class Supervisor:
+    def __init__(self, ros_env: Any) -> None:
+        from diagnostic_msgs.msg import DiagnosticArray
+        from geometry_msgs.msg import QuaternionStamped, TwistStamped
+        from libredgetpu_ros.ros.camera import RESULT_QOS
+        from lifecycle_msgs.srv import ChangeState, GetState
+        from rcl_interfaces.srv import SetParameters
+        from rclpy.qos import qos_profile_sensor_data
+        from sensor_msgs.msg import CameraInfo, Image
+
+        self.node, self.executor = ros_env.probe("flow_supervisor")
+        self.camera = self.node.create_publisher(Image, "image_raw", qos_profile_sensor_data)
+        self.info = self.node.create_publisher(CameraInfo, "camera_info", 10)
+        self.twists: list[Any] = []
+        self.headings: list[Any] = []
+        self.diagnostics: list[dict[str, str]] = []
+        self.node.create_subscription(TwistStamped, "flow", self.twists.append, RESULT_QOS)
+        self.node.create_subscription(QuaternionStamped, "heading", self.headings.append, RESULT_QOS)
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 10)
+        self.change = self.node.create_client(ChangeState, f"/{NODE}/change_state")
+        self.get = self.node.create_client(GetState, f"/{NODE}/get_state")
+        self.set_params = self.node.create_client(SetParameters, f"/{NODE}/set_parameters")
+        for client in (self.change, self.get, self.set_params):
+            assert client.wait_for_service(timeout_sec=WAIT_S), f"{client.srv_name} did not appear"
+
+    def _on_diag(self, msg: Any) -> None:
+        for status in msg.status:
+            if status.name.endswith(": flow"):
+                self.diagnostics.append({kv.key: kv.value for kv in status.values}
+                                        | {"_level": int.from_bytes(status.level, "little")
+                                           if isinstance(status.level, bytes) else int(status.level),
+                                           "_message": status.message})
+
+    def call(self, client: Any, request: Any) -> Any:
+        future = client.call_async(request)
+        self.executor.spin_until_future_complete(future, timeout_sec=WAIT_S)
+        assert future.done(), f"no answer from {client.srv_name}"
+        return future.result()
+
+    def transition(self, label: str) -> bool:
+        from lifecycle_msgs.msg import Transition
+        from lifecycle_msgs.srv import ChangeState
+
+        ids = {"configure": Transition.TRANSITION_CONFIGURE, "activate": Transition.TRANSITION_ACTIVATE,
+               "deactivate": Transition.TRANSITION_DEACTIVATE, "cleanup": Transition.TRANSITION_CLEANUP}
+        return self.call(self.change, ChangeState.Request(transition=Transition(id=ids[label]))).success
+
+    def state(self) -> str:
+        from lifecycle_msgs.srv import GetState
+
+        return self.call(self.get, GetState.Request()).current_state.label
+
+    def spin_for(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.executor.spin_once(timeout_sec=0.02)
+
+    def wait_for(self, what: str, predicate: Callable[[], Any], timeout: float = WAIT_S) -> Any:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            self.executor.spin_once(timeout_sec=0.05)
+            value = predicate()
+            if value:
+                return value
+        pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
+    def frame(self, gray: np.ndarray, stamp: float, encoding: str = "mono8",
+              data: bytes | None = None) -> Any:
+        from sensor_msgs.msg import Image
+
+        height, width = gray.shape[:2]
+        msg = Image(height=height, width=width, encoding=encoding, step=width,
+                    data=gray.tobytes() if data is None else data)
+        msg.header.frame_id = "camera_optical"
+        msg.header.stamp.sec, msg.header.stamp.nanosec = int(stamp), round((stamp % 1) * 1e9)
+        return msg
+
+    def publish_frames(self, frames: list[np.ndarray], stamps: list[float], wall_period: float) -> None:
+        """Publish at ``wall_period`` (wall clock) frames stamped ``stamps`` (camera clock), waiting for the
+        node to be matched first."""
+        self.wait_for("the node's image subscription", lambda: self.camera.get_subscription_count())
+        for gray, stamp in zip(frames, stamps, strict=True):
+            self.camera.publish(self.frame(gray, stamp))
+            self.spin_for(wall_period)
+
+    def latest_diagnostics(self) -> dict[str, str]:
+        count = len(self.diagnostics)
+        self.wait_for("a new diagnostics status", lambda: len(self.diagnostics) > count)
+        return self.diagnostics[-1]
+
+
+def _spawn(ros_env: Any, **params: Any) -> None:
+    args = [sys.executable, "-m", "libredgetpu_ros.ros.flow_node", "--ros-args", "-r", f"__node:={NODE}"]
+    defaults = {"model": "gabor_64x64_p4", "backend": "cpu", "max_gap": 0.5, "diagnostics_period": 0.3,
+                "fov_deg": 60.0}
+    for name, value in {**defaults, **params}.items():
+        args += ["-p", f"{name}:={value}"]
+    ros_env.spawn(args, "flow_node")
+
+
+def _moving(count: int, step_px: float, seed: int = 1) -> list[np.ndarray]:
+    """``count`` 64x64 frames of a texture moving right by ``step_px`` per frame."""
+    scene = scenes.texture(seed, size=400)
+    return [scenes.shifted_pair(scene, step_px * k - 40.0, 0.0, n=64)[1] for k in range(count)]
+
+
+def _stamp_key(msg: Any) -> tuple[int, int]:
+    return msg.header.stamp.sec, msg.header.stamp.nanosec
+
+
+@pytest.fixture
+def supervisor(ros_env) -> Supervisor:
+    _spawn(ros_env)
+    sup = Supervisor(ros_env)
+    assert sup.transition("configure") and sup.transition("activate")
+    assert sup.state() == "active"
+    return sup
+
+
+def test_rates_come_from_stamps_10hz_and_30hz_agree(supervisor: Supervisor) -> None:
+    sup = supervisor
+    rates = {}
+    for hz, start in ((10.0, 100.0), (30.0, 200.0)):  # 100 s apart: the second run starts a new pair
+        frames = _moving(12 if hz == 10 else 30, SPEED / hz)
+        stamps = [start + k / hz for k in range(len(frames))]
+        # published as fast as the node takes them: the wall clock must not matter
+        before = len(sup.twists)
+        sup.publish_frames(frames, stamps, wall_period=0.05)
+        wanted = len(frames) - 1
+        sup.wait_for(f"{wanted} twists at {hz} Hz", lambda n=wanted, b=before: len(sup.twists) - b >= n)
+        mine = sup.twists[before:]
+        assert {_stamp_key(t) for t in mine} <= {(int(s), round((s % 1) * 1e9)) for s in stamps[1:]}
+        assert all(t.header.frame_id == "camera_optical" for t in mine)
+        rates[hz] = float(np.mean([t.twist.linear.x for t in mine]))
+        assert all(abs(t.twist.linear.y) < 0.5 * 4 * hz for t in mine)
+        assert all(math.isfinite(t.twist.angular.z) for t in mine)
+    print(f"scene at {SPEED} px/s: read {rates[10.0]:.1f} px/s at 10 Hz, {rates[30.0]:.1f} px/s at 30 Hz")
+    assert rates[10.0] == pytest.approx(SPEED, rel=0.15)
+    assert rates[30.0] == pytest.approx(SPEED, rel=0.15)
+    assert abs(rates[10.0] - rates[30.0]) <= 0.15 * SPEED
+    # a left turn is positive yaw (REP 103): the scene moved right, so angular.z > 0
+    assert np.mean([t.twist.angular.z for t in sup.twists]) > 0
+
+
+def test_gap_first_frame_and_bad_input_publish_nothing(supervisor: Supervisor) -> None:
+    sup = supervisor
+    frames = _moving(6, 4.0)
+    stamps = [10.0, 10.1, 10.2, 12.0, 12.1, 12.2]  # 1.8 s gap > max_gap 0.5 between the 3rd and 4th
+    sup.publish_frames(frames, stamps, wall_period=0.05)
+    sup.wait_for("4 twists", lambda: len(sup.twists) >= 4)
+    sup.spin_for(0.5)
+    published = sorted(_stamp_key(t) for t in sup.twists)
+    assert published == [(10, 100_000_000), (10, 200_000_000), (12, 100_000_000), (12, 200_000_000)]
+    diag = sup.latest_diagnostics()
+    assert diag["no_estimate_gap"] == "1" and diag["no_estimate_first_frame"] == "1"
+
+    # bad input: every kind counted, the node stays active, nothing (and no NaN) is published for it
+    twists = len(sup.twists)
+    black, white = np.zeros((64, 64), np.uint8), np.full((64, 64), 255, np.uint8)
+    constant = np.full((64, 64), 131, np.uint8)
+    bad = [sup.frame(black, 12.3), sup.frame(white, 12.4), sup.frame(constant, 12.5),
+           sup.frame(frames[0], 12.6, encoding="32FC1"),  # an encoding the node cannot read
+           sup.frame(frames[0], 12.7, data=b"\x00" * 17),  # size does not match width x height
+           sup.frame(np.tile(frames[0][:48], (1, 2))[:, :80].copy(), 12.8),  # another frame size
+           sup.frame(frames[1], 12.9)]
+    sup.wait_for("the node's image subscription", lambda: sup.camera.get_subscription_count())
+    for msg in bad:
+        sup.camera.publish(msg)
+        sup.spin_for(0.05)
+    sup.spin_for(1.0)
+    diag = sup.latest_diagnostics()
+    assert int(diag["no_estimate_low_texture"]) >= 3  # black, white, constant
+    assert int(diag["no_estimate_size_changed"]) >= 1
+    assert sup.state() == "active"
+    assert len(sup.twists) == twists
+    for t in sup.twists:
+        assert all(math.isfinite(v) for v in (t.twist.linear.x, t.twist.linear.y, t.twist.angular.z))
+    assert any(key.startswith("bad_input") or "bad" in key for key in diag), diag
+    # it still works afterwards
+    more = _moving(3, 4.0, seed=2)
+    sup.publish_frames(more, [30.0, 30.1, 30.2], wall_period=0.05)
+    sup.wait_for("twists after the bad input", lambda: len(sup.twists) >= twists + 2)
+
+
+def test_field_of_view_from_camera_info(supervisor: Supervisor) -> None:
+    from sensor_msgs.msg import CameraInfo
+
+    sup = supervisor
+    info = CameraInfo(width=64, height=64)
+    info.k = [32.0, 0.0, 31.5, 0.0, 32.0, 31.5, 0.0, 0.0, 1.0]  # fx = width / 2: 90 degrees
+    sup.wait_for("the node's camera info subscription", lambda: sup.info.get_subscription_count())
+    for _ in range(3):
+        sup.info.publish(info)
+        sup.spin_for(0.1)
+    diag = sup.wait_for("fov from camera info",
+                        lambda: (d := sup.latest_diagnostics()).get("fov_source") == "camera_info" and d)
+    assert float(diag["fov_deg"]) == pytest.approx(90.0, abs=1e-3)
+    bad = CameraInfo(width=64, height=64)  # fx = 0: ignored, counted
+    sup.info.publish(bad)
+    sup.spin_for(0.5)
+    assert float(sup.latest_diagnostics()["fov_deg"]) == pytest.approx(90.0, abs=1e-3)
