@@ -33,6 +33,7 @@ setup(
             "control_node = libredgetpu_ros.ros.control_node:main",
             "spu_node = libredgetpu_ros.ros.spu.node:main",
             "trainer_node = libredgetpu_ros.ros.trainer.node:main",
+            "flow_node = libredgetpu_ros.ros.flow_node:main",
         ],
         # MatMulEngine runners the families provide (matmul/runners.py); matmul/ itself never imports them.
         "libredgetpu_ros.matmul_runners": [
