@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
         from libredgetpu_ros.sophgo.memory_plan import plan_memory
         from libredgetpu_ros.sophgo.npz_reader import read_npz
         from libredgetpu_ros.sophgo.parser import load_mlir
+        from libredgetpu_ros.textdata import clip
 
         if not 0 < args.max_memory_mb <= 1 << 30:
             raise ConfigError(f"--max-memory-mb must be a positive number of MiB, got {args.max_memory_mb}")
@@ -71,6 +72,6 @@ def run(args: argparse.Namespace) -> int:
         summary = {"module": module.name, "out": str(args.out), "elapsed_ms": round(elapsed_ms, 3),
                    "outputs": {k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in outputs.items()
                                if k in module.outputs}}
-        text = f"{module.name}: {len(outputs)} arrays -> {args.out} ({elapsed_ms:.1f} ms)"
+        text = f"{clip(module.name)}: {len(outputs)} arrays -> {args.out} ({elapsed_ms:.1f} ms)"
     print(json.dumps(summary, indent=2) if args.json else text)
     return 0

@@ -11,7 +11,7 @@ import numpy as np
 
 from libredgetpu_ros.sophgo import executor_linear, executor_ops
 from libredgetpu_ros.sophgo.ir import Module, TensorType, TpuLangError
-from libredgetpu_ros.sophgo.memory_plan import DEFAULT_BUDGET, plan_memory
+from libredgetpu_ros.sophgo.memory_plan import DEFAULT_BUDGET, plan_memory, releases
 from libredgetpu_ros.sophgo.op_registry import HANDLERS, RunState, where_of
 
 _REGISTERED = (executor_linear, executor_ops)  # importing them registers their handlers
@@ -22,11 +22,13 @@ def execute(module: Module, weights: Mapping[str, np.ndarray], inputs: Mapping[s
     """Outputs keyed by name (every value when ``keep_all``); errors name the op that failed.
 
     The whole run is planned first (:func:`memory_plan.plan_memory`): a graph whose shapes do not fit or
-    whose estimated peak exceeds ``memory_budget`` bytes is refused before anything is allocated."""
-    plan_memory(module, memory_budget)
+    whose estimated peak exceeds ``memory_budget`` bytes is refused before anything is allocated. Unless
+    ``keep_all``, a computed value is dropped once no later op reads it."""
+    plan_memory(module, memory_budget, keep_all)
+    dropped = {} if keep_all else releases(module)
     run = RunState(module, weights)
     values: dict[str, np.ndarray] = {}
-    for node in module.ops:
+    for index, node in enumerate(module.ops):
         where = where_of(node)
         if node.kind == "top.Input":
             array = _checked(inputs.get(node.name), node.result, where, "input")
@@ -50,6 +52,8 @@ def execute(module: Module, weights: Mapping[str, np.ndarray], inputs: Mapping[s
                                    f"{node.result.dtype}")
         values[node.name] = array
         run.types[node.name] = node.result
+        for name in dropped.get(index, ()):  # no later op reads it: free it now (as the plan counted)
+            del values[name]
     if keep_all:
         return values
     return {name: values[name] for name in module.outputs}

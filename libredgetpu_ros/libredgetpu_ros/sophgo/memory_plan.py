@@ -4,7 +4,8 @@ TpuLang's origin MLIR gives every compute result an unranked type (``tensor<*xf3
 describe a graph whose tensors grow without bound (four convs padded by 8191 around a 1x1 input: 1 GiB,
 then 4 GiB...). :func:`plan_memory` infers every value's shape with the same functions the executor's
 handlers use (:mod:`shapes`), from the declared input and weight types, and estimates the peak bytes of a
-run: the values the executor keeps, plus the largest working set one op needs on top of them. A plan over
+run: the values alive at each op (the executor drops a computed value after its last reader unless every
+value is kept), plus the working set that op needs on top of them. A plan over
 the budget is a :class:`TpuLangError` naming the op, raised before the first array exists; so are the
 shape errors a handler would only have met half-way through the run.
 
@@ -27,6 +28,7 @@ from libredgetpu_ros.sophgo.op_registry import spatial, where_of
 DEFAULT_BUDGET = 2 << 30  # bytes; `tpulang run --max-memory-mb` changes it
 _WIDE = 8  # bytes of the float64 / int64 copies the handlers compute in
 _TEMPORARIES = 4  # 8-byte arrays per output element an op may hold at once (acc, real, rounded, clipped)
+_OVERHEAD = 1 << 20  # Python objects, small index arrays (pool counts, per-channel vectors)
 
 Shape = tuple[int, ...]
 
@@ -122,14 +124,33 @@ SHAPE_RULES: dict[str, Callable[[OpNode, list[Shape]], tuple[Shape, int]]] = {
 }
 
 
-def plan_memory(module: Module, budget: int = DEFAULT_BUDGET) -> MemoryPlan:
-    """Shapes and the estimated peak of running ``module``; TpuLangError (before any allocation) when a
-    shape is inconsistent or the peak exceeds ``budget`` bytes."""
+def releases(module: Module) -> dict[int, list[str]]:
+    """op index -> computed values no later op reads and that are not outputs: the executor drops them
+    after that op (inputs and weights stay: the caller holds them)."""
+    last: dict[str, int] = {}
+    for index, node in enumerate(module.ops):
+        if node.kind not in ("top.Input", "top.Weight"):
+            last[node.name] = index
+        for name in node.operands:
+            if name in last:
+                last[name] = index
+    out: dict[int, list[str]] = {}
+    for name, index in last.items():
+        if name not in module.outputs:
+            out.setdefault(index, []).append(name)
+    return out
+
+
+def plan_memory(module: Module, budget: int = DEFAULT_BUDGET, keep_all: bool = False) -> MemoryPlan:
+    """Shapes and the estimated peak of running ``module`` (every value kept when ``keep_all``, else each
+    dropped after its last reader); TpuLangError (before any allocation) when a shape is inconsistent or
+    the peak exceeds ``budget`` bytes."""
+    dropped = {} if keep_all else releases(module)
     known: dict[str, Shape] = {}
     stored: dict[str, int] = {}
-    live = 0
+    live = _OVERHEAD
     peak, peak_op = 0, ""
-    for node in module.ops:
+    for index, node in enumerate(module.ops):
         where = where_of(node)
         if node.kind in ("top.Input", "top.Weight"):
             if node.result.shape is None:
@@ -159,5 +180,5 @@ def plan_memory(module: Module, budget: int = DEFAULT_BUDGET) -> MemoryPlan:
                                f"{budget >> 20} MiB budget; nothing was allocated")
         known[node.name] = shape
         stored[node.name] = nbytes
-        live += nbytes
+        live += nbytes - sum(stored[name] for name in dropped.get(index, ()))
     return MemoryPlan(known, stored, peak, peak_op)
