@@ -382,3 +382,22 @@ def test_a_session_thread_fault_is_logged_reported_and_ends_in_error_processing(
         trainer.teardown()
         trainer.destroy_node()
         probe.destroy_node()
+
+
+@pytest.mark.ros
+def test_default_set_weights_service_resolves_in_the_trainer_namespace(ros_env):
+    """Issue 22: the default set_weights service is relative, so a trainer launched with a namespace reaches
+    the control node launched with the same one (it was '/control_node/set_weights': root namespace only)."""
+    from libredgetpu_ros.ros.trainer.params import PARAM_TABLE
+    from libredgetpu_ros.ros.trainer.push import WeightPusher
+    from rclpy.node import Node
+
+    default = PARAM_TABLE.defaults()["set_weights_service"]
+    node = Node("trainer_node", namespace="arm", context=ros_env.init_rclpy())
+    try:
+        pusher = WeightPusher(node, default, "", (2, 3), {})
+        clients = {name for name, _ in node.get_client_names_and_types_by_node("trainer_node", "/arm")}
+        assert {"/arm/control_node/set_weights", "/arm/control_node/get_weights"} <= clients, clients
+        pusher.destroy()
+    finally:
+        node.destroy_node()
