@@ -5,17 +5,49 @@ Usage (a ROS 2 install, e.g. Kilted from apt, or the venv after `source tools/en
     ros2 launch libredgetpu_ros control.launch.py
     ros2 launch libredgetpu_ros control.launch.py params_file:=/path/to/control.yaml \
         state_topic:=/joint_states namespace:=arm
+    ros2 launch libredgetpu_ros control.launch.py model:=/path/dense_512_edgetpu.tflite state_size:=12 \
+        command_size:=6 require_accelerator:=true
 
-``autostart:=false`` leaves the node unconfigured so a lifecycle manager (or a planner that preloads weights
-first) drives the transitions.
+``model`` (a ``dense_N_edgetpu.tflite``: the ``template_path`` parameter), ``template``, ``backend``,
+``require_accelerator``, ``state_size``, ``command_size`` and ``initial_weights``, when given, override the
+params file. ``autostart:=false`` leaves the node unconfigured so a lifecycle manager (or a planner that
+preloads weights first) drives the transitions; with autostart, configure -> activate happens once, at start.
 """
 
 from __future__ import annotations
 
-from launch import LaunchDescription
+from launch import LaunchContext, LaunchDescription
+from launch.actions import OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode
-from libredgetpu_ros.ros.launching import autostarted, installed_config, launch_arguments
+from libredgetpu_ros.ros.control.params import PARAM_TABLE
+from libredgetpu_ros.ros.launching import (
+    RVIZ_ARGUMENT,
+    argument_overrides,
+    autostarted,
+    installed_config,
+    launch_arguments,
+    rviz,
+)
+
+OVERRIDES = ("template", "backend", "require_accelerator", "state_size", "command_size", "initial_weights")
+
+
+def _node_and_transitions(context: LaunchContext) -> list:
+    overrides = argument_overrides(context, PARAM_TABLE, OVERRIDES)
+    model = LaunchConfiguration("model").perform(context).strip()
+    if model:
+        overrides["template_path"] = model
+    node = LifecycleNode(
+        package="libredgetpu_ros",
+        executable="control_node",
+        name="control_node",
+        namespace=LaunchConfiguration("namespace"),
+        parameters=[LaunchConfiguration("params_file"), overrides],
+        remappings=[("state", LaunchConfiguration("state_topic"))],
+        output="screen",
+    )
+    return autostarted(node)
 
 
 def generate_launch_description() -> LaunchDescription:
@@ -23,15 +55,14 @@ def generate_launch_description() -> LaunchDescription:
         "params_file": (installed_config("control.yaml"), "YAML parameters of control_node"),
         "namespace": ("", "node namespace"),
         "state_topic": ("state", "topic the state vector arrives on (remaps 'state')"),
-        "autostart": ("true", "configure and activate on start"),
+        "model": ("", "dense_N_edgetpu.tflite template (parameter template_path); '' = the params file's"),
+        "template": ("", "Dense(N) template size N (256, 512, 1024 ship); '' = the params file's"),
+        "backend": ("", "auto | cpu | edgetpu | tpulang; '' = the params file's"),
+        "require_accelerator": ("", "true: configure fails without an accelerator; '' = the params file's"),
+        "state_size": ("", "controller inputs; '' = the params file's"),
+        "command_size": ("", "controller outputs; '' = the params file's"),
+        "initial_weights": ("", ".npy weights loaded at configure; '' = the params file's"),
+        "autostart": ("true", "configure and activate on start (once)"),
+        **RVIZ_ARGUMENT,
     })
-    node = LifecycleNode(
-        package="libredgetpu_ros",
-        executable="control_node",
-        name="control_node",
-        namespace=LaunchConfiguration("namespace"),
-        parameters=[LaunchConfiguration("params_file")],
-        remappings=[("state", LaunchConfiguration("state_topic"))],
-        output="screen",
-    )
-    return LaunchDescription([*arguments, *autostarted(node)])
+    return LaunchDescription([*arguments, OpaqueFunction(function=_node_and_transitions), rviz("control")])

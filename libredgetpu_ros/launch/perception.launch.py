@@ -1,18 +1,52 @@
 """Perception lifecycle node: `ros2 launch` on a robot, or from the venv after `source tools/env.sh`.
 
-    ros2 launch libredgetpu_ros perception.launch.py params_file:=/path/perception_pose.yaml \
-        namespace:=front_camera image:=/front_camera/image_raw autostart:=true
+    libredgetpu-ros models fetch posenet_mobilenet_v1_075_481_641      # once: the default config's model
+    ros2 launch libredgetpu_ros perception.launch.py                  # PoseNet on image_raw, autostart
+    ros2 launch libredgetpu_ros perception.launch.py model:=mobilenet_v1_0.25_128 task:=classify \
+        namespace:=front_camera image:=/front_camera/image_raw
+    ros2 launch libredgetpu_ros perception.launch.py params_file:=/path/perception_pose.yaml rviz:=true
 
-With autostart the launch emits the lifecycle transitions configure, then activate once the node reports
-``inactive``. Without it, drive it yourself: ``ros2 lifecycle set /front_camera/perception configure``.
+``model``, ``backend``, ``task``, ``labels``, ``image_reliability`` and ``require_accelerator``, when given,
+override the params file (default: the installed ``config/perception_pose.yaml``); a model is a catalogue
+name (``libredgetpu-ros models list``) or a path. A model that is not there fails configure with the command
+that fetches it in the log, and the node stays ``unconfigured``.
+
+With autostart the launch emits configure, then activate if that configure succeeded -- once: a later
+configure (after deactivate -> cleanup) leaves the node ``inactive``. Without it, drive it yourself:
+``ros2 lifecycle set /front_camera/perception configure``.
 """
 
 from __future__ import annotations
 
-from launch import LaunchDescription
+from launch import LaunchContext, LaunchDescription
+from launch.actions import OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode
-from libredgetpu_ros.ros.launching import autostarted, installed_config, launch_arguments
+from libredgetpu_ros.ros.launching import (
+    RVIZ_ARGUMENT,
+    argument_overrides,
+    autostarted,
+    installed_config,
+    launch_arguments,
+    rviz,
+)
+from libredgetpu_ros.ros.perception.params import PARAMS
+
+OVERRIDES = ("model", "backend", "task", "labels", "image_reliability", "require_accelerator")
+
+
+def _node_and_transitions(context: LaunchContext) -> list:
+    node = LifecycleNode(
+        package="libredgetpu_ros",
+        executable="perception_node",
+        name=LaunchConfiguration("node_name"),
+        namespace=LaunchConfiguration("namespace"),
+        parameters=[LaunchConfiguration("params_file"), argument_overrides(context, PARAMS, OVERRIDES)],
+        remappings=[("image_raw", LaunchConfiguration("image")),
+                    ("image_raw/compressed", [LaunchConfiguration("image"), "/compressed"])],
+        output="screen",
+    )
+    return autostarted(node)
 
 
 def generate_launch_description() -> LaunchDescription:
@@ -22,16 +56,15 @@ def generate_launch_description() -> LaunchDescription:
         "namespace": ("", "namespace of the node and topics"),
         "node_name": ("perception", None),
         "image": ("image_raw", "camera topic remapped onto the node's input topic"),
-        "autostart": ("true", "configure and activate at start-up"),
+        "model": ("", "catalogue name (libredgetpu-ros models list) or *_edgetpu.tflite path; '' = the "
+                      "params file's"),
+        "backend": ("", "auto | cpu | edgetpu; '' = the params file's"),
+        "task": ("", "auto | pose | segment | detect | classify; '' = the params file's"),
+        "labels": ("", "label file or catalogue name; '' = the params file's"),
+        "image_reliability": ("", "auto | best_effort | reliable; '' = the params file's"),
+        "require_accelerator": ("", "true: configure fails without an accelerator; '' = the params file's"),
+        "autostart": ("true", "configure and activate at start-up (once)"),
+        **RVIZ_ARGUMENT,
     })
-    node = LifecycleNode(
-        package="libredgetpu_ros",
-        executable="perception_node",
-        name=LaunchConfiguration("node_name"),
-        namespace=LaunchConfiguration("namespace"),
-        parameters=[LaunchConfiguration("params_file")],
-        remappings=[("image_raw", LaunchConfiguration("image")),
-                    ("image_raw/compressed", [LaunchConfiguration("image"), "/compressed"])],
-        output="screen",
-    )
-    return LaunchDescription([*arguments, *autostarted(node)])
+    return LaunchDescription([*arguments, OpaqueFunction(function=_node_and_transitions),
+                              rviz("perception")])

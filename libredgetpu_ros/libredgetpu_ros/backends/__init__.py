@@ -1,7 +1,10 @@
 """Backends run the Edge TPU part of a compiled model: on the accelerator, or on the CPU through LiteRT.
 
 ``open_backend`` picks one. ``auto`` uses the Edge TPU when one is attached and falls back to the CPU twin
-otherwise (and when the accelerator fails to open), logging which it chose and why.
+otherwise (and when the accelerator fails to open), logging which it chose and why. The backend it returns
+carries the reason: ``choice`` (why this backend, e.g. "auto: no Edge TPU attached") and ``fallback`` (the
+same text when ``auto`` settled for the CPU although the model is compiled for the Edge TPU, else ""); both
+are in ``describe()``, so a node can show them in its diagnostics.
 """
 
 from __future__ import annotations
@@ -47,6 +50,12 @@ def _open_cpu(model_path: Path, cpu_model_path: Path | None, cpu_threads: int | 
     return backend
 
 
+def _chosen(backend: Backend, choice: str, fallback: bool = False) -> Backend:
+    backend.choice = choice  # type: ignore[attr-defined]
+    backend.fallback = choice if fallback else ""  # type: ignore[attr-defined]
+    return backend
+
+
 def _open_edgetpu(module, model_path: Path, cpu_model_path: Path | None, device: str | None) -> Backend:
     backend = module.EdgeTpuBackend(device=device)
     try:
@@ -70,7 +79,7 @@ def open_backend(kind: str, model_path: Path | str, cpu_model_path: Path | str |
 
     if kind == "cpu":
         log.info("backend: cpu (requested) for %s", model_path.name)
-        return _open_cpu(model_path, cpu_path, cpu_threads)
+        return _chosen(_open_cpu(model_path, cpu_path, cpu_threads), "cpu (requested)")
 
     module = _edgetpu_module()
     if kind == "edgetpu":
@@ -79,18 +88,19 @@ def open_backend(kind: str, model_path: Path | str, cpu_model_path: Path | str |
 
             raise BackendError("the Edge TPU backend is not part of this build (backends/edgetpu.py missing)")
         log.info("backend: edgetpu (requested) for %s", model_path.name)
-        return _open_edgetpu(module, model_path, cpu_path, device)
+        return _chosen(_open_edgetpu(module, model_path, cpu_path, device), "edgetpu (requested)")
 
     if module is None:
-        log.info("backend: cpu for %s (auto: no Edge TPU backend in this build)", model_path.name)
-        return _open_cpu(model_path, cpu_path, cpu_threads)
-    if not module.edgetpu_available():
-        log.info("backend: cpu for %s (auto: no Edge TPU attached)", model_path.name)
-        return _open_cpu(model_path, cpu_path, cpu_threads)
-    try:
-        backend = _open_edgetpu(module, model_path, cpu_path, device)
-    except DeviceError as exc:
-        log.warning("backend: cpu for %s (auto: the Edge TPU failed to open: %s)", model_path.name, exc)
-        return _open_cpu(model_path, cpu_path, cpu_threads)
-    log.info("backend: edgetpu for %s (auto: accelerator attached)", model_path.name)
-    return backend
+        reason = "auto: no Edge TPU backend in this build"
+    elif not module.edgetpu_available():
+        reason = "auto: no Edge TPU attached (libredgetpu-ros devices)"
+    else:
+        try:
+            backend = _open_edgetpu(module, model_path, cpu_path, device)
+        except DeviceError as exc:
+            reason = f"auto: the Edge TPU failed to open: {exc}"
+        else:
+            log.info("backend: edgetpu for %s (auto: accelerator attached)", model_path.name)
+            return _chosen(backend, "auto: accelerator attached")
+    log.warning("backend: cpu for %s (%s)", model_path.name, reason)
+    return _chosen(_open_cpu(model_path, cpu_path, cpu_threads), reason, fallback=True)

@@ -131,6 +131,8 @@ class Backend(Protocol):
     """What the perception pipeline needs from a way of running the Edge TPU part of a model."""
 
     name: str
+    choice: str  # why open_backend picked this backend ("auto: no Edge TPU attached", "cpu (requested)")
+    fallback: str  # the same text when auto fell back to the CPU, else ""
 
     def load(self, model_path: Path, cpu_model_path: Path | None = None) -> None:
         """Prepare ``model_path`` (a compiled ``*_edgetpu.tflite``); ``cpu_model_path`` names its CPU twin."""

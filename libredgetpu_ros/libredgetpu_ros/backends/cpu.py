@@ -25,6 +25,8 @@ class CpuBackend:
     """``Backend`` on LiteRT. ``num_threads=None`` keeps LiteRT's default."""
 
     name = "cpu"
+    choice = ""  # why open_backend picked it, and the reason when that was a fallback (backends/__init__)
+    fallback = ""
 
     def __init__(self, num_threads: int | None = None) -> None:
         if num_threads is not None and num_threads < 1:
@@ -151,7 +153,8 @@ class CpuBackend:
             return {name: interpreter.get_tensor(index) for name, index in self._output_indices}
 
     def describe(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"backend": self.name, "device": "cpu (LiteRT)",
+        info: dict[str, Any] = {"backend": self.name, "device": "cpu (LiteRT)", "choice": self.choice,
+                                "fallback": self.fallback,
                                 "num_threads": self._num_threads,
                                 "model": str(self._model_path) if self._model_path else None}
         if self._twin is not None:

@@ -46,6 +46,8 @@ class EdgeTpuBackend:
     """Runs the Edge TPU op of one model; outputs keyed by TFLite tensor name, quantized, dense."""
 
     name = "edgetpu"
+    choice = ""  # why open_backend picked it (backends/__init__)
+    fallback = ""
 
     def __init__(self, device: Any = None, firmware: Path | None = None, transport=None) -> None:
         """``device``: index, bus path or None (first found) to open; or an open ``EdgeTpuDevice`` to share.
@@ -167,6 +169,8 @@ class EdgeTpuBackend:
         device = self._device
         return {
             "backend": self.name,
+            "choice": self.choice,
+            "fallback": self.fallback,
             "device": None if device is None else device.bus_path,
             "speed": None if device is None else device.transport.speed,
             "model": None if self._model_path is None else str(self._model_path),

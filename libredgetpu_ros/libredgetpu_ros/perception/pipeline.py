@@ -57,8 +57,21 @@ class PipelineConfig:
             raise ConfigError("model is empty: give a compiled .tflite file")
         for path in paths:
             if not path.is_file():
-                raise InputError(not_a_file("model", path))
+                raise InputError(f"{not_a_file('model', path)}: {_missing_model_hint(path)}")
         return paths
+
+
+def _missing_model_hint(path: Path) -> str:
+    """What to do about a model file that is not there: the fetch command when its file name is a
+    catalogue model's, else where the catalogue is listed (nothing is downloaded here)."""
+    from libredgetpu_ros.models.catalogue import CATALOGUE
+
+    for entry in CATALOGUE.values():
+        if entry.edgetpu.name == path.name:
+            return (f"it is catalogue model {entry.name}: run `libredgetpu-ros models fetch {entry.name}` "
+                    f"(or `models import DIR` offline) and set model: {entry.name}")
+    return ("give the path of a compiled *_edgetpu.tflite, or a catalogue name (`libredgetpu-ros models "
+            "list`; then `libredgetpu-ros models fetch NAME`)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,17 +2,30 @@
 
 Each launch file declares its arguments from one table, builds one ``LifecycleNode`` with its own remappings
 and parameters, and, when ``autostart`` is true, takes it to ``active`` the way a lifecycle manager would:
-configure, then activate once the node reports ``inactive``. Those last steps are the same for every node,
-so they live here once. Under ``ros/`` because launch_ros imports rclpy (test/test_layers.py).
+configure, then activate if that configure ends in ``inactive`` -- once, at start: a later configure (after
+a supervisor's deactivate -> cleanup, or a manual one after a failed start) is left alone. Those last steps
+are the same for every node, so they live here once. Also here: launch arguments that override single
+parameters of the params file only when given (:func:`argument_overrides`), and ``rviz:=true``
+(:func:`rviz`). Under ``ros/`` because launch_ros imports rclpy (test/test_layers.py).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import shutil
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ament_index_python.packages import get_package_share_directory
-from launch.actions import DeclareLaunchArgument, EmitEvent, RegisterEventHandler
+from launch import LaunchContext
+from launch.actions import (
+    DeclareLaunchArgument,
+    EmitEvent,
+    ExecuteProcess,
+    LogInfo,
+    OpaqueFunction,
+    RegisterEventHandler,
+)
 from launch.conditions import IfCondition
 from launch.events import matches_action
 from launch.some_substitutions_type import SomeSubstitutionsType
@@ -48,15 +61,82 @@ def _change_state(node: LifecycleNode, transition: int, **action: object) -> Emi
 
 def autostarted(node: LifecycleNode,
                 autostart: SomeSubstitutionsType = AUTOSTART) -> list:
-    """``node`` and, when ``autostart`` evaluates true, its configure transition and a handler that activates
-    it once configuring ends in ``inactive`` (a failed configure leaves it ``unconfigured``, not activated).
+    """``node`` and, when ``autostart`` evaluates true, its configure transition and a one-shot handler of
+    that configure's end: ``inactive`` -> activate; a failure (``unconfigured``) -> nothing. The handler is
+    gone after the first configure ends, so a later configure (a supervisor's deactivate -> cleanup ->
+    configure, or a manual one after a failed start) leaves the node ``inactive``.
 
     The handler comes before the configure event so it is registered by the time the transition ends.
     """
     condition = IfCondition(autostart)
-    activate_when_configured = OnStateTransition(
-        target_lifecycle_node=node, start_state="configuring", goal_state="inactive",
-        entities=[_change_state(node, Transition.TRANSITION_ACTIVATE)])
+
+    def activate_if_configured(context: LaunchContext) -> list:
+        if context.locals.event.goal_state != "inactive":
+            return []
+        return [_change_state(node, Transition.TRANSITION_ACTIVATE)]
+
+    first_configure_ended = OnStateTransition(
+        target_lifecycle_node=node, start_state="configuring", handle_once=True,
+        entities=[OpaqueFunction(function=activate_if_configured)])
     return [node,
-            RegisterEventHandler(activate_when_configured, condition=condition),
+            RegisterEventHandler(first_configure_ended, condition=condition),
             _change_state(node, Transition.TRANSITION_CONFIGURE, condition=condition)]
+
+
+def argument_overrides(context: LaunchContext, params: Any, names: Iterable[str]) -> dict[str, Any]:
+    """The launch arguments ``names`` (each named like the node parameter it sets) that were given a
+    non-empty value, typed by the node's ``ParamTable`` ``params`` (``true``/``false``, integers and floats
+    parsed), for ``LifecycleNode(parameters=[params_file, <this>])``: a given argument wins over the params
+    file, an empty one leaves the file's value. A value of the wrong type raises ``ValueError`` naming it
+    (launch prints it and stops)."""
+    out: dict[str, Any] = {}
+    for name in names:
+        text = LaunchConfiguration(name).perform(context).strip()
+        if not text:
+            continue
+        default = params.specs[name].default
+        try:
+            if isinstance(default, bool):
+                if text.lower() not in ("true", "false"):
+                    raise ValueError("expected true or false")
+                value: Any = text.lower() == "true"
+            elif isinstance(default, int):
+                value = int(text)
+            elif isinstance(default, float):
+                value = float(text)
+            else:
+                value = text
+        except ValueError as exc:
+            raise ValueError(f"launch argument {name}:={text!r}: {exc}") from None
+        reason = params.specs[name].check(value)
+        if reason:
+            raise ValueError(f"launch argument {reason}")
+        out[name] = value
+    return out
+
+
+RVIZ = LaunchConfiguration("rviz")
+RVIZ_ARGUMENT: ArgumentTable = {
+    "rviz": ("false", "true: also start rviz2 with this launch file's config (share/libredgetpu_ros/rviz/)")}
+
+
+def rviz(launch_name: str, condition: SomeSubstitutionsType = RVIZ) -> OpaqueFunction:
+    """Under ``rviz:=true``: rviz2 with ``share/libredgetpu_ros/rviz/<launch_name>.rviz`` when both exist,
+    else a message saying what is missing (the launch goes on without it). Declare the argument with
+    ``launch_arguments(RVIZ_ARGUMENT)``."""
+
+    def start(context: LaunchContext) -> list:
+        if not IfCondition(condition).evaluate(context):
+            return []
+        config = os.path.join(get_package_share_directory(PACKAGE), "rviz", f"{launch_name}.rviz")
+        executable = shutil.which("rviz2")
+        if executable is None:
+            return [LogInfo(msg="rviz:=true but rviz2 is not installed here (the PyPI ROS wheels have no "
+                                "rviz2): install it (apt install ros-$ROS_DISTRO-rviz2) or run rviz2 on "
+                                f"another machine of the network with -d {config}")]
+        if not os.path.isfile(config):
+            return [LogInfo(msg=f"rviz:=true: no rviz config {config}; starting rviz2 without one"),
+                    ExecuteProcess(cmd=[executable], output="screen")]
+        return [ExecuteProcess(cmd=[executable, "-d", config], output="screen")]
+
+    return OpaqueFunction(function=start)

@@ -7,7 +7,8 @@ For every case, two launches (``launch_testing.parametrize``):
 - ``good``: the installed launch file (``share/libredgetpu_ros/launch``, found through the ament index as
   ``ros2 launch`` finds it) with autostart and a params file written here; the node must reach ``active``,
   the parameters of the file must be in effect (read back with ``GetParameters``, as ``ros2 param get``
-  does), and a result must arrive for the case's stimulus;
+  does), and a result must arrive for the case's stimulus; with ``autostart_once``, a supervisor's
+  deactivate -> cleanup -> configure must then leave the node ``inactive`` (autostart acts once, at start);
 - ``broken``: the same with the case's ``broken`` parameters (a missing model); configure must fail, the
   node must stay ``unconfigured`` and the reason must be in its log.
 
@@ -23,7 +24,7 @@ import tempfile
 import time
 import unittest
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ import launch_testing
 import launch_testing.actions
 import launch_testing.asserts
 from ament_index_python.packages import get_package_share_directory
-from launch.actions import IncludeLaunchDescription
+from launch.actions import IncludeLaunchDescription, SetEnvironmentVariable
 from launch.launch_description_sources import PythonLaunchDescriptionSource
 
 WAIT_S = 30.0  # bound on each wait: process start, discovery (0.1-3 s), configure, one result
@@ -47,7 +48,10 @@ class LaunchCase:
     ``params``: a working parameter set; ``expect_params``: a subset that must be in effect.
     ``broken``: overrides that make configure fail; ``failure_log``: text its log must then contain.
     ``result``: (message type, topic) that carries the node's output; ``stimulus(node)`` creates the input
-    publisher(s) on ``node`` and returns a function that publishes one input.
+    publisher(s) on ``node`` and returns a function that publishes one input. ``environment``: variables
+    set for the launch (both scenarios); ``good_arguments``: launch arguments of the good scenario only
+    (e.g. ``model:=`` over a params file whose model is missing). ``autostart_once``: check that autostart
+    does not act again.
     """
 
     launch_file: str
@@ -60,6 +64,9 @@ class LaunchCase:
     failure_log: str
     result: tuple[type, str]
     stimulus: Callable[[Any], Callable[[], None]]
+    environment: dict[str, str] = field(default_factory=dict)
+    good_arguments: dict[str, str] = field(default_factory=dict)
+    autostart_once: bool = False
 
 
 def _params_file(key: str, params: dict[str, Any]) -> str:
@@ -74,8 +81,10 @@ def _params_file(key: str, params: dict[str, Any]) -> str:
 def _describe(case: LaunchCase, scenario: str) -> launch.LaunchDescription:
     params = dict(case.params) if scenario == "good" else {**case.params, **case.broken}
     path = os.path.join(get_package_share_directory("libredgetpu_ros"), "launch", case.launch_file)
-    arguments = {**case.arguments, "params_file": _params_file(case.params_key, params), "autostart": "true"}
+    arguments = {**case.arguments, **(case.good_arguments if scenario == "good" else {}),
+                 "params_file": _params_file(case.params_key, params), "autostart": "true"}
     return launch.LaunchDescription([
+        *(SetEnvironmentVariable(name, value) for name, value in case.environment.items()),
         IncludeLaunchDescription(PythonLaunchDescriptionSource(path), launch_arguments=arguments.items()),
         launch_testing.actions.ReadyToTest(),
     ])
@@ -125,6 +134,16 @@ class Probe:
             time.sleep(0.2)
             state = self.state(node)
         return state
+
+    def transition(self, node: str, label: str) -> bool:
+        """``ros2 lifecycle set NODE LABEL``: whether the transition succeeded."""
+        from lifecycle_msgs.msg import Transition
+        from lifecycle_msgs.srv import ChangeState
+
+        ids = {"configure": Transition.TRANSITION_CONFIGURE, "activate": Transition.TRANSITION_ACTIVATE,
+               "deactivate": Transition.TRANSITION_DEACTIVATE, "cleanup": Transition.TRANSITION_CLEANUP}
+        request = ChangeState.Request(transition=Transition(id=ids[label]))
+        return self._call(ChangeState, f"{node}/change_state", request).success
 
     def parameters(self, node: str, names: list[str]) -> dict[str, Any]:
         from rcl_interfaces.srv import GetParameters
@@ -177,6 +196,14 @@ def launch_tests(case: LaunchCase) -> tuple[Callable[..., Any], type, type]:
             msg_type, topic = case.result
             publish = case.stimulus(self.probe.node)
             self.probe.wait_for_result(msg_type, topic, publish)
+            if case.autostart_once:
+                # A supervisor takes the node down and configures it again: autostart must not activate it
+                # (its handler used to fire on every configure; the supervisor's own activate then failed).
+                for label in ("deactivate", "cleanup", "configure"):
+                    self.assertTrue(self.probe.transition(case.node, label), label)
+                time.sleep(2.0)  # what launch would need to emit an activate (well under 1 s when it did)
+                self.assertEqual(self.probe.state(case.node), "inactive")
+                self.assertTrue(self.probe.transition(case.node, "activate"))
 
     @launch_testing.post_shutdown_test()
     class TestShutdown(unittest.TestCase):

@@ -1,8 +1,9 @@
 """launch_testing: launch/control.launch.py as a robot starts it (run by `make test` through launch_test).
 
-Dense(256) template on the CPU backend, a 2x4 controller loaded from a .npy at configure; a state vector
-published on the remapped state topic must produce a command. Broken case: a template file that does not
-exist.
+Dense(256) template on the CPU backend, a 2x4 controller loaded from a .npy at configure (its command_size
+given as a launch argument over the params file's 3); a state vector published on the remapped state topic
+must produce a command; after a supervisor's deactivate -> cleanup -> configure the node stays inactive
+(autostart acts once). Broken case: a template file that does not exist.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def _case() -> LaunchCase:
 
     weights = Path(tempfile.mkdtemp(prefix="libredgetpu_ros_launch_test_")) / "w.npy"
     np.save(weights, np.array([[0.03, -0.02, 0.0, 0.01], [0.0, 0.02, -0.03, 0.025]], np.float32))
-    params = {"backend": "cpu", "template": 256, "state_size": 4, "command_size": 2,
+    params = {"backend": "cpu", "template": 256, "state_size": 4, "command_size": 3,
               "initial_weights": str(weights), "stale_timeout": 5.0, "diagnostics_period": 0.5}
     return LaunchCase(
         launch_file="control.launch.py",
@@ -45,6 +46,8 @@ def _case() -> LaunchCase:
         failure_log="configure failed: template '/nonexistent/dense_256_edgetpu.tflite' is incomplete",
         result=(Float32MultiArray, "/lt/control_node/command"),
         stimulus=_state,
+        good_arguments={"command_size": "2"},
+        autostart_once=True,
     )
 
 

@@ -1,12 +1,20 @@
 """launch_testing: launch/perception.launch.py as a robot starts it (run by `make test` through launch_test).
 
-PoseNet on the CPU backend with a params file of non-default values; a fixture photo published on the
-remapped camera topic must produce a PersonPoseArray. Broken case: a model path that does not exist.
+The params file names its model by catalogue name (as the shipped configs do) and the model cache is an
+empty folder (``LIBREDGETPU_ROS_MODELS``): the first launch of a fresh install.
+
+- good: ``model:=<the PoseNet fixture>`` on the command line replaces the file's model (read back with
+  ``GetParameters``); PoseNet on the CPU backend with non-default values from the file; a fixture photo
+  published on the remapped camera topic must produce a PersonPoseArray; after a supervisor's deactivate ->
+  cleanup -> configure the node stays inactive (autostart acts once);
+- broken: no ``model:=``; configure fails, the node stays unconfigured and its log holds the exact command
+  that fetches the model.
 """
 
 from __future__ import annotations
 
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +22,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # launch_test loads this file by path
 
 from _harness import LaunchCase, launch_tests
+
+CATALOGUE_NAME = "posenet_mobilenet_v1_075_481_641"
 
 
 def _camera(node: Any) -> Callable[[], None]:
@@ -34,20 +44,24 @@ def _case() -> LaunchCase:
 
     from libredgetpu_ros_interfaces.msg import PersonPoseArray
 
-    params = {"model": str(fixture("posenet/posenet_mobilenet_v1_075_481_641_quant_decoder_edgetpu.tflite")),
-              "backend": "cpu", "task": "pose", "score_threshold": 0.35, "max_results": 4,
-              "diagnostics_period": 0.5}
+    model = str(fixture("posenet/posenet_mobilenet_v1_075_481_641_quant_decoder_edgetpu.tflite"))
+    params = {"model": CATALOGUE_NAME, "backend": "cpu", "task": "pose", "score_threshold": 0.35,
+              "max_results": 4, "diagnostics_period": 0.5}
     return LaunchCase(
         launch_file="perception.launch.py",
         node="/lt/perception",
         arguments={"namespace": "lt", "image": "/lt/camera"},
         params_key="/**",
         params=params,
-        expect_params={"score_threshold": 0.35, "max_results": 4, "task": "pose", "backend": "cpu"},
-        broken={"model": "/nonexistent/model_edgetpu.tflite"},
-        failure_log="configure failed: model /nonexistent/model_edgetpu.tflite",
+        expect_params={"model": model, "score_threshold": 0.35, "max_results": 4, "task": "pose",
+                       "backend": "cpu"},
+        broken={},
+        failure_log=f"run `libredgetpu-ros models fetch {CATALOGUE_NAME}`",
         result=(PersonPoseArray, "/lt/poses"),
         stimulus=_camera,
+        environment={"LIBREDGETPU_ROS_MODELS": tempfile.mkdtemp(prefix="libredgetpu_ros_empty_cache_")},
+        good_arguments={"model": model},
+        autostart_once=True,
     )
 
 

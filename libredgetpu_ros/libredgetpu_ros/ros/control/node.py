@@ -54,7 +54,7 @@ from rclpy.time import Time
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Header
 
-from libredgetpu_ros.errors import InputError, LibrEdgeTpuError
+from libredgetpu_ros.errors import DeviceNotFoundError, InputError, LibrEdgeTpuError
 from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.control import stats
 from libredgetpu_ros.ros.control.codec import as_float32_buffer, describe_non_finite, to_float32_array
@@ -104,6 +104,7 @@ class ControlNode(TeardownOnCleanup, LifecycleNode):
             # A params file cannot hold a typed empty list, so [""] means "message order" too.
             self._cfg = dataclasses.replace(cfg, joint_names=tuple(n for n in cfg.joint_names if n))
             self._ctl = Controller(self._cfg)
+            self._check_accelerator()
         except LibrEdgeTpuError as exc:
             self.get_logger().error(f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
@@ -338,6 +339,23 @@ class ControlNode(TeardownOnCleanup, LifecycleNode):
             ctl.get_weights(resp)
         return resp
 
+    def _fallback(self) -> str:
+        """Why W·x runs on the CPU although ``backend: auto`` would have taken an accelerator, or ""."""
+        ctl, cfg = self._ctl, self._cfg
+        if ctl is None or cfg is None or cfg.backend != "auto" or ctl.engine.backend == "edgetpu":
+            return ""
+        return "auto: no Edge TPU attached (libredgetpu-ros devices)"
+
+    def _check_accelerator(self) -> None:
+        """``require_accelerator``: no engine on the CPU (released before configure fails)."""
+        assert self._cfg is not None and self._ctl is not None
+        if self._cfg.require_accelerator and self._ctl.engine.backend != "edgetpu":
+            runs_on, reason = self._ctl.engine.backend, self._fallback() or f"backend: {self._cfg.backend}"
+            self._ctl.close()
+            self._ctl = None
+            raise DeviceNotFoundError(f"require_accelerator is true but W·x would run on {runs_on} "
+                                      f"({reason})")
+
     # ----- diagnostics ----------------------------------------------------------------------------
 
     def _publish_diagnostics(self, level: int | None = None, message: str = "") -> None:
@@ -353,8 +371,12 @@ class ControlNode(TeardownOnCleanup, LifecycleNode):
             "weights_version": engine.version,
             "controller": f"{ctl.rows}x{ctl.cols} in {engine.rows}x{engine.cols}",
             "engine": ctl.describe(),
+            "backend_choice": self._fallback() or f"{cfg.backend} -> {engine.backend}",
             **stats.values(self._loop, self._swaps),
         }
+        if level == diagnostics.OK and self._fallback():
+            level, message = diagnostics.WARN, (f"running on the CPU ({self._fallback()}); "
+                                                f"require_accelerator: true refuses to start so")
         status = diagnostics.status(f"{self.get_fully_qualified_name()}: control", cfg.device or cfg.backend,
                                     level, message, values)
         pub.publish(diagnostics.array(self.get_clock().now().to_msg(), [status]))

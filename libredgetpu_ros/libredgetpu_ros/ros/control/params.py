@@ -18,6 +18,8 @@ CLIP_POLICIES = ("refuse", "clip")
 PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("backend", "auto", "where W·x runs; auto = the Edge TPU if one is attached, else the CPU twin",
               choices=BACKENDS),
+    ParamSpec("require_accelerator", False, "fail configure unless W·x runs on the Edge TPU (no CPU "
+              "fallback), for a robot that needs its speed"),
     ParamSpec("template", 256, "Dense(N) template size N (256, 512, 1024 ship as fixtures)",
               range=(64, 16384)),
     ParamSpec("template_path", "", "a dense_N_edgetpu.tflite (beside dense_N.tflite and its .json); "
@@ -49,6 +51,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
 @dataclass(frozen=True)
 class ControlConfig:
     backend: str
+    require_accelerator: bool
     template: int
     template_path: str
     device: str

@@ -24,7 +24,7 @@ from typing import Any
 from std_msgs.msg import Header
 from vision_msgs.msg import LabelInfo
 
-from libredgetpu_ros.errors import LibrEdgeTpuError
+from libredgetpu_ros.errors import DeviceNotFoundError, LibrEdgeTpuError
 from libredgetpu_ros.ros import conversions
 from libredgetpu_ros.ros.camera import CameraNode, Frame
 from libredgetpu_ros.ros.perception.params import LABEL_QOS, PARAMS, pipeline_config
@@ -53,12 +53,20 @@ class PerceptionNode(CameraNode):
         from libredgetpu_ros.perception.pipeline import PerceptionPipeline
 
         pipeline = PerceptionPipeline.from_config(pipeline_config(self.params))
+        described = pipeline.describe()
+        first = (described.get("segments") or [{}])[0]
+        if self.params.require_accelerator and described.get("backend") == "cpu":
+            pipeline.close()
+            raise DeviceNotFoundError(f"require_accelerator is true but the model would run on the CPU "
+                                      f"({first.get('choice') or 'backend cpu'})")
         with self._pipeline_lock:
             self._pipeline = pipeline
         self._task = pipeline.task
-        described = pipeline.describe()
-        first = (described.get("segments") or [{}])[0]
+        # What actually runs: the CPU twin on the cpu backend, the compiled file(s) on the accelerator.
+        running = first.get("twin") or ",".join(described.get("models", []))
         self._describe = {"backend": described.get("backend", ""), "device": first.get("device", ""),
+                          "choice": first.get("choice", ""), "fallback": first.get("fallback", ""),
+                          "running": running,
                           "input_size": "x".join(str(v) for v in described.get("input_size", []))}
 
     def close_processor(self) -> None:
@@ -95,8 +103,15 @@ class PerceptionNode(CameraNode):
         return {**result.timings, "publish": (time.monotonic() - processed) * 1e3}
 
     def diagnostic_values(self) -> dict[str, object]:
-        return {"task": self._task, "backend": self._describe.get("backend", ""),
-                "device": self._describe.get("device", ""), "model": self.params.model}
+        d = self._describe
+        return {"task": self._task, "backend": d.get("backend", ""), "backend_choice": d.get("choice", ""),
+                "device": d.get("device", ""), "model": self.params.model,
+                "model_running": d.get("running", "")}
+
+    def diagnostic_warnings(self) -> list[str]:
+        fallback = self._describe.get("fallback")
+        return [f"running on the CPU, not the accelerator the model is compiled for ({fallback}); "
+                f"require_accelerator: true refuses to start so"] if fallback else []
 
     def hardware_id(self) -> str:
         return str(self._describe.get("device") or self._describe.get("backend") or "cpu")

@@ -25,6 +25,7 @@ class PerceptionParams(ImageParams):
     model: str
     cpu_model: str
     backend: str
+    require_accelerator: bool
     device: str
     task: str
     labels: str
@@ -44,6 +45,8 @@ PARAMS = camera_param_table([
     ParamSpec("cpu_model", "", "CPU twin of the model for the cpu backend; empty: derived from `model`."),
     ParamSpec("backend", "auto", "Inference backend; auto prefers an attached Edge TPU.",
               choices=("auto", "cpu", "edgetpu")),
+    ParamSpec("require_accelerator", False, "Fail configure unless the model runs on an accelerator (no CPU "
+              "fallback), for a robot that needs its speed."),
     ParamSpec("device", "", "Edge TPU to open (index or USB bus path); empty: the first one."),
     ParamSpec("task", "auto", "What the model does; auto reads it from the model.", choices=TASKS),
     ParamSpec("labels", "", "Label file (one label per line, or 'id label'); empty: numeric ids."),
