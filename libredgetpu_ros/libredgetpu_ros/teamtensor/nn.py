@@ -232,8 +232,9 @@ class StepResult:
 
 
 def evaluate(model: ModelSpec, x: np.ndarray, t: np.ndarray, window: int) -> StepResult:
-    y, _ = forward(model, x.astype(np.float32, copy=False), window)
-    return StepResult({m: metric_value(m, y, t) for m in model.metrics}, x.shape[0])
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # an infinite loss is a valid answer
+        y, _ = forward(model, x.astype(np.float32, copy=False), window)
+        return StepResult({m: metric_value(m, y, t) for m in model.metrics}, x.shape[0])
 
 
 def gradients(model: ModelSpec, x: np.ndarray, t: np.ndarray,
@@ -257,11 +258,20 @@ def gradients(model: ModelSpec, x: np.ndarray, t: np.ndarray,
 
 
 def train_step(model: ModelSpec, x: np.ndarray, t: np.ndarray, lr: float, window: int) -> StepResult:
-    """One SGD step on the batch in float32; metrics are measured on the forward pass before the update."""
-    result, updates = gradients(model, x.astype(np.float32, copy=False), t.astype(np.float32, copy=False),
-                                window)
-    step = np.float32(lr)
-    for ly, (d_w, d_b) in updates:
-        ly.weights -= step * d_w.astype(np.float32, copy=False)
-        ly.bias -= step * d_b.astype(np.float32, copy=False)
+    """One SGD step on the batch in float32; metrics are measured on the forward pass before the update.
+
+    A step that would leave a weight infinite or NaN (the model diverged) is not applied: the weights stay
+    as they were and ``FloatingPointError`` says so (a model with non-finite weights could not even be
+    sent back: descriptors carry finite weights only).
+    """
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # checked below, not warned
+        result, updates = gradients(model, x.astype(np.float32, copy=False), t.astype(np.float32, copy=False),
+                                    window)
+        step = np.float32(lr)
+        new = [(ly, ly.weights - step * d_w.astype(np.float32, copy=False),
+                ly.bias - step * d_b.astype(np.float32, copy=False)) for ly, (d_w, d_b) in updates]
+    if not all(np.isfinite(w).all() and np.isfinite(b).all() for _, w, b in new):
+        raise FloatingPointError("the SGD step would make weights non-finite (diverged); not applied")
+    for ly, w, b in new:
+        ly.weights, ly.bias = w, b
     return result

@@ -108,13 +108,14 @@ class WorkerStats(datagrams.RejectedDatagrams):
     refused: Counter = field(default_factory=Counter)  # NACKs sent, by reason
     duplicates: int = 0  # answered from the stored replies
     batch_errors: int = 0  # queued batches a model could not process (logged)
+    diverged: int = 0  # training steps not applied because they made a weight non-finite
     sessions: Counter = field(default_factory=Counter)  # claimed, taken over, released
 
     def as_dict(self) -> dict:
         return {"received": self.received, "executed": dict(self.executed), "refused": dict(self.refused),
                 "duplicates": self.duplicates, "rejected": dict(self.rejected),
                 "rejected_total": self.rejected_total, "batch_errors": self.batch_errors,
-                "sessions": dict(self.sessions)}
+                "diverged": self.diverged, "sessions": dict(self.sessions)}
 
 
 class WorkerCore:
@@ -336,6 +337,10 @@ class WorkerCore:
                 else:
                     result = nn.train_step(manager.model, batch.inputs, batch.targets,
                                            self.config.learning_rate, self.wire.maxpool_window)
+            except FloatingPointError as exc:  # the model diverged on this batch: weights kept as they were
+                self.stats.diverged += 1
+                log.warning("model %d: %s", manager.model_id, exc)
+                continue
             except Exception as exc:  # MemoryError too: this batch is lost for this model, not the worker
                 self.stats.batch_errors += 1
                 log.error("model %d could not process a batch: %s: %s", manager.model_id,

@@ -121,3 +121,14 @@ def test_a_fragmented_request_reassembles_once_from_reordered_duplicated_datagra
     assert drv.core.stats.executed["Batch"] == 1 and len(drv.core.queue) == 1
     assert len(replies) == 2 and replies[0] == replies[1]  # answered, then answered again from the cache
     assert np.array_equal(drv.core.queue[0].inputs, batch.inputs)
+
+
+def test_a_diverging_step_is_not_applied_and_the_model_can_still_be_read(drv):
+    """Found by test/fuzz/test_fuzz_teamtensor.py: huge finite weights overflowed to inf in one SGD step, and
+    GET_MD then failed inside the worker (a descriptor carries finite weights only): no answer, ever."""
+    huge = ModelSpec([linear(np.full((2, 3), 3e38, np.float32))], [Metric.MSE])
+    drv.ask(packets.AssignModel(5, 1, huge))
+    drv.ask(packets.Batch(np.full((4, 3), 1e3, np.float32), np.zeros((4, 2), np.float32)))
+    read = drv.ask(packets.GetModel(1))  # trains the batch first
+    assert np.array_equal(read.layers[0].weights, huge.layers[0].weights)
+    assert drv.core.stats.diverged == 1 and drv.core.stats.rejected.get("internal error", 0) == 0
