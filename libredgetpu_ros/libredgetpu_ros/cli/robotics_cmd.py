@@ -24,6 +24,9 @@ class RoboticsCommand:
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace, list[Any]], dict[str, Any]]  # (args, RGB images) -> report
+    # True: the command declares all its options and inputs and prints its own output; run(args, []) returns
+    # the exit code (embed, reservoir: cli/robotics_learning.py).
+    own_inputs: bool = False
 
 
 MODULES: dict[str, RoboticsCommand] = {}
@@ -38,6 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="module", metavar="MODULE", required=True)
     for command in MODULES.values():
         p = sub.add_parser(command.name, help=command.help, description=command.help)
+        if command.own_inputs:
+            command.add_arguments(p)
+            p.set_defaults(robotics_command=command)
+            continue
         p.add_argument("--model", required=True,
                        help="template: a compiled *_edgetpu.tflite, its twin, its sidecar, or a name such as "
                             "color_red_64x64 (looked up in the fixtures' robotics folder)")
@@ -55,6 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from libredgetpu_ros.perception.images import load_image
 
+    if args.robotics_command.own_inputs:
+        return int(args.robotics_command.run(args, []))
     images = [load_image(path) for path in args.images]  # every file is read before any work starts
     report = args.robotics_command.run(args, images)
     for entry, path in zip(report["results"], args.images, strict=True):
@@ -232,3 +241,9 @@ register(RoboticsCommand("flow", "global optical flow between consecutive images
 register(RoboticsCommand("compass", "yaw between consecutive images from the horizontal flow and --fov, "
                                     "integrated heading",
                          _compass_arguments, _compass_run))
+
+# -- embed, reservoir (their own inputs) ---------------------------------------------------------------------
+from libredgetpu_ros.cli import robotics_learning  # noqa: E402  (it imports RoboticsCommand from here)
+
+for _command in robotics_learning.commands():
+    register(_command)

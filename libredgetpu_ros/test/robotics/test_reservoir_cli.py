@@ -1,0 +1,54 @@
+"""`libredgetpu-ros robotics reservoir fit|predict` on CSV and NPZ series; bad files are one error line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from libredgetpu_ros.cli.main import main
+
+
+def _pendulum_like(n: int) -> np.ndarray:
+    t = np.arange(n) * 0.3
+    return np.stack([np.sin(t) * np.exp(-0.002 * t), np.cos(1.7 * t) * 0.5], axis=1)
+
+
+def test_fit_then_predict_csv_and_npz(tmp_path, capsys):
+    series = _pendulum_like(900)
+    csv = tmp_path / "train.csv"
+    np.savetxt(csv, series[:600], delimiter=",", header="a,b", comments="")
+    readout = tmp_path / "readout.npz"
+    assert main(["robotics", "reservoir", "fit", str(csv), "--backend", "cpu", "--seed", "3",
+                 "--out", str(readout), "--json"]) == 0
+    fitted = json.loads(capsys.readouterr().out)
+    assert fitted["samples"] == 499 and fitted["columns"] == 2 and fitted["train_nrmse"] < 0.1
+    held_out = tmp_path / "test.npz"
+    np.savez(held_out, series=series[600:])
+    predictions = tmp_path / "pred.csv"
+    assert main(["robotics", "reservoir", "predict", str(held_out), "--backend", "cpu", "--seed", "3",
+                 "--readout", str(readout), "--out", str(predictions), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    print(f"held-out NRMSE {report['nrmse']}")
+    assert report["nrmse"] < 0.1
+    assert np.loadtxt(predictions, delimiter=",").shape == (299, 2)
+    # Another seed is another reservoir: the readout does not fit it.
+    assert main(["robotics", "reservoir", "predict", str(held_out), "--backend", "cpu", "--seed", "4",
+                 "--readout", str(readout)]) == 2
+    assert "seed=3, this reservoir has 4" in capsys.readouterr().err
+
+
+def test_bad_series_are_one_error_line(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("1,2\n3,x\n")
+    short = tmp_path / "short.csv"
+    np.savetxt(short, np.ones((50, 1)), delimiter=",")
+    nan = tmp_path / "nan.npz"
+    series = np.ones((400, 1))
+    series[10] = np.nan
+    np.savez(nan, series=series)
+    for path, message in ((bad, "cannot read a numeric time series"), (short, "at least 258 samples"),
+                          (nan, "NaN/inf"), (tmp_path / "missing.csv", "cannot read")):
+        assert main(["robotics", "reservoir", "fit", str(path), "--backend", "cpu",
+                     "--out", str(tmp_path / "r.npz")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
