@@ -20,21 +20,19 @@ from libredgetpu_ros.teamtensor import WorkerConfig, WorkerCore, serve
 HERE = Path(__file__).resolve().parent
 
 
-def _load(name: str):
+def _load_helper():
+    """test/_helpers.load_helper, found by path: this file is also loaded by path from bench/."""
     import importlib.util
-    import sys
 
-    module = sys.modules.get(name)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return module
+    spec = importlib.util.spec_from_file_location("_test_helpers", HERE.parent / "_helpers.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.load_helper
 
 
-training = _load("_training")
-proxy = _load("_proxy")
+load_helper = _load_helper()
+training = load_helper(HERE / "_training.py")
+proxy = load_helper(HERE / "_proxy.py")
 
 HARSH = proxy.Impairment(loss=0.4, duplicate=0.2, delay=(0.0, 0.2), corrupt=0.01)
 # Retransmit after 0.3 s (x1.5, at most 1.5 s): above most of the jitter, so a try is not resent while its
