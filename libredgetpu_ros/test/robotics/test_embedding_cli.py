@@ -20,7 +20,7 @@ def test_enrol_query_save_and_reload(fixture_path, tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["entries"] == 3 and report["capacity"] == 64 and report["backend"] == "cpu"
     matches = report["results"][0]["matches"]
-    assert [m["label"] for m in matches][0] == "hotdog" and len(matches) == 3
+    assert matches[0]["label"] == "hotdog" and len(matches) == 3
     assert matches[0]["score"] > matches[1]["score"] + 0.1
     # The saved database loads into another template size.
     assert main(["robotics", "embed", "--backend", "cpu", "--database", str(db), "--query",
