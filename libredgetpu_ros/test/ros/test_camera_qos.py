@@ -1,0 +1,70 @@
+"""The camera base's image QoS choice and its no-input warning (issue 22 item 2), in process.
+
+Cross-process behaviour with a real 1080p driver is in test_image_qos.py; here: the ``auto`` rule for every
+mix of publishers, and, on a real node over localhost DDS, the WARN after ``input_timeout`` s without a
+frame, which lists the image topics that exist (not the node's own outputs) and comes once per silence.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from libredgetpu_ros.ros.camera.qos import choose_reliability
+
+pytestmark = [pytest.mark.ros, pytest.mark.timeout(60)]
+
+
+@pytest.mark.parametrize(("setting", "publishers", "chosen"), [
+    ("auto", [], "best_effort"),
+    ("auto", ["reliable"], "reliable"),
+    ("auto", ["reliable", "reliable"], "reliable"),
+    ("auto", ["reliable", "best_effort"], "best_effort"),  # a reliable reader would not match the 2nd
+    ("auto", ["best_effort"], "best_effort"),
+    ("reliable", ["best_effort"], "reliable"),  # forced: the incompatibility is reported, not hidden
+    ("best_effort", ["reliable"], "best_effort"),
+])
+def test_auto_matches_the_publishers(setting, publishers, chosen) -> None:
+    assert choose_reliability(setting, publishers)[0] == chosen
+
+
+def test_no_input_warns_once_with_the_image_topics_that_exist(ros_env, fixture_path, monkeypatch) -> None:
+    from libredgetpu_ros.ros.perception_node import PerceptionNode
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.node import Node
+    from rclpy.parameter import Parameter
+    from sensor_msgs.msg import CompressedImage
+
+    context = ros_env.init_rclpy()
+    node = PerceptionNode("perception_silent", context=context, parameter_overrides=[
+        Parameter("model", value=str(fixture_path("classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite"))),
+        Parameter("backend", value="cpu"), Parameter("input_timeout", value=0.5),
+        Parameter("diagnostics_period", value=0.2)])
+    camera = Node("other_camera", context=context)
+    camera.create_publisher(CompressedImage, "/front/image_raw/compressed", 10)
+    warnings: list[str] = []
+
+    class Logger:
+        def __getattr__(self, name: str):
+            return warnings.append if name == "warning" else (lambda *a, **k: None)
+
+    executor = SingleThreadedExecutor(context=context)
+    for n in (node, *node.companion_nodes(), camera):
+        executor.add_node(n)
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        monkeypatch.setattr(node, "get_logger", Logger)
+        end = time.monotonic() + 3.0
+        while time.monotonic() < end:
+            executor.spin_once(timeout_sec=0.05)
+        silent = [w for w in warnings if w.startswith("no frame on /image_raw")]
+        assert len(silent) == 1, warnings  # once per silence
+        assert "/front/image_raw/compressed (CompressedImage)" in silent[0]
+        assert "/annotated" not in silent[0]  # the node's own outputs are not cameras
+    finally:
+        executor.shutdown()
+        node.teardown()
+        camera.destroy_node()
+        node.destroy_node()
