@@ -13,7 +13,8 @@ peers without the session are at most 3 bytes of packet, never larger than twice
 cannot be used to reflect traffic. Fragments are reassembled for the owner only.
 
 Seed framing: the seed's bytes, best effort: every valid request is executed when it arrives (no ids, so a
-network duplicate of a BATCH trains twice), a BATCH gets no reply, NACK carries no reason.
+network duplicate of a BATCH trains twice), a BATCH gets no reply (not even a refusal), NACK carries no
+reason.
 
 Budget: a model is accepted only if training one sample of the largest input its descriptor admits fits
 ``memory_budget`` (every layer's output from the descriptor, ``nn.training_bytes``); a batch only if its
@@ -61,7 +62,7 @@ from libredgetpu_ros.teamtensor.packets import (
     nack,
 )
 from libredgetpu_ros.teamtensor.sessions import Session
-from libredgetpu_ros.teamtensor.wire import DEFAULT_WIRE, Metric, Op, Refusal, WireFormat
+from libredgetpu_ros.teamtensor.wire import DEFAULT_WIRE, Metric, Refusal, WireFormat
 
 log = logging.getLogger(__name__)
 RECV_BUFFER = 4 * 1024 * 1024  # a fragment burst of a large batch must not overflow the socket buffer
@@ -229,8 +230,8 @@ class WorkerCore:
             reply = self.execute(req)
         else:
             reply = self._without_session(peer, 0, 0, req)
-        if isinstance(req, Batch) and reply[0] != Op.NACK:
-            return []  # the seed's BATCH has no reply (a refusal is still a NACK: the queue was full)
+        if isinstance(req, Batch):
+            return []  # the seed's BATCH has no reply, not even a refusal (B_FULL is how a source knows)
         return [reply]
 
     # ----- requests ---------------------------------------------------------------------------------
