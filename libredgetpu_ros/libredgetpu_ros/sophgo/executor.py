@@ -11,21 +11,24 @@ import numpy as np
 
 from libredgetpu_ros.sophgo import executor_linear, executor_ops
 from libredgetpu_ros.sophgo.ir import Module, TensorType, TpuLangError
-from libredgetpu_ros.sophgo.memory_plan import DEFAULT_BUDGET, plan_memory, releases
+from libredgetpu_ros.sophgo.memory_plan import DEFAULT_BUDGET, MemoryPlan, plan_memory
 from libredgetpu_ros.sophgo.op_registry import HANDLERS, RunState, where_of
 
 _REGISTERED = (executor_linear, executor_ops)  # importing them registers their handlers
 
 
 def execute(module: Module, weights: Mapping[str, np.ndarray], inputs: Mapping[str, np.ndarray],
-            keep_all: bool = False, memory_budget: int = DEFAULT_BUDGET) -> dict[str, np.ndarray]:
+            keep_all: bool = False, memory_budget: int = DEFAULT_BUDGET,
+            plan: MemoryPlan | None = None) -> dict[str, np.ndarray]:
     """Outputs keyed by name (every value when ``keep_all``); errors name the op that failed.
 
     The whole run is planned first (:func:`memory_plan.plan_memory`): a graph whose shapes do not fit or
     whose estimated peak exceeds ``memory_budget`` bytes is refused before anything is allocated. Unless
-    ``keep_all``, a computed value is dropped once no later op reads it."""
-    plan_memory(module, memory_budget, keep_all)
-    dropped = {} if keep_all else releases(module)
+    ``keep_all``, a computed value is dropped once no later op reads it. A caller running the same module
+    many times may pass the ``plan`` it made once (with the same ``keep_all``; its budget was checked)."""
+    if plan is None or plan.keep_all != keep_all:
+        plan = plan_memory(module, memory_budget, keep_all)
+    dropped = plan.drops
     run = RunState(module, weights)
     values: dict[str, np.ndarray] = {}
     for index, node in enumerate(module.ops):

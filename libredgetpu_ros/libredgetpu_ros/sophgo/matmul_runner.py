@@ -19,6 +19,7 @@ from libredgetpu_ros.sophgo.emitter import emit_mlir
 from libredgetpu_ros.sophgo.executor import execute
 from libredgetpu_ros.sophgo.export_dense import INPUT_NAME, OUTPUT_NAME, WEIGHT_NAME, dense_graph
 from libredgetpu_ros.sophgo.ir import Module
+from libredgetpu_ros.sophgo.memory_plan import MemoryPlan, plan_memory
 from libredgetpu_ros.sophgo.parser import parse_mlir
 
 _KEEP_VERSIONS = 2  # the active version and the one a swap is publishing
@@ -30,20 +31,20 @@ class TpuLangRunner:
         self._template = template
         self._rows, self._cols = template.rows, template.cols
         self._lock = threading.Lock()
-        self._modules: dict[int, Module] = {}  # batch size -> parsed module
+        self._modules: dict[int, tuple[Module, MemoryPlan]] = {}  # batch size -> parsed module, its plan
         self._weights: dict[int, np.ndarray] = {}  # version -> W^T int8 (cols, rows)
 
-    def _module(self, batch: int) -> Module:
-        module = self._modules.get(batch)
-        if module is None:
+    def _module(self, batch: int) -> tuple[Module, MemoryPlan]:
+        entry = self._modules.get(batch)
+        if entry is None:
             if len(self._modules) >= _MAX_BATCH_SIZES:
                 self._modules.clear()
             zeros = np.zeros((self._rows, self._cols), dtype=np.int8)
             built, _ = dense_graph(zeros, self._template.quant, batch=batch, float_io=False)
             # Run what a Sophgo toolchain would read: the emitted text, parsed back.
             module = parse_mlir(emit_mlir(built), f"{built.name}_origin.mlir")
-            self._modules[batch] = module
-        return module
+            entry = self._modules[batch] = (module, plan_memory(module))  # planned once, not per call
+        return entry
 
     def _weights_of(self, blob: np.ndarray, version: int) -> np.ndarray:
         weights = self._weights.get(version)
@@ -64,8 +65,8 @@ class TpuLangRunner:
         """uint8 outputs (k, rows) for uint8 inputs (k, cols)."""
         with self._lock:
             weights = self._weights_of(blob, version)
-            module = self._module(xq.shape[0])
-        return execute(module, {WEIGHT_NAME: weights}, {INPUT_NAME: xq})[OUTPUT_NAME]
+            module, plan = self._module(xq.shape[0])
+        return execute(module, {WEIGHT_NAME: weights}, {INPUT_NAME: xq}, plan=plan)[OUTPUT_NAME]
 
     def close(self) -> None:
         with self._lock:

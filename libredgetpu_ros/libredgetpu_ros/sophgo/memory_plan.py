@@ -35,12 +35,15 @@ Shape = tuple[int, ...]
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """Per value: inferred shape and stored bytes; the run's estimated peak and the op where it occurs."""
+    """Per value: inferred shape and stored bytes; the run's estimated peak and the op where it occurs;
+    which computed values are dropped after which op (empty when every value is kept)."""
 
     shapes: dict[str, Shape]
     value_bytes: dict[str, int]
     peak_bytes: int
     peak_op: str
+    keep_all: bool
+    drops: dict[int, list[str]]
 
     def bytes_of(self, names: Sequence[str]) -> int:
         return sum(self.value_bytes.get(name, 0) for name in names)
@@ -181,4 +184,4 @@ def plan_memory(module: Module, budget: int = DEFAULT_BUDGET, keep_all: bool = F
         known[node.name] = shape
         stored[node.name] = nbytes
         live += nbytes - sum(stored[name] for name in dropped.get(index, ()))
-    return MemoryPlan(known, stored, peak, peak_op)
+    return MemoryPlan(known, stored, peak, peak_op, keep_all, dropped)
