@@ -25,7 +25,12 @@ Threads:
   a frame never waits behind a lifecycle or parameter request or the diagnostics timer, and each wake-up of
   rclpy's Python executor walks one entity instead of the lifecycle node's dozen services;
   ``companion_nodes()`` names it, and ``ros/spinning.py`` spins it (for the entry point and
-  ``ros/bringup.py``). Frames are processed right in its callback: no hand-off to another thread;
+  ``ros/bringup.py``). Frames are processed right in its callback: no hand-off to another thread. So
+  ``ros2 node info <node>`` does not list the image subscription; ``ros2 node info <node>_image`` does, and
+  diagnostics (``image_node``) and the activate log line name that node. Why not a callback group of the
+  lifecycle node on its own thread: rclpy lets a node belong to one executor only (adding it to a second
+  removes it from the first), and one executor for both (multi-threaded) is the design the companion
+  replaced, measured slower (docs/perception_node.md "Performance");
 - the main executor (this node): lifecycle and parameter services, the diagnostics timer, the fault's guard
   condition, the re-check of the image reliability when a publisher appears.
 
@@ -285,7 +290,8 @@ class CameraNode(LifecycleNode):
                                                         image_qos.image_qos(reliability),
                                                         event_callbacks=events)
         self._sub_reliability, self._sub_reason = reliability, why
-        self.get_logger().info(f"active: reading {topic} ({msg_type.__name__}, {reliability}: {why})")
+        self.get_logger().info(f"active: reading {topic} ({msg_type.__name__}, {reliability}: {why}) on the "
+                               f"companion node {self.image_node.get_fully_qualified_name()}")
 
     def _on_matched(self, event: Any) -> None:  # camera thread
         if event.current_count_change > 0 and self.params.image_reliability == "auto":
@@ -414,6 +420,8 @@ class CameraNode(LifecycleNode):
         publishers = self._publisher_reliabilities()
         values: dict[str, object] = {
             "input_topic": topic,
+            # The node holding the subscription (`ros2 node info` of it lists it; see the module docstring).
+            "image_node": self.image_node.get_fully_qualified_name(),
             "image_reliability": self.params.image_reliability,
             "subscribed_reliability": self._sub_reliability if self._sub is not None else "",
             "publishers": len(publishers),
