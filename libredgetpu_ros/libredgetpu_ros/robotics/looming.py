@@ -65,6 +65,11 @@ class TtcEstimator:
     def reset(self) -> None:
         self._history.clear()
 
+    @property
+    def samples(self) -> int:
+        """Frames in the history now."""
+        return len(self._history)
+
     def update(self, stamp_s: float, tau: float) -> float | None:
         if not math.isfinite(stamp_s) or not math.isfinite(tau):
             raise InputError(f"stamp {stamp_s} / tau {tau} must be finite")

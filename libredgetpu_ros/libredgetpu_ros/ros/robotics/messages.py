@@ -1,0 +1,117 @@
+"""Robotics results -> ROS messages (every message carries the frame's header; positions in the image plane).
+
+Markers are drawn in the frame's ``frame_id`` with ``scale`` metres per template-input pixel, x right and y
+down as in the image: a sphere at the target and a cross at the image centre (trackers), a cube per zone
+whose height and colour follow its density (looming).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from builtin_interfaces.msg import Duration
+from geometry_msgs.msg import Point, PointStamped, Vector3Stamped
+from sensor_msgs.msg import Image
+from std_msgs.msg import ColorRGBA, Header
+from visualization_msgs.msg import Marker, MarkerArray
+
+from libredgetpu_ros_interfaces.msg import Looming
+
+_LIFETIME = Duration(sec=1)
+
+
+def stamp_seconds(header: Header) -> float:
+    return header.stamp.sec + header.stamp.nanosec * 1e-9
+
+
+def offset_msg(header: Header, x: float, y: float) -> PointStamped:
+    return PointStamped(header=header, point=Point(x=float(x), y=float(y), z=0.0))
+
+
+def servo_error_msg(header: Header, error: tuple[float, float]) -> Vector3Stamped:
+    msg = Vector3Stamped(header=header)
+    msg.vector.x, msg.vector.y = float(error[0]), float(error[1])
+    return msg
+
+
+def looming_msg(header: Header, result: Any, frames: int) -> Looming:
+    return Looming(header=header, zones_per_side=int(result.zones.shape[0]),
+                   zones=[float(v) for v in result.zones.reshape(-1)], tau=float(result.tau),
+                   ttc_valid=result.ttc_s is not None, ttc=float(result.ttc_s or 0.0),
+                   frames_in_history=int(frames))
+
+
+def _marker(header: Header, ns: str, mid: int, mtype: int, rgba: tuple[float, ...]) -> Marker:
+    m = Marker(header=header, ns=ns, id=mid, type=mtype, action=Marker.ADD, lifetime=_LIFETIME)
+    m.pose.orientation.w = 1.0
+    m.color = ColorRGBA(r=rgba[0], g=rgba[1], b=rgba[2], a=rgba[3])
+    return m
+
+
+def tracker_markers(header: Header, x_px: float, y_px: float, width: int, height: int,
+                    scale: float) -> MarkerArray:
+    target = _marker(header, "target", 0, Marker.SPHERE, (1.0, 0.2, 0.1, 0.9))
+    target.pose.position = Point(x=x_px * scale, y=y_px * scale, z=0.0)
+    target.scale.x = target.scale.y = target.scale.z = 4 * scale
+    centre = _marker(header, "centre", 0, Marker.LINE_LIST, (0.2, 1.0, 0.2, 0.8))
+    cx, cy, arm = (width - 1) / 2 * scale, (height - 1) / 2 * scale, 3 * scale
+    centre.points = [Point(x=cx - arm, y=cy), Point(x=cx + arm, y=cy), Point(x=cx, y=cy - arm),
+                     Point(x=cx, y=cy + arm)]
+    centre.scale.x = scale / 2
+    return MarkerArray(markers=[target, centre])
+
+
+def zone_markers(header: Header, zones: np.ndarray, width: int, height: int, scale: float) -> MarkerArray:
+    side = zones.shape[0]
+    top = float(zones.max()) or 1.0
+    out = MarkerArray()
+    for row in range(side):
+        for col in range(side):
+            level = float(zones[row, col]) / top
+            m = _marker(header, "zones", row * side + col, Marker.CUBE, (level, 0.3, 1.0 - level, 0.6))
+            cell_w, cell_h = width / side * scale, height / side * scale
+            m.pose.position = Point(x=(col + 0.5) * cell_w, y=(row + 0.5) * cell_h, z=level * 5 * scale)
+            m.scale.x, m.scale.y = cell_w * 0.95, cell_h * 0.95
+            m.scale.z = max(level * 10 * scale, scale / 10)
+            out.markers.append(m)
+    return out
+
+
+def image_msg(header: Header, rgb: np.ndarray) -> Image:
+    rgb = np.ascontiguousarray(rgb)
+    return Image(header=header, height=rgb.shape[0], width=rgb.shape[1], encoding="rgb8",
+                 step=rgb.shape[1] * 3, data=rgb.tobytes())
+
+
+def annotate_tracker(rgb: np.ndarray, x_offset: float, y_offset: float) -> np.ndarray:
+    """The frame with a cross at its centre and a circle where the target is."""
+    import cv2
+
+    out = rgb.copy()
+    h, w = out.shape[:2]
+    cx, cy = w // 2, h // 2
+    tx, ty = round((1 + x_offset) * (w - 1) / 2), round((1 + y_offset) * (h - 1) / 2)
+    size = max(4, min(w, h) // 30)
+    cv2.drawMarker(out, (cx, cy), (0, 255, 0), cv2.MARKER_CROSS, size * 2, 1)
+    cv2.circle(out, (tx, ty), size, (255, 40, 20), 2)
+    cv2.line(out, (cx, cy), (tx, ty), (255, 200, 0), 1)
+    return out
+
+
+def annotate_looming(rgb: np.ndarray, zones: np.ndarray, tau: float, ttc_s: float | None) -> np.ndarray:
+    """The frame with the zone grid, the centre zone's outline and tau / TTC."""
+    import cv2
+
+    out = rgb.copy()
+    h, w = out.shape[:2]
+    side = zones.shape[0]
+    for i in range(1, side):
+        cv2.line(out, (i * w // side, 0), (i * w // side, h - 1), (255, 255, 0), 1)
+        cv2.line(out, (0, i * h // side), (w - 1, i * h // side), (255, 255, 0), 1)
+    c = side // 2
+    colour = (255, 40, 20) if tau > 1 else (0, 255, 0)
+    cv2.rectangle(out, (c * w // side, c * h // side), ((c + 1) * w // side, (c + 1) * h // side), colour, 2)
+    text = f"tau {tau:.2f}" + (f"  ttc {ttc_s:.2f}s" if ttc_s is not None else "")
+    cv2.putText(out, text, (4, max(12, h // 12)), cv2.FONT_HERSHEY_SIMPLEX, max(0.3, h / 640), colour, 1)
+    return out

@@ -1,0 +1,282 @@
+"""The tracker and looming nodes as separate processes over real (localhost-only) DDS, driven from outside.
+
+This process plays camera and supervisor (lifecycle through ``change_state``, the swap services, results
+read back by stamp); the bag case replays a bag from a third process (``replay``) and compares the node's
+Looming messages with the node's own detector run offline on the bag's frames and stamps."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
+
+WAIT_S = 20.0
+
+
+class Supervisor:
+    def __init__(self, ros_env: Any, node: str, results: dict[str, type]) -> None:
+        from libredgetpu_ros.ros.camera import RESULT_QOS
+        from lifecycle_msgs.srv import ChangeState, GetState
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.node import Node
+        from rclpy.qos import qos_profile_sensor_data
+        from sensor_msgs.msg import Image
+
+        self.name = node
+        self.context = ros_env.init_rclpy()
+        self.node = Node("test_supervisor", context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self.camera = self.node.create_publisher(Image, "image_raw", qos_profile_sensor_data)
+        self.received: dict[str, list[Any]] = {topic: [] for topic in results}
+        for topic, mtype in results.items():
+            self.node.create_subscription(mtype, topic, self.received[topic].append, RESULT_QOS)
+        self.change = self.node.create_client(ChangeState, f"/{node}/change_state")
+        self.get = self.node.create_client(GetState, f"/{node}/get_state")
+        for client in (self.change, self.get):
+            assert client.wait_for_service(timeout_sec=WAIT_S), f"{client.srv_name} did not appear"
+        self._stamp = 0
+
+    def call(self, client: Any, request: Any) -> Any:
+        future = client.call_async(request)
+        self.executor.spin_until_future_complete(future, timeout_sec=WAIT_S)
+        assert future.done(), f"no answer from {client.srv_name}"
+        return future.result()
+
+    def transition(self, label: str) -> bool:
+        from lifecycle_msgs.msg import Transition
+        from lifecycle_msgs.srv import ChangeState
+
+        ids = {"configure": Transition.TRANSITION_CONFIGURE, "activate": Transition.TRANSITION_ACTIVATE,
+               "deactivate": Transition.TRANSITION_DEACTIVATE, "cleanup": Transition.TRANSITION_CLEANUP}
+        return self.call(self.change, ChangeState.Request(transition=Transition(id=ids[label]))).success
+
+    def state(self) -> str:
+        from lifecycle_msgs.srv import GetState
+
+        return self.call(self.get, GetState.Request()).current_state.label
+
+    def frame(self, rgb: np.ndarray, stamp_s: float | None = None, data: bytes | None = None) -> Any:
+        from sensor_msgs.msg import Image
+
+        self._stamp += 1
+        stamp = 1000.0 + self._stamp if stamp_s is None else stamp_s
+        msg = Image(height=rgb.shape[0], width=rgb.shape[1], encoding="rgb8", step=rgb.shape[1] * 3,
+                    data=rgb.tobytes() if data is None else data)
+        msg.header.frame_id = "test_camera"
+        msg.header.stamp.sec, msg.header.stamp.nanosec = int(stamp), round((stamp % 1) * 1e9)
+        return msg
+
+    def wait_for(self, what: str, predicate: Callable[[], Any],
+                 every: Callable[[], None] | None = None) -> Any:
+        end, next_every = time.monotonic() + WAIT_S, 0.0
+        while time.monotonic() < end:
+            if every is not None and time.monotonic() >= next_every:
+                every()
+                next_every = time.monotonic() + 1.0
+            self.executor.spin_once(timeout_sec=0.05)
+            value = predicate()
+            if value:
+                return value
+        pytest.fail(f"timed out after {WAIT_S:.0f} s waiting for {what}")
+
+    def result_for(self, topic: str, frame: Any) -> Any:
+        """Publish ``frame`` (again each second: best effort) until ``topic``'s result for its stamp comes."""
+        stamp = (frame.header.stamp.sec, frame.header.stamp.nanosec)
+
+        def match() -> Any:
+            return next((m for m in self.received[topic]
+                         if (m.header.stamp.sec, m.header.stamp.nanosec) == stamp), None)
+
+        return self.wait_for(f"{topic} for stamp {stamp}", match, every=lambda: self.camera.publish(frame))
+
+    def service(self, srv_type: type, name: str, **fields: Any) -> Any:
+        client = self.node.create_client(srv_type, f"/{self.name}/{name}")
+        assert client.wait_for_service(timeout_sec=WAIT_S), f"/{self.name}/{name} did not appear"
+        return self.call(client, srv_type.Request(**fields))
+
+
+def _params(tmp: Path, name: str, **params: Any) -> Path:
+    import yaml
+
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"/**": {"ros__parameters": {"backend": "cpu", "diagnostics_period": 0.3,
+                                                                 **params}}}))
+    return path
+
+
+def _spawn(ros_env: Any, module: str, params: Path, name: str, namespace: str = "") -> Any:
+    args = [sys.executable, "-m", f"libredgetpu_ros.ros.robotics.{module}", "--ros-args", "-r",
+            f"__node:={name}", "--params-file", str(params)]
+    if namespace:
+        args += ["-r", f"__ns:=/{namespace}"]
+    return ros_env.spawn(args, name)
+
+
+def _spots(*spots: tuple[int, int, tuple[int, int, int]], size: int = 64) -> np.ndarray:
+    import cv2
+
+    image = np.zeros((size, size, 3), np.uint8)
+    for x, y, rgb in spots:
+        cv2.circle(image, (x, y), max(3, size // 16), rgb, -1)
+    return image
+
+
+def test_spot_tracker_node_offsets_colour_swap_and_bad_input(ros_env, tmp_path: Path) -> None:
+    from geometry_msgs.msg import PointStamped, Vector3Stamped
+
+    from libredgetpu_ros_interfaces.srv import SetColor, SetTemplateRegion
+
+    _spawn(ros_env, "tracker_node", _params(tmp_path, "spot", module="spot", template="color_red_64x64",
+                                            gain=2.0), "tracker")
+    sup = Supervisor(ros_env, "tracker", {"offset": PointStamped, "servo_error": Vector3Stamped})
+    assert sup.transition("configure") and sup.transition("activate") and sup.state() == "active"
+
+    red, green = (255, 0, 0), (0, 255, 0)
+    frame = sup.frame(_spots((24, 63, red), (104, 63, green), size=128))  # resized to 64x64 by the node
+    offset = sup.result_for("offset", frame)
+    assert offset.header.frame_id == "test_camera" and offset.point.x < -0.4 and abs(offset.point.y) < 0.15
+    error = sup.result_for("servo_error", frame)
+    assert error.vector.x == pytest.approx(-2.0 * offset.point.x, abs=1e-6)
+
+    answer = sup.service(SetColor, "set_color", r=-0.5, g=1.0, b=-0.5)
+    assert answer.success and answer.version == 1 and list(answer.weights) == [-64, 127, -64]
+    assert sup.result_for("offset", sup.frame(_spots((24, 63, red), (104, 63, green), size=128))).point.x > 0.4
+
+    refused = sup.service(SetColor, "set_color", r=float("nan"), g=0.0, b=0.0)
+    assert not refused.success and "nan" in refused.message and refused.version == 1
+    wrong = sup.service(SetTemplateRegion, "set_template_region", x=0, y=0, width=8, height=8)
+    assert not wrong.success and "pattern" in wrong.message
+    sup.camera.publish(sup.frame(np.zeros((64, 64, 3), np.uint8), data=b"\x00" * 10))  # truncated: bad input
+    assert sup.result_for("offset", sup.frame(_spots((52, 31, green)))).point.x > 0.4  # still running
+    assert sup.state() == "active"
+    assert sup.transition("deactivate") and sup.transition("cleanup") and sup.state() == "unconfigured"
+
+
+def test_pattern_tracker_node_takes_the_template_from_a_region(ros_env, tmp_path: Path,
+                                                               fixture_path) -> None:
+    import cv2
+    from geometry_msgs.msg import PointStamped
+
+    from libredgetpu_ros_interfaces.srv import SetTemplateRegion
+
+    _spawn(ros_env, "tracker_node", _params(tmp_path, "pattern", module="pattern",
+                                            template="pattern_64x64_8x8_1ch"), "follower")
+    sup = Supervisor(ros_env, "follower", {"offset": PointStamped})
+    assert sup.transition("configure") and sup.transition("activate")
+    rgb = cv2.cvtColor(cv2.imread(str(fixture_path("images/grace_hopper.bmp"))), cv2.COLOR_BGR2RGB)
+    photo = cv2.resize(rgb, (128, 128), interpolation=cv2.INTER_AREA)  # frames are 2x the model input
+    gray = cv2.cvtColor(cv2.resize(photo, (64, 64), interpolation=cv2.INTER_AREA), cv2.COLOR_RGB2GRAY)
+    _, px, py = max((gray[y:y + 8, x:x + 8].std(), x, y) for y in range(16, 40, 2) for x in range(16, 40, 2))
+    sup.result_for("offset", sup.frame(photo))  # the node has a last frame now
+    answer = sup.service(SetTemplateRegion, "set_template_region", x=2 * px, y=2 * py, width=16, height=16)
+    assert answer.success and (answer.patch_x, answer.patch_y) == (px, py) and answer.version == 1
+    for dx, dy in ((0, 0), (8, -6), (-10, 4)):  # frame pixels: model-input shifts of dx/2, dy/2
+        shifted = cv2.warpAffine(photo, np.float32([[1, 0, dx], [0, 1, dy]]), (128, 128),
+                                 borderMode=cv2.BORDER_REFLECT)
+        offset = sup.result_for("offset", sup.frame(shifted))
+        grid = 64 - 8 + 1
+        col = (offset.point.x + 1) * (grid - 1) / 2
+        row = (offset.point.y + 1) * (grid - 1) / 2
+        assert abs(col - (px + dx / 2)) <= 2 and abs(row - (py + dy / 2)) <= 2
+    outside = sup.service(SetTemplateRegion, "set_template_region", x=120, y=120, width=16, height=16)
+    assert not outside.success and "not inside" in outside.message and outside.version == 1
+    assert sup.state() == "active"
+
+
+def _looming_frames(halves: list[int]) -> list[np.ndarray]:
+    yy, xx = np.mgrid[:64, :64]
+    out = []
+    for half in halves:
+        image = (((xx // 4) + (yy // 4)) % 2 * 50 + 100).astype(np.uint8)
+        mask = (np.abs(xx - 31.5) < half) & (np.abs(yy - 31.5) < half)
+        image[mask] = (((xx // 4) + (yy // 4)) % 2 * 90 + 80)[mask]
+        out.append(np.repeat(image[:, :, None], 3, axis=2))
+    return out
+
+
+def _offline(params: dict[str, Any], frames: list[np.ndarray], stamps: list[float]) -> list[Any]:
+    """The node's own detector (open_detector with the node's parameter values) on the same frames/stamps."""
+    from libredgetpu_ros.ros.robotics.looming_node import LoomingNode, open_detector
+
+    values = {spec.name: spec.default for spec in LoomingNode.PARAMS.specs.values()} | params
+    detector = open_detector(type("P", (), values))
+    try:
+        return [detector.detect(f, s) for f, s in zip(frames, stamps, strict=True)]
+    finally:
+        detector.close()
+
+
+def _same(live: Any, offline: Any) -> None:
+    np.testing.assert_array_equal(np.array(live.zones, np.float32), offline.zones.reshape(-1))
+    assert live.tau == pytest.approx(offline.tau, rel=1e-6)
+    assert live.ttc_valid == (offline.ttc_s is not None)
+    if live.ttc_valid:
+        assert live.ttc == pytest.approx(offline.ttc_s, rel=1e-5, abs=1e-6)
+
+
+def test_looming_node_live_equals_offline(ros_env, tmp_path: Path) -> None:
+    from libredgetpu_ros_interfaces.msg import Looming
+
+    params = {"template": "looming_64x64_3x3", "ttc_window": 4}
+    _spawn(ros_env, "looming_node", _params(tmp_path, "looming", **params), "looming")
+    sup = Supervisor(ros_env, "looming", {"looming": Looming})
+    assert sup.transition("configure") and sup.transition("activate")
+    frames = _looming_frames([2, 3, 4, 5, 6, 7, 8])
+    stamps = [500.0 + 0.1 * i for i in range(len(frames))]
+    live = [sup.result_for("looming", sup.frame(f, s)) for f, s in zip(frames, stamps, strict=True)]
+    for msg, want in zip(live, _offline(params, frames, stamps), strict=True):
+        _same(msg, want)
+    assert live[-1].tau > 1 and any(m.ttc_valid for m in live) and live[-1].zones_per_side == 3
+    static = [sup.result_for("looming", sup.frame(f, 600.0 + 0.1 * i))
+              for i, f in enumerate(_looming_frames([5] * 4))]
+    assert not any(m.ttc_valid for m in static)
+
+
+def test_looming_bag_replayed_equals_offline(ros_env, tmp_path: Path) -> None:
+    """A bag made from the frames, replayed by ``replay`` (its own process) into the node (its own process):
+    every Looming message equals the node's detector run offline on the bag's frames and stamps."""
+    import cv2
+    from libredgetpu_ros.bags.make import MakeBagOptions, make_bag
+    from rosbags.highlevel import AnyReader
+
+    from libredgetpu_ros_interfaces.msg import Looming
+
+    files = []
+    for i, frame in enumerate(_looming_frames([2, 3, 4, 5, 6, 7])):
+        path = tmp_path / f"frame{i}.png"
+        cv2.imwrite(str(path), frame)
+        files.append(path)
+    bag = tmp_path / "approach_bag"
+    make_bag(files, bag, MakeBagOptions(topic="/cam/image_raw", rate=5.0, start_ns=1_700_000_000_000_000_000),
+             progress=False)
+    params = {"template": "looming_64x64_3x3", "ttc_window": 4}
+    _spawn(ros_env, "looming_node", _params(tmp_path, "looming", **params), "looming", namespace="cam")
+    sup = Supervisor(ros_env, "cam/looming", {"/cam/looming": Looming})
+    assert sup.transition("configure") and sup.transition("activate")
+    replay = ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.cli.main", "replay", str(bag), "--rate",
+                            "0.5", "--wait-subscribers", "1", "--wait-timeout", str(WAIT_S), "--start-delay",
+                            "1"], "replay")
+    live = sup.wait_for("6 Looming messages", lambda: len(sup.received["/cam/looming"]) >= len(files) and
+                        sup.received["/cam/looming"])
+    assert replay.wait(timeout=WAIT_S) == 0
+    frames, stamps, keys = [], [], []
+    with AnyReader([bag]) as reader:
+        for conn, _, raw in reader.messages():
+            msg = reader.deserialize(raw, conn.msgtype)
+            frames.append(np.frombuffer(msg.data, np.uint8).reshape(msg.height, msg.width, 3))
+            stamps.append(msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9)  # as the node reads it
+            keys.append((msg.header.stamp.sec, msg.header.stamp.nanosec))
+    offline = _offline(params, frames, stamps)
+    by_stamp = {(m.header.stamp.sec, m.header.stamp.nanosec): m for m in live}
+    assert sorted(by_stamp) == sorted(keys)
+    for key, want in zip(keys, offline, strict=True):
+        _same(by_stamp[key], want)
+    assert any(m.ttc_valid for m in live)
