@@ -56,6 +56,7 @@ _SCHEMA_ENCODINGS = ("ros2msg", "ros2idl", "omgidl", "")  # rosbags' get_msgdef 
 _COMPRESSIONS = ("", "zstd", "lz4")
 _MIN_MESSAGE = 9 + 22  # a message record: opcode, length, channel, sequence, log and publish time
 _MIN_CHUNK = 9 + 40  # a chunk record with an empty compression string and no records
+_MAX_FILE_RATIO = 64  # a file-compressed bag may decompress to this many times its size (+1 MiB)
 
 
 class BadSummary(InputError):
@@ -88,6 +89,33 @@ def check_mcap(path: Path) -> None:
         raise BadSummary(f"{path}: {exc}") from exc
     finally:
         data.release()
+
+
+def check_compressed_mcap(path: Path) -> None:
+    """:func:`check_mcap` of a zstd-compressed MCAP file (rosbag2's file compression mode), decompressed as
+    rosbags will decompress it (every frame, into a temporary file) but within the budget of
+    ``_MAX_FILE_RATIO`` x its size + 1 MiB, so a small file cannot fill the disk first."""
+    import tempfile
+
+    from libredgetpu_ros.bags.salvage import zstd_module
+
+    zstd = zstd_module()
+    budget = _MAX_FILE_RATIO * path.stat().st_size + (1 << 20)
+    with tempfile.TemporaryDirectory(prefix="mcap-check-") as tmp:
+        plain = Path(tmp) / path.stem
+        try:
+            with path.open("rb") as bio, zstd.open(bio, "rb") as src, plain.open("wb") as out:
+                while piece := src.read(1 << 24):
+                    if out.tell() + len(piece) > budget:
+                        raise BadSummary(f"{path} decompresses to more than {budget} bytes "
+                                         f"({_MAX_FILE_RATIO} x its size + 1 MiB)")
+                    out.write(piece)
+        except (zstd.ZstdError, EOFError) as exc:
+            raise BadSummary(f"{path} does not decompress as zstd: {exc}") from exc
+        try:
+            check_mcap(plain)
+        except BadSummary as exc:
+            raise BadSummary(str(exc).replace(str(plain), f"{path} (decompressed)")) from exc
 
 
 def check_mcap_data(data: bytes | memoryview, name: str) -> None:

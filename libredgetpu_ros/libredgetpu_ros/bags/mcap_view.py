@@ -70,7 +70,7 @@ def message_views(reader: Any, connections: Collection[Any],
     return _views(storages, list(connections), directory)
 
 
-def _match(storage_conn: Any, connections: list[Any]) -> Any:
+def match_connection(storage_conn: Any, connections: list[Any]) -> Any:
     """The requested connection a file's connection stands for (``DirectoryReader.messages``' rule)."""
     x = storage_conn
     return next((y for y in connections if y.topic == x.topic and y.msgtype == x.msgtype and y.ext == x.ext
@@ -82,7 +82,7 @@ def _views(storages: list[Any], connections: list[Any],
     for storage in storages:
         if directory:
             channel_map = {x.id: conn for x in storage.connections
-                           if (conn := _match(x, connections)) is not None}
+                           if (conn := match_connection(x, connections)) is not None}
         else:
             channel_map = {conn.id: conn for conn in connections}
         if not channel_map:

@@ -193,7 +193,7 @@ def chunk_records(stored: memoryview, compression: str, size: int, crc: int, at:
     chunk has one (0 = not computed); BadRecord otherwise. Shared by the salvage walk, ``mcap_view`` and
     ``mcap_summary``."""
     check_chunk_size(size, len(stored), compression, at)
-    records = memoryview(_decompress(stored, compression, size, at))
+    records = decompress(stored, compression, size, f"chunk at offset {at}")
     if len(records) != size:
         raise BadRecord(f"chunk at offset {at}: records are {len(records)} bytes, header says {size}")
     if crc and zlib.crc32(records) != crc:
@@ -201,47 +201,57 @@ def chunk_records(stored: memoryview, compression: str, size: int, crc: int, at:
     return records
 
 
-_PIECE = 1 << 24  # compressed chunks are decompressed 16 MiB at a time into one growing buffer
+_PIECE = 1 << 22  # compressed data is decompressed 4 MiB at a time (decompress)
 
 
-def _decompressor(compression: str, at: int) -> tuple[Any, tuple[type[BaseException], ...]]:
+def zstd_module() -> Any:
+    """The zstd module rosbags uses (the standard library's from Python 3.14, else ``backports.zstd``)."""
+    if sys.version_info >= (3, 14):
+        from compression import zstd
+    else:  # rosbags' own dependency on older Pythons
+        from backports import zstd
+    return zstd
+
+
+def _decompressor(compression: str, where: str) -> tuple[Any, tuple[type[BaseException], ...]]:
     if compression == "lz4":
         import lz4.frame  # rosbags' own dependency
 
         return lz4.frame.LZ4FrameDecompressor(), (RuntimeError,)  # lz4 reports a bad frame as RuntimeError
     if compression == "zstd":
-        if sys.version_info >= (3, 14):
-            from compression import zstd
-        else:  # rosbags' own dependency on older Pythons
-            from backports import zstd
+        zstd = zstd_module()
         return zstd.ZstdDecompressor(), (zstd.ZstdError, EOFError)
-    raise BadRecord(f"chunk at offset {at}: unknown chunk compression {compression[:40]!r}")
+    raise BadRecord(f"{where}: unknown chunk compression {compression[:40]!r}")
 
 
-def _decompress(stored: memoryview, compression: str, size: int, at: int) -> bytearray | memoryview:
-    """The one compressed frame of ``stored``, at most ``size`` bytes of it (one more is an error). The
-    output grows piece by piece, so a chunk never holds more than what it really decompresses to (a
-    one-shot decompressor with a length cap held its output twice: 2 GB for a 1 GiB chunk)."""
+def decompress(stored: memoryview | bytes, compression: str, size: int, where: str) -> memoryview:
+    """The one compressed frame of ``stored`` (``where`` names it in errors), at most ``size`` bytes of it
+    (one more is a BadRecord). The output goes, 4 MiB at a time, into an anonymous mapping of ``size`` + 1
+    bytes whose pages become resident only as they are written: a chunk holds what it really decompresses
+    to, once (a length-capped one-shot decompressor held it twice, 2.07 GB for a 1 GiB chunk; a growing
+    bytearray 1.3 times)."""
     if not compression:
-        return stored
-    decompressor, errors = _decompressor(compression, at)
-    out = bytearray()
+        return memoryview(stored)
+    decompressor, errors = _decompressor(compression, where)
+    out = mmap.mmap(-1, size + 1)
+    filled = 0
     data: memoryview | bytes = stored
     try:
         while not decompressor.eof:
-            piece = decompressor.decompress(data, max_length=min(_PIECE, size - len(out) + 1))
+            piece = decompressor.decompress(data, max_length=min(_PIECE, size - filled + 1))
             data = b""
-            if len(out) + len(piece) > size:
-                raise BadRecord(f"chunk at offset {at}: records run past {size} bytes, header says {size}")
+            if filled + len(piece) > size:
+                raise BadRecord(f"{where}: decompresses to more than {size} bytes (its declared size or "
+                                f"budget)")
             if not piece and not decompressor.eof:
-                raise BadRecord(f"chunk at offset {at}: {compression} data ends inside its frame")
-            out += piece
+                raise BadRecord(f"{where}: {compression} data ends inside its frame")
+            out[filled:filled + len(piece)] = piece
+            filled += len(piece)
     except errors as exc:
-        raise BadRecord(f"chunk at offset {at}: {compression} data does not decompress: {exc}") from exc
+        raise BadRecord(f"{where}: {compression} data does not decompress: {exc}") from exc
     if decompressor.unused_data:
-        raise BadRecord(f"chunk at offset {at}: {len(decompressor.unused_data)} bytes after the "
-                        f"{compression} frame")
-    return out
+        raise BadRecord(f"{where}: {len(decompressor.unused_data)} bytes after the {compression} frame")
+    return memoryview(out)[:filled]
 
 
 def _scan_mcap(path: Path,

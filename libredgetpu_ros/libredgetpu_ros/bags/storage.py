@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +21,19 @@ def open_reader(path: str | Path) -> Any:
     bag's bytes is an InputError with the ``bag-repair`` hint too."""
     from rosbags.rosbag2 import Reader
 
-    from libredgetpu_ros.bags.mcap_summary import check_mcap
+    from libredgetpu_ros.bags.mcap_summary import check_compressed_mcap, check_mcap
 
     path = Path(path)
     if not path.exists():
         raise InputError(f"bag {path} does not exist")
     reader = None
     try:
-        files = [path] if path.is_file() else sorted(path.glob("*.mcap"))
+        files = [path] if path.is_file() else sorted(path.iterdir())
         for file in files:
             if file.suffix == ".mcap":
                 check_mcap(file)
+            elif file.name.endswith(".mcap.zstd"):  # rosbag2's file compression: rosbags decompresses it
+                check_compressed_mcap(file)
         if (path / "metadata.yaml").is_file():  # rosbags' YAML reader has no depth or alias budget
             from libredgetpu_ros.textdata import load_yaml_file
             load_yaml_file(path / "metadata.yaml", "metadata.yaml", max_depth=32)
@@ -92,6 +95,38 @@ def open_writer(path: str | Path, storage: str) -> Any:
     except (WriterError, OSError) as exc:
         raise InputError(f"cannot create bag {path}: {exc}") from exc
     return writer
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """Stands for a message's payload that could not be read (``messages`` below); ``reason`` says why."""
+
+    reason: str
+
+
+def messages(reader: Any, connections: list[Any], max_bytes: int) -> Iterator[tuple[Any, int, Any]]:
+    """``reader.messages(connections)`` with what rosbags raises on the bag's bytes as an InputError
+    (``guarded_messages``). For a bag in rosbag2's per-message compression mode the messages are
+    decompressed here instead of by rosbags (one-shot ``zstd.decompress``, no limit): at most
+    ``max_bytes`` each, one zstd frame; a message failing that comes out as :class:`Unreadable`."""
+    if getattr(reader, "compression_mode", None) != "message":
+        yield from guarded_messages(reader.messages(connections=connections), reader.path)
+        return
+    from libredgetpu_ros.bags.mcap_view import match_connection
+    from libredgetpu_ros.bags.salvage import BadRecord, decompress
+
+    for storage in reader.storage.storages:  # DirectoryReader.messages' walk, without its decompression
+        connmap = {x.id: conn for x in storage.connections
+                   if (conn := match_connection(x, connections)) is not None}
+        wanted = [x for x in storage.connections if x.id in connmap]
+        if not wanted:
+            continue
+        for conn, timestamp, data in guarded_messages(storage.messages(wanted), reader.path):
+            try:
+                payload: Any = bytes(decompress(data, "zstd", max_bytes, "message"))
+            except BadRecord as exc:
+                payload = Unreadable(str(exc))
+            yield connmap[conn.id], timestamp, payload
 
 
 @contextlib.contextmanager

@@ -32,8 +32,11 @@ from typing import Any
 import numpy as np
 
 from libredgetpu_ros.bags.mcap_view import message_views
-from libredgetpu_ros.bags.storage import IMAGE_TYPES, guarded_messages, open_reader
+from libredgetpu_ros.bags.storage import IMAGE_TYPES, Unreadable, open_reader
+from libredgetpu_ros.bags.storage import messages as bag_messages
 from libredgetpu_ros.textdata import clip_repr
+
+_MAX_BYTES_PER_PIXEL = 8  # a per-message compressed frame may decompress to 8 bytes a pixel (rgba16) + 1 MiB
 
 
 @dataclass(slots=True)
@@ -107,12 +110,15 @@ def frames(reader: Any, topics: list[str], views: bool = True,
     ``max_pixels``: see :func:`decode`."""
     connections = [c for c in reader.connections if c.topic in topics]
     messages = message_views(reader, connections, compressed=True) if views else None
-    if messages is None:  # rosbags' own reading: what it raises on damaged bytes becomes an InputError
-        messages = guarded_messages(reader.messages(connections=connections), reader.path)
+    if messages is None:  # rosbags' own reading, typed errors, bounded per-message decompression
+        pixels = _decoders().default_max_pixels if max_pixels is None else max_pixels
+        messages = bag_messages(reader, connections, _MAX_BYTES_PER_PIXEL * pixels + (1 << 20))
     for conn, timestamp, raw in messages:
         if raw is None:  # in an MCAP chunk that failed its checks (bags.mcap_view): never decoded
             yield _failed(timestamp, conn.topic, "corrupt_chunk",
                           "in a chunk failing its CRC, size, decompression or bounds checks")
+        elif isinstance(raw, Unreadable):  # a per-message compressed payload over budget or damaged
+            yield _failed(timestamp, conn.topic, "corrupt", raw.reason)
         elif type(timestamp) is not int or not isinstance(raw, bytes | memoryview):
             # a sqlite3 row is typed by what was stored: TEXT or INTEGER data, a TEXT timestamp
             yield _failed(timestamp if type(timestamp) is int else 0, conn.topic, "corrupt",
