@@ -148,7 +148,8 @@ def test_spot_tracker_node_offsets_colour_swap_and_bad_input(ros_env, tmp_path: 
 
     answer = sup.service(SetColor, "set_color", r=-0.5, g=1.0, b=-0.5)
     assert answer.success and answer.version == 1 and list(answer.weights) == [-64, 127, -64]
-    assert sup.result_for("offset", sup.frame(_spots((24, 63, red), (104, 63, green), size=128))).point.x > 0.4
+    both = sup.frame(_spots((24, 63, red), (104, 63, green), size=128))
+    assert sup.result_for("offset", both).point.x > 0.4
 
     refused = sup.service(SetColor, "set_color", r=float("nan"), g=0.0, b=0.0)
     assert not refused.success and "nan" in refused.message and refused.version == 1
