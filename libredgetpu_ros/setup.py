@@ -33,6 +33,8 @@ setup(
             "control_node = libredgetpu_ros.ros.control_node:main",
             "spu_node = libredgetpu_ros.ros.spu.node:main",
             "trainer_node = libredgetpu_ros.ros.trainer.node:main",
+            "tracker_node = libredgetpu_ros.ros.robotics.tracker_node:main",
+            "looming_node = libredgetpu_ros.ros.robotics.looming_node:main",
             "flow_node = libredgetpu_ros.ros.flow_node:main",
         ],
         # MatMulEngine runners the families provide (matmul/runners.py); matmul/ itself never imports them.

@@ -36,6 +36,8 @@ from libredgetpu_ros.errors import ConfigError
 NODE_TYPES: dict[str, tuple[str, str]] = {
     "perception": ("libredgetpu_ros.ros.perception_node", "PerceptionNode"),
     "control": ("libredgetpu_ros.ros.control_node", "ControlNode"),
+    "tracker": ("libredgetpu_ros.ros.robotics.tracker_node", "TrackerNode"),
+    "looming": ("libredgetpu_ros.ros.robotics.looming_node", "LoomingNode"),
 }
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _NAMESPACE_RE = re.compile(r"^/?([A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*)?$")
