@@ -334,3 +334,31 @@ def test_worker_memory_under_twenty_thousand_hostile_datagrams_from_64_ports():
     assert result["rss_growth_kb"] < HOSTILE_RSS_GROWTH_KB, result
     assert worker.stats["sessions"] == {"claimed": 1, "released": 1}  # nobody else got the worker
     assert worker.stats["refused"].get("BUSY", 0) > N_HOSTILE // 10
+
+
+def test_the_remote_crash_packets_leave_tt_worker_serving():
+    """Issue 27 failure 2 against the process: a ~60-byte ASN_MD (1x1 Conv2D, pad 20000, stride 60000) and a
+    ~30-byte BATCH made the old worker allocate 5.96 GiB (uncaught MemoryError). Now: BAD_MODEL, nothing
+    allocated, the worker keeps serving and exits 0 (worker_process checks the exit code)."""
+    from libredgetpu_ros.teamtensor.model import conv2d
+
+    bomb = ModelSpec([conv2d(np.ones((1, 1, 1, 1), np.float32), None, pad=20000, stride=60000, out_width=1,
+                             out_height=1)], [Metric.MSE])
+
+    async def run(address, rss) -> int:
+        async with DataSource(address, **training.FAST_RETRIES) as src:
+            await src.hello(timeout=20.0)
+            await src.assign_pipeline(1)
+            before = rss()
+            with pytest.raises(packets.Refused, match="BAD_MODEL"):
+                await src.assign_model(1, 1, bomb)
+            with pytest.raises(packets.Refused, match="UNKNOWN_MODEL"):
+                await src.send_batch(np.ones((1, 1, 1, 1), np.float32), np.ones((1, 1, 1, 1), np.float32))
+            assert await src.managers_available() == 4
+            return rss() - before
+
+    with training.worker_process() as worker:
+        growth_kb = asyncio.run(run(worker.address, worker.rss_kb))
+    assert growth_kb < 10_240
+    assert worker.stats["refused"]["BAD_MODEL"] == 1
+    assert worker.stats["rejected"].get("internal error", 0) == 0
