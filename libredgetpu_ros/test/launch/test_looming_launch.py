@@ -1,0 +1,51 @@
+"""launch_testing: launch/looming.launch.py as a robot starts it (run by `make test` through launch_test).
+
+The looming detector on the CPU twin with a params file of non-default values; a textured frame published
+on the remapped camera topic must produce a Looming message. Broken case: a template that does not exist.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # launch_test loads this file by path
+
+from _harness import LaunchCase, launch_tests
+
+
+def _camera(node: Any) -> Callable[[], None]:
+    import numpy as np
+    from sensor_msgs.msg import Image
+
+    yy, xx = np.mgrid[:64, :64]
+    gray = (((xx // 4) + (yy // 4)) % 2 * 120 + 60).astype(np.uint8)
+    rgb = np.repeat(gray[:, :, None], 3, axis=2)
+    msg = Image(height=64, width=64, encoding="rgb8", step=64 * 3, data=rgb.tobytes())
+    msg.header.frame_id = "camera"
+    pub = node.create_publisher(Image, "/lt/camera", 10)
+    return lambda: pub.publish(msg)
+
+
+def _case() -> LaunchCase:
+    from libredgetpu_ros_interfaces.msg import Looming
+
+    params = {"template": "looming_64x64_3x3", "backend": "cpu", "ttc_window": 7, "warn_tau": 3.0,
+              "diagnostics_period": 0.5}
+    return LaunchCase(
+        launch_file="looming.launch.py",
+        node="/lt/looming",
+        arguments={"namespace": "lt", "image": "/lt/camera"},
+        params_key="/**",
+        params=params,
+        expect_params={"ttc_window": 7, "warn_tau": 3.0, "backend": "cpu"},
+        broken={"template": "/nonexistent/looming_edgetpu.tflite"},
+        failure_log="configure failed: template '/nonexistent/looming_edgetpu.tflite' is incomplete",
+        result=(Looming, "/lt/looming"),
+        stimulus=_camera,
+    )
+
+
+generate_test_description, TestLaunchedNode, TestShutdown = launch_tests(_case())
