@@ -27,6 +27,7 @@ from libredgetpu_ros.teamtensor.model import ModelSpec, conv2d, decode_model, en
 from libredgetpu_ros.teamtensor.wire import LayerCode, Metric, Reader
 
 REPEATS = 30
+FRAMER = datagrams.Framer()  # reliable framing, no key: CRC-32 tags
 ROUND_TRIPS = 40
 SAMPLES = 1000
 OUT = Path(__file__).resolve().parent / "results" / "teamtensor.md"
@@ -69,13 +70,13 @@ def codec_rows() -> list[tuple[str, int, float, float]]:
         rows.append((f"BATCH decode, {SAMPLES} × ({inputs} in, 2 out)", len(packet),
                      len(packet) / median_s(lambda p=packet: packets.decode_request(p)), len(packet) / copy))
 
-        def fragments(p: bytes = packet) -> None:
+        def fragments(p: bytes = packet, framer: datagrams.Framer = FRAMER) -> None:
             r = datagrams.Reassembler()
-            for d in datagrams.to_datagrams(p, 1):
-                rid, body = datagrams.split(d)
-                r.feed(rid, body)
+            for d in framer.seal(p, 7, 1):  # as the source and the worker do: one Framer, CRC-32 tags
+                sealed = framer.open(d)
+                r.feed(sealed.rid, sealed.body)
 
-        rows.append((f"to datagrams + reassembly, {SAMPLES} × ({inputs} in, 2 out)", len(packet),
+        rows.append((f"to datagrams (CRC-32) + reassembly, {SAMPLES} × ({inputs} in, 2 out)", len(packet),
                      len(packet) / median_s(fragments), len(packet) / copy))
     m = model()
     desc = encode_model(m)

@@ -26,6 +26,7 @@ import zlib
 from collections import Counter, OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from libredgetpu_ros.errors import ConfigError, ProtocolError
 from libredgetpu_ros.teamtensor.wire import (
@@ -56,8 +57,7 @@ class RejectedDatagrams:
         return sum(self.rejected.values())
 
 
-@dataclass(frozen=True)
-class Sealed:
+class Sealed(NamedTuple):
     """What an opened datagram carries: its session, request id and body (the seed packet or a fragment)."""
 
     session: int
@@ -81,10 +81,17 @@ class Framer:
         self.tag_size = 0 if wire.seed else HMAC_TAG if key else CRC_TAG
         self.overhead = 0 if wire.seed else TRAILER_IDS.size + self.tag_size
 
-    def _tag(self, data: bytes | memoryview) -> bytes:
+    def _tag(self, *parts: bytes | memoryview) -> bytes:
+        """The tag of the concatenation of ``parts`` (computed piecewise: no joined copy is made for it)."""
         if self.key is not None:
-            return hmac.new(self.key, data, hashlib.sha256).digest()[:HMAC_TAG]
-        return zlib.crc32(data).to_bytes(CRC_TAG, "big")
+            mac = hmac.new(self.key, digestmod=hashlib.sha256)
+            for part in parts:
+                mac.update(part)
+            return mac.digest()[:HMAC_TAG]
+        crc = 0
+        for part in parts:
+            crc = zlib.crc32(part, crc)
+        return crc.to_bytes(CRC_TAG, "big")
 
     def seal(self, packet: bytes, session: int = 0, rid: int = 0) -> list[bytes]:
         """The datagrams carrying ``packet`` (one, or fragments of at most ``max_datagram`` bytes)."""
@@ -99,17 +106,15 @@ class Framer:
                                 f"{wire.max_packet}")
         ids = TRAILER_IDS.pack(session & 0xFFFFFFFF, rid & 0xFFFFFFFF)
         if len(packet) + self.overhead <= wire.max_datagram:
-            bodies: list[bytes | memoryview] = [packet]
-        else:
-            chunk = wire.max_datagram - FRAGMENT_HEADER.size - self.overhead
-            crc = zlib.crc32(packet)
-            view = memoryview(packet)
-            bodies = [FRAGMENT_HEADER.pack(wire.fragment_opcode, len(packet), off, crc)
-                      + view[off:off + chunk] for off in range(0, len(packet), chunk)]
+            return [b"".join((packet, ids, self._tag(packet, ids)))]
+        chunk = wire.max_datagram - FRAGMENT_HEADER.size - self.overhead
+        crc = zlib.crc32(packet)
+        view = memoryview(packet)
         out = []
-        for body in bodies:
-            data = bytes(body) + ids
-            out.append(data + self._tag(data))
+        for off in range(0, len(packet), chunk):  # one copy per datagram: header, chunk, ids and tag joined
+            head = FRAGMENT_HEADER.pack(wire.fragment_opcode, len(packet), off, crc)
+            piece = view[off:off + chunk]
+            out.append(b"".join((head, piece, ids, self._tag(head, piece, ids))))
         return out
 
     def open(self, datagram: bytes | memoryview) -> Sealed:
@@ -124,10 +129,14 @@ class Framer:
             raise ProtocolError(f"datagram of {len(view)} byte(s): shorter than opcode + trailer "
                                 f"({self.overhead} bytes)")
         cut = len(view) - self.tag_size
-        if not hmac.compare_digest(self._tag(view[:cut]), bytes(view[cut:])):
+        if self.key is None:
+            ok = zlib.crc32(view[:cut]) == int.from_bytes(view[cut:], "big")
+        else:  # constant time: a forger learns nothing from how fast a wrong tag is refused
+            ok = hmac.compare_digest(self._tag(view[:cut]), view[cut:])
+        if not ok:
             raise IntegrityError(f"datagram of {len(view)} bytes fails its "
                                  f"{'HMAC' if self.key else 'CRC-32'} tag")
-        session, rid = TRAILER_IDS.unpack(view[cut - TRAILER_IDS.size:cut])
+        session, rid = TRAILER_IDS.unpack_from(view, cut - TRAILER_IDS.size)
         return Sealed(session, rid, view[:cut - TRAILER_IDS.size])
 
 
