@@ -176,3 +176,14 @@ def test_kill_9_mid_write_never_leaves_a_partial_file(tmp_path):
         assert data.count(data[:1]) == len(data)
     for stale in tmp_path.glob(".out.bin.*.tmp"):      # what kill -9 leaves: hidden temporaries only
         stale.unlink()
+
+
+def test_commit_file_publishes_a_kept_temporary(tmp_path):
+    part, out = tmp_path / "m.tflite.part", tmp_path / "m.tflite"
+    out.write_bytes(OLD)
+    part.write_bytes(b"new model")
+    atomicio.commit_file(part, out)
+    assert out.read_bytes() == b"new model" and not part.exists()
+    with pytest.raises(OutputError, match="cannot write"):
+        atomicio.commit_file(part, out)  # the temporary is gone: typed, the published file untouched
+    assert out.read_bytes() == b"new model"
