@@ -194,14 +194,18 @@ class ReservoirComputer:
     def run(self, inputs: object, reset: bool = True) -> np.ndarray:
         """States (T, N) for inputs (T, M), from zero (``reset``) or from the current state."""
         sequence = self._check_sequence(inputs, "inputs", self.config.input_dim)
-        if reset:
-            self.reset_state()
+        states = self._drive(sequence, np.zeros(self.size) if reset else self._state)
+        if len(states):
+            self._state = states[-1].copy()
+        return states
+
+    def _drive(self, sequence: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """States (T, N) from ``x`` over checked inputs, without touching the live state (``fit`` runs this
+        on another thread than ``step``)."""
         states = np.empty((len(sequence), self.size))
-        x = self._state
         for t, u in enumerate(sequence):
             x = self._advance(x, u)
             states[t] = x
-        self._state = x
         return states
 
     def step_bound(self, state: object) -> np.ndarray:
@@ -245,9 +249,7 @@ class ReservoirComputer:
         if washout < 0 or samples < features:
             raise InputError(f"fit needs at least {features} samples after the washout of {washout} "
                              f"(1 + inputs + reservoir units), got {max(samples, 0)} of {len(u)} steps")
-        saved = self._state
-        states = self.run(u)
-        self._state = saved  # fitting does not disturb a running reservoir
+        states = self._drive(u, np.zeros(self.size))  # from zero; the live state is not disturbed
         x = self.features(u, states)[washout:]
         target = y[washout:]
         gram = x.T @ x
