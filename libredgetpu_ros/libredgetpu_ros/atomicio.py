@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
+import functools
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from libredgetpu_ros.errors import OutputError
 from libredgetpu_ros.textdata import clip
@@ -186,13 +186,19 @@ def _fsync_tree(root: Path) -> None:
 _RENAME_EXCHANGE = 2    # linux/fs.h
 
 
+@functools.cache
+def _renameat2() -> Any:
+    """libc's ``renameat2`` (glibc >= 2.28), looked up once; None where the C library has none."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)  # the symbols already loaded into this process
+    except OSError:
+        return None
+    return getattr(libc, "renameat2", None)
+
+
 def _exchange(a: Path, b: Path) -> bool:
     """Swap two existing names in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False when unavailable."""
-    libc_name = ctypes.util.find_library("c")
-    if libc_name is None:
-        return False
-    libc = ctypes.CDLL(libc_name, use_errno=True)
-    renameat2 = getattr(libc, "renameat2", None)
+    renameat2 = _renameat2()
     if renameat2 is None:
         return False
     at_fdcwd = -100
