@@ -1,0 +1,331 @@
+"""Reservoir node: a state topic in, the one-step-ahead prediction out, the readout fitted on the robot.
+
+Every state (``sensor_msgs/JointState`` or ``std_msgs/Float64MultiArray``, parameter ``state_type``) advances
+a :class:`~libredgetpu_ros.robotics.reservoir.ReservoirComputer` (``W_res x`` on the MatMul engine: Edge TPU
+or CPU twin); once a readout exists, the prediction of the next state is published on ``~/prediction`` with
+the same message type (a JointState prediction carries the input's header: its stamp and frame).
+
+Services (main executor): ``~/fit`` (FitReadout: the last N buffered states, or a bag's state topic; the
+readout maps each state to the next), ``~/load_readout`` / ``~/save_readout`` (FilePath). A refused fit or
+load (too few samples, NaN, another reservoir's file) answers ``success: false`` with the reason and keeps the
+previous readout.
+
+Bad states are dropped and counted as the control node does (its ``JointOrder`` and ``describe_non_finite``):
+NaN/inf values, a wrong number of values, missing joints; diagnostics WARN with the last cause. The state path
+runs on a companion node with its own executor thread (``ros/spinning.py``); an unexpected exception there
+takes the node through ``on_error`` (``spinning.CompanionFault``). The reservoir is deterministic (seeded),
+so a bag replayed into the node gives exactly what running the reservoir over the bag offline gives.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import sys
+import time
+from typing import Any
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
+from rclpy.lifecycle import Node as LifecycleNode
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+
+from libredgetpu_ros.errors import InputError, LibrEdgeTpuError
+from libredgetpu_ros.ros import diagnostics
+from libredgetpu_ros.ros.control.codec import JointOrder, describe_non_finite
+from libredgetpu_ros.ros.lifecycle import TeardownOnCleanup
+from libredgetpu_ros.ros.reservoir.params import PARAM_TABLE, ReservoirNodeConfig
+from libredgetpu_ros.ros.reservoir.states import read_bag_states, state_vector
+from libredgetpu_ros.ros.spinning import CompanionFault, destroy_entities, run_lifecycle_node_main
+from libredgetpu_ros_interfaces.srv import FilePath, FitReadout
+
+NODE_NAME = "reservoir"
+
+
+@dataclasses.dataclass
+class _Stats:
+    states: int = 0
+    predictions: int = 0
+    invalid: int = 0  # NaN/inf states dropped
+    size_mismatch: int = 0
+    missing_joints: int = 0
+    last_drop: str = ""
+    drops_reported: int = 0
+    step_ms_total: float = 0.0
+    fits: int = 0
+    refused: int = 0
+    last_refusal: str = ""
+    rate: diagnostics.RateMeter = dataclasses.field(default_factory=diagnostics.RateMeter)
+
+
+def open_reservoir(cfg: ReservoirNodeConfig) -> Any:
+    """The node's reservoir from its parameters (also what offline processing of a bag uses)."""
+    from libredgetpu_ros.matmul import MatMulEngine
+    from libredgetpu_ros.robotics.reservoir import ReservoirComputer, ReservoirConfig
+
+    engine = MatMulEngine.from_template(cfg.template, backend=cfg.backend, device=cfg.device or None)
+    try:
+        rc = ReservoirComputer(engine, ReservoirConfig(
+            input_dim=cfg.state_size, spectral_radius=cfg.spectral_radius, input_scaling=cfg.input_scaling,
+            bias_scaling=cfg.bias_scaling, leak_rate=cfg.leak_rate, activation=cfg.activation,
+            density=cfg.density, seed=cfg.seed, ridge=cfg.ridge, washout=cfg.washout))
+        if cfg.readout:
+            rc.load_readout(cfg.readout)
+    except BaseException:
+        engine.close()
+        raise
+    return rc
+
+
+class ReservoirNode(TeardownOnCleanup, LifecycleNode):
+    """Echo state network on a state topic; see the module docstring."""
+
+    def __init__(self, node_name: str = NODE_NAME, **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        PARAM_TABLE.declare(self)
+        self.add_on_set_parameters_callback(PARAM_TABLE.validator(lambda: self._rc is not None))
+        self.loop_node = Node(f"{self.get_name()}_loop", namespace=self.get_namespace(), context=self.context,
+                              use_global_arguments=False, enable_rosout=False,
+                              start_parameter_services=False)
+        self._cfg: ReservoirNodeConfig | None = None
+        self._rc: Any = None
+        self._order: JointOrder | None = None
+        self._buffer: collections.deque[np.ndarray] = collections.deque()
+        self._stats = _Stats()
+        self._entities: list[Any] = []
+        self._sub: Any = None
+        self._pred_pub: Any = None
+        self._diag_pub: Any = None
+        self._crash = CompanionFault(self, "state loop", self._report_crash)
+
+    # ----- lifecycle ------------------------------------------------------------------------------
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        try:
+            cfg = PARAM_TABLE.read(self)
+            cfg = dataclasses.replace(cfg, joint_names=tuple(n for n in cfg.joint_names if n))
+            if cfg.joint_names and len(cfg.joint_names) != cfg.state_size:
+                raise InputError(f"joint_names lists {len(cfg.joint_names)} joints but state_size is "
+                                 f"{cfg.state_size}")
+            rc = open_reservoir(cfg)
+        except LibrEdgeTpuError as exc:
+            self.get_logger().error(f"configure failed: {exc}")
+            return TransitionCallbackReturn.FAILURE
+        self._cfg, self._rc = cfg, rc
+        self._order = JointOrder(cfg.joint_names) if cfg.joint_names else None
+        self._buffer = collections.deque(maxlen=cfg.buffer_size)
+        self._stats = _Stats()
+        self._crash.clear()
+        mtype = JointState if cfg.state_type == "joint_state" else Float64MultiArray
+        self._pred_pub = self.create_lifecycle_publisher(mtype, "~/prediction", self._qos(cfg))
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._entities = [
+            self.create_service(FitReadout, "~/fit", self._on_fit),
+            self.create_service(FilePath, "~/load_readout", self._on_load),
+            self.create_service(FilePath, "~/save_readout", self._on_save),
+            self.create_timer(cfg.diagnostics_period, self._publish_diagnostics),
+        ]
+        readout = "none yet" if rc.readout is None else f"loaded from {cfg.readout}"
+        self.get_logger().info(f"configured: reservoir N={rc.size} on {rc.engine.backend}, {cfg.state_size} "
+                               f"inputs ({cfg.state_type} on '{cfg.state_topic}'), readout {readout}")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        assert self._cfg is not None
+        cfg = self._cfg
+        mtype = JointState if cfg.state_type == "joint_state" else Float64MultiArray
+        qos = QoSProfile(depth=cfg.state_queue, reliability=self._qos(cfg).reliability)
+        self._sub = self.loop_node.create_subscription(mtype, self.resolve_topic_name(cfg.state_topic),
+                                                       self._on_state, qos)
+        self.get_logger().info(f"active: subscribed to {self._sub.topic_name}")
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._drop_subscription()
+        if self._crash.cause is not None:
+            return TransitionCallbackReturn.ERROR
+        return super().on_deactivate(state)
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.get_logger().error(f"error processing (from {state.label}): closing the engine; configure to "
+                                "start again")
+        self.teardown()
+        self._crash.clear()
+        return TransitionCallbackReturn.SUCCESS
+
+    @staticmethod
+    def _qos(cfg: ReservoirNodeConfig) -> QoSProfile:
+        reliability = ReliabilityPolicy.BEST_EFFORT if cfg.best_effort else ReliabilityPolicy.RELIABLE
+        return QoSProfile(depth=10, reliability=reliability)
+
+    def _drop_subscription(self) -> None:
+        if self._sub is not None:
+            sub, self._sub = self._sub, None
+            self.loop_node.destroy_subscription(sub)
+
+    def companion_nodes(self) -> list[Node]:
+        return [self.loop_node]
+
+    def destroy_node(self) -> None:
+        self.loop_node.destroy_node()
+        super().destroy_node()
+
+    def teardown(self) -> None:
+        self._drop_subscription()
+        destroy_entities(self, self._entities)
+        self._entities = []
+        if self._pred_pub is not None:
+            self.destroy_lifecycle_publisher(self._pred_pub)
+        if self._diag_pub is not None:
+            self.destroy_publisher(self._diag_pub)
+        self._pred_pub = self._diag_pub = None
+        if self._rc is not None:
+            rc, self._rc = self._rc, None
+            rc.engine.close()
+
+    # ----- the state loop (companion thread) ------------------------------------------------------
+    def _drop(self, counter: str, reason: str) -> None:
+        setattr(self._stats, counter, getattr(self._stats, counter) + 1)
+        self._stats.last_drop = reason
+
+    def _on_state(self, msg: Any) -> None:
+        cfg, rc, st = self._cfg, self._rc, self._stats
+        if self._crash.cause is not None or cfg is None or rc is None:
+            return
+        st.states += 1
+        st.rate.tick()
+        try:
+            x = state_vector(msg, cfg.state_type, cfg.joint_field, self._order)
+        except InputError as exc:
+            self._drop("missing_joints", str(exc))
+            return
+        if x.shape != (cfg.state_size,):
+            self._drop("size_mismatch", f"state has {x.size} values, state_size is {cfg.state_size}")
+            return
+        if not np.isfinite(x).all():
+            self._drop("invalid", describe_non_finite(x))
+            return
+        t0 = time.perf_counter()
+        predicting = rc.readout is not None
+        y = rc.step_predict(x) if predicting else rc.step(x)
+        st.step_ms_total += (time.perf_counter() - t0) * 1e3
+        self._buffer.append(x)
+        if predicting:
+            self._pred_pub.publish(self._prediction(msg, y))
+            st.predictions += 1
+
+    def _prediction(self, msg: Any, y: np.ndarray) -> Any:
+        cfg = self._cfg
+        values = [float(v) for v in y]
+        if cfg.state_type == "float64_multi_array":
+            return Float64MultiArray(data=values)
+        out = JointState(header=msg.header, name=list(cfg.joint_names) or list(msg.name)[: len(values)])
+        setattr(out, cfg.joint_field, values)
+        return out
+
+    def companion_failed(self, companion: Node, exc: BaseException) -> None:
+        self._crash.companion_failed(companion, exc)
+
+    def _report_crash(self, cause: str) -> Any:
+        self._publish_diagnostics(diagnostics.ERROR, cause)
+        return self._diag_pub
+
+    # ----- services (main executor) ---------------------------------------------------------------
+    def _on_fit(self, req: FitReadout.Request, resp: FitReadout.Response) -> FitReadout.Response:
+        cfg, rc = self._cfg, self._rc
+        if cfg is None or rc is None:
+            resp.success, resp.message = False, "node is not configured"
+            return resp
+        try:
+            if req.bag:
+                topic = req.topic or self.resolve_topic_name(cfg.state_topic)
+                states, skipped = read_bag_states(req.bag, topic, cfg.state_type, cfg.joint_field,
+                                                  self._order, cfg.state_size)
+                source = f"bag {req.bag} ({skipped} messages skipped)"
+            else:
+                buffered = list(self._buffer)  # a copy: the loop keeps appending
+                if req.samples:
+                    buffered = buffered[-int(req.samples):]
+                states = np.array(buffered) if buffered else np.zeros((0, cfg.state_size))
+                source = f"the last {len(states)} states"
+            if len(states) < 2:
+                raise InputError(f"fit needs at least 2 states, {source} gave {len(states)}")
+            report = rc.fit(states[:-1], states[1:])
+        except LibrEdgeTpuError as exc:
+            self._stats.refused += 1
+            self._stats.last_refusal = str(exc)
+            resp.success, resp.message = False, f"refused, readout unchanged: {exc}"
+            return resp
+        self._stats.fits += 1
+        resp.success = True
+        resp.samples_used, resp.train_nrmse = report.samples, float(report.train_nrmse)
+        resp.message = (f"fitted on {source}: {report.samples} samples after a washout of {report.washout}, "
+                        f"train NRMSE {report.train_nrmse:.4f}")
+        self.get_logger().info(resp.message)
+        return resp
+
+    def _on_load(self, req: FilePath.Request, resp: FilePath.Response) -> FilePath.Response:
+        return self._file_op(resp, lambda rc: rc.load_readout(req.path), f"loaded readout {req.path}")
+
+    def _on_save(self, req: FilePath.Request, resp: FilePath.Response) -> FilePath.Response:
+        return self._file_op(resp, lambda rc: rc.save_readout(req.path), f"saved readout to {req.path}")
+
+    def _file_op(self, resp: Any, operation: Any, done: str) -> Any:
+        rc = self._rc
+        if rc is None:
+            resp.success, resp.message = False, "node is not configured"
+            return resp
+        try:
+            operation(rc)
+        except (LibrEdgeTpuError, OSError) as exc:
+            self._stats.refused += 1
+            self._stats.last_refusal = str(exc)
+            resp.success, resp.message = False, f"refused, readout unchanged: {exc}"
+            return resp
+        resp.success, resp.message = True, done
+        return resp
+
+    # ----- diagnostics ----------------------------------------------------------------------------
+    def _publish_diagnostics(self, level: int | None = None, message: str = "") -> None:
+        cfg, rc, pub, st = self._cfg, self._rc, self._diag_pub, self._stats
+        if pub is None or cfg is None or rc is None:
+            return
+        drops = st.invalid + st.size_mismatch + st.missing_joints
+        if level is None:
+            if drops > st.drops_reported:
+                level, message = diagnostics.WARN, (f"{drops - st.drops_reported} state(s) dropped since the "
+                                                    f"last report: {st.last_drop}")
+            elif rc.readout is None:
+                level, message = diagnostics.OK, "no readout yet: call ~/fit or ~/load_readout"
+            else:
+                level, message = diagnostics.OK, "predicting"
+            st.drops_reported = drops
+        stepped = st.states - drops
+        readout = rc.readout
+        values = {
+            "reservoir": f"N={rc.size}, {cfg.state_size} inputs, seed {cfg.seed}",
+            "backend": rc.engine.backend,
+            "states": st.states, "predictions": st.predictions, "state_rate_hz": st.rate.rate(),
+            "dropped_nan_inf": st.invalid, "dropped_size": st.size_mismatch,
+            "dropped_missing_joints": st.missing_joints,
+            "step_ms": st.step_ms_total / stepped if stepped else float("nan"),
+            "buffered": len(self._buffer),
+            "readout_samples": readout.samples if readout else 0,
+            "readout_train_nrmse": readout.train_nrmse if readout else float("nan"),
+            "fits": st.fits, "refused": st.refused, "last_refusal": st.last_refusal,
+        }
+        status = diagnostics.status(f"{self.get_fully_qualified_name()}: reservoir",
+                                    cfg.device or cfg.backend, level, message, values)
+        pub.publish(diagnostics.array(self.get_clock().now().to_msg(), [status]))
+
+
+def main(args: list[str] | None = None) -> int:
+    """``ros2 run libredgetpu_ros reservoir_node`` / ``python -m libredgetpu_ros.ros.reservoir.node``."""
+    return run_lifecycle_node_main(ReservoirNode, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
