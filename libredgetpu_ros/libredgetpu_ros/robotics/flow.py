@@ -13,9 +13,10 @@ Two modes:
   features make the correlation follow their mean (diagonal shifts read short, half-contrast scenes read ≈ 0),
   and the soft argmax over raw scores at 0.1 is a hard argmax (whole grid steps).
 - ``"normalized"`` (default): each frame is stretched to a fixed contrast before the model (mean 128,
-  ``CONTRAST_GAIN`` grey levels per standard deviation), features lose their per-channel mean, scores are the
-  normalised cross-correlation over each overlap (in [-1, 1]), and the peak is refined by a parabola. A frame
-  pair gives ``valid=False`` when either frame is too flat (``min_texture``, grey-level standard deviation)
+  ``CONTRAST_GAIN`` grey levels per standard deviation), features lose their per-channel mean, scores are
+  the normalised cross-correlation over each overlap (in [-1, 1]), and the peak is refined by a Gaussian
+  fit (``correlation.refine_offset``). A frame pair gives ``valid=False``
+  when either frame is too flat (``min_texture``, grey-level standard deviation)
   or the best score is weak (``min_confidence``) or not distinct from another displacement (``min_margin``:
   stripes, repeated patterns) rather than a confident wrong motion. Frame-border cells are left out (the
   7×7 kernels see the zero padding there as an edge that does not move).
@@ -40,7 +41,7 @@ import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, ImageError, ModelFormatError
 from libredgetpu_ros.robotics import flow_kernels
-from libredgetpu_ros.robotics.correlation import CorrelationGrid, Peak, block_sum, parabolic_peak, soft_argmax
+from libredgetpu_ros.robotics.correlation import CorrelationGrid, Peak, block_sum, refined_peak, soft_argmax
 from libredgetpu_ros.robotics.image import fit_image
 from libredgetpu_ros.robotics.template import TemplateRunner, load_template
 
@@ -314,7 +315,7 @@ class OpticalFlow:
         else:
             scores = self.grid.correlate(first.pooled, second.pooled)
             energy_a, energy_b = self.grid.overlap_energies(first.energy_table, second.energy_table)
-            peak = parabolic_peak(scores / np.sqrt(np.maximum(energy_a * energy_b, 1e-30)))
+            peak = refined_peak(scores / np.sqrt(np.maximum(energy_a * energy_b, 1e-30)))
         if peak.score < self.min_confidence:
             return FlowResult.none("low_confidence", texture, dt)
         if peak.margin < self.min_margin:

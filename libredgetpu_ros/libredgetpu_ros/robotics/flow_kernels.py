@@ -98,7 +98,7 @@ def _box(table, y0, y1, x0, x1):  # pragma: no cover - compiled
 
 def _normalized_peak(a, b, table_a, table_b, r, scores):  # pragma: no cover - compiled
     """Normalised cross-correlation over each overlap into ``scores``, then the peak: ``(dx, dy, score,
-    margin, saturated)`` as ``correlation.parabolic_peak`` computes it."""
+    margin, saturated)`` as ``correlation.refined_peak`` computes it."""
     _correlate(a, b, r, scores)
     h, w = a.shape[0], a.shape[1]
     side = 2 * r + 1
@@ -134,6 +134,9 @@ def _normalized_peak(a, b, table_a, table_b, r, scores):  # pragma: no cover - c
 
 
 def _refine(lower, best, upper):  # pragma: no cover - compiled
+    """``correlation.refine_offset``: Gaussian vertex when all three are positive, else parabolic."""
+    if lower > 0.0 and best > 0.0 and upper > 0.0:
+        lower, best, upper = math.log(lower), math.log(best), math.log(upper)
     curvature = lower - 2.0 * best + upper
     if curvature >= 0.0:
         return 0.0

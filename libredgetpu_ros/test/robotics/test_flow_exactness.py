@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from libredgetpu_ros.robotics.correlation import CorrelationGrid, block_sum, parabolic_peak
+from libredgetpu_ros.robotics.correlation import CorrelationGrid, block_sum, refined_peak
 from libredgetpu_ros.robotics.flow import OpticalFlow
 
 from .._helpers import load_helper
@@ -100,13 +100,17 @@ def test_block_sum_equals_reshape_sum() -> None:
         assert np.array_equal(block_sum(feat, factor), want)
 
 
-def test_parabolic_peak_recovers_a_sampled_parabola() -> None:
+def test_refined_peak_recovers_a_sampled_gaussian_and_parabola() -> None:
     offsets = np.arange(-4, 5, dtype=np.float64)
-    scores = -((offsets[None, :] - 1.3) ** 2) - 2.0 * (offsets[:, None] + 0.4) ** 2
-    peak = parabolic_peak(scores)
+    gaussian = np.exp(-((offsets[None, :] - 1.3) ** 2) / 3.0 - ((offsets[:, None] + 0.4) ** 2) / 5.0)
+    peak = refined_peak(gaussian)
     assert (peak.dx, peak.dy) == pytest.approx((1.3, -0.4), abs=1e-12)
-    assert not peak.saturated
-    edge = parabolic_peak(-((offsets[None, :] - 6.0) ** 2) + 0.0 * offsets[:, None])
+    assert not peak.saturated and peak.margin > 0
+    # scores that are not all positive: the parabola through them
+    parabola = -((offsets[None, :] - 1.3) ** 2) - 2.0 * (offsets[:, None] + 0.4) ** 2
+    peak = refined_peak(parabola)
+    assert (peak.dx, peak.dy) == pytest.approx((1.3, -0.4), abs=1e-12)
+    edge = refined_peak(-((offsets[None, :] - 6.0) ** 2) + 0.0 * offsets[:, None])
     assert edge.dx == 4.0 and edge.saturated
 
 

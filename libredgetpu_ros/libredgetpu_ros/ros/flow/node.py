@@ -133,10 +133,8 @@ class FlowNode(CameraNode):
     def on_activate(self, state: Any) -> Any:
         result = super().on_activate(state)
         if self.params.use_camera_info:
-            # on the camera thread's node: CameraInfo and frames are handled in order, never concurrently
-            self._info_sub = self.image_node.create_subscription(
-                CameraInfo, self.resolve_topic_name(self.params.camera_info_topic), self._on_camera_info,
-                CAMERA_INFO_QOS)
+            self._info_sub = self._camera_path_subscription(
+                CameraInfo, self.resolve_topic_name(self.params.camera_info_topic), self._on_camera_info)
         with self._lock:
             if self._compass is not None:
                 self._compass.flow.reset()  # frames from before the pause do not pair with new ones
@@ -144,9 +142,25 @@ class FlowNode(CameraNode):
 
     def on_deactivate(self, state: Any) -> Any:
         if self._info_sub is not None:
-            sub, self._info_sub = self._info_sub, None
-            self.image_node.destroy_subscription(sub)
+            (owner, sub), self._info_sub = self._info_sub, None
+            owner.destroy_subscription(sub)
+            self._wake_camera_path()
         return super().on_deactivate(state)
+
+    def _camera_path_subscription(self, msg_type: Any, topic: str, callback: Any) -> tuple[Any, Any]:
+        """(owner, subscription) on the camera path, so CameraInfo and frames are handled in order on one
+        thread, never concurrently: the base's companion node, or its camera callback group."""
+        companion = getattr(self, "image_node", None)
+        if companion is not None:
+            return companion, companion.create_subscription(msg_type, topic, callback, CAMERA_INFO_QOS)
+        sub = self.create_subscription(msg_type, topic, callback, CAMERA_INFO_QOS,
+                                       callback_group=self.companion_groups()[0])
+        self._wake_camera_path()
+        return self, sub
+
+    def _wake_camera_path(self) -> None:
+        for group in getattr(self, "companion_groups", list)():
+            group.wake()
 
     def process(self, rgb: Any, header: Header, frame: Frame) -> Mapping[str, float] | None:
         started = time.monotonic()
