@@ -1,0 +1,213 @@
+"""Recognition node: camera images in, ``vision_msgs/Classification`` (enrolled label, cosine score) out.
+
+A :class:`~libredgetpu_ros.ros.camera.CameraNode` (image intake, QoS, compressed frames, pixel budget,
+newest-frame policy, diagnostics, faults) whose processor is an ``EmbeddingExtractor`` (MobileNet feature
+extractor, Edge TPU or CPU twin) and an ``EmbeddingSimilarity`` database on the MatMul engine:
+
+- ``classification`` (vision_msgs/Classification, the frame's header): the ``top_k`` best labels with their
+  cosine scores (``min_score`` filters), empty while the database is empty;
+- ``~/enroll`` (Enroll: a label, and optionally a box of the last frame), ``~/forget`` (Forget: every entry
+  of a label), ``~/save`` / ``~/load`` (FilePath: the database file; a file of another embedding size or
+  with more entries than the template holds is refused and the database kept).
+
+Changes are atomic weight swaps: a frame is matched against one database version, never half of one. The
+extractor is shared by the camera thread and the enroll service under one lock (LiteRT interpreters are not
+reentrant).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from std_msgs.msg import Header
+from vision_msgs.msg import Classification, ObjectHypothesis
+
+from libredgetpu_ros.errors import LibrEdgeTpuError
+from libredgetpu_ros.ros.camera import CameraNode, Frame
+from libredgetpu_ros.ros.recognition.params import RECOGNITION_PARAMS
+from libredgetpu_ros.ros.spinning import run_lifecycle_node_main
+from libredgetpu_ros_interfaces.srv import Enroll, FilePath, Forget
+
+
+def open_recognizer(p: Any) -> tuple[Any, Any]:
+    """(extractor, database) the node's parameters ask for (also what offline processing uses)."""
+    from libredgetpu_ros.matmul import MatMulEngine
+    from libredgetpu_ros.robotics.embedding import EmbeddingSimilarity
+    from libredgetpu_ros.robotics.extractor import EmbeddingExtractor
+
+    extractor = EmbeddingExtractor(p.model or None, backend=p.backend, device=p.device or None)
+    engine = None
+    try:
+        engine = MatMulEngine.from_template(p.template, backend=p.backend, device=p.device or None)
+        db = EmbeddingSimilarity(engine, extractor.dim)
+        if p.database:
+            db.load(p.database)
+    except BaseException:
+        extractor.close()
+        if engine is not None:
+            engine.close()
+        raise
+    return extractor, db
+
+
+def classification(header: Header, matches: list[Any], min_score: float) -> Classification:
+    return Classification(header=header, results=[ObjectHypothesis(class_id=m.label, score=float(m.score))
+                                                  for m in matches if m.score >= min_score])
+
+
+class RecognitionNode(CameraNode):
+    """Place / object recognition on the newest camera frame; see the module docstring."""
+
+    PARAMS = RECOGNITION_PARAMS
+    DIAGNOSTICS_NAME = "recognition"
+
+    def __init__(self, node_name: str = "recognition", **kwargs: Any) -> None:
+        self._extractor: Any = None
+        self._db: Any = None
+        self._embed_lock = threading.Lock()
+        self._pub: Any = None
+        self._services: list[Any] = []
+        self._last_rgb: Any = None
+        self._last: tuple[str, float] | None = None
+        self._refused = 0
+        self._last_refusal = ""
+        super().__init__(node_name, **kwargs)
+
+    def open_processor(self) -> None:
+        extractor, db = open_recognizer(self.params)
+        with self._embed_lock:
+            self._extractor, self._db = extractor, db
+
+    def close_processor(self) -> None:
+        with self._embed_lock:
+            extractor, db = self._extractor, self._db
+            self._extractor = self._db = None
+        self._last_rgb = self._last = None
+        for closing in (extractor, None if db is None else db.engine):
+            if closing is not None:
+                try:
+                    closing.close()
+                except LibrEdgeTpuError as exc:
+                    self.get_logger().warning(f"closing: {exc}")
+
+    def create_outputs(self) -> None:
+        self._pub = self.output(Classification, "classification")
+        self._services = [self.create_service(Enroll, "~/enroll", self._on_enroll),
+                          self.create_service(Forget, "~/forget", self._on_forget),
+                          self.create_service(FilePath, "~/save", self._on_save),
+                          self.create_service(FilePath, "~/load", self._on_load)]
+
+    def destroy_outputs(self) -> None:
+        self._pub = None
+        services, self._services = self._services, []
+        for service in services:
+            self.destroy_service(service)
+
+    def process(self, rgb: Any, header: Header, frame: Frame) -> Mapping[str, float] | None:
+        db = self._db
+        if db is None:
+            return None
+        t0 = time.monotonic()
+        with self._embed_lock:
+            if self._extractor is None:
+                return None
+            embedding = self._extractor.embed(rgb)
+        t1 = time.monotonic()
+        matches = db.query(embedding, top_k=self.params.top_k)
+        t2 = time.monotonic()
+        self._last_rgb = rgb
+        self._last = (matches[0].label, matches[0].score) if matches else None
+        self._pub.publish(classification(header, matches, self.params.min_score))
+        return {"embed": (t1 - t0) * 1e3, "match": (t2 - t1) * 1e3}
+
+    # ----- services (main executor) -------------------------------------------------------------------
+    def _refuse(self, resp: Any, exc: BaseException) -> Any:
+        self._refused += 1
+        self._last_refusal = str(exc)
+        resp.success, resp.message = False, f"refused, database unchanged: {exc}"
+        return resp
+
+    def _on_enroll(self, req: Enroll.Request, resp: Enroll.Response) -> Enroll.Response:
+        db, rgb = self._db, self._last_rgb
+        if db is None:
+            resp.success, resp.message = False, "node is not configured"
+            return resp
+        if rgb is None:
+            resp.success, resp.message = False, "no camera frame received yet: nothing to enrol"
+            return resp
+        region = (req.x, req.y, req.width, req.height) if req.use_region else None
+        try:
+            with self._embed_lock:
+                embedding = self._extractor.embed(rgb, region=region)
+            slot = db.add(req.label, embedding)
+        except LibrEdgeTpuError as exc:
+            return self._refuse(resp, exc)
+        resp.success, resp.entries = True, len(db)
+        resp.message = f"enrolled {req.label!r} in slot {slot} ({len(db)} of {db.capacity} entries)"
+        self.get_logger().info(resp.message)
+        return resp
+
+    def _on_forget(self, req: Forget.Request, resp: Forget.Response) -> Forget.Response:
+        db = self._db
+        if db is None:
+            resp.success, resp.message = False, "node is not configured"
+            return resp
+        try:
+            resp.removed = db.remove(req.label)
+        except LibrEdgeTpuError as exc:
+            return self._refuse(resp, exc)
+        resp.success, resp.message = True, f"forgot {resp.removed} entries of {req.label!r}"
+        return resp
+
+    def _on_save(self, req: FilePath.Request, resp: FilePath.Response) -> FilePath.Response:
+        return self._file_op(resp, lambda db: f"saved {db.save(req.path)} entries to {req.path}")
+
+    def _on_load(self, req: FilePath.Request, resp: FilePath.Response) -> FilePath.Response:
+        return self._file_op(resp, lambda db: f"loaded {db.load(req.path)} entries from {req.path}")
+
+    def _file_op(self, resp: Any, operation: Any) -> Any:
+        db = self._db
+        if db is None:
+            resp.success, resp.message = False, "node is not configured"
+            return resp
+        try:
+            resp.message = operation(db)
+        except (LibrEdgeTpuError, OSError) as exc:
+            return self._refuse(resp, exc)
+        resp.success = True
+        return resp
+
+    # ----- diagnostics --------------------------------------------------------------------------------
+    def diagnostic_values(self) -> dict[str, object]:
+        db, last = self._db, self._last
+        extractor = self._extractor
+        values: dict[str, object] = {"extractor": self.params.model or "fixture MobileNet v1",
+                                     "backend": "" if extractor is None else extractor.backend_name,
+                                     "template": f"dense_{self.params.template}"}
+        if db is not None:
+            values.update(entries=len(db), capacity=db.capacity, labels=len(set(db.labels)))
+        values.update(last_label=last[0] if last else "", last_score=last[1] if last else float("nan"),
+                      refused=self._refused, last_refusal=self._last_refusal)
+        return values
+
+    def diagnostic_warnings(self) -> list[str]:
+        db = self._db
+        if db is not None and len(db) == 0:
+            return ["recognition: the database is empty (call ~/enroll or ~/load)"]
+        return []
+
+    def hardware_id(self) -> str:
+        return self.params.device or self.params.backend
+
+
+def main(args: list[str] | None = None) -> int:
+    """``ros2 run libredgetpu_ros recognition_node`` / ``python -m libredgetpu_ros.ros.recognition.node``."""
+    return run_lifecycle_node_main(RecognitionNode, args, retain_allocations=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

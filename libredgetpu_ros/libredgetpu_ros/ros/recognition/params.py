@@ -1,0 +1,36 @@
+"""The recognition node's parameters (its own merged with the camera base's image parameters, one table)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from libredgetpu_ros.ros.camera import ImageParams, camera_param_table
+from libredgetpu_ros.ros.params import ParamSpec
+
+
+@dataclass(frozen=True)
+class RecognitionParams(ImageParams):
+    model: str
+    backend: str
+    device: str
+    template: int
+    database: str
+    top_k: int
+    min_score: float
+
+
+RECOGNITION_PARAMS = camera_param_table([
+    ParamSpec("model", "", "Embedding extractor: a compiled *_edgetpu.tflite (its CPU twin beside it); "
+              "empty = the fixture MobileNet v1 extractor (1024-d)."),
+    ParamSpec("backend", "auto", "auto prefers an attached Edge TPU (extractor and database); cpu runs the "
+              "CPU twins.", choices=("auto", "cpu", "edgetpu")),
+    ParamSpec("device", "", "Edge TPU to open (index or USB bus path); empty: the first one."),
+    ParamSpec("template", 1024, "Dense(N) template holding the database: N entries of 1024-d at N=1024, "
+              "N*N/1024 below.", range=(64, 16384)),
+    ParamSpec("database", "", "Database file (from ~/save or `robotics embed --save`) loaded at configure; "
+              "empty = start empty."),
+    ParamSpec("top_k", 1, "Labels per frame in the Classification (best first).", range=(1, 100),
+              mutability="runtime"),
+    ParamSpec("min_score", 0.0, "Labels scoring below this cosine are left out of the Classification.",
+              range=(-1.0, 1.0), mutability="runtime"),
+], RecognitionParams)
