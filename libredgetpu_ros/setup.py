@@ -36,6 +36,8 @@ setup(
             "tracker_node = libredgetpu_ros.ros.robotics.tracker_node:main",
             "looming_node = libredgetpu_ros.ros.robotics.looming_node:main",
             "flow_node = libredgetpu_ros.ros.flow_node:main",
+            "reservoir_node = libredgetpu_ros.ros.reservoir.node:main",
+            "recognition_node = libredgetpu_ros.ros.recognition.node:main",
         ],
         # MatMulEngine runners the families provide (matmul/runners.py); matmul/ itself never imports them.
         "libredgetpu_ros.matmul_runners": [
