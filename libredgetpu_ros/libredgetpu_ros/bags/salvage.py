@@ -385,7 +385,7 @@ def _all_text(*values: object) -> bool:
 
 def _sqlite_channel(values: dict[str, object], defs: dict[str, tuple[str, str]]) -> Channel | None:
     """The Channel of a ``topics`` row (None when its id is not an integer or a text field is not text)."""
-    cid, name, msgtype = values["id"], values.get("name"), values.get("type")
+    cid, name, msgtype = values.get("id"), values.get("name"), values.get("type")
     fmt, qos = values.get("serialization_format", "cdr"), values.get("offered_qos_profiles", "")
     type_hash = values.get("type_description_hash", "")
     if type(cid) is not int or not _all_text(name, msgtype, fmt, qos, type_hash):
