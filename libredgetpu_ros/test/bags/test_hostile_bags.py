@@ -364,3 +364,27 @@ def test_a_file_compressed_mcap_is_checked_before_rosbags_opens_it(tmp_path: Pat
     assert outcome.kind == "refused", outcome
     with pytest.raises(InputError, match=expected):
         _read(bag)
+
+
+def test_bag_repair_skips_topic_rows_it_cannot_use(tmp_path: Path) -> None:
+    """A topics table whose rows have a NULL id or a non-text type (a damaged or hand-made database):
+    those topics are skipped with a note (before: KeyError 'id', found by the sqlite_bag fuzz long run)."""
+    from libredgetpu_ros.bags.salvage import scan
+
+    db = tmp_path / "bag.db3"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE topics(id INTEGER, name TEXT, type TEXT, serialization_format TEXT, "
+                 "offered_qos_profiles TEXT)")
+    conn.execute("CREATE TABLE messages(id INTEGER PRIMARY KEY, topic_id INTEGER, timestamp INTEGER, "
+                 "data BLOB)")
+    conn.executemany("INSERT INTO topics VALUES (?, ?, ?, 'cdr', '')",  # a BLOB type stays a BLOB
+                     [(None, "/a", "std_msgs/msg/UInt8MultiArray"), (2, "/b", b"\xff"),
+                      (3, "/c", "std_msgs/msg/Empty")])
+    conn.executemany("INSERT INTO messages(topic_id, timestamp, data) VALUES (?, ?, ?)",
+                     [(None, 1, b"x"), (2, 2, b"y"), (3, 3, b"")])
+    conn.commit()
+    conn.close()
+    report, channels, messages = scan(db)
+    assert [cid for cid, _, _ in messages] == [3]
+    assert list(channels) == [3] and report.orphans == 2
+    assert sum("skipped topic row" in note for note in report.notes) == 2
