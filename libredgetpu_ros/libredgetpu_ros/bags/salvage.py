@@ -17,6 +17,7 @@ never writes, and a rosbag2 folder through ``metadata.yaml``, written last. Here
 
 from __future__ import annotations
 
+import glob
 import mmap
 import re
 import sqlite3
@@ -399,12 +400,20 @@ def _note(report: ScanReport, text: str) -> None:
         report.notes.append(text)
 
 
+def unfinished_hint(bag: Path) -> str:
+    """For a bag that does not exist: where our writers left it unfinished when killed (``storage.new_bag``
+    writes ``.<name>.<random>.tmp/<name>`` beside it), if anywhere."""
+    left = sorted(bag.parent.glob(f".{glob.escape(bag.name)}.*.tmp/{glob.escape(bag.name)}"))
+    return f"; its writer was stopped before it closed it: `libredgetpu-ros bag-repair {left[0]} OUT` " \
+        f"recovers what was written" if left else ""
+
+
 def data_files(bag: Path) -> list[Path]:
     """The storage files of a bag folder (or the file itself), in name order."""
     if bag.is_file():
         return [bag]
     if not bag.is_dir():
-        raise InputError(f"bag {bag} does not exist")
+        raise InputError(f"bag {bag} does not exist{unfinished_hint(bag)}")
     # split bags are <name>_0, <name>_1, ... <name>_10: numbers compared as numbers
     files = sorted((p for p in bag.iterdir() if p.suffix in (".mcap", ".db3")),
                    key=lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)])

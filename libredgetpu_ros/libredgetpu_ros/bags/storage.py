@@ -22,10 +22,11 @@ def open_reader(path: str | Path) -> Any:
     from rosbags.rosbag2 import Reader
 
     from libredgetpu_ros.bags.mcap_summary import check_compressed_mcap, check_mcap
+    from libredgetpu_ros.bags.salvage import unfinished_hint
 
     path = Path(path)
     if not path.exists():
-        raise InputError(f"bag {path} does not exist")
+        raise InputError(f"bag {path} does not exist{unfinished_hint(path)}")
     reader = None
     try:
         files = [path] if path.is_file() else sorted(path.iterdir())

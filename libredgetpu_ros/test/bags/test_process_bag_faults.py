@@ -106,6 +106,8 @@ def test_after_sigkill_bag_repair_recovers_the_output(ros_env, tmp_path: Path, f
     assert proc.wait(timeout=30) == -signal.SIGKILL
     assert not out.exists()  # never half a bag under the final name
     unfinished = next(_unfinished(out)).parent
+    with pytest.raises(InputError, match=f"bag-repair {unfinished} OUT"):  # where the unfinished bag is
+        open_reader(out)
     with pytest.raises(InputError):
         open_reader(unfinished)
     summary = repair_bag(unfinished, tmp_path / "fixed")
