@@ -3,7 +3,8 @@
 Exit codes: 0 when at least one frame was processed (frames that failed are listed in a warning summary),
 1 when the bag had frames but none could be processed, 2 for bad input (missing bag, bad config, no image
 topic), 3 for a device failure, 130 when interrupted by Ctrl-C or SIGTERM (the output bag is closed and
-readable, holding the frames done so far). After SIGKILL, ``bag-repair`` recovers the output's whole chunks.
+readable, holding the frames done so far). The output appears under its name only once closed; after
+SIGKILL it is in ``.<name>.<random>.tmp/<name>`` beside it, and ``bag-repair`` recovers its whole chunks.
 """
 
 from __future__ import annotations
