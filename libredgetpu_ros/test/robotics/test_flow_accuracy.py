@@ -188,6 +188,13 @@ def test_bad_frames_and_settings_are_typed_errors(fixture_path) -> None:
             assert next(iter(options)) in str(info.value)
 
 
+def test_a_template_of_another_module_is_refused() -> None:
+    from libredgetpu_ros.errors import ModelFormatError
+
+    with pytest.raises(ModelFormatError, match=r"\[1, H, W, 1\]"):
+        OpticalFlow.from_template("color_red_64x64", backend="cpu")
+
+
 def test_direction_words() -> None:
     assert flow_to_direction(0.1, -0.1) == "center"
     assert flow_to_direction(2, -2) == "up-right"
