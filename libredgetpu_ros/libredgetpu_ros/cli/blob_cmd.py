@@ -19,14 +19,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _load_npy(path: Path, what: str) -> object:
-    import numpy as np
-
+    """The .npy at ``path``, its header checked against the file's size before anything is allocated."""
     from libredgetpu_ros.errors import WeightsError
+    from libredgetpu_ros.npyfile import read_npy
 
-    try:
-        return np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise WeightsError(f"{path}: cannot read {what} as .npy: {exc}") from exc
+    return read_npy(path, what, max_bytes=1 << 30, error=WeightsError)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,62 @@
+"""npyfile: .npy / .npz headers are checked against the bytes present before NumPy allocates."""
+
+from __future__ import annotations
+
+import io
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from libredgetpu_ros.errors import InputError, WeightsError
+from libredgetpu_ros.npyfile import read_npy, read_npz
+
+
+def _lying_npy(path: Path, shape: tuple[int, ...], data: bytes = b"\0" * 64) -> Path:
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    path.write_bytes(buf.getvalue() + data)
+    return path
+
+
+def test_npy_round_trip_and_refusals(tmp_path: Path) -> None:
+    good = tmp_path / "w.npy"
+    np.save(good, np.arange(12, dtype=np.float32).reshape(3, 4))
+    np.testing.assert_array_equal(read_npy(good), np.arange(12, dtype=np.float32).reshape(3, 4))
+    declared = r"header declares \[100000, 100000\] float32 \(40000000000 bytes\), the file holds 64"
+    with pytest.raises(WeightsError, match=declared):
+        read_npy(_lying_npy(tmp_path / "big.npy", (100000, 100000)), "weights", error=WeightsError)
+    with pytest.raises(InputError, match="more than the 16 accepted"):
+        read_npy(good, max_bytes=16)
+    np.save(tmp_path / "o.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(InputError, match="pickles"):
+        read_npy(tmp_path / "o.npy")
+    (tmp_path / "junk.npy").write_bytes(b"\x93NUMPY junk")
+    with pytest.raises(InputError, match=r"not a valid \.npy header"):
+        read_npy(tmp_path / "junk.npy")
+    with pytest.raises(InputError, match="does not exist"):
+        read_npy(tmp_path / "none.npy")
+    np.savez(tmp_path / "a.npz", w=np.ones(3, np.int8), unused=np.zeros(5))
+    assert list(read_npz(tmp_path / "a.npz", names=["w"])) == ["w"]
+
+
+@pytest.mark.parametrize("command", [["blob", "--template", "dense_256"],
+                                     ["export-tpulang", "dense", "--template", "256"]])
+def test_weights_npy_lying_about_its_shape_is_one_error_line(tmp_path: Path, command: list[str]) -> None:
+    """A 200-byte .npy declaring 37 GiB given as --weights. Before: np.load asked for 37 GiB (a
+    MemoryError traceback under the 2 GiB cap this test sets)."""
+    weights = _lying_npy(tmp_path / "w.npy", (100000, 100000))
+    out = "--out", str(tmp_path / ("o.bin" if command[0] == "blob" else "o"))
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    argv = [sys.executable, "-m", "libredgetpu_ros.cli.main", *command, "--weights", str(weights), *out]
+    proc = subprocess.run(argv, env={**os.environ, "PYTHONSAFEPATH": "1", "OPENBLAS_NUM_THREADS": "1"},
+                          preexec_fn=cap, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "header declares" in lines[0], proc.stderr
