@@ -214,6 +214,20 @@ def test_gap_first_frame_and_bad_input_publish_nothing(supervisor: Supervisor) -
     sup.publish_frames(more, [30.0, 30.1, 30.2], wall_period=0.05)
     sup.wait_for("twists after the bad input", lambda: len(sup.twists) >= twists + 2)
 
+    # a camera looking at a blank wall: reported as such in diagnostics (WARN), not as motion
+    twists = len(sup.twists)
+    seen = len(sup.diagnostics)
+    walls = [np.full((64, 64), 60 + k, np.uint8) for k in range(12)]
+    sup.publish_frames(walls, [40.0 + 0.1 * k for k in range(12)], wall_period=0.05)
+
+    def no_estimate_warn() -> dict[str, str] | None:
+        return next((d for d in sup.diagnostics[seen:]
+                     if d["_level"] == 1 and "no motion estimate" in d["_message"]), None)
+
+    warn = sup.wait_for("a no-estimate WARN", no_estimate_warn)
+    assert "low_texture" in warn["_message"]
+    assert len(sup.twists) == twists
+
 
 def test_field_of_view_from_camera_info(supervisor: Supervisor) -> None:
     from sensor_msgs.msg import CameraInfo
