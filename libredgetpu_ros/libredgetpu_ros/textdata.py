@@ -105,11 +105,12 @@ def decode_utf8(data: bytes | str, origin: str) -> str:
 # ----- YAML ------------------------------------------------------------------------------------------
 
 def check_yaml_events(text: str, origin: str, max_depth: int = MAX_DEPTH,
-                      max_alias_nodes: int = MAX_ALIAS_NODES, loader_class: Any = None) -> None:
+                      max_alias_nodes: int = MAX_ALIAS_NODES, loader_class: Any = None) -> bool:
     """Refuse nesting deeper than ``max_depth`` or aliases expanding to more than ``max_alias_nodes`` nodes.
 
     Walks the parser's events (iterative: no recursion, nothing composed). A syntax error is left for the
-    loader to report, so the verdict on a malformed file is the parser's own."""
+    loader to report, so the verdict on a malformed file is the parser's own; returns False then (the text
+    was checked up to the error only), True when the whole stream was checked."""
     stack: list[list] = []        # per open collection: [expanded node count, anchor]
     anchors: dict[str, int] = {}  # anchor -> expanded node count of its node (complete nodes only)
     open_anchors: set[str] = set()
@@ -119,10 +120,10 @@ def check_yaml_events(text: str, origin: str, max_depth: int = MAX_DEPTH,
         while True:
             try:
                 if not loader.check_event():
-                    return
+                    return True
                 event = loader.get_event()
             except yaml.YAMLError:
-                return  # the loader reports it
+                return False  # the loader reports it
             kind = type(event)
             if kind is yaml.ScalarEvent:
                 if event.anchor is not None:
@@ -186,7 +187,12 @@ def load_yaml(data: str | bytes, origin: str = "<yaml>", *, max_bytes: int = MAX
 
 
 def _load(text: str, origin: str, max_depth: int, max_alias_nodes: int, loader_class: Any) -> Any:
-    check_yaml_events(text, origin, max_depth, max_alias_nodes, loader_class)
+    # The budget pass runs on libyaml's events (4-10x faster than PyYAML's parser); where libyaml stops at
+    # an error, the parser that will load the text checks it again (the two disagree on a few inputs).
+    checker = _C_LOADER or loader_class
+    complete = check_yaml_events(text, origin, max_depth, max_alias_nodes, checker)
+    if not complete and checker is not loader_class:
+        check_yaml_events(text, origin, max_depth, max_alias_nodes, loader_class)
     loader = loader_class(text)
     try:
         return loader.get_single_data()
@@ -214,14 +220,16 @@ def json_depth(data: bytes) -> int:
     arr = np.frombuffer(data, dtype=np.uint8)
     if arr.size == 0:
         return 0
-    # A quote is a string delimiter unless an odd number of backslashes precedes it.
-    idx = np.arange(arr.size)
-    last_plain = np.maximum.accumulate(np.where(arr != ord("\\"), idx, -1))
-    backslashes = idx - 1 - np.concatenate(([-1], last_plain[:-1]))
-    quote = (arr == ord('"')) & (backslashes % 2 == 0)
-    inside = (np.cumsum(quote) - quote) % 2 == 1  # after an odd number of delimiters: in a string
-    delta = np.where(inside | quote, 0, _OPEN[arr]).astype(np.int32)
-    return int(np.cumsum(delta).max(initial=0))
+    quote = arr == ord('"')
+    if b"\\" in data:  # a quote is a delimiter unless an odd number of backslashes precedes it
+        idx = np.arange(arr.size, dtype=np.int64)
+        last_plain = np.maximum.accumulate(np.where(arr != ord("\\"), idx, -1))
+        backslashes = idx - 1 - np.concatenate(([-1], last_plain[:-1]))
+        quote &= backslashes % 2 == 0
+    inside = np.cumsum(quote, dtype=np.int32) & 1  # odd count so far: in a string (or on its opening quote)
+    delta = _OPEN[arr].astype(np.int32)
+    delta[inside.astype(bool)] = 0
+    return int(np.cumsum(delta, dtype=np.int32).max(initial=0))
 
 
 def load_json(data: str | bytes, origin: str = "<json>", *, max_bytes: int = MAX_BYTES,
@@ -232,7 +240,8 @@ def load_json(data: str | bytes, origin: str = "<json>", *, max_bytes: int = MAX
                             kind="limit", origin=origin)
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     text = decode_utf8(raw, origin).removeprefix("\ufeff")
-    depth = json_depth(raw)
+    # Fewer opening brackets than the budget cannot nest deeper: skip the scan.
+    depth = json_depth(raw) if raw.count(b"[") + raw.count(b"{") > max_depth else 0
     if depth > max_depth:
         raise TextDataError(f"{origin}: nested {depth} levels deep, more than the {max_depth} accepted",
                             kind="limit", origin=origin)
