@@ -60,3 +60,20 @@ def test_weights_npy_lying_about_its_shape_is_one_error_line(tmp_path: Path, com
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "header declares" in lines[0], proc.stderr
+
+
+def test_control_node_initial_weights_lying_header_fails_configure_typed(tmp_path: Path) -> None:
+    """The control node's `initial_weights` parameter: a .npy whose header declares 37 GiB is a ConfigError
+    at configure (before: np.load's MemoryError out of the configure transition)."""
+    from libredgetpu_ros.errors import ConfigError
+    from libredgetpu_ros.ros.control.controller import Controller
+    from libredgetpu_ros.ros.control.params import PARAMETERS, ControlConfig
+
+    values = {spec.name: spec.default for spec in PARAMETERS}
+    values.update(backend="cpu", state_size=5, command_size=3,
+                  initial_weights=str(_lying_npy(tmp_path / "w.npy", (100000, 100000))))
+    with pytest.raises(ConfigError, match=r"parameter initial_weights: .* header declares"):
+        Controller(ControlConfig(**values))
+    np.save(tmp_path / "ok.npy", np.zeros((3, 5), np.float32))
+    controller = Controller(ControlConfig(**{**values, "initial_weights": str(tmp_path / "ok.npy")}))
+    controller.close()

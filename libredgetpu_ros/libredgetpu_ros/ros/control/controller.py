@@ -89,10 +89,12 @@ class Controller:
         self.applied_by: tuple[int, str] = (int(self.engine.version), "")  # (version, its request_id)
 
     def _load_initial_weights(self, path: Path) -> np.ndarray:
-        try:
-            weights = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"parameter initial_weights: cannot read {path}: {exc}") from exc
+        from libredgetpu_ros.npyfile import read_npy
+
+        # The header is checked against the file's size (and a float64 matrix of this shape) before
+        # NumPy allocates: a lying header must fail configure with a ConfigError, not a MemoryError.
+        weights = read_npy(path, "parameter initial_weights:", max_bytes=8 * self.rows * self.cols,
+                           error=ConfigError)
         if weights.shape != (self.rows, self.cols):
             raise ConfigError(f"parameter initial_weights: {path} holds shape {weights.shape}, expected "
                               f"({self.rows}, {self.cols}) = (command_size, state_size)")
