@@ -1,0 +1,215 @@
+"""The reservoir node as its own process over real (localhost-only) DDS, driven from outside: this process
+publishes JointState states and supervises the lifecycle and services; a bag replayed by ``replay`` (a third
+process) gives exactly the predictions of the node's reservoir run offline over the bag's states."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
+
+WAIT_S = 30.0
+JOINTS = ["shoulder", "elbow"]
+
+
+def _series(n: int) -> np.ndarray:
+    t = np.arange(n) * 0.25
+    return np.stack([np.sin(t), 0.6 * np.cos(0.73 * t + 0.3)], axis=1)
+
+
+class Peer:
+    """Lifecycle supervisor, state publisher and prediction reader for one node."""
+
+    def __init__(self, ros_env: Any, node: str) -> None:
+        from lifecycle_msgs.srv import ChangeState, GetState
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+        from sensor_msgs.msg import JointState
+
+        self.name = node
+        self.node, self.executor = ros_env.probe("test_reservoir_peer")
+        qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+        self.states = self.node.create_publisher(JointState, "joints", qos)
+        self.predictions: list[Any] = []
+        self.node.create_subscription(JointState, f"/{node}/prediction", self.predictions.append, qos)
+        self.change = self.node.create_client(ChangeState, f"/{node}/change_state")
+        self.get = self.node.create_client(GetState, f"/{node}/get_state")
+        for client in (self.change, self.get):
+            assert client.wait_for_service(timeout_sec=WAIT_S), f"{client.srv_name} did not appear"
+
+    def call(self, client: Any, request: Any) -> Any:
+        future = client.call_async(request)
+        self.executor.spin_until_future_complete(future, timeout_sec=WAIT_S)
+        assert future.done(), f"no answer from {client.srv_name}"
+        return future.result()
+
+    def transition(self, label: str) -> bool:
+        from lifecycle_msgs.msg import Transition
+        from lifecycle_msgs.srv import ChangeState
+
+        ids = {"configure": Transition.TRANSITION_CONFIGURE, "activate": Transition.TRANSITION_ACTIVATE,
+               "deactivate": Transition.TRANSITION_DEACTIVATE, "cleanup": Transition.TRANSITION_CLEANUP}
+        return self.call(self.change, ChangeState.Request(transition=Transition(id=ids[label]))).success
+
+    def state(self) -> str:
+        from lifecycle_msgs.srv import GetState
+
+        return self.call(self.get, GetState.Request()).current_state.label
+
+    def service(self, srv_type: type, name: str, **fields: Any) -> Any:
+        client = self.node.create_client(srv_type, f"/{self.name}/{name}")
+        assert client.wait_for_service(timeout_sec=WAIT_S), f"/{self.name}/{name} did not appear"
+        return self.call(client, srv_type.Request(**fields))
+
+    def wait_for(self, what: str, predicate: Callable[[], Any]) -> Any:
+        end = time.monotonic() + WAIT_S
+        while time.monotonic() < end:
+            self.executor.spin_once(timeout_sec=0.05)
+            value = predicate()
+            if value:
+                return value
+        pytest.fail(f"timed out after {WAIT_S:.0f} s waiting for {what}")
+
+    def wait_subscribed(self) -> None:
+        self.wait_for("the node's state subscription", lambda: self.states.get_subscription_count() > 0)
+
+    def publish(self, values: np.ndarray, stamp_ns: int, names: list[str] | None = None) -> None:
+        from sensor_msgs.msg import JointState
+
+        msg = JointState(name=list(reversed(JOINTS)) if names is None else names,
+                         position=[float(v) for v in (values[::-1] if names is None else values)])
+        msg.header.frame_id = "arm"
+        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp_ns, 1_000_000_000)
+        self.states.publish(msg)
+
+
+def _params(tmp: Path, **params: Any) -> Path:
+    import yaml
+
+    path = tmp / "reservoir.yaml"
+    base = {"backend": "cpu", "template": 256, "state_size": 2, "joint_names": JOINTS, "seed": 5,
+            "washout": 50, "diagnostics_period": 0.3, "state_topic": "joints", "state_queue": 1000}
+    path.write_text(yaml.safe_dump({"/**": {"ros__parameters": {**base, **params}}}))
+    return path
+
+
+def _spawn(ros_env: Any, params: Path) -> None:
+    ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.ros.reservoir.node", "--ros-args", "-r",
+                   "__node:=reservoir", "-r", "joints:=/joints", "--params-file", str(params)], "reservoir")
+
+
+def test_fit_predict_bad_states_and_readout_files(ros_env, tmp_path: Path) -> None:
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    from libredgetpu_ros_interfaces.srv import FilePath, FitReadout
+
+    _spawn(ros_env, _params(tmp_path))
+    peer = Peer(ros_env, "reservoir")
+    diags: list[Any] = []
+    peer.node.create_subscription(DiagnosticArray, "/diagnostics", diags.append, 10)
+    assert peer.transition("configure") and peer.transition("activate") and peer.state() == "active"
+    peer.wait_subscribed()
+    # Too early: two states are not a fit, the node says so and keeps running.
+    early = peer.service(FitReadout, "fit", samples=0)
+    assert not early.success and "at least 2 states" in early.message
+
+    series = _series(700)
+    for i, x in enumerate(series[:400]):
+        peer.publish(x, 1_000_000_000 + i)
+    # NaN/Inf and a missing joint: dropped and counted, the node runs on; an extra joint is ignored.
+    peer.publish(np.array([np.nan, 0.0]), 5)
+    peer.publish(np.array([0.0, np.inf]), 6)
+    peer.publish(np.array([0.1, 0.2, 0.3]), 7, names=["shoulder", "elbow", "wrist"])
+    peer.publish(np.array([0.1]), 8, names=["shoulder"])
+
+    def dropped() -> Any:
+        for array in diags:
+            for status in array.status:
+                values = {kv.key: kv.value for kv in status.values}
+                if values.get("states") == "404":
+                    return values
+        return None
+
+    values = peer.wait_for("diagnostics counting 404 states", dropped)
+    assert values["dropped_nan_inf"] == "2" and values["dropped_missing_joints"] == "1"
+    assert values["buffered"] == "401"
+    fit = peer.service(FitReadout, "fit", samples=400)  # the last 400: the good series, then the extra joint
+    assert fit.success and fit.samples_used == 399 - 50 and fit.train_nrmse < 0.1, fit.message
+
+    # Predictions now: one per state, the input's header, the next state within NRMSE 0.1.
+    start = len(peer.predictions)
+    for i, x in enumerate(series[400:600]):
+        peer.publish(x, 2_000_000_000 + i)
+    got = peer.wait_for("200 predictions", lambda: len(peer.predictions) >= start + 200 and peer.predictions)
+    preds = got[start:start + 200]
+    assert [p.header.stamp.nanosec for p in preds] == list(range(200)) and preds[0].header.frame_id == "arm"
+    assert preds[0].name == JOINTS
+    predicted = np.array([p.position for p in preds])
+    # Scored after a washout: the extra-joint state (0.1, 0.2) before them broke the series' continuity.
+    error = np.sqrt(np.mean((predicted[50:-1] - series[451:600]) ** 2)) / series.std()
+    print(f"live one-step-ahead NRMSE {error:.4f}")
+    assert error < 0.1
+
+    path = tmp_path / "readout.npz"
+    assert peer.service(FilePath, "save_readout", path=str(path)).success and path.is_file()
+    refused = peer.service(FilePath, "load_readout", path=str(tmp_path / "missing.npz"))
+    assert not refused.success and "readout unchanged" in refused.message
+    assert peer.service(FilePath, "load_readout", path=str(path)).success
+    assert peer.state() == "active"
+
+
+def test_bag_replayed_equals_offline(ros_env, tmp_path: Path) -> None:
+    """States in a bag replayed into the node (its own process, ``replay`` a third) give exactly the
+    predictions of the node's reservoir (same parameters and readout) run offline over the bag's states."""
+    from libredgetpu_ros.bags.storage import new_bag, reliable_qos
+    from libredgetpu_ros.bags.typestore import typestore
+    from libredgetpu_ros.robotics.reservoir import ReservoirComputer, ReservoirConfig
+    from libredgetpu_ros.ros.reservoir.states import read_bag_states
+
+    from libredgetpu_ros_interfaces.srv import FilePath
+
+    series = _series(900)
+    store = typestore()
+    names = ("sensor_msgs/msg/JointState", "std_msgs/msg/Header", "builtin_interfaces/msg/Time")
+    joint_t, header_t, time_t = (store.types[n] for n in names)
+    bag = tmp_path / "joints_bag"
+    with new_bag(bag, "mcap") as writer:
+        conn = writer.add_connection("/joints", "sensor_msgs/msg/JointState", typestore=store,
+                                     offered_qos_profiles=[reliable_qos(1000)])
+        for i, x in enumerate(series[600:]):
+            stamp = 3_000_000_000 + i * 10_000_000
+            header = header_t(stamp=time_t(sec=stamp // 10**9, nanosec=stamp % 10**9), frame_id="arm")
+            msg = joint_t(header=header, name=list(JOINTS), position=np.array(x), velocity=np.zeros(0),
+                          effort=np.zeros(0))
+            writer.write(conn, stamp, bytes(store.serialize_cdr(msg, "sensor_msgs/msg/JointState")))
+
+    # The readout both sides use: fitted offline on the first 600 states, saved, loaded by the node.
+    from libredgetpu_ros.matmul import MatMulEngine
+
+    cfg = {"input_dim": 2, "seed": 5, "washout": 50}
+    readout = tmp_path / "readout.npz"
+    with MatMulEngine.from_template(256, backend="cpu") as engine:
+        offline = ReservoirComputer(engine, ReservoirConfig(**cfg))
+        offline.fit(series[:599], series[1:600])
+        offline.save_readout(readout)
+        states, skipped = read_bag_states(bag, "/joints", "joint_state", "position", None, 2)
+        assert skipped == 0 and len(states) == 300
+        expected = np.array([offline.step_predict(x) for x in states])
+
+    _spawn(ros_env, _params(tmp_path, readout=str(readout)))
+    peer = Peer(ros_env, "reservoir")
+    assert peer.transition("configure") and peer.transition("activate")
+    replay = ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.cli.main", "replay", str(bag), "--rate",
+                            "1", "--wait-subscribers", "1", "--wait-timeout", str(WAIT_S)], "replay")
+    got = peer.wait_for("300 predictions", lambda: len(peer.predictions) >= 300 and peer.predictions)
+    assert replay.wait(timeout=WAIT_S) == 0
+    live = np.array([p.position for p in got[:300]])
+    assert [p.header.stamp.nanosec for p in got[:3]] == [0, 10_000_000, 20_000_000]
+    assert np.array_equal(live, expected), np.max(np.abs(live - expected))
+    assert peer.service(FilePath, "save_readout", path=str(tmp_path / "again.npz")).success
