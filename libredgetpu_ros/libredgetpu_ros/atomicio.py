@@ -16,6 +16,10 @@ Several shapes, one mechanism:
 - :func:`atomic_directory`, yielding an empty temporary folder beside the final one, renamed into place whole;
 - :func:`commit_file` for a temporary the caller keeps across runs (a resumable ``.part`` download).
 
+The final name is replaced, not written through: if it is a symlink, the link itself becomes the new file
+(the file it pointed to is left alone). A replaced file keeps its permission bits; a new one gets
+``0o666 & ~umask`` (not ``mkstemp``'s ``0o600``).
+
 Failures to write (missing folder, no permission, disk full) become
 :class:`~libredgetpu_ros.errors.OutputError` naming the final path; any other exception from the caller's
 block passes through unchanged after the clean-up.
