@@ -238,17 +238,20 @@ def download(url: str, dest: Path, sha256: str, *, progress: bool = False,
         raise ModelFetchError(f"the download deadline must be > 0 seconds, got {deadline_s}")
     if dest.is_file() and sha256_of(dest) == sha256:
         return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
     part = _part(dest)
-    with _Deadline(deadline_s) as deadline:
-        try:
-            _transfer(url, dest, part, deadline, progress)
-        except _BadResume:  # the part cannot be continued from this server: drop it, one fresh start
-            part.unlink(missing_ok=True)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with _Deadline(deadline_s) as deadline:
             try:
                 _transfer(url, dest, part, deadline, progress)
-            except _BadResume as again:  # a 206 to a request without Range
-                raise ModelFetchError(f"{url}: {again}") from None
+            except _BadResume:  # the part cannot be continued from this server: drop it, one fresh start
+                part.unlink(missing_ok=True)
+                try:
+                    _transfer(url, dest, part, deadline, progress)
+                except _BadResume as again:  # a 206 to a request without Range
+                    raise ModelFetchError(f"{url}: {again}") from None
+    except OSError as exc:  # network errors are ModelFetchErrors already: this is the local side
+        raise ModelFetchError(f"cannot write {clip(str(part))}: {exc.strerror or exc}") from None
     got = sha256_of(part)
     if got != sha256:
         size = part.stat().st_size

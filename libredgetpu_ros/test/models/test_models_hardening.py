@@ -239,3 +239,14 @@ def test_timeout_option_is_checked(cache: Path, capsys: pytest.CaptureFixture[st
     for bad in ("0", "-3", "nan", "inf"):
         assert main(["models", "fetch", ENTRY, "--timeout", bad]) == 2
         assert "--timeout must be a positive number" in capsys.readouterr().err
+
+
+def test_unwritable_cache_is_one_error_line(cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The cache folder cannot be made (a file is in the way; root ignores permission bits). Before: a
+    FileExistsError / PermissionError traceback."""
+    cache.parent.parent.mkdir(parents=True)
+    cache.parent.write_bytes(b"not a folder")
+    with raw_server(lambda conn, _: conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")) as url:
+        code, err = _fetch_cli(url, capsys)
+    assert code == ModelFetchError.exit_code and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith("error: cannot write"), err
