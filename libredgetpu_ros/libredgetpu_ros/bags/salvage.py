@@ -8,7 +8,8 @@ never writes, and a rosbag2 folder through ``metadata.yaml``, written last. Here
   fit, its size matches, its CRC matches when it has one (0 = not computed), and its inner records parse;
   otherwise it is counted as corrupt and skipped (none of its messages are used). The walk ends at the data
   section's end, at the footer, or where the file stops mid-record (the partial tail is reported).
-  Compressed chunks: zstd and lz4 (bounded by the chunk's declared size, at most ``MAX_CHUNK_BYTES``).
+  Compressed chunks: zstd and lz4 (bounded by the chunk's declared size, at most
+  ``MAX_COMPRESSED_CHUNK_BYTES``).
 - **sqlite3**: opened read-write so sqlite rolls back an unfinished transaction (the journal a killed
   writer leaves), then the ``topics`` and ``messages`` tables are read.
 
@@ -34,6 +35,10 @@ from libredgetpu_ros.textdata import clip, clip_repr
 
 MCAP_MAGIC = b"\x89MCAP0\r\n"
 MAX_CHUNK_BYTES = 1 << 30  # an uncompressed chunk larger than this is refused (rosbag2 writes ~1 MB chunks)
+# A compressed chunk's records larger than this are refused: while a zstd frame that declares its size is
+# decompressed, the decoder holds a buffer of that size besides the output (2.05x the chunk measured for a
+# 63 MiB frame), so this keeps the peak within MAX_CHUNK_BYTES
+MAX_COMPRESSED_CHUNK_BYTES = MAX_CHUNK_BYTES // 2
 _MAX_RATIO = 1024  # zstd chunks: at most this many output bytes per stored byte (+1 MiB)
 _OP_HEADER, _OP_FOOTER, _OP_SCHEMA, _OP_CHANNEL, _OP_MESSAGE, _OP_CHUNK, _OP_DATA_END = (
     0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x0F)
@@ -180,9 +185,11 @@ class _McapScan:
 
 def check_chunk_size(size: int, stored: int, compression: str, at: int) -> None:
     """BadRecord unless a chunk's declared uncompressed ``size`` is within the budget for its ``stored``
-    bytes: at most ``MAX_CHUNK_BYTES``, and for a compressed chunk at most ``_MAX_RATIO`` x stored + 1 MiB
-    (a decode budget proportional to the input: a few bytes may not claim a huge output)."""
-    if size > MAX_CHUNK_BYTES or (compression and size > _MAX_RATIO * stored + (1 << 20)):
+    bytes: at most ``MAX_CHUNK_BYTES``, and for a compressed chunk at most ``MAX_COMPRESSED_CHUNK_BYTES``
+    and ``_MAX_RATIO`` x stored + 1 MiB (a decode budget proportional to the input: a few bytes may not
+    claim a huge output)."""
+    if size > MAX_CHUNK_BYTES or (compression and (size > MAX_COMPRESSED_CHUNK_BYTES
+                                                   or size > _MAX_RATIO * stored + (1 << 20))):
         raise BadRecord(f"chunk at offset {at}: uncompressed size {size} exceeds the budget for "
                         f"{stored} stored bytes")
 
@@ -227,32 +234,39 @@ def _decompressor(compression: str, where: str) -> tuple[Any, tuple[type[BaseExc
 
 def decompress(stored: memoryview | bytes, compression: str, size: int, where: str) -> memoryview:
     """The one compressed frame of ``stored`` (``where`` names it in errors), at most ``size`` bytes of it
-    (one more is a BadRecord). The output goes, 4 MiB at a time, into an anonymous mapping of ``size`` + 1
-    bytes whose pages become resident only as they are written: a chunk holds what it really decompresses
-    to, once (a length-capped one-shot decompressor held it twice, 2.07 GB for a 1 GiB chunk; a growing
-    bytearray 1.3 times)."""
+    (one more is a BadRecord). Up to ``_PIECE`` bytes come from one call; a larger output goes, a piece at a
+    time, into an anonymous mapping of ``size`` + 1 bytes whose pages become resident only as they are
+    written: a chunk is held once, as large as it really is (a length-capped one-shot decompressor held a
+    large chunk twice, 2.07 GB for a 1 GiB chunk; a growing bytearray 1.3 times)."""
     if not compression:
         return memoryview(stored)
     decompressor, errors = _decompressor(compression, where)
-    out = mmap.mmap(-1, size + 1)
+    out: mmap.mmap | None = None
     filled = 0
     data: memoryview | bytes = stored
     try:
-        while not decompressor.eof:
+        while True:
             piece = decompressor.decompress(data, max_length=min(_PIECE, size - filled + 1))
             data = b""
             if filled + len(piece) > size:
                 raise BadRecord(f"{where}: decompresses to more than {size} bytes (its declared size or "
                                 f"budget)")
+            if out is None and decompressor.eof:  # the whole frame in one piece: no copy
+                filled = len(piece)
+                break
             if not piece and not decompressor.eof:
                 raise BadRecord(f"{where}: {compression} data ends inside its frame")
+            if out is None:
+                out = mmap.mmap(-1, size + 1)
             out[filled:filled + len(piece)] = piece
             filled += len(piece)
+            if decompressor.eof:
+                break
     except errors as exc:
         raise BadRecord(f"{where}: {compression} data does not decompress: {exc}") from exc
     if decompressor.unused_data:
         raise BadRecord(f"{where}: {len(decompressor.unused_data)} bytes after the {compression} frame")
-    return memoryview(out)[:filled]
+    return memoryview(piece if out is None else out)[:filled]
 
 
 def _scan_mcap(path: Path,

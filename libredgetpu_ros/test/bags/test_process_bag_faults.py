@@ -255,7 +255,7 @@ def test_chunk_records_checks_lz4_and_zstd_chunks() -> None:
     """The shared chunk check (``salvage.chunk_records``) on both codecs rosbag2 writes."""
     import lz4.frame
     from backports import zstd
-    from libredgetpu_ros.bags.salvage import BadRecord, chunk_records
+    from libredgetpu_ros.bags.salvage import BadRecord, check_chunk_size, chunk_records
 
     records = bytes(range(256)) * 64
     crc = zlib.crc32(records)
@@ -269,3 +269,7 @@ def test_chunk_records_checks_lz4_and_zstd_chunks() -> None:
             chunk_records(memoryview(packed), name, len(records) - 1, 0, 0)
         with pytest.raises(BadRecord, match="budget"):  # refused before decompressing
             chunk_records(memoryview(packed), name, 1 << 29, 0, 0)
+    # 1 GiB declared by 1.1 MB (issue 21: bag-repair peaked at 2.07 GB): over the compressed-chunk budget
+    with pytest.raises(BadRecord, match="budget"):
+        check_chunk_size(1 << 30, 1_100_000, "zstd", 0)
+    check_chunk_size(1 << 30, 1 << 30, "", 0)  # an uncompressed chunk is mapped, never copied
