@@ -23,6 +23,7 @@ from libredgetpu_ros.atomicio import atomic_path
 from libredgetpu_ros.errors import InputError, ModelFetchError, OutputError
 from libredgetpu_ros.models.catalogue import CATALOGUE, ModelEntry, ModelFile
 from libredgetpu_ros.models.download import DEADLINE_S, download, sha256_of
+from libredgetpu_ros.textdata import clip
 
 MIRROR_VAR = "LIBREDGETPU_ROS_MODEL_MIRROR"  # base URL serving the catalogue's files by name
 
@@ -98,13 +99,15 @@ def import_dir(folder: Path, names: list[str] | None = None, *, cache: Path | No
             if f.name in done or f.name not in by_name:
                 continue
             src = by_name[f.name]
-            got = sha256_of(src)
+            try:
+                got = sha256_of(src)
+            except OSError as exc:
+                raise ModelFetchError(f"import: cannot read {clip(str(src))}: {exc.strerror or exc}") from None
             if got != f.sha256:
                 raise ModelFetchError(f"import: {src}: checksum mismatch for {f.name}: SHA-256 {got}, "
                                       f"expected {f.sha256}; nothing of it was imported")
             dest = cache / f.name
             if not (dest.is_file() and sha256_of(dest) == f.sha256):
-                cache.mkdir(parents=True, exist_ok=True)
                 _copy_verified(src, dest, f)
             say(f"{f.name}: imported from {src}")
             done.add(f.name)
@@ -115,6 +118,7 @@ def _copy_verified(src: Path, dest: Path, f: ModelFile) -> None:
     """Copy ``src`` to ``dest`` through a temporary that is hashed again before the rename: the source may
     have changed since it was checked, or the copy gone wrong; either way ``dest`` is left as it was."""
     try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(dest) as tmp:
             shutil.copyfile(src, tmp)
             got = sha256_of(tmp)
@@ -122,7 +126,8 @@ def _copy_verified(src: Path, dest: Path, f: ModelFile) -> None:
                 raise ModelFetchError(f"import: the copy of {src} has SHA-256 {got}, expected {f.sha256} "
                                       f"(the file changed while it was imported?); nothing was imported")
     except (OSError, OutputError) as exc:
-        raise ModelFetchError(f"import: cannot copy {src} into {dest.parent}: {exc}") from exc
+        raise ModelFetchError(f"import: cannot copy {clip(str(src))} into {clip(str(dest.parent))}: "
+                              f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}") from exc
 
 
 def _resolve(text: str, pick: Callable[[ModelEntry], ModelFile | None], what: str) -> str:
