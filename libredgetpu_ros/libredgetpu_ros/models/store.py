@@ -102,7 +102,8 @@ def import_dir(folder: Path, names: list[str] | None = None, *, cache: Path | No
             try:
                 got = sha256_of(src)
             except OSError as exc:
-                raise ModelFetchError(f"import: cannot read {clip(str(src))}: {exc.strerror or exc}") from None
+                raise ModelFetchError(f"import: cannot read {clip(str(src))}: "
+                                      f"{exc.strerror or exc}") from None
             if got != f.sha256:
                 raise ModelFetchError(f"import: {src}: checksum mismatch for {f.name}: SHA-256 {got}, "
                                       f"expected {f.sha256}; nothing of it was imported")
@@ -126,8 +127,9 @@ def _copy_verified(src: Path, dest: Path, f: ModelFile) -> None:
                 raise ModelFetchError(f"import: the copy of {src} has SHA-256 {got}, expected {f.sha256} "
                                       f"(the file changed while it was imported?); nothing was imported")
     except (OSError, OutputError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise ModelFetchError(f"import: cannot copy {clip(str(src))} into {clip(str(dest.parent))}: "
-                              f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}") from exc
+                              f"{reason}") from exc
 
 
 def _resolve(text: str, pick: Callable[[ModelEntry], ModelFile | None], what: str) -> str:

@@ -250,3 +250,17 @@ def test_unwritable_cache_is_one_error_line(cache: Path, capsys: pytest.CaptureF
         code, err = _fetch_cli(url, capsys)
     assert code == ModelFetchError.exit_code and "Traceback" not in err, err
     assert err.strip().splitlines()[-1].startswith("error: cannot write"), err
+
+
+def test_import_into_an_unmakeable_cache_is_typed(cache: Path, fixtures_dir: Path, tmp_path: Path) -> None:
+    """Before: a FileExistsError traceback from making the cache folder."""
+    from libredgetpu_ros.models.store import import_dir
+
+    name, data = _model_bytes(fixtures_dir)
+    folder = tmp_path / "usb"
+    folder.mkdir()
+    (folder / name).write_bytes(data)
+    cache.parent.parent.mkdir(parents=True)
+    cache.parent.write_bytes(b"not a folder")
+    with pytest.raises(ModelFetchError, match="import: cannot copy"):
+        import_dir(folder, [ENTRY])
