@@ -75,7 +75,9 @@ def _relu(run: RunState, node: OpNode, args: list) -> np.ndarray:
     # Quantized relu works on the raw integers: max(q, 0), not max(q, zero_point) (observed in tpu-mlir).
     y = np.maximum(x, np.zeros((), dtype=x.dtype))
     if limit >= 0:
-        y = np.minimum(y, np.asarray(limit).astype(x.dtype))
+        # A limit beyond the dtype's range clips nothing; cast as is it would wrap (300 -> 44 in int8).
+        top = np.iinfo(x.dtype).max if x.dtype.kind in "iu" else np.finfo(x.dtype).max
+        y = np.minimum(y, np.asarray(min(limit, top)).astype(x.dtype))
     return y
 
 

@@ -281,6 +281,27 @@ def test_non_finite_float_literals_are_refused(fixtures_dir: Path, literal: str)
         parse_mlir(text.replace("relu_limit = -1.000000e+00 : f64", f"relu_limit = {literal} : f64"))
 
 
+def test_relu_limit_beyond_the_dtype_range_clips_nothing(fixtures_dir: Path) -> None:
+    """Found by the tpulang_mlir_numbers long run (a RuntimeWarning): relu_limit 300 on raw int8 values was
+    cast to int8 (44) and clipped every value above 44."""
+    from libredgetpu_ros.sophgo.parser import parse_mlir
+
+    case = "q_conv_int_zp_requant"
+    folder = fixtures_dir / "tpulang" / case
+    text = (folder / f"{case}_origin.mlir").read_text()
+    relu = next(line for line in text.splitlines() if '"top.Relu"' in line)
+    assert "relu_limit = -1.000000e+00" in relu and "i8" in relu
+    module = load_mlir(folder / f"{case}_origin.mlir")
+    weights, inputs = dict(np.load(folder / module.weight_file)), dict(np.load(folder / f"{case}_in.npz"))
+    plain = execute(module, weights, inputs)
+    limited_text = text.replace(relu, relu.replace("relu_limit = -1.000000e+00", "relu_limit = 3.000000e+02"))
+    limited = execute(parse_mlir(limited_text), weights, inputs)
+    assert plain.keys() == limited.keys()
+    for key, value in plain.items():
+        np.testing.assert_array_equal(limited[key], value)
+    assert max(int(v.max()) for v in plain.values()) > 44  # the old cast would have clipped these
+
+
 # -- item 5: outputs are never cut --------------------------------------------------------------------------
 def _sizes(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
