@@ -4,7 +4,8 @@ ROS callbacks must not block on the network, and the Data Source is asyncio: thi
 loop in a daemon thread and exposes what the node needs as calls that return at once. Samples become
 batches on the loop thread and go to the worker one at a time; when the worker falls behind, at most
 ``max_backlog`` batches wait and the oldest is dropped (counted). A failed batch (timeout, refusal) is
-counted and logged, never silent; training continues with the next one.
+counted and logged, never silent; training continues with the next one. A batch refused BUSY or NO_PIPELINE
+means the worker's session is no longer ours: that is fatal (:class:`SessionLost`), not a lost batch.
 
 Reads (metrics, trained model) are :meth:`TrainingSession.fetch`: a ``concurrent.futures.Future`` of one
 :class:`Snapshot`, bounded by a deadline on the loop thread. The node starts one, goes back to its executor,
@@ -36,7 +37,8 @@ import numpy as np
 from libredgetpu_ros.errors import LibrEdgeTpuError
 from libredgetpu_ros.teamtensor import DataSource
 from libredgetpu_ros.teamtensor.model import ModelSpec
-from libredgetpu_ros.teamtensor.wire import DEFAULT_WIRE, Metric, WireFormat
+from libredgetpu_ros.teamtensor.packets import Refused
+from libredgetpu_ros.teamtensor.wire import DEFAULT_WIRE, Metric, Refusal, WireFormat
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,15 @@ class Snapshot:
 
 class SessionFault(LibrEdgeTpuError):
     """The session's loop thread failed; the session must be stopped (and may be started anew)."""
+
+
+class SessionLost(LibrEdgeTpuError):
+    """A batch was refused BUSY (another Data Source holds the worker) or NO_PIPELINE (one took it over and
+    released it since): our session went silent too long and was taken. Fatal like a fault of the loop
+    thread: the node goes through ErrorProcessing and can configure again."""
+
+
+SESSION_GONE = (Refusal.BUSY, Refusal.NO_PIPELINE)  # answers to a BATCH that mean our session is gone
 
 
 class TrainingSession:
@@ -174,13 +185,22 @@ class TrainingSession:
                 inputs, targets = self._backlog.popleft()
                 try:
                     await self._source.send_batch(inputs, targets)
+                except Refused as exc:
+                    if exc.reason in SESSION_GONE:  # our session (and model) are gone: nothing to send
+                        raise SessionLost(f"the worker's session was taken over by another Data Source "
+                                          f"(after {self.stats.batches_sent} batches): {exc}") from exc
+                    self._batch_failed(inputs, exc)
+                    continue
                 except LibrEdgeTpuError as exc:  # timeout or refusal: this batch is lost, not the session
-                    self.stats.batches_failed += 1
-                    self.stats.last_error = str(exc)
-                    self.logger.error(f"batch of {len(inputs)} samples not delivered: {exc}")
+                    self._batch_failed(inputs, exc)
                     continue
                 self.stats.batches_sent += 1
                 self.stats.samples_sent += len(inputs)
+
+    def _batch_failed(self, inputs: np.ndarray, exc: Exception) -> None:
+        self.stats.batches_failed += 1
+        self.stats.last_error = str(exc)
+        self.logger.error(f"batch of {len(inputs)} samples not delivered: {exc}")
 
     def _on_sender_done(self, task: asyncio.Task) -> None:
         if not task.cancelled() and task.exception() is not None:
