@@ -2,7 +2,8 @@
 
 ROS-free. ``wire`` holds the constants and the one setting (:class:`WireFormat`) for what the seed leaves
 open; ``tensors`` and ``model`` serialize tensors and model descriptors; ``packets`` every packet;
-``datagrams`` the request-id trailer, fragments and reassembly; ``nn`` the NumPy training; ``worker`` the
+``datagrams`` the integrity trailer (session, request id, CRC-32 or HMAC), fragments and reassembly;
+``sessions`` the worker's one Data Source; ``nn`` the NumPy training and its memory budget; ``worker`` the
 board side; ``source`` the Data Source. See docs/teamtensor.md.
 """
 

@@ -1,9 +1,10 @@
 """Every packet of the seed: typed requests, their encoders, one strict decoder, and reply codecs.
 
-A packet is the seed's byte layout exactly; on the wire each datagram also carries a 4-byte request id
-trailer (see ``datagrams.py``). Replies are decoded against the request they answer (the seed's ACK
-payload depends on it). Decoders accept exactly the seed's length: missing or extra bytes, a count that
-points past the end, an unknown code are all a ``ProtocolError`` naming the field.
+A packet is the seed's byte layout exactly; on the wire (reliable framing) each datagram also carries our
+trailer of session, request id and integrity tag (see ``datagrams.py``). Replies are decoded against the
+request they answer (the seed's ACK payload depends on it). Decoders accept exactly the seed's length:
+missing or extra bytes, a count that points past the end, an unknown code are all a ``ProtocolError``
+naming the field.
 
 Under ``WireFormat.framing == "seed"`` three packets take the seed's literal form: GET_MT is
 ``[09][metric id]`` (no model id: the worker answers for its lowest model id), NACK is the bare ``03`` (no

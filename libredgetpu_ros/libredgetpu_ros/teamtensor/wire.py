@@ -84,8 +84,8 @@ class WireFormat:
     - ``eval_opcode``: what 0x0b ("upload a batch of inputs") means here: an *evaluation* batch (same layout
       as BATCH, forward pass and metrics only, weights untouched), the seed's evaluation phase.
     - ``fragment_opcode``: our addition (0x0c): one part of a packet too large for one datagram.
-    - ``max_datagram``: largest UDP payload we send (fragments are cut to fit it), including the 4-byte
-      request id trailer. 1400 keeps a datagram inside an Ethernet MTU.
+    - ``max_datagram``: largest UDP payload we send (fragments are cut to fit it), including the trailer
+      (12 bytes, 24 with an HMAC). 1400 keeps a datagram inside an Ethernet MTU.
     - ``max_packet``: largest reassembled packet accepted (bounds reassembly memory).
     - ``maxpool_window``: MaxPool carries no parameters in the seed: a fixed k×k window with stride k.
     - ``framing``: ``reliable`` (default) appends our trailer (session, request id, CRC-32 or HMAC tag) to
