@@ -219,6 +219,10 @@ def main() -> int:
         from bag_targets import targets as bag_targets  # the bag readers (bag_targets.py)
 
         all_targets |= bag_targets(Path(tempfile.mkdtemp(prefix="bag-seeds-")))
+    if not args.target or "teamtensor_model" in args.target:
+        from teamtensor_targets import targets as teamtensor_targets  # the Team Tensor worker's models
+
+        all_targets |= teamtensor_targets()
     if not args.target or {"tpulang_mlir", "tpulang_npz"} & set(args.target):
         from tpulang_targets import targets as tpulang_targets  # TpuLang MLIR and npz (tpulang_targets.py)
 
