@@ -186,8 +186,8 @@ class WorkerCore:
         if rid == session.highest and isinstance(req, STATE_CHANGING):
             self.stats.rejected["stale request id"] += 1  # its stored reply was evicted: never run it twice
             return []
-        session.highest = rid
         reply = self.framer.seal(self.execute(req), sealed.session, rid)
+        session.highest = rid  # only once executed: a request that raised may be retried
         if isinstance(req, Release):
             self.session = None
             self.stats.sessions["released"] += 1
