@@ -205,12 +205,12 @@ class WorkerCore:
         if isinstance(req, AssignPipeline):
             silent = holder is not None and self.clock() - holder.last_seen > self.config.session_timeout
             if holder is None or silent:
+                reply = self.execute(req)  # first: if it raised, nobody would hold the worker
                 self.stats.sessions["taken over" if silent else "claimed"] += 1
                 if silent:
                     log.warning("session of %s silent for %.1f s: taken over by %s", holder.peer,
                                 self.clock() - holder.last_seen, peer)
                 self.session = Session(peer, number, rid, self.clock())
-                reply = self.execute(req)
                 self.session.store(rid, self.framer.seal(reply, number, rid), self.config.reply_cache,
                                    self.config.reply_budget)
                 return reply
