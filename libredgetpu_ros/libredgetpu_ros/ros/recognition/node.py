@@ -70,7 +70,7 @@ class RecognitionNode(CameraNode):
         self._db: Any = None
         self._embed_lock = threading.Lock()
         self._pub: Any = None
-        self._services: list[Any] = []
+        self._db_services: list[Any] = []
         self._last_rgb: Any = None
         self._last: tuple[str, float] | None = None
         self._refused = 0
@@ -96,14 +96,14 @@ class RecognitionNode(CameraNode):
 
     def create_outputs(self) -> None:
         self._pub = self.output(Classification, "classification")
-        self._services = [self.create_service(Enroll, "~/enroll", self._on_enroll),
+        self._db_services = [self.create_service(Enroll, "~/enroll", self._on_enroll),
                           self.create_service(Forget, "~/forget", self._on_forget),
                           self.create_service(FilePath, "~/save", self._on_save),
                           self.create_service(FilePath, "~/load", self._on_load)]
 
     def destroy_outputs(self) -> None:
         self._pub = None
-        services, self._services = self._services, []
+        services, self._db_services = self._db_services, []
         for service in services:
             self.destroy_service(service)
 
