@@ -146,10 +146,11 @@ class Bringup:
 
     def start(self) -> None:
         """Create every node and drive it to active; ConfigError (and everything torn down) on a failure."""
-        from rclpy.executors import MultiThreadedExecutor
         from rclpy.lifecycle import TransitionCallbackReturn
 
-        self.executor = MultiThreadedExecutor(context=self.context)
+        from libredgetpu_ros.ros.spinning import MainMultiThreadedExecutor
+
+        self.executor = MainMultiThreadedExecutor(context=self.context)
         try:
             for spec in self.specs:
                 cls = node_class(spec.type)

@@ -1,9 +1,15 @@
 """Spinning a node together with its companion nodes (its hot path on an executor of its own).
 
-A node may expose ``companion_nodes()``: plain nodes carrying a hot path (the control node's state loop, the
-perception node's camera) that must not wait behind the lifecycle and parameter services, timers and
-diagnostics of the main executor, and whose executor wake-ups should walk one entity, not a dozen. Each
-companion gets its own ``SingleThreadedExecutor`` thread. Single-threaded everywhere: cheaper per callback
+A node may expose ``companion_nodes()``: plain nodes carrying a hot path (the control node's state loop)
+that must not wait behind the lifecycle and parameter services, timers and diagnostics of the main executor,
+and whose executor wake-ups should walk one entity, not a dozen. Each companion gets its own
+``SingleThreadedExecutor`` thread. Or ``companion_groups()``: :class:`CompanionGroup` callback groups of the
+node itself (the camera nodes' image subscription, so that ``ros2 node info`` lists it on the node): each
+gets its own thread, whose executor sees only that group's entities (:class:`_GroupView`; rclpy lets a node
+belong to one executor only, so the group's executor does not own the node), and the main executors here
+(:class:`MainExecutor`, :class:`MainMultiThreadedExecutor`) skip every ``CompanionGroup``. A plain rclpy
+executor (a test's, a user's) runs those groups like any other: the node works, on one thread.
+Single-threaded everywhere: cheaper per callback
 than the multi-threaded executor; not rclpy's ``EventsExecutor`` (its Kilted wheel busy-loops at 100 % CPU
 on an idle lifecycle node and ignores SIGTERM, measured here).
 
@@ -31,8 +37,9 @@ from typing import Any
 
 import rclpy
 from lifecycle_msgs.msg import State
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.duration import Duration
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.service import Service
 from rclpy.signals import SignalHandlerOptions
@@ -74,8 +81,80 @@ def _spin_guarded(executor: SingleThreadedExecutor, companion: Any,
                 companion.get_logger().error(f"companion_failed raised {handler_exc!r} handling {exc!r}")
 
 
+class CompanionGroup(MutuallyExclusiveCallbackGroup):
+    """A callback group of a node that :class:`CompanionSpinners` spins on a thread of its own, and that
+    :class:`MainExecutor` / :class:`MainMultiThreadedExecutor` skip. Its entities must be woken explicitly
+    when they change (:meth:`wake`): rclpy wakes only the node's own executor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.executor: SingleThreadedExecutor | None = None  # set while a CompanionSpinners thread spins it
+
+    def wake(self) -> None:
+        """Make the group's executor rebuild its wait set (after an entity of the group was made or
+        destroyed)."""
+        executor = self.executor
+        if executor is not None:
+            executor.wake()
+
+
+def _skips_companion_groups(entity: Any) -> bool:
+    return not isinstance(entity.callback_group, CompanionGroup)
+
+
+class MainExecutor(SingleThreadedExecutor):
+    """A node's main executor: everything but its :class:`CompanionGroup` entities."""
+
+    def can_execute(self, entity: Any) -> bool:
+        return _skips_companion_groups(entity) and super().can_execute(entity)
+
+
+class MainMultiThreadedExecutor(MultiThreadedExecutor):
+    """``bringup``'s executor: everything but the nodes' :class:`CompanionGroup` entities."""
+
+    def can_execute(self, entity: Any) -> bool:
+        return _skips_companion_groups(entity) and super().can_execute(entity)
+
+
+class _GroupView:
+    """One callback group's entities of a node, with the attributes an rclpy executor reads from a node: what
+    a :class:`CompanionGroup`'s executor waits on, without owning the node (rclpy lets a node have one
+    executor: adding it to a second removes it from the first)."""
+
+    def __init__(self, node: Any, group: CompanionGroup) -> None:
+        self._node, self._group = node, group
+
+    def _of(self, entities: list[Any]) -> list[Any]:
+        return [e for e in entities if e.callback_group is self._group]
+
+    subscriptions = property(lambda self: self._of(self._node.subscriptions))
+    timers = property(lambda self: self._of(self._node.timers))
+    clients = property(lambda self: self._of(self._node.clients))
+    services = property(lambda self: self._of(self._node.services))
+    guards = property(lambda self: self._of(self._node.guards))
+    waitables = property(lambda self: self._of(self._node.waitables))
+
+    def get_name(self) -> str:
+        return self._node.get_name()
+
+    def get_logger(self) -> Any:
+        return self._node.get_logger()
+
+
+class _GroupExecutor(SingleThreadedExecutor):
+    """Spins one :class:`CompanionGroup` of a node (through a :class:`_GroupView`)."""
+
+    def __init__(self, node: Any, group: CompanionGroup, context: Any) -> None:
+        super().__init__(context=context)
+        self._view = [_GroupView(node, group)]
+
+    def get_nodes(self) -> list[Any]:
+        return list(self._view)
+
+
 class CompanionSpinners:
-    """One executor thread per ``node.companion_nodes()`` (none if the node has no such method).
+    """One executor thread per ``node.companion_nodes()`` and per ``node.companion_groups()`` (none if the
+    node has no such method).
 
     :meth:`stop` shuts the executors down and joins their threads: call it before destroying the node, as
     tearing down DDS entities under a running executor thread can abort the process.
@@ -84,16 +163,29 @@ class CompanionSpinners:
     def __init__(self, node: Any, context: Any = None) -> None:
         self._running: list[tuple[SingleThreadedExecutor, threading.Thread]] = []
         on_fault = getattr(node, "companion_failed", None)
+        context = context if context is not None else node.context
         for companion in getattr(node, "companion_nodes", list)():
-            executor = SingleThreadedExecutor(context=context if context is not None else node.context)
+            executor = SingleThreadedExecutor(context=context)
             executor.add_node(companion)
-            thread = threading.Thread(target=_spin_guarded, args=(executor, companion, on_fault), daemon=True,
-                                      name=f"spin_{companion.get_name()}")
-            thread.start()
-            self._running.append((executor, thread))
+            self._start(executor, companion, on_fault, companion.get_name())
+        self._groups: list[CompanionGroup] = list(getattr(node, "companion_groups", list)())
+        for i, group in enumerate(self._groups):
+            executor = _GroupExecutor(node, group, context)
+            group.executor = executor
+            self._start(executor, node, on_fault, f"{node.get_name()}_group{i}")
+            group.wake()  # entities the group got before its executor existed
+
+    def _start(self, executor: SingleThreadedExecutor, companion: Any,
+               on_fault: Callable[[Any, BaseException], None] | None, name: str) -> None:
+        thread = threading.Thread(target=_spin_guarded, args=(executor, companion, on_fault), daemon=True,
+                                  name=f"spin_{name}")
+        thread.start()
+        self._running.append((executor, thread))
 
     def stop(self) -> None:
         running, self._running = self._running, []
+        for group in self._groups:
+            group.executor = None
         for executor, _ in running:
             executor.shutdown()
         hung = []
@@ -110,7 +202,7 @@ def spin_with_companions(node: Any, stop: SignalStop | None = None) -> None:
     threads until ``stop`` is requested (or, without one, the context shuts down); then, in this order,
     ``stop`` is disconnected, the companion executors shut down and their threads joined, the main executor
     shut down: nothing spins when this returns (an exception of the node's own reaches the caller)."""
-    executor = SingleThreadedExecutor(context=node.context)
+    executor = MainExecutor(context=node.context)
     executor.add_node(node)
     companions = CompanionSpinners(node)
     try:

@@ -50,7 +50,7 @@ def test_no_input_warns_once_with_the_image_topics_that_exist(ros_env, fixture_p
             return warnings.append if name == "warning" else (lambda *a, **k: None)
 
     executor = SingleThreadedExecutor(context=context)
-    for n in (node, *node.companion_nodes(), camera):
+    for n in (node, camera):
         executor.add_node(n)
     try:
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
@@ -68,3 +68,42 @@ def test_no_input_warns_once_with_the_image_topics_that_exist(ros_env, fixture_p
         node.teardown()
         camera.destroy_node()
         node.destroy_node()
+
+
+def test_ros2_node_info_lists_the_image_subscription_on_the_node(ros_env, fixture_path) -> None:
+    """Issue 22 item 6: the node's real main() in its own process; what ``ros2 node info /<ns>/perception``
+    reads (the graph's subscriptions by node) lists the camera topic once active, and nothing once
+    deactivated. Before, the subscription lived on a companion node ``perception_image``."""
+    import sys
+
+    from lifecycle_msgs.msg import Transition
+    from lifecycle_msgs.srv import ChangeState
+
+    ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.ros.perception_node", "--ros-args",
+                   "-r", "__ns:=/info", "-p", "backend:=cpu",
+                   "-p", f"model:={fixture_path('classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite')}"],
+                  "perception_info")
+    node, executor = ros_env.probe("info_probe")
+    change = node.create_client(ChangeState, "/info/perception/change_state")
+    assert change.wait_for_service(timeout_sec=20.0)
+
+    def transition(tid: int) -> None:
+        future = change.call_async(ChangeState.Request(transition=Transition(id=tid)))
+        executor.spin_until_future_complete(future, timeout_sec=20.0)
+        assert future.done() and future.result().success
+
+    def subscriptions() -> set[str]:
+        return {name for name, _ in node.get_subscriber_names_and_types_by_node("perception", "/info")}
+
+    transition(Transition.TRANSITION_CONFIGURE)
+    transition(Transition.TRANSITION_ACTIVATE)
+    end = time.monotonic() + 10.0
+    while "/info/image_raw" not in subscriptions() and time.monotonic() < end:
+        executor.spin_once(timeout_sec=0.1)
+    assert "/info/image_raw" in subscriptions()
+    assert "perception_image" not in node.get_node_names()  # no companion node any more
+    transition(Transition.TRANSITION_DEACTIVATE)
+    end = time.monotonic() + 10.0
+    while "/info/image_raw" in subscriptions() and time.monotonic() < end:
+        executor.spin_once(timeout_sec=0.1)
+    assert "/info/image_raw" not in subscriptions()

@@ -287,10 +287,8 @@ def test_device_lost_while_processing_releases_the_device_and_unconfigures(ros_e
     node = PerceptionNode("perception_fault", context=context, parameter_overrides=[
         Parameter("model", value=str(fixture_path(POSENET))), Parameter("backend", value="cpu")])
     camera_node = Node("fault_camera", context=context)
-    executor = SingleThreadedExecutor(context=context)
+    executor = SingleThreadedExecutor(context=context)  # a plain executor runs the camera group too
     executor.add_node(node)
-    for companion in node.companion_nodes():  # the camera subscription's node (spun here on the same thread)
-        executor.add_node(companion)
     executor.add_node(camera_node)
     try:
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
@@ -335,7 +333,7 @@ def test_a_slow_model_gets_the_newest_frame_and_every_skipped_frame_is_counted(r
         Parameter("model", value=str(fixture_path(POSENET))), Parameter("backend", value="cpu")])
     camera_node = Node("slow_camera", context=context)
     executor = SingleThreadedExecutor(context=context)
-    for n in (node, *node.companion_nodes(), camera_node):
+    for n in (node, camera_node):
         executor.add_node(n)
     processed: list[int] = []
     try:

@@ -36,8 +36,10 @@ What the base does, so a subclass does not:
   ``image_reliability`` auto|best_effort|reliable, ``max_image_pixels``, ``input_timeout``,
   ``diagnostics_period``) declared with descriptors; choices, ranges and "applied on configure" enforced on
   every set; ``self.params`` is the values dataclass;
-- the image subscription: created in ``on_activate``, destroyed in ``on_deactivate``; on the companion node
-  ``<name>_image`` spun on its own executor thread (``companion_nodes()``); reliability chosen from the
+- the image subscription: created in ``on_activate``, destroyed in ``on_deactivate``; the node's own (``ros2
+  node info`` lists it) in a callback group spun on its own executor thread (``companion_groups()``,
+  ``ros/spinning.py``; host the node with ``run_lifecycle_node_main`` or ``bringup``, or any rclpy
+  executor, which then runs the camera path on its thread); reliability chosen from the
   publishers (``qos.choose_reliability``) and chosen again when a publisher appears; incompatible-QoS
   events counted and named in diagnostics; after ``input_timeout`` s without a frame a WARN lists the image
   topics that exist;

@@ -20,17 +20,16 @@ Lifecycle (the ros2/demos ``lifecycle_py`` rhythm):
 
 Threads:
 
-- the camera path: the image subscription lives on a small companion node (``<name>_image``: no parameter
-  services, no rosout, one subscription while active) spun by its own ``SingleThreadedExecutor`` thread, so
-  a frame never waits behind a lifecycle or parameter request or the diagnostics timer, and each wake-up of
-  rclpy's Python executor walks one entity instead of the lifecycle node's dozen services;
-  ``companion_nodes()`` names it, and ``ros/spinning.py`` spins it (for the entry point and
-  ``ros/bringup.py``). Frames are processed right in its callback: no hand-off to another thread. So
-  ``ros2 node info <node>`` does not list the image subscription; ``ros2 node info <node>_image`` does, and
-  diagnostics (``image_node``) and the activate log line name that node. Why not a callback group of the
-  lifecycle node on its own thread: rclpy lets a node belong to one executor only (adding it to a second
-  removes it from the first), and one executor for both (multi-threaded) is the design the companion
-  replaced, measured slower (docs/perception_node.md "Performance");
+- the camera path: the image subscription (with its QoS events) is in a callback group of its own
+  (``spinning.CompanionGroup``, ``companion_groups()``), which ``ros/spinning.py`` runs on an executor
+  thread of its own (for the entry point and ``ros/bringup.py``): a frame never waits behind a lifecycle or
+  parameter request or the diagnostics timer, and that executor waits on the group's entities only. Frames
+  are processed right in its callback: no hand-off to another thread. The subscription is the node's own,
+  so ``ros2 node info <node>`` lists it. (Until issue 22 it lived on a companion node ``<name>_image``:
+  rclpy lets a node belong to one executor only, so the group's executor reads the node through a view of
+  that group instead of owning it; measured against the companion node, reader -> callback 0.73 -> 0.76 ms
+  p50, within run-to-run noise, docs/perception_node.md "Threads"). A plain rclpy executor (a test's)
+  runs the group along with everything else, on its one thread;
 - the main executor (this node): lifecycle and parameter services, the diagnostics timer, the fault's guard
   condition, the re-check of the image reliability when a publisher appears.
 
@@ -65,7 +64,7 @@ from libredgetpu_ros.ros.camera.intake import Frame, FrameStats, Intake
 from libredgetpu_ros.ros.camera.params import ImageParams
 from libredgetpu_ros.ros.image_msgs import BadImage, to_rgb
 from libredgetpu_ros.ros.params import ParamTable
-from libredgetpu_ros.ros.spinning import CompanionFault
+from libredgetpu_ros.ros.spinning import CompanionFault, CompanionGroup
 
 _BAD_INPUT_LOG_PERIOD_S = 10.0
 _IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
@@ -87,11 +86,8 @@ class CameraNode(LifecycleNode):
 
     def __init__(self, node_name: str, **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
-        # The camera path's own node, spun by its own executor (see the module docstring). No parameters, no
-        # global arguments (the input topic is resolved by this node, remaps included), no rosout.
-        self.image_node = Node(f"{self.get_name()}_image", namespace=self.get_namespace(),
-                               context=self.context, use_global_arguments=False, enable_rosout=False,
-                               start_parameter_services=False)
+        # The camera path's callback group, spun by an executor thread of its own (see the module docstring).
+        self._camera = CompanionGroup()
         self.PARAMS.declare(self)
         self._validate_params = self.PARAMS.validator(self.is_configured)
         self.add_on_set_parameters_callback(self._on_set_params)
@@ -233,18 +229,18 @@ class CameraNode(LifecycleNode):
         return TransitionCallbackReturn.SUCCESS  # -> unconfigured; configure again to recover
 
     def companion_nodes(self) -> list[Node]:
-        """Nodes a host process must spin besides this one, each on its own executor (the entry point,
-        ``ros/bringup.py``): the camera subscription's node."""
-        return [self.image_node]
+        """No companion node (kept for hosts that spin ``companion_nodes()``); see ``companion_groups``."""
+        return []
 
-    def companion_failed(self, companion: Node, exc: BaseException) -> None:
+    def companion_groups(self) -> list[CompanionGroup]:
+        """Callback groups a host runs on their own executor threads (``ros/spinning.py``: the entry point,
+        ``ros/bringup.py``): the camera path."""
+        return [self._camera]
+
+    def companion_failed(self, companion: Any, exc: BaseException) -> None:
         """An exception escaped the camera callback (called on the camera thread by ``ros/spinning.py``,
         which then spins on): logged with its traceback, ERROR diagnostics, the node goes to ``on_error``."""
         self._fault.companion_failed(companion, exc)
-
-    def destroy_node(self) -> None:
-        self.image_node.destroy_node()
-        super().destroy_node()
 
     def teardown(self) -> None:
         """Stop processing and release the device and every configured entity, outside any transition."""
@@ -286,12 +282,12 @@ class CameraNode(LifecycleNode):
         topic = self._input_topic()
         events = SubscriptionEventCallbacks(message_lost=self._intake.on_message_lost,
                                             incompatible_qos=self._on_incompatible, matched=self._on_matched)
-        self._sub = self.image_node.create_subscription(msg_type, topic, self._on_image,
-                                                        image_qos.image_qos(reliability),
-                                                        event_callbacks=events)
+        self._sub = self.create_subscription(msg_type, topic, self._on_image,
+                                             image_qos.image_qos(reliability), callback_group=self._camera,
+                                             event_callbacks=events)
+        self._camera.wake()
         self._sub_reliability, self._sub_reason = reliability, why
-        self.get_logger().info(f"active: reading {topic} ({msg_type.__name__}, {reliability}: {why}) on the "
-                               f"companion node {self.image_node.get_fully_qualified_name()}")
+        self.get_logger().info(f"active: reading {topic} ({msg_type.__name__}, {reliability}: {why})")
 
     def _on_matched(self, event: Any) -> None:  # camera thread
         if event.current_count_change > 0 and self.params.image_reliability == "auto":
@@ -314,7 +310,7 @@ class CameraNode(LifecycleNode):
         wanted, _ = image_qos.choose_reliability("auto", self._publisher_reliabilities())
         if wanted != self._sub_reliability:
             old, self._sub = self._sub, None
-            self.image_node.destroy_subscription(old)
+            self.destroy_subscription(old)
             self._subscribe()
 
     # -- release --------------------------------------------------------------------------------------------
@@ -339,7 +335,8 @@ class CameraNode(LifecycleNode):
     def _stop_processing(self) -> None:
         if self._sub is not None:
             sub, self._sub = self._sub, None
-            self.image_node.destroy_subscription(sub)
+            self.destroy_subscription(sub)
+            self._camera.wake()
         with self._busy:  # waits for the frame in flight; none starts after this
             self._active = False
 
@@ -420,8 +417,6 @@ class CameraNode(LifecycleNode):
         publishers = self._publisher_reliabilities()
         values: dict[str, object] = {
             "input_topic": topic,
-            # The node holding the subscription (`ros2 node info` of it lists it; see the module docstring).
-            "image_node": self.image_node.get_fully_qualified_name(),
             "image_reliability": self.params.image_reliability,
             "subscribed_reliability": self._sub_reliability if self._sub is not None else "",
             "publishers": len(publishers),
