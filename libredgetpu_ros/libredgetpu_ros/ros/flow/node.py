@@ -82,8 +82,11 @@ class FlowNode(CameraNode):
         self._marker_pub: Any = None
         self._info_sub: Any = None
         self._fov_source = "parameter"
-        self._reasons: Counter[str] = Counter()  # per reason over the node's life (since configure)
-        self._period: Counter[str] = Counter()  # since the last diagnostics message
+        # pairs per reason since configure, and since the last diagnostics message (camera thread writes,
+        # the diagnostics timer reads and swaps the period's: under _count_lock)
+        self._count_lock = threading.Lock()
+        self._reasons: Counter[str] = Counter()
+        self._period: Counter[str] = Counter()
         self._saturated = 0
         self._last_confidence = 0.0
         super().__init__(node_name, **kwargs)
@@ -111,7 +114,8 @@ class FlowNode(CameraNode):
         self._describe = {"backend": flow.runner.backend_name, "device": str(described.get("device", "")),
                           "template": flow.template.name, "grid_step_px": flow.grid_step}
         self._fov_source = "parameter"
-        self._reasons, self._period, self._saturated = Counter(), Counter(), 0
+        with self._count_lock:
+            self._reasons, self._period, self._saturated = Counter(), Counter(), 0
 
     def close_processor(self) -> None:
         with self._lock:
@@ -173,9 +177,10 @@ class FlowNode(CameraNode):
         computed = time.monotonic()
         flow = result.flow
         reason = flow.reason or "estimate"
-        self._reasons[reason] += 1
-        self._period[reason] += 1
-        self._saturated += flow.saturated
+        with self._count_lock:
+            self._reasons[reason] += 1
+            self._period[reason] += 1
+            self._saturated += flow.saturated
         heading_rad = math.radians(heading_deg)
         if self._heading_pub is not None:
             heading = QuaternionStamped(header=header)
@@ -195,7 +200,8 @@ class FlowNode(CameraNode):
             else:  # pragma: no cover - the flow never returns non-finite values; counted if it did
                 self.stats.bad_input.add("non_finite")
         elif result.valid:
-            self._reasons["unstamped"] += 1  # an estimate, but no time between the frames: no rate
+            with self._count_lock:
+                self._reasons["unstamped"] += 1  # an estimate, but no time between the frames: no rate
         return {"flow": (computed - started) * 1e3, "publish": (time.monotonic() - computed) * 1e3}
 
     def diagnostic_values(self) -> dict[str, object]:
@@ -203,18 +209,21 @@ class FlowNode(CameraNode):
             compass = self._compass
             heading = compass.heading_deg if compass is not None else 0.0
             fov = compass.fov_deg if compass is not None else self.params.fov_deg
+        with self._count_lock:
+            reasons, saturated = Counter(self._reasons), self._saturated
         values: dict[str, object] = {
             "template": self._describe.get("template", self.params.model),
             "backend": self._describe.get("backend", ""), "mode": self.params.mode,
             "projection": self.params.projection, "fov_deg": round(fov, 3), "fov_source": self._fov_source,
-            "heading_deg": round(heading, 3), "estimates": self._reasons["estimate"],
-            "saturated": self._saturated, "last_confidence": round(self._last_confidence, 3)}
+            "heading_deg": round(heading, 3), "estimates": reasons["estimate"],
+            "saturated": saturated, "last_confidence": round(self._last_confidence, 3)}
         for reason in (*_SCENE_REASONS, "first_frame", "gap", "size_changed", "stamp", "unstamped"):
-            values[f"no_estimate_{reason}"] = self._reasons[reason]
+            values[f"no_estimate_{reason}"] = reasons[reason]
         return values
 
     def diagnostic_warnings(self) -> list[str]:
-        period, self._period = self._period, Counter()
+        with self._count_lock:
+            period, self._period = self._period, Counter()
         pairs = sum(n for reason, n in period.items() if reason != "first_frame")
         scene = sum(period[r] for r in _SCENE_REASONS)
         if pairs and scene * 2 > pairs:
