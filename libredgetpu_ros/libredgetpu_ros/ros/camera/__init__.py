@@ -29,6 +29,9 @@ Subclass API (the perception node, ``ros/perception/node.py``, is the reference 
         def hardware_id(self): return "cpu"
         def check_runtime_params(self, changes): return None  # or the reason a runtime change is refused
         def runtime_params_changed(self, names): ...    # self.params already holds the new values
+        # another input handled on the camera thread, in order with the frames (on_activate/on_deactivate):
+        #   self._info = self.camera_subscription(CameraInfo, "camera_info", self._on_info, qos)
+        #   self.destroy_camera_subscription(self._info)
 
 What the base does, so a subclass does not:
 

@@ -159,6 +159,18 @@ class CameraNode(LifecycleNode):
     def runtime_params_changed(self, names: set[str]) -> None:
         """After runtime parameters ``names`` changed (``self.params`` holds the new values)."""
 
+    def camera_subscription(self, msg_type: Any, topic: str, callback: Any, qos: Any) -> Any:
+        """A subscription of the node handled on the camera thread, in order with the frames and never
+        concurrently with ``process`` (e.g. CameraInfo); make it in ``on_activate`` and destroy it with
+        :meth:`destroy_camera_subscription` in ``on_deactivate``."""
+        sub = self.create_subscription(msg_type, topic, callback, qos, callback_group=self._camera)
+        self._camera.wake()
+        return sub
+
+    def destroy_camera_subscription(self, sub: Any) -> None:
+        self.destroy_subscription(sub)
+        self._camera.wake()
+
     def output(self, msg_type: Any, topic: str, qos: Any = RESULT_QOS) -> Any:
         """A lifecycle publisher, destroyed by the base on cleanup."""
         pub = self.create_lifecycle_publisher(msg_type, topic, qos)
