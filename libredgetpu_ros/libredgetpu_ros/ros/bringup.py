@@ -38,6 +38,7 @@ NODE_TYPES: dict[str, tuple[str, str]] = {
     "control": ("libredgetpu_ros.ros.control_node", "ControlNode"),
     "tracker": ("libredgetpu_ros.ros.robotics.tracker_node", "TrackerNode"),
     "looming": ("libredgetpu_ros.ros.robotics.looming_node", "LoomingNode"),
+    "flow": ("libredgetpu_ros.ros.flow_node", "FlowNode"),
 }
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _NAMESPACE_RE = re.compile(r"^/?([A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*)?$")
