@@ -42,7 +42,7 @@ from libredgetpu_ros.errors import OutputError
 from libredgetpu_ros.textdata import clip
 
 __all__ = ["atomic_directory", "atomic_open", "atomic_path", "atomic_write_bytes", "atomic_write_text",
-           "commit_file", "fsync_directory"]
+           "commit_file", "fsync_directory", "make_folder"]
 
 
 # errno values of a write that reached the file system and failed: these mean "cannot write the output"
@@ -144,6 +144,16 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb", *, encoding: str | No
         _remove(tmp)
         raise
     fsync_directory(folder)
+
+
+def make_folder(path: str | os.PathLike) -> Path:
+    """``mkdir -p`` for an output folder; OutputError (naming it) when it cannot be made."""
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot make the folder {_shown(folder)}: {exc.strerror or exc}") from None
+    return folder
 
 
 def commit_file(tmp: str | os.PathLike, final: str | os.PathLike) -> None:

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         summary = {"mlir": str(mlir_path), "weights": str(npz_path)}
         text = f"wrote {mlir_path} and {npz_path}"
     else:
-        from libredgetpu_ros.atomicio import atomic_open
+        from libredgetpu_ros.atomicio import atomic_open, make_folder
         from libredgetpu_ros.errors import ConfigError
         from libredgetpu_ros.sophgo.executor import execute
         from libredgetpu_ros.sophgo.memory_plan import plan_memory
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         outputs = execute(module, weights, inputs, keep_all=args.all, memory_budget=budget)
         elapsed_ms = (time.perf_counter() - start) * 1e3
-        args.out.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(args.out.parent)
         with atomic_open(args.out) as handle:   # a kill or a full disk never leaves a cut file at --out
             np.savez(handle, **outputs)
         summary = {"module": module.name, "out": str(args.out), "elapsed_ms": round(elapsed_ms, 3),

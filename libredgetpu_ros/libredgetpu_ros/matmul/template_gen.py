@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from libredgetpu_ros.atomicio import atomic_write_bytes, atomic_write_text
+from libredgetpu_ros.atomicio import atomic_write_bytes, atomic_write_text, make_folder
 from libredgetpu_ros.errors import ConfigError, ModelFormatError
 from libredgetpu_ros.matmul.blob import blob_size, check_dense_shape, parse_blob
 from libredgetpu_ros.matmul.template import (
@@ -63,7 +63,7 @@ def write_uncompiled(spec: DenseSpec, out_dir: Path) -> Path:
     scales = np.full(spec.n, weight_range / 127.0, dtype=np.float32)
     data = dense_template_tflite(weights, scales, 2 * input_range / 255, _ZERO_POINT,
                                  2 * output_range / 255, _ZERO_POINT)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_folder(out_dir)
     path = out_dir / f"dense_{spec.n}.tflite"
     atomic_write_bytes(path, data)
     return path

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from libredgetpu_ros.atomicio import atomic_open
+from libredgetpu_ros.atomicio import atomic_open, make_folder
 from libredgetpu_ros.sophgo.ir import NONE_TYPE, Module, TensorType, TpuLangError
 from libredgetpu_ros.sophgo.mlir_text import format_attr_dict, format_string, format_type
 from libredgetpu_ros.sophgo.npz_writer import npz_bytes
@@ -93,8 +93,7 @@ def save_module(module: Module, weights: dict[str, np.ndarray], out_dir: str | P
 
     Both files are written to temporaries first and renamed into place only once both are complete, so a
     failure part-way (disk full, Ctrl-C) leaves the previous pair as it was."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_folder(out_dir)
     mlir_path = out / f"{module.name}_origin.mlir"
     weight_path = out / module.weight_file
     limit = _name_max(out)

@@ -373,6 +373,22 @@ def test_kill_9_mid_write_never_leaves_a_partial_output(tmp_path: Path) -> None:
             stale.unlink()
 
 
+def test_output_folder_that_cannot_be_made_is_one_error_line(tmp_path: Path, fixtures_dir: Path,
+                                                             capsys) -> None:
+    """--out below a regular file. Before: a FileExistsError / NotADirectoryError traceback."""
+    blocker = tmp_path / "file"
+    blocker.write_bytes(b"x")
+    case = fixtures_dir / "tpulang" / "f32_mlp_softmax" / "f32_mlp_softmax.json"
+    mlir, weights = _relu_chain(tmp_path, [1, 2, 2, 2])
+    np.savez(tmp_path / "in.npz", x=np.ones((1, 2, 2, 2), np.float32))
+    for argv in (["tpulang", "replay", str(case), "--out", str(blocker / "out")],
+                 ["export-tpulang", "dense", "--template", "256", "--out", str(blocker / "out")],
+                 ["tpulang", "run", str(mlir), str(weights), str(tmp_path / "in.npz"), "--out",
+                  str(blocker / "out" / "o.npz")]):
+        line = _one_error_line(main(argv), capsys.readouterr().err)
+        assert "cannot make the folder" in line, line
+
+
 # -- item 7: user text in error lines is bounded ----------------------------------------------------------
 def test_replay_with_a_10k_character_case_name(tmp_path: Path, fixtures_dir: Path) -> None:
     """Before: OSError 'File name too long' traceback echoing the whole name."""
