@@ -70,6 +70,11 @@ def clip_repr(value: object, limit: int = CLIP) -> str:
     return clip(text, limit)
 
 
+def _one_line(exc: BaseException) -> str:
+    """A parser's message on one line (PyYAML's span several: the CLI prints one ``error:`` line), cut."""
+    return clip(" ".join(str(exc).split()), 400)
+
+
 def read_file(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> bytes:
     """The bytes of a user file, size checked before reading."""
     p = Path(path)
@@ -179,10 +184,10 @@ def load_yaml(data: str | bytes, origin: str = "<yaml>", *, max_bytes: int = MAX
                     raise
         return _load(text, origin, max_depth, max_alias_nodes, yaml.SafeLoader)
     except yaml.YAMLError as exc:
-        raise TextDataError(f"{origin}: not valid YAML: {clip(exc, 400)}", kind=type(exc).__name__,
+        raise TextDataError(f"{origin}: not valid YAML: {_one_line(exc)}", kind=type(exc).__name__,
                             origin=origin, detail=str(exc)) from None
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:  # a constructor refusing a value
-        raise TextDataError(f"{origin}: unreadable YAML value: {clip(exc, 400)}", kind=type(exc).__name__,
+        raise TextDataError(f"{origin}: unreadable YAML value: {_one_line(exc)}", kind=type(exc).__name__,
                             origin=origin, detail=str(exc)) from None
 
 
@@ -248,7 +253,7 @@ def load_json(data: str | bytes, origin: str = "<json>", *, max_bytes: int = MAX
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, the int digit limit
-        raise TextDataError(f"{origin}: not JSON: {clip(exc, 400)}", kind=type(exc).__name__, origin=origin,
+        raise TextDataError(f"{origin}: not JSON: {_one_line(exc)}", kind=type(exc).__name__, origin=origin,
                             detail=str(exc)) from None
 
 

@@ -151,3 +151,11 @@ def test_trace_json_deep_nesting_and_long_names(fixture_path, tmp_path, capsys) 
     bad.write_bytes(b'{"traces": [{"name": "\xff", "events": []}]}')
     assert main(["iospec", "run", spec, "--trace", str(bad)]) == 2
     assert "not UTF-8" in capsys.readouterr().err
+
+
+def test_yaml_syntax_error_is_one_cli_line(tmp_path, capsys) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("inputs:\n  B: {type: input\n  C: [1,\n")
+    assert main(["iospec", "check", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "not valid YAML" in err
