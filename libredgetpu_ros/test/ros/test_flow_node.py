@@ -137,6 +137,13 @@ def _moving(count: int, step_px: float, seed: int = 1) -> list[np.ndarray]:
     return [scenes.shifted_pair(scene, step_px * k - 40.0, 0.0, n=64)[1] for k in range(count)]
 
 
+def _set_request(name: str, value: Any) -> Any:
+    from rcl_interfaces.srv import SetParameters
+    from rclpy.parameter import Parameter
+
+    return SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
+
+
 def _stamp_key(msg: Any) -> tuple[int, int]:
     return msg.header.stamp.sec, msg.header.stamp.nanosec
 
@@ -173,6 +180,10 @@ def test_rates_come_from_stamps_10hz_and_30hz_agree(supervisor: Supervisor) -> N
     assert abs(rates[10.0] - rates[30.0]) <= 0.15 * SPEED
     # a left turn is positive yaw (REP 103): the scene moved right, so angular.z > 0
     assert np.mean([t.twist.angular.z for t in sup.twists]) > 0
+    # runtime parameters: applied at once when valid, refused with the range otherwise
+    assert sup.call(sup.set_params, _set_request("fov_deg", 80.0)).results[0].successful
+    assert sup.wait_for("fov 80 in diagnostics", lambda: float(sup.latest_diagnostics()["fov_deg"]) == 80.0)
+    assert not sup.call(sup.set_params, _set_request("min_confidence", 1.5)).results[0].successful
 
 
 def test_gap_first_frame_and_bad_input_publish_nothing(supervisor: Supervisor) -> None:
@@ -242,6 +253,8 @@ def test_field_of_view_from_camera_info(supervisor: Supervisor) -> None:
     diag = sup.wait_for("fov from camera info",
                         lambda: (d := sup.latest_diagnostics()).get("fov_source") == "camera_info" and d)
     assert float(diag["fov_deg"]) == pytest.approx(90.0, abs=1e-3)
+    refused = sup.call(sup.set_params, _set_request("fov_deg", 45.0)).results[0]
+    assert not refused.successful and "CameraInfo" in refused.reason
     bad = CameraInfo(width=64, height=64)  # fx = 0: ignored, counted
     sup.info.publish(bad)
     sup.spin_for(0.5)

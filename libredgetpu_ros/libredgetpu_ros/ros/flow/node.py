@@ -240,7 +240,10 @@ class FlowNode(CameraNode):
             compass = self._compass
             if compass is None:
                 return None
-            if "fov_deg" in changes and self._fov_source == "parameter":
+            if "fov_deg" in changes and self._fov_source == "camera_info":
+                return (f"the field of view comes from CameraInfo ({compass.fov_deg:.2f} deg); set "
+                        f"use_camera_info false and configure again to use fov_deg")
+            if "fov_deg" in changes:
                 try:
                     compass.set_fov(float(changes["fov_deg"]))
                 except ConfigError as exc:
