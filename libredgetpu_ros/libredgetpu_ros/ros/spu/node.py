@@ -231,8 +231,9 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
             return None
         try:
             q = prepare_input(values, self._inputs[name])
-        except IOSpecError as exc:
-            self._reject("bad_input", f"{what}: {exc}")
+        except IOSpecError as exc:  # its message names the input already; ``what`` adds where it came from
+            text = str(exc)
+            self._reject("bad_input", text if text.startswith(what) else f"{what}: {text}")
             return None
         try:
             fired = engine.send(name, atomic=True)
