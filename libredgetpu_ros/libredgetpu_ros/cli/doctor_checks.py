@@ -24,7 +24,6 @@ from pathlib import Path
 from libredgetpu_ros.edgetpu import registers as r
 from libredgetpu_ros.edgetpu.firmware import FIRMWARE_NAME, SOURCE_HINT, firmware_candidates
 from libredgetpu_ros.edgetpu.transport import UDEV_INSTALL_HINT, UDEV_RULE_FILE
-from libredgetpu_ros.ros.dds_profile import FASTDDS_DEFAULT_SEGMENT, shm_segment_bytes
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 _RANK = {OK: 0, WARN: 1, FAIL: 2}
@@ -251,6 +250,9 @@ def check_discovery(m: Machine) -> Check:
 
 
 def check_transport(m: Machine, frame_sizes: Sequence[tuple[int, int, int]]) -> Check:
+    # ROS-free, but in ros/: imported here so the CLI's parser stays clear of the ROS layer (test_layers).
+    from libredgetpu_ros.ros.dds_profile import FASTDDS_DEFAULT_SEGMENT, shm_segment_bytes
+
     profile = m.environ.get("FASTDDS_DEFAULT_PROFILES_FILE", "")
     rmw = m.environ.get("RMW_IMPLEMENTATION", "") or "rmw_fastrtps_cpp"
     largest = max((w * h * c for w, h, c in frame_sizes), default=0)
