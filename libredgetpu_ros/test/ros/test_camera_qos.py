@@ -107,3 +107,53 @@ def test_ros2_node_info_lists_the_image_subscription_on_the_node(ros_env, fixtur
     while "/info/image_raw" in subscriptions() and time.monotonic() < end:
         executor.spin_once(timeout_sec=0.1)
     assert "/info/image_raw" not in subscriptions()
+
+
+def test_auto_chooses_again_when_publishers_come_and_go(ros_env, fixture_path) -> None:
+    """In process: active with a reliable camera -> reliable; a best-effort one joins -> best_effort (the
+    reliable reader reports it incompatible); it leaves -> reliable again (matched event)."""
+    from libredgetpu_ros.ros.perception_node import PerceptionNode
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.node import Node
+    from rclpy.parameter import Parameter
+    from rclpy.qos import QoSProfile, QoSReliabilityPolicy
+    from sensor_msgs.msg import Image
+
+    context = ros_env.init_rclpy()
+    node = PerceptionNode("perception_auto", context=context, parameter_overrides=[
+        Parameter("model", value=str(fixture_path("classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite"))),
+        Parameter("backend", value="cpu")])
+    cameras = Node("cameras", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    for n in (node, cameras):
+        executor.add_node(n)
+
+    def settle(wanted: str) -> str:
+        end = time.monotonic() + 10.0
+        while node._sub_reliability != wanted and time.monotonic() < end:
+            executor.spin_once(timeout_sec=0.05)
+        return node._sub_reliability
+
+    try:
+        cameras.create_publisher(Image, "image_raw", QoSProfile(depth=10))  # reliable
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        end = time.monotonic() + 10.0
+        while not node.get_publishers_info_by_topic("/image_raw") and time.monotonic() < end:
+            executor.spin_once(timeout_sec=0.05)
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        assert settle("reliable") == "reliable"
+        best_effort = cameras.create_publisher(
+            Image, "image_raw", QoSProfile(depth=10, reliability=QoSReliabilityPolicy.BEST_EFFORT))
+        assert settle("best_effort") == "best_effort"
+        end = time.monotonic() + 1.5  # every matched event of the new subscription handled
+        while time.monotonic() < end:
+            executor.spin_once(timeout_sec=0.05)
+        assert node._sub_reliability == "best_effort"
+        cameras.destroy_publisher(best_effort)
+        assert settle("reliable") == "reliable"
+    finally:
+        executor.shutdown()
+        node.teardown()
+        cameras.destroy_node()
+        node.destroy_node()

@@ -302,7 +302,9 @@ class CameraNode(LifecycleNode):
         self.get_logger().info(f"active: reading {topic} ({msg_type.__name__}, {reliability}: {why})")
 
     def _on_matched(self, event: Any) -> None:  # camera thread
-        if event.current_count_change > 0 and self.params.image_reliability == "auto":
+        # A publisher came or went: auto may choose otherwise (reliable again once the last best-effort
+        # publisher left; a reliable reader never sees a best-effort one come: the incompatible event does).
+        if event.current_count_change != 0 and self.params.image_reliability == "auto":
             self._recheck.trigger()
 
     def _on_incompatible(self, event: Any) -> None:  # camera thread

@@ -29,8 +29,8 @@ IMAGE_PARAMS: tuple[ParamSpec, ...] = (
               choices=("raw", "compressed"), mutability="read_only"),
     ParamSpec("image_reliability", "auto", "Reliability of the image subscription: auto matches the "
               "publishers found on the topic (reliable when all of them are, else best_effort; re-checked "
-              "when a publisher appears); best_effort or reliable force it (docs/perception_node.md 'Image "
-              "QoS').", choices=RELIABILITY_CHOICES),
+              "when a publisher comes or goes); best_effort or reliable force it (docs/perception_node.md "
+              "'Image QoS').", choices=RELIABILITY_CHOICES),
     ParamSpec("max_image_pixels", DEFAULT_MAX_PIXELS, "Frames with more pixels (width x height, read from "
               "a compressed frame's header before decoding) are refused as bad input (too_large).",
               range=(1, MAX_PIXEL_BUDGET), mutability="runtime"),

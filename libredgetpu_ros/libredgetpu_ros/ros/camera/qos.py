@@ -6,7 +6,8 @@ sensor-data QoS (best effort), which matches any publisher. For small frames tha
 fragment lost is a frame lost, with no repair (measured in issue 22: 8 of 91 frames at 15 Hz, where a
 reliable reader got 90). So ``auto`` (the default) subscribes reliable when every publisher found on the
 topic is reliable, best effort when any is best effort (a reliable reader cannot match a best-effort writer)
-or none exists yet; the choice is made again when a publisher appears or an incompatible one is reported.
+or none exists yet; the choice is made again when a publisher comes or goes or an incompatible one is
+reported.
 A reliable reader keeps KEEP_LAST depth :data:`IMAGE_DEPTH`, so a slow node still only holds the newest few
 frames and never slows the camera down beyond what the writer's own history allows.
 """
