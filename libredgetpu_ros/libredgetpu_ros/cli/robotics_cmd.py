@@ -197,11 +197,15 @@ def _stamp(args: argparse.Namespace, i: int) -> float | None:
 
 def _flow_run(args: argparse.Namespace, images: list[Any]) -> dict[str, Any]:
     """One entry per image: the motion since the previous image (the first has ``first_frame``)."""
+    from libredgetpu_ros.robotics.flow import flow_to_direction
+
     with _open_flow(args) as flow:
         results = []
         for i, image in enumerate(images):
             result = flow.step(image, _stamp(args, i))
             entry = result.to_dict()
+            # LibrEdgeTPU's direction words, its threshold (0.3) in grid steps
+            entry["direction"] = flow_to_direction(result.vx_grid, result.vy_grid) if result.valid else ""
             if args.fps is not None:
                 entry["vx_per_s"], entry["vy_per_s"] = result.rate()
             results.append(entry)

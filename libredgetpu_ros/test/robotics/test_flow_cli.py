@@ -47,6 +47,7 @@ def test_flow_json_per_pair_in_input_pixels(tmp_path, capsys) -> None:
         assert r["valid"] is True
         assert abs(r["vx"] - (x1 - x0)) <= 0.5 * step_px and abs(r["vy"] - (y1 - y0)) <= 0.5 * step_px
         assert r["vx_per_s"] == pytest.approx(r["vx"] * 10)
+        assert r["direction"] in ("right", "up-right")  # the photo moves right and up
     assert results[4]["valid"] is False and results[4]["reason"] == "low_texture" and results[4]["vx"] == 0.0
 
 
