@@ -2,7 +2,7 @@
 
 1. open: ``storage.open_reader`` (``mcap_summary.check_mcap``, then rosbags' open) vs rosbags' open alone,
    on an uncompressed bag with many chunks (the summary check walks every chunk index and message index);
-2. compressed chunks: ``salvage.chunk_records`` (4 MiB pieces into an anonymous mapping, one frame, exact
+2. compressed chunks: ``decompress.chunk_records`` (4 MiB pieces into an anonymous mapping, one frame, exact
    size, CRC) vs the one-shot length-capped decompression it replaced (+ the same CRC), per zstd chunk of a
    camera bag (one 640x480 rgb8 frame per ~1 MiB chunk, as rosbag2 writes them);
 3. the same chunk path on one 64 MiB chunk (one large message): CPU and the peak resident growth (VmHWM of a
@@ -87,7 +87,7 @@ def _zstd_chunks(data: bytes) -> list[tuple[memoryview, int, int]]:
 
 def _one_shot(stored: memoryview, size: int, crc: int) -> int:
     """The replaced path: one length-capped call, then the size and CRC checks."""
-    from libredgetpu_ros.bags.salvage import zstd_module
+    from libredgetpu_ros.bags.decompress import zstd_module
 
     records = zstd_module().ZstdDecompressor().decompress(stored, max_length=size + 1)
     assert len(records) == size and (not crc or zlib.crc32(records) == crc)
@@ -95,7 +95,7 @@ def _one_shot(stored: memoryview, size: int, crc: int) -> int:
 
 
 def _checked(stored: memoryview, size: int, crc: int) -> int:
-    from libredgetpu_ros.bags.salvage import chunk_records
+    from libredgetpu_ros.bags.decompress import chunk_records
 
     return len(chunk_records(stored, "zstd", size, crc, 0))
 
@@ -181,7 +181,7 @@ def main() -> int:
     lines += ["", f"Peak resident growth for the {chunk[1] >> 20} MiB chunk (a frame that declares its size, "
               f"as rosbags writes chunks): one-shot {growth[0]:.0f} MiB, chunk_records {growth[1]:.0f} MiB. "
               "The decoder holds a buffer of the frame's size besides the output either way, hence the "
-              "512 MiB cap on a compressed chunk (`salvage.MAX_COMPRESSED_CHUNK_BYTES`). For a streamed "
+              "512 MiB cap on a compressed chunk (`decompress.MAX_COMPRESSED_CHUNK_BYTES`). For a streamed "
               "frame chunk_records holds the output once (test_hostile_bags: +215 MiB for 192 MiB, "
               "+394 MiB before).",
               "",

@@ -14,7 +14,7 @@ against the bytes it points at:
   schema encoding rosbags knows, channel metadata as key/value strings);
 - each chunk index: its chunk inside the data section, the chunk record there (opcode, length, times,
   uncompressed size, compression, stored size) equal to the index's copy, a compression we read, an
-  uncompressed size within ``salvage.check_chunk_size``'s budget, chunks not overlapping; its message index
+  uncompressed size within ``decompress.check_chunk_size``'s budget, chunks not overlapping; its message index
   records (the ones the count is derived from) where the index says, tiling their range, each of the right
   channel and a whole number of 16-byte entries, and no more messages than the chunk's bytes can hold;
 - statistics: the fixed part and its per-channel counts whole, no count above what the file can hold.
@@ -36,14 +36,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from libredgetpu_ros.bags.salvage import (
-    MCAP_MAGIC,
-    BadRecord,
-    Cursor,
-    ScanReport,
-    check_chunk_size,
-    scan_mcap_data,
-)
+from libredgetpu_ros.bags.decompress import BadRecord, check_chunk_size
+from libredgetpu_ros.bags.salvage import MCAP_MAGIC, Cursor, ScanReport, scan_mcap_data
 from libredgetpu_ros.errors import InputError
 
 _OP_HEADER, _OP_FOOTER, _OP_SCHEMA, _OP_CHANNEL, _OP_CHUNK = 0x01, 0x02, 0x03, 0x04, 0x06
@@ -97,7 +91,7 @@ def check_compressed_mcap(path: Path) -> None:
     ``_MAX_FILE_RATIO`` x its size + 1 MiB, so a small file cannot fill the disk first."""
     import tempfile
 
-    from libredgetpu_ros.bags.salvage import zstd_module
+    from libredgetpu_ros.bags.decompress import zstd_module
 
     zstd = zstd_module()
     budget = _MAX_FILE_RATIO * path.stat().st_size + (1 << 20)

@@ -12,7 +12,7 @@ and ends the whole read, a chunk that fails them (CRC mismatch, cut short, recor
 reported and skipped here: each of its messages on the wanted channels comes out as ``None`` instead of a
 view (never decoded), and the walk goes on with the next chunk.
 With ``compressed=True``, zstd and lz4 chunks (``ros2 bag record`` / rosbags storage compression) are walked
-the same way: decompressed and checked by ``salvage.chunk_records`` (size budget before decompressing,
+the same way: decompressed and checked by ``decompress.chunk_records`` (size budget before decompressing,
 exact size, CRC), the messages then views into the decompressed records; a chunk failing is skipped as above.
 Anything else (per-message compression, unindexed files, sqlite3) is left to rosbags:
 ``message_views`` returns None and the caller uses ``reader.messages``.
@@ -33,7 +33,7 @@ from collections.abc import Collection, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from libredgetpu_ros.bags.salvage import BadRecord, chunk_records
+from libredgetpu_ros.bags.decompress import BadRecord, chunk_records
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")

@@ -113,8 +113,8 @@ def messages(reader: Any, connections: list[Any], max_bytes: int) -> Iterator[tu
     if getattr(reader, "compression_mode", None) != "message":
         yield from guarded_messages(reader.messages(connections=connections), reader.path)
         return
+    from libredgetpu_ros.bags.decompress import BadRecord, decompress
     from libredgetpu_ros.bags.mcap_view import match_connection
-    from libredgetpu_ros.bags.salvage import BadRecord, decompress
 
     for storage in reader.storage.storages:  # DirectoryReader.messages' walk, without its decompression
         connmap = {x.id: conn for x in storage.connections

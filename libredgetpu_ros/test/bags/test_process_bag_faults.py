@@ -252,10 +252,10 @@ def _results(bag: Path) -> dict[int, Any]:
 
 
 def test_chunk_records_checks_lz4_and_zstd_chunks() -> None:
-    """The shared chunk check (``salvage.chunk_records``) on both codecs rosbag2 writes."""
+    """The shared chunk check (``decompress.chunk_records``) on both codecs rosbag2 writes."""
     import lz4.frame
     from backports import zstd
-    from libredgetpu_ros.bags.salvage import BadRecord, check_chunk_size, chunk_records
+    from libredgetpu_ros.bags.decompress import BadRecord, check_chunk_size, chunk_records
 
     records = bytes(range(256)) * 64
     crc = zlib.crc32(records)
