@@ -24,8 +24,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -43,9 +42,18 @@ def _read_only(array: np.ndarray) -> np.ndarray:
     return array
 
 
+_UINT8, _INT8 = np.dtype(np.uint8), np.dtype(np.int8)
+_FLIP_TABLE = bytes(b ^ SIGN_FLIP for b in range(256))
+_SMALL = 4096  # below this many values a byte translation beats a NumPy ufunc call (no array set-up)
+
+
 def int8_to_device(values: np.ndarray) -> np.ndarray:
-    """The device bytes (uint8) of int8 values."""
-    return np.bitwise_xor(np.ascontiguousarray(values, dtype=np.int8).view(np.uint8), np.uint8(SIGN_FLIP))
+    """The device bytes (uint8, flat) of int8 values; read-only for small inputs."""
+    if not (type(values) is np.ndarray and values.dtype is _INT8 and values.flags.c_contiguous):
+        values = np.ascontiguousarray(values, dtype=np.int8)
+    if values.size <= _SMALL:
+        return np.frombuffer(values.tobytes().translate(_FLIP_TABLE), np.uint8)
+    return np.bitwise_xor(values.reshape(-1).view(np.uint8), np.uint8(SIGN_FLIP))
 
 
 def device_to_int8(data: np.ndarray) -> np.ndarray:
@@ -53,15 +61,18 @@ def device_to_int8(data: np.ndarray) -> np.ndarray:
     return np.bitwise_xor(np.asarray(data, dtype=np.uint8), np.uint8(SIGN_FLIP)).view(np.int8)
 
 
-@dataclass(frozen=True, eq=False)
 class BlobPatch:
     """A blob described as ``base`` with ``device_bytes`` (already sign-flipped) at ``offsets``; see
-    :func:`make_patch`. ``build()`` returns the full read-only blob (built once)."""
+    :func:`make_patch`. ``build()`` returns the full read-only blob (built once). Immutable by convention:
+    every array it holds is read-only."""
 
-    base: np.ndarray  # read-only uint8
-    offsets: np.ndarray  # intp, checked inside base
-    device_bytes: np.ndarray  # uint8, same length as offsets
-    _built: list = field(default_factory=list, repr=False)
+    __slots__ = ("_built", "base", "device_bytes", "offsets")
+
+    def __init__(self, base: np.ndarray, offsets: np.ndarray, device_bytes: np.ndarray) -> None:
+        self.base = base  # read-only uint8
+        self.offsets = offsets  # read-only intp, checked inside base
+        self.device_bytes = device_bytes  # read-only uint8, one per offset
+        self._built: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -72,23 +83,33 @@ class BlobPatch:
         return self.base.shape
 
     def build(self) -> np.ndarray:
-        if not self._built:  # two racing readers build the same bytes; either result is right
+        built = self._built
+        if built is None:  # two racing readers build the same bytes; either result is right
             out = self.base.copy()
             out[self.offsets] = self.device_bytes
-            self._built.append(_read_only(out))
-        return self._built[0]
+            built = self._built = _read_only(out)
+        return built
 
 
 def make_patch(base: np.ndarray | BlobPatch, offsets: np.ndarray, values: np.ndarray) -> BlobPatch:
     """A :class:`BlobPatch` writing int8 ``values`` at byte ``offsets`` of ``base`` (checked here, so a bad
-    sidecar fails before any blob exists). A patch of a patch at the same offsets replaces it (no chains)."""
-    offsets = np.asarray(offsets, dtype=np.intp)
-    values = np.asarray(values)
+    sidecar fails before any blob exists). A patch of a patch at the same offsets replaces it (no chains);
+    passing the very offsets array of the previous patch skips re-checking them (a swap of a few values then
+    costs a few microseconds)."""
+    if type(values) is not np.ndarray:
+        values = np.asarray(values)
+    if isinstance(base, BlobPatch) and base.offsets is offsets:  # checked when the first patch was made
+        if (values.dtype is not _INT8 and values.dtype != _INT8) or values.size != offsets.size:
+            raise WeightsError(f"patch needs {offsets.size} int8 value(s), got {values.dtype} x "
+                               f"{values.size}")
+        return BlobPatch(base.base, offsets, _read_only(int8_to_device(values)))
+    if not (isinstance(offsets, np.ndarray) and offsets.dtype == np.intp and not offsets.flags.writeable):
+        offsets = _read_only(np.array(offsets, dtype=np.intp))  # kept as given when already read-only intp
     if values.dtype != np.int8:
         raise WeightsError(f"patch values must be int8, got {values.dtype}")
     if offsets.shape != (values.size,):
         raise WeightsError(f"{values.size} value(s) but {offsets.size} offset(s)")
-    if isinstance(base, BlobPatch) and (base.offsets is offsets or np.array_equal(base.offsets, offsets)):
+    if isinstance(base, BlobPatch) and np.array_equal(base.offsets, offsets):
         offsets, base = base.offsets, base.base
     elif isinstance(base, BlobPatch):
         base = base.build()
@@ -98,16 +119,16 @@ def make_patch(base: np.ndarray | BlobPatch, offsets: np.ndarray, values: np.nda
     return BlobPatch(base, offsets, _read_only(int8_to_device(values.reshape(-1))))
 
 
-@dataclass(frozen=True, eq=False)
-class ParameterSet:
-    """One immutable version of a model's parameters (see the module docstring)."""
+class ParameterSet(NamedTuple):
+    """One immutable version of a model's parameters (see the module docstring). A named tuple: building one
+    is part of every swap, and a frozen dataclass costs twice as much."""
 
     store_id: int
     version: int
     blobs: Mapping[str, np.ndarray | BlobPatch]  # "pc" | "eo" | "sa" -> device bytes (read with blob())
     twin: Mapping[int, np.ndarray]  # twin tensor index -> int8 values in the twin's shape, read-only
     payload: Any = None
-    meta: dict[str, Any] = field(default_factory=dict)  # what the publisher wants reported (e.g. clipping)
+    meta: Mapping[str, Any] | None = None  # what the publisher wants reported (e.g. clipping)
 
     def blob(self, kind: str) -> np.ndarray | None:
         """The full read-only uint8 blob of ``kind`` (None when the model has none)."""
@@ -171,28 +192,48 @@ class ParameterStore:
         """
         with self._lock:
             old = self._current
-            new_blobs = dict(old.blobs)
+            new_blobs = dict(old.blobs) if blobs else old.blobs
             for kind, blob in (blobs or {}).items():
-                blob = blob if isinstance(blob, BlobPatch) else np.asarray(blob)
-                if kind not in old.blobs:
-                    raise WeightsError(f"this model has no {kind!r} parameter blob (it has "
-                                       f"{sorted(old.blobs) or 'none'})")
-                dtype = blob.base.dtype if isinstance(blob, BlobPatch) else blob.dtype
-                if dtype != np.uint8 or blob.shape != old.blobs[kind].shape:
-                    raise WeightsError(f"new {kind!r} blob is {blob.dtype} {blob.shape}; the model's is "
-                                       f"uint8 {old.blobs[kind].shape}")
-                new_blobs[kind] = blob if isinstance(blob, BlobPatch) else _read_only(blob)
-            new_twin = dict(old.twin)
+                new_blobs[kind] = _checked_blob(kind, blob, old.blobs)
+            new_twin = dict(old.twin) if twin else old.twin
             for index, values in (twin or {}).items():
-                values = np.asarray(values)
-                previous = old.twin.get(int(index))
-                if previous is not None and (values.dtype != np.int8 or values.shape != previous.shape):
-                    raise WeightsError(f"new values of twin tensor {index} are {values.dtype} "
-                                       f"{values.shape}; the tensor is int8 {previous.shape}")
-                new_twin[int(index)] = _read_only(values)
+                index = int(index)
+                new_twin[index] = _checked_twin(index, values, old.twin.get(index))
             new = ParameterSet(self._id, old.version + 1, new_blobs, new_twin,
-                               old.payload if payload is _KEEP else payload, dict(meta or {}))
-            for target in [*self._targets, *extra_targets]:
+                               old.payload if payload is _KEEP else payload, meta)
+            for target in self._targets:
+                target.prepare(new)
+            for target in extra_targets:
                 target.prepare(new)
             self._current = new  # the swap: one reference assignment
             return new
+
+
+
+def _checked_blob(kind: str, blob: Any, blobs: Mapping[str, Any]) -> Any:
+    """``blob`` if it may replace ``blobs[kind]`` (same size, uint8), else WeightsError. A patch of the
+    current blob's own base passes on identity alone (the common swap: microseconds count)."""
+    previous = blobs.get(kind)
+    if previous is None:
+        raise WeightsError(f"this model has no {kind!r} parameter blob (it has {sorted(blobs) or 'none'})")
+    if isinstance(blob, BlobPatch):
+        if blob.base is previous or (isinstance(previous, BlobPatch) and blob.base is previous.base):
+            return blob
+        array = blob.base
+    else:
+        array = blob = np.asarray(blob)
+    if array.dtype != _UINT8 or array.shape != previous.shape:
+        raise WeightsError(f"new {kind!r} blob is {array.dtype} {array.shape}; the model's is uint8 "
+                           f"{previous.shape}")
+    return blob if isinstance(blob, BlobPatch) else _read_only(blob)
+
+
+def _checked_twin(index: int, values: Any, previous: np.ndarray | None) -> np.ndarray:
+    """Read-only int8 ``values`` for twin tensor ``index``, shaped like its ``previous`` values."""
+    if type(values) is not np.ndarray:
+        values = np.asarray(values)
+    if previous is not None and ((values.dtype is not _INT8 and values.dtype != _INT8)
+                                 or values.shape != previous.shape):
+        raise WeightsError(f"new values of twin tensor {index} are {values.dtype} {values.shape}; the tensor "
+                           f"is int8 {previous.shape}")
+    return _read_only(values)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -36,12 +36,11 @@ BLOB_NAMES = {"pc_params": "pc", "eo_params": "eo"}
 SELF_RESPONSE_FILL = 0.9  # fraction of the correlation output range the patch's match should reach
 
 
-@dataclass(frozen=True, slots=True)
-class TemplateSwap:
+class TemplateSwap(NamedTuple):
     version: int
-    weights: np.ndarray  # int8 (kh, kw, C) now in the model
+    weights: np.ndarray  # int8 values now in the model, as given ((kh, kw) or (kh, kw, C))
     gain: float  # filter value per (pixel - patch mean); 0 for raw swaps
-    timings_us: dict[str, float]
+    total_us: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +70,8 @@ class PatternTracker:
             raise ModelFormatError(f"{template.twin_path}: filter {self._filter.name!r} has shape {shape}; "
                                    f"expected (1, kh, kw, {self.channels})")
         self.kernel_height, self.kernel_width = shape[1], shape[2]
+        self._filter_shape, self._filter_index = shape, self._filter.index
+        self._patch_shape, self._filter_size = shape[1:], int(np.prod(shape))
         spec = tensor_spec(self._filter)
         self.filter_scale = template.weight_scale(self._filter)
         for key, value in (("kernel_height", shape[1]), ("kernel_width", shape[2]),
@@ -109,7 +110,8 @@ class PatternTracker:
         if len(raw) != count or not ints:
             raise ModelFormatError(f"{where}: field 'conv_weight_offsets' must hold {count} non-negative "
                                    f"integers (one per filter value)")
-        offsets = np.asarray(raw, dtype=np.intp)
+        offsets = np.array(raw, dtype=np.intp)
+        offsets.setflags(write=False)  # one checked array: later patches skip re-checking it
         if np.unique(offsets).size != offsets.size:
             raise ModelFormatError(f"{where}: field 'conv_weight_offsets' repeats offsets")
         name = self.template.sidecar.get("conv_weight_blob", "pc_params")
@@ -157,28 +159,21 @@ class PatternTracker:
     def set_template_raw(self, values: object) -> TemplateSwap:
         """Write int8 filter values (kh, kw, C) as they are."""
         t0 = time.perf_counter()
-        array = np.asarray(values)
-        if array.ndim == 2 and self.channels == 1:
-            array = array[:, :, None]
-        if array.shape != self.patch_shape() or array.dtype != np.int8:
+        array = values if type(values) is np.ndarray else np.asarray(values)
+        shape = array.shape
+        if array.dtype != np.int8 or (shape != self._patch_shape and shape != self._patch_shape[:2]
+                                      if self.channels == 1 else shape != self._patch_shape):
             raise WeightsError(f"raw template is {array.dtype} {array.shape}; expected int8 "
                                f"{self.patch_shape()}")
         return self._publish(array, 0.0, t0)
 
     def _publish(self, values: np.ndarray, gain: float, t0: float) -> TemplateSwap:
-        t1 = time.perf_counter()
-        current = self.runner.parameters
-        blobs = {}
-        if self.blob_kind in current.blobs:
-            base = current.blobs[self.blob_kind]
-            blobs[self.blob_kind] = make_patch(base, self.offsets, values.reshape(-1))
-        t2 = time.perf_counter()
-        twin = {self._filter.index: values.reshape(self._filter.shape)}
-        published = self.runner.publish(blobs=blobs, twin=twin)
-        t3 = time.perf_counter()
-        timings = {"quantize": (t1 - t0) * 1e6, "blob": (t2 - t1) * 1e6, "publish": (t3 - t2) * 1e6,
-                   "total": (t3 - t0) * 1e6}
-        return TemplateSwap(published.version, values, gain, timings)
+        twin = values.reshape(self._filter_shape)  # the twin filter's (1, kh, kw, C)
+        store = self.runner.store
+        base = store.current.blobs.get(self.blob_kind)
+        blobs = None if base is None else {self.blob_kind: make_patch(base, self.offsets, twin)}
+        published = store.publish(blobs=blobs, twin={self._filter_index: twin})
+        return TemplateSwap(published.version, values, gain, (time.perf_counter() - t0) * 1e6)
 
     def weights(self) -> np.ndarray:
         """The active int8 filter (kh, kw, C), from the current parameter set."""

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -32,31 +31,35 @@ COLOR_PRESETS: dict[str, tuple[float, float, float]] = {
     "magenta": (0.5, -0.5, 0.5),
 }
 FILTER_OFFSETS = np.arange(3, dtype=np.intp)  # PARAMETER_CACHING bytes of the R, G, B filter weights
+FILTER_OFFSETS.setflags(write=False)  # one checked array: later patches skip re-checking it
 
 
-@dataclass(frozen=True, slots=True)
-class ColorSwap:
+class ColorSwap(NamedTuple):
     """What one ``set_color`` did (errors are raised, so a report always describes published weights)."""
 
     version: int
     weights: tuple[int, int, int]  # the int8 filter values now in the model
-    color: tuple[float, float, float]  # their real values (int8 * the model's filter scale)
     clipped: int  # channels outside the loaded scale's range, set to the nearest end
-    scale: float
-    timings_us: dict[str, float]
+    scale: float  # the loaded model's filter scale
+    total_us: float
+
+    @property
+    def color(self) -> tuple[float, float, float]:
+        """The real filter weights now in the model (int8 * scale)."""
+        return tuple(v * self.scale for v in self.weights)
 
 
 def quantize_color(rgb: tuple[float, float, float] | list[float],
                    scale: float) -> tuple[tuple[int, ...], int]:
     """(int8 values, clipped count) of R, G, B filter weights on ``scale`` (round half to even, like the
-    converter); NaN/inf or a wrong length is a WeightsError."""
+    converter); NaN/inf or a wrong length is a WeightsError. Plain Python: three values, microseconds."""
     if len(rgb) != 3:
         raise WeightsError(f"a colour is 3 weights (R, G, B), got {len(rgb)}")
     values, clipped = [], 0
-    for name, w in zip("RGB", rgb, strict=True):
+    for w in rgb:
         w = float(w)
         if not math.isfinite(w):
-            raise WeightsError(f"colour weight {name} is {w}")
+            raise WeightsError(f"colour weights must be finite, got {list(rgb)}")
         q = round(w / scale)
         if q < -128 or q > 127:
             clipped += 1
@@ -135,18 +138,13 @@ class SpotTracker:
             raise ConfigError(f"template {self.template.name} tracks brightness (1 channel); set_color "
                               f"needs a colour template")
         values, clipped = quantize_color(rgb, self.filter_scale)
-        int8 = np.array(values, dtype=np.int8)
-        t1 = time.perf_counter()
-        current = self.runner.parameters
-        blobs = {"pc": make_patch(current.blobs["pc"], FILTER_OFFSETS, int8)} if "pc" in current.blobs else {}
-        t2 = time.perf_counter()
-        published = self.runner.publish(blobs=blobs, twin={self._filter.index: int8.reshape(1, 1, 1, 3)},
-                                        meta={"clipped": clipped})
-        t3 = time.perf_counter()
-        timings = {"quantize": (t1 - t0) * 1e6, "blob": (t2 - t1) * 1e6, "publish": (t3 - t2) * 1e6,
-                   "total": (t3 - t0) * 1e6}
-        return ColorSwap(published.version, values, tuple(v * self.filter_scale for v in values), clipped,
-                         self.filter_scale, timings)
+        int8 = np.array(values, dtype=np.int8).reshape(1, 1, 1, 3)  # the twin filter's shape
+        store = self.runner.store
+        pc = store.current.blobs.get("pc")
+        blobs = None if pc is None else {"pc": make_patch(pc, FILTER_OFFSETS, int8)}
+        published = store.publish(blobs=blobs, twin={self._filter.index: int8})
+        return ColorSwap(published.version, values, clipped, self.filter_scale,
+                         (time.perf_counter() - t0) * 1e6)
 
     def describe(self) -> dict[str, Any]:
         info = self.runner.describe()
