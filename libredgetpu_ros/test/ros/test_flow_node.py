@@ -259,3 +259,33 @@ def test_field_of_view_from_camera_info(supervisor: Supervisor) -> None:
     sup.info.publish(bad)
     sup.spin_for(0.5)
     assert float(sup.latest_diagnostics()["fov_deg"]) == pytest.approx(90.0, abs=1e-3)
+
+
+def test_compressed_camera(ros_env) -> None:
+    """input_type compressed: PNG frames (lossless) give the same twists as the raw frames offline."""
+    import cv2
+    from libredgetpu_ros.robotics.compass import VisualCompass
+    from libredgetpu_ros.robotics.flow import OpticalFlow
+    from libredgetpu_ros.ros.flow.node import centre_pixels
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import CompressedImage
+
+    _spawn(ros_env, input_type="compressed", input_topic="image_raw/compressed")
+    sup = Supervisor(ros_env)
+    camera = sup.node.create_publisher(CompressedImage, "image_raw/compressed", qos_profile_sensor_data)
+    assert sup.transition("configure") and sup.transition("activate")
+    frames = _moving(5, 3.0, seed=5)
+    sup.wait_for("the node's image subscription", lambda: camera.get_subscription_count())
+    for k, gray in enumerate(frames):
+        msg = CompressedImage(format="png", data=cv2.imencode(".png", gray)[1].tobytes())
+        msg.header.stamp.sec, msg.header.stamp.nanosec = 50, k * 100_000_000
+        camera.publish(msg)
+        sup.spin_for(0.1)
+    sup.wait_for("4 twists", lambda: len(sup.twists) >= 4)
+    with VisualCompass(OpticalFlow.from_template("gabor_64x64_p4", backend="cpu"), 60.0) as compass:
+        for k, gray in enumerate(frames):
+            result = compass.step(np.repeat(gray[:, :, None], 3, axis=2), 50 + k * 0.1)
+            if k:
+                vx = centre_pixels(result.yaw_deg, result.flow.vx, "pinhole", 60.0, 64) / result.flow.dt
+                live = next(t for t in sup.twists if t.header.stamp.nanosec == k * 100_000_000)
+                assert live.twist.linear.x == pytest.approx(vx, abs=1e-6)
