@@ -71,6 +71,20 @@ def test_a_node_started_with_a_clean_environment_uses_ros_default_discovery(entr
 
 
 @requires_netns
+def test_the_large_frames_profile_keeps_default_discovery(tmp_path) -> None:
+    """The profile shipped for robots that pass large frames (16 MiB shared memory, UDP on every
+    interface): discovery still reaches the veth, unlike the localhost profile below."""
+    from libredgetpu_ros.ros.dds_profile import shm_segment_bytes
+    from libredgetpu_ros.ros.environment import DDS_PROFILE
+
+    profile = DDS_PROFILE.with_name("fastdds_large_frames.xml")
+    assert shm_segment_bytes(profile) == 16 * 1024 * 1024
+    env = {**_clean_env(tmp_path), "FASTDDS_DEFAULT_PROFILES_FILE": str(profile)}
+    result = _probe(env, [str(BIN / "perception_node")])
+    assert result["announced_on"] and result["exit_code"] == 0, result
+
+
+@requires_netns
 def test_control_case_the_sandbox_settings_keep_discovery_off_the_veth(tmp_path) -> None:
     from libredgetpu_ros.ros.environment import localhost_only_environ
 
