@@ -5,7 +5,7 @@ the environment gives (the test gives none: Fast DDS's default transports).
 
     python _camera_publisher.py RELIABILITY WIDTH HEIGHT RATE COUNT MATCH_TIMEOUT_S
 
-Waits up to MATCH_TIMEOUT_S for a matched subscription (then 1 s more, so a subscriber that re-chooses its
+Waits up to MATCH_TIMEOUT_S for a matched subscription (then 2 s more, so a subscriber that re-chooses its
 QoS on a new publisher has done so), publishes COUNT frames stamped 1..COUNT, prints ``published N``.
 """
 
@@ -33,7 +33,7 @@ def main() -> int:
     while pub.get_subscription_count() < 1 and time.monotonic() < end:
         rclpy.spin_once(node, timeout_sec=0.05)
     matched = pub.get_subscription_count()
-    time.sleep(1.0)
+    time.sleep(2.0)
     pixels = np.random.default_rng(7).integers(0, 256, size=height * width * 3, dtype=np.uint8).tobytes()
     msg = Image(height=height, width=width, encoding="rgb8", step=width * 3, data=pixels)
     msg.header.frame_id = "vendor_camera_optical_frame"

@@ -94,7 +94,7 @@ def test_a_reliable_1080p_driver_is_read_at_the_processing_rate(ros_env, fixture
     # Every frame reaches the node (the auto case may miss the first ones, sent while it re-subscribed); the
     # node then works at its own rate, skipping a frame only when a newer one is already queued (reliable
     # repairs arrive in bursts). The best-effort subscription: 8 of 91 received, 0 results.
-    assert int(final["frames_received"]) >= 0.85 * FRAMES, case
+    assert int(final["frames_received"]) >= 0.75 * FRAMES, case
     assert len(case["results"]) >= 0.4 * FRAMES, case
     assert final["frames_lost_transport"] == "0" and final["qos_incompatible"] == "0", case
 
