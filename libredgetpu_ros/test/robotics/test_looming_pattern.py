@@ -252,3 +252,25 @@ def test_sidecar_offsets_disagreeing_with_the_blob_are_refused() -> None:
     next(iter(blobs.values()))[template.sidecar["conv_weight_offsets"][0]] ^= 0x01
     with pytest.raises(ModelFormatError, match="conv_weight_offsets"):
         PatternTracker(template, backend_object=_Recorder(), blobs=blobs)
+
+
+@pytest.mark.parametrize(("search", "kernel", "channels"), [(64, 8, 3), (128, 16, 1)])
+def test_pattern_decode_equals_librEdgetpu_formula(search, kernel, channels, fixture_path) -> None:
+    """Random images and a photo: offsets == LibrEdgeTPU's decode of one raw twin output (|d| <= 1e-6)."""
+    tracker = PatternTracker.from_template(search, kernel, channels, backend="cpu")
+    try:
+        image = _photo(fixture_path, search, channels)
+        tracker.set_template(tracker.cut_patch(image, *_distinctive(image, kernel)))
+        spec, dec = tracker.template.output, tracker.decoder
+        rng = np.random.default_rng(6)
+        frames = [rng.integers(0, 256, (search, search, channels), dtype=np.uint8) for _ in range(5)]
+        for frame in [*frames, image]:
+            outputs, _ = tracker.runner.run([tracker.prepare(frame)])
+            device = outputs[spec.name].reshape(-1).view(np.uint8) ^ 0x80  # what the Edge TPU would return
+            vals = (device ^ 0x80).view(np.int8).astype(np.float32)  # LibrEdgeTPU's INT8 branch
+            offsets = (vals - spec.zero_point) * np.float32(spec.scale)
+            ref = (float(offsets[0]) * dec.temperature, (float(offsets[1]) - dec.y_offset) * dec.temperature)
+            result = tracker.track(frame).result
+            assert (result.x_offset, result.y_offset) == pytest.approx(ref, abs=1e-6)
+    finally:
+        tracker.close()

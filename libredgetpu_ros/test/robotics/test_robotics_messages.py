@@ -1,0 +1,38 @@
+"""The robotics nodes' messages: header copied, markers in the image plane, annotated images drawn."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("rclpy")
+
+
+def test_tracker_and_looming_messages() -> None:
+    from libredgetpu_ros.robotics.looming import LoomingResult
+    from libredgetpu_ros.ros.robotics import messages
+    from std_msgs.msg import Header
+
+    header = Header(frame_id="cam")
+    header.stamp.sec, header.stamp.nanosec = 12, 500_000_000
+    assert messages.stamp_seconds(header) == 12.5
+    offset = messages.offset_msg(header, -0.25, 0.5)
+    assert offset.header.frame_id == "cam" and (offset.point.x, offset.point.y) == (-0.25, 0.5)
+    error = messages.servo_error_msg(header, (0.5, -1.0))
+    assert (error.vector.x, error.vector.y, error.header.stamp.sec) == (0.5, -1.0, 12)
+    markers = messages.tracker_markers(header, 10.0, 20.0, 64, 64, 0.01)
+    assert markers.markers[0].pose.position.x == pytest.approx(0.1) and len(markers.markers[1].points) == 4
+    zones = np.arange(9, dtype=np.float32).reshape(3, 3)
+    result = LoomingResult(zones, 1.7, 0.8, 12.5)
+    msg = messages.looming_msg(header, result, 4)
+    assert list(msg.zones) == list(range(9)) and msg.ttc_valid and msg.ttc == pytest.approx(0.8)
+    assert msg.zones_per_side == 3 and msg.frames_in_history == 4
+    none = messages.looming_msg(header, LoomingResult(zones, 0.9, None, 1.0), 1)
+    assert not none.ttc_valid and none.ttc == 0.0
+    cubes = messages.zone_markers(header, zones, 64, 64, 0.01)
+    assert len(cubes.markers) == 9 and cubes.markers[8].color.r == pytest.approx(1.0)
+    rgb = np.zeros((48, 64, 3), np.uint8)
+    drawn = messages.annotate_tracker(rgb, 0.5, -0.5)
+    assert drawn.any() and not rgb.any()  # drawn on a copy
+    image = messages.image_msg(header, messages.annotate_looming(rgb, zones, 1.7, 0.8))
+    assert (image.width, image.height, image.encoding, image.header.frame_id) == (64, 48, "rgb8", "cam")
