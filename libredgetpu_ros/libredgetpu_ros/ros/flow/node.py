@@ -19,6 +19,9 @@ Outputs, each with the camera frame's header:
 - ``flow_marker`` (``visualization_msgs/Marker``): an arrow 1 m ahead of the camera along the flow
   (camera optical frame: x right, y down), ``marker_scale`` m per pixel/s.
 
+The header is the frame's (stamp and frame_id), but the values are not optical-frame components: image-plane
+pixels/s and the yaw about the robot's vertical axis (docs/robotics.md "Conventions").
+
 The field of view is ``fov_deg`` until a ``sensor_msgs/CameraInfo`` arrives on ``camera_info_topic`` (when
 ``use_camera_info``): then ``2·atan(width / (2·fx))``.
 """
