@@ -433,6 +433,7 @@ class CameraNode(LifecycleNode):
             "input_topic": topic,
             "image_reliability": self.params.image_reliability,
             "subscribed_reliability": self._sub_reliability if self._sub is not None else "",
+            "reliability_choice": self._sub_reason if self._sub is not None else "",
             "publishers": len(publishers),
             "publisher_reliability": ",".join(sorted(set(publishers))),
             "qos_incompatible": self._incompatible.count,
