@@ -133,6 +133,9 @@ class MatMulEngine:
         self.quantization: DenseQuantization = template.quant
         self.backend: str = backend
         self._multipliers = template.quant.multipliers()
+        # The CPU twin's compiled path (numba, float32 sums exact for this shape: twin.exact_float_dtype).
+        self._twin_kernel = fastpath.available() and exact_float_dtype(
+            template.cols, template.quant.input_zero_point) is np.float32
         self._scales = template.quant.weight_scales.astype(np.float32)
         blob = _read_only(build_blob(template.weights, template.overhead))
         # The one re-parameterisation mechanism (reparam/): versions of the blob + this engine's payload.
@@ -256,17 +259,30 @@ class MatMulEngine:
         params = self._store.current  # the one snapshot this call uses
         state = params.payload
         quant = self.quantization
-        xq = quantize_input(batch, quant)
-        if self._runner is not None:
-            yq = self._runner.run(params.blob("pc"), params.version, xq)
-        else:
-            # int8 as is for the compiled kernel, else the float copy BLAS sums exactly.
-            weights = state.weights if fastpath.available() else state.dense_float(quant.input_zero_point)
-            yq = dense_uint8(weights, xq, quant, self._multipliers)
-        y = dequantize(yq, quant.output_scale, quant.output_zero_point)
+        y = None
+        if self._runner is None and self._twin_kernel:  # quantize + Dense + dequantize in one compiled call
+            y = fastpath.twin_matmul(batch, state.weights, quant.input_scale, quant.input_zero_point,
+                                     self._multipliers, quant.output_zero_point, quant.output_scale)
+        if y is None:
+            xq = quantize_input(batch, quant)
+            if self._runner is not None:
+                yq = self._runner.run(params.blob("pc"), params.version, xq)
+            else:
+                # int8 as is for the compiled kernel, else the float copy BLAS sums exactly.
+                weights = state.weights if fastpath.available() else state.dense_float(quant.input_zero_point)
+                yq = dense_uint8(weights, xq, quant, self._multipliers)
+            y = dequantize(yq, quant.output_scale, quant.output_zero_point)
         if state.bias is not None:
             y += state.bias
         return (y[0] if single else y), params.version
+
+    def twin_weights(self) -> np.ndarray | None:
+        """The active int8 weights when this engine runs the compiled CPU twin (``fastpath.twin_kernel``
+        gives the same results as :meth:`matmul` from them), else None. For callers that fuse the twin into
+        their own compiled step (``robotics.reservoir``)."""
+        if self._runner is not None or not self._twin_kernel:
+            return None
+        return self._store.current.payload.weights
 
     def matmul(self, x: object) -> np.ndarray:
         """``W x + b`` for x of shape (cols,), or a batch (k, cols) -> (k, rows)."""

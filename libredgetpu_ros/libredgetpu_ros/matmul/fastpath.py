@@ -83,37 +83,68 @@ def _tiles(values, blob_words, group):  # pragma: no cover - compiled
             out[base + row] = words[row, k] ^ np.uint32(0x80808080)
 
 
-def _dense(weights, xq, zp_in, multipliers, zp_out, out):  # pragma: no cover - compiled
-    """The twin's Dense layer: int8 weights x (uint8 - zp_in), float32 requantization, uint8 out.
+def _dense_rows(weights, centred, multipliers, zp_out, out_row):  # pragma: no cover - compiled
+    """uint8 outputs of every row for one centred input (float32 ``xq - zp_in``).
 
-    Compiled with ``reassoc``/``contract`` so the row sums vectorise: exact all the same, because the caller
-    only uses it when every partial sum is an integer float32 holds (twin.exact_float_dtype).
+    Compiled with ``reassoc``/``contract`` so the row sums vectorise: exact all the same, because it is only
+    used when every partial sum is an integer float32 holds (twin.exact_float_dtype).
     """
-    k, cols = xq.shape
-    rows = weights.shape[0]
-    centred = np.empty(cols, np.float32)
+    cols = centred.shape[0]
     low, high = np.float32(0.0), np.float32(255.0)
+    for r in range(weights.shape[0]):
+        w_row = weights[r]
+        acc = np.float32(0.0)
+        for c in range(cols):
+            acc += np.float32(w_row[c]) * centred[c]
+        v = np.rint(acc * multipliers[r]) + np.float32(zp_out)
+        v = low if v < low else v
+        v = high if v > high else v
+        out_row[r] = np.uint8(v)
+
+
+def _dense(weights, xq, zp_in, multipliers, zp_out, out):  # pragma: no cover - compiled
+    """The twin's Dense layer: int8 weights x (uint8 inputs ``xq`` (k, cols) - zp_in) -> uint8 (k, rows)."""
+    k, cols = xq.shape
+    centred = np.empty(cols, np.float32)
     for i in range(k):
         for c in range(cols):
             centred[c] = np.float32(xq[i, c]) - np.float32(zp_in)
+        _dense_rows(weights, centred, multipliers, zp_out, out[i])
+
+
+def _twin(x, weights, in_scale, zp_in, multipliers, zp_out, out_scale, y):  # pragma: no cover - compiled
+    """Float inputs (k, cols) -> float32 outputs (k, rows): twin.quantize_input, the Dense layer and
+    twin.dequantize in one call, with the same float64 / float32 operations (no fast-math here)."""
+    k, cols = x.shape
+    rows = weights.shape[0]
+    centred = np.empty(cols, np.float32)
+    yq = np.empty(rows, np.uint8)
+    zero, top = 0.0, 255.0
+    for i in range(k):
+        for c in range(cols):
+            v = np.float64(x[i, c]) / in_scale
+            q = np.trunc(v + np.copysign(0.5, v)) + zp_in  # round half away from zero, as TFLite
+            q = zero if q < zero else q
+            q = top if q > top else q
+            centred[c] = np.float32(np.uint8(q)) - np.float32(zp_in)
+        _dense_rows(weights, centred, multipliers, zp_out, yq)
         for r in range(rows):
-            w_row = weights[r]
-            acc = np.float32(0.0)
-            for c in range(cols):
-                acc += np.float32(w_row[c]) * centred[c]
-            v = np.rint(acc * multipliers[r]) + np.float32(zp_out)
-            v = low if v < low else v
-            v = high if v > high else v
-            out[i, r] = np.uint8(v)
+            y[i, r] = (np.float32(yq[r]) - np.float32(zp_out)) * np.float32(out_scale)
 
 
 _compiled = None
 _dense_compiled = None
+_twin_compiled = None
 if njit is not None:
-    _dense_compiled = njit(cache=True, nogil=True, boundscheck=False,
-                           fastmath={"reassoc", "contract"})(_dense)
+    _dense_rows = njit(cache=True, nogil=True, boundscheck=False,
+                       fastmath={"reassoc", "contract"})(_dense_rows)
+    _dense_compiled = njit(cache=True, nogil=True, boundscheck=False)(_dense)
+    _twin_compiled = njit(cache=True, nogil=True, boundscheck=False)(_twin)
     _tiles = njit(cache=True, nogil=True, boundscheck=False)(_tiles)
     _compiled = njit(cache=True, nogil=True, boundscheck=False)(_kernel)
+# The compiled twin (x, weights, in_scale, zp_in, multipliers, zp_out, out_scale, y) for other compiled code
+# to call (robotics.reservoir fuses it into its step); None without numba.
+twin_kernel = _twin_compiled
 
 
 def available() -> bool:
@@ -165,6 +196,20 @@ def dense_uint8(weights: np.ndarray, xq: np.ndarray, input_zero_point: int, mult
     return out
 
 
+def twin_matmul(x: np.ndarray, weights: np.ndarray, input_scale: float, input_zero_point: int,
+                multipliers: np.ndarray, output_zero_point: int, output_scale: float) -> np.ndarray | None:
+    """float32 (k, rows) = dequantize(Dense(quantize_input(x))) for finite float ``x`` (k, cols), or None
+    without numba. Bit-identical to twin.quantize_input + twin.dense_uint8 + twin.dequantize; only for shapes
+    where float32 sums are exact (the caller checks twin.exact_float_dtype)."""
+    if _twin_compiled is None or weights.dtype != np.int8 or not weights.flags.c_contiguous:
+        return None
+    y = np.empty((x.shape[0], weights.shape[0]), dtype=np.float32)
+    _twin_compiled(np.ascontiguousarray(x, dtype=np.float64), weights, float(input_scale),
+                   float(input_zero_point), np.ascontiguousarray(multipliers, dtype=np.float32),
+                   int(output_zero_point), float(output_scale), y)
+    return y
+
+
 def warm_up() -> None:
     """Compile (or load from the on-disk cache) the float32 and float64 variants now, not on a first swap."""
     if _compiled is None:
@@ -173,5 +218,6 @@ def warm_up() -> None:
     scales = np.ones(GROUP_ROWS, dtype=np.float32)
     for dtype in _FAST_DTYPES:
         quantize_to_blob(np.zeros((GROUP_ROWS, TILE_COLS), dtype=dtype), scales, overhead, TILE_COLS)
-    dense_uint8(np.zeros((GROUP_ROWS, TILE_COLS), np.int8), np.zeros((1, TILE_COLS), np.uint8), 128, scales,
-                128)
+    weights = np.zeros((GROUP_ROWS, TILE_COLS), np.int8)
+    dense_uint8(weights, np.zeros((1, TILE_COLS), np.uint8), 128, scales, 128)
+    twin_matmul(np.zeros((1, TILE_COLS)), weights, 1.0, 128, scales, 128, 1.0)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, InputError
-from libredgetpu_ros.matmul import MatMulEngine
+from libredgetpu_ros.matmul import MatMulEngine, fastpath
 from libredgetpu_ros.textdata import load_json
 
 ACTIVATIONS = ("tanh", "relu", "identity")
@@ -90,6 +90,33 @@ class FitReport:
     readout_on_engine: bool
 
 
+def _fused_step(x, u, w_in, bias, gain, leak, act, weights, in_scale, zp_in, multipliers, zp_out,
+                out_scale, y, out):  # pragma: no cover - compiled
+    """One step on the compiled CPU twin: the engine's quantize + Dense + dequantize
+    (``fastpath.twin_kernel``, bit-identical to ``engine.matmul``) then ``(1 - a) x + a act(g y + b + W_in
+    u)``: the NumPy step's arithmetic up to the rounding order of ``b + W_in u`` and libm's vs NumPy's tanh
+    (a few ulp)."""
+    twin_kernel(x.reshape((1, x.shape[0])), weights, in_scale, zp_in, multipliers, zp_out, out_scale, y)
+    for r in range(x.shape[0]):
+        drive = bias[r]
+        for m in range(u.shape[0]):
+            drive += w_in[r, m] * u[m]
+        pre = gain * np.float64(y[0, r]) + drive
+        if act == 0:
+            pre = np.tanh(pre)
+        elif act == 1:
+            pre = pre if pre > 0.0 else 0.0
+        out[r] = (1.0 - leak) * x[r] + leak * pre
+
+
+_fused = None
+if fastpath.twin_kernel is not None:
+    from numba import njit
+
+    twin_kernel = fastpath.twin_kernel
+    _fused = njit(cache=True, nogil=True, boundscheck=False)(_fused_step)
+
+
 def _activation(name: str):
     if name == "tanh":
         return np.tanh
@@ -138,6 +165,8 @@ class ReservoirComputer:
         self.gain = _power_of_two_at_least(float(np.max(np.abs(self._w_res32) / limit[:, None])))
         engine.set_weights(self._w_res32 / np.float32(self.gain))  # exact: gain is a power of two
         self._act = _activation(config.activation)
+        self._multipliers = engine.quantization.multipliers()
+        self._act_code = ACTIVATIONS.index(config.activation)
         self._lock = threading.Lock()
         self._state = np.zeros(n)
         self._readout: Readout | None = None
@@ -181,8 +210,17 @@ class ReservoirComputer:
         return array
 
     def _advance(self, x: np.ndarray, u: np.ndarray) -> np.ndarray:
-        pre = self.gain * self.engine.matmul(x).astype(np.float64) + self.input_weights @ u + self.input_bias
         a = self.config.leak_rate
+        weights = self.engine.twin_weights() if _fused is not None else None
+        if weights is not None:  # CPU twin: the whole step in one compiled call (same arithmetic)
+            quant, out = self.engine.quantization, np.empty(self.size)
+            y = np.empty((1, self.size), dtype=np.float32)  # per call: fit (service thread) may run too
+            _fused(x, u, self.input_weights, self.input_bias, self.gain, a, self._act_code, weights,
+                   quant.input_scale, float(quant.input_zero_point), self._multipliers,
+                   quant.output_zero_point, quant.output_scale, y, out)
+            return out
+        drive = self.input_bias + self.input_weights @ u
+        pre = self.gain * self.engine.matmul(x).astype(np.float64) + drive
         return (1.0 - a) * x + a * self._act(pre)
 
     def step(self, u: object) -> np.ndarray:

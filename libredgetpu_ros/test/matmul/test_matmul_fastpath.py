@@ -131,3 +131,27 @@ def test_float32_twin_is_exact_up_to_the_largest_sums(n, fixture_path):
     assert np.array_equal(dense_uint8(weights, xq, quant), as64)
     acc = (xq.astype(np.int64) - quant.input_zero_point) @ weights.T.astype(np.int64)
     assert np.abs(acc).max() >= n * 127 * 127  # the extremes really were exercised
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_twin_matmul_kernel_is_the_numpy_twin_bit_for_bit(n, fixture_path):
+    from libredgetpu_ros.matmul.twin import dequantize, quantize_input
+
+    template = load_template(fixture_path(f"matmul/dense_{n}_edgetpu.tflite"))
+    quant = template.quant
+    rng = np.random.default_rng(n + 1)
+    weights = rng.integers(-128, 128, (n, n)).astype(np.int8)
+    lo, hi = quant.input_range()
+    # Inputs on exact half steps (rounding ties), beyond the input range (clipping) and random ones.
+    ties = (rng.integers(-120, 120, (3, n)) + 0.5) * quant.input_scale
+    x = np.vstack([rng.uniform(lo, hi, (4, n)), ties, np.full((1, n), 3.0 * hi), np.full((1, n), 3.0 * lo)])
+    reference = dequantize(dense_uint8(weights.astype(np.float64), quantize_input(x, quant), quant),
+                           quant.output_scale, quant.output_zero_point)
+    y = fastpath.twin_matmul(x, weights, quant.input_scale, quant.input_zero_point, quant.multipliers(),
+                             quant.output_zero_point, quant.output_scale)
+    assert y.dtype == np.float32 and np.array_equal(y, reference)
+    assert np.array_equal(fastpath.twin_matmul(x.astype(np.float32), weights, quant.input_scale,
+                                               quant.input_zero_point, quant.multipliers(),
+                                               quant.output_zero_point, quant.output_scale),
+                          dequantize(dense_uint8(weights, quantize_input(x.astype(np.float32), quant), quant),
+                                     quant.output_scale, quant.output_zero_point))

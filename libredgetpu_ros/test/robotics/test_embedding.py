@@ -5,6 +5,7 @@ across templates 256/512/1024, atomic swaps under concurrent queries, bad input.
 from __future__ import annotations
 
 import threading
+import time
 
 import cv2
 import numpy as np
@@ -173,11 +174,12 @@ def test_queries_never_see_a_half_updated_database():
     with MatMulEngine.from_template(256, backend="cpu") as engine:
         db = EmbeddingSimilarity(engine, 1024)
         db.add_many([("gen0", base)] * 8)
-        stop, seen, errors = threading.Event(), set(), []
+        stop, seen, errors, queries = threading.Event(), set(), [], [0]
 
         def reader() -> None:
             while not stop.is_set():
                 matches = db.query(base + rng.normal(size=1024) * 0.01, top_k=10)
+                queries[0] += 1
                 seen.update(m.label for m in matches)
                 # A label whose rows were not (or no longer) in the weights would score ~0.
                 if not matches or any(m.score < 0.9 for m in matches):
@@ -188,6 +190,10 @@ def test_queries_never_see_a_half_updated_database():
         try:
             for gen in range(1, 30):
                 db.add_many([(f"gen{gen}", base)] * 8)
+                before = queries[0]
+                end = time.monotonic() + 10
+                while queries[0] < before + 2 and time.monotonic() < end:  # let queries overlap each swap
+                    time.sleep(0.0005)
                 db.remove(f"gen{gen - 1}")
         finally:
             stop.set()

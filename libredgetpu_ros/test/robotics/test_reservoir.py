@@ -213,3 +213,20 @@ def test_config_is_checked():
         kwargs = {"input_dim": 1, field: value}
         with pytest.raises(ConfigError, match=field):
             ReservoirConfig(**kwargs)
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu", "identity"])
+def test_fused_cpu_step_equals_the_engine_step(engine256, activation):
+    # On the CPU twin a step is one compiled call; it must equal the step through engine.matmul (the path an
+    # Edge TPU takes) up to float64 rounding order and libm's vs NumPy's tanh (a few ulp).
+    rc = ReservoirComputer(engine256, ReservoirConfig(input_dim=2, activation=activation, leak_rate=0.7,
+                                                      seed=9))
+    assert engine256.twin_weights() is not None  # the fused path is really taken
+    u = np.random.default_rng(0).uniform(-1, 1, (60, 2))
+    act = {"tanh": np.tanh, "relu": lambda v: np.maximum(v, 0.0), "identity": lambda v: v}[activation]
+    for t in range(len(u)):
+        x = rc.state
+        stepped = rc.step(u[t])
+        drive = rc.input_bias + rc.input_weights @ u[t]
+        generic = 0.3 * x + 0.7 * act(rc.gain * engine256.matmul(x).astype(np.float64) + drive)
+        assert np.allclose(stepped, generic, rtol=0, atol=1e-14), t
