@@ -180,6 +180,15 @@ def test_rates_come_from_stamps_10hz_and_30hz_agree(supervisor: Supervisor) -> N
     assert abs(rates[10.0] - rates[30.0]) <= 0.15 * SPEED
     # a left turn is positive yaw (REP 103): the scene moved right, so angular.z > 0
     assert np.mean([t.twist.angular.z for t in sup.twists]) > 0
+    # ~/reset_heading: the integrated heading back to 0
+    from std_srvs.srv import Trigger
+
+    reset = sup.node.create_client(Trigger, f"/{NODE}/reset_heading")
+    assert reset.wait_for_service(timeout_sec=WAIT_S)
+    assert float(sup.latest_diagnostics()["heading_deg"]) != 0.0
+    answer = sup.call(reset, Trigger.Request())
+    assert answer.success and answer.message.endswith("-> 0")
+    sup.wait_for("heading 0 in diagnostics", lambda: float(sup.latest_diagnostics()["heading_deg"]) == 0.0)
     # runtime parameters: applied at once when valid, refused with the range otherwise
     assert sup.call(sup.set_params, _set_request("fov_deg", 80.0)).results[0].successful
     assert sup.wait_for("fov 80 in diagnostics", lambda: float(sup.latest_diagnostics()["fov_deg"]) == 80.0)

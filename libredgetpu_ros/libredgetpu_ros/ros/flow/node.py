@@ -17,7 +17,8 @@ Outputs, each with the camera frame's header:
 - ``heading`` (``geometry_msgs/QuaternionStamped``): the integrated heading (rotation about z), every
   processed frame;
 - ``flow_marker`` (``visualization_msgs/Marker``): an arrow 1 m ahead of the camera along the flow
-  (camera optical frame: x right, y down), ``marker_scale`` m per pixel/s.
+  (camera optical frame: x right, y down), ``marker_scale`` m per pixel/s;
+- ``~/reset_heading`` (``std_srvs/Trigger``, while configured): the heading back to 0.
 
 The header is the frame's (stamp and frame_id), but the values are not optical-frame components: image-plane
 pixels/s and the yaw about the robot's vertical axis (docs/robotics.md "Conventions").
@@ -39,6 +40,7 @@ from geometry_msgs.msg import Point, QuaternionStamped, TwistStamped
 from rclpy.qos import QoSProfile, QoSReliabilityPolicy
 from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import Header
+from std_srvs.srv import Trigger
 from visualization_msgs.msg import Marker
 
 from libredgetpu_ros.errors import ConfigError, LibrEdgeTpuError
@@ -83,6 +85,7 @@ class FlowNode(CameraNode):
         self._twist_pub: Any = None
         self._heading_pub: Any = None
         self._marker_pub: Any = None
+        self._reset_srv: Any = None
         self._info_sub: Any = None
         self._fov_source = "parameter"
         # pairs per reason since configure, and since the last diagnostics message (camera thread writes,
@@ -133,9 +136,24 @@ class FlowNode(CameraNode):
         self._twist_pub = self.output(TwistStamped, "flow")
         self._heading_pub = self.output(QuaternionStamped, "heading")
         self._marker_pub = self.output(Marker, "flow_marker")
+        self._reset_srv = self.create_service(Trigger, "~/reset_heading", self._on_reset_heading)
 
     def destroy_outputs(self) -> None:
         self._twist_pub = self._heading_pub = self._marker_pub = None
+        if self._reset_srv is not None:
+            self.destroy_service(self._reset_srv)
+            self._reset_srv = None
+
+    def _on_reset_heading(self, request: Any, response: Any) -> Any:
+        """``~/reset_heading`` (std_srvs/Trigger): the integrated heading back to 0 (e.g. when the robot is
+        known to face its reference direction); the current pair is kept."""
+        with self._lock:
+            if self._compass is None:
+                response.success, response.message = False, "not configured"
+                return response
+            previous, self._compass.heading_deg = self._compass.heading_deg, 0.0
+        response.success, response.message = True, f"heading {previous:.3f} deg -> 0"
+        return response
 
     def on_activate(self, state: Any) -> Any:
         result = super().on_activate(state)
