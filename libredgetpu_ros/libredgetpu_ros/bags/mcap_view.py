@@ -46,18 +46,21 @@ _RECORDS_AT = 9 + 40
 _COMPRESSIONS = ("", "zstd", "lz4")
 
 
-def message_views(reader: Any, connections: Collection[Any],
-                  compressed: bool = False) -> Iterator[tuple[Any, int, memoryview]] | None:
+def message_views(reader: Any, connections: Collection[Any], compressed: bool = False,
+                  per_message: bool = False) -> Iterator[tuple[Any, int, memoryview]] | None:
     """``reader.messages(connections)`` of an opened ``rosbags.rosbag2.Reader`` with memoryviews instead of
     bytes (``None`` for a message of a corrupt chunk, skipped), or None when the bag is not indexed MCAP
-    with uncompressed chunks (or, with ``compressed``, zstd/lz4 chunks): then use ``reader.messages``."""
+    with uncompressed chunks (or, with ``compressed``, zstd/lz4 chunks): then use ``reader.messages``.
+    With ``per_message``, a bag in rosbag2's per-message compression mode is walked too: its views are the
+    compressed payloads (``storage.decompressed`` decompresses them)."""
     from rosbags.rosbag2.reader import DirectoryReader
     from rosbags.rosbag2.storage_mcap import McapReader
 
     storage = reader.storage
     if isinstance(storage, McapReader):
         storages, directory = [storage], False
-    elif isinstance(storage, DirectoryReader) and storage.metadata.compression_mode != "message":
+    elif isinstance(storage, DirectoryReader) and (per_message
+                                                   or storage.metadata.compression_mode != "message"):
         storages, directory = list(storage.storages), True
     else:
         return None

@@ -334,6 +334,10 @@ def data_files(bag: Path) -> list[Path]:
     files = sorted((p for p in bag.iterdir() if p.suffix in (".mcap", ".db3")),
                    key=lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)])
     if not files:
+        packed = [p.name for p in bag.iterdir() if p.name.endswith((".mcap.zstd", ".db3.zstd"))]
+        if packed:
+            raise InputError(f"bag folder {bag} holds file-compressed storage ({', '.join(packed[:3])}): "
+                             f"decompress it first (zstd -d) to repair it")
         raise InputError(f"bag folder {bag} holds no .mcap or .db3 file")
     return files
 

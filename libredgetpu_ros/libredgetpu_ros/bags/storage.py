@@ -108,26 +108,36 @@ class Unreadable:
 def messages(reader: Any, connections: list[Any], max_bytes: int) -> Iterator[tuple[Any, int, Any]]:
     """``reader.messages(connections)`` with what rosbags raises on the bag's bytes as an InputError
     (``guarded_messages``). For a bag in rosbag2's per-message compression mode the messages are
-    decompressed here instead of by rosbags (one-shot ``zstd.decompress``, no limit): at most
-    ``max_bytes`` each, one zstd frame; a message failing that comes out as :class:`Unreadable`."""
+    decompressed here instead of by rosbags (one-shot ``zstd.decompress``, no limit): see
+    :func:`decompressed`."""
     if getattr(reader, "compression_mode", None) != "message":
         yield from guarded_messages(reader.messages(connections=connections), reader.path)
         return
-    from libredgetpu_ros.bags.decompress import BadRecord, decompress
     from libredgetpu_ros.bags.mcap_view import match_connection
 
     for storage in reader.storage.storages:  # DirectoryReader.messages' walk, without its decompression
         connmap = {x.id: conn for x in storage.connections
                    if (conn := match_connection(x, connections)) is not None}
         wanted = [x for x in storage.connections if x.id in connmap]
-        if not wanted:
-            continue
-        for conn, timestamp, data in guarded_messages(storage.messages(wanted), reader.path):
+        if wanted:
+            stored = guarded_messages(storage.messages(wanted), reader.path)
+            yield from decompressed(((connmap[conn.id], timestamp, data) for conn, timestamp, data in stored),
+                                    max_bytes)
+
+
+def decompressed(items: Iterable[tuple[Any, int, Any]], max_bytes: int) -> Iterator[tuple[Any, int, Any]]:
+    """(connection, timestamp, payload) of a per-message compressed bag with each payload decompressed:
+    one zstd frame of at most ``max_bytes``; a payload failing that comes out as :class:`Unreadable`,
+    ``None`` (a message of a skipped chunk, ``mcap_view``) stays ``None``."""
+    from libredgetpu_ros.bags.decompress import BadRecord, decompress
+
+    for conn, timestamp, data in items:
+        if data is not None:
             try:
-                payload: Any = bytes(decompress(data, "zstd", max_bytes, "message"))
+                data = bytes(decompress(data, "zstd", max_bytes, "message"))
             except BadRecord as exc:
-                payload = Unreadable(str(exc))
-            yield connmap[conn.id], timestamp, payload
+                data = Unreadable(str(exc))
+        yield conn, timestamp, data
 
 
 @contextlib.contextmanager

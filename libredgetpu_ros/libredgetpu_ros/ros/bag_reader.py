@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from libredgetpu_ros.bags.mcap_view import message_views
-from libredgetpu_ros.bags.storage import IMAGE_TYPES, Unreadable, open_reader
+from libredgetpu_ros.bags.storage import IMAGE_TYPES, Unreadable, decompressed, open_reader
 from libredgetpu_ros.bags.storage import messages as bag_messages
 from libredgetpu_ros.textdata import clip_repr
 
@@ -109,10 +109,14 @@ def frames(reader: Any, topics: list[str], views: bool = True,
     uncompressed chunks, a damaged chunk skipped also when compressed; unless ``views`` is False);
     ``max_pixels``: see :func:`decode`."""
     connections = [c for c in reader.connections if c.topic in topics]
-    messages = message_views(reader, connections, compressed=True) if views else None
+    pixels = _decoders().default_max_pixels if max_pixels is None else max_pixels
+    max_bytes = _MAX_BYTES_PER_PIXEL * pixels + (1 << 20)  # a per-message compressed payload, decompressed
+    per_message = getattr(reader, "compression_mode", None) == "message"
+    messages = message_views(reader, connections, compressed=True, per_message=True) if views else None
     if messages is None:  # rosbags' own reading, typed errors, bounded per-message decompression
-        pixels = _decoders().default_max_pixels if max_pixels is None else max_pixels
-        messages = bag_messages(reader, connections, _MAX_BYTES_PER_PIXEL * pixels + (1 << 20))
+        messages = bag_messages(reader, connections, max_bytes)
+    elif per_message:
+        messages = decompressed(messages, max_bytes)
     for conn, timestamp, raw in messages:
         if raw is None:  # in an MCAP chunk that failed its checks (bags.mcap_view): never decoded
             yield _failed(timestamp, conn.topic, "corrupt_chunk",

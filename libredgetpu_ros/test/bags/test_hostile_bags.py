@@ -390,3 +390,18 @@ def test_bag_repair_skips_topic_rows_it_cannot_use(tmp_path: Path) -> None:
     assert [cid for cid, _, _ in messages] == [3]
     assert list(channels) == [3] and report.orphans == 2
     assert sum("skipped topic row" in note for note in report.notes) == 2
+
+
+@pytest.mark.ros
+def test_a_damaged_chunk_of_a_per_message_compressed_bag_is_skipped(tmp_path: Path) -> None:
+    """Per-message compressed bags are walked by ``mcap_view`` too (then decompressed per message): a chunk
+    failing its CRC is skipped, its frames counted (before: rosbags' ReaderError ended the read)."""
+    bag = _compressed_bag(tmp_path, "bag", "message")
+    mcap = next(bag.glob("*.mcap"))
+    data = bytearray(mcap.read_bytes())
+    pos = 8
+    while data[pos] != 0x06:  # the first chunk record
+        pos += 9 + struct.unpack_from("<Q", data, pos + 1)[0]
+    data[pos + 9 + 40 + 20] ^= 0xFF  # a byte of its records
+    mcap.write_bytes(bytes(data))
+    assert _read(bag) == ["corrupt_chunk"] * 3

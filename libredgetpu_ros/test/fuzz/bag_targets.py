@@ -7,6 +7,9 @@
   as ``process-bag`` reads it (``bag_reader.FrameReader``: ``mcap_view`` zero-copy or compressed, the
   node's decoders), then the salvage walk ``bag-repair`` uses. Hot ranges: the summary section and the
   first chunk's header.
+- ``compressed_bag``: bag folders in rosbag2's ``message`` and ``file`` compression modes (zstd per message,
+  or the whole file): the seed's metadata.yaml with the case as its data file -> the same reading (rosbags'
+  decompression replaced or preceded by our bounded one) and ``bag-repair``'s reading.
 - ``sqlite_bag``: small sqlite3 camera bags (as written, and with rows of TEXT/INTEGER data and a TEXT
   timestamp) -> the same reading, then ``bag-repair``'s sqlite scan. Hot ranges: the first pages (schema,
   the topics table) and the last (the messages' rows).
@@ -71,6 +74,54 @@ def consume_file(data: bytes, suffix: str) -> int:
         folder.rmdir()
 
 
+_FOLDER_BAGS: dict[int, tuple[str, str]] = {}  # mode byte -> (data file name, metadata.yaml text)
+
+
+def consume_compressed(data: bytes) -> int:
+    """A bag folder in rosbag2's ``message`` (first byte even) or ``file`` (odd) compression mode: the
+    seed's metadata.yaml and, as its data file, the case's bytes after the first."""
+    name, metadata = _FOLDER_BAGS[data[0] % 2] if data else _FOLDER_BAGS[0]
+    folder = _case_dir()
+    try:
+        (folder / "metadata.yaml").write_text(metadata)
+        (folder / name).write_bytes(data[1:])
+        from libredgetpu_ros.bags.salvage import data_files, scan
+        from libredgetpu_ros.ros.bag_reader import FrameReader
+
+        frames = 0
+        try:
+            with FrameReader(folder, [_TOPIC]) as reader:
+                frames = sum(1 for _ in reader)
+        finally:
+            if name.endswith(".mcap"):  # bag-repair's reading (it refuses file-compressed bags)
+                for path in data_files(folder):
+                    for _ in scan(path)[2]:
+                        pass
+        return frames
+    finally:
+        for leftover in folder.iterdir():
+            leftover.unlink()
+        folder.rmdir()
+
+
+def compressed_seeds(tmp: Path) -> list[bytes]:
+    seeds = []
+    for mode_byte, mode in ((0, "message"), (1, "file")):
+        data_file = _frames(tmp, f"{mode}_mode", "mcap", 6, mode=mode)
+        _FOLDER_BAGS[mode_byte] = (data_file.name, (data_file.parent / "metadata.yaml").read_text())
+        data = bytearray(data_file.read_bytes())
+        if mode == "message":  # summary CRC 0, as rosbags writes it: changes there reach the checks
+            data[len(data) - 37 + 25:len(data) - 37 + 29] = bytes(4)
+        seeds.append(bytes([mode_byte]) + bytes(data))
+    return seeds
+
+
+def _compressed_hot(seed: bytes) -> list[tuple[int, int]]:
+    if seed[0] % 2:  # a zstd file: its frame header
+        return [(1, 64)]
+    return [(a + 1, b + 1) for a, b in mcap_hot(seed[1:])]
+
+
 def consume_mcap(data: bytes) -> int:
     return consume_file(data, ".mcap")
 
@@ -79,8 +130,10 @@ def consume_sqlite(data: bytes) -> int:
     return consume_file(data, ".db3")
 
 
-def _frames(tmp: Path, name: str, storage: str, count: int, compressed: bool = False) -> Path:
-    """A camera bag of ``count`` 32x24 frames, in chunks of 3 frames (MCAP)."""
+def _frames(tmp: Path, name: str, storage: str, count: int, compressed: bool = False,
+            mode: str = "") -> Path:
+    """A camera bag of ``count`` 32x24 frames, in chunks of 3 frames (MCAP); ``compressed``: zstd chunks;
+    ``mode``: rosbag2's ``message`` or ``file`` compression instead."""
     from libredgetpu_ros.bags.make import image_cdr
     from libredgetpu_ros.bags.storage import sensor_data_qos
     from libredgetpu_ros.bags.typestore import typestore
@@ -97,8 +150,8 @@ def _frames(tmp: Path, name: str, storage: str, count: int, compressed: bool = F
     plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
     writer = install(Writer(tmp / name, version=9, storage_plugin=plugin))
     writer.STORAGE_PLUGINS = {**writer.STORAGE_PLUGINS, StoragePlugin.MCAP: SmallChunks}
-    if compressed:
-        writer.set_compression(CompressionMode.STORAGE, CompressionFormat.ZSTD)
+    if compressed or mode:
+        writer.set_compression(CompressionMode[mode.upper() or "STORAGE"], CompressionFormat.ZSTD)
     writer.open()
     conn = writer.add_connection(_TOPIC, "sensor_msgs/msg/Image", typestore=typestore(),
                                  offered_qos_profiles=[sensor_data_qos()])
@@ -108,7 +161,7 @@ def _frames(tmp: Path, name: str, storage: str, count: int, compressed: bool = F
         stamp = START_NS + i * 100_000_000
         writer.write(conn, stamp, image_cdr(bgr, stamp, "camera", "rgb8"))
     writer.close()
-    return next((tmp / name).glob("*.mcap" if storage == "mcap" else "*.db3"))
+    return next((tmp / name).glob("*.mcap*" if storage == "mcap" else "*.db3"))
 
 
 def mcap_seeds(tmp: Path) -> list[bytes]:
@@ -146,9 +199,11 @@ def sqlite_hot(data: bytes) -> list[tuple[int, int]]:
 
 
 def targets(tmp: Path) -> dict[str, FuzzTarget]:
-    """The two bag targets, their seeds written under ``tmp``."""
+    """The bag targets, their seeds written under ``tmp``."""
     typed = (InputError,)
     return {
         "mcap_bag": FuzzTarget("mcap_bag", mcap_seeds(tmp), consume_mcap, typed, mcap_hot),
         "sqlite_bag": FuzzTarget("sqlite_bag", sqlite_seeds(tmp), consume_sqlite, typed, sqlite_hot),
+        "compressed_bag": FuzzTarget("compressed_bag", compressed_seeds(tmp), consume_compressed, typed,
+                                     _compressed_hot),
     }

@@ -213,7 +213,7 @@ def main() -> int:
     parser.add_argument("--memory-limit-mb", type=int, default=1024)
     args = parser.parse_args()
     all_targets = targets(fixture)
-    if not args.target or {"mcap_bag", "sqlite_bag"} & set(args.target):
+    if not args.target or {"mcap_bag", "sqlite_bag", "compressed_bag"} & set(args.target):
         import tempfile
 
         from bag_targets import targets as bag_targets  # the bag readers (bag_targets.py)

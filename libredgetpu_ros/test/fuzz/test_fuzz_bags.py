@@ -1,5 +1,6 @@
 """CI fuzzing of the bag readers (``bag_targets.py``): 1,000 seeded mutations each of small MCAP and sqlite3
-camera bags, read as ``process-bag`` and ``bag-repair`` read them; each case limited to 5 s and 1 GiB of
+camera bags and of MCAP bags in rosbag2's per-message and per-file compression modes, read as ``process-bag``
+and ``bag-repair`` read them; each case limited to 5 s and 1 GiB of
 address space; only typed ``InputError``s may escape. The long runs are in docs/reliability.md section 5."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ def bag_targets(tmp_path_factory):
     return targets(tmp_path_factory.mktemp("bag-seeds"))
 
 
-@pytest.mark.parametrize("name", ["mcap_bag", "sqlite_bag"])
+@pytest.mark.parametrize("name", ["mcap_bag", "sqlite_bag", "compressed_bag"])
 def test_bag_reader_fuzz_budget(bag_targets, name):
     report = fuzz(bag_targets[name], CASES, seed=1, time_limit_s=5.0, memory_limit_mb=1024)
     print(report.summary())
