@@ -227,3 +227,29 @@ def test_sequence_error_while_completing_is_counted_and_the_node_recovers(ros_en
     finally:
         node.teardown()
         node.destroy_node()
+
+
+def test_varname_too_long_for_a_topic_fails_configure_with_the_reason(ros_env, tmp_path: Path) -> None:
+    """A 300-character varname is valid for femtorun but not as a ROS topic: configure fails naming it (it
+    used to pass configure and end activate in an exception, the node in ErrorProcessing)."""
+    import libredgetpu_ros.ros.spu.node as node_module
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    long = "b" * 300
+    seq = {"type": "simple_sequence", "comments": {}}
+    spec = {"inputs": {"B": _vec(long, "input")}, "outputs": {"A": _vec("A", "output")},
+            "simple_sequences": {"main": {**seq, "inputs": ["B"], "outputs": ["A"]}}, "complex_sequences": {}}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    (tmp_path / "program.yaml").write_text(yaml.safe_dump({"outputs": {"A": {"terms": [{"input": long}]}}}))
+    node = node_module.SpuNode(context=ros_env.init_rclpy(), parameter_overrides=[
+        Parameter("iospec", value=str(tmp_path / "spec.yaml")),
+        Parameter("program", value=str(tmp_path / "program.yaml"))])
+    logged: list[str] = []
+    try:
+        node.get_logger().error = logged.append  # the reason, as the node logs it
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        assert len(logged) == 1 and "is not a valid ROS topic name" in logged[0] and len(logged[0]) < 500
+    finally:
+        node.teardown()
+        node.destroy_node()

@@ -48,7 +48,7 @@ from libredgetpu_ros.femto.vectors import dequantize, prepare_input
 from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.lifecycle import TeardownOnCleanup
 from libredgetpu_ros.ros.spinning import destroy_entities, run_lifecycle_node_main
-from libredgetpu_ros.ros.spu.io import topic_names, values_of, vector_msg
+from libredgetpu_ros.ros.spu.io import check_topics, topic_names, values_of, vector_msg
 from libredgetpu_ros.ros.spu.params import LATCHED_PREFIX, PARAM_TABLE, SpuConfig
 from libredgetpu_ros.textdata import clip
 
@@ -94,6 +94,7 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
             engine = SequenceEngine(spec, strict=cfg.strict)
             in_topics = topic_names(list(spec.inputs.values()), "in")
             out_topics = topic_names(list(spec.outputs.values()), "out")
+            check_topics(self.resolve_topic_name, in_topics | out_topics)
             runner = open_runner(cfg.runner, spec, **cfg.runner_options())
         except LibrEdgeTpuError as exc:
             self.get_logger().error(f"configure failed: {exc}")
@@ -134,8 +135,9 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
                 f"{spec.origin}: they are never published (femtorun accepts the spec; its recv fails on "
                 "them)")
         self.get_logger().info(
-            f"configured: {spec.origin} on runner {runner.describe()}; streaming {streaming}, latched "
-            f"{list(self._latched)}, outputs {list(self._outputs)}, strict={cfg.strict}")
+            f"configured: {spec.origin} on runner {clip(runner.describe(), 300)}; streaming "
+            f"{clip(streaming)}, latched {clip(list(self._latched))}, outputs {clip(list(self._outputs))}, "
+            f"strict={cfg.strict}")
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
