@@ -274,3 +274,38 @@ def test_pattern_decode_equals_librEdgetpu_formula(search, kernel, channels, fix
             assert (result.x_offset, result.y_offset) == pytest.approx(ref, abs=1e-6)
     finally:
         tracker.close()
+
+
+@pytest.mark.parametrize(("change", "match"), [
+    ("not json {", "not JSON"),
+    ("[1, 2]", "JSON object"),
+    ({"conv_weight_offsets": [-1, *range(1, 64)]}, "non-negative"),
+    ({"conv_weight_offsets": [True, *range(1, 64)]}, "non-negative"),
+    ({"conv_weight_offsets": list(range(63))}, "64 non-negative"),
+    ({"conv_weight_offsets": [0] * 64}, "repeats"),
+    ({"conv_weight_offsets": "0,1,2"}, "expected list"),
+    ({"conv_weight_blob": "sa_params"}, "conv_weight_blob"),
+    ({"temperature": "hot"}, "temperature"),
+    ({"conv_weight_scale": 0.5}, "conv_weight_scale"),
+    ({"kernel_height": 9}, "kernel_height"),
+])
+def test_hostile_pattern_sidecars_are_refused(tmp_path, change, match) -> None:
+    import json
+    import shutil
+
+    src = load_template("pattern_64x64_8x8_1ch")
+    shutil.copy(src.twin_path, tmp_path / src.twin_path.name)
+    sidecar = tmp_path / src.sidecar_path.name
+    sidecar.write_text(change if isinstance(change, str) else json.dumps(dict(src.sidecar, **change)))
+    with pytest.raises(ModelFormatError, match=match):
+        PatternTracker(load_template(tmp_path / src.twin_path.name), backend_object=_Recorder())
+
+
+def test_oversized_sidecar_is_refused_before_reading(tmp_path) -> None:
+    import shutil
+
+    src = load_template("looming_64x64_3x3")
+    shutil.copy(src.twin_path, tmp_path / src.twin_path.name)
+    (tmp_path / src.sidecar_path.name).write_text(" " * (2 << 20))
+    with pytest.raises(ModelFormatError, match="more than"):
+        load_template(tmp_path / src.twin_path.name)
