@@ -184,11 +184,11 @@ def render(blob, reservoir, query, where: str) -> list[str]:
     for r in reservoir:
         lines.append(f"| {r['n']} | {r['ours']:.1f} | {_cell(r['libredgetpu'])} | "
                      f"{ratio(r['libredgetpu'] or 0, r['ours']) if r['libredgetpu'] else 'n/a'} |")
-    lines += ["", "LibrEdgeTPU has no CPU twin: its column runs its step around a float32 BLAS `W @ x` stand-in "
-              "(no int8 model, no quantization), which at N=256 is one ~2 us gemv; ours runs the exact int8 "
-              "arithmetic of the template (one compiled call: input quantization, 65k int8 MACs, "
-              "requantization, tanh, leak; ~4.5 us of it is the MACs). On a device LibrEdgeTPU's step waits for "
-              "a USB round trip (0.28 ms by its own docstring).",
+    lines += ["", 'LibrEdgeTPU has no CPU twin: its column runs its step around a float32 BLAS `W @ x` stand-'
+              'in (no int8 model, no quantization), which at N=256 is one ~2 us gemv; ours runs the exact'
+              ' int8 arithmetic of the template (one compiled call: input quantization, 65k int8 MACs, '
+              "requantization, tanh, leak; ~4.5 us of it is the MACs). On a device LibrEdgeTPU's step "
+              'waits for a USB round trip (0.28 ms by its own docstring).',
               "", "## Embedding query (1024 entries of 1024-d, dense_1024 CPU twin, top-1)", "",
               "| ours query | LibrEdgeTPU query (float32 stand-in) | LibrEdgeTPU / ours | ours add or remove "
               "(full swap) |", "|---|---|---|---|",
