@@ -84,12 +84,13 @@ def read_file(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> bytes:
     if size > max_bytes:
         raise TextDataError(f"{what} {clip(p)}: {size} bytes is larger than the {max_bytes} accepted",
                             kind="limit", origin=str(p))
-    try:
-        data = p.read_bytes()
+    try:  # at most one byte past the budget: a file that grew, or a /proc file that reports size 0
+        with p.open("rb") as f:
+            data = f.read(max_bytes + 1)
     except OSError as exc:
         raise TextDataError(f"{what} {clip(p)}: cannot read: {exc}", kind=type(exc).__name__,
                             origin=str(p)) from None
-    if len(data) > max_bytes:  # grew between stat and read
+    if len(data) > max_bytes:
         raise TextDataError(f"{what} {clip(p)}: larger than the {max_bytes} bytes accepted", kind="limit",
                             origin=str(p))
     return data

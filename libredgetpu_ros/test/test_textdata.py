@@ -157,3 +157,9 @@ def test_clip_and_clip_repr_stay_bounded() -> None:
     assert len(textdata.clip_repr(shared)) <= textdata.CLIP + 40
     assert textdata.clip("x" * 60_000_000, 50).endswith("... (60000000 characters)")
     assert textdata.clip_repr("y" * 10_000).startswith("'yyy")
+
+
+def test_file_larger_than_it_says_is_read_within_budget() -> None:
+    # /proc files report size 0 and can hold more than the budget: the read stops one byte past it.
+    with pytest.raises(TextDataError, match="larger than the 64 bytes accepted"):
+        textdata.read_file("/proc/self/maps", "maps", max_bytes=64)
