@@ -9,7 +9,7 @@ veth: the node must announce itself there, with the veth addresses as its locato
 discovery (SUBNET, every interface), not localhost only.
 
 The control case runs the same probe with the sandbox's localhost-only settings: no announcement reaches
-the veth. Before the fix every node ``main()`` filled those settings in when unset, so a clean environment
+the veth. Also: ``tools/env.sh`` sets no discovery range unless ``--localhost``; the sandbox forces it. Before the fix every node ``main()`` filled those settings in when unset, so a clean environment
 behaved exactly like the control case and the four node cases failed.
 """
 
@@ -92,3 +92,25 @@ def test_control_case_the_sandbox_settings_keep_discovery_off_the_veth(tmp_path)
     env.pop("ROS_DOMAIN_ID", None)  # domain 0: the port the probe listens on
     result = _probe(env, [str(BIN / "control_node")])
     assert result["announced_on"] == [] and result["exit_code"] == 0, result
+
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _discovery_range_after(script: str, tmp_path: Path) -> str:
+    env = _clean_env(tmp_path)
+    run = subprocess.run(["bash", "-c", f"{script}; echo \"${{ROS_AUTOMATIC_DISCOVERY_RANGE:-unset}}\""],
+                         env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    return run.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.skipif(not (REPO / ".venv" / "bin" / "activate").is_file(), reason="no .venv (make setup)")
+def test_env_sh_follows_ros_defaults_unless_asked_to_confine(tmp_path) -> None:
+    """``source tools/env.sh`` is like sourcing setup.bash: no discovery setting; ``--localhost`` fills in
+    the localhost-only ones; the sandbox forces them (what the tests, benches and demo run in)."""
+    assert _discovery_range_after("source tools/env.sh", tmp_path) == "unset"
+    assert _discovery_range_after("source tools/env.sh --localhost", tmp_path) == "LOCALHOST"
+    sandboxed = subprocess.run(["tools/ros_sandbox.sh", "printenv", "ROS_AUTOMATIC_DISCOVERY_RANGE"],
+                               env=_clean_env(tmp_path), cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert sandboxed.stdout.strip() == "LOCALHOST"
