@@ -52,7 +52,8 @@ def _array(value: Any, where: str, shapes: tuple[tuple[int, ...], ...]) -> np.nd
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ConfigError(f"program {where}: {value!r:.80} is not a number or a list of numbers") from None
+        raise ConfigError(f"program {where}: {textdata.clip_repr(value, 80)} is not a number or a list of "
+                          "numbers") from None
     if arr.shape not in shapes:
         raise ConfigError(f"program {where}: shape {arr.shape} is not one of {list(shapes)}")
     if not np.isfinite(arr).all():
@@ -80,7 +81,8 @@ def load_program(source: str | Path | dict, spec: IOSpec) -> dict[str, _Rule]:
             raise ConfigError(f"program {origin}: outputs.{name}: not an output of {spec.origin} "
                               f"(outputs: {sorted(outs)})")
         if not isinstance(body, dict):
-            raise ConfigError(f"program {origin}: outputs.{name}: expected a mapping, got {body!r:.80}")
+            raise ConfigError(f"program {origin}: outputs.{name}: expected a mapping, got "
+                              f"{textdata.clip_repr(body, 80)}")
         out_len = outs[name].length
         terms = []
         raw_terms = body.get("terms", [])
@@ -89,7 +91,8 @@ def load_program(source: str | Path | dict, spec: IOSpec) -> dict[str, _Rule]:
         for i, term in enumerate(raw_terms):
             where = f"outputs.{name}.terms[{i}]"
             if not isinstance(term, dict) or term.get("input") not in ins:
-                raise ConfigError(f"program {origin}: {where}.input: {term!r:.80} does not name an input of "
+                raise ConfigError(f"program {origin}: {where}.input: {textdata.clip_repr(term, 80)} does not "
+                                  "name an input of "
                                   f"{spec.origin} (inputs: {sorted(ins)})")
             in_len = ins[term["input"]].length
             shapes: tuple[tuple[int, ...], ...] = ((), (out_len, in_len))
@@ -99,7 +102,8 @@ def load_program(source: str | Path | dict, spec: IOSpec) -> dict[str, _Rule]:
         bias = _array(body.get("bias", 0.0), f"outputs.{name}.bias", ((), (out_len,)))
         activation = body.get("activation", "none")
         if activation not in ("none", "relu"):
-            raise ConfigError(f"program {origin}: outputs.{name}.activation: {activation!r} (none | relu)")
+            raise ConfigError(f"program {origin}: outputs.{name}.activation: "
+                              f"{textdata.clip_repr(activation, 80)} (none | relu)")
         rules[name] = _Rule(tuple(terms), np.broadcast_to(bias, (out_len,)).copy(), activation == "relu")
     produced = {spec.outputs[n].name for s in spec.sequences for n, _ in s.outputs if n in spec.outputs}
     missing = sorted((set(outs) & produced) - set(rules))  # an output no sequence produces needs no rule
