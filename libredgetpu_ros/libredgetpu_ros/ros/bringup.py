@@ -12,10 +12,11 @@ A bringup file lists nodes::
 
 String values may use ``$(fixture REL)`` (a shared test fixture) and ``$(dir)`` (the folder of the bringup
 file). ``Bringup`` creates the nodes, drives each to active (configure, then activate; a failed transition
-stops the bringup with the node's reason), spins them on a ``MultiThreadedExecutor`` and brings them down in
-reverse order (deactivate, cleanup, shutdown). A node's ``companion_nodes()`` (its hot path: the control
-node's state loop, the perception node's camera) each get their own single-threaded executor thread, as in
-the node's own ``main``. The ROS environment is the caller's: nothing is forced here.
+stops the bringup with the node's reason), spins them on a multi-threaded executor
+(``spinning.MainMultiThreadedExecutor``) and brings them down in reverse order (deactivate, cleanup,
+shutdown). A node's hot path, its ``companion_nodes()`` (the control node's state loop) or
+``companion_groups()`` (the camera nodes' image subscription), gets a single-threaded executor thread of its
+own, as in the node's own ``main``. The ROS environment is the caller's: nothing is forced here.
 """
 
 from __future__ import annotations
