@@ -2,8 +2,11 @@
 
 Each module registers one ``(name, help, add_arguments, run)`` entry in :data:`MODULES` (see
 :func:`register`); the shared options (``--model``, ``--backend``, ``--device``, ``--no-resize``, ``--json``,
-``IMAGE...``) are added for every module, so a new module only declares its own. Output: one result per
-image (``--json``: a JSON object with ``module``, ``template``, ``backend`` and ``results``).
+``IMAGE...`` or ``--bag BAG [--topic T]``) are added for every module, so a new module only declares its
+own. Output: one result per image (``--json``: a JSON object with ``module``, ``template``, ``backend`` and
+``results``). With ``--bag`` the images are the bag's camera frames, decoded as the nodes decode them
+(``ros/bag_reader``), and ``args.stamps`` holds their header stamps: modules that integrate over time use
+those instead of ``--fps``, so the results equal what the node publishes for the bag replayed.
 """
 
 from __future__ import annotations
@@ -55,19 +58,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="refuse images whose size differs from the template's instead of resizing them")
         p.add_argument("--json", action="store_true", help="print JSON instead of text")
         command.add_arguments(p)
-        p.add_argument("images", nargs="+", metavar="IMAGE", help="image files (anything OpenCV reads)")
+        p.add_argument("--bag", help="the frames of this rosbag2 (sqlite3 or mcap) instead of IMAGE files")
+        p.add_argument("--topic", help="the bag's image topic (default: its only image topic)")
+        p.add_argument("images", nargs="*", metavar="IMAGE", help="image files (anything OpenCV reads)")
         p.set_defaults(robotics_command=command)
 
 
 def run(args: argparse.Namespace) -> int:
+    from libredgetpu_ros.errors import InputError
     from libredgetpu_ros.perception.images import load_image
 
     if args.robotics_command.own_inputs:
         return int(args.robotics_command.run(args, []))
-    images = [load_image(path) for path in args.images]  # every file is read before any work starts
+    if args.bag and args.images:
+        raise InputError("give IMAGE files or --bag, not both")
+    if args.bag:
+        images, names, args.stamps, skipped = _bag_frames(args.bag, args.topic)
+    elif args.images:
+        images = [load_image(path) for path in args.images]  # every file is read before any work starts
+        names, args.stamps, skipped = list(args.images), None, {}
+    else:
+        raise InputError("no IMAGE given (or --bag BAG)")
     report = args.robotics_command.run(args, images)
-    for entry, path in zip(report["results"], args.images, strict=True):
-        entry["image"] = path
+    for i, (entry, name) in enumerate(zip(report["results"], names, strict=True)):
+        entry["image"] = name
+        if args.stamps is not None:
+            entry["stamp"] = args.stamps[i]
+    if skipped:
+        report["skipped_frames"] = skipped
     if args.json:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -77,6 +95,44 @@ def run(args: argparse.Namespace) -> int:
             shown = {k: v for k, v in entry.items() if k not in ("image", "raw", "zones")}
             print(f"  {entry['image']}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in shown.items()))
     return 0
+
+
+MAX_BAG_FRAMES = 100_000  # frames are held in memory for one run; a longer bag is refused up front
+
+
+def _bag_frames(bag: str, topic: str | None) -> tuple[list[Any], list[str], list[float], dict[str, int]]:
+    """(RGB frames, names, header stamps in s, skipped frames by cause) of a bag's image topic."""
+    from pathlib import Path
+
+    from libredgetpu_ros.bags.storage import IMAGE_TYPES, open_reader
+    from libredgetpu_ros.errors import InputError
+    from libredgetpu_ros.ros.bag_reader import FrameReader
+
+    reader = open_reader(Path(bag))
+    try:
+        counts = {c.topic: c.msgcount for c in reader.connections if c.msgtype in IMAGE_TYPES}
+    finally:
+        reader.close()
+    if topic is None:
+        if len(counts) != 1:
+            raise InputError(f"bag {bag}: {len(counts)} image topics ({', '.join(sorted(counts)) or 'none'})"
+                             f"; name one with --topic")
+        topic = next(iter(counts))
+    if topic not in counts:
+        raise InputError(f"bag {bag}: no image topic {topic!r} (image topics: {', '.join(sorted(counts))})")
+    if counts[topic] > MAX_BAG_FRAMES:
+        raise InputError(f"bag {bag}: {counts[topic]} frames on {topic}, more than {MAX_BAG_FRAMES} per run")
+    images, names, stamps, skipped = [], [], [], {}
+    with FrameReader(Path(bag), [topic]) as frames:
+        for frame in frames:
+            if frame.cause:
+                skipped[frame.cause] = skipped.get(frame.cause, 0) + 1
+                continue
+            sec, nanosec, _ = frame.stamp
+            images.append(frame.rgb)
+            names.append(f"{topic}@{sec}.{nanosec:09d}")
+            stamps.append(sec + nanosec * 1e-9)  # as the nodes read a header stamp
+    return images, names, stamps, skipped
 
 
 def _fmt(value: Any) -> str:
@@ -137,6 +193,9 @@ def _pattern_run(args: argparse.Namespace, images: list[Any]) -> dict[str, Any]:
 def _looming_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fps", type=float,
                         help="the images are a sequence at this rate: report the time to contact (ttc_s)")
+    parser.add_argument("--ttc-window", type=int, default=5, help="frames the TTC is estimated over (5)")
+    parser.add_argument("--ttc-min-samples", type=int, default=3, help="frames before a TTC is given (3)")
+    parser.add_argument("--contact-tau", type=float, default=2.0, help="tau taken as contact (2)")
 
 
 def _looming_run(args: argparse.Namespace, images: list[Any]) -> dict[str, Any]:
@@ -146,11 +205,9 @@ def _looming_run(args: argparse.Namespace, images: list[Any]) -> dict[str, Any]:
 
     if args.fps is not None and not 0 < args.fps < 1e6:
         raise InputError(f"--fps must be a positive rate, got {args.fps}")
-    with LoomingDetector(load_template(args.model), **_common(args)) as detector:
-        results = []
-        for i, image in enumerate(images):
-            stamp = None if args.fps is None else i / args.fps
-            results.append(detector.detect(image, stamp).to_dict())
+    with LoomingDetector(load_template(args.model), **_common(args), window=args.ttc_window,
+                         min_samples=args.ttc_min_samples, contact_tau=args.contact_tau) as detector:
+        results = [detector.detect(image, _stamp(args, i)).to_dict() for i, image in enumerate(images)]
         return _report(detector, "looming", results)
 
 
@@ -192,6 +249,9 @@ def _open_flow(args: argparse.Namespace) -> Any:
 
 
 def _stamp(args: argparse.Namespace, i: int) -> float | None:
+    """Frame ``i``'s time: its header stamp (``--bag``), else ``i / --fps``, else None."""
+    if getattr(args, "stamps", None) is not None:
+        return args.stamps[i]
     return None if args.fps is None else i / args.fps
 
 

@@ -241,11 +241,15 @@ def test_looming_node_live_equals_offline(ros_env, tmp_path: Path) -> None:
     assert not any(m.ttc_valid for m in static)
 
 
-def test_looming_bag_replayed_equals_offline(ros_env, tmp_path: Path) -> None:
+def test_looming_bag_replayed_equals_offline(ros_env, tmp_path: Path, capsys) -> None:
     """A bag made from the frames, replayed by ``replay`` (its own process) into the node (its own process):
-    every Looming message equals the node's detector run offline on the bag's frames and stamps."""
+    every Looming message equals the node's detector run offline on the bag's frames and stamps, and what
+    ``libredgetpu-ros robotics looming --bag`` prints for the same bag."""
+    import json
+
     import cv2
     from libredgetpu_ros.bags.make import MakeBagOptions, make_bag
+    from libredgetpu_ros.cli.main import main
     from rosbags.highlevel import AnyReader
 
     from libredgetpu_ros_interfaces.msg import Looming
@@ -281,3 +285,16 @@ def test_looming_bag_replayed_equals_offline(ros_env, tmp_path: Path) -> None:
     for key, want in zip(keys, offline, strict=True):
         _same(by_stamp[key], want)
     assert any(m.ttc_valid for m in live)
+    capsys.readouterr()
+    assert main(["robotics", "looming", "--model", "looming_64x64_3x3", "--backend", "cpu", "--ttc-window",
+                 "4", "--bag", str(bag), "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)["results"]
+    assert [entry["stamp"] for entry in cli] == stamps
+    for key, entry in zip(keys, cli, strict=True):
+        msg = by_stamp[key]
+        zones = np.array(entry["zones"], np.float32).ravel()
+        np.testing.assert_array_equal(np.array(msg.zones, np.float32), zones)
+        assert msg.tau == pytest.approx(entry["tau"], rel=1e-6)
+        assert msg.ttc_valid == (entry["ttc_s"] is not None)
+        if msg.ttc_valid:
+            assert msg.ttc == pytest.approx(entry["ttc_s"], rel=1e-5, abs=1e-6)
