@@ -117,7 +117,9 @@ def argument_overrides(context: LaunchContext, params: Any, names: Iterable[str]
 
 RVIZ = LaunchConfiguration("rviz")
 RVIZ_ARGUMENT: ArgumentTable = {
-    "rviz": ("false", "true: also start rviz2 with this launch file's config (share/libredgetpu_ros/rviz/)")}
+    "rviz": ("false", "true: also start rviz2 with this launch file's config (share/libredgetpu_ros/rviz/)"),
+    "rviz_fixed_frame": ("", "rviz2's fixed frame: the camera's frame_id, which the results carry (empty: "
+                             "the config's camera_optical_frame)")}
 
 
 def rviz(launch_name: str, condition: SomeSubstitutionsType = RVIZ) -> OpaqueFunction:
@@ -137,6 +139,8 @@ def rviz(launch_name: str, condition: SomeSubstitutionsType = RVIZ) -> OpaqueFun
         if not os.path.isfile(config):
             return [LogInfo(msg=f"rviz:=true: no rviz config {config}; starting rviz2 without one"),
                     ExecuteProcess(cmd=[executable], output="screen")]
-        return [ExecuteProcess(cmd=[executable, "-d", config], output="screen")]
+        frame = context.launch_configurations.get("rviz_fixed_frame", "")
+        return [ExecuteProcess(cmd=[executable, "-d", config, *(["-f", frame] if frame else [])],
+                               output="screen")]
 
     return OpaqueFunction(function=start)

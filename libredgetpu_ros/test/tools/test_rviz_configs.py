@@ -1,57 +1,85 @@
-"""The shipped rviz2 configs: valid YAML, every display on a topic a node publishes, the right frame."""
+"""The shipped rviz2 configs: valid YAML, every display on a topic its node publishes with a matching type,
+the frame the results carry; and `rviz:=true` starting rviz2 with the config (and `rviz_fixed_frame`)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
-RVIZ_DIR = Path(__file__).resolve().parents[2] / "rviz"
+PKG = Path(__file__).resolve().parents[2]
+RVIZ_DIR = PKG / "rviz"
+NODES = PKG / "libredgetpu_ros" / "ros"
+DISPLAY_OF = {"MarkerArray": "rviz_default_plugins/MarkerArray", "Marker": "rviz_default_plugins/Marker",
+              "Image": "rviz_default_plugins/Image"}
+# Launch files whose node publishes nothing rviz draws (commands, weights, SPU vectors, metrics,
+# classifications): no config, by design (docs/install.md).
+NOT_SPATIAL = {"control", "spu", "trainer", "reservoir", "recognition"}
 
 
 def displays(config: dict) -> list[dict]:
     return config["Visualization Manager"]["Displays"]
 
 
-def topics_of(config: dict) -> dict[str, str]:
-    """display class -> topic name, for displays that subscribe."""
-    return {d["Topic"]["Value"]: d["Class"] for d in displays(config) if "Topic" in d}
-
-
-def test_every_launch_file_with_visual_output_has_a_config() -> None:
-    assert (RVIZ_DIR / "perception.rviz").is_file()
-
-
-@pytest.mark.parametrize("path", sorted(RVIZ_DIR.glob("*.rviz")), ids=lambda p: p.name)
-def test_config_is_well_formed(path: Path) -> None:
-    config = yaml.safe_load(path.read_text())
-    manager = config["Visualization Manager"]
-    assert manager["Global Options"]["Fixed Frame"]
-    for display in displays(config):
-        assert display["Class"].startswith(("rviz_default_plugins/", "rviz_common/"))
-        if "Topic" in display:
-            topic = display["Topic"]
-            assert topic["Value"].startswith("/")
-            # Our result publishers are reliable: a best-effort display would still match, a reliable one too;
-            # keep the profile rviz shows equal to what the node offers.
-            assert topic["Reliability Policy"] == "Reliable"
-
-
-def test_perception_config_matches_the_node_outputs() -> None:
-    from libredgetpu_ros.bags.make import MakeBagOptions
+def node_outputs() -> dict[str, set[str]]:
+    """'/topic' -> message type names, from every camera node's ``self.output(Type, "topic")`` and the
+    perception node's output table."""
     from libredgetpu_ros.ros import conversions
-    from libredgetpu_ros.ros.demo import CAMERA_FRAME
 
-    config = yaml.safe_load((RVIZ_DIR / "perception.rviz").read_text())
     published: dict[str, set[str]] = {}
+    for source in NODES.rglob("*.py"):
+        for mtype, topic in re.findall(r"self\.output\((\w+), \"([\w/]+)\"", source.read_text()):
+            published.setdefault("/" + topic, set()).add(mtype)
     for task in ("pose", "detect", "classify", "segment"):
         for name, mtype in conversions.output_topics(task):
             published.setdefault("/" + name, set()).add(mtype.__name__)
-    expected_class = {"MarkerArray": "rviz_default_plugins/MarkerArray",
-                      "Image": "rviz_default_plugins/Image"}
-    for topic, display_class in topics_of(config).items():
-        assert topic in published, f"{topic} is not a perception output"
-        assert display_class in {expected_class.get(t) for t in published[topic]}
+    return published
+
+
+def test_every_launch_file_with_visual_output_has_a_config() -> None:
+    launches = {p.name.removesuffix(".launch.py") for p in (PKG / "launch").glob("*.launch.py")}
+    configs = {p.stem for p in RVIZ_DIR.glob("*.rviz")}
+    assert configs <= launches, f"configs without a launch file: {configs - launches}"
+    assert launches - NOT_SPATIAL <= configs, f"launch files without an rviz config: {launches - configs}"
+
+
+@pytest.mark.parametrize("path", sorted(RVIZ_DIR.glob("*.rviz")), ids=lambda p: p.name)
+def test_config_matches_its_node(path: Path) -> None:
+    from libredgetpu_ros.bags.make import MakeBagOptions
+    from libredgetpu_ros.ros.demo import CAMERA_FRAME
+
+    config = yaml.safe_load(path.read_text())
     fixed = config["Visualization Manager"]["Global Options"]["Fixed Frame"]
-    assert fixed == CAMERA_FRAME == MakeBagOptions().frame_id  # demo, bags, rviz agree
+    assert fixed == CAMERA_FRAME == MakeBagOptions().frame_id  # demo, bags and rviz agree
+    published = node_outputs()
+    subscribing = [d for d in displays(config) if "Topic" in d]
+    assert subscribing
+    for display in subscribing:
+        topic = display["Topic"]
+        assert topic["Value"] in published, f"{path.name}: {topic['Value']} is published by no node"
+        assert display["Class"] in {DISPLAY_OF.get(t) for t in published[topic["Value"]]}, display["Name"]
+        assert topic["Reliability Policy"] == "Reliable"  # what the nodes offer for results
+
+
+def test_rviz_argument_starts_rviz2_with_the_config_and_frame(tmp_path: Path, monkeypatch) -> None:
+    from launch import LaunchContext
+    from launch.actions import ExecuteProcess, LogInfo
+    from libredgetpu_ros.ros.launching import rviz
+
+    context = LaunchContext()
+    context.launch_configurations.update({"rviz": "true", "rviz_fixed_frame": "front_camera_optical"})
+    monkeypatch.setenv("PATH", str(tmp_path))
+    [message] = rviz("perception").execute(context)
+    assert isinstance(message, LogInfo)  # no rviz2 on PATH: said, the launch goes on
+    fake = tmp_path / "rviz2"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    [process] = rviz("perception").execute(context)
+    assert isinstance(process, ExecuteProcess)
+    cmd = [c[0].text if hasattr(c[0], "text") else str(c) for c in process.cmd]
+    assert cmd[0] == str(fake) and cmd[1] == "-d" and cmd[2].endswith("rviz/perception.rviz")
+    assert cmd[3:] == ["-f", "front_camera_optical"]
+    context.launch_configurations["rviz"] = "false"
+    assert rviz("perception").execute(context) == []
