@@ -309,3 +309,39 @@ def test_oversized_sidecar_is_refused_before_reading(tmp_path) -> None:
     (tmp_path / src.sidecar_path.name).write_text(" " * (2 << 20))
     with pytest.raises(ModelFormatError, match="more than"):
         load_template(tmp_path / src.twin_path.name)
+
+
+def test_looming_on_the_edgetpu_path_with_scripted_device_bytes() -> None:
+    """The real driver over the recording transport double; the scripted accelerator answers each run with
+    known uint8 zone bytes in the output layer's tiled layout: zones = (q - zp) * scale; tau, TTC follow."""
+    from libredgetpu_ros.backends.edgetpu import EdgeTpuBackend
+    from libredgetpu_ros.edgetpu.simulated import SimulatedAccelerator
+    from libredgetpu_ros.edgetpu.transport import RecordingTransport
+    from libredgetpu_ros.formats.layout import tile_output
+
+    template = load_template("looming_64x64_3x3")
+    layer = template.package().execution_only.output_layers[0]
+    answers = [np.array([4, 4, 4, 4, 4 + 2 * i, 4, 4, 4, 4], np.uint8) for i in range(5)]
+
+    class Scripted(SimulatedAccelerator):
+        def __call__(self, call):
+            if call.kind == "bulk_write" and call.length == 8 and call.data is not None and call.data[4] == 1:
+                self.queue_output(tile_output(answers.pop(0).reshape(1, 1, 9), layer).tobytes())
+            return super().__call__(call)
+
+    backend = EdgeTpuBackend(transport=RecordingTransport(Scripted(), bus_path="test-looming-xor",
+                                                          keep_payloads=False))
+    backend.load(template.compiled_path, template.twin_path)
+    detector = LoomingDetector(template, backend_object=backend, window=5)
+    try:
+        spec = template.output
+        results = [detector.detect(np.zeros((64, 64), np.uint8), 10.0 + 0.1 * i) for i in range(5)]
+        for i, result in enumerate(results):
+            want = (np.array([4, 4, 4, 4, 4 + 2 * i, 4, 4, 4, 4], np.float32) - spec.zero_point) \
+                * np.float32(spec.scale)
+            np.testing.assert_array_equal(result.zones.reshape(-1), want)
+            assert result.tau == pytest.approx((4 + 2 * i) / 4)
+        assert [r.ttc_s is None for r in results] == [True, True, False, False, False]
+        assert results[2].ttc_s == pytest.approx(0.0) and results[1].tau == pytest.approx(1.5)
+    finally:
+        detector.close()
