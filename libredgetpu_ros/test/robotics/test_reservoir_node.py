@@ -172,7 +172,7 @@ def test_bag_replayed_equals_offline(ros_env, tmp_path: Path) -> None:
     from libredgetpu_ros.robotics.reservoir import ReservoirComputer, ReservoirConfig
     from libredgetpu_ros.ros.reservoir.states import read_bag_states
 
-    from libredgetpu_ros_interfaces.srv import FilePath
+    from libredgetpu_ros_interfaces.srv import FilePath, FitReadout
 
     series = _series(900)
     store = typestore()
@@ -182,24 +182,24 @@ def test_bag_replayed_equals_offline(ros_env, tmp_path: Path) -> None:
     with new_bag(bag, "mcap") as writer:
         conn = writer.add_connection("/joints", "sensor_msgs/msg/JointState", typestore=store,
                                      offered_qos_profiles=[reliable_qos(1000)])
-        for i, x in enumerate(series[600:]):
+        for i, x in enumerate(series[400:]):
             stamp = 3_000_000_000 + i * 10_000_000
             header = header_t(stamp=time_t(sec=stamp // 10**9, nanosec=stamp % 10**9), frame_id="arm")
             msg = joint_t(header=header, name=list(JOINTS), position=np.array(x), velocity=np.zeros(0),
                           effort=np.zeros(0))
             writer.write(conn, stamp, bytes(store.serialize_cdr(msg, "sensor_msgs/msg/JointState")))
 
-    # The readout both sides use: fitted offline on the first 600 states, saved, loaded by the node.
+    # The readout both sides use: fitted offline on the first 400 states, saved, loaded by the node.
     from libredgetpu_ros.matmul import MatMulEngine
 
     cfg = {"input_dim": 2, "seed": 5, "washout": 50}
     readout = tmp_path / "readout.npz"
     with MatMulEngine.from_template(256, backend="cpu") as engine:
         offline = ReservoirComputer(engine, ReservoirConfig(**cfg))
-        offline.fit(series[:599], series[1:600])
+        offline.fit(series[:399], series[1:400])
         offline.save_readout(readout)
         states, skipped = read_bag_states(bag, "/joints", "joint_state", "position", None, 2)
-        assert skipped == 0 and len(states) == 300
+        assert skipped == 0 and len(states) == 500
         expected = np.array([offline.step_predict(x) for x in states])
 
     _spawn(ros_env, _params(tmp_path, readout=str(readout)))
@@ -207,9 +207,14 @@ def test_bag_replayed_equals_offline(ros_env, tmp_path: Path) -> None:
     assert peer.transition("configure") and peer.transition("activate")
     replay = ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.cli.main", "replay", str(bag), "--rate",
                             "1", "--wait-subscribers", "1", "--wait-timeout", str(WAIT_S)], "replay")
-    got = peer.wait_for("300 predictions", lambda: len(peer.predictions) >= 300 and peer.predictions)
+    got = peer.wait_for("500 predictions", lambda: len(peer.predictions) >= 500 and peer.predictions)
     assert replay.wait(timeout=WAIT_S) == 0
-    live = np.array([p.position for p in got[:300]])
+    live = np.array([p.position for p in got[:500]])
     assert [p.header.stamp.nanosec for p in got[:3]] == [0, 10_000_000, 20_000_000]
     assert np.array_equal(live, expected), np.max(np.abs(live - expected))
     assert peer.service(FilePath, "save_readout", path=str(tmp_path / "again.npz")).success
+    # ~/fit from the bag itself (its 500 states, the node's own input topic) and a bag without that topic.
+    from_bag = peer.service(FitReadout, "fit", bag=str(bag), topic="")
+    assert from_bag.success and from_bag.samples_used == 499 - 50, from_bag.message
+    wrong = peer.service(FitReadout, "fit", bag=str(bag), topic="/elsewhere")
+    assert not wrong.success and "has no topic '/elsewhere'" in wrong.message
