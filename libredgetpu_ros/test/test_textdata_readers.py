@@ -92,3 +92,23 @@ def test_robotics_template_sidecar_deep_json_refused(tmp_path) -> None:
     path.write_text('{"x": ' + "[" * 100_000 + "]" * 100_000 + "}")  # before: RecursionError
     with pytest.raises(ModelFormatError, match=r"sidecar is not JSON.*nested 100001 levels deep"):
         _read_sidecar(path)
+
+
+@pytest.mark.parametrize("qos", ["- " + "[" * 3000 + "]" * 3000, billion_laughs()])
+def test_sqlite_offered_qos_refused_before_rosbags_parses_it(tmp_path, qos: str) -> None:
+    import sqlite3
+
+    import cv2
+    import numpy as np
+    from libredgetpu_ros.bags.make import MakeBagOptions, make_bag
+    from libredgetpu_ros.bags.storage import open_reader
+
+    image = tmp_path / "frame.png"
+    cv2.imwrite(str(image), np.zeros((8, 8, 3), np.uint8))
+    make_bag([image], tmp_path / "bag", MakeBagOptions(loop=2, storage="sqlite3"), progress=False)
+    conn = sqlite3.connect(next((tmp_path / "bag").glob("*.db3")))
+    conn.execute("UPDATE topics SET offered_qos_profiles = ?", (qos,))  # before: RecursionError from rosbags
+    conn.commit()
+    conn.close()
+    with pytest.raises(InputError, match=r"offered_qos_profiles: (nested deeper than 16|aliases expand)"):
+        open_reader(tmp_path / "bag")

@@ -35,6 +35,8 @@ def open_reader(path: str | Path) -> Any:
                 check_mcap(file)
             elif file.name.endswith(".mcap.zstd"):  # rosbag2's file compression: rosbags decompresses it
                 check_compressed_mcap(file)
+            elif file.suffix == ".db3":
+                _check_sqlite_qos(file)
         if (path / "metadata.yaml").is_file():  # rosbags' YAML reader has no depth or alias budget
             from libredgetpu_ros.textdata import load_yaml_file
             load_yaml_file(path / "metadata.yaml", "metadata.yaml", max_depth=32)
@@ -50,6 +52,26 @@ def open_reader(path: str | Path) -> Any:
             hint = " (`libredgetpu-ros bag-repair` recovers what a damaged or unfinished bag still holds)"
         raise InputError(f"cannot read bag {path}: {_describe(exc)}{hint}") from exc
     return reader
+
+
+def _check_sqlite_qos(path: Path) -> None:
+    """Each topic's ``offered_qos_profiles`` YAML within textdata's budgets: rosbags parses it at open with
+    no depth or alias bound (a deeply nested one was a RecursionError)."""
+    import sqlite3
+
+    from libredgetpu_ros.textdata import load_yaml
+
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            rows = conn.execute("SELECT offered_qos_profiles FROM topics").fetchall()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        return  # an older schema or a damaged file: rosbags' own open says which
+    for (text,) in rows:
+        if isinstance(text, str) and text:
+            load_yaml(text, f"{path.name}: offered_qos_profiles", max_bytes=1 << 20, max_depth=16)
 
 
 def _describe(exc: BaseException) -> str:
