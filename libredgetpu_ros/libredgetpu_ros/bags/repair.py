@@ -12,11 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from libredgetpu_ros.bags.decompress import MAX_COMPRESSED_CHUNK_BYTES, BadRecord, decompress
 from libredgetpu_ros.bags.salvage import Channel, ScanReport, data_files, scan
 from libredgetpu_ros.bags.storage import new_bag
 from libredgetpu_ros.bags.typestore import typestore
 from libredgetpu_ros.errors import InputError
 from libredgetpu_ros.textdata import clip
+
+# A zstd frame's magic number: never the start of a CDR payload (its encapsulation header is 00 0x 00 00),
+# so a message starting with it was stored by rosbag2's per-message compression mode
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 @dataclass
@@ -26,7 +31,9 @@ class RepairSummary:
     storage: str
     files: list[ScanReport] = field(default_factory=list)
     skipped_topics: dict[str, str] = field(default_factory=dict)  # topic -> why its messages were dropped
-    dropped: int = 0  # messages of skipped topics
+    dropped: int = 0  # messages of skipped topics, or compressed messages that did not decompress
+    decompressed: int = 0  # messages stored zstd-compressed (rosbag2's per-message mode), written plain
+    bad_payloads: dict[str, str] = field(default_factory=dict)  # topic -> the last decompression failure
 
     @property
     def messages(self) -> int:
@@ -42,11 +49,17 @@ class RepairSummary:
                          f"{state}")
             lines += [f"    {note}" for note in r.notes]
         lines += [f"  topic {t} not copied: {why}" for t, why in sorted(self.skipped_topics.items())]
+        if self.decompressed:
+            lines.append(f"  {self.decompressed} message(s) stored zstd-compressed (per-message mode) "
+                         f"written decompressed")
+        lines += [f"  topic {t}: compressed message(s) dropped: {why}"
+                  for t, why in sorted(self.bad_payloads.items())]
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
         return {"source": str(self.source), "output": str(self.output), "storage": self.storage,
                 "messages": self.messages, "dropped": self.dropped, "skipped_topics": self.skipped_topics,
+                "decompressed": self.decompressed, "bad_payloads": self.bad_payloads,
                 "files": [{"path": str(r.path), "messages": r.messages, "chunks": r.chunks,
                            "corrupt_chunks": r.corrupt_chunks, "orphans": r.orphans, "bad_rows": r.bad_rows,
                            "complete": r.complete,
@@ -114,5 +127,13 @@ def repair_bag(source: str | Path, output: str | Path, storage: str | None = Non
                 if conn is None:
                     summary.dropped += 1
                     continue
+                if bytes(payload[:4]) == _ZSTD_MAGIC:  # rosbag2's per-message compression
+                    try:
+                        payload = decompress(payload, "zstd", MAX_COMPRESSED_CHUNK_BYTES, "message")
+                        summary.decompressed += 1
+                    except BadRecord as exc:
+                        summary.dropped += 1
+                        summary.bad_payloads[channel.topic] = str(exc)
+                        continue
                 writer.write(conn, timestamp, payload)
     return summary

@@ -405,3 +405,15 @@ def test_a_damaged_chunk_of_a_per_message_compressed_bag_is_skipped(tmp_path: Pa
     data[pos + 9 + 40 + 20] ^= 0xFF  # a byte of its records
     mcap.write_bytes(bytes(data))
     assert _read(bag) == ["corrupt_chunk"] * 3
+
+
+@pytest.mark.ros
+def test_bag_repair_writes_per_message_compressed_messages_decompressed(tmp_path: Path) -> None:
+    """bag-repair copied a per-message compressed bag's zstd payloads into a plain bag, where nothing could
+    decode them; now they are decompressed (within budget) and the repaired bag reads like the source."""
+    from libredgetpu_ros.bags.repair import repair_bag
+
+    bag = _compressed_bag(tmp_path, "bag", "message")
+    summary = repair_bag(bag, tmp_path / "fixed")
+    assert summary.messages == 3 and summary.decompressed == 3
+    assert _read(tmp_path / "fixed") == _read(bag) == ["", "", ""]
