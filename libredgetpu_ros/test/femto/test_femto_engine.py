@@ -154,3 +154,44 @@ def test_program_errors_name_key_and_value(add_bc, program, match) -> None:
 def test_open_runner_unknown_and_missing_extras(add_bc) -> None:
     with pytest.raises(ConfigError, match="runner 'tpu' is unknown"):
         open_runner("tpu", add_bc)
+
+
+UNSERVABLE_SPEC = """\
+inputs:
+  B: {type: input, varname: B, length: 2, precision: 16, padded_length: 2}
+outputs:
+  A: {type: output, varname: A, length: 2, precision: 16, padded_length: 2}
+  M: {type: output, varname: M, length: 2, precision: 16, padded_length: 2}
+  P: {type: output, varname: P, length: 2, precision: 16, padded_length: 2}
+  Z: {type: output, varname: Z, length: 2, precision: 16, padded_length: 2}
+simple_sequences:
+  main: {type: simple_sequence, inputs: [B], outputs: [A, M]}
+  chain: {type: simple_sequence, inputs: [M], outputs: [P]}
+complex_sequences: {}
+"""
+
+
+def test_take_ready_serves_what_femtorun_recv_cannot(tmp_path) -> None:
+    """Z has no producer, M feeds ``chain``: femtorun accepts the spec but its recv asserts on every call.
+    take_ready serves A, M and P (femtorun's own edge counts say they are ready) and never Z."""
+    femtorun = pytest.importorskip("femtorun")
+    path = tmp_path / "spec.yaml"
+    path.write_text(UNSERVABLE_SPEC)
+    spec = load_iospec(path)
+    theirs = femtorun.IOSpec(str(path))
+    theirs.sim_reset()
+    ours = SequenceEngine(spec, strict=True)
+    assert ours.unservable == ("Z",)
+    for _ in range(3):
+        theirs.sim_send_inputs(["B"])
+        assert ours.send("B", atomic=True) == ["main", "chain"]
+        ready = {n for n in ("A", "M", "P")
+                 if theirs.G.edges[next(iter(theirs.G.predecessors(n))), n]["count"] == 1}
+        assert ready == {"A", "M", "P"}
+        assert ours.take_ready() == ["A", "M", "P"] and ours.take_ready() == []
+        with pytest.raises(AssertionError):  # femtorun's recv: every call, on M
+            theirs.sim_recv_outputs()
+        with pytest.raises(SpuSequenceError, match="femtorun's recv asserts"):
+            ours.recv()
+        for n in ("A", "M", "P"):  # what recv would have cleared
+            theirs.G.edges[next(iter(theirs.G.predecessors(n))), n]["count"] = 0
