@@ -159,3 +159,17 @@ def test_yaml_syntax_error_is_one_cli_line(tmp_path, capsys) -> None:
     assert main(["iospec", "check", str(spec)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and "not valid YAML" in err
+
+
+@pytest.mark.parametrize("damage", ["", "  bad: [1,\n  - 2\n", "\t"])
+def test_large_iospec_on_the_c_loader_gets_femtorun_verdict(tmp_path, damage: str) -> None:
+    """Over 128 KB the C loader reads the file; valid or not, the verdict and kind are femtorun's."""
+    vec = ("  in{i}:\n    type: input\n    varname: in{i}\n    length: 4\n    precision: 16\n"
+           "    padded_length: 4\n    comments: {{}}\n")
+    text = "inputs:\n" + "".join(vec.format(i=i) for i in range(1500)) + damage + (
+        "outputs:\n  A: {type: output, varname: A, length: 4, precision: 16, padded_length: 4}\n"
+        "simple_sequences:\n  s: {type: simple_sequence, inputs: [in0], outputs: [A]}\n")
+    assert len(text) > 128 * 1024
+    spec = tmp_path / "big.yaml"
+    spec.write_text(text)
+    assert _ours(spec) == _femtorun_verdict(spec)
