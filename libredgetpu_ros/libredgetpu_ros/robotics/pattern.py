@@ -165,7 +165,7 @@ class PatternTracker:
                                       if self.channels == 1 else shape != self._patch_shape):
             raise WeightsError(f"raw template is {array.dtype} {array.shape}; expected int8 "
                                f"{self.patch_shape()}")
-        return self._publish(array, 0.0, t0)
+        return self._publish(array.copy(), 0.0, t0)  # a copy: the caller may reuse its array
 
     def _publish(self, values: np.ndarray, gain: float, t0: float) -> TemplateSwap:
         twin = values.reshape(self._filter_shape)  # the twin filter's (1, kh, kw, C)

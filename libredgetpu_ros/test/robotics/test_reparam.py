@@ -192,3 +192,14 @@ def test_edgetpu_backend_streams_the_versions_eo_blob() -> None:
         assert not any(b"REPARAM-EO-MARKER" in p for p in sim.payloads)
     finally:
         runner.close()
+
+
+def test_a_published_template_does_not_follow_the_callers_array() -> None:
+    from libredgetpu_ros.robotics.pattern import PatternTracker
+    from libredgetpu_ros.robotics.template import load_template
+
+    tracker = PatternTracker(load_template("pattern_64x64_8x8_1ch"), backend="none")
+    values = np.ones((8, 8, 1), np.int8)
+    tracker.set_template_raw(values)
+    values[:] = 5  # the caller reuses its buffer
+    assert (tracker.weights() == 1).all()
