@@ -1,15 +1,19 @@
 """The control node's Dense controller (a MatMulEngine's current int8 weights and scales) as a TpuLang graph.
 
-Core (uint8 in, uint8 out, what the Edge TPU template computes)::
+Core (uint8 in, int8 = uint8 - 128 out, what the Edge TPU template computes)::
 
-    x_q [k, cols] u8 (s_in, zp_in) -> matmul_int(W^T int8 [cols, rows], per-row scales on axis 1, input_zp)
-      -> int32 acc -> requant_fp(M_r = f32(s_in * s_w[r]) / s_out, offset 0, int16, half to even)
-      -> requant_int(mul 1, shift 0, offset zp_out, uint8)
+    x_q [k, cols] u8 (s_in, zp_in) -> matmul_int(W^T int8 [cols, rows], per-tensor scale 1, input_zp)
+      -> int32 acc -> requant_int(m_r, -s_r, offset zp_out - 128, int8, half to even, rq_axis 1, fuse_rq)
 
-The zero point is added after rounding (a second requant) so odd output zero points round exactly like the
-CPU twin (``rint(acc * M) + zp``). With ``float_io`` the graph also quantizes the float input
-(``requant_fp_to_int``), dequantizes the output (``dequant_int_to_fp``) and adds the float bias: the same
-arithmetic as ``MatMulEngine.matmul`` on the CPU twin.
+``m_r / 2**s_r`` is the float32 multiplier ``M_r = f32(s_in * s_w[r]) / s_out`` exactly (its 24-bit
+significand and exponent), and tpu-mlir's MultiplierShift adds the zero point after rounding, like the CPU
+twin's ``rint(acc * M) + zp``. Per-row requantization must be ``requant_int``: tpu-mlir 1.30.2 lowers
+``requant_fp`` only per tensor (``RequantFp.cpp``: "multi & shift size missmatch"), and a ``matmul_int`` with
+an int32 result deploys only when a requant follows it. The twin rounds the float32 product
+``f32(acc) * M_r``; the export rounds the exact product, so the two differ by one step only where the exact
+product lies within float32's rounding error (2**-17 of a step for outputs in the uint8 range) of a tie.
+With ``float_io`` the graph also quantizes the float input (``requant_fp_to_int``), dequantizes the output
+(``dequant_int_to_fp``) and adds the float bias: the arithmetic of ``MatMulEngine.matmul`` on the CPU twin.
 """
 
 from __future__ import annotations
@@ -26,6 +30,25 @@ from libredgetpu_ros.sophgo.ir import Module, TpuLangError
 WEIGHT_NAME = "dense_w"
 INPUT_NAME = "x"
 OUTPUT_NAME = "y"
+INT8_OFFSET = 128  # uint8 q <-> int8 q - 128
+
+
+def multiplier_shift(multipliers: np.ndarray) -> tuple[list[int], list[int]]:
+    """Integer ``(m, s)`` per float32 multiplier with ``m / 2**s`` equal to it exactly (m < 2**24, s >= 0)."""
+    values = np.asarray(multipliers, dtype=np.float32).astype(np.float64)
+    if not np.all(np.isfinite(values)) or np.any(values <= 0) or np.any(values >= 1):
+        raise TpuLangError(f"dense export: requantization multipliers must lie in (0, 1), got "
+                           f"[{values.min()!r}, {values.max()!r}]")
+    significand, exponent = np.frexp(values)  # values = significand * 2**exponent, significand in [0.5, 1)
+    mul = (significand * 2.0**24).astype(np.int64)  # exact: a float32 significand has 24 bits
+    shift = 24 - exponent.astype(np.int64)
+    for _ in range(24):  # drop trailing zero bits: the smallest exact shift
+        even = (mul % 2 == 0) & (shift > 0) & (mul > 0)
+        if not even.any():
+            break
+        mul = np.where(even, mul // 2, mul)
+        shift = np.where(even, shift - 1, shift)
+    return [int(v) for v in mul], [int(v) for v in shift]
 
 
 def dense_graph(weights: np.ndarray, quant: DenseQuantization, bias: np.ndarray | None = None,
@@ -52,17 +75,25 @@ def dense_graph(weights: np.ndarray, quant: DenseQuantization, bias: np.ndarray 
         else:
             x = xq = Tensor([batch, cols], name=INPUT_NAME, dtype="uint8", scale=quant.input_scale,
                             zero_point=quant.input_zero_point)
+        # The per-row weight scales live in the requant's multipliers; the weight keeps a per-tensor type
+        # (scale 1: its raw integers) because tpu-mlir lowers a quantized MatMul only with per-tensor types.
         w = Tensor(name=WEIGHT_NAME, ttype="coeff", data=np.ascontiguousarray(weights.T), dtype="int8",
-                   scale=[float(s) for s in quant.weight_scales], zero_point=0)
+                   scale=1.0, zero_point=0)
         acc = ops.matmul_int(xq, w, input_zp=quant.input_zero_point, out_dtype="int32", out_name="acc")
-        scaled = ops_quant.requant_fp(acc, [float(m) for m in multipliers], 0, "int16", out_name="scaled",
-                                      round_mode="half_to_even")
-        yq = ops_quant.requant_int(scaled, 1, 0, quant.output_zero_point, 2, out_dtype="uint8",
-                                   out_name="y_q" if float_io else OUTPUT_NAME)
-        yq.set_quantization(quant.output_scale, quant.output_zero_point)
+        mul, shift = multiplier_shift(multipliers)
+        # fuse_rq_to_matmul: tpu-mlir 1.30.2 lays the bm1684x per-channel (multiplier, shift, zero point)
+        # table out as [3, rows] for a matmul's last axis; without it a rank-2 input gets a [1, rows] table
+        # type for 3 * rows values and codegen stops ("size does not match for tensor ..._quant").
+        # The fused matmul requant writes int8 only (bm1684x codegen: "Y_dtype == DT_INT8 ..."), so the result
+        # is int8 with zero point zp_out - 128: the same reals and the same saturation as uint8 (q - 128).
+        zp_int8 = quant.output_zero_point - INT8_OFFSET
+        yq = ops_quant.requant_int(acc, mul, [-s for s in shift], zp_int8, 2, out_dtype="int8",
+                                   out_name="y_q" if float_io else OUTPUT_NAME, round_mode="half_to_even",
+                                   rq_axis=1, fuse_rq_to_matmul=True)
+        yq.set_quantization(quant.output_scale, zp_int8)
         out = yq
         if float_io:
-            out = ops_quant.dequant_int_to_fp(yq, quant.output_scale, quant.output_zero_point,
+            out = ops_quant.dequant_int_to_fp(yq, quant.output_scale, zp_int8,
                                               out_name="y_wx" if bias is not None else OUTPUT_NAME)
             if bias is not None:
                 b = Tensor(name="dense_b", ttype="coeff",

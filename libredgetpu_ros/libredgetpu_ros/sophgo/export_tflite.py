@@ -135,10 +135,12 @@ class _Exporter:
         stride = (opts["stride_h"], opts["stride_w"])
         pads = _pads(opts["padding"], (x_t.shape[1], x_t.shape[2]), kernel, stride, (1, 1), where)
         _check_activation(opts.get("fused_activation_function", "NONE"), *_quant(y_t, where), where)
-        # TFLite's uint8 average is (sum + count / 2) / count: half up on the non-negative raw sums.
+        # TFLite's uint8 average is (sum + count / 2) / count: half up on the raw sums, which are never
+        # negative, so half away from zero gives the same numbers. tpu-mlir's bm1684x codegen refuses HalfUp
+        # (atomic_rq_f32mode_gen_cmd asserts f2i_mode != ROUND_HALF_UP) and accepts HalfAwayFromZero.
         self.values[op.outputs[0]] = ops.avgpool2d(self.values[op.inputs[0]], list(kernel), list(stride),
                                                    pads, out_name=self.name("avgpool", op),
-                                                   round_mode="half_up")
+                                                   round_mode="half_away_from_zero")
 
     def reshape(self, op) -> None:
         x = self.values[op.inputs[0]]

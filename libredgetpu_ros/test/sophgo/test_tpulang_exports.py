@@ -3,14 +3,16 @@ MatMulEngine, and the engine's ``tpulang`` backend."""
 
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import pytest
 from libredgetpu_ros.matmul import MatMulEngine
+from libredgetpu_ros.sophgo import kernels
 from libredgetpu_ros.sophgo.emitter import emit_mlir, save_module
 from libredgetpu_ros.sophgo.executor import execute
-from libredgetpu_ros.sophgo.export_dense import dense_graph, engine_int8, export_engine
+from libredgetpu_ros.sophgo.export_dense import dense_graph, engine_int8, export_engine, multiplier_shift
 from libredgetpu_ros.sophgo.export_tflite import LOGITS_NAME, PROBS_NAME, export_classifier
 from libredgetpu_ros.sophgo.ir import TpuLangError
 from libredgetpu_ros.sophgo.parser import load_mlir, parse_mlir
@@ -147,7 +149,50 @@ def test_dense_export_file_names_and_weights(tmp_path: Path) -> None:
     stored = dict(np.load(npz_path))
     assert list(stored) == ["dense_w"]
     np.testing.assert_array_equal(stored["dense_w"], weights.T)
-    assert "!quant.uniform<i8:f32:1, {" in mlir_path.read_text()  # per-row scales on axis 1 of W^T
+    text = mlir_path.read_text()
+    # what tpu-mlir 1.30.2 deploys for bm1684x: a per-tensor weight type, the per-row scales in one fused
+    # per-channel requant_int (requant_fp lowers per tensor only), no requant_fp at all
+    assert "tensor<256x256x!quant.uniform<i8:f32, 1.000000e+00>>" in text
+    assert "top.RequantFp" not in text
+    requant = next(node for node in module.ops if node.kind == "top.RequantInt")
+    assert requant.attrs["fuse_rq"] is True and requant.attrs["round_mode"] == "HalfToEven"
+    pairs = zip(requant.attrs["multiplier"], requant.attrs["rshift"], strict=True)
+    exact = [Fraction(int(m), 2**int(s)) for m, s in pairs]
+    assert exact == [Fraction(float(m)) for m in engine.quantization.multipliers()]
+
+
+@pytest.mark.parametrize("size", [256, 512, 1024])
+def test_multiplier_shift_is_the_float32_multiplier_exactly(size: int) -> None:
+    multipliers = MatMulEngine.from_template(size, backend="cpu").quantization.multipliers()
+    rng = np.random.default_rng(size)
+    extra = rng.uniform(1e-7, 0.999, 2000).astype(np.float32)
+    for values in (multipliers, extra, np.array([0.5, 2.0**-40, np.nextafter(np.float32(1), 0)], np.float32)):
+        mul, shift = multiplier_shift(values)
+        assert all(0 < m < 2**24 and s >= 0 for m, s in zip(mul, shift, strict=True))
+        expected = [Fraction(float(v)) for v in values]
+        assert [Fraction(m, 2**s) for m, s in zip(mul, shift, strict=True)] == expected
+        assert all(m % 2 == 1 or s == 0 for m, s in zip(mul, shift, strict=True))  # the smallest exact shift
+    for bad in ([0.0], [1.0], [np.nan], [-0.25]):
+        with pytest.raises(TpuLangError, match="multipliers"):
+            multiplier_shift(np.array(bad, np.float32))
+
+
+def test_dense_requant_differs_from_the_twin_only_at_float32_ties() -> None:
+    """The export rounds acc * M exactly; the twin rounds the float32 product first. Where they differ the
+    exact product lies within float32's rounding of a tie (half a float32 step of |acc * M|)."""
+    quant = MatMulEngine.from_template(512, backend="cpu").quantization
+    multipliers = quant.multipliers()
+    mul, shift = multiplier_shift(multipliers)
+    rng = np.random.default_rng(7)
+    acc = rng.integers(-2**23, 2**23, size=(400, quant.rows)).astype(np.int64)
+    twin = np.rint(acc.astype(np.float32) * multipliers).astype(np.int64)
+    m, s = np.array(mul, np.int64), np.array(shift, np.int64)
+    exact = kernels.round_div(acc * m, np.left_shift(np.int64(1), s), "HalfToEven")
+    differ = twin != exact
+    assert np.all(np.abs(twin - exact) <= 1)
+    product = acc[differ].astype(np.float64) * multipliers.astype(np.float64)[np.nonzero(differ)[1]]
+    distance_to_tie = np.abs(np.abs(product - np.floor(product)) - 0.5)
+    assert np.all(distance_to_tie <= np.spacing(np.abs(product).astype(np.float32)))
 
 
 def test_tpulang_backend_equals_cpu_backend_across_swaps() -> None:
@@ -192,3 +237,22 @@ def test_dense_graph_refuses_bad_weights() -> None:
         dense_graph(np.zeros((256, 256), np.float32), engine.quantization)
     with pytest.raises(TpuLangError, match="bias has shape"):
         dense_graph(np.zeros((256, 256), np.int8), engine.quantization, bias=np.zeros(3))
+
+
+def test_avgpool_half_away_from_zero_equals_tflite_half_up_for_every_uint8_window_sum() -> None:
+    """The export's AvgPool rounds half away from zero (bm1684x codegen refuses HalfUp). For uint8 inputs the
+    window sums are never negative, where both modes agree; checked for every sum of every window size up to
+    16x16 against TFLite's integer average ``(sum + count / 2) / count``."""
+    for count in range(1, 257):
+        sums = np.arange(0, 255 * count + 1, dtype=np.int64)
+        tflite = (sums + count // 2) // count
+        away = kernels.round_div(sums, count, "HalfAwayFromZero")
+        np.testing.assert_array_equal(away, kernels.round_div(sums, count, "HalfUp"))
+        np.testing.assert_array_equal(away, tflite)
+
+
+def test_mobilenet_export_emits_only_what_bm1684x_deploys(mobilenet) -> None:
+    module, _ = mobilenet
+    pools = [node for node in module.ops if node.kind == "top.AvgPool"]
+    assert pools and all(node.attrs["round_mode"] == "HalfAwayFromZero" for node in pools)
+    assert not [node.name for node in module.ops if node.attrs.get("round_mode") == "HalfUp"]
