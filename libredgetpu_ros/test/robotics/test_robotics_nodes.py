@@ -136,7 +136,10 @@ def test_spot_tracker_node_offsets_colour_swap_and_bad_input(ros_env, tmp_path: 
 
     _spawn(ros_env, "tracker_node", _params(tmp_path, "spot", module="spot", template="color_red_64x64",
                                             gain=2.0), "tracker")
-    sup = Supervisor(ros_env, "tracker", {"offset": PointStamped, "servo_error": Vector3Stamped})
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    sup = Supervisor(ros_env, "tracker", {"offset": PointStamped, "servo_error": Vector3Stamped,
+                                          "/diagnostics": DiagnosticArray})
     assert sup.transition("configure") and sup.transition("activate") and sup.state() == "active"
 
     red, green = (255, 0, 0), (0, 255, 0)
@@ -151,6 +154,16 @@ def test_spot_tracker_node_offsets_colour_swap_and_bad_input(ros_env, tmp_path: 
     both = sup.frame(_spots((24, 63, red), (104, 63, green), size=128))
     assert sup.result_for("offset", both).point.x > 0.4
 
+    def diagnostics() -> dict[str, str] | None:  # the node's latest status, once it reports the new colour
+        for msg in reversed(sup.received["/diagnostics"]):
+            for status in msg.status:
+                values = {kv.key: kv.value for kv in status.values}
+                if status.name.endswith(": tracker") and values.get("parameters_version") == "1":
+                    return values
+        return None
+
+    status = sup.wait_for("diagnostics with parameters_version 1", diagnostics)
+    assert status["module"] == "spot" and status["direction"] == "right" and "track_ms" in " ".join(status)
     refused = sup.service(SetColor, "set_color", r=float("nan"), g=0.0, b=0.0)
     assert not refused.success and "nan" in refused.message and refused.version == 1
     wrong = sup.service(SetTemplateRegion, "set_template_region", x=0, y=0, width=8, height=8)
