@@ -124,12 +124,13 @@ def read_series(path: Path) -> Any:
         if path.stat().st_size > MAX_SERIES_BYTES:
             raise InputError(f"{path}: {path.stat().st_size} bytes is over the {MAX_SERIES_BYTES} limit")
         if path.suffix == ".npz":
-            with np.load(path, allow_pickle=False) as data:
-                names = list(data.files)
-                key = "series" if "series" in names else (names[0] if len(names) == 1 else None)
-                if key is None:
-                    raise InputError(f"{path}: holds {names}; name the array 'series'")
-                series = np.asarray(data[key], dtype=np.float64)
+            from libredgetpu_ros.npyfile import read_npz
+
+            arrays = read_npz(path, "time series", max_bytes=MAX_SERIES_BYTES)
+            key = "series" if "series" in arrays else (next(iter(arrays)) if len(arrays) == 1 else None)
+            if key is None:
+                raise InputError(f"{path}: holds {sorted(arrays)}; name the array 'series'")
+            series = np.asarray(arrays[key], dtype=np.float64)
         else:
             text = path.read_text(encoding="utf-8")
             lines = [line for line in text.splitlines() if line.strip()]

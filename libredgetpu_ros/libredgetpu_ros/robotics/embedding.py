@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import math
 import threading
-import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,8 @@ import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, InputError
 from libredgetpu_ros.matmul import MatMulEngine
+from libredgetpu_ros.npyfile import read_npz
+from libredgetpu_ros.textdata import load_json
 
 DATABASE_FORMAT = "libredgetpu_ros.embedding_db.v1"
 MAX_DATABASE_BYTES = 512 << 20
@@ -297,14 +298,14 @@ class EmbeddingSimilarity:
 
 def read_database(path: Path) -> tuple[list[str], np.ndarray]:
     """(labels, float32 (n, D) vectors) of a database file; InputError naming the problem."""
+    # npyfile: every array's size checked against the file before NumPy allocates it; no pickles.
+    arrays = read_npz(path, "embedding database file", names=("embeddings", "meta"),
+                      max_bytes=MAX_DATABASE_BYTES)
     try:
-        if path.stat().st_size > MAX_DATABASE_BYTES:
-            raise InputError(f"{path}: {path.stat().st_size} bytes is over the {MAX_DATABASE_BYTES} limit")
-        with np.load(path, allow_pickle=False) as data:
-            vectors = np.asarray(data["embeddings"])
-            meta: Any = json.loads(str(data["meta"]))
-    except (OSError, KeyError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as exc:
-        raise InputError(f"{path}: not an embedding database file: {exc}") from exc
+        vectors = np.asarray(arrays["embeddings"])
+        meta: Any = load_json(str(arrays["meta"]), f"{path} meta", max_depth=32)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise InputError(f"{path}: not an embedding database file (no or bad {exc})") from exc
     if not isinstance(meta, dict) or meta.get("format") != DATABASE_FORMAT:
         raise InputError(f"{path}: format is {meta.get('format') if isinstance(meta, dict) else meta!r}, "
                          f"expected {DATABASE_FORMAT}")

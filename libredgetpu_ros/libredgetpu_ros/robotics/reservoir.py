@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import threading
-import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, InputError
 from libredgetpu_ros.matmul import MatMulEngine, fastpath
+from libredgetpu_ros.npyfile import read_npz
 from libredgetpu_ros.textdata import load_json
 
 ACTIVATIONS = ("tanh", "relu", "identity")
@@ -373,14 +373,14 @@ class ReservoirComputer:
     def load_readout(self, path: str | Path) -> Readout:
         """Load a readout saved by :meth:`save_readout` for the same reservoir; InputError, old one kept."""
         path = Path(path)
+        # npyfile: every array's size checked against the file before NumPy allocates it; no pickles.
+        arrays = read_npz(path, "reservoir readout file", names=("weights", "meta"),
+                          max_bytes=MAX_READOUT_BYTES)
         try:
-            if path.stat().st_size > MAX_READOUT_BYTES:
-                raise InputError(f"{path}: {path.stat().st_size} bytes is over the {MAX_READOUT_BYTES} limit")
-            with np.load(path, allow_pickle=False) as data:
-                weights = np.array(data["weights"], dtype=np.float64)
-                meta = load_json(str(data["meta"]), f"{path} meta", max_depth=32)  # textdata: depth bounded
-        except (OSError, KeyError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as exc:
-            raise InputError(f"{path}: not a reservoir readout file: {exc}") from exc
+            weights = np.array(arrays["weights"], dtype=np.float64)
+            meta = load_json(str(arrays["meta"]), f"{path} meta", max_depth=32)  # textdata: depth bounded
+        except (KeyError, ValueError, TypeError) as exc:
+            raise InputError(f"{path}: not a reservoir readout file (no or bad {exc})") from exc
         if not isinstance(meta, dict) or meta.get("format") != READOUT_FORMAT:
             raise InputError(f"{path}: format is {meta.get('format') if isinstance(meta, dict) else meta!r}, "
                              f"expected {READOUT_FORMAT}")

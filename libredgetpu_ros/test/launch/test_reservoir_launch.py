@@ -58,7 +58,7 @@ def _case() -> LaunchCase:
         params=params,
         expect_params={"seed": SEED, "state_size": SIZE, "washout": 50},
         broken={"readout": "/nonexistent/readout.npz"},
-        failure_log="configure failed: /nonexistent/readout.npz: not a reservoir readout file",
+        failure_log="configure failed: reservoir readout file /nonexistent/readout.npz does not exist",
         result=(JointState, "/lt/reservoir/prediction"),
         stimulus=_joints,
     )

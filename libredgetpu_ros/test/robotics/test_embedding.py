@@ -163,8 +163,20 @@ def test_load_refuses_other_dimension_or_too_many_entries_and_keeps_the_old(tmp_
         with pytest.raises(InputError, match="holds 512-d embeddings, this database 1024-d"):
             target.load(tmp_path / "narrow.npz")
         (tmp_path / "junk.npz").write_bytes(b"PK\x03\x04 truncated")
-        with pytest.raises(InputError, match="not an embedding database file"):
+        with pytest.raises(InputError, match=r"embedding database file .* not a readable \.npz"):
             target.load(tmp_path / "junk.npz")
+        # A header declaring a 40 GB array in a few bytes is refused before anything is allocated.
+        import io
+        import zipfile
+
+        header = io.BytesIO()
+        np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False,
+                                                      "shape": (100_000, 100_000)})
+        with zipfile.ZipFile(tmp_path / "huge.npz", "w") as archive:
+            archive.writestr("embeddings.npy", header.getvalue() + b"\0" * 16)
+            archive.writestr("meta.npy", header.getvalue())
+        with pytest.raises(InputError, match="header declares"):
+            target.load(tmp_path / "huge.npz")
         assert target.labels == ["keep"]
 
 

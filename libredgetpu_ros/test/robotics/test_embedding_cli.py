@@ -37,7 +37,7 @@ def test_bad_input_is_one_error_line(fixture_path, tmp_path, capsys):
         (["--enroll", f"cat={not_an_image}", "--query", cat], "cannot be decoded"),
         (["--enroll", "cat", "--query", cat], "NAME=IMAGE"),
         (["--query", cat], "nothing to compare with"),
-        (["--database", str(not_an_image), "--query", cat], "not an embedding database file"),
+        (["--database", str(not_an_image), "--query", cat], "embedding database file"),
     ]
     for extra, message in cases:
         assert main(["robotics", "embed", "--backend", "cpu", *extra]) == 2

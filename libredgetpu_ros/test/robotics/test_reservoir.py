@@ -198,7 +198,7 @@ def test_readout_save_load_round_trip_and_mismatch(engine256, tmp_path):
     assert other.readout is None
     garbage = tmp_path / "garbage.npz"
     garbage.write_bytes(b"not a zip")
-    with pytest.raises(InputError, match="not a reservoir readout file"):
+    with pytest.raises(InputError, match=r"reservoir readout file .* not a readable \.npz"):
         twin.load_readout(garbage)
     meta = '{"format": "libredgetpu_ros.reservoir_readout.v1", "size": 256, "input_dim": 1, "seed": 1}'
     np.savez(garbage, weights=np.zeros((1, 3)), meta=np.array(meta))
