@@ -22,12 +22,10 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode
 from libredgetpu_ros.ros.control.params import PARAM_TABLE
 from libredgetpu_ros.ros.launching import (
-    RVIZ_ARGUMENT,
     argument_overrides,
     autostarted,
     installed_config,
     launch_arguments,
-    rviz,
 )
 
 OVERRIDES = ("template", "backend", "require_accelerator", "state_size", "command_size", "initial_weights")
@@ -63,6 +61,5 @@ def generate_launch_description() -> LaunchDescription:
         "command_size": ("", "controller outputs; '' = the params file's"),
         "initial_weights": ("", ".npy weights loaded at configure; '' = the params file's"),
         "autostart": ("true", "configure and activate on start (once)"),
-        **RVIZ_ARGUMENT,
     })
-    return LaunchDescription([*arguments, OpaqueFunction(function=_node_and_transitions), rviz("control")])
+    return LaunchDescription([*arguments, OpaqueFunction(function=_node_and_transitions)])
