@@ -40,6 +40,8 @@ NODE_TYPES: dict[str, tuple[str, str]] = {
     "tracker": ("libredgetpu_ros.ros.robotics.tracker_node", "TrackerNode"),
     "looming": ("libredgetpu_ros.ros.robotics.looming_node", "LoomingNode"),
     "flow": ("libredgetpu_ros.ros.flow_node", "FlowNode"),
+    "reservoir": ("libredgetpu_ros.ros.reservoir.node", "ReservoirNode"),
+    "recognition": ("libredgetpu_ros.ros.recognition.node", "RecognitionNode"),
 }
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _NAMESPACE_RE = re.compile(r"^/?([A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*)?$")
