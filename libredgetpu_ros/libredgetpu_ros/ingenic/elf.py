@@ -24,6 +24,9 @@ ELF32_HEADER_BYTES = 52
 ELF32_SHDR_BYTES = 40
 ELF32_PHDR_BYTES = 32
 _MAX_SECTIONS = 65535
+# EF_MIPS_ARCH (the top four bits of e_flags) -> architecture level (binutils' include/elf/mips.h).
+MIPS_ARCH = {0: "mips1", 1: "mips2", 2: "mips3", 3: "mips4", 4: "mips5", 5: "mips32", 6: "mips64",
+             7: "mips32r2", 8: "mips64r2", 9: "mips32r6", 10: "mips64r6"}
 
 # What pyelftools raises on malformed bytes (its own types, the construct parser's, and plain Python
 # errors from decoding garbage). Anything else is a bug of ours and must surface as such.
@@ -69,6 +72,15 @@ class ElfView:
     section_table: tuple[int, int]      # (offset, bytes)
     program_table: tuple[int, int]
     tail_offset: int                    # first byte after every section, header table and the ELF header
+    machine: str = "EM_MIPS"
+    flags: int = 0                      # e_flags (MIPS: architecture level, ABI, PIC)
+
+    @property
+    def identity(self) -> dict:
+        """Class, byte order, machine and MIPS architecture level (from e_flags), as checked at load."""
+        return {"class": "ELF32", "endianness": "little", "machine": self.machine,
+                "flags": f"0x{self.flags:08x}",
+                "arch": MIPS_ARCH.get(self.flags >> 28, f"unknown (EF_MIPS_ARCH {self.flags >> 28:#x})")}
 
     @property
     def tail_size(self) -> int:
@@ -115,7 +127,7 @@ def read_elf(data: bytes, source: str = "<bytes>") -> ElfView:
     with parser_errors(source, "reading the ELF header"):
         elf = ELFFile(io.BytesIO(data))
         header = elf.header
-        machine, e_type = header["e_machine"], header["e_type"]
+        machine, e_type, flags = header["e_machine"], header["e_type"], header["e_flags"]
         shoff, shnum, shentsize = header["e_shoff"], header["e_shnum"], header["e_shentsize"]
         phoff, phnum, phentsize = header["e_phoff"], header["e_phnum"], header["e_phentsize"]
     if machine != "EM_MIPS":
@@ -140,7 +152,8 @@ def read_elf(data: bytes, source: str = "<bytes>") -> ElfView:
     sections = _read_sections(elf, source, shnum, size, shstrndx)
     tail = max([ELF32_HEADER_BYTES, sum(section_table), sum(program_table)] + [s.end for s in sections])
     return ElfView(source=source, file_size=size, e_type=str(e_type), sections=tuple(sections),
-                   section_table=section_table, program_table=program_table, tail_offset=tail)
+                   section_table=section_table, program_table=program_table, tail_offset=tail,
+                   machine=str(machine), flags=int(flags))
 
 
 def _read_sections(elf: ELFFile, source: str, count: int, file_size: int, shstrndx: int) -> list[Section]:

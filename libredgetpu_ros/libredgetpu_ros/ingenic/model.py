@@ -1,8 +1,9 @@
 """An ``.mgk`` model: ELF view + .rodata findings + weight region + layer map, and weight extraction.
 
 ``load_mgk(path | bytes, table=None)`` is the entry point. The file tells the layer names and types, the
-scale groups and where the appended weight region starts; per-layer offsets, sizes and shapes come from
-a user's :class:`OffsetTable` when given (the file does not record them in any place we decode).
+64-byte scale records and per-channel runs in ``.rodata``, and where the appended weight region starts
+(after a sparse header prefix when there is one); per-layer offsets, sizes, shapes and which scale record
+a layer uses come from a user's :class:`OffsetTable` (the file does not record them in any place we decode).
 """
 
 from __future__ import annotations
@@ -16,9 +17,17 @@ from libredgetpu_ros.errors import ConfigError, ModelFormatError, not_a_file
 from libredgetpu_ros.ingenic import layouts
 from libredgetpu_ros.ingenic.elf import ElfView, read_elf
 from libredgetpu_ros.ingenic.enums import EnumObservation, fit_enum_tables
-from libredgetpu_ros.ingenic.rodata import LayerName, ScaleGroup, find_layer_names, find_scale_groups
-from libredgetpu_ros.ingenic.table import OffsetTable, TableLayer
-from libredgetpu_ros.ingenic.tail import TailGuess, guess_dense_start
+from libredgetpu_ros.ingenic.regionstats import region_stats
+from libredgetpu_ros.ingenic.rodata import (
+    ChannelRun,
+    LayerName,
+    ScaleRecord,
+    find_channel_runs,
+    find_layer_names,
+    find_scale_records,
+)
+from libredgetpu_ros.ingenic.table import OffsetTable
+from libredgetpu_ros.ingenic.tail import Prefix, find_prefix
 
 MAX_FILE_BYTES = 1 << 30
 EXTRACT_LAYOUTS = ("oihw", "raw")
@@ -36,8 +45,8 @@ class LayerEntry:
     layout: str | None              # nmhwsoib2 | gru_bidirectional | gru_unidirectional | raw
     shape: tuple[int, ...] | None   # given by the table (exact)
     shape_guess: str | None         # what the size and layout allow, when no shape was given
-    scale_group: int | None
-    scale_source: str | None        # "table" | "order" (i-th name <-> i-th group: a hypothesis)
+    scale_record: int | None        # index into MgkModel.scale_records
+    scale_source: str | None        # "table": the only evidence we have for a pairing
     source: str                     # "file", "table" or "file+table"
 
     def as_dict(self) -> dict:
@@ -50,8 +59,11 @@ class MgkModel:
     data: bytes = field(repr=False)
     elf: ElfView
     layer_names: list[LayerName]
-    scale_groups: list[ScaleGroup]
+    scale_records: list[ScaleRecord]
+    channel_runs: list[ChannelRun]
+    prefix: Prefix                  # sparse header blocks between the ELF data and the region (may be empty)
     weights_offset: int
+    weights_base_source: str        # "table", "after prefix" or "end of ELF data"
     layers: list[LayerEntry]
     enum_fit: dict
 
@@ -66,11 +78,24 @@ class MgkModel:
         return np.frombuffer(self.data, np.int8, count=layer.size, offset=layer.offset)
 
     def extract(self, layout: str = "oihw") -> tuple[dict[str, np.ndarray], list[str]]:
-        """Arrays to save (``name`` or ``name.gate``, ``name.weight_scale``) and notes on what stayed raw."""
+        """Arrays to save (``name`` or ``name.gate``, ``name.weight_scale``) and notes on what stayed raw.
+
+        Every scale record is saved as found (``__scale_records__``: input and weight scale per record,
+        ``__scale_record_zero_points__``, ``__scale_record_ids__``); a layer gets ``name.weight_scale``
+        only when the table pairs it with a record.
+        """
         if layout not in EXTRACT_LAYOUTS:
             raise ConfigError(f"layout must be one of {', '.join(EXTRACT_LAYOUTS)}, got {layout!r}")
+        records = self.scale_records
         arrays: dict[str, np.ndarray] = {
-            "__scale_groups__": np.array([g.values for g in self.scale_groups], np.float32).reshape(-1, 4)}
+            "__scale_records__": np.array([(r.input_scale, r.weight_scale) for r in records],
+                                          np.float32).reshape(-1, 2),
+            "__scale_record_zero_points__": np.array(
+                [(r.input_zero_point, r.weight_zero_point) for r in records], np.int32).reshape(-1, 2),
+            "__scale_record_ids__": np.array([r.ids for r in records], np.int32).reshape(-1, 4)}
+        if self.prefix.size:
+            arrays["__header_prefix__"] = np.frombuffer(self.data, np.uint8, count=self.prefix.size,
+                                                        offset=self.prefix.offset)
         notes = []
         placed = [layer for layer in self.layers if layer.offset is not None]
         if not placed:
@@ -88,21 +113,21 @@ class MgkModel:
             else:
                 arrays[layer.name] = raw.copy()
                 notes.append(f"{layer.name}: no shape for {layer.layout}, saved raw ({layer.shape_guess})")
-            if layer.scale_group is not None:
-                group = self.scale_groups[layer.scale_group]
-                arrays[f"{layer.name}.weight_scale"] = np.float32(group.weight_scale)
+            if layer.scale_record is not None:
+                arrays[f"{layer.name}.weight_scale"] = np.float32(records[layer.scale_record].weight_scale)
+        if records and not any(layer.scale_record is not None for layer in self.layers):
+            notes.append(f"{len(records)} scale records saved as found; no layer is paired with one "
+                         "(the file does not say which; a table's scale_record does)")
         return arrays, notes
-
-    def dense_start_guess(self) -> TailGuess:
-        """Where dense weights seem to start after the ELF data (a reported hypothesis; see tail.py)."""
-        return guess_dense_start(self.data, self.elf.tail_offset)
 
     def describe(self) -> dict:
         """Everything ``mgk inspect`` shows, JSON-ready."""
+        region = np.frombuffer(self.data, np.uint8, offset=self.weights_offset)
         return {
             "source": self.source,
             "file_size": len(self.data),
             "elf": {
+                **self.elf.identity,
                 "type": self.elf.e_type,
                 "sections": [{"index": s.index, "name": s.name, "type": s.type, "offset": s.offset,
                               "size": s.size, "addr": s.addr} for s in self.elf.sections],
@@ -110,12 +135,13 @@ class MgkModel:
                 "program_table": {"offset": self.elf.program_table[0], "size": self.elf.program_table[1]},
                 "end_of_elf_data": self.elf.tail_offset,
             },
+            "header_prefix": self.prefix.as_dict(),
             "weight_region": {"offset": self.weights_offset, "size": self.weights_size,
                               "gap_after_elf": self.weights_offset - self.elf.tail_offset,
-                              "dense_start_guess": self.dense_start_guess().as_dict()},
+                              "start_from": self.weights_base_source, "stats": region_stats(region)},
             "layers": [layer.as_dict() for layer in self.layers],
-            "scale_groups": [{"index": g.index, "offset": g.offset, "values": list(g.values)}
-                             for g in self.scale_groups],
+            "scale_records": [r.as_dict() for r in self.scale_records],
+            "channel_runs": [r.as_dict() for r in self.channel_runs],
             "enum_tables": self.enum_fit,
         }
 
@@ -143,13 +169,10 @@ def _shape_guess(layout: str | None, size: int | None) -> str | None:
     return None
 
 
-def _merge(names: list[LayerName], groups: list[ScaleGroup], table: OffsetTable | None, base: int,
+def _merge(names: list[LayerName], records: list[ScaleRecord], table: OffsetTable | None, base: int,
            region: int, source: str) -> list[LayerEntry]:
     by_name = {n.name: n for n in names}
     by_id = {n.layer_id: n for n in names}
-    # Without a table entry saying so, the i-th layer name uses the i-th scale group only when the
-    # counts agree (a hypothesis, reported as scale_source "order").
-    order = {n.name: k for k, n in enumerate(names)} if len(names) == len(groups) else {}
     entries, used = [], set()
     for t in (table.layers if table else ()):
         found = by_name.get(t.name) or (by_id.get(t.layer_id) if t.layer_id is not None else None)
@@ -157,9 +180,9 @@ def _merge(names: list[LayerName], groups: list[ScaleGroup], table: OffsetTable 
             raise ModelFormatError(f"{source}: layer {t.name}: weight bytes [{t.offset}, "
                                    f"{t.offset + t.size}) of the region end past the end of the file "
                                    f"(region {region} bytes at offset {base})")
-        if t.scale_group is not None and t.scale_group >= len(groups):
-            raise ConfigError(f"{table.source}: layer {t.name}: scale_group {t.scale_group}, the file has "
-                              f"{len(groups)} scale groups")
+        if t.scale_record is not None and t.scale_record >= len(records):
+            raise ConfigError(f"{table.source}: layer {t.name}: scale_record {t.scale_record}, the file has "
+                              f"{len(records)} scale records")
         type_ = found.type if found else None
         layout = _guess_layout(t.size, type_) if t.layout == "auto" else t.layout
         if found:
@@ -167,28 +190,18 @@ def _merge(names: list[LayerName], groups: list[ScaleGroup], table: OffsetTable 
                 raise ConfigError(f"{table.source}: layer {t.name} and an earlier entry both match the "
                                   f"file's {found.name} (by name or id {found.layer_id})")
             used.add(found.name)
-        group, how = _scale(t, found, order)
         entries.append(LayerEntry(
             name=found.name if found else t.name, layer_id=found.layer_id if found else t.layer_id,
             type=type_, offset=base + t.offset, size=t.size, layout=layout, shape=t.shape,
-            shape_guess=None if t.shape else _shape_guess(layout, t.size), scale_group=group,
-            scale_source=how, source="file+table" if found else "table"))
+            shape_guess=None if t.shape else _shape_guess(layout, t.size), scale_record=t.scale_record,
+            scale_source=None if t.scale_record is None else "table",
+            source="file+table" if found else "table"))
     for n in names:
         if n.name not in used:
-            group = order.get(n.name)
             entries.append(LayerEntry(
                 name=n.name, layer_id=n.layer_id, type=n.type, offset=None, size=None, layout=None,
-                shape=None, shape_guess=None, scale_group=group,
-                scale_source="order" if group is not None else None, source="file"))
+                shape=None, shape_guess=None, scale_record=None, scale_source=None, source="file"))
     return entries
-
-
-def _scale(t: TableLayer, found: LayerName | None, order: dict[str, int]) -> tuple[int | None, str | None]:
-    if t.scale_group is not None:
-        return t.scale_group, "table"
-    if found and found.name in order:
-        return order[found.name], "order"
-    return None, None
 
 
 def _observations(table: OffsetTable | None, layers: list[LayerEntry]) -> list[EnumObservation]:
@@ -226,17 +239,20 @@ def load_mgk(model: str | Path | bytes | bytearray | memoryview,
     elf = read_elf(data, source)
     rodata = elf.section(".rodata")
     chunk = data[rodata.offset:rodata.offset + rodata.size] if rodata and rodata.type != "SHT_NOBITS" else b""
-    names = find_layer_names(chunk, rodata.offset if rodata else 0)
-    groups = find_scale_groups(chunk, rodata.offset if rodata else 0)
-    base = elf.tail_offset
+    where = rodata.offset if rodata else 0
+    names = find_layer_names(chunk, where)
+    records = find_scale_records(chunk, where)
+    prefix = find_prefix(data, elf.tail_offset)
+    base, base_source = prefix.offset + prefix.size, "after prefix" if prefix.size else "end of ELF data"
     if table and table.base_offset is not None:
-        base = table.base_offset
+        base, base_source = table.base_offset, "table"
     elif table and table.base_after_elf is not None:
-        base = elf.tail_offset + table.base_after_elf
+        base, base_source = elf.tail_offset + table.base_after_elf, "table"
     if base > len(data):
         raise ModelFormatError(f"{source}: weight region offset {base} is past the end of the file "
                                f"({len(data)} bytes)")
-    layers = _merge(names, groups, table, base, len(data) - base, source)
+    layers = _merge(names, records, table, base, len(data) - base, source)
     enum_fit = fit_enum_tables(_observations(table, layers))
-    return MgkModel(source=source, data=data, elf=elf, layer_names=names, scale_groups=groups,
-                    weights_offset=base, layers=layers, enum_fit=enum_fit)
+    return MgkModel(source=source, data=data, elf=elf, layer_names=names, scale_records=records,
+                    channel_runs=find_channel_runs(chunk, where), prefix=prefix, weights_offset=base,
+                    weights_base_source=base_source, layers=layers, enum_fit=enum_fit)

@@ -1,6 +1,6 @@
-"""What ``.rodata`` tells about an ``.mgk``: layer names and FP32 quantization scale groups.
+"""What ``.rodata`` tells about an ``.mgk``: layer names, 64-byte scale records, per-channel runs.
 
-Both finders scan the section's bytes with vectorised NumPy / one regular expression, never per byte in
+The finders scan the section's bytes with vectorised NumPy / one regular expression, never per byte in
 Python, and report file offsets so a reader can check them with a hex dump.
 """
 
@@ -16,7 +16,13 @@ _LAYER_NAME = re.compile(rb"(?<![^\x00])layer_([0-9]{1,9})_Quantize([A-Za-z0-9_]
 
 # A plausible quantization scale: a normal, finite, positive float32 in this range.
 SCALE_MIN, SCALE_MAX = 1e-8, 1e4
-
+# Stored zero points seen on the real sample are 0 .. -135 (a negated uint8 fits, int8 does not): accept
+# what int8, uint8 and their negations allow.
+ZERO_POINT_LIMIT = 255
+# The four ints after the zero points (1..76 on the real sample): small, non-negative.
+RECORD_ID_MAX = 4096
+RECORD_WORDS = 16           # 64 bytes: scales (4 f32), zero points (4 i32), ids (4 i32), 4 words not decoded
+MIN_RUN = 16                # a per-channel array: at least this many identical 32-bit words
 
 @dataclass(frozen=True)
 class LayerName:
@@ -27,18 +33,40 @@ class LayerName:
 
 
 @dataclass(frozen=True)
-class ScaleGroup:
+class ScaleRecord:
+    """A 64-byte quantization record: ``[in, in, w, w]`` f32, ``[in_zp, in_zp, w_zp, w_zp]`` i32, four ints.
+
+    Every field is read as stored; which layer a record belongs to is not recorded in any place we decode
+    (``layer`` / ``evidence`` are filled in only when an offset table says so).
+    """
+
     index: int
-    offset: int                                 # file offset of the group's first float
-    values: tuple[float, float, float, float]   # [input, input, weight, weight] (seed's reading)
+    offset: int                             # file offset of the record's first float
+    input_scale: float
+    weight_scale: float
+    input_zero_point: int
+    weight_zero_point: int
+    ids: tuple[int, int, int, int]          # four small ints after the zero points (layer ids? unknown)
+    trailer: tuple[int, int, int, int]      # the record's last 16 bytes as int32, not interpreted
 
-    @property
-    def input_scale(self) -> float:
-        return self.values[0]
+    def as_dict(self) -> dict:
+        return {"index": self.index, "offset": self.offset, "input_scale": self.input_scale,
+                "weight_scale": self.weight_scale, "input_zero_point": self.input_zero_point,
+                "weight_zero_point": self.weight_zero_point, "ids": list(self.ids),
+                "trailer": list(self.trailer)}
 
-    @property
-    def weight_scale(self) -> float:
-        return self.values[2]
+
+@dataclass(frozen=True)
+class ChannelRun:
+    """A run of one repeated 32-bit value: a per-channel array whose channels all hold the same number."""
+
+    offset: int
+    count: int
+    kind: str           # "f32" (a plausible scale) or "i32" (a small integer)
+    value: float | int
+
+    def as_dict(self) -> dict:
+        return {"offset": self.offset, "count": self.count, "kind": self.kind, "value": self.value}
 
 
 def find_layer_names(rodata: bytes, file_offset: int) -> list[LayerName]:
@@ -55,35 +83,84 @@ def find_layer_names(rodata: bytes, file_offset: int) -> list[LayerName]:
     return names
 
 
-def find_scale_groups(rodata: bytes, file_offset: int) -> list[ScaleGroup]:
-    """Groups of four FP32 values shaped ``[a, a, b, b]`` with plausible scales, 4-byte aligned in the file.
-
-    The seed reads the groups as [input, input, weight, weight] at 16-byte steps; a group made only of
-    printable ASCII is rejected (text such as "AAAABBBB..." would otherwise look like scales).
-    """
+def _words(rodata: bytes, file_offset: int) -> tuple[np.ndarray, int]:
+    """``rodata`` as little-endian 32-bit words aligned to 4 in the file, and the byte shift used."""
     shift = (-file_offset) % 4
-    words = (len(rodata) - shift) // 4
-    if words < 4:
-        return []
-    raw = np.frombuffer(rodata, np.uint8, count=words * 4, offset=shift)
-    f = raw.view("<f4")
-    exponent = (raw.view("<u4") >> 23) & 0xFF
-    good = (exponent != 0) & (exponent != 0xFF)
+    words = max(0, (len(rodata) - shift) // 4)
+    return np.frombuffer(rodata, np.uint8, count=words * 4, offset=shift).view("<u4"), shift
+
+
+def _plausible_scale(words: np.ndarray) -> np.ndarray:
+    exponent = (words >> 23) & 0xFF
+    f = words.view("<f4")
     with np.errstate(invalid="ignore"):
-        good &= (f >= SCALE_MIN) & (f <= SCALE_MAX)
-    printable = ((raw >= 0x20) & (raw < 0x7F)).reshape(-1, 4).all(axis=1)
-    n = words - 3   # candidate group starts
-    candidate = (good[:n] & good[1:n + 1] & good[2:n + 2] & good[3:n + 3]
-                 & (f[:n] == f[1:n + 1]) & (f[2:n + 2] == f[3:n + 3])
-                 & ~(printable[:n] & printable[1:n + 1] & printable[2:n + 2] & printable[3:n + 3]))
-    if not candidate.any():
+        return (exponent != 0) & (exponent != 0xFF) & (f >= SCALE_MIN) & (f <= SCALE_MAX)
+
+
+def _run_starts_counts(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start index and length of every maximal run of identical words."""
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(w) != 0) + 1))
+    return starts, np.diff(np.concatenate((starts, [w.size])))
+
+
+def _run_mask(w: np.ndarray) -> np.ndarray:
+    """True for words inside a run of at least ``MIN_RUN`` identical words."""
+    _, counts = _run_starts_counts(w)
+    return np.repeat(counts >= MIN_RUN, counts)
+
+
+def find_scale_records(rodata: bytes, file_offset: int) -> list[ScaleRecord]:
+    """Every 64-byte record in ``rodata`` whose fields all validate (vectorised over word offsets).
+
+    A candidate at word ``i`` needs: words i..i+3 plausible scales with ``f[i] == f[i+1]`` and
+    ``f[i+2] == f[i+3]``; words i+4..i+7 int32 zero points in [-255, 255] with the same pairing; words
+    i+8..i+11 ints in [0, 4096]; and none of words i..i+11 inside a run of ``MIN_RUN`` identical words.
+    A run of one repeated float fails the zero-point test (its bits read as int32 are ~1e9), and the run
+    test refuses the seam where a float run meets a run of small ints (4 equal floats, 8 equal ints).
+    """
+    w, shift = _words(rodata, file_offset)
+    n = w.size - RECORD_WORDS + 1
+    if n <= 0:
         return []
-    # Groups tile at 16-byte steps: keep the word phase (mod 4) holding most candidates, which also makes
-    # the chosen groups non-overlapping.
-    phase = int(np.argmax([candidate[p::4].sum() for p in range(4)]))
-    starts = np.flatnonzero(candidate)
-    starts = starts[starts % 4 == phase]
-    values = f[starts[:, None] + np.arange(4)]
-    return [ScaleGroup(index=k, offset=file_offset + shift + 4 * int(s),
-                       values=tuple(float(v) for v in values[k]))
-            for k, s in enumerate(starts)]
+    s = w.view("<i4")
+    scale = _plausible_scale(w)
+    ok = np.ones(n, bool)
+    for k in range(4):
+        ok &= scale[k:k + n]
+        ok &= np.abs(s[4 + k:4 + k + n]) <= ZERO_POINT_LIMIT
+        ids = s[8 + k:8 + k + n]
+        ok &= (ids >= 0) & (ids <= RECORD_ID_MAX)
+    for k in (0, 2, 4, 6):
+        ok &= w[k:k + n] == w[k + 1:k + 1 + n]
+    in_run = np.cumsum(np.concatenate(([0], _run_mask(w).astype(np.int64))))
+    ok &= in_run[12:12 + n] == in_run[:n]     # no run word among words i..i+11
+    f = w.view("<f4")
+    records = []
+    for i in np.flatnonzero(ok):
+        i = int(i)
+        if records and file_offset + shift + 4 * i < records[-1].offset + 4 * RECORD_WORDS:
+            continue   # overlapping an accepted record (a later start reuses its words)
+        records.append(ScaleRecord(
+            index=len(records), offset=file_offset + shift + 4 * i, input_scale=float(f[i]),
+            weight_scale=float(f[i + 2]), input_zero_point=int(s[i + 4]), weight_zero_point=int(s[i + 6]),
+            ids=tuple(int(v) for v in s[i + 8:i + 12]), trailer=tuple(int(v) for v in s[i + 12:i + 16])))
+    return records
+
+
+def find_channel_runs(rodata: bytes, file_offset: int) -> list[ChannelRun]:
+    """Runs of at least ``MIN_RUN`` identical non-zero words that read as a scale or a small int."""
+    w, shift = _words(rodata, file_offset)
+    if w.size < MIN_RUN:
+        return []
+    starts, counts = _run_starts_counts(w)
+    keep = (counts >= MIN_RUN) & (w[starts] != 0)
+    runs = []
+    s, f = w.view("<i4"), w.view("<f4")
+    scale = _plausible_scale(w[starts])
+    for start, count, is_scale in zip(starts[keep], counts[keep], scale[keep], strict=True):
+        value = int(s[start])
+        if is_scale:
+            runs.append(ChannelRun(file_offset + shift + 4 * int(start), int(count), "f32", float(f[start])))
+        elif abs(value) <= 1 << 16:
+            runs.append(ChannelRun(file_offset + shift + 4 * int(start), int(count), "i32", value))
+    return runs

@@ -4,8 +4,8 @@ The file names its layers and holds the scales, but where each layer's bytes sta
 region and what shape they have lives in code we do not decode. A table like the design seed's AEC list
 fills that in::
 
-    weights_base:            # optional; default: first byte after the ELF's sections and header tables
-      after_elf: 1792        #   bytes after that point (the public AEC sample has such a gap), or
+    weights_base:            # optional; default: first byte after the ELF data and any header prefix
+      after_elf: 1792        #   bytes after the end of the ELF data, or
       # offset: 0x79294      #   an absolute file offset
     layers:
       - name: layer_46_gru_bidir      # matched to the file's layer_46_Quantize... by its id
@@ -15,7 +15,7 @@ fills that in::
         offset: 0x12a00
         layout: nmhwsoib2
         shape: [64, 2, 3, 3]          # real (unpadded) O, I, KH, KW; size follows from it
-        scale_group: 3                # optional: which .rodata scale group (index)
+        scale_record: 3               # optional: which .rodata scale record (index) this layer uses
         format_value: 3               # optional: DataFormat / DataType values seen for this layer,
         dtype_value: 12               #   checked against both enum tables
 """
@@ -46,7 +46,7 @@ class TableLayer:
     size: int
     layout: str
     shape: tuple[int, int, int, int] | None     # nmhwsoib2 only
-    scale_group: int | None
+    scale_record: int | None
     format_value: int | None
     dtype_value: int | None
 
@@ -74,7 +74,7 @@ def _layer(entry: object, index: int, source: str) -> TableLayer:
     where = f"{source}: layers[{index}]"
     if not isinstance(entry, dict):
         raise ConfigError(f"{where} must be a mapping, got {type(entry).__name__}")
-    unknown = set(entry) - {"name", "layer_id", "offset", "size", "layout", "shape", "scale_group",
+    unknown = set(entry) - {"name", "layer_id", "offset", "size", "layout", "shape", "scale_record",
                             "format_value", "dtype_value"}
     if unknown:
         raise ConfigError(f"{where}: unknown keys {sorted(map(str, unknown))}")
@@ -111,7 +111,7 @@ def _layer(entry: object, index: int, source: str) -> TableLayer:
                           f"{'shape ' + str(shape) + ' ' if shape else ''}({implied} bytes)")
     return TableLayer(name=name, layer_id=layer_id, offset=_int(entry.get("offset"), f"{where}.offset"),
                       size=size, layout=layout, shape=shape,
-                      scale_group=_optional_int(entry, "scale_group", where),
+                      scale_record=_optional_int(entry, "scale_record", where),
                       format_value=_optional_int(entry, "format_value", where, -1),
                       dtype_value=_optional_int(entry, "dtype_value", where, -1))
 

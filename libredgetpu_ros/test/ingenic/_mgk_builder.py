@@ -1,11 +1,13 @@
 """Test fixtures for ``.mgk`` files, made by the tests themselves.
 
 ``build_shared_object`` assembles and links a real MIPS32 shared object with Debian's
-``binutils-mipsel-linux-gnu`` (``.rodata`` holding layer names, decoy strings, FP32 scale groups and decoy
-floats; ``.data.rel.ro`` pointing at them). ``SyntheticMgk`` appends known weights after it in the design
-seed's layouts, packed by the slow reference packers below (per-element loops written from the seed's
-text, independent of the vectorised code under test). ``patch_elf32`` is our own small builder for what the
-toolchain will not produce: bad header fields, truncated or misplaced section tables.
+``binutils-mipsel-linux-gnu`` (``.rodata`` holding layer names, decoy strings, and the scale area laid out
+as in the public AEC sample: per layer a 128-word int run, a 128-word float run and a 64-byte scale record,
+with near-records that must be refused; ``.data.rel.ro`` pointing at them). ``SyntheticMgk`` appends known
+weights after it in the design seed's layouts, packed by the slow reference packers below (per-element
+loops written from the seed's text, independent of the vectorised code under test). ``patch_elf32`` is our
+own small builder for what the toolchain will not produce: bad header fields, truncated or misplaced
+section tables.
 """
 
 from __future__ import annotations
@@ -35,23 +37,67 @@ def _f32_word(value: float) -> str:
     return f"0x{struct.unpack('<I', struct.pack('<f', value))[0]:08x}"
 
 
-def build_shared_object(workdir: Path, strings: list[str], scale_groups: list[tuple[float, ...]],
+@dataclass(frozen=True)
+class Record:
+    """One 64-byte scale record as the AEC sample stores it."""
+
+    input_scale: float
+    weight_scale: float
+    input_zero_point: int
+    weight_zero_point: int
+    ids: tuple[int, int, int, int]
+
+    def words(self) -> list[str]:
+        ints = [self.input_zero_point] * 2 + [self.weight_zero_point] * 2 + list(self.ids) + [-1, -1, -1, 0]
+        return ([_f32_word(self.input_scale)] * 2 + [_f32_word(self.weight_scale)] * 2
+                + [f"0x{v & 0xFFFFFFFF:08x}" for v in ints])
+
+
+def _near(scales: tuple[float, ...] = (0.02, 0.02, 0.05, 0.05), zero_points: tuple[int, ...] = (0, 0, 0, 0),
+          ids: tuple[int, ...] = (1, 2, 3, 4)) -> list[str]:
+    return ([_f32_word(v) for v in scales] + [f"0x{v & 0xFFFFFFFF:08x}" for v in (*zero_points, *ids)])
+
+
+# Near-records the finder must refuse: each breaks one field of an otherwise valid record.
+NEAR_RECORDS = {
+    "nan input scale": ["0x7fc00000"] * 2 + _near()[2:],
+    "zero point 300": _near(zero_points=(300, 300, 0, 0)),
+    "scales not paired": _near(scales=(0.02, 0.05, 0.02, 0.05)),
+    "zero points not paired": _near(zero_points=(0, -6, 0, 0)),
+    "id 70000": _near(ids=(1, 70000, 3, 4)),
+    "negative weight scale": _near(scales=(0.02, 0.02, -0.05, -0.05)),
+    "negative id": _near(ids=(1, -1, 3, 4)),
+    "huge scale": _near(scales=(0.02, 0.02, 1e6, 1e6)),
+}
+
+
+def _scale_area(records: list[Record]) -> list[str]:
+    """Per record, as in the AEC sample: 128 x int32, 128 x float32 (per-channel arrays holding one value
+    each), the 64-byte record, then small-int structure words; near-records and an old-style [a, a, b, b]
+    group before them."""
+    lines = [".align 4", "near_records:"]
+    for words in NEAR_RECORDS.values():
+        lines.append(".word " + ", ".join(words + ["0xffffffff"] * 4))
+    lines.append(".word " + ", ".join([_f32_word(0.5)] * 2 + [_f32_word(0.25)] * 2 + [_f32_word(1.5)] * 12))
+    lines += [".align 4", "scales:"]
+    for k, record in enumerate(records):
+        lines.append(f".fill 128, 4, {20 + 7 * k}")
+        lines.append(f".fill 128, 4, {_f32_word(10.0 + 3.5 * k)}")
+        lines.append(".word " + ", ".join(record.words()))
+        lines.append(".word 1, 4, 1, 128, 32, 1, 4, 1, 64, 32, 0x40000000, 0x3f800000, 74")
+    return lines
+
+
+def build_shared_object(workdir: Path, strings: list[str], records: list[Record],
                         endian: str = "EL", strip: bool = True) -> bytes:
-    """Assemble + link (``ld -shared``) a MIPS32 object whose .rodata holds ``strings`` and the groups."""
+    """Assemble + link (``ld -shared``) a MIPS32 object whose .rodata holds ``strings`` and the records."""
     decoys = ["conv2d_int8_param_init", "gru_param_init", "magik_set_tensor", "AAAAAAAABBBBBBBB",
               "xlayer_9_QuantizeFeature", "layer_x_QuantizeFeature"]
     lines = [".text", ".globl mgk_forward", ".type mgk_forward, @function", "mgk_forward:", "jr $ra", "nop",
              ".section .rodata", ".align 2"]
     for k, text in enumerate(decoys[:3] + strings + decoys[3:]):
         lines += [f".Lstr{k}:", f'.asciz "{text}"']
-    # Floats that are not scale groups: not [a, a, b, b], zeros, a NaN pair, a huge pair.
-    lines += [".align 4", "decoy_floats:"]
-    for group in ((1.0, 2.0, 3.0, 4.0), (0.0, 0.0, 0.0, 0.0)):
-        lines.append(".word " + ", ".join(_f32_word(v) for v in group))
-    lines += [".word 0x7fc00000, 0x7fc00000, 0x3f800000, 0x3f800000",
-              ".word 0x7f000000, 0x7f000000, 0x3f800000, 0x3f800000", ".align 4", "scales:"]
-    for group in scale_groups:
-        lines.append(".word " + ", ".join(_f32_word(v) for v in group))
+    lines += _scale_area(records)
     lines += [".word 0", ".section .data.rel.ro,\"aw\"", ".align 2", ".word scales", ".word .Lstr3", ""]
     src, obj, out = workdir / "model.s", workdir / "model.o", workdir / "model.so"
     src.write_text("\n".join(lines))
@@ -109,7 +155,7 @@ class Layer:
     type: str                      # Feature | BatchNorm | GRU
     layout: str                    # nmhwsoib2 | gru_bidirectional | gru_unidirectional | raw
     weights: object                # OIHW int8 array, gate dict, or raw int8 array
-    scale: tuple[float, float, float, float]
+    scale: Record
 
     @property
     def name(self) -> str:
@@ -125,9 +171,13 @@ class Layer:
 
 def random_layers(rng: np.random.Generator) -> list[Layer]:
     """A small model: convolutions with channel counts off the 32 grid, both GRU kinds, a raw BN blob."""
-    def scale() -> tuple[float, float, float, float]:
+    count = iter(range(6))
+
+    def scale() -> Record:
+        k = next(count)
         a, b = (float(np.float32(v)) for v in rng.uniform(0.001, 0.2, 2))
-        return (a, a, b, b)
+        zp_in, zp_w = (int(v) for v in rng.integers(-135, 1, 2))
+        return Record(a, b, zp_in, zp_w, (2 * k + 1, 76 - 3 * k, 19 - 2 * k, 23 + 2 * k))
 
     def gru(bidirectional: bool) -> dict[str, np.ndarray]:
         if bidirectional:
@@ -147,13 +197,24 @@ def random_layers(rng: np.random.Generator) -> list[Layer]:
     ]
 
 
+# The AEC sample's 1,792-byte prefix: per 256-byte block, (position, 8 bytes in hex) of its non-zero words.
+AEC_PREFIX_WORDS = (
+    ((0, "0b00000000000000"), (8, "0d00000000000000")),
+    ((0, "0d00000000000000"), (8, "0f00000000000000")),
+    ((0, "0400000000000000"), (8, "0900000000000000")),
+    ((0, "abaaaaaaaaaaaaaa"), (8, "acaaaaaaaaaaaaaa")),
+    ((0, "9c60ffff10edffff"), (128, "0e8585391d353a3b")),
+    (), (),
+)
+
+
 @dataclass
 class SyntheticMgk:
     """A toolchain-built shared object + appended weights, with the offset table that describes them."""
 
     layers: list[Layer]
     gap: int = 1792                # bytes between the ELF data and the weight region (as in the AEC sample)
-    header_blocks: bool = False    # gap = sparse 256-byte blocks with two int64 each (else random bytes)
+    header_blocks: bool = False    # gap = the AEC sample's sparse 256-byte blocks (else random bytes)
     seed: int = 0
     so_bytes: bytes = b""
     data: bytes = b""
@@ -166,8 +227,9 @@ class SyntheticMgk:
                                             [layer.scale for layer in self.layers], endian=endian)
         if self.header_blocks:
             blob = bytearray(self.gap)
-            for k in range(self.gap // 256):
-                struct.pack_into("<qq", blob, 256 * k, 1000 * (k + 1), -k)
+            for k, words in enumerate(AEC_PREFIX_WORDS):
+                for at, text in words:
+                    blob[256 * k + at:256 * k + at + 8] = bytes.fromhex(text)
         else:
             blob = bytearray(rng.integers(0, 256, self.gap, dtype=np.uint8).tobytes())   # not zeros: no help
         base = len(self.so_bytes) + self.gap
@@ -179,7 +241,7 @@ class SyntheticMgk:
             packed = layer.packed()
             blob += packed
             entry = {"name": f"layer_{layer.layer_id}_{layer.layout}", "offset": relative,
-                     "layout": layer.layout}
+                     "layout": layer.layout, "scale_record": k}
             if layer.layout == "nmhwsoib2":
                 entry["shape"] = list(layer.weights.shape)
             elif layer.layout == "raw":

@@ -28,8 +28,8 @@ def test_not_elf():
 
 
 def test_big_endian_mips_from_the_real_toolchain(mips_toolchain, tmp_path):
-    data = builder.build_shared_object(tmp_path, ["layer_1_QuantizeFeature"], [(0.1, 0.1, 0.2, 0.2)],
-                                       endian="EB")
+    record = builder.Record(0.1, 0.2, 0, 0, (1, 2, 3, 4))
+    data = builder.build_shared_object(tmp_path, ["layer_1_QuantizeFeature"], [record], endian="EB")
     assert data[5] == 2   # binutils made a big-endian ELF
     with pytest.raises(ModelFormatError, match=r"big-endian ELF; an \.mgk is little-endian"):
         load_mgk(data)
@@ -156,4 +156,4 @@ def test_cli_subprocess_exit_code(synthetic, tmp_path):
     good = subprocess.run([sys.executable, "-m", "libredgetpu_ros.cli.main", "mgk", "inspect", "--json",
                            str(synthetic.path)], capture_output=True, text=True, timeout=60)
     assert good.returncode == 0, good.stderr
-    assert len(json.loads(good.stdout)["scale_groups"]) == len(synthetic.layers)
+    assert len(json.loads(good.stdout)["scale_records"]) == len(synthetic.layers)

@@ -1,4 +1,4 @@
-"""Synthetic .mgk files from the real MIPS toolchain: inspect finds every layer, scale group and the weight
+"""Synthetic .mgk files from the real MIPS toolchain: inspect finds every layer, scale record and the weight
 region; extract returns exactly the weights the test put in (CLI and library)."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def test_elf_view_matches_binutils_readelf(synthetic):
     assert model.elf.section_table == (shoff, 40 * len(names))
 
 
-def test_inspect_finds_every_layer_scale_group_and_the_weight_region(synthetic, tmp_path, capsys):
+def test_inspect_finds_every_layer_scale_record_and_the_weight_region(synthetic, tmp_path, capsys):
     table = tmp_path / "table.yaml"
     table.write_text(yaml.safe_dump(synthetic.table))
     assert main(["mgk", "inspect", str(synthetic.path), "--table", str(table), "--json"]) == 0
@@ -53,20 +53,24 @@ def test_inspect_finds_every_layer_scale_group_and_the_weight_region(synthetic, 
         row = by_name[layer.name]
         assert (row["layer_id"], row["type"], row["layout"]) == (layer.layer_id, layer.type, layer.layout)
         assert row["offset"] == synthetic.offsets[layer.name] and row["size"] == len(layer.packed())
-        assert (row["scale_group"], row["scale_source"], row["source"]) == (k, "order", "file+table")
-    assert [g["values"] for g in info["scale_groups"]] == [list(layer.scale) for layer in synthetic.layers]
+        assert (row["scale_record"], row["scale_source"], row["source"]) == (k, "table", "file+table")
+    assert [(r["input_scale"], r["weight_scale"], r["input_zero_point"], r["weight_zero_point"],
+             tuple(r["ids"])) for r in info["scale_records"]] == [
+        (la.scale.input_scale, la.scale.weight_scale, la.scale.input_zero_point, la.scale.weight_zero_point,
+         la.scale.ids) for la in synthetic.layers]
     assert info["enum_tables"]["seed"]["verdict"] == "no evidence"
 
 
-def test_inspect_without_a_table_still_names_layers_groups_and_region(synthetic, capsys):
+def test_inspect_without_a_table_still_names_layers_records_and_region(synthetic, capsys):
     assert main(["mgk", "inspect", str(synthetic.path)]) == 0
     out = capsys.readouterr().out
     for layer in synthetic.layers:
         assert layer.name in out
-    assert "scale groups: 6" in out and f"offset {len(synthetic.so_bytes)} " in out
+    assert "scale records: 6" in out and f"offset {len(synthetic.so_bytes)} " in out
     model = load_mgk(synthetic.data)
-    assert model.weights_offset == len(synthetic.so_bytes)          # default: right after the ELF data
-    assert all(layer.offset is None for layer in model.layers)
+    # Random gap bytes are no header prefix: the default region starts right after the ELF data.
+    assert model.weights_offset == len(synthetic.so_bytes) and model.prefix.size == 0
+    assert all(layer.offset is None and layer.scale_record is None for layer in model.layers)
 
 
 @pytest.mark.parametrize("layout", ["oihw", "raw"])
@@ -86,35 +90,43 @@ def test_extract_returns_exactly_the_weights_put_in(synthetic, tmp_path, capsys,
             for key, value in _expected(layer).items():
                 assert got[key].dtype == np.int8
                 np.testing.assert_array_equal(got[key], value, err_msg=key)
-        assert got[f"{layer.name}.weight_scale"] == np.float32(layer.scale[2])
-    np.testing.assert_array_equal(got["__scale_groups__"], np.array([la.scale for la in synthetic.layers],
-                                                                    np.float32))
+        assert got[f"{layer.name}.weight_scale"] == np.float32(layer.scale.weight_scale)
+    np.testing.assert_array_equal(got["__scale_records__"], np.array(
+        [(la.scale.input_scale, la.scale.weight_scale) for la in synthetic.layers], np.float32))
+    np.testing.assert_array_equal(got["__scale_record_zero_points__"], np.array(
+        [(la.scale.input_zero_point, la.scale.weight_zero_point) for la in synthetic.layers], np.int32))
+    np.testing.assert_array_equal(got["__scale_record_ids__"], [la.scale.ids for la in synthetic.layers])
 
 
 def test_extract_without_table_saves_the_region_raw(synthetic, tmp_path, capsys):
     out = tmp_path / "region.npz"
     assert main(["mgk", "extract", str(synthetic.path), str(out)]) == 0
-    assert "no layer offsets known" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "no layer offsets known" in printed
+    assert "6 scale records saved as found; no layer is paired" in printed
     with np.load(out) as npz:
         assert npz["__weights_region__"].tobytes() == synthetic.data[len(synthetic.so_bytes):]
+        assert npz["__scale_records__"].shape == (6, 2)
+        assert not [key for key in npz.files if key.endswith(".weight_scale")]   # no pairing, no layer scale
 
 
-def test_dequantized_weights_use_the_layer_scale_group(synthetic):
+def test_dequantized_weights_use_the_layer_scale_record(synthetic):
     model = load_mgk(synthetic.data, parse_table(synthetic.table))
     arrays, _ = model.extract()
     from libredgetpu_ros.ingenic.layouts import dequantize
     conv = synthetic.layers[0]
     w = dequantize(arrays[conv.name], arrays[f"{conv.name}.weight_scale"])
-    np.testing.assert_allclose(w, conv.weights.astype(np.float32) * np.float32(conv.scale[2]), rtol=1e-7)
+    np.testing.assert_allclose(w, conv.weights.astype(np.float32) * np.float32(conv.scale.weight_scale),
+                               rtol=1e-7)
 
 
-def test_absolute_base_explicit_scale_groups_and_enum_fit(synthetic):
+def test_absolute_base_explicit_scale_records_and_enum_fit(synthetic):
     doc = json.loads(json.dumps(synthetic.table))
     doc["weights_base"] = {"offset": len(synthetic.so_bytes) + synthetic.gap}
-    doc["layers"][0].update(scale_group=5, format_value=4, dtype_value=7)     # Venus values
+    doc["layers"][0].update(scale_record=5, format_value=4, dtype_value=7)    # Venus values
     doc["layers"][2].update(format_value=4)
     model = load_mgk(synthetic.data, parse_table(doc))
-    assert (model.layers[0].scale_group, model.layers[0].scale_source) == (5, "table")
+    assert (model.layers[0].scale_record, model.layers[0].scale_source) == (5, "table")
     assert model.enum_fit["venus"]["verdict"] == "consistent" and model.enum_fit["venus"]["checked"] == 3
     assert model.enum_fit["seed"]["verdict"] == "inconsistent"
     assert "NMHWSOIB2 is 3 in this table, found 4 (NMC32)" in model.enum_fit["seed"]["conflicts"][0]
@@ -210,12 +222,12 @@ def test_table_files(tmp_path, synthetic):
                                           "layer_46_QuantizeGRU"):
         load_mgk(synthetic.data, parse_table(doc))
     doc = json.loads(json.dumps(synthetic.table))
-    doc["layers"][0]["scale_group"] = 99
-    with pytest.raises(ConfigError, match="scale_group 99, the file has 6"):
+    doc["layers"][0]["scale_record"] = 99
+    with pytest.raises(ConfigError, match="scale_record 99, the file has 6 scale records"):
         load_mgk(synthetic.data, parse_table(doc))
 
 
-_TABLE_KEYS = st.sampled_from(["name", "offset", "size", "layout", "shape", "scale_group", "format_value",
+_TABLE_KEYS = st.sampled_from(["name", "offset", "size", "layout", "shape", "scale_record", "format_value",
                                "dtype_value", "layer_id", "layers", "weights_base", "after_elf", "x"])
 _yaml_values = st.recursive(
     st.none() | st.booleans() | st.integers(-2**45, 2**45) | st.text(max_size=12)
@@ -230,7 +242,7 @@ _near_valid = st.fixed_dictionaries({"layers": st.lists(st.fixed_dictionaries(
      "size": st.sampled_from([1024, 4096, 12864, 448, 0, True]) | st.integers(-1, 1 << 20)},
     optional={"layout": st.sampled_from(
         ["auto", "nmhwsoib2", "raw", "gru_bidirectional", "gru_unidirectional", "conv"]),
-        "shape": st.lists(st.integers(-1, 70), min_size=3, max_size=5), "scale_group": st.integers(-1, 9),
+        "shape": st.lists(st.integers(-1, 70), min_size=3, max_size=5), "scale_record": st.integers(-1, 9),
         "format_value": st.integers(-3, 20)}), min_size=1, max_size=3, unique_by=lambda d: d["name"])},
     optional={"weights_base": st.dictionaries(st.sampled_from(["offset", "after_elf", "y"]),
                                               st.integers(-1, 1 << 41), max_size=2)})
@@ -255,7 +267,8 @@ def test_docs_aec_table_reads_a_file_of_that_shape(mips_toolchain, tmp_path):
     table = parse_table(yaml.safe_load(block), "docs/ingenic.md")
     assert len(table.layers) == 23 and table.base_after_elf == 1792
     so = builder.build_shared_object(tmp_path, ["layer_46_QuantizeGRU", "layer_37_QuantizeGRU",
-                                                "layer_4_QuantizeFeature"], [(0.02, 0.02, 0.1, 0.1)] * 3)
+                                                "layer_4_QuantizeFeature"],
+                                      [builder.Record(0.02, 0.1, 0, -20, (1, 76, 19, 23))] * 3)
     region = np.random.default_rng(3).integers(-128, 128, 153_644, dtype=np.int8)
     data = so + bytes(1792) + region.tobytes()
     model = load_mgk(data, table)
@@ -269,24 +282,3 @@ def test_docs_aec_table_reads_a_file_of_that_shape(mips_toolchain, tmp_path):
     np.testing.assert_array_equal(arrays["layer_37_QuantizeGRU.weight_hh"],
                                   region[0x220C0 + 2048:0x220C0 + 4096].reshape(64, 32))
     assert arrays["layer_22_feature"].tobytes() == region[0x25140:].tobytes()
-
-
-def test_dense_start_guess_over_sparse_header_blocks(mips_toolchain, tmp_path, capsys):
-    """A gap of seven sparse 256-byte blocks (two int64 each) before dense weights: inspect reports the
-    blocks and where dense data starts; the region itself stays where the ELF data ends (no table)."""
-    layers = builder.random_layers(np.random.default_rng(9))
-    synthetic = builder.SyntheticMgk([layers[1], layers[2]], header_blocks=True).build(tmp_path)
-    model = load_mgk(synthetic.data)
-    guess = model.dense_start_guess()
-    assert guess.dense_offset == len(synthetic.so_bytes) + 1792
-    assert [(v1, v2) for _, v1, v2 in guess.header_blocks] == [(1000 * (k + 1), -k) for k in range(7)]
-    assert model.weights_offset == len(synthetic.so_bytes)
-    path = tmp_path / "h.mgk"
-    path.write_bytes(synthetic.data)
-    assert main(["mgk", "inspect", str(path)]) == 0
-    assert "(1792 bytes after the ELF data; a guess), after 7 sparse 256-byte header blocks" in (
-        capsys.readouterr().out)
-    # Random (dense) gap bytes: the guess is the first block, i.e. right after the ELF data.
-    (tmp_path / "r").mkdir()
-    random_gap = builder.SyntheticMgk([layers[1]], seed=2).build(tmp_path / "r")
-    assert load_mgk(random_gap.data).dense_start_guess().dense_offset == len(random_gap.so_bytes)
