@@ -17,6 +17,11 @@ API::
     outcome = run_guarded(consume, crafted_bytes, allowed=(InputError,))   # one hand-made input
     assert outcome.kind == "refused", outcome
 
+    check_budget(target, 2000, time_limit_s=2.0, memory_limit_mb=1024,    # a CI test of one target
+                 min_refused=200, min_accepted=200)
+    sys.exit(long_run("long fuzz run of X", lambda names: my_targets(),   # a target file's main()
+                      cases=100_000, time_limit_s=5.0, memory_limit_mb=1024))
+
 Case ``i`` of a run is built from ``(seed, i)`` alone (``target.case(seed, i)`` rebuilds it to replay a
 failure). Mutations (1-4 per case): bit flips, random bytes, size-like fields (1/2/4/8-byte words set to
 0, -1, 2^31-1, the file length, the old value with its high bytes changed, ...), truncation, splices (a
@@ -33,6 +38,7 @@ kind, message), the slowest case, and the workers' RSS at start and at peak.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import multiprocessing as mp
 import os
@@ -225,6 +231,44 @@ def run_guarded(run: Callable[[bytes], Any], data: bytes, allowed: tuple[type[Ba
     report = _drive(target, 0, 0, 1, time_limit_s, memory_limit_mb, data, None)
     assert report.last is not None
     return report.last
+
+
+def check_budget(target: FuzzTarget, cases: int, *, time_limit_s: float, memory_limit_mb: int,
+                 min_refused: int, min_accepted: int) -> FuzzReport:
+    """The CI check of one target (seed 1): all ``cases`` ran, none failed, and both verdicts occur more
+    often than the minimums, or the mutations are not reaching past the reader's first check."""
+    report = fuzz(target, cases, seed=1, time_limit_s=time_limit_s, memory_limit_mb=memory_limit_mb)
+    print(report.summary())
+    assert report.cases == cases, f"{report.cases} of {cases} cases ran\n{report.summary()}"
+    assert report.ok, report.summary()
+    counts = report.counts
+    assert counts["refused"] > min_refused and counts["accepted"] > min_accepted, (
+        f"needs more than {min_refused} refused and {min_accepted} accepted\n{report.summary()}")
+    return report
+
+
+def long_run(description: str, build: Callable[[list[str] | None], dict[str, FuzzTarget]], *, cases: int,
+             time_limit_s: float, memory_limit_mb: int, argv: Sequence[str] | None = None) -> int:
+    """The command line of a long run, shared by the target files: ``build(names or None)`` makes the
+    targets (``names``: the ``--target`` choices, so a file can skip building seeds nobody asked for);
+    each chosen target runs with a progress line every 1,000 cases and a ``FINAL`` summary. Exit code 0
+    when no case failed."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--cases", type=int, default=cases, help="cases per target")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--first", type=int, default=0, help="first case number (to continue a run)")
+    parser.add_argument("--target", action="append", help="only these targets (default: all)")
+    parser.add_argument("--time-limit", type=float, default=time_limit_s, help="seconds per case")
+    parser.add_argument("--memory-limit-mb", type=int, default=memory_limit_mb)
+    args = parser.parse_args(argv)
+    all_targets = build(args.target)
+    ok = True
+    for name in args.target or list(all_targets):
+        report = fuzz(all_targets[name], args.cases, args.seed, args.time_limit, args.memory_limit_mb,
+                      first=args.first, progress=lambda r: print(r.summary().splitlines()[0], flush=True))
+        print("FINAL " + report.summary(), flush=True)
+        ok &= report.ok
+    return 0 if ok else 1
 
 
 def _drive(target: FuzzTarget, seed: int, first: int, end: int, time_limit_s: float, memory_limit_mb: int,

@@ -9,7 +9,6 @@ Each target runs the reader and then what a consumer does with the result (``ins
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Callable
@@ -18,10 +17,10 @@ from pathlib import Path
 import numpy as np
 
 try:
-    from .harness import FuzzTarget, fuzz
+    from .harness import FuzzTarget, long_run
 except ImportError:  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from harness import FuzzTarget, fuzz
+    from harness import FuzzTarget, long_run
 
 from libredgetpu_ros.errors import InputError
 
@@ -201,39 +200,31 @@ def targets(fixtures: Callable[[str], Path]) -> dict[str, FuzzTarget]:
     }
 
 
-def main() -> int:
+def _all_targets(names: list[str] | None) -> dict[str, FuzzTarget]:
+    """The reader targets plus the other files' targets that ``names`` asks for (all when None)."""
     from libredgetpu_ros.fixtures import fixture
 
-    parser = argparse.ArgumentParser(description="long fuzz run of the model and bag readers")
-    parser.add_argument("--cases", type=int, default=40_000, help="cases per target")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--first", type=int, default=0, help="first case number (to continue a run)")
-    parser.add_argument("--target", action="append", help="only these targets (default: all)")
-    parser.add_argument("--time-limit", type=float, default=5.0, help="seconds per case")
-    parser.add_argument("--memory-limit-mb", type=int, default=1024)
-    args = parser.parse_args()
     all_targets = targets(fixture)
-    if not args.target or {"mcap_bag", "sqlite_bag", "compressed_bag"} & set(args.target):
+    if not names or {"mcap_bag", "sqlite_bag", "compressed_bag"} & set(names):
         import tempfile
 
         from bag_targets import targets as bag_targets  # the bag readers (bag_targets.py)
 
         all_targets |= bag_targets(Path(tempfile.mkdtemp(prefix="bag-seeds-")))
-    if not args.target or "teamtensor_model" in args.target:
+    if not names or "teamtensor_model" in names:
         from teamtensor_targets import targets as teamtensor_targets  # the Team Tensor worker's models
 
         all_targets |= teamtensor_targets()
-    if not args.target or {"tpulang_mlir", "tpulang_npz"} & set(args.target):
+    if not names or {"tpulang_mlir", "tpulang_npz"} & set(names):
         from tpulang_targets import targets as tpulang_targets  # TpuLang MLIR and npz (tpulang_targets.py)
 
         all_targets |= tpulang_targets(fixture)
-    ok = True
-    for name in args.target or list(all_targets):
-        report = fuzz(all_targets[name], args.cases, args.seed, args.time_limit, args.memory_limit_mb,
-                      first=args.first, progress=lambda r: print(r.summary().splitlines()[0], flush=True))
-        print("FINAL " + report.summary(), flush=True)
-        ok &= report.ok
-    return 0 if ok else 1
+    return all_targets
+
+
+def main() -> int:
+    return long_run("long fuzz run of the model and bag readers", _all_targets, cases=40_000,
+                    time_limit_s=5.0, memory_limit_mb=1024)
 
 
 if __name__ == "__main__":

@@ -16,17 +16,16 @@ asked for 6 GB at its first batch.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
 
 try:
-    from .harness import FuzzTarget, fuzz
+    from .harness import FuzzTarget, long_run
 except ImportError:  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from harness import FuzzTarget, fuzz
+    from harness import FuzzTarget, long_run
 
 from libredgetpu_ros.errors import InputError, ProtocolError
 from libredgetpu_ros.teamtensor import datagrams, nn, packets
@@ -97,16 +96,8 @@ def targets() -> dict[str, FuzzTarget]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description="long fuzz run of the Team Tensor model acceptance")
-    parser.add_argument("--cases", type=int, default=100_000)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--time-limit", type=float, default=5.0, help="seconds per case")
-    parser.add_argument("--memory-limit-mb", type=int, default=1024)
-    args = parser.parse_args()
-    report = fuzz(targets()["teamtensor_model"], args.cases, args.seed, args.time_limit, args.memory_limit_mb,
-                  progress=lambda r: print(r.summary().splitlines()[0], flush=True))
-    print("FINAL " + report.summary(), flush=True)
-    return 0 if report.ok else 1
+    return long_run("long fuzz run of the Team Tensor model acceptance", lambda names: targets(),
+                    cases=100_000, time_limit_s=5.0, memory_limit_mb=1024)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from libredgetpu_ros.ros.image_msgs import BadImage, compressed_to_rgb
 from sensor_msgs.msg import CompressedImage
 
 from ..ros._crafted_images import png_bomb
-from .harness import FuzzTarget, fuzz
+from .harness import FuzzTarget, check_budget
 
 CASES = 1500
 
@@ -31,9 +31,5 @@ def _seeds() -> list[bytes]:
 def test_compressed_frame_fuzz_budget() -> None:
     target = FuzzTarget(name="compressed_frame", seeds=_seeds(), run=_decode, allowed=(BadImage,),
                         hot=lambda seed: [(0, 700)])
-    report = fuzz(target, CASES, seed=1, time_limit_s=2.0, memory_limit_mb=1024)
-    print(report.summary())
-    assert report.cases == CASES
-    assert report.ok, report.summary()
-    counts = report.counts
-    assert counts["refused"] > CASES // 10 and counts["accepted"] > CASES // 20, report.summary()
+    check_budget(target, CASES, time_limit_s=2.0, memory_limit_mb=1024, min_refused=CASES // 10,
+                 min_accepted=CASES // 20)

@@ -11,19 +11,15 @@ from libredgetpu_ros.teamtensor import packets
 from libredgetpu_ros.teamtensor.model import ModelSpec, conv2d
 from libredgetpu_ros.teamtensor.wire import Metric
 
-from .harness import fuzz, run_guarded
+from .harness import check_budget, run_guarded
 from .teamtensor_targets import consume_model, targets
 
 CASES = 1500
 
 
 def test_teamtensor_model_fuzz_budget():
-    report = fuzz(targets()["teamtensor_model"], CASES, seed=1, time_limit_s=5.0, memory_limit_mb=1024)
-    print(report.summary())
-    assert report.cases == CASES
-    assert report.ok, report.summary()
-    counts = report.counts
-    assert counts["accepted"] > CASES // 20 and counts["refused"] > CASES // 4, report.summary()
+    check_budget(targets()["teamtensor_model"], CASES, time_limit_s=5.0, memory_limit_mb=1024,
+                 min_refused=CASES // 4, min_accepted=CASES // 20)
 
 
 def test_the_padding_bomb_is_refused_within_the_limits():

@@ -18,7 +18,6 @@ fixtures, each followed by what ``tpulang run`` does next.
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import re
@@ -31,10 +30,10 @@ from pathlib import Path
 import numpy as np
 
 try:
-    from .harness import FuzzTarget, fuzz
+    from .harness import FuzzTarget, long_run
 except ImportError:  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from harness import FuzzTarget, fuzz
+    from harness import FuzzTarget, long_run
 
 from libredgetpu_ros.errors import InputError
 
@@ -155,22 +154,8 @@ def targets(fixtures: Callable[[str], Path]) -> dict[str, FuzzTarget]:
 def main() -> int:
     from libredgetpu_ros.fixtures import fixture
 
-    parser = argparse.ArgumentParser(description="long fuzz run of the TpuLang MLIR and npz readers")
-    parser.add_argument("--cases", type=int, default=100_000, help="cases per target")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--first", type=int, default=0, help="first case number (to continue a run)")
-    parser.add_argument("--target", action="append", help="only these targets (default: both)")
-    parser.add_argument("--time-limit", type=float, default=5.0, help="seconds per case")
-    parser.add_argument("--memory-limit-mb", type=int, default=1024)
-    args = parser.parse_args()
-    all_targets = targets(fixture)
-    ok = True
-    for name in args.target or list(all_targets):
-        report = fuzz(all_targets[name], args.cases, args.seed, args.time_limit, args.memory_limit_mb,
-                      first=args.first, progress=lambda r: print(r.summary().splitlines()[0], flush=True))
-        print("FINAL " + report.summary(), flush=True)
-        ok &= report.ok
-    return 0 if ok else 1
+    return long_run("long fuzz run of the TpuLang MLIR and npz readers", lambda names: targets(fixture),
+                    cases=100_000, time_limit_s=5.0, memory_limit_mb=1024)
 
 
 if __name__ == "__main__":
