@@ -139,7 +139,9 @@ class MgkModel:
             "weight_region": {"offset": self.weights_offset, "size": self.weights_size,
                               "gap_after_elf": self.weights_offset - self.elf.tail_offset,
                               "start_from": self.weights_base_source, "stats": region_stats(region)},
-            "layers": [layer.as_dict() for layer in self.layers],
+            "layers": [{**layer.as_dict(), "stats": None if layer.offset is None else region_stats(
+                np.frombuffer(self.data, np.uint8, count=layer.size, offset=layer.offset))}
+                for layer in self.layers],
             "scale_records": [r.as_dict() for r in self.scale_records],
             "channel_runs": [r.as_dict() for r in self.channel_runs],
             "enum_tables": self.enum_fit,

@@ -54,6 +54,7 @@ def test_inspect_finds_every_layer_scale_record_and_the_weight_region(synthetic,
         assert (row["layer_id"], row["type"], row["layout"]) == (layer.layer_id, layer.type, layer.layout)
         assert row["offset"] == synthetic.offsets[layer.name] and row["size"] == len(layer.packed())
         assert (row["scale_record"], row["scale_source"], row["source"]) == (k, "table", "file+table")
+        assert row["stats"]["bytes"] == row["size"]       # byte statistics of each placed layer
     assert [(r["input_scale"], r["weight_scale"], r["input_zero_point"], r["weight_zero_point"],
              tuple(r["ids"])) for r in info["scale_records"]] == [
         (la.scale.input_scale, la.scale.weight_scale, la.scale.input_zero_point, la.scale.weight_zero_point,
