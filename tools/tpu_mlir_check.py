@@ -13,7 +13,12 @@ glibc 2.35 copies it bundles are out of the library path, so this script runs th
   -> final (strip-io-quant, processor-tpu-optimize, weight-reorder, subnet-divide, layer-group,
      address-assign) -> codegen -> .bmodel, read back with ``model_tool --info``.
 
-Running the bmodel on tpu-mlir's cmodel needs pyruntime_bm (CPython 3.10 only): reported as not run.
+Each bmodel is then run on the wheel's bm1684x cmodel (the chip simulator behind ``libbmlib.so``) through
+the C API of its runtime ``libbmrt.so`` (``bm_dev_request``, ``bmrt_create``, ``bmrt_load_bmodel``,
+``bmrt_launch_data``) with ctypes, in a child process whose library path is set before it starts: tpu-mlir's
+own Python binding of that runtime (pyruntime_bm) is CPython 3.10 only. The outputs are compared with this
+package's NumPy executor on the same origin MLIR and inputs (integers exactly, floats within 1e-5), and for
+the fixture cases with tpu-mlir's reference outputs too.
 
 The wheel is unpacked into a cache folder outside the repository (``--cache``, default
 ``~/.cache/libredgetpu_ros/tpu_mlir-1.30.2``); ``pip download`` fetches it when absent. Nothing of it is
@@ -23,6 +28,7 @@ ever written into the repository.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import shutil
 import subprocess
@@ -55,6 +61,7 @@ class Result:
     message: str
     seconds: float
     info: str
+    run: str = "not run"
 
 
 def default_cache() -> Path:
@@ -168,38 +175,170 @@ def run_case(root: Path, env: dict[str, str], name: str, mlir: Path, weights: Pa
                   bmodel_summary(info.stdout))
 
 
-def export_cases(out: Path) -> list[tuple[str, Path, Path, str]]:
-    """Our two exports written the way ``export-tpulang`` writes them."""
+class _Shape(ctypes.Structure):
+    _fields_ = [("num_dims", ctypes.c_int), ("dims", ctypes.c_int * 8)]  # bm_shape_t, BM_MAX_DIMS_NUM 8
+
+
+def cmodel_child(root: Path, bmodel: Path, net: str, inputs_npz: Path, outputs_npz: Path) -> None:
+    """Run one bmodel on the cmodel (in a child process started with tool_env's LD_LIBRARY_PATH).
+
+    ``outputs_npz`` holds zero arrays of the expected dtypes and shapes, in the net's output order; they
+    are overwritten with the cmodel's outputs (``bmrt_launch_data`` with user-allocated outputs)."""
+    import numpy as np
+
+    bmlib = ctypes.CDLL(str(root / "lib" / "libbmlib.so"), mode=ctypes.RTLD_GLOBAL)
+    bmrt = ctypes.CDLL(str(root / "lib" / "libbmrt.so"), mode=ctypes.RTLD_GLOBAL)
+    bmrt.bmrt_create.restype = ctypes.c_void_p
+    bmrt.bmrt_create.argtypes = [ctypes.c_void_p]
+    bmrt.bmrt_load_bmodel.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    bmrt.bmrt_load_bmodel.restype = ctypes.c_bool
+    bmrt.bmrt_launch_data.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p,
+                                      ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                                      ctypes.c_bool]
+    bmrt.bmrt_launch_data.restype = ctypes.c_bool
+    bmrt.bmrt_destroy.argtypes = [ctypes.c_void_p]
+    handle = ctypes.c_void_p()
+    if bmlib.bm_dev_request(ctypes.byref(handle), 0) != 0:
+        raise SystemExit("bm_dev_request failed (cmodel)")
+    runtime = bmrt.bmrt_create(handle)
+    if not runtime or not bmrt.bmrt_load_bmodel(runtime, str(bmodel).encode()):
+        raise SystemExit(f"bmrt_load_bmodel failed: {bmodel}")
+    with np.load(inputs_npz) as data:
+        ins = [np.ascontiguousarray(data[k]) for k in data.files]
+    with np.load(outputs_npz) as data:
+        names = list(data.files)
+        outs = [np.ascontiguousarray(np.zeros_like(data[k])) for k in names]
+    shapes = (_Shape * len(ins))()
+    for shape, array in zip(shapes, ins, strict=True):
+        shape.num_dims = array.ndim
+        for i, d in enumerate(array.shape):
+            shape.dims[i] = d
+    in_ptrs = (ctypes.c_void_p * len(ins))(*[a.ctypes.data for a in ins])
+    out_ptrs = (ctypes.c_void_p * len(outs))(*[a.ctypes.data for a in outs])
+    out_shapes = (_Shape * len(outs))()
+    if not bmrt.bmrt_launch_data(runtime, net.encode(), in_ptrs, shapes, len(ins), out_ptrs, out_shapes,
+                                 len(outs), True):
+        raise SystemExit("bmrt_launch_data failed")
+    bmlib.bm_thread_sync(handle)
+    for shape, array, name in zip(out_shapes, outs, names, strict=True):
+        got = tuple(shape.dims[i] for i in range(shape.num_dims))
+        if got != array.shape:
+            raise SystemExit(f"output {name}: cmodel shape {got}, expected {array.shape}")
+    bmrt.bmrt_destroy(runtime)
+    np.savez(outputs_npz, **dict(zip(names, outs, strict=True)))
+
+
+def compare(ours: dict, theirs: dict) -> tuple[bool, str]:
+    import numpy as np
+
+    worst, equal = 0.0, True
+    for name, want in ours.items():
+        got = theirs[name]
+        if np.issubdtype(want.dtype, np.integer):
+            diff = int(np.abs(got.astype(np.int64) - want.astype(np.int64)).max())
+            equal &= diff == 0
+            worst = max(worst, diff)
+        else:
+            diff = float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max())
+            equal &= bool(np.allclose(got, want, atol=1e-5, rtol=1e-5))
+            worst = max(worst, diff)
+    return equal, f"max |diff| {worst:.3g}"
+
+
+def run_on_cmodel(root: Path, env: dict[str, str], name: str, mlir: Path, weights: Path, mode: str,
+                  work: Path, inputs: list[dict], refs: list[dict] | None) -> str:
+    """Run the bmodel on every input set; compare with our executor (and tpu-mlir's reference if given)."""
+    import numpy as np
+    from libredgetpu_ros.sophgo.executor import execute
+    from libredgetpu_ros.sophgo.parser import load_mlir
+
+    folder = work / f"{name}_{mode.lower()}"
+    module = load_mlir(mlir)
+    with np.load(weights) as data:
+        arrays = {k: data[k] for k in data.files}
+    notes, all_ok = [], True
+    for index, feed in enumerate(inputs):
+        ours = execute(module, arrays, feed)
+        in_npz, out_npz = folder / f"cmodel_in_{index}.npz", folder / f"cmodel_out_{index}.npz"
+        np.savez(in_npz, **{k: feed[k] for k, _ in module.inputs})
+        np.savez(out_npz, **{k: ours[k] for k in module.outputs})
+        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--cmodel-child", str(root),
+                               str(folder / f"{name}_{mode.lower()}.bmodel"), module.name, str(in_npz),
+                               str(out_npz)], env=env, capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
+        if proc.returncode != 0:
+            return f"cmodel FAIL: {tool_message(proc.stdout + proc.stderr)}"
+        with np.load(out_npz) as data:
+            theirs = {k: data[k] for k in data.files}
+        ok, note = compare(ours, theirs)
+        all_ok &= ok
+        if refs is not None:
+            ref_ok, ref_note = compare(refs[index], theirs)
+            all_ok &= ref_ok
+            note += f" (vs tpu-mlir reference: {ref_note})"
+        notes.append(note)
+    verdict = "= our executor" if all_ok else "DIFFERS from our executor"
+    return f"cmodel {verdict} on {len(inputs)} input(s): {'; '.join(dict.fromkeys(notes))}"
+
+
+def export_cases(out: Path) -> list[tuple[str, Path, Path, str, list[dict], None]]:
+    """Our two exports written the way ``export-tpulang`` writes them, with inputs to run them on."""
+    import cv2
+    import numpy as np
     from libredgetpu_ros.fixtures import fixture
     from libredgetpu_ros.matmul import MatMulEngine
+    from libredgetpu_ros.perception.images import load_image
     from libredgetpu_ros.sophgo.emitter import save_module
-    from libredgetpu_ros.sophgo.export_dense import export_engine
+    from libredgetpu_ros.sophgo.export_dense import dense_graph, export_engine
     from libredgetpu_ros.sophgo.export_tflite import export_classifier
 
     cases = []
     module, weights = export_classifier(fixture("classify/mobilenet_v1_0.25_128_quant.tflite"))
     mlir, npz = save_module(module, weights, out / "export_classifier")
-    cases.append((module.name, mlir, npz, "INT8"))
-    for template in (256,):
+    photos = [cv2.resize(load_image(fixture(p)), (128, 128), interpolation=cv2.INTER_AREA)[None]
+              for p in ("images/cat.bmp", "images/grace_hopper.bmp", "images/test_couple.jpg")]
+    cases.append((module.name, mlir, npz, "INT8", [{"image": p} for p in photos], None))
+    rng = np.random.default_rng(23)
+    for template, batch in ((256, 1), (256, 4), (512, 1), (1024, 1)):
         engine = MatMulEngine.from_template(template, backend="cpu")
-        module, weights = export_engine(engine, name=f"dense{template}")
-        mlir, npz = save_module(module, weights, out / f"export_dense{template}")
-        cases.append((module.name, mlir, npz, "INT8"))
+        lo, hi = engine.weight_range()
+        weights = rng.uniform(lo[:, None], hi[:, None], size=(template, template)).astype(np.float32)
+        engine.set_weights(weights, rng.uniform(-1, 1, template).astype(np.float32))
+        module, weights = export_engine(engine, batch=batch, name=f"dense{template}_b{batch}")
+        mlir, npz = save_module(module, weights, out / module.name)
+        feeds = [{"x": rng.uniform(-1.2, 1.2, size=(batch, template)).astype(np.float32)} for _ in range(3)]
+        cases.append((module.name, mlir, npz, "INT8", feeds, None))
+    # the uint8 core the tpulang MatMul backend runs (uint8 in, uint8 out), random int8 weights
+    quant = MatMulEngine.from_template(256, backend="cpu").quantization
+    core, weights = dense_graph(rng.integers(-128, 128, size=(256, 256), dtype=np.int8), quant, batch=2,
+                                float_io=False, name="dense256_core_b2")
+    mlir, npz = save_module(core, weights, out / core.name)
+    feeds = [{"x": rng.integers(0, 256, size=(2, 256), dtype=np.uint8)} for _ in range(3)]
+    cases.append((core.name, mlir, npz, "INT8", feeds, None))
     return cases
 
 
-def fixture_cases(folder: Path) -> list[tuple[str, Path, Path, str]]:
+def fixture_cases(folder: Path) -> list[tuple[str, Path, Path, str, list[dict], list[dict]]]:
+    import numpy as np
+
     cases = []
     for case in sorted(p for p in folder.iterdir() if p.is_dir()):
         mlir = case / f"{case.name}_origin.mlir"
         weights = sorted(case.glob(f"{case.name}_top_*_all_origin_weight.npz"))
         if mlir.exists() and weights:
             mode = "F32" if "_top_f32_" in weights[0].name else "INT8"
-            cases.append((case.name, mlir, weights[0], mode))
+            feed_path, ref_path = case / f"{case.name}_in.npz", case / f"{case.name}_ref_out.npz"
+            with np.load(feed_path) as feed, np.load(ref_path) as ref:
+                inputs, refs = [{k: feed[k] for k in feed.files}], [{k: ref[k] for k in ref.files}]
+            cases.append((case.name, mlir, weights[0], mode, inputs, refs))
     return cases
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--cmodel-child"]:
+        root, bmodel, net, inputs_npz, outputs_npz = argv[1:6]
+        cmodel_child(Path(root), Path(bmodel), net, Path(inputs_npz), Path(outputs_npz))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", type=Path, default=default_cache(), help="where the wheel is unpacked")
     parser.add_argument("--wheel", type=Path, default=None, help="a local tpu_mlir 1.30.2 wheel")
@@ -210,24 +349,32 @@ def main(argv: list[str] | None = None) -> int:
 
     root = ensure_toolchain(args.cache, args.wheel)
     env = tool_env(root)
+    results = []
     with tempfile.TemporaryDirectory(prefix="tpu_mlir_check_") as tmp:
         work = args.work or Path(tmp)
         cases = export_cases(work / "exports") + fixture_cases(fixtures_dir() / "tpulang")
-        results = [run_case(root, env, *case, work) for case in cases]
-    lines = [f"tpu-mlir {VERSION} (native tpuc-opt from {root}), chip {CHIP}", "",
-             "| case | mode | bmodel | failed step | tool message | s | bmodel (model_tool --info) |",
-             "|---|---|---|---|---|---|---|"]
+        for name, mlir, weights, mode, inputs, refs in cases:
+            result = run_case(root, env, name, mlir, weights, mode, work)
+            if result.ok:
+                result.run = run_on_cmodel(root, env, name, mlir, weights, mode, work, inputs, refs)
+            results.append(result)
+    lines = [f"tpu-mlir {VERSION} (native tpuc-opt, libbmrt + bm1684x cmodel from {root}), chip {CHIP}", "",
+             "| case | mode | bmodel | failed step | tool message | s | cmodel run | bmodel (model_tool "
+             "--info) |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in results:
-        lines.append(f"| {r.case} | {r.mode} | {'pass' if r.ok else 'FAIL'} | {r.failed_step} | "
-                     f"{r.message.replace('|', '/')} | {r.seconds:.1f} | {r.info.replace('|', '/')} |")
-    passed = sum(r.ok for r in results)
-    lines += ["", f"{passed}/{len(results)} cases reach a bmodel. cmodel run: not run (needs tpu-mlir's "
-              "pyruntime_bm, CPython 3.10 only)."]
+        cells = [r.case, r.mode, "pass" if r.ok else "FAIL", r.failed_step, r.message, f"{r.seconds:.1f}",
+                 r.run, r.info]
+        lines.append("| " + " | ".join(cell.replace("|", "/") for cell in cells) + " |")
+    built = sum(r.ok for r in results)
+    agreed = sum(r.run.startswith("cmodel =") for r in results)
+    lines += ["", f"{built}/{len(results)} cases reach a bmodel; {agreed}/{len(results)} run on the cmodel "
+              "equal to our executor."]
     text = "\n".join(lines)
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
-    return 0 if passed == len(results) else 1
+    return 0 if built == agreed == len(results) else 1
 
 
 if __name__ == "__main__":

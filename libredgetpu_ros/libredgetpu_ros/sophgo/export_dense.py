@@ -30,7 +30,7 @@ from libredgetpu_ros.sophgo.ir import Module, TpuLangError
 WEIGHT_NAME = "dense_w"
 INPUT_NAME = "x"
 OUTPUT_NAME = "y"
-INT8_OFFSET = 128  # uint8 q <-> int8 q - 128
+MAX_MULTIPLIER = 2**31 - 1  # int32
 
 
 def multiplier_shift(multipliers: np.ndarray) -> tuple[list[int], list[int]]:
@@ -49,6 +49,16 @@ def multiplier_shift(multipliers: np.ndarray) -> tuple[list[int], list[int]]:
         mul = np.where(even, mul // 2, mul)
         shift = np.where(even, shift - 1, shift)
     return [int(v) for v in mul], [int(v) for v in shift]
+
+
+def common_shift(mul: list[int], shift: list[int]) -> tuple[list[int], int]:
+    """The same multipliers over the largest shift (exact: ``m << (S - s)``); an error if one overflows."""
+    common = max(shift)
+    scaled = [m << (common - s) for m, s in zip(mul, shift, strict=True)]
+    if max(scaled) > MAX_MULTIPLIER:
+        raise TpuLangError(f"dense export: the row scales span more than int32 multipliers over one shift "
+                           f"hold (largest multiplier {max(scaled)} at shift {common})")
+    return scaled, common
 
 
 def dense_graph(weights: np.ndarray, quant: DenseQuantization, bias: np.ndarray | None = None,
@@ -80,20 +90,21 @@ def dense_graph(weights: np.ndarray, quant: DenseQuantization, bias: np.ndarray 
         w = Tensor(name=WEIGHT_NAME, ttype="coeff", data=np.ascontiguousarray(weights.T), dtype="int8",
                    scale=1.0, zero_point=0)
         acc = ops.matmul_int(xq, w, input_zp=quant.input_zero_point, out_dtype="int32", out_name="acc")
-        mul, shift = multiplier_shift(multipliers)
-        # fuse_rq_to_matmul: tpu-mlir 1.30.2 lays the bm1684x per-channel (multiplier, shift, zero point)
-        # table out as [3, rows] for a matmul's last axis; without it a rank-2 input gets a [1, rows] table
-        # type for 3 * rows values and codegen stops ("size does not match for tensor ..._quant").
-        # The fused matmul requant writes int8 only (bm1684x codegen: "Y_dtype == DT_INT8 ..."), so the result
-        # is int8 with zero point zp_out - 128: the same reals and the same saturation as uint8 (q - 128).
-        zp_int8 = quant.output_zero_point - INT8_OFFSET
-        yq = ops_quant.requant_int(acc, mul, [-s for s in shift], zp_int8, 2, out_dtype="int8",
-                                   out_name="y_q" if float_io else OUTPUT_NAME, round_mode="half_to_even",
-                                   rq_axis=1, fuse_rq_to_matmul=True)
-        yq.set_quantization(quant.output_scale, zp_int8)
+        mul, shift = common_shift(*multiplier_shift(multipliers))
+        # Two requants, like the first export but both integer: tpu-mlir 1.30.2 fuses a per-channel
+        # requant_int into the matmul (fuse_rq; without it a rank-2 input gets a [1, rows] table type for
+        # 3 * rows values and codegen stops: "size does not match"), and its bm1684x kernel then applies
+        # the per-row multipliers but only one shift and no zero point (found on its cmodel). So: per-row
+        # multipliers over one shift to int16 (|acc * M| < 2**15 for every template), then a per-tensor
+        # requant adding the zero point after rounding, like the twin's rint(acc * M) + zp.
+        scaled = ops_quant.requant_int(acc, mul, -shift, 0, 2, out_dtype="int16", out_name="scaled",
+                                       round_mode="half_to_even", rq_axis=1, fuse_rq_to_matmul=True)
+        yq = ops_quant.requant_int(scaled, 1, 0, quant.output_zero_point, 2, out_dtype="uint8",
+                                   out_name="y_q" if float_io else OUTPUT_NAME, round_mode="half_to_even")
+        yq.set_quantization(quant.output_scale, quant.output_zero_point)
         out = yq
         if float_io:
-            out = ops_quant.dequant_int_to_fp(yq, quant.output_scale, zp_int8,
+            out = ops_quant.dequant_int_to_fp(yq, quant.output_scale, quant.output_zero_point,
                                               out_name="y_wx" if bias is not None else OUTPUT_NAME)
             if bias is not None:
                 b = Tensor(name="dense_b", ttype="coeff",

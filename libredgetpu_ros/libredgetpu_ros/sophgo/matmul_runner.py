@@ -4,7 +4,6 @@ Same contract as ``matmul.device_runner.EdgeTpuRunner``: ``upload(blob, version)
 ``run(blob, version, xq)`` on the snapshot a call took. The graph (the uint8 core of
 :func:`export_dense.dense_graph`) is built and parsed back once per batch size; a weight version only swaps
 the ``dense_w`` array (``W^T`` of the blob's int8 weights), so every result comes from exactly one version.
-The graph's int8 output (zero point shifted by 128, see export_dense) is returned as the template's uint8.
 """
 
 from __future__ import annotations
@@ -67,9 +66,7 @@ class TpuLangRunner:
         with self._lock:
             weights = self._weights_of(blob, version)
             module, plan = self._module(xq.shape[0])
-        out = execute(module, {WEIGHT_NAME: weights}, {INPUT_NAME: xq}, plan=plan)[OUTPUT_NAME]
-        # The core's output is int8 with zero point zp_out - 128 (what bm1684x deploys); uint8 q = int8 + 128.
-        return np.bitwise_xor(out.view(np.uint8), np.uint8(0x80))
+        return execute(module, {WEIGHT_NAME: weights}, {INPUT_NAME: xq}, plan=plan)[OUTPUT_NAME]
 
     def close(self) -> None:
         with self._lock:

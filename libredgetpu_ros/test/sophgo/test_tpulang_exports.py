@@ -12,7 +12,13 @@ from libredgetpu_ros.matmul import MatMulEngine
 from libredgetpu_ros.sophgo import kernels
 from libredgetpu_ros.sophgo.emitter import emit_mlir, save_module
 from libredgetpu_ros.sophgo.executor import execute
-from libredgetpu_ros.sophgo.export_dense import dense_graph, engine_int8, export_engine, multiplier_shift
+from libredgetpu_ros.sophgo.export_dense import (
+    common_shift,
+    dense_graph,
+    engine_int8,
+    export_engine,
+    multiplier_shift,
+)
 from libredgetpu_ros.sophgo.export_tflite import LOGITS_NAME, PROBS_NAME, export_classifier
 from libredgetpu_ros.sophgo.ir import TpuLangError
 from libredgetpu_ros.sophgo.parser import load_mlir, parse_mlir
@@ -154,11 +160,22 @@ def test_dense_export_file_names_and_weights(tmp_path: Path) -> None:
     # per-channel requant_int (requant_fp lowers per tensor only), no requant_fp at all
     assert "tensor<256x256x!quant.uniform<i8:f32, 1.000000e+00>>" in text
     assert "top.RequantFp" not in text
-    requant = next(node for node in module.ops if node.kind == "top.RequantInt")
-    assert requant.attrs["fuse_rq"] is True and requant.attrs["round_mode"] == "HalfToEven"
-    pairs = zip(requant.attrs["multiplier"], requant.attrs["rshift"], strict=True)
-    exact = [Fraction(int(m), 2**int(s)) for m, s in pairs]
+    scaled, add_zero_point = [node for node in module.ops if node.kind == "top.RequantInt"]
+    # per-row multipliers over one shift, fused into the matmul, to int16 ...
+    assert scaled.attrs["fuse_rq"] is True and scaled.attrs["round_mode"] == "HalfToEven"
+    (shift,) = scaled.attrs["rshift"]
+    exact = [Fraction(int(m), 2**int(shift)) for m in scaled.attrs["multiplier"]]
     assert exact == [Fraction(float(m)) for m in engine.quantization.multipliers()]
+    assert scaled.result.dtype == "int16"
+    # ... then the zero point added after rounding, per tensor
+    assert add_zero_point.attrs["multiplier"] == [1] and add_zero_point.attrs["rshift"] == [0]
+    assert add_zero_point.result.quant.zero_points[0] == engine.quantization.output_zero_point
+
+
+def test_common_shift_is_exact_or_refused() -> None:
+    assert common_shift([3, 5, 1], [2, 4, 0]) == ([12, 5, 16], 4)
+    with pytest.raises(TpuLangError, match="int32"):
+        common_shift([2**23 + 1, 1], [40, 0])
 
 
 @pytest.mark.parametrize("size", [256, 512, 1024])
