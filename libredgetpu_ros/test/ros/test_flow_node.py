@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import math
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ import pytest
 from .._helpers import load_helper
 
 scenes = load_helper(Path(__file__).resolve().parents[1] / "robotics" / "_flow_scenes.py")
+supervision = load_helper(Path(__file__).resolve().parent / "_lifecycle_supervisor.py")
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
 
@@ -31,17 +30,15 @@ NODE = "flow_test"
 SPEED = 60.0  # px/s of the scene in 64-pixel frames: 6 px (1.5 grid steps) at 10 Hz, 2 px at 30 Hz
 
 
-class Supervisor:
+class Supervisor(supervision.LifecycleSupervisor):
     def __init__(self, ros_env: Any) -> None:
         from diagnostic_msgs.msg import DiagnosticArray
         from geometry_msgs.msg import QuaternionStamped, TwistStamped
         from libredgetpu_ros.ros.camera import RESULT_QOS
-        from lifecycle_msgs.srv import ChangeState, GetState
-        from rcl_interfaces.srv import SetParameters
         from rclpy.qos import qos_profile_sensor_data
         from sensor_msgs.msg import CameraInfo, Image
 
-        self.node, self.executor = ros_env.probe("flow_supervisor")
+        super().__init__(ros_env, "flow_supervisor", f"/{NODE}", WAIT_S)
         self.camera = self.node.create_publisher(Image, "image_raw", qos_profile_sensor_data)
         self.info = self.node.create_publisher(CameraInfo, "camera_info", 10)
         self.twists: list[Any] = []
@@ -50,11 +47,6 @@ class Supervisor:
         self.node.create_subscription(TwistStamped, "flow", self.twists.append, RESULT_QOS)
         self.node.create_subscription(QuaternionStamped, "heading", self.headings.append, RESULT_QOS)
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 10)
-        self.change = self.node.create_client(ChangeState, f"/{NODE}/change_state")
-        self.get = self.node.create_client(GetState, f"/{NODE}/get_state")
-        self.set_params = self.node.create_client(SetParameters, f"/{NODE}/set_parameters")
-        for client in (self.change, self.get, self.set_params):
-            assert client.wait_for_service(timeout_sec=WAIT_S), f"{client.srv_name} did not appear"
 
     def _on_diag(self, msg: Any) -> None:
         for status in msg.status:
@@ -63,39 +55,6 @@ class Supervisor:
                                         | {"_level": int.from_bytes(status.level, "little")
                                            if isinstance(status.level, bytes) else int(status.level),
                                            "_message": status.message})
-
-    def call(self, client: Any, request: Any) -> Any:
-        future = client.call_async(request)
-        self.executor.spin_until_future_complete(future, timeout_sec=WAIT_S)
-        assert future.done(), f"no answer from {client.srv_name}"
-        return future.result()
-
-    def transition(self, label: str) -> bool:
-        from lifecycle_msgs.msg import Transition
-        from lifecycle_msgs.srv import ChangeState
-
-        ids = {"configure": Transition.TRANSITION_CONFIGURE, "activate": Transition.TRANSITION_ACTIVATE,
-               "deactivate": Transition.TRANSITION_DEACTIVATE, "cleanup": Transition.TRANSITION_CLEANUP}
-        return self.call(self.change, ChangeState.Request(transition=Transition(id=ids[label]))).success
-
-    def state(self) -> str:
-        from lifecycle_msgs.srv import GetState
-
-        return self.call(self.get, GetState.Request()).current_state.label
-
-    def spin_for(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            self.executor.spin_once(timeout_sec=0.02)
-
-    def wait_for(self, what: str, predicate: Callable[[], Any], timeout: float = WAIT_S) -> Any:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            self.executor.spin_once(timeout_sec=0.05)
-            value = predicate()
-            if value:
-                return value
-        pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
 
     def frame(self, gray: np.ndarray, stamp: float, encoding: str = "mono8",
               data: bytes | None = None) -> Any:
@@ -135,13 +94,6 @@ def _moving(count: int, step_px: float, seed: int = 1) -> list[np.ndarray]:
     """``count`` 64x64 frames of a texture moving right by ``step_px`` per frame."""
     scene = scenes.texture(seed, size=400)
     return [scenes.shifted_pair(scene, step_px * k - 40.0, 0.0, n=64)[1] for k in range(count)]
-
-
-def _set_request(name: str, value: Any) -> Any:
-    from rcl_interfaces.srv import SetParameters
-    from rclpy.parameter import Parameter
-
-    return SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
 
 
 def _stamp_key(msg: Any) -> tuple[int, int]:
@@ -190,9 +142,9 @@ def test_rates_come_from_stamps_10hz_and_30hz_agree(supervisor: Supervisor) -> N
     assert answer.success and answer.message.endswith("-> 0")
     sup.wait_for("heading 0 in diagnostics", lambda: float(sup.latest_diagnostics()["heading_deg"]) == 0.0)
     # runtime parameters: applied at once when valid, refused with the range otherwise
-    assert sup.call(sup.set_params, _set_request("fov_deg", 80.0)).results[0].successful
+    assert sup.set_param("fov_deg", 80.0).successful
     assert sup.wait_for("fov 80 in diagnostics", lambda: float(sup.latest_diagnostics()["fov_deg"]) == 80.0)
-    assert not sup.call(sup.set_params, _set_request("min_confidence", 1.5)).results[0].successful
+    assert not sup.set_param("min_confidence", 1.5).successful
 
 
 def test_gap_first_frame_and_bad_input_publish_nothing(supervisor: Supervisor) -> None:
@@ -262,7 +214,7 @@ def test_field_of_view_from_camera_info(supervisor: Supervisor) -> None:
     diag = sup.wait_for("fov from camera info",
                         lambda: (d := sup.latest_diagnostics()).get("fov_source") == "camera_info" and d)
     assert float(diag["fov_deg"]) == pytest.approx(90.0, abs=1e-3)
-    refused = sup.call(sup.set_params, _set_request("fov_deg", 45.0)).results[0]
+    refused = sup.set_param("fov_deg", 45.0)
     assert not refused.successful and "CameraInfo" in refused.reason
     bad = CameraInfo(width=64, height=64)  # fx = 0: ignored, counted
     sup.info.publish(bad)

@@ -28,56 +28,33 @@ pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
 
 HERE = Path(__file__).resolve().parent
 FAULTY = HERE / "_perception_faulty_node.py"
+supervision = load_helper(HERE / "_lifecycle_supervisor.py")
 NS = "/pfault"
 NODE = f"{NS}/perception"
 MODEL = "classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite"
 WAIT_S = 20.0  # bound on any single wait (discovery of a new process can take a few seconds)
-T_CONFIGURE, T_ACTIVATE = 1, 3  # lifecycle_msgs/Transition ids
 
 
-class Supervisor:
+class Supervisor(supervision.LifecycleSupervisor):
     """Camera publisher, lifecycle client, classification and /diagnostics listener in the test process."""
 
     def __init__(self, ros_env: Any) -> None:
         from diagnostic_msgs.msg import DiagnosticArray
         from libredgetpu_ros.ros.perception_node import RESULT_QOS
-        from lifecycle_msgs.srv import ChangeState, GetState
         from rclpy.qos import qos_profile_sensor_data
         from sensor_msgs.msg import Image
         from vision_msgs.msg import Classification
 
-        self.node, self.executor = ros_env.probe("test_supervisor")
+        super().__init__(ros_env, "test_supervisor", NODE, WAIT_S)
         self.results: list[Any] = []
         self.statuses: list[Any] = []  # the node's perception statuses, in arrival order
         self.node.create_subscription(Classification, f"{NS}/classification", self.results.append, RESULT_QOS)
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 10)
         self.camera = self.node.create_publisher(Image, f"{NS}/image_raw", qos_profile_sensor_data)
-        self.change = self.node.create_client(ChangeState, f"{NODE}/change_state")
-        self.get = self.node.create_client(GetState, f"{NODE}/get_state")
-        for client in (self.change, self.get):
-            assert client.wait_for_service(timeout_sec=WAIT_S), f"{client.srv_name} did not appear"
         self._stamp = 0
 
     def _on_diag(self, msg: Any) -> None:
         self.statuses += [st for st in msg.status if st.name.endswith(": perception")]
-
-    def call(self, client: Any, request: Any) -> Any:
-        future = client.call_async(request)
-        self.executor.spin_until_future_complete(future, timeout_sec=WAIT_S)
-        assert future.done(), f"no answer from {client.srv_name}"
-        return future.result()
-
-    def transition(self, transition_id: int) -> bool:
-        from lifecycle_msgs.srv import ChangeState
-
-        request = ChangeState.Request()
-        request.transition.id = transition_id
-        return bool(self.call(self.change, request).success)
-
-    def state(self) -> str:
-        from lifecycle_msgs.srv import GetState
-
-        return str(self.call(self.get, GetState.Request()).current_state.label)
 
     def frame(self, width: int, height: int = 48, data: bytes | None = None) -> Any:
         """A stamped rgb8 frame (unique stamp, so results can be matched to it)."""
@@ -90,17 +67,6 @@ class Supervisor:
         msg.header.stamp.sec = 1000 + self._stamp
         return msg
 
-    def wait_for(self, what: str, predicate: Any, every: Any = None) -> None:
-        """Spin until ``predicate()``; ``every`` runs once a second (re-send a best-effort frame)."""
-        end = time.monotonic() + WAIT_S
-        next_every = 0.0
-        while not predicate():
-            assert time.monotonic() < end, f"timed out waiting for {what}"
-            if every is not None and time.monotonic() >= next_every:
-                every()
-                next_every = time.monotonic() + 1.0
-            self.executor.spin_once(timeout_sec=0.05)
-
     def classified(self, frame: Any) -> None:
         """Publish ``frame`` until its classification arrives."""
         sec = frame.header.stamp.sec
@@ -109,8 +75,8 @@ class Supervisor:
                       every=lambda: self.camera.publish(frame))
 
     def activate(self) -> None:
-        assert self.transition(T_CONFIGURE), "configure failed (see the node's log)"
-        assert self.transition(T_ACTIVATE)
+        assert self.transition("configure"), "configure failed (see the node's log)"
+        assert self.transition("activate")
         self.wait_for("the camera subscription", lambda: self.camera.get_subscription_count() > 0)
 
 

@@ -12,12 +12,15 @@ from __future__ import annotations
 import csv
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+
+from .._helpers import load_helper
+
+supervision = load_helper(Path(__file__).resolve().parent / "_lifecycle_supervisor.py")
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(90)]
 
@@ -27,25 +30,18 @@ MODEL_W, MODEL_H = 641, 481
 WAIT_S = 15.0  # bound on any single wait (discovery of a new process can take a few seconds)
 
 
-class Supervisor:
+class Supervisor(supervision.LifecycleSupervisor):
     """Camera publisher, lifecycle/parameter client and result listener in the test process."""
 
     def __init__(self, ros_env: Any, node_name: str) -> None:
         from diagnostic_msgs.msg import DiagnosticArray
         from libredgetpu_ros.ros.perception_node import RESULT_QOS
-        from lifecycle_msgs.srv import ChangeState, GetState
-        from rcl_interfaces.srv import SetParameters
-        from rclpy.executors import SingleThreadedExecutor
-        from rclpy.node import Node
         from rclpy.qos import qos_profile_sensor_data
         from sensor_msgs.msg import Image
 
         from libredgetpu_ros_interfaces.msg import PersonPoseArray
 
-        self.context = ros_env.init_rclpy()
-        self.node = Node("test_supervisor", context=self.context)
-        self.executor = SingleThreadedExecutor(context=self.context)
-        self.executor.add_node(self.node)
+        super().__init__(ros_env, "test_supervisor", f"/{node_name}", WAIT_S)
         self.camera = self.node.create_publisher(Image, "image_raw", qos_profile_sensor_data)
         self.poses: list[Any] = []
         self.diagnostics: list[dict[str, str]] = []
@@ -53,11 +49,6 @@ class Supervisor:
         self.node.create_subscription(PersonPoseArray, "poses", self.poses.append, RESULT_QOS)
         self.node.create_subscription(DiagnosticArray, f"/{node_name}/timing", self._on_timing, RESULT_QOS)
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 10)
-        self.change = self.node.create_client(ChangeState, f"/{node_name}/change_state")
-        self.get = self.node.create_client(GetState, f"/{node_name}/get_state")
-        self.set_params = self.node.create_client(SetParameters, f"/{node_name}/set_parameters")
-        for client in (self.change, self.get, self.set_params):
-            assert client.wait_for_service(timeout_sec=WAIT_S), f"{client.srv_name} did not appear"
         self._stamp = 0
 
     def _on_diag(self, msg: Any) -> None:
@@ -69,33 +60,6 @@ class Supervisor:
         stamp = (msg.header.stamp.sec, msg.header.stamp.nanosec)
         self.timings[stamp] = {kv.key: float(kv.value) for kv in msg.status[0].values}
 
-    def call(self, client: Any, request: Any) -> Any:
-        future = client.call_async(request)
-        self.executor.spin_until_future_complete(future, timeout_sec=WAIT_S)
-        assert future.done(), f"no answer from {client.srv_name}"
-        return future.result()
-
-    def transition(self, label: str) -> bool:
-        from lifecycle_msgs.msg import Transition
-        from lifecycle_msgs.srv import ChangeState
-
-        ids = {"configure": Transition.TRANSITION_CONFIGURE, "activate": Transition.TRANSITION_ACTIVATE,
-               "deactivate": Transition.TRANSITION_DEACTIVATE, "cleanup": Transition.TRANSITION_CLEANUP}
-        return self.call(self.change, ChangeState.Request(transition=Transition(id=ids[label]))).success
-
-    def state(self) -> str:
-        from lifecycle_msgs.srv import GetState
-
-        return self.call(self.get, GetState.Request()).current_state.label
-
-    def set_param(self, name: str, value: Any) -> Any:
-        from rcl_interfaces.srv import SetParameters
-        from rclpy.parameter import Parameter
-
-        result = self.call(self.set_params, SetParameters.Request(
-            parameters=[Parameter(name, value=value).to_parameter_msg()]))
-        return result.results[0]
-
     def image(self, rgb: np.ndarray, encoding: str = "rgb8", data: bytes | None = None) -> Any:
         """A stamped camera frame; every frame gets a unique stamp so results can be matched to it."""
         from sensor_msgs.msg import Image
@@ -106,27 +70,6 @@ class Supervisor:
         msg.header.frame_id = "test_camera"
         msg.header.stamp.sec, msg.header.stamp.nanosec = 1000 + self._stamp, 4242
         return msg
-
-    def spin_for(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            self.executor.spin_once(timeout_sec=0.05)
-
-    def wait_for(self, what: str, predicate: Callable[[], Any], timeout: float = WAIT_S,
-                 every: Callable[[], None] | None = None) -> Any:
-        """Spin until ``predicate()`` is truthy; ``every`` runs once a second (e.g. re-publish a best-effort
-        frame that went out before the node's subscription had matched)."""
-        end = time.monotonic() + timeout
-        next_every = 0.0
-        while time.monotonic() < end:
-            if every is not None and time.monotonic() >= next_every:
-                every()
-                next_every = time.monotonic() + 1.0
-            self.executor.spin_once(timeout_sec=0.05)
-            value = predicate()
-            if value:
-                return value
-        pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
 
     def result_for(self, frame: Any) -> Any:
         """Publish ``frame`` (again each second) until the poses with its stamp arrive."""

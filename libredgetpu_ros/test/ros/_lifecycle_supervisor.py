@@ -1,0 +1,88 @@
+"""The test's end of a lifecycle node running in another process: what a robot's supervisor does over DDS.
+
+``LifecycleSupervisor(ros_env, probe_name, node_fqn)`` makes a probe node (``ros_env.probe``: a fresh
+context of the test's domain, a single-threaded executor spun by the test's own calls), the node's
+``change_state``, ``get_state`` and ``set_parameters`` clients, and waits until they are served. Node tests
+subclass it and add their camera publishers, result and /diagnostics recorders. Used by the flow and
+perception node tests (loaded by path: ``load_helper(HERE / "_lifecycle_supervisor.py")``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+TRANSITIONS = ("configure", "cleanup", "activate", "deactivate")  # lifecycle_msgs/Transition ids 1..4
+
+
+class LifecycleSupervisor:
+    """Lifecycle and parameter client of the node ``node_fqn`` (e.g. ``/flow_test``), spun in the caller's
+    thread; ``wait_s`` bounds every single wait (discovery of a new process can take a few seconds)."""
+
+    def __init__(self, ros_env: Any, probe_name: str, node_fqn: str, wait_s: float = 15.0) -> None:
+        from lifecycle_msgs.srv import ChangeState, GetState
+        from rcl_interfaces.srv import SetParameters
+
+        self.wait_s = wait_s
+        self.node, self.executor = ros_env.probe(probe_name)
+        self.change = self.node.create_client(ChangeState, f"{node_fqn}/change_state")
+        self.get = self.node.create_client(GetState, f"{node_fqn}/get_state")
+        self.set_params = self.node.create_client(SetParameters, f"{node_fqn}/set_parameters")
+        for client in (self.change, self.get, self.set_params):
+            assert client.wait_for_service(timeout_sec=wait_s), f"{client.srv_name} did not appear"
+
+    def call(self, client: Any, request: Any) -> Any:
+        future = client.call_async(request)
+        self.executor.spin_until_future_complete(future, timeout_sec=self.wait_s)
+        assert future.done(), f"no answer from {client.srv_name}"
+        return future.result()
+
+    def transition(self, transition: str | int) -> bool:
+        """Request a transition by label ("configure", "activate", ...) or lifecycle_msgs id."""
+        from lifecycle_msgs.srv import ChangeState
+
+        request = ChangeState.Request()
+        request.transition.id = (TRANSITIONS.index(transition) + 1 if isinstance(transition, str)
+                                 else transition)
+        return bool(self.call(self.change, request).success)
+
+    def state(self) -> str:
+        """The node's lifecycle state label ("unconfigured", "inactive", "active", ...)."""
+        from lifecycle_msgs.srv import GetState
+
+        return str(self.call(self.get, GetState.Request()).current_state.label)
+
+    def set_param(self, name: str, value: Any) -> Any:
+        """``SetParameters`` of one parameter (its type taken from ``value``); the node's
+        ``SetParametersResult``."""
+        from rcl_interfaces.srv import SetParameters
+        from rclpy.parameter import Parameter
+
+        request = SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
+        return self.call(self.set_params, request).results[0]
+
+    def spin_for(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.executor.spin_once(timeout_sec=0.02)
+
+    def wait_for(self, what: str, predicate: Callable[[], Any], timeout: float | None = None,
+                 every: Callable[[], None] | None = None) -> Any:
+        """Spin until ``predicate()`` is truthy and return its value; ``every`` runs once a second (e.g.
+        re-publish a best-effort frame that went out before the node's subscription had matched)."""
+        timeout = self.wait_s if timeout is None else timeout
+        end = time.monotonic() + timeout
+        next_every = 0.0
+        while time.monotonic() < end:
+            if every is not None and time.monotonic() >= next_every:
+                every()
+                next_every = time.monotonic() + 1.0
+            self.executor.spin_once(timeout_sec=0.05)
+            value = predicate()
+            if value:
+                return value
+        pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
