@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import sys
+import threading
 import time
 from typing import Any
 
@@ -95,6 +96,7 @@ class ReservoirNode(TeardownOnCleanup, LifecycleNode):
         self._rc: Any = None
         self._order: JointOrder | None = None
         self._buffer: collections.deque[np.ndarray] = collections.deque()
+        self._buffer_lock = threading.Lock()  # the loop appends while ~/fit copies
         self._stats = _Stats()
         self._entities: list[Any] = []
         self._sub: Any = None
@@ -212,7 +214,8 @@ class ReservoirNode(TeardownOnCleanup, LifecycleNode):
         predicting = rc.readout is not None
         y = rc.step_predict(x) if predicting else rc.step(x)
         st.step_ms_total += (time.perf_counter() - t0) * 1e3
-        self._buffer.append(x)
+        with self._buffer_lock:
+            self._buffer.append(x)
         if predicting:
             self._pred_pub.publish(self._prediction(msg, y))
             st.predictions += 1
@@ -246,7 +249,8 @@ class ReservoirNode(TeardownOnCleanup, LifecycleNode):
                                                   self._order, cfg.state_size)
                 source = f"bag {req.bag} ({skipped} messages skipped)"
             else:
-                buffered = list(self._buffer)  # a copy: the loop keeps appending
+                with self._buffer_lock:
+                    buffered = list(self._buffer)  # a copy: the loop keeps appending
                 if req.samples:
                     buffered = buffered[-int(req.samples):]
                 states = np.array(buffered) if buffered else np.zeros((0, cfg.state_size))
