@@ -1,4 +1,7 @@
-"""Fixture ``file_server``: the class of a loopback HTTP server (127.0.0.1, a thread) serving files by name,
+"""Fixture ``cache``: the models cache folder under a private ``XDG_CACHE_HOME`` (no models folder or mirror
+from the environment), where ``models fetch`` writes.
+
+Fixture ``file_server``: the class of a loopback HTTP server (127.0.0.1, a thread) serving files by name,
 with Range support and faults; use it as ``with file_server(folder) as srv: ... srv.url``.
 
 Faults per file name: ``truncate[name] = n`` announces the full length but sends only n bytes and closes;
@@ -89,3 +92,11 @@ class FileServer(http.server.ThreadingHTTPServer):
 @pytest.fixture
 def file_server() -> type[FileServer]:
     return FileServer
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.delenv("LIBREDGETPU_ROS_MODELS", raising=False)
+    monkeypatch.delenv("LIBREDGETPU_ROS_MODEL_MIRROR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    return tmp_path / "xdg" / "libredgetpu_ros" / "models"

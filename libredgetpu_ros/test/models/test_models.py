@@ -20,14 +20,6 @@ ENTRY = "mobilenet_v1_0.25_128"  # the smallest entry: ~0.5 MB per model file
 
 
 @pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.delenv("LIBREDGETPU_ROS_MODELS", raising=False)
-    monkeypatch.delenv("LIBREDGETPU_ROS_MODEL_MIRROR", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    return tmp_path / "xdg" / "libredgetpu_ros" / "models"
-
-
-@pytest.fixture
 def served(tmp_path: Path, fixtures_dir: Path) -> Path:
     """The entry's files, flat, as a mirror serves them."""
     from libredgetpu_ros.models.store import entry

@@ -21,14 +21,6 @@ pytestmark = pytest.mark.timeout(60)
 ENTRY = "mobilenet_v1_0.25_128"
 
 
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.delenv("LIBREDGETPU_ROS_MODELS", raising=False)
-    monkeypatch.delenv("LIBREDGETPU_ROS_MODEL_MIRROR", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    return tmp_path / "xdg" / "libredgetpu_ros" / "models"
-
-
 @contextmanager
 def raw_server(reply: Callable[[socket.socket, bytes], None]) -> Iterator[str]:
     """A loopback TCP server handing each connection (and its request head) to ``reply``; yields its URL."""
