@@ -10,10 +10,7 @@ afterwards).
 
 from __future__ import annotations
 
-import contextlib
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +20,10 @@ import yaml
 from libredgetpu_ros.femto import load_iospec
 from libredgetpu_ros.femto.reference import ReferenceRunner
 from libredgetpu_ros.femto.vectors import dequantize, prepare_input
+
+from .._helpers import load_helper
+
+spu_client = load_helper(Path(__file__).resolve().parent / "_spu_client.py")
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -55,102 +56,10 @@ def write_program(tmp: Path) -> tuple[Path, Path]:
     return tmp / "spec.yaml", tmp / "program.yaml"
 
 
-class Client:
-    """Our end of the wire: publishers, service clients, recorders, spun on a background thread."""
-
-    def __init__(self, ros_env: Any) -> None:
-        from diagnostic_msgs.msg import DiagnosticArray
-        from lifecycle_msgs.srv import ChangeState
-        from rcl_interfaces.srv import SetParameters
-        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-        from sensor_msgs.msg import JointState
-        from std_srvs.srv import Trigger
-
-        self.node, self.executor = ros_env.probe("spu_test_client")
-        self.JointState = JointState
-        self.outputs: dict[str, list] = {"A": [], "D": []}
-        self.diag: list = []
-        self.lock = threading.Lock()
-        qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
-        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        self.pub = {n: self.node.create_publisher(JointState, f"{FQN}/in/{n}", qos) for n in ("B", "C")}
-        self.pub["L"] = self.node.create_publisher(JointState, f"{FQN}/in/L", latched)
-        for name in self.outputs:
-            self.node.create_subscription(JointState, f"{FQN}/out/{name}", self._recorder(name), qos)
-        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 50)
-        self.change_state = self.node.create_client(ChangeState, f"{FQN}/change_state")
-        self.set_params = self.node.create_client(SetParameters, f"{FQN}/set_parameters")
-        self.reset = self.node.create_client(Trigger, f"{FQN}/reset")
-        self._types = (ChangeState, SetParameters, Trigger)
-        self.thread = threading.Thread(target=self._spin, daemon=True)
-        self.thread.start()
-
-    def _spin(self) -> None:
-        from rclpy.executors import ExternalShutdownException
-
-        with contextlib.suppress(ExternalShutdownException):  # the fixture shuts the context down
-            self.executor.spin()
-
-    def _recorder(self, name: str):
-        def record(msg: Any) -> None:
-            stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
-            with self.lock:
-                self.outputs[name].append((stamp, np.array(msg.position)))
-        return record
-
-    def _on_diag(self, msg: Any) -> None:
-        for status in msg.status:
-            if status.name.startswith(FQN):
-                with self.lock:
-                    self.diag.append({kv.key: kv.value for kv in status.values})
-
-    def call(self, client: Any, request: Any, timeout: float = 15.0) -> Any:
-        assert client.wait_for_service(timeout_sec=timeout), client.srv_name
-        future = client.call_async(request)
-        deadline = time.monotonic() + timeout
-        while not future.done() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert future.done(), f"{client.srv_name} did not answer"
-        return future.result()
-
-    def transition(self, transition_id: int) -> bool:
-        req = self._types[0].Request()
-        req.transition.id = transition_id
-        return self.call(self.change_state, req).success
-
-    def set_param(self, name: str, value: Any) -> Any:
-        from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
-
-        v = ParameterValue()
-        if isinstance(value, str):
-            v.type, v.string_value = ParameterType.PARAMETER_STRING, value
-        else:
-            v.type, v.double_array_value = ParameterType.PARAMETER_DOUBLE_ARRAY, [float(x) for x in value]
-        req = self._types[1].Request(parameters=[Parameter(name=name, value=v)])
-        return self.call(self.set_params, req).results[0]
-
-    def send(self, name: str, values: list[float], stamp_ns: int) -> None:
-        msg = self.JointState()
-        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp_ns, 1_000_000_000)
-        msg.position = [float(x) for x in values]
-        self.pub[name].publish(msg)
-
-    def wait(self, predicate, timeout: float = 10.0, what: str = "") -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self.lock:
-                if predicate():
-                    return
-            time.sleep(0.01)
-        raise AssertionError(f"timed out waiting for {what}; outputs {self.n_outputs()}, last diag "
-                             f"{self.diag[-1] if self.diag else None}")
-
-    def n_outputs(self) -> int:
-        return len(self.outputs["A"])
-
-    def latest_diag(self, key: str) -> int:
-        return int(self.diag[-1][key]) if self.diag else -1
+def _client(ros_env: Any) -> Any:
+    """Publishers of B, C and the latched L, recorders of A and D."""
+    return spu_client.SpuClient(ros_env, "spu_test_client", FQN, {"B": False, "C": False, "L": True},
+                                ("A", "D"), depth=100)
 
 
 def test_spu_node_across_processes(ros_env, tmp_path: Path) -> None:
@@ -160,7 +69,7 @@ def test_spu_node_across_processes(ros_env, tmp_path: Path) -> None:
     ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.ros.spu.node", "--ros-args", "-r", f"__ns:={NS}",
                    "-p", f"iospec:={bad}", "-p", f"program:={program_path}", "-p", "diagnostics_period:=0.1",
                    "-p", "latched.L:=[0.5, 0.5, 0.5, 0.5, 0.5, 0.5]"], "spu")
-    c = Client(ros_env)
+    c = _client(ros_env)
     # Malformed IOSpec: configure fails with the parse error, the node stays up and unconfigured.
     assert not c.transition(1)
     assert c.set_param("iospec", str(spec_path)).successful
@@ -192,7 +101,7 @@ def test_spu_node_across_processes(ros_env, tmp_path: Path) -> None:
         c.wait(lambda i=i: c.latest_diag("inputs_accepted") >= 3 + 2 * i, what=f"B {i} accepted")
         c.send("C", cc, 1_001 + 2 * i)  # C completes the sequence: outputs carry C's stamp
         expected.append((1_001 + 2 * i, ref_send("B", b) | ref_send("C", cc)))
-        c.wait(lambda i=i: c.n_outputs() > i, what=f"output {i}")
+        c.wait(lambda i=i: len(c.outputs["A"]) > i, what=f"output {i}")
     for (stamp, want), got_a, got_d in zip(expected, c.outputs["A"], c.outputs["D"], strict=True):
         assert got_a[0] == stamp and got_d[0] == stamp
         np.testing.assert_allclose(got_a[1], want["A"], atol=0)  # both dequantize the same integers
@@ -215,7 +124,7 @@ def test_spu_node_across_processes(ros_env, tmp_path: Path) -> None:
     c.send("C", [2.0] * 6, 55)
     ref_send("B", [1.0] * 6)
     want = ref_send("C", [2.0] * 6)
-    c.wait(lambda: c.n_outputs() == 6, what="output after violations")
+    c.wait(lambda: len(c.outputs["A"]) == 6, what="output after violations")
     assert c.outputs["A"][-1][0] == 55
     np.testing.assert_allclose(c.outputs["A"][-1][1], want["A"], atol=0)
 
@@ -228,7 +137,7 @@ def test_spu_node_across_processes(ros_env, tmp_path: Path) -> None:
     # ~/reset drops a partial sequence: B, reset, C -> C is out of order; then B, C works with L kept.
     c.send("B", [3.0] * 6, 60)
     c.wait(lambda: c.latest_diag("inputs_accepted") >= 16, what="B before reset")
-    assert c.call(c.reset, c._types[2].Request()).success
+    assert c.reset_node()
     ref.reset()
     ref_send("L", [-1.0] * 6)
     c.send("C", [3.0] * 6, 61)
@@ -238,7 +147,7 @@ def test_spu_node_across_processes(ros_env, tmp_path: Path) -> None:
     c.send("C", [0.5] * 6, 63)
     ref_send("B", [0.25] * 6)
     want = ref_send("C", [0.5] * 6)
-    c.wait(lambda: c.n_outputs() == 7, what="output after reset")
+    c.wait(lambda: len(c.outputs["A"]) == 7, what="output after reset")
     assert c.outputs["A"][-1][0] == 63
     np.testing.assert_allclose(c.outputs["A"][-1][1], want["A"], atol=0)
     np.testing.assert_allclose(c.outputs["D"][-1][1], want["D"], atol=0)

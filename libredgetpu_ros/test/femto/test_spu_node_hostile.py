@@ -12,10 +12,7 @@ diagnostics but logged once per cause per period.
 
 from __future__ import annotations
 
-import contextlib
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +21,10 @@ import pytest
 import yaml
 
 import libredgetpu_ros
+
+from .._helpers import load_helper
+
+spu_client = load_helper(Path(__file__).resolve().parent / "_spu_client.py")
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -56,75 +57,10 @@ def write_program(tmp: Path) -> tuple[Path, Path]:
     return tmp / "spec.yaml", tmp / "program.yaml"
 
 
-class Client:
-    def __init__(self, ros_env: Any) -> None:
-        from diagnostic_msgs.msg import DiagnosticArray
-        from lifecycle_msgs.srv import ChangeState
-        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-        from sensor_msgs.msg import JointState
-
-        self.node, self.executor = ros_env.probe("spu_hostile_client")
-        self.JointState, self.ChangeState = JointState, ChangeState
-        self.outputs: dict[str, list] = {n: [] for n in OUTPUTS}
-        self.diag: list[dict] = []
-        self.lock = threading.Lock()
-        qos = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
-        self.pub_b = self.node.create_publisher(JointState, f"{FQN}/in/B", qos)
-        self.pub_c = self.node.create_publisher(JointState, f"{FQN}/in/latchedC", QoSProfile(
-            depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL))
-        for name in OUTPUTS:
-            self.node.create_subscription(JointState, f"{FQN}/out/{name}", self._recorder(name), qos)
-        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 50)
-        self.change_state = self.node.create_client(ChangeState, f"{FQN}/change_state")
-        self.thread = threading.Thread(target=self._spin, daemon=True)
-        self.thread.start()
-
-    def _spin(self) -> None:
-        from rclpy.executors import ExternalShutdownException
-
-        with contextlib.suppress(ExternalShutdownException):
-            self.executor.spin()
-
-    def _recorder(self, name: str):
-        def record(msg: Any) -> None:
-            with self.lock:
-                self.outputs[name].append((msg.header.stamp.nanosec, np.array(msg.position)))
-        return record
-
-    def _on_diag(self, msg: Any) -> None:
-        for status in msg.status:
-            if status.name.startswith(FQN):
-                with self.lock:
-                    self.diag.append({kv.key: kv.value for kv in status.values})
-
-    def transition(self, transition_id: int) -> bool:
-        assert self.change_state.wait_for_service(timeout_sec=15.0)
-        req = self.ChangeState.Request()
-        req.transition.id = transition_id
-        future = self.change_state.call_async(req)
-        deadline = time.monotonic() + 15.0
-        while not future.done() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return bool(future.done() and future.result().success)
-
-    def send(self, pub: Any, values: list[float], stamp_ns: int) -> None:
-        msg = self.JointState()
-        msg.header.stamp.nanosec = stamp_ns
-        msg.position = [float(x) for x in values]
-        pub.publish(msg)
-
-    def wait(self, predicate, what: str, timeout: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self.lock:
-                if predicate():
-                    return
-            time.sleep(0.02)
-        last = self.diag[-1] if self.diag else None
-        raise AssertionError(f"timed out waiting for {what}; last diag {last}")
-
-    def last(self, key: str) -> str:
-        return self.diag[-1].get(key, "") if self.diag else ""
+def _client(ros_env: Any) -> Any:
+    """Publishers of B and the latched latchedC, recorders of every output."""
+    return spu_client.SpuClient(ros_env, "spu_hostile_client", FQN, {"B": False, "latchedC": True}, OUTPUTS,
+                                depth=200)
 
 
 def test_spu_node_runs_specs_femtorun_recv_cannot_serve(ros_env, tmp_path: Path) -> None:
@@ -138,7 +74,7 @@ def test_spu_node_runs_specs_femtorun_recv_cannot_serve(ros_env, tmp_path: Path)
                           "--params-file", str(installed), "-r", f"__ns:={NS}", "-p", f"iospec:={spec_path}",
                           "-p", f"program:={program_path}", "-p", "diagnostics_period:=0.1",
                           "-p", "qos_depth:=200"], "spu")
-    c = Client(ros_env)
+    c = _client(ros_env)
     assert c.transition(1), "configure failed (installed spu.yaml pinned latched.latchedC to 4 values?)"
     assert c.transition(3)
     c.wait(lambda: c.diag, "diagnostics")
@@ -154,13 +90,13 @@ def test_spu_node_runs_specs_femtorun_recv_cannot_serve(ros_env, tmp_path: Path)
         ref.send(name, prepare_input(np.array(values), vecs[name]))
         return {n: dequantize(q[:6], outs[n]) for n, q in ref.recv().items()}
 
-    c.send(c.pub_c, [0.25] * 6, 1)
+    c.send("latchedC", [0.25] * 6, 1)
     ref_send("latchedC", [0.25] * 6)
     c.wait(lambda: c.last("latched_updates") == "2", "latched value (1: the zeros at configure)")
     rng = np.random.default_rng(3)
     for i in range(4):
         b = np.round(rng.uniform(-2, 2, 6), 2).tolist()
-        c.send(c.pub_b, b, 100 + i)  # before the fix: the first B killed the node (exit 1)
+        c.send("B", b, 100 + i)  # before the fix: the first B killed the node (exit 1)
         want = ref_send("B", b)
         assert sorted(want) == ["A", "M", "P"]
         c.wait(lambda i=i: all(len(c.outputs[n]) > i for n in ("A", "M", "P")), f"outputs of B {i}")
@@ -174,9 +110,9 @@ def test_spu_node_runs_specs_femtorun_recv_cannot_serve(ros_env, tmp_path: Path)
 
     # A flood of bad inputs (wrong length): every one counted, the log gets one line for the cause.
     for i in range(FLOOD):
-        c.send(c.pub_b, [1.0] * 5, 1000 + i)
+        c.send("B", [1.0] * 5, 1000 + i)
     c.wait(lambda: c.last("rejected.bad_input") == str(FLOOD), "the flood counted")
-    c.send(c.pub_b, [1.0] * 6, 2000)  # and the next good input is answered
+    c.send("B", [1.0] * 6, 2000)  # and the next good input is answered
     c.wait(lambda: len(c.outputs["A"]) == 5, "output after the flood")
     assert proc.poll() is None
     assert c.transition(4) and c.transition(2)
