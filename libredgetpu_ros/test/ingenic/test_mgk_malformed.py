@@ -119,9 +119,11 @@ def test_fuzzed_mutations_give_typed_errors_never_a_traceback_or_hang(synthetic)
     table = parse_table(synthetic.table)
     so_len = len(synthetic.so_bytes)
     shoff = builder.elf32_field(synthetic.data, "e_shoff")
+    rodata = load_mgk(synthetic.data).elf.section(".rodata")      # layer names, scale records, runs
     target = harness.FuzzTarget(
         name="mgk", seeds=[synthetic.data, synthetic.so_bytes], run=_consume(table), allowed=(InputError,),
-        hot=lambda seed: [(0, 64), (shoff, so_len), (600, 1100), (so_len, so_len + 2000)])
+        hot=lambda seed: [(0, 64), (shoff, so_len), (rodata.offset, rodata.offset + rodata.size),
+                          (so_len, so_len + 2000)])
     report = harness.fuzz(target, cases=FUZZ_CASES, seed=15, time_limit_s=2.0, memory_limit_mb=512)
     print(report.summary())
     assert report.cases >= FUZZ_CASES
