@@ -101,6 +101,8 @@ class EmbeddingSimilarity:
         self._matrix = np.zeros((engine.rows, engine.cols), dtype=np.float32)
         self._snapshots: dict[int, _Snapshot] = {}
         self._publish(empty)
+        # Compile (or load from numba's cache) the query path now, not on the first camera frame.
+        engine.matmul(np.zeros((self.chunks, engine.cols)))
 
     # -- reading ---------------------------------------------------------------------------------------
     @property

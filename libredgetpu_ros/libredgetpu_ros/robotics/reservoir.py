@@ -167,6 +167,8 @@ class ReservoirComputer:
         self._act = _activation(config.activation)
         self._multipliers = engine.quantization.multipliers()
         self._act_code = ACTIVATIONS.index(config.activation)
+        # Compile (or load from numba's cache) the step now: the first state of a live stream must not wait.
+        self._advance(np.zeros(n), np.zeros(m))
         self._lock = threading.Lock()
         self._state = np.zeros(n)
         self._readout: Readout | None = None
