@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from libredgetpu_ros.cli.main import main
 from libredgetpu_ros.ingenic import load_mgk
 from libredgetpu_ros.ingenic.regionstats import region_stats
@@ -76,6 +78,24 @@ def test_seam_between_a_float_run_and_an_int_run_is_not_a_record():
     data = _words([builder._f32_word(1.5)] * 20 + ["20"] * 40)
     assert find_scale_records(data, 0) == []
     assert [(r.count, r.kind) for r in find_channel_runs(data, 0)] == [(20, "f32"), (40, "i32")]
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), count=st.integers(0, 6))
+def test_planted_records_among_noise_and_runs_are_found_exactly(seed, count):
+    """Records planted at random word offsets in random words and 16..64-word runs: exactly those found."""
+    rng = np.random.default_rng(seed)
+    words = rng.integers(0, 2**32, 2000, dtype=np.uint32)
+    for start in rng.integers(0, 1900, 6):                      # runs of one float or one small int
+        value = np.float32(rng.uniform(1, 30)).view(np.uint32) if rng.random() < 0.5 else rng.integers(1, 200)
+        words[start:start + rng.integers(16, 64)] = value
+    planted = sorted(rng.choice(np.arange(0, 1984, 20), count, replace=False).tolist())
+    for k, at in enumerate(planted):
+        in_scale, w_scale = (float(np.float32(v)) for v in rng.uniform(1e-3, 1, 2))
+        in_zp, w_zp = (int(v) for v in rng.integers(-255, 1, 2))
+        record = builder.Record(in_scale, w_scale, in_zp, w_zp, (2 * k + 1, 70, 19, 23))
+        words[at:at + 16] = np.frombuffer(_packed(record), np.uint32)
+    assert [r.offset for r in find_scale_records(words.tobytes(), 0)] == [4 * at for at in planted]
 
 
 def test_unaligned_section_offsets_read_words_aligned_in_the_file():
