@@ -152,6 +152,16 @@ def test_enroll_recognise_forget_save_load_and_bad_input(ros_env, tmp_path: Path
     bad.write_bytes(b"not a database")
     refused = cam.service(FilePath, "load", path=str(bad))
     assert not refused.success and "database unchanged" in refused.message
+    other = tmp_path / "other_size.npz"  # a database of 512-d embeddings (another extractor)
+    from libredgetpu_ros.matmul import MatMulEngine
+    from libredgetpu_ros.robotics.embedding import EmbeddingSimilarity
+
+    with MatMulEngine.from_template(512, backend="cpu") as engine:
+        small = EmbeddingSimilarity(engine, 512)
+        small.add("elsewhere", np.ones(512))
+        small.save(other)
+    refused = cam.service(FilePath, "load", path=str(other))
+    assert not refused.success and "holds 512-d embeddings, this database 1024-d" in refused.message
     assert cam.service(FilePath, "load", path=str(saved)).success
     assert cam.classify(photos["hotdog_train_1"]).results[0].class_id == "hotdog"
     assert cam.state() == "active"
