@@ -18,6 +18,7 @@ commands written side by side split). Each kind is checked the way it would fail
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shlex
 import subprocess
@@ -112,6 +113,8 @@ def foreign(path: str) -> bool:
 def launch_arguments(launch_file: str) -> set[str]:
     from launch.launch_description_sources import get_launch_description_from_python_launch_file
 
+    # The launch files find their configs through the ament index; the venv is an ament prefix (make setup).
+    os.environ.setdefault("AMENT_PREFIX_PATH", sys.prefix)
     description = get_launch_description_from_python_launch_file(str(PKG / "launch" / launch_file))
     return {a.name for a in description.get_launch_arguments()}
 
