@@ -1,10 +1,11 @@
-"""The test's end of a lifecycle node running in another process: what a robot's supervisor does over DDS.
+"""The test's end of a node running in another process: what a robot's supervisor does over DDS.
 
-``LifecycleSupervisor(ros_env, probe_name, node_fqn)`` makes a probe node (``ros_env.probe``: a fresh
-context of the test's domain, a single-threaded executor spun by the test's own calls), the node's
-``change_state``, ``get_state`` and ``set_parameters`` clients, and waits until they are served. Node tests
-subclass it and add their camera publishers, result and /diagnostics recorders. Used by the flow and
-perception node tests (loaded by path: ``load_helper(HERE / "_lifecycle_supervisor.py")``).
+``Probe(ros_env, name)``: a plain node (``ros_env.probe``: a fresh context of the test's domain) and a
+single-threaded executor spun by the test's own calls (``spin_for``, ``wait_for``).
+``LifecycleSupervisor(ros_env, probe_name, node_fqn)`` adds the node's ``change_state``, ``get_state`` and
+``set_parameters`` clients, waits until they are served, and calls them. Node tests subclass it and add
+their camera publishers, result and /diagnostics recorders. Used by the flow and perception node tests and
+the bag replay tests (loaded by path: ``load_helper(HERE / "_lifecycle_supervisor.py")``).
 """
 
 from __future__ import annotations
@@ -18,16 +19,46 @@ import pytest
 TRANSITIONS = ("configure", "cleanup", "activate", "deactivate")  # lifecycle_msgs/Transition ids 1..4
 
 
-class LifecycleSupervisor:
-    """Lifecycle and parameter client of the node ``node_fqn`` (e.g. ``/flow_test``), spun in the caller's
-    thread; ``wait_s`` bounds every single wait (discovery of a new process can take a few seconds)."""
+class Probe:
+    """A node and its executor, spun in the caller's thread; ``wait_s`` bounds every single wait (discovery
+    of a new process can take a few seconds)."""
+
+    def __init__(self, ros_env: Any, name: str, wait_s: float = 15.0) -> None:
+        self.wait_s = wait_s
+        self.node, self.executor = ros_env.probe(name)
+
+    def spin_for(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.executor.spin_once(timeout_sec=0.02)
+
+    def wait_for(self, what: str | Callable[[], str], predicate: Callable[[], Any],
+                 timeout: float | None = None, every: Callable[[], None] | None = None) -> Any:
+        """Spin until ``predicate()`` is truthy and return its value; ``every`` runs once a second (e.g.
+        re-publish a best-effort frame that went out before the node's subscription had matched). ``what``
+        names the wait in the failure (a callable: evaluated then, to show the state at the timeout)."""
+        timeout = self.wait_s if timeout is None else timeout
+        end = time.monotonic() + timeout
+        next_every = 0.0
+        while time.monotonic() < end:
+            if every is not None and time.monotonic() >= next_every:
+                every()
+                next_every = time.monotonic() + 1.0
+            self.executor.spin_once(timeout_sec=0.05)
+            value = predicate()
+            if value:
+                return value
+        pytest.fail(f"timed out after {timeout:.0f} s waiting for {what() if callable(what) else what}")
+
+
+class LifecycleSupervisor(Probe):
+    """Lifecycle and parameter client of the node ``node_fqn`` (e.g. ``/flow_test``)."""
 
     def __init__(self, ros_env: Any, probe_name: str, node_fqn: str, wait_s: float = 15.0) -> None:
         from lifecycle_msgs.srv import ChangeState, GetState
         from rcl_interfaces.srv import SetParameters
 
-        self.wait_s = wait_s
-        self.node, self.executor = ros_env.probe(probe_name)
+        super().__init__(ros_env, probe_name, wait_s)
         self.change = self.node.create_client(ChangeState, f"{node_fqn}/change_state")
         self.get = self.node.create_client(GetState, f"{node_fqn}/get_state")
         self.set_params = self.node.create_client(SetParameters, f"{node_fqn}/set_parameters")
@@ -63,26 +94,3 @@ class LifecycleSupervisor:
 
         request = SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
         return self.call(self.set_params, request).results[0]
-
-    def spin_for(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            self.executor.spin_once(timeout_sec=0.02)
-
-    def wait_for(self, what: str, predicate: Callable[[], Any], timeout: float | None = None,
-                 every: Callable[[], None] | None = None) -> Any:
-        """Spin until ``predicate()`` is truthy and return its value; ``every`` runs once a second (e.g.
-        re-publish a best-effort frame that went out before the node's subscription had matched)."""
-        timeout = self.wait_s if timeout is None else timeout
-        end = time.monotonic() + timeout
-        next_every = 0.0
-        while time.monotonic() < end:
-            if every is not None and time.monotonic() >= next_every:
-                every()
-                next_every = time.monotonic() + 1.0
-            self.executor.spin_once(timeout_sec=0.05)
-            value = predicate()
-            if value:
-                return value
-        pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-

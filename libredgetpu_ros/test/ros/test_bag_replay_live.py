@@ -8,7 +8,6 @@ only the definitions stored in it."""
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from .._helpers import load_helper
 
 HERE = Path(__file__).resolve().parent
 compare = load_helper(HERE / "_bag_compare.py")
+supervision = load_helper(HERE / "_lifecycle_supervisor.py")
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(150)]
 
@@ -54,38 +54,26 @@ def _record_live(ros_env: Any, bag: Path, config: Path, topics: list[str], frame
     """Start the node, subscribe to its outputs, replay the bag into it; serialized results by topic."""
     from libredgetpu_ros.ros.conversions import output_topics
     from libredgetpu_ros.ros.perception_node import RESULT_QOS
-    from rclpy.executors import SingleThreadedExecutor
-    from rclpy.node import Node
     from rclpy.serialization import deserialize_message
 
     types = {f"/cam/{name}": cls for task in ("pose", "classify") for name, cls in output_topics(task)}
     ros_env.spawn(_cli("bringup", str(config)), "node")
-    context = ros_env.init_rclpy()
-    node = Node("bag_recorder", context=context)
-    executor = SingleThreadedExecutor(context=context)
-    executor.add_node(node)
+    probe = supervision.Probe(ros_env, "bag_recorder", WAIT_S)
     recorded: dict[str, list[bytes]] = {t: [] for t in topics}
     for topic in topics:
-        node.create_subscription(types[topic], topic, recorded[topic].append, RESULT_QOS, raw=True)
-
-    def spin_until(what: str, done: Any) -> None:
-        end = time.monotonic() + WAIT_S
-        while time.monotonic() < end:
-            executor.spin_once(timeout_sec=0.05)
-            if done():
-                return
-        pytest.fail(f"timed out after {WAIT_S:.0f} s waiting for {what() if callable(what) else what}")
+        probe.node.create_subscription(types[topic], topic, recorded[topic].append, RESULT_QOS, raw=True)
 
     # The node's result publishers exist once it is configured; only then start the camera. The replay waits
     # for the node's subscription, then 1 s more: matching is not symmetric at once, and a best-effort frame
     # sent before the node's side has matched is lost.
-    spin_until("the node's result publishers", lambda: all(node.count_publishers(t) for t in topics))
+    probe.wait_for("the node's result publishers",
+                   lambda: all(probe.node.count_publishers(t) for t in topics))
     replay = ros_env.spawn(_cli("replay", str(bag), "--rate", "0.5", "--wait-subscribers", "1",
                                 "--wait-timeout", str(WAIT_S), "--start-delay", "1"), "replay")
-    spin_until(lambda: f"{frames} results on each topic (replay exit {replay.poll()}, got "
-               f"{ {t: len(v) for t, v in recorded.items()} })",
-               lambda: replay.poll() is not None and (replay.returncode != 0 or all(
-                   len(v) >= frames for v in recorded.values())))
+    probe.wait_for(lambda: f"{frames} results on each topic (replay exit {replay.poll()}, got "
+                   f"{ {t: len(v) for t, v in recorded.items()} })",
+                   lambda: replay.poll() is not None and (replay.returncode != 0 or all(
+                       len(v) >= frames for v in recorded.values())))
     assert replay.returncode == 0, (ros_env.work_dir / "replay.log").read_text()
     by_stamp: dict[str, dict[tuple[int, int], bytes]] = {}
     for topic, messages in recorded.items():

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 from .._helpers import load_helper
 
 scenes = load_helper(Path(__file__).resolve().parents[1] / "robotics" / "_flow_scenes.py")
+supervision = load_helper(Path(__file__).resolve().parent / "_lifecycle_supervisor.py")
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
 
@@ -76,8 +76,6 @@ def test_replayed_bag_equals_offline(ros_env, tmp_path: Path) -> None:
     from geometry_msgs.msg import QuaternionStamped, TwistStamped
     from libredgetpu_ros.bags.make import MakeBagOptions, make_bag
     from libredgetpu_ros.ros.camera import RESULT_QOS
-    from lifecycle_msgs.msg import Transition
-    from lifecycle_msgs.srv import ChangeState
 
     paths = _frames(tmp_path)
     bag = tmp_path / "camera_bag"
@@ -89,35 +87,21 @@ def test_replayed_bag_equals_offline(ros_env, tmp_path: Path) -> None:
     for name, value in PARAMS.items():
         args += ["-p", f"{name}:={value}"]
     ros_env.spawn(args, "flow_node")
-    node, executor = ros_env.probe("flow_recorder")
+    sup = supervision.LifecycleSupervisor(ros_env, "flow_recorder", "/flow", WAIT_S)
     twists: list[Any] = []
     headings: list[Any] = []
-    node.create_subscription(TwistStamped, "/flow", twists.append, RESULT_QOS)
-    node.create_subscription(QuaternionStamped, "/heading", headings.append, RESULT_QOS)
-    change = node.create_client(ChangeState, "/flow/change_state")
-    assert change.wait_for_service(timeout_sec=WAIT_S)
-
-    def spin_until(what: str, done: Any) -> None:
-        end = time.monotonic() + WAIT_S
-        while time.monotonic() < end:
-            executor.spin_once(timeout_sec=0.05)
-            if done():
-                return
-        pytest.fail(f"timed out after {WAIT_S:.0f} s waiting for {what}")
-
-    for transition in (Transition.TRANSITION_CONFIGURE, Transition.TRANSITION_ACTIVATE):
-        future = change.call_async(ChangeState.Request(transition=Transition(id=transition)))
-        spin_until("a lifecycle transition", future.done)
-        assert future.result().success
-    spin_until("the node's publishers",
-               lambda: node.count_publishers("/flow") and node.count_publishers("/heading"))
+    sup.node.create_subscription(TwistStamped, "/flow", twists.append, RESULT_QOS)
+    sup.node.create_subscription(QuaternionStamped, "/heading", headings.append, RESULT_QOS)
+    assert sup.transition("configure") and sup.transition("activate")
+    sup.wait_for("the node's publishers",
+                 lambda: sup.node.count_publishers("/flow") and sup.node.count_publishers("/heading"))
     replay = ros_env.spawn(_cli("replay", str(bag), "--rate", "0.5", "--wait-subscribers", "1",
                                 "--wait-timeout", str(WAIT_S), "--start-delay", "2"), "replay")
-    spin_until(f"{FRAMES} headings (replay exit {replay.poll()})",
-               lambda: len(headings) >= FRAMES or (replay.poll() not in (None, 0)))
+    sup.wait_for(lambda: f"{FRAMES} headings (replay exit {replay.poll()})",
+                 lambda: len(headings) >= FRAMES or (replay.poll() not in (None, 0)))
     assert replay.wait(timeout=WAIT_S) == 0, (ros_env.work_dir / "replay.log").read_text()
-    spin_until("the last twist", lambda: len(twists) >= len(offline))
-    executor.spin_once(timeout_sec=0.3)
+    sup.wait_for("the last twist", lambda: len(twists) >= len(offline))
+    sup.executor.spin_once(timeout_sec=0.3)
 
     live = {(t.header.stamp.sec, t.header.stamp.nanosec): t for t in twists}
     heading_by_stamp = {(h.header.stamp.sec, h.header.stamp.nanosec): h for h in headings}
