@@ -5,10 +5,17 @@ type, a topic of an unknown type, a compressed chunk declaring a huge size.
   listed them as skipped frames and grew to 5.7 GB. Now ``mcap_summary`` checks the summary against the
   file at open and refuses it (InputError with the ``bag-repair`` hint). Reproduced under the fuzz harness's
   address-space cap, so a regression fails as MemoryError (or a hang) instead of eating the machine.
-- 150 seeded 1-3 byte changes in the summary section: 0 tracebacks (21 of 150 before).
-- sqlite rows with TEXT/INTEGER data or a TEXT timestamp are counted failures / skipped rows.
+- 150 seeded 1-3 byte changes in the summary section: 0 tracebacks (19 of 150 here before, 21 in the
+  issue); ``process-bag`` on such a bag: exit 2, one ``error:`` line.
+- sqlite rows with TEXT/INTEGER data or a TEXT timestamp are counted failures / skipped rows; topic rows
+  with a NULL id or a BLOB type are skipped topics.
 - ``bag-repair`` skips a topic whose type is unknown and has no definition in the bag (was TypesysError).
 - ``bag-repair`` on a zstd chunk declaring 192 MiB holds it once (was twice).
+- rosbag2's compression modes: a per-message zstd bomb is a counted frame, a damaged chunk of such a bag is
+  skipped, ``bag-repair`` writes its messages decompressed; a file-compressed MCAP is checked (and its size
+  bounded) before rosbags opens it.
+
+Each test fails on the code before the fix it covers.
 """
 
 from __future__ import annotations
