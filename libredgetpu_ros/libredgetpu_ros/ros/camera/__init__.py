@@ -57,6 +57,11 @@ What the base does, so a subclass does not:
 
 Run a subclass with ``spinning.run_lifecycle_node_main(SpotNode, args, retain_allocations=True)`` (its
 ``main()``), and add it to ``bringup.NODE_TYPES`` for ``libredgetpu-ros bringup``.
+
+Name a subclass's attributes after what they hold, never after rclpy's own (``_services``, ``_timers``,
+``_subscriptions``, ``_publishers``, ``_clients``, ``_parameters``...): rclpy's ``Node`` keeps its entities in
+those, and overwriting ``_services`` removed the lifecycle services (activate then hung; seen in the
+recognition node).
 """
 
 from libredgetpu_ros.ros.camera.intake import Frame, FrameStats, Intake

@@ -1,16 +1,18 @@
 """The control node's parameters: one table -> ROS descriptors, validation, the typed config, the docs table.
 
-``BACKENDS`` (the ``backend`` parameter's choices) is the first thing here on purpose: a new MatMul backend
-is added by extending that tuple.
+``BACKENDS`` (the ``backend`` parameter's choices) are ``auto`` and every runner of the MatMul engine's
+registry (``matmul.runners``: ``cpu``, ``edgetpu`` and what the families declare, e.g. ``tpulang``), so a
+family that adds a runner adds a choice here without an edit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from libredgetpu_ros.matmul.runners import runner_names
 from libredgetpu_ros.ros.params import ParamSpec, ParamTable
 
-BACKENDS = ("auto", "cpu", "edgetpu", "tpulang")
+BACKENDS = ("auto", *runner_names())
 STATE_TYPES = ("float32_multi_array", "joint_state")
 JOINT_FIELDS = ("position", "velocity", "effort")
 CLIP_POLICIES = ("refuse", "clip")
