@@ -17,39 +17,28 @@ preloads weights first) drives the transitions; with autostart, configure -> act
 from __future__ import annotations
 
 from launch import LaunchContext, LaunchDescription
-from launch.actions import OpaqueFunction
 from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import LifecycleNode
 from libredgetpu_ros.ros.control.params import PARAM_TABLE
 from libredgetpu_ros.ros.launching import (
+    PARAMS_FILE,
     argument_overrides,
-    autostarted,
     installed_config,
-    launch_arguments,
+    lifecycle_launch,
 )
 
 OVERRIDES = ("template", "backend", "require_accelerator", "state_size", "command_size", "initial_weights")
 
 
-def _node_and_transitions(context: LaunchContext) -> list:
+def _parameters(context: LaunchContext) -> list:
     overrides = argument_overrides(context, PARAM_TABLE, OVERRIDES)
     model = LaunchConfiguration("model").perform(context).strip()
     if model:
         overrides["template_path"] = model
-    node = LifecycleNode(
-        package="libredgetpu_ros",
-        executable="control_node",
-        name="control_node",
-        namespace=LaunchConfiguration("namespace"),
-        parameters=[LaunchConfiguration("params_file"), overrides],
-        remappings=[("state", LaunchConfiguration("state_topic"))],
-        output="screen",
-    )
-    return autostarted(node)
+    return [PARAMS_FILE, overrides]
 
 
 def generate_launch_description() -> LaunchDescription:
-    arguments = launch_arguments({
+    return lifecycle_launch("control_node", {
         "params_file": (installed_config("control.yaml"), "YAML parameters of control_node"),
         "namespace": ("", "node namespace"),
         "state_topic": ("state", "topic the state vector arrives on (remaps 'state')"),
@@ -61,5 +50,4 @@ def generate_launch_description() -> LaunchDescription:
         "command_size": ("", "controller outputs; '' = the params file's"),
         "initial_weights": ("", ".npy weights loaded at configure; '' = the params file's"),
         "autostart": ("true", "configure and activate on start (once)"),
-    })
-    return LaunchDescription([*arguments, OpaqueFunction(function=_node_and_transitions)])
+    }, _parameters, name="control_node", remappings=[("state", LaunchConfiguration("state_topic"))])

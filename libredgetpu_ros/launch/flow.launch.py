@@ -13,44 +13,26 @@ configure``.
 
 from __future__ import annotations
 
-from launch import LaunchContext, LaunchDescription
-from launch.actions import OpaqueFunction
+from launch import LaunchDescription
 from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import LifecycleNode
 from libredgetpu_ros.ros.flow.params import PARAMS
 from libredgetpu_ros.ros.launching import (
-    RVIZ_ARGUMENT,
-    argument_overrides,
-    autostarted,
+    CAMERA_ARGUMENT,
+    CAMERA_REMAPPINGS,
+    file_and_overrides,
     installed_config,
-    launch_arguments,
-    rviz,
+    lifecycle_launch,
 )
 
 OVERRIDES = ("model", "backend", "fov_deg", "search_range", "image_reliability")
 
 
-def _node_and_transitions(context: LaunchContext) -> list:
-    node = LifecycleNode(
-        package="libredgetpu_ros",
-        executable="flow_node",
-        name=LaunchConfiguration("node_name"),
-        namespace=LaunchConfiguration("namespace"),
-        parameters=[LaunchConfiguration("params_file"), argument_overrides(context, PARAMS, OVERRIDES)],
-        remappings=[("image_raw", LaunchConfiguration("image")),
-                    ("image_raw/compressed", [LaunchConfiguration("image"), "/compressed"]),
-                    ("camera_info", LaunchConfiguration("camera_info"))],
-        output="screen",
-    )
-    return autostarted(node)
-
-
 def generate_launch_description() -> LaunchDescription:
-    arguments = launch_arguments({
+    return lifecycle_launch("flow_node", {
         "params_file": (installed_config("flow.yaml"), "node parameters (config/flow.yaml)"),
         "namespace": ("", "namespace of the node and topics"),
         "node_name": ("flow", None),
-        "image": ("image_raw", "camera topic remapped onto the node's input topic"),
+        **CAMERA_ARGUMENT,
         "camera_info": ("camera_info", "the camera's CameraInfo topic (field of view)"),
         "model": ("", "Gabor template: *_edgetpu.tflite path; '' = the params file's"),
         "backend": ("", "auto | cpu | edgetpu; '' = the params file's"),
@@ -58,6 +40,6 @@ def generate_launch_description() -> LaunchDescription:
         "search_range": ("", "displacements searched, in grid steps; '' = the params file's"),
         "image_reliability": ("", "auto | best_effort | reliable; '' = the params file's"),
         "autostart": ("true", "configure and activate at start-up (once)"),
-        **RVIZ_ARGUMENT,
-    })
-    return LaunchDescription([*arguments, OpaqueFunction(function=_node_and_transitions), rviz("flow")])
+    }, file_and_overrides(PARAMS, OVERRIDES),
+        remappings=[*CAMERA_REMAPPINGS, ("camera_info", LaunchConfiguration("camera_info"))],
+        rviz_config="flow")

@@ -18,44 +18,26 @@ configure (after deactivate -> cleanup) leaves the node ``inactive``. Without it
 
 from __future__ import annotations
 
-from launch import LaunchContext, LaunchDescription
-from launch.actions import OpaqueFunction
-from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import LifecycleNode
+from launch import LaunchDescription
 from libredgetpu_ros.ros.launching import (
-    RVIZ_ARGUMENT,
-    argument_overrides,
-    autostarted,
+    CAMERA_ARGUMENT,
+    CAMERA_REMAPPINGS,
+    file_and_overrides,
     installed_config,
-    launch_arguments,
-    rviz,
+    lifecycle_launch,
 )
 from libredgetpu_ros.ros.perception.params import PARAMS
 
 OVERRIDES = ("model", "backend", "task", "labels", "image_reliability", "require_accelerator")
 
 
-def _node_and_transitions(context: LaunchContext) -> list:
-    node = LifecycleNode(
-        package="libredgetpu_ros",
-        executable="perception_node",
-        name=LaunchConfiguration("node_name"),
-        namespace=LaunchConfiguration("namespace"),
-        parameters=[LaunchConfiguration("params_file"), argument_overrides(context, PARAMS, OVERRIDES)],
-        remappings=[("image_raw", LaunchConfiguration("image")),
-                    ("image_raw/compressed", [LaunchConfiguration("image"), "/compressed"])],
-        output="screen",
-    )
-    return autostarted(node)
-
-
 def generate_launch_description() -> LaunchDescription:
-    arguments = launch_arguments({
+    return lifecycle_launch("perception_node", {
         "params_file": (installed_config("perception_pose.yaml"),
                         "node parameters (config/perception_*.yaml)"),
         "namespace": ("", "namespace of the node and topics"),
         "node_name": ("perception", None),
-        "image": ("image_raw", "camera topic remapped onto the node's input topic"),
+        **CAMERA_ARGUMENT,
         "model": ("", "catalogue name (libredgetpu-ros models list) or *_edgetpu.tflite path; '' = the "
                       "params file's"),
         "backend": ("", "auto | cpu | edgetpu; '' = the params file's"),
@@ -64,7 +46,4 @@ def generate_launch_description() -> LaunchDescription:
         "image_reliability": ("", "auto | best_effort | reliable; '' = the params file's"),
         "require_accelerator": ("", "true: configure fails without an accelerator; '' = the params file's"),
         "autostart": ("true", "configure and activate at start-up (once)"),
-        **RVIZ_ARGUMENT,
-    })
-    return LaunchDescription([*arguments, OpaqueFunction(function=_node_and_transitions),
-                              rviz("perception")])
+    }, file_and_overrides(PARAMS, OVERRIDES), remappings=CAMERA_REMAPPINGS, rviz_config="perception")

@@ -15,13 +15,11 @@ With autostart the launch emits configure, then activate once the node reports `
 from __future__ import annotations
 
 from launch import LaunchContext, LaunchDescription
-from launch.actions import OpaqueFunction
 from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import LifecycleNode
-from libredgetpu_ros.ros.launching import autostarted, installed_config, launch_arguments
+from libredgetpu_ros.ros.launching import installed_config, lifecycle_launch
 
 
-def _node_and_transitions(context: LaunchContext) -> list:
+def _parameters(context: LaunchContext) -> list:
     params_file = LaunchConfiguration("params_file").perform(context)
     overrides: dict = {k: LaunchConfiguration(k).perform(context) for k in ("iospec", "program", "runner")}
     overrides = {k: v for k, v in overrides.items() if v}
@@ -34,19 +32,11 @@ def _node_and_transitions(context: LaunchContext) -> list:
         params_file = installed_config("spu.yaml")
         overrides.setdefault("iospec", installed_config("spu_add_latched.iospec.yaml"))
         overrides.setdefault("program", installed_config("spu_add_latched.program.yaml"))
-    node = LifecycleNode(
-        package="libredgetpu_ros",
-        executable="spu_node",
-        name=LaunchConfiguration("node_name"),
-        namespace=LaunchConfiguration("namespace"),
-        parameters=[params_file, overrides],
-        output="screen",
-    )
-    return autostarted(node)
+    return [params_file, overrides]
 
 
 def generate_launch_description() -> LaunchDescription:
-    arguments = launch_arguments({
+    return lifecycle_launch("spu_node", {
         "params_file": ("", "node parameters (config/spu.yaml); '' = the installed example"),
         "iospec": ("", "IOSpec YAML (overrides params_file)"),
         "program": ("", "reference runner program (overrides params_file)"),
@@ -56,5 +46,4 @@ def generate_launch_description() -> LaunchDescription:
         "namespace": ("", "namespace of the node and topics"),
         "node_name": ("spu", None),
         "autostart": ("true", "configure and activate at start-up"),
-    })
-    return LaunchDescription([*arguments, OpaqueFunction(function=_node_and_transitions)])
+    }, _parameters)

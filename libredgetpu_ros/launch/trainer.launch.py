@@ -18,34 +18,23 @@ Tested by test/launch/test_trainer_launch.py.
 from __future__ import annotations
 
 from launch import LaunchContext, LaunchDescription
-from launch.actions import OpaqueFunction
 from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import LifecycleNode
-from libredgetpu_ros.ros.launching import autostarted, installed_config, launch_arguments
+from libredgetpu_ros.ros.launching import PARAMS_FILE, installed_config, lifecycle_launch
 
 OVERRIDES = ("worker_host", "worker_port", "set_weights_service", "framing")
 
 
-def _node_and_transitions(context: LaunchContext) -> list:
+def _parameters(context: LaunchContext) -> list:
     overrides: dict[str, str | int] = {}
     for name in OVERRIDES:
         value = LaunchConfiguration(name).perform(context)
         if value:
             overrides[name] = int(value) if name == "worker_port" else value
-    node = LifecycleNode(
-        package="libredgetpu_ros",
-        executable="trainer_node",
-        name="trainer_node",
-        namespace=LaunchConfiguration("namespace"),
-        parameters=[LaunchConfiguration("params_file"), overrides],
-        remappings=[("samples", LaunchConfiguration("samples_topic"))],
-        output="screen",
-    )
-    return autostarted(node)
+    return [PARAMS_FILE, overrides]
 
 
 def generate_launch_description() -> LaunchDescription:
-    arguments = launch_arguments({
+    return lifecycle_launch("trainer_node", {
         "params_file": (installed_config("trainer.yaml"), "YAML parameters of trainer_node"),
         "namespace": ("", "node namespace"),
         "samples_topic": ("samples", "topic the training samples arrive on (remaps 'samples')"),
@@ -54,5 +43,4 @@ def generate_launch_description() -> LaunchDescription:
         "set_weights_service": ("", "the control node's SetWeights service (overrides params_file)"),
         "framing": ("", "reliable | seed (overrides params_file; the worker's --framing)"),
         "autostart": ("true", "configure, then activate once configured"),
-    })
-    return LaunchDescription([*arguments, OpaqueFunction(function=_node_and_transitions)])
+    }, _parameters, name="trainer_node", remappings=[("samples", LaunchConfiguration("samples_topic"))])

@@ -5,19 +5,21 @@ and parameters, and, when ``autostart`` is true, takes it to ``active`` the way 
 configure, then activate if that configure ends in ``inactive`` -- once, at start: a later configure (after
 a supervisor's deactivate -> cleanup, or a manual one after a failed start) is left alone. Those last steps
 are the same for every node, so they live here once. Also here: launch arguments that override single
-parameters of the params file only when given (:func:`argument_overrides`), and ``rviz:=true``
-(:func:`rviz`). Under ``ros/`` because launch_ros imports rclpy (test/test_layers.py).
+parameters of the params file only when given (:func:`argument_overrides`), ``rviz:=true`` (:func:`rviz`),
+the camera remappings (:data:`CAMERA_REMAPPINGS`), and :func:`lifecycle_launch`, which puts these together
+into a launch file's whole description. Under ``ros/`` because launch_ros imports rclpy
+(test/test_layers.py).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ament_index_python.packages import get_package_share_directory
-from launch import LaunchContext
+from launch import LaunchContext, LaunchDescription
 from launch.actions import (
     DeclareLaunchArgument,
     EmitEvent,
@@ -144,3 +146,44 @@ def rviz(launch_name: str, condition: SomeSubstitutionsType = RVIZ) -> OpaqueFun
                                output="screen")]
 
     return OpaqueFunction(function=start)
+
+
+IMAGE = LaunchConfiguration("image")
+CAMERA_ARGUMENT: ArgumentTable = {"image": ("image_raw", "camera topic remapped onto the node's input topic")}
+# A camera node's raw and compressed inputs follow the one ``image`` argument (image_transport's naming).
+CAMERA_REMAPPINGS = (("image_raw", IMAGE), ("image_raw/compressed", [IMAGE, "/compressed"]))
+PARAMS_FILE = LaunchConfiguration("params_file")
+
+
+def file_and_overrides(params: Any, names: Iterable[str]) -> Callable[[LaunchContext], list]:
+    """``parameters`` for :func:`lifecycle_launch`: the ``params_file`` argument, then those of the launch
+    arguments ``names`` that were given (:func:`argument_overrides`, typed and checked by ``params``)."""
+    names = tuple(names)
+    return lambda context: [PARAMS_FILE, argument_overrides(context, params, names)]
+
+
+def lifecycle_launch(executable: str, table: ArgumentTable, parameters: Callable[[LaunchContext], list], *,
+                     name: SomeSubstitutionsType | None = None,
+                     remappings: Sequence[tuple[str, SomeSubstitutionsType]] = (),
+                     rviz_config: str | None = None) -> LaunchDescription:
+    """A launch file's description for one lifecycle node of this package: the arguments of ``table`` (plus
+    :data:`RVIZ_ARGUMENT` with ``rviz_config``), the node ``executable`` named ``name`` (default: the
+    ``node_name`` argument) in the ``namespace`` argument, with ``parameters(context)`` (called when the
+    launch runs, so it sees the arguments given) and ``remappings``, :func:`autostarted`; then, with
+    ``rviz_config``, :func:`rviz` of that config."""
+
+    def node_and_transitions(context: LaunchContext) -> list:
+        node = LifecycleNode(
+            package=PACKAGE,
+            executable=executable,
+            name=LaunchConfiguration("node_name") if name is None else name,
+            namespace=LaunchConfiguration("namespace"),
+            parameters=parameters(context),
+            remappings=list(remappings),
+            output="screen",
+        )
+        return autostarted(node)
+
+    arguments = launch_arguments({**table, **RVIZ_ARGUMENT} if rviz_config else table)
+    return LaunchDescription([*arguments, OpaqueFunction(function=node_and_transitions),
+                              *([rviz(rviz_config)] if rviz_config else [])])
