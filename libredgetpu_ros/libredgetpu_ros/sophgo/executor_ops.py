@@ -9,10 +9,6 @@ from libredgetpu_ros.sophgo.ir import OpNode, TpuLangError
 from libredgetpu_ros.sophgo.op_registry import RunState, is_float, register, spatial, where_of
 
 
-def _ceil_extra(size: int, pad_begin: int, pad_end: int, kernel: int, stride: int, out: int) -> int:
-    return max(0, (out - 1) * stride + kernel - (size + pad_begin + pad_end))
-
-
 def _pool_geometry(node: OpNode, x: np.ndarray) -> tuple[list[int], list[int], list[int], tuple, tuple]:
     where = where_of(node)
     stride, pads, kernel = spatial(node)
@@ -21,8 +17,8 @@ def _pool_geometry(node: OpNode, x: np.ndarray) -> tuple[list[int], list[int], l
     ceil_mode = bool(node.attrs.get("ceil_mode", False))
     out = shapes.pool_shape(x.shape, kernel, stride, pads, ceil_mode, where)
     out_hw = (out[2], out[3])
-    extra = (_ceil_extra(x.shape[2], pads[0], pads[2], kernel[0], stride[0], out[2]),
-             _ceil_extra(x.shape[3], pads[1], pads[3], kernel[1], stride[1], out[3]))
+    full = shapes.pool_pads(x.shape, kernel, stride, pads, ceil_mode)
+    extra = (full[2] - pads[2], full[3] - pads[3])
     return kernel, stride, pads, extra, out_hw
 
 
@@ -30,13 +26,22 @@ def _pool_geometry(node: OpNode, x: np.ndarray) -> tuple[list[int], list[int], l
 def _maxpool(run: RunState, node: OpNode, args: list) -> np.ndarray:
     (x,) = args
     kernel, stride, pads, extra, out_hw = _pool_geometry(node, x)
-    # Padded cells never win: pad with the lowest value of the dtype.
-    low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    # Padded cells never win: pad with the lowest finite value of the dtype, which is also what a window
+    # wholly in ceil_mode padding gives (-3.4028235e+38 for float32 on tpu-mlir's bm1684x cmodel).
+    low = np.finfo(x.dtype).min if x.dtype.kind == "f" else np.iinfo(x.dtype).min
     y = kernels.pool_taps(x, kernel, stride, pads, extra, out_hw, low, "max")
     (tx,) = run.operand_types(node)
-    if node.result.quant != tx.quant:
-        raise TpuLangError(f"{where_of(node)}: a maxpool that changes the quantization is not supported")
-    return y.astype(node.result.np_dtype)
+    out_q, in_q = node.result.quant, tx.quant
+    # TpuLang's int8 maxpool without scale leaves its result unquantized: the raw maximum, as for equal types.
+    if out_q is None or out_q == in_q:
+        return y.astype(node.result.np_dtype)
+    if in_q is None or in_q.axis is not None or out_q.axis is not None:
+        raise TpuLangError(f"{where_of(node)}: a maxpool from a plain integer or per-channel type to "
+                           f"{out_q} is not supported")
+    # scale=[in, out]: the maximum requantized to the output's scale and zero point (max commutes with it).
+    real = (y.astype(np.float64) - in_q.zero_points[0]) * in_q.scales[0]
+    q = kernels.round_float(real / out_q.scales[0], node.attrs.get("round_mode", "HalfAwayFromZero"))
+    return kernels.saturate(q + out_q.zero_points[0], node.result.np_dtype)
 
 
 @register("top.AvgPool")
@@ -46,9 +51,12 @@ def _avgpool(run: RunState, node: OpNode, args: list) -> np.ndarray:
     counts = kernels.pool_counts(x.shape[2:], kernel, stride, pads, extra, out_hw,
                                  bool(node.attrs.get("count_include_pad", False)))
     (tx,) = run.operand_types(node)
+    # A window wholly in the ceil_mode padding counts no cell: tpu-mlir gives 0 there (the real value 0).
+    empty = counts == 0
+    counts = np.maximum(counts, 1)
     if is_float(tx):
         sums = kernels.pool_taps(x.astype(np.float32), kernel, stride, pads, extra, out_hw, 0, "sum")
-        return (sums / counts.astype(np.float32)).astype(node.result.np_dtype)
+        return np.where(empty, 0, sums / counts.astype(np.float32)).astype(node.result.np_dtype)
     mode = node.attrs.get("round_mode", "HalfAwayFromZero")
     out_q, in_q = node.result.quant, tx.quant
     if (in_q is not None and in_q.axis is not None) or (out_q is not None and out_q.axis is not None):
@@ -58,14 +66,17 @@ def _avgpool(run: RunState, node: OpNode, args: list) -> np.ndarray:
         # Counted pad cells hold the real value 0, i.e. the zero point.
         real_cells = kernels.pool_counts(x.shape[2:], kernel, stride, pads, extra, out_hw, False)
         sums = sums + in_q.zero_points[0] * (counts - real_cells)
-    if out_q == in_q:  # same scale and zero point: the mean of the raw values, rounded exactly
-        return kernels.saturate(kernels.round_div(sums, counts, mode), node.result.np_dtype)
+    raw_type = out_q if out_q is not None else in_q  # an unquantized result keeps the input's raw values
+    zero = raw_type.zero_points[0] if raw_type is not None else 0  # the real value 0
+    if out_q == in_q or out_q is None:  # same type, or TpuLang's unquantized result: the raw values' mean
+        mean = np.where(empty, zero, kernels.round_div(sums, counts, mode))
+        return kernels.saturate(mean, node.result.np_dtype)
     if in_q is None or out_q is None:
         raise TpuLangError(f"{where_of(node)}: avgpool between a quantized and a plain integer tensor is not "
                            f"supported")
     real = (sums / counts - in_q.zero_points[0]) * in_q.scales[0]
     q = kernels.round_float(real / out_q.scales[0], mode) + out_q.zero_points[0]
-    return kernels.saturate(q, node.result.np_dtype)
+    return kernels.saturate(np.where(empty, zero, q), node.result.np_dtype)
 
 
 @register("top.Relu")

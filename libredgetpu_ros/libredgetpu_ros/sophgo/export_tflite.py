@@ -138,8 +138,12 @@ class _Exporter:
         # TFLite's uint8 average is (sum + count / 2) / count: half up on the raw sums, which are never
         # negative, so half away from zero gives the same numbers. tpu-mlir's bm1684x codegen refuses HalfUp
         # (atomic_rq_f32mode_gen_cmd asserts f2i_mode != ROUND_HALF_UP) and accepts HalfAwayFromZero.
+        # scale/zero_point [in, out]: TpuLang leaves a pool's result unquantized without them.
+        scale, zero_point = _quant(x_t, where)
         self.values[op.outputs[0]] = ops.avgpool2d(self.values[op.inputs[0]], list(kernel), list(stride),
-                                                   pads, out_name=self.name("avgpool", op),
+                                                   pads, scale=[scale, scale],
+                                                   zero_point=[zero_point, zero_point],
+                                                   out_name=self.name("avgpool", op),
                                                    round_mode="half_away_from_zero")
 
     def reshape(self, op) -> None:

@@ -100,6 +100,7 @@ class Tensor:
         if ttype == "coeff" and self.buffer is None:
             raise TpuLangError(f"{where}: a coeff tensor needs data (missing weights)")
         self.quant = make_quant(scale, zero_point, where, axis=1)
+        self._stated = (scale is not None, zero_point is not None)  # what quantization() may still fill in
 
     @property
     def is_quantized(self) -> bool:
@@ -118,22 +119,36 @@ class Tensor:
         return self.quant.zero_points[0] if self.quant.axis is None else list(self.quant.zero_points)
 
     def quantization(self, scale: Any = None, zero_point: Any = None, where: str = "") -> Tensor:
-        """Set the quantization, or check it against the one already set (TpuLang's set-or-check)."""
-        new = make_quant(scale, zero_point, where or f"Tensor {clip_repr(self.name)}")
+        """Set the quantization, or check it against the one already set (TpuLang's set-or-check).
+
+        As in TpuLang, what the tensor did not state yet is filled in: a tensor given only a zero point (an
+        op result's offset) takes a later scale (``requant_int`` then ``dequant_int_to_fp(scale, zp)``);
+        a stated value that differs is an error (TpuLang asserts)."""
+        where = where or f"Tensor {clip_repr(self.name)}"
+        new = make_quant(scale, zero_point, where)
         if new is None:
             return self
-        if self.quant is not None and self.quant != new:
-            # An explicit argument overrides only what the tensor did not state: equal or unset.
-            raise TpuLangError(f"{where or clip_repr(self.name)}: tensor {clip_repr(self.name)} is already "
-                               f"quantized with scale {self.scale} zero point {self.zero_point}, the "
-                               f"argument asks for {list(new.scales)} / {list(new.zero_points)}")
-        self.quant = new
+        if self.quant is None:
+            self.quant, self._stated = new, (scale is not None, zero_point is not None)
+            return self
+        scale_stated, zp_stated = self._stated
+        merged = make_quant(scale if scale is not None else (self.quant.scales if scale_stated else None),
+                            zero_point if zero_point is not None else (self.quant.zero_points if zp_stated
+                                                                       else None), where)
+        if (scale_stated and merged.scales != self.quant.scales) or (
+                zp_stated and merged.zero_points != self.quant.zero_points):
+            raise TpuLangError(f"{where}: tensor {clip_repr(self.name)} is already quantized with scale "
+                               f"{self.scale} zero point {self.zero_point}, the argument asks for "
+                               f"{list(new.scales)} / {list(new.zero_points)}")
+        self.quant = merged
+        self._stated = (scale_stated or scale is not None, zp_stated or zero_point is not None)
         return self
 
     def set_quantization(self, scale: Any, zero_point: Any) -> Tensor:
         """Replace the quantization outright (an exporter labelling an op output with its real scale, where
         TpuLang's op would leave the placeholder scale 1.0)."""
         self.quant = make_quant(scale, zero_point, f"Tensor {clip_repr(self.name)}")
+        self._stated = (True, True)
         return self
 
     def mlir_type(self, ranked: bool) -> TensorType:
@@ -242,8 +257,11 @@ def build_module(name: str, inputs: list[Tensor], outputs: list[Tensor], quantiz
                                    f"{clip_repr(operand.name)} is not a graph input of compile() and no op "
                                    f"produces it")
         operands = tuple(None if t is None else t.name for t in op.inputs)
+        # TpuLang knows the shape of graph inputs and weights only (an op output's Tensor.shape is []), and
+        # its Cast ops (dequant_int_to_fp, requant_fp_to_int) copy the operand's shape: ranked result there.
+        ranked = op.kind == "top.Cast" and op.inputs[0] is not None and op.inputs[0].id not in produced
         ops.append(OpNode(op.kind, op.output.name, operands, dict(op.attrs),
-                   op.output.mlir_type(ranked=False)))
+                          op.output.mlir_type(ranked=ranked)))
         shapes[op.output.name] = tuple(op.output.shape)
     known: set[str] = set()
     for node in ops:

@@ -166,10 +166,13 @@ def pool_taps(x: np.ndarray, kernel: list[int], stride: list[int], pads: list[in
 
 def pool_counts(shape_hw: tuple[int, int], kernel: list[int], stride: list[int], pads: list[int],
                 ceil_extra: tuple[int, int], out_hw: tuple[int, int], include_pad: bool) -> np.ndarray:
-    """Cells counted by each average-pool window: real cells, plus the explicit pads if ``include_pad``."""
+    """Cells counted by each average-pool window: real cells, plus every pad if ``include_pad``.
+
+    The ceil_mode padding counts like the explicit pads: tpu-mlir's shape inference turns it into ordinary
+    pads before anything runs."""
     h, w = shape_hw
     ones = np.ones((1, 1, h, w), dtype=np.int64)
-    if include_pad:  # explicit pads count, the ceil_mode overhang does not
-        ones = _pad(ones, pads, 1)
-        pads = [0, 0, 0, 0]
+    if include_pad:
+        ones = _pad(ones, [pads[0], pads[1], pads[2] + ceil_extra[0], pads[3] + ceil_extra[1]], 1)
+        pads, ceil_extra = [0, 0, 0, 0], (0, 0)
     return pool_taps(ones, kernel, stride, pads, ceil_extra, out_hw, 0, "sum")[0, 0]

@@ -51,6 +51,8 @@ def _name(out_name: str | None, op: str) -> str:
 def _out(shape: list[int], dtype: str, name: str, quant: Any = None) -> Tensor:
     tensor = Tensor(shape, name=name, dtype=dtype)
     tensor.quant = quant
+    if quant is not None:
+        tensor._stated = (True, True)  # a copied quantization is stated, not filled in later
     return tensor
 
 
@@ -164,11 +166,22 @@ def _pool(kind: str, op: str, input: Any, kernel: Any, stride: Any, pad: Any, ce
              "count_include_pad": bool(count_include_pad), "do_relu": False, "is_adaptive": False,
              "keepdims": True, "pad_value": I64(0), "round_mode": round_mode_convert(round_mode, where),
              "first_round_mode": round_mode_convert(first_round_mode, where), **_NO_RELU}
-    out = _out(shape, x.dtype, _name(out_name, op), x.quant)
-    if scale is not None or zero_point is not None:
-        out.quant = None
-        out.quantization(scale, zero_point, f"{where} scale/zero_point")
+    # TpuLang: the output is a new, unquantized tensor of the input's dtype; scale=[in, out] (and
+    # zero_point=[in, out], default [0, 0]) quantize the input and the output per tensor. A zero_point
+    # without a scale is ignored, as TpuLang does.
+    out = _out(shape, x.dtype, _name(out_name, op))
+    if scale is not None:
+        scales = _pair(scale, where, "scale")
+        zps = [0, 0] if zero_point is None else _pair(zero_point, where, "zero_point")
+        x.quantization(scales[0], zps[0], f"{where} scale[0]/zero_point[0]")
+        out.quantization(scales[1], zps[1], f"{where} scale[1]/zero_point[1]")
     return _insert(kind, [x], out, attrs)
+
+
+def _pair(value: Any, where: str, arg: str) -> list:
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise TpuLangError(f"{where}: {arg} must be [input, output] (two values), got {value!r}")
+    return list(value)
 
 
 def maxpool2d(input: Tensor, kernel: Any = None, stride: Any = None, pad: Any = None, ceil_mode: bool = False,

@@ -102,7 +102,13 @@ def dequant_int_to_fp(tensor_i: Tensor, scale: Any, offset: Any, out_dtype: str 
         raise TpuLangError(f"{where}: tensor_i must be an integer tensor, got {x.dtype}")
     x.quantization(scale, offset, f"{where} scale/offset")
     out = _out(list(x.shape), out_dtype, _name(out_name, "dequant_int_to_fp"))
-    return _insert("top.Cast", [x], out, {"round_mode": round_mode_convert(round_mode, where)})
+    return _insert("top.Cast", [x], out, _cast_attrs(round_mode, where))
+
+
+def _cast_attrs(round_mode: str, where: str) -> dict:
+    # TpuLang's top.Cast carries an empty ``to`` (printed); its result is ranked when the operand's shape is
+    # known to TpuLang (a graph input or a weight), see graph.build_module.
+    return {"round_mode": round_mode_convert(round_mode, where), "to": ""}
 
 
 def requant_fp_to_int(tensor_i: Tensor, scale: Any, offset: Any, requant_mode: int, out_dtype: str,
@@ -114,4 +120,4 @@ def requant_fp_to_int(tensor_i: Tensor, scale: Any, offset: Any, requant_mode: i
         raise TpuLangError(f"{where}: tensor_i must be float32/float16, got {x.dtype}")
     out = _out(list(x.shape), _out_dtype(out_dtype, "int8", where), _name(out_name, "requant_fp_to_int"))
     out.quantization(scale, offset, f"{where} scale/offset")
-    return _insert("top.Cast", [x], out, {"round_mode": round_mode_convert(round_mode, where)})
+    return _insert("top.Cast", [x], out, _cast_attrs(round_mode, where))

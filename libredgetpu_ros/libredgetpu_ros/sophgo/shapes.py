@@ -78,15 +78,37 @@ def conv_shape(x: Sequence[int], w: Sequence[int], stride: list[int], dilation: 
     return check_size([x[0], w[0], oh, ow], where, "output")
 
 
+def ceil_mode_pad(size: int, pad_begin: int, kernel: int, stride: int) -> int:
+    """The bottom/right padding tpu-mlir adds for ``ceil_mode`` (its MaxPool/AvgPool shape inference).
+
+    It rounds ``size + 2 * pad_begin - kernel`` (the begin pad counted twice, as if both were equal) up to a
+    multiple of the stride with extra end padding, drops ``ceil_mode`` and applies the floor rule to the new
+    pads. So a [3, 2] pool with strides [3, 2] and pads [1, 1, 0, 0] of a 7x8 input is 2x4 (the ceil formula
+    gives 3x5), and a window may lie wholly in the added padding."""
+    span = size + 2 * pad_begin - kernel
+    remain = span % stride if span > 0 else 0  # C++ '%': never positive for a negative span
+    return stride - remain if remain else 0
+
+
+def pool_pads(x: Sequence[int], kernel: list[int], stride: list[int], pads: list[int],
+              ceil_mode: bool) -> list[int]:
+    """[top, left, bottom, right] pads after tpu-mlir moves ``ceil_mode`` into the bottom/right pads."""
+    if not ceil_mode:
+        return list(pads)
+    return [pads[0], pads[1], pads[2] + ceil_mode_pad(x[2], pads[0], kernel[0], stride[0]),
+            pads[3] + ceil_mode_pad(x[3], pads[1], kernel[1], stride[1])]
+
+
 def pool_shape(x: Sequence[int], kernel: list[int], stride: list[int], pads: list[int], ceil_mode: bool,
                where: str) -> list[int]:
     if len(x) != 4:
         raise _fail(where, f"input must be 4-D NCHW, got shape {list(x)}")
     if pads[0] >= kernel[0] or pads[2] >= kernel[0] or pads[1] >= kernel[1] or pads[3] >= kernel[1]:
         raise _fail(where, f"pad {pads} must be smaller than the kernel {kernel}")
-    oh = window_out(x[2], pads[0], pads[2], kernel[0], stride[0], ceil_mode, where, "height")
-    ow = window_out(x[3], pads[1], pads[3], kernel[1], stride[1], ceil_mode, where, "width")
-    check_size([x[0], x[1], x[2] + pads[0] + pads[2] + stride[0], x[3] + pads[1] + pads[3] + stride[1]],
+    full = pool_pads(x, kernel, stride, pads, ceil_mode)
+    oh = window_out(x[2], full[0], full[2], kernel[0], stride[0], False, where, "height")
+    ow = window_out(x[3], full[1], full[3], kernel[1], stride[1], False, where, "width")
+    check_size([x[0], x[1], x[2] + full[0] + full[2] + stride[0], x[3] + full[1] + full[3] + stride[1]],
                where, "padded input")
     return check_size([x[0], x[1], oh, ow], where, "output")
 

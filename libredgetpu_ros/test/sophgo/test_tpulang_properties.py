@@ -62,14 +62,17 @@ def conv_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stride, d
 
 
 def pool_reference(x: np.ndarray, kernel, stride, pads, kind: str, include_pad: bool, ceil_mode: bool):
+    """Loop reference with tpu-mlir's ceil_mode: its shape inference adds end padding until
+    ``size + 2 * pad_begin - kernel`` is a multiple of the stride, then every pad is an ordinary pad (counted
+    when include_pad); a window of no real cell averages to 0 (tpu-mlir's interpreter; bm1684x: NaN)."""
     n, c, h, w = x.shape
-
-    def out_len(size, begin, end, k, s):
-        span = size + begin + end - k
-        return (-(-span // s) if ceil_mode else span // s) + 1
-
-    oh = out_len(h, pads[0], pads[2], kernel[0], stride[0])
-    ow = out_len(w, pads[1], pads[3], kernel[1], stride[1])
+    pads = list(pads)
+    for axis, size in ((0, h), (1, w)):
+        span = size + 2 * pads[axis] - kernel[axis]
+        if ceil_mode and span > 0 and span % stride[axis]:
+            pads[axis + 2] += stride[axis] - span % stride[axis]
+    oh = (h + pads[0] + pads[2] - kernel[0]) // stride[0] + 1
+    ow = (w + pads[1] + pads[3] - kernel[1]) // stride[1] + 1
     out = np.zeros((n, c, oh, ow))
     for i in range(oh):
         for j in range(ow):
@@ -77,14 +80,11 @@ def pool_reference(x: np.ndarray, kernel, stride, pads, kind: str, include_pad: 
             rows = [r for r in range(r0, r0 + kernel[0]) if 0 <= r < h]
             cols = [q for q in range(c0, c0 + kernel[1]) if 0 <= q < w]
             cells = x[:, :, rows][:, :, :, cols].reshape(n, c, -1)
-            if kind == "max":
-                out[:, :, i, j] = cells.max(axis=2)
+            if kind == "max":  # a window of no real cell: the lowest finite float (bm1684x cmodel)
+                out[:, :, i, j] = cells.max(axis=2) if cells.size else np.finfo(np.float32).min
             else:
-                # explicit pads count when include_pad; the ceil_mode overhang never does
-                r_hi = min(r0 + kernel[0], h + pads[2])
-                c_hi = min(c0 + kernel[1], w + pads[3])
-                count = (r_hi - r0) * (c_hi - c0) if include_pad else len(rows) * len(cols)
-                out[:, :, i, j] = cells.sum(axis=2) / count
+                count = kernel[0] * kernel[1] if include_pad else len(rows) * len(cols)
+                out[:, :, i, j] = cells.sum(axis=2) / count if count else 0.0
     return out
 
 
@@ -154,13 +154,7 @@ def pool_cases(draw):
             draw(st.integers(0, kernel[0] - 1)), draw(st.integers(0, kernel[1] - 1))]
     h = draw(st.integers(max(1, kernel[0] - pads[0] - pads[2]), 11))
     w = draw(st.integers(max(1, kernel[1] - pads[1] - pads[3]), 11))
-    ceil_mode = draw(st.booleans())
-    if ceil_mode:  # every window must still start inside the input or the begin pad (as in ONNX)
-        for axis, size in ((0, h), (1, w)):
-            span = size + pads[axis] + pads[axis + 2] - kernel[axis]
-            out = -(-span // stride[axis]) + 1
-            if (out - 1) * stride[axis] >= size + pads[axis]:
-                ceil_mode = False
+    ceil_mode = draw(st.booleans())  # windows wholly in tpu-mlir's ceil padding included
     return draw(st.integers(1, 2)), draw(st.integers(1, 3)), h, w, kernel, stride, pads, ceil_mode, \
         draw(st.booleans()), draw(st.integers(0, 2**31 - 1))
 
