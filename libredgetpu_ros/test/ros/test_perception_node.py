@@ -182,6 +182,13 @@ def test_lifecycle_poses_thresholds_and_bad_frames(ros_env, fixture_path, tmp_pa
          and int(d.get("bad_input_encoding", 0)) >= 1 and int(d.get("bad_input_size", 0)) >= 1), None))
     assert diag["backend"] == "cpu" and diag["_message"] == "2 bad input frames"
     assert float(diag["inference_ms"]) > 0.0
+    # More frames of the same cause are counted, not logged again (one line per cause per 10 s).
+    again = sup.image(rgb, encoding="32FC1")
+    sup.wait_for("more encoding errors counted",
+                 lambda: any(int(d.get("bad_input_encoding", 0)) >= 3 for d in sup.diagnostics),
+                 every=lambda: sup.camera.publish(again))
+    log = (ros_env.work_dir / "perception_test.log").read_text()
+    assert log.count("bad input frame (encoding") == 1, log[-3000:]
 
     # Deactivated: frames are ignored again.
     assert sup.transition("deactivate")

@@ -58,6 +58,7 @@ from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
 from libredgetpu_ros.errors import BackendError, DeviceError, ImageError, InputError, LibrEdgeTpuError
+from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.camera import qos as image_qos
 from libredgetpu_ros.ros.camera import report
 from libredgetpu_ros.ros.camera.intake import Frame, FrameStats, Intake
@@ -106,7 +107,7 @@ class CameraNode(LifecycleNode):
         self._idle_ns = 0  # wall ns the previous frame finished (for ~/timing queued_ms)
         self._intake = Intake(lambda text: self.get_logger().warning(text))
         self._incompatible = image_qos.QosIncompatibility()
-        self._bad_logged: dict[str, float] = {}
+        self._bad_log = diagnostics.LogLimiter(_BAD_INPUT_LOG_PERIOD_S)  # one line per cause per period
         self._silence_since = 0.0  # monotonic s of the last frame (or activation) while active
         self._silence_received = 0
         self._silence_warned = False
@@ -408,9 +409,7 @@ class CameraNode(LifecycleNode):
 
     def _bad_input(self, cause: str, message: str) -> None:
         count = self._intake.stats.bad_input.add(cause)
-        now = time.monotonic()
-        if now - self._bad_logged.get(cause, -1e9) >= _BAD_INPUT_LOG_PERIOD_S:
-            self._bad_logged[cause] = now
+        if self._bad_log.due(cause):
             self.get_logger().warning(f"bad input frame ({cause}, {count} so far): {message}")
 
     def _report_fault(self, cause: str) -> Any:
