@@ -1,6 +1,7 @@
-"""The test's end of an SPU node in another process: input publishers, output and /diagnostics recorders,
-lifecycle / parameter / reset clients, spun on a background thread. Used by ``test_spu_node.py`` and
-``test_spu_node_hostile.py`` (loaded by path with ``load_helper``).
+"""The test's end of an SPU node in another process (:class:`SpuClient`: input publishers, output and
+/diagnostics recorders, lifecycle / parameter / reset clients, spun on a background thread), and an SPU node
+in the test's own process, active, its outputs captured (:func:`active_node`). Used by ``test_spu_node.py``
+and ``test_spu_node_hostile.py`` (loaded by path with ``load_helper``).
 """
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -125,3 +127,26 @@ class SpuClient:
     def latest_diag(self, key: str) -> int:
         """``key`` of the latest diagnostics status as an int (-1 before any)."""
         return int(self.diag[-1][key]) if self.diag else -1
+
+
+@contextlib.contextmanager
+def active_node(ros_env: Any, monkeypatch: Any, spec_path: Path, program_path: Path
+                ) -> Iterator[tuple[Any, list]]:
+    """An ``SpuNode`` in this process on the IOSpec and program given, configured and activated, and the
+    list every output message it publishes is appended to (its publishers patched); torn down at exit.
+    Patch what the node opens (``open_runner``, the engine) before entering."""
+    import libredgetpu_ros.ros.spu.node as node_module
+    from rclpy.parameter import Parameter
+
+    node = node_module.SpuNode(context=ros_env.init_rclpy(), parameter_overrides=[
+        Parameter("iospec", value=str(spec_path)), Parameter("program", value=str(program_path))])
+    published: list = []
+    try:
+        node.trigger_configure()
+        node.trigger_activate()
+        for pub in node._out_pubs.values():
+            monkeypatch.setattr(pub, "publish", published.append)
+        yield node, published
+    finally:
+        node.teardown()
+        node.destroy_node()

@@ -44,13 +44,19 @@ class _StandInSpuRunner:
         self.log.append(("finish",))
 
 
-def test_femtodriver_adapter_wiring(monkeypatch, fixture_path, tmp_path) -> None:
+@pytest.fixture
+def femtofile(monkeypatch, tmp_path):
+    """A one-byte .femto file, with a stand-in ``femtodriver`` module (SPURunner, CompiledData) importable."""
     fake = types.ModuleType("femtodriver")
     fake.SPURunner = _StandInSpuRunner
     fake.CompiledData = types.SimpleNamespace(read_from_femtofile=lambda p: ("compiled", p))
     monkeypatch.setitem(sys.modules, "femtodriver", fake)
-    femtofile = tmp_path / "model.femto"
-    femtofile.write_bytes(b"\0")
+    path = tmp_path / "model.femto"
+    path.write_bytes(b"\0")
+    return path
+
+
+def test_femtodriver_adapter_wiring(femtofile, fixture_path, tmp_path) -> None:
     spec = load_iospec(fixture_path("femto/single_io_fmot16.yaml"))
     runner = open_runner("femtodriver", spec, femtofile=femtofile, platform="evk2", hardware_address="SN1")
     spu = _StandInSpuRunner.made[-1]
@@ -211,13 +217,7 @@ def test_fqir_adapter_keys_latched_inputs_as_femtodriver(monkeypatch, tmp_path, 
         assert list(out) == ["A"] and out["A"].tolist() == [b[i] + (i + 1) * 10 for i in range(4)]
 
 
-def test_femtodriver_adapter_refuses_what_spurunner_cannot_send(monkeypatch, tmp_path) -> None:
-    fake = types.ModuleType("femtodriver")
-    fake.SPURunner = _StandInSpuRunner
-    fake.CompiledData = types.SimpleNamespace(read_from_femtofile=lambda p: ("compiled", p))
-    monkeypatch.setitem(sys.modules, "femtodriver", fake)
-    femtofile = tmp_path / "model.femto"
-    femtofile.write_bytes(b"\0")
+def test_femtodriver_adapter_refuses_what_spurunner_cannot_send(femtofile, tmp_path) -> None:
     path = tmp_path / "seed.yaml"
     path.write_text(SEED_SPEC)
     with pytest.raises(ConfigError, match=r"key and varname differ cannot be sent: latchedC \(varname C\)"):

@@ -188,22 +188,12 @@ def test_runner_failure_is_counted_and_the_node_recovers(ros_env, tmp_path: Path
     """In-process: a device error on send is counted, the SPU is reset (latched values re-sent), the node
     stays active and the next complete sequence produces outputs."""
     import libredgetpu_ros.ros.spu.node as node_module
-    from rclpy.parameter import Parameter
     from sensor_msgs.msg import JointState
 
     spec_path, program_path = write_program(tmp_path)
     real_open = node_module.open_runner
     monkeypatch.setattr(node_module, "open_runner", lambda *a, **k: _FlakyRunner(real_open(*a, **k)))
-    context = ros_env.init_rclpy()
-    node = node_module.SpuNode(context=context, parameter_overrides=[
-        Parameter("iospec", value=str(spec_path)), Parameter("program", value=str(program_path))])
-    published: list = []
-    try:
-        node.trigger_configure()
-        node.trigger_activate()
-        for pub in node._out_pubs.values():
-            monkeypatch.setattr(pub, "publish", published.append)
-
+    with spu_client.active_node(ros_env, monkeypatch, spec_path, program_path) as (node, published):
         def msg(values: float) -> JointState:
             m = JointState()
             m.position = [values] * 6
@@ -217,6 +207,3 @@ def test_runner_failure_is_counted_and_the_node_recovers(ros_env, tmp_path: Path
         node._on_input("C", msg(2.0))
         assert len(published) == 2  # A and D
         np.testing.assert_allclose(np.array(published[0].position), [3.0] * 6)
-    finally:
-        node.teardown()
-        node.destroy_node()

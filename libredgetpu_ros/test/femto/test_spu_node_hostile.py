@@ -126,10 +126,8 @@ def test_sequence_error_while_completing_is_counted_and_the_node_recovers(ros_en
                                                                           monkeypatch) -> None:
     """In-process: a SpuSequenceError raised while the outputs of a completed sequence are collected (the
     path that used to end the process) is counted in diagnostics, the SPU is reset, the next input served."""
-    import libredgetpu_ros.ros.spu.node as node_module
     from libredgetpu_ros.errors import SpuSequenceError
     from libredgetpu_ros.femto.engine import SequenceEngine
-    from rclpy.parameter import Parameter
     from sensor_msgs.msg import JointState
 
     spec_path, program_path = write_program(tmp_path)
@@ -143,15 +141,7 @@ def test_sequence_error_while_completing_is_counted_and_the_node_recovers(ros_en
         return real_take(self)
 
     monkeypatch.setattr(SequenceEngine, "take_ready", flaky_take)
-    context = ros_env.init_rclpy()
-    node = node_module.SpuNode(context=context, parameter_overrides=[
-        Parameter("iospec", value=str(spec_path)), Parameter("program", value=str(program_path))])
-    published: list = []
-    try:
-        node.trigger_configure()
-        node.trigger_activate()
-        for pub in node._out_pubs.values():
-            monkeypatch.setattr(pub, "publish", published.append)
+    with spu_client.active_node(ros_env, monkeypatch, spec_path, program_path) as (node, published):
         msg = JointState()
         msg.position = [1.0] * 6
         node._on_input("B", msg)
@@ -160,9 +150,6 @@ def test_sequence_error_while_completing_is_counted_and_the_node_recovers(ros_en
         assert published == []
         node._on_input("B", msg)
         assert len(published) == 3  # A, M, P
-    finally:
-        node.teardown()
-        node.destroy_node()
 
 
 def test_varname_too_long_for_a_topic_fails_configure_with_the_reason(ros_env, tmp_path: Path) -> None:
