@@ -136,3 +136,25 @@ def test_a_crash_in_the_camera_path_goes_through_on_error_and_is_recoverable(ros
         # next fault's one ERROR status, published just before on_error destroys it, is not lost.
         seen = len(sup.statuses)
         sup.wait_for("a status from the new configuration", lambda seen=seen: len(sup.statuses) > seen)
+
+
+def test_a_failing_release_is_logged_and_the_transition_goes_on() -> None:
+    """``close_processor`` (cleanup / shutdown / on_error) must not raise: a device that fails to close
+    is a warning naming what was closed."""
+    from libredgetpu_ros.errors import DeviceError
+    from libredgetpu_ros.ros.camera.node_base import CameraNode
+
+    warnings: list[str] = []
+
+    class Node:
+        def get_logger(self) -> Any:
+            return type("Logger", (), {"warning": staticmethod(warnings.append)})()
+
+    class Unplugged:
+        def close(self) -> None:
+            raise DeviceError("the USB device went away")
+
+    CameraNode.close_logged(Node(), Unplugged(), "the pipeline")  # type: ignore[arg-type]
+    CameraNode.close_logged(Node(), None, "nothing")  # type: ignore[arg-type]
+    assert len(warnings) == 1 and warnings[0].startswith("closing the pipeline: ")
+    assert "the USB device went away" in warnings[0]

@@ -127,6 +127,16 @@ class CameraNode(LifecycleNode):
     def close_processor(self) -> None:
         """Cleanup / shutdown / error: release what ``open_processor`` opened (idempotent; must not raise)."""
 
+    def close_logged(self, resource: Any, what: str) -> None:
+        """For ``close_processor``: ``resource.close()`` unless it is None; a failure is logged as a warning
+        ("closing <what>: ..."), as releasing must not fail the transition."""
+        if resource is None:
+            return
+        try:
+            resource.close()
+        except LibrEdgeTpuError as exc:
+            self.get_logger().warning(f"closing {what}: {exc}")
+
     def create_outputs(self) -> None:
         """Configure, after ``open_processor``: make the result publishers with :meth:`output`."""
 

@@ -43,7 +43,7 @@ from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 from visualization_msgs.msg import Marker
 
-from libredgetpu_ros.errors import ConfigError, LibrEdgeTpuError
+from libredgetpu_ros.errors import ConfigError
 from libredgetpu_ros.ros.camera import CameraNode, Frame
 from libredgetpu_ros.ros.flow.params import PARAMS
 
@@ -126,11 +126,7 @@ class FlowNode(CameraNode):
     def close_processor(self) -> None:
         with self._lock:
             compass, self._compass = self._compass, None
-        if compass is not None:
-            try:
-                compass.close()
-            except LibrEdgeTpuError as exc:  # releasing must not fail the transition
-                self.get_logger().warning(f"closing the flow template: {exc}")
+        self.close_logged(compass, "the flow template")
 
     def create_outputs(self) -> None:
         self._twist_pub = self.output(TwistStamped, "flow")

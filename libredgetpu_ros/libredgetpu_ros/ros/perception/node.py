@@ -72,11 +72,7 @@ class PerceptionNode(CameraNode):
     def close_processor(self) -> None:
         with self._pipeline_lock:
             pipeline, self._pipeline = self._pipeline, None
-        if pipeline is not None:
-            try:
-                pipeline.close()
-            except LibrEdgeTpuError as exc:  # releasing must not fail the transition
-                self.get_logger().warning(f"closing the pipeline: {exc}")
+        self.close_logged(pipeline, "the pipeline")
 
     def create_outputs(self) -> None:
         self._pubs = {name: self.output(mtype, name) for name, mtype in conversions.output_topics(self._task)}
