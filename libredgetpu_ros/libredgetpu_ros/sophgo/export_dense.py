@@ -1,17 +1,19 @@
 """The control node's Dense controller (a MatMulEngine's current int8 weights and scales) as a TpuLang graph.
 
-Core (uint8 in, int8 = uint8 - 128 out, what the Edge TPU template computes)::
+Core (uint8 in, uint8 out, what the Edge TPU template computes)::
 
     x_q [k, cols] u8 (s_in, zp_in) -> matmul_int(W^T int8 [cols, rows], per-tensor scale 1, input_zp)
-      -> int32 acc -> requant_int(m_r, -s_r, offset zp_out - 128, int8, half to even, rq_axis 1, fuse_rq)
+      -> int32 acc -> requant_int(m_r, shift -S, offset 0, int16, half to even, rq_axis 1, fused)
+      -> requant_int(1, 0, offset zp_out, uint8, half to even)
 
-``m_r / 2**s_r`` is the float32 multiplier ``M_r = f32(s_in * s_w[r]) / s_out`` exactly (its 24-bit
-significand and exponent), and tpu-mlir's MultiplierShift adds the zero point after rounding, like the CPU
-twin's ``rint(acc * M) + zp``. Per-row requantization must be ``requant_int``: tpu-mlir 1.30.2 lowers
-``requant_fp`` only per tensor (``RequantFp.cpp``: "multi & shift size missmatch"), and a ``matmul_int`` with
-an int32 result deploys only when a requant follows it. The twin rounds the float32 product
-``f32(acc) * M_r``; the export rounds the exact product, so the two differ by one step only where the exact
-product lies within float32's rounding error (2**-17 of a step for outputs in the uint8 range) of a tie.
+``m_r / 2**S`` is the float32 multiplier ``M_r = f32(s_in * s_w[r]) / s_out`` exactly (its 24-bit
+significand over one shift for all rows), and the second requant adds the zero point after rounding, like
+the CPU twin's ``rint(acc * M) + zp`` (int16 saturation lies beyond uint8's, so it changes nothing).
+This is what tpu-mlir 1.30.2 deploys to a bm1684x and runs as written (tools/tpu_mlir_check.py, its cmodel):
+it lowers ``requant_fp`` only per tensor ("multi & shift size missmatch"), a ``matmul_int`` with an int32
+result only when a requant follows, and its fused per-row requant applies one shift and no zero point.
+The twin rounds the float32 product ``f32(acc) * M_r``; the export rounds the exact product, so the two
+differ by one step only where the exact product lies within float32's rounding error of a tie.
 With ``float_io`` the graph also quantizes the float input (``requant_fp_to_int``), dequantizes the output
 (``dequant_int_to_fp``) and adds the float bias: the arithmetic of ``MatMulEngine.matmul`` on the CPU twin.
 """
@@ -91,12 +93,10 @@ def dense_graph(weights: np.ndarray, quant: DenseQuantization, bias: np.ndarray 
                    scale=1.0, zero_point=0)
         acc = ops.matmul_int(xq, w, input_zp=quant.input_zero_point, out_dtype="int32", out_name="acc")
         mul, shift = common_shift(*multiplier_shift(multipliers))
-        # Two requants, like the first export but both integer: tpu-mlir 1.30.2 fuses a per-channel
-        # requant_int into the matmul (fuse_rq; without it a rank-2 input gets a [1, rows] table type for
-        # 3 * rows values and codegen stops: "size does not match"), and its bm1684x kernel then applies
-        # the per-row multipliers but only one shift and no zero point (found on its cmodel). So: per-row
-        # multipliers over one shift to int16 (|acc * M| < 2**15 for every template), then a per-tensor
-        # requant adding the zero point after rounding, like the twin's rint(acc * M) + zp.
+        # The per-row requant is fused into the matmul (fuse_rq: unfused, tpu-mlir 1.30.2 types a rank-2
+        # input's per-channel table [1, rows] for 3 * rows values and codegen stops, "size does not match");
+        # the fused bm1684x kernel applies the per-row multipliers but one shift and no zero point (found
+        # on its cmodel), hence one common shift, int16, and the zero point in a per-tensor requant.
         scaled = ops_quant.requant_int(acc, mul, -shift, 0, 2, out_dtype="int16", out_name="scaled",
                                        round_mode="half_to_even", rq_axis=1, fuse_rq_to_matmul=True)
         yq = ops_quant.requant_int(scaled, 1, 0, quant.output_zero_point, 2, out_dtype="uint8",
