@@ -138,11 +138,13 @@ def steps(name: str, mode: str) -> list[Step]:
 def tool_message(output: str) -> str:
     """The line that says why: an assertion, an error, an UNREACHABLE; else the last non-trace line."""
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
-    keys = ("Assertion", "error:", "Error", "UNREACHABLE", "what():", "FATAL", "failed", "missmatch",
-            "mismatch", "not support")
-    for line in lines:
-        if any(k in line for k in keys) and not line.startswith("#"):
-            return line[:300]
+    keys = ("ASSERT INFO:", "ERROR", "Assertion", "[ERR]", "error:", "Error", "UNREACHABLE", "what():",
+            "FATAL", "does not match", "missmatch", "mismatch", "not support", "failed")
+    lines = [ln for ln in lines if not ln.startswith("#") and "(+0x" not in ln]  # stack frames
+    for key in keys:  # the most specific kind of line first
+        for line in lines:
+            if key in line:
+                return line[:300]
     trace = [ln for ln in lines if not ln.startswith("#") and not ln.startswith("Stack dump")]
     return (trace[-1] if trace else "")[:300]
 
