@@ -251,14 +251,10 @@ class DataSource:
     async def send_batch(self, inputs: np.ndarray, targets: np.ndarray, *, evaluate: bool = False,
                          poll: float = 0.002, deadline: float = 60.0) -> None:
         """Queue one batch (split into fragments when large); waits while the worker's queue is full."""
-        loop = asyncio.get_running_loop()
-        end = loop.time() + deadline
+        end = asyncio.get_running_loop().time() + deadline
         batch = packets.Batch(np.asarray(inputs), np.asarray(targets), evaluate)
         if self.wire.seed:  # no reply to a BATCH: wait for room, send it once (best effort)
-            while not await self.queue_has_space():
-                if loop.time() > end:
-                    raise DeviceTimeoutError(f"worker {self.worker} queue stayed full for {deadline} s")
-                await asyncio.sleep(poll)
+            await self._wait_for_room(end, poll, deadline)
             self.send_once(batch)
             return
         while True:
@@ -269,10 +265,15 @@ class DataSource:
                 if exc.reason != Refusal.QUEUE_FULL:
                     raise
                 self.stats.queue_full += 1
-            while not await self.queue_has_space():
-                if loop.time() > end:
-                    raise DeviceTimeoutError(f"worker {self.worker} queue stayed full for {deadline} s")
-                await asyncio.sleep(poll)
+            await self._wait_for_room(end, poll, deadline)
+
+    async def _wait_for_room(self, end: float, poll: float, deadline: float) -> None:
+        """Poll the worker's queue every ``poll`` s until it has room; past ``end`` (loop time), time out."""
+        loop = asyncio.get_running_loop()
+        while not await self.queue_has_space():
+            if loop.time() > end:
+                raise DeviceTimeoutError(f"worker {self.worker} queue stayed full for {deadline} s")
+            await asyncio.sleep(poll)
 
     def send_once(self, req: Request) -> None:
         """Send ``req`` without waiting for a reply (the seed's BATCH has none)."""

@@ -251,3 +251,36 @@ def test_hello_by_broadcast_learns_the_worker_address():
 
     worker, allowed = asyncio.run(run())
     assert allowed and worker[0] == "127.0.0.1"
+
+
+@pytest.mark.parametrize("wire", [WireFormat(), WireFormat(framing="seed")], ids=["reliable", "seed"])
+def test_a_full_queue_is_waited_out_then_times_out_naming_the_worker(wire: WireFormat) -> None:
+    """``send_batch`` against a worker whose queue is full: it polls the queue (both framings; reliable also
+    after a QUEUE_FULL refusal, counted), sends when there is room, and gives up after ``deadline``."""
+    from libredgetpu_ros.errors import DeviceTimeoutError
+    from libredgetpu_ros.teamtensor import packets
+
+    src = DataSource(("127.0.0.1", 9), wire)  # never opened: the worker's side is stubbed below
+    probes: list[bool] = []
+    sent: list[object] = []
+    room = [False, False, True]  # then full for good
+    stuck: list[bool] = []
+
+    async def queue_has_space() -> bool:
+        probes.append(room.pop(0) if room else False)
+        return probes[-1]
+
+    async def request(req: object) -> None:
+        sent.append(req)
+        if len(sent) == 1 or stuck:
+            raise packets.Refused("BATCH", packets.Refusal.QUEUE_FULL)
+
+    src.queue_has_space, src.request, src.send_once = queue_has_space, request, sent.append  # type: ignore
+    batch = (np.zeros((1, 2), np.float32), np.zeros((1, 1), np.float32))
+    asyncio.run(src.send_batch(*batch, poll=0.001, deadline=5.0))
+    assert probes == [False, False, True] and len(sent) == (1 if wire.seed else 2)
+    assert src.stats.queue_full == (0 if wire.seed else 1)
+    stuck.append(True)
+    full = r"worker \('127\.0\.0\.1', 9\) queue stayed full for 0\.05 s"
+    with pytest.raises(DeviceTimeoutError, match=full):
+        asyncio.run(src.send_batch(*batch, poll=0.001, deadline=0.05))
