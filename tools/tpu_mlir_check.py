@@ -53,6 +53,18 @@ class Step:
 
 
 @dataclass
+class Case:
+    name: str
+    mlir: Path
+    weights: Path
+    mode: str  # INT8 or F32 lowering
+    inputs: list[dict]
+    refs: list[dict] | None = None  # an independent reference per input, if any
+    ref_label: str = "tpu-mlir reference"
+    ref_atol: float = 1e-5
+
+
+@dataclass
 class Result:
     case: str
     mode: str
@@ -230,7 +242,7 @@ def cmodel_child(root: Path, bmodel: Path, net: str, inputs_npz: Path, outputs_n
     np.savez(outputs_npz, **dict(zip(names, outs, strict=True)))
 
 
-def compare(ours: dict, theirs: dict) -> tuple[bool, str]:
+def compare(ours: dict, theirs: dict, atol: float = 1e-5) -> tuple[bool, str]:
     """(equal, note). A NaN from the cmodel where we give 0 is listed apart, not failed: bm1684x averages a
     window wholly in ceil_mode padding (no cell counted) to NaN, tpu-mlir's interpreter and ours to 0."""
     import numpy as np
@@ -248,7 +260,7 @@ def compare(ours: dict, theirs: dict) -> tuple[bool, str]:
             worst = max(worst, diff)
         else:
             diff = float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max())
-            equal &= bool(np.allclose(got, want, atol=1e-5, rtol=1e-5))
+            equal &= bool(np.allclose(got, want, atol=atol, rtol=1e-5 if atol <= 1e-5 else 0))
             worst = max(worst, diff)
     note = f"max |diff| {worst:.3g}"
     if empty:
@@ -256,42 +268,61 @@ def compare(ours: dict, theirs: dict) -> tuple[bool, str]:
     return equal, note
 
 
-def run_on_cmodel(root: Path, env: dict[str, str], name: str, mlir: Path, weights: Path, mode: str,
-                  work: Path, inputs: list[dict], refs: list[dict] | None) -> str:
-    """Run the bmodel on every input set; compare with our executor (and tpu-mlir's reference if given)."""
+def run_on_cmodel(root: Path, env: dict[str, str], case: Case, work: Path) -> str:
+    """Run the bmodel on every input set; compare with our executor (and the case's reference if any)."""
     import numpy as np
     from libredgetpu_ros.sophgo.executor import execute
     from libredgetpu_ros.sophgo.parser import load_mlir
 
-    folder = work / f"{name}_{mode.lower()}"
-    module = load_mlir(mlir)
-    with np.load(weights) as data:
+    folder = work / f"{case.name}_{case.mode.lower()}"
+    module = load_mlir(case.mlir)
+    with np.load(case.weights) as data:
         arrays = {k: data[k] for k in data.files}
-    notes, all_ok = [], True
-    for index, feed in enumerate(inputs):
+    notes, ours_ok, ref_ok = [], True, True
+    for index, feed in enumerate(case.inputs):
         ours = execute(module, arrays, feed)
         in_npz, out_npz = folder / f"cmodel_in_{index}.npz", folder / f"cmodel_out_{index}.npz"
         np.savez(in_npz, **{k: feed[k] for k, _ in module.inputs})
         np.savez(out_npz, **{k: ours[k] for k in module.outputs})
         proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--cmodel-child", str(root),
-                               str(folder / f"{name}_{mode.lower()}.bmodel"), module.name, str(in_npz),
-                               str(out_npz)], env=env, capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
+                               str(folder / f"{case.name}_{case.mode.lower()}.bmodel"), module.name,
+                               str(in_npz), str(out_npz)], env=env, capture_output=True, text=True,
+                              timeout=STEP_TIMEOUT_S)
         if proc.returncode != 0:
             return f"cmodel FAIL: {tool_message(proc.stdout + proc.stderr)}"
         with np.load(out_npz) as data:
             theirs = {k: data[k] for k in data.files}
         ok, note = compare(ours, theirs)
-        all_ok &= ok
-        if refs is not None:
-            ref_ok, ref_note = compare(refs[index], theirs)
-            all_ok &= ref_ok
-            note += f" (vs tpu-mlir reference: {ref_note})"
+        ours_ok &= ok
+        if case.refs is not None:
+            ok, ref_note = compare(case.refs[index], theirs, case.ref_atol)
+            ref_ok &= ok
+            note += f" (vs {case.ref_label}: {ref_note}{'' if ok else ', OUT OF TOLERANCE'})"
         notes.append(note)
-    verdict = "= our executor" if all_ok else "DIFFERS from our executor"
-    return f"cmodel {verdict} on {len(inputs)} input(s): {'; '.join(dict.fromkeys(notes))}"
+    verdict = "= our executor" if ours_ok and ref_ok else (
+        "DIFFERS from our executor" if not ours_ok else "= our executor but not the reference")
+    return f"cmodel {verdict} on {len(case.inputs)} input(s): {'; '.join(dict.fromkeys(notes))}"
 
 
-def export_cases(out: Path) -> list[tuple[str, Path, Path, str, list[dict], None]]:
+def litert_probabilities(model: Path, images: list) -> list[dict]:
+    """LiteRT's uint8 softmax of the TFLite model, as float probabilities (the export's origin)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(model))
+    interpreter.allocate_tensors()
+    index_in = interpreter.get_input_details()[0]["index"]
+    detail = interpreter.get_output_details()[0]
+    scale, zero_point = detail["quantization"]
+    refs = []
+    for image in images:
+        interpreter.set_tensor(index_in, image)
+        interpreter.invoke()
+        raw = interpreter.get_tensor(detail["index"]).astype("float32")
+        refs.append({"probabilities": (raw - zero_point) * scale})
+    return refs
+
+
+def export_cases(out: Path) -> list[Case]:
     """Our two exports written the way ``export-tpulang`` writes them, with inputs to run them on."""
     import cv2
     import numpy as np
@@ -307,7 +338,10 @@ def export_cases(out: Path) -> list[tuple[str, Path, Path, str, list[dict], None
     mlir, npz = save_module(module, weights, out / "export_classifier")
     photos = [cv2.resize(load_image(fixture(p)), (128, 128), interpolation=cv2.INTER_AREA)[None]
               for p in ("images/cat.bmp", "images/grace_hopper.bmp", "images/test_couple.jpg")]
-    cases.append((module.name, mlir, npz, "INT8", [{"image": p} for p in photos], None))
+    model = fixture("classify/mobilenet_v1_0.25_128_quant.tflite")
+    # vs LiteRT on the TFLite file: within one step of its uint8 output (1/256), as the tests require
+    cases.append(Case(module.name, mlir, npz, "INT8", [{"image": p} for p in photos],
+                      litert_probabilities(model, photos), "LiteRT on the .tflite", 1.0 / 256 + 1e-6))
     rng = np.random.default_rng(23)
     for template, batch in ((256, 1), (256, 4), (512, 1), (1024, 1)):
         engine = MatMulEngine.from_template(template, backend="cpu")
@@ -317,19 +351,19 @@ def export_cases(out: Path) -> list[tuple[str, Path, Path, str, list[dict], None
         module, weights = export_engine(engine, batch=batch, name=f"dense{template}_b{batch}")
         mlir, npz = save_module(module, weights, out / module.name)
         feeds = [{"x": rng.uniform(-1.2, 1.2, size=(batch, template)).astype(np.float32)} for _ in range(3)]
-        cases.append((module.name, mlir, npz, "INT8", feeds, None))
+        cases.append(Case(module.name, mlir, npz, "INT8", feeds))
     # the uint8 core the tpulang MatMul backend runs (uint8 in, uint8 out), random int8 weights
     quant = MatMulEngine.from_template(256, backend="cpu").quantization
     core, weights = dense_graph(rng.integers(-128, 128, size=(256, 256), dtype=np.int8), quant, batch=2,
                                 float_io=False, name="dense256_core_b2")
     mlir, npz = save_module(core, weights, out / core.name)
     feeds = [{"x": rng.integers(0, 256, size=(2, 256), dtype=np.uint8)} for _ in range(3)]
-    cases.append((core.name, mlir, npz, "INT8", feeds, None))
+    cases.append(Case(core.name, mlir, npz, "INT8", feeds))
     cases.append(ceil_pool_case(out, rng))
     return cases
 
 
-def ceil_pool_case(out: Path, rng) -> tuple[str, Path, Path, str, list[dict], None]:
+def ceil_pool_case(out: Path, rng) -> Case:
     """ceil_mode pools where tpu-mlir's shape rule differs from the ceil formula: a padded maxpool of 7x8
     (2x4, not 3x5) and avgpools with windows wholly in the added padding, counting pads or not."""
     import numpy as np
@@ -350,10 +384,10 @@ def ceil_pool_case(out: Path, rng) -> tuple[str, Path, Path, str, list[dict], No
     mlir, npz = save_module(module, weights, out / module.name)
     feeds = [{"a": rng.standard_normal((1, 2, 7, 8)).astype(np.float32),
               "b": rng.standard_normal((1, 2, 6, 6)).astype(np.float32)} for _ in range(2)]
-    return module.name, mlir, npz, "F32", feeds, None
+    return Case(module.name, mlir, npz, "F32", feeds)
 
 
-def fixture_cases(folder: Path) -> list[tuple[str, Path, Path, str, list[dict], list[dict]]]:
+def fixture_cases(folder: Path) -> list[Case]:
     import numpy as np
 
     cases = []
@@ -365,7 +399,7 @@ def fixture_cases(folder: Path) -> list[tuple[str, Path, Path, str, list[dict], 
             feed_path, ref_path = case / f"{case.name}_in.npz", case / f"{case.name}_ref_out.npz"
             with np.load(feed_path) as feed, np.load(ref_path) as ref:
                 inputs, refs = [{k: feed[k] for k in feed.files}], [{k: ref[k] for k in ref.files}]
-            cases.append((case.name, mlir, weights[0], mode, inputs, refs))
+            cases.append(Case(case.name, mlir, weights[0], mode, inputs, refs))
     return cases
 
 
@@ -389,10 +423,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="tpu_mlir_check_") as tmp:
         work = args.work or Path(tmp)
         cases = export_cases(work / "exports") + fixture_cases(fixtures_dir() / "tpulang")
-        for name, mlir, weights, mode, inputs, refs in cases:
-            result = run_case(root, env, name, mlir, weights, mode, work)
+        for case in cases:
+            result = run_case(root, env, case.name, case.mlir, case.weights, case.mode, work)
             if result.ok:
-                result.run = run_on_cmodel(root, env, name, mlir, weights, mode, work, inputs, refs)
+                result.run = run_on_cmodel(root, env, case, work)
             results.append(result)
     lines = [f"tpu-mlir {VERSION} (native tpuc-opt, libbmrt + bm1684x cmodel from {root}), chip {CHIP}", "",
              "| case | mode | bmodel | failed step | tool message | s | cmodel run | bmodel (model_tool "
@@ -403,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
                  r.run, r.info]
         lines.append("| " + " | ".join(cell.replace("|", "/") for cell in cells) + " |")
     built = sum(r.ok for r in results)
-    agreed = sum(r.run.startswith("cmodel =") for r in results)
+    agreed = sum(r.run.startswith("cmodel = our executor on") for r in results)
     lines += ["", f"{built}/{len(results)} cases reach a bmodel; {agreed}/{len(results)} run on the cmodel "
               "equal to our executor."]
     text = "\n".join(lines)
