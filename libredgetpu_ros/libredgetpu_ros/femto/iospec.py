@@ -92,17 +92,17 @@ class IOSpec:
     warnings: list[str]
 
     def input_by_name(self, varname: str) -> VectorSpec:
-        for v in self.inputs.values():
-            if v.name == varname:
-                return v
-        raise IOSpecError(f"{self.origin}: no input named {_short(varname)}", kind="KeyError", key="inputs",
-                          value=varname)
+        return self._by_name("inputs", varname)
 
     def output_by_name(self, varname: str) -> VectorSpec:
-        for v in self.outputs.values():
+        return self._by_name("outputs", varname)
+
+    def _by_name(self, key: str, varname: str) -> VectorSpec:
+        section: dict[str, VectorSpec] = getattr(self, key)
+        for v in section.values():
             if v.name == varname:
                 return v
-        raise IOSpecError(f"{self.origin}: no output named {_short(varname)}", kind="KeyError", key="outputs",
+        raise IOSpecError(f"{self.origin}: no {key[:-1]} named {_short(varname)}", kind="KeyError", key=key,
                           value=varname)
 
     def _padding(self, section: dict) -> dict[str, tuple[tuple[Any], tuple[Any]]]:

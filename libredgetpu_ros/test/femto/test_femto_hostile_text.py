@@ -173,3 +173,14 @@ def test_large_iospec_on_the_c_loader_gets_femtorun_verdict(tmp_path, damage: st
     spec = tmp_path / "big.yaml"
     spec.write_text(text)
     assert _ours(spec) == _femtorun_verdict(spec)
+
+
+@pytest.mark.parametrize(("lookup", "key"), [("input_by_name", "inputs"), ("output_by_name", "outputs")])
+def test_an_unknown_vector_name_is_refused_naming_section_and_name(fixture_path, lookup, key) -> None:
+    spec = load_iospec(fixture_path("femto/single_io_fmot16.yaml"))
+    first = next(iter(getattr(spec, key).values()))
+    assert getattr(spec, lookup)(first.name) is first
+    with pytest.raises(IOSpecError, match=f"no {key[:-1]} named 'n+[.]{{3}}n+'") as info:
+        getattr(spec, lookup)("n" * 500)
+    assert (info.value.kind, info.value.key, info.value.value) == ("KeyError", key, "n" * 500)
+    assert len(str(info.value)) < 300  # the name is clipped in the message
