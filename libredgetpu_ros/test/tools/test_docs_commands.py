@@ -1,7 +1,9 @@
 """Every command a user types from README.md and docs/*.md is checked against what the repository really has.
 
 Commands come from the fenced ``bash``/``sh`` blocks (continuation lines joined, comments dropped, two
-commands written side by side split). Each kind is checked the way it would fail for a user:
+commands written side by side split), from inline code in prose, and from what a user also copies: the
+indented command blocks and inline code of the launch files' docstrings and the comments of config/*.yaml.
+Each kind is checked the way it would fail for a user:
 
 - ``libredgetpu-ros SUB ARGS``: SUB exists and argparse accepts ARGS (flags, choices); every SUB named is run
   once for real with ``--help``; the read-only ones (``models list``, ``doctor --json``) run for real;
@@ -32,6 +34,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 PKG = ROOT / "libredgetpu_ros"
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# What a user also reads and copies: the launch files' docstrings and the configs' comments.
+EMBEDDED = [*sorted((PKG / "launch").glob("*.launch.py")), *sorted((PKG / "config").glob("*.yaml"))]
 SHELL_FENCES = ("```bash", "```sh", "```shell", "```console")
 COMMAND_WORDS = ("libredgetpu-ros", ".venv/bin/libredgetpu-ros", "ros2", "make", "python", "source",
                  "tools/", ".venv/bin/python", "rviz2")
@@ -62,11 +66,36 @@ def _split_side_by_side(line: str) -> list[str]:
     return [p for p in (s.strip() for s in parts) if p]
 
 
+def _as_markdown(doc: Path) -> list[str]:
+    """``doc``'s lines as Markdown, one for one (line numbers kept): a launch file's module docstring with its
+    indented command blocks fenced (the blank lines around them become the fences), a YAML file's comments as
+    prose; everything else blank."""
+    lines = doc.read_text().splitlines()
+    if doc.suffix == ".md":
+        return lines
+    if doc.suffix == ".yaml":
+        return [line.lstrip()[1:].strip() if line.lstrip().startswith("#") else "" for line in lines]
+    out = [""] * len(lines)
+    quotes = [i for i, line in enumerate(lines) if '"""' in line][:2]
+    if len(quotes) < 2 or quotes[0] > 2:
+        return out
+    start, end = quotes
+    out[start:end] = [lines[start].split('"""', 1)[1], *lines[start + 1:end]]
+    block = False
+    for i in range(start, end):
+        indented = out[i].startswith("    ") and out[i].strip().startswith(COMMAND_WORDS)
+        if indented and not block and i > start and not out[i - 1].strip():
+            out[i - 1], block = "```bash", True
+        elif block and not out[i].startswith("    "):
+            out[i], block = ("```" if not out[i].strip() else out[i]), False
+    return out
+
+
 def commands() -> list[Command]:
     found: list[Command] = []
-    for doc in DOCS:
+    for doc in [*DOCS, *EMBEDDED]:
         heading, fence, pending, start = "", False, "", 0
-        for number, raw in enumerate(doc.read_text().splitlines(), 1):
+        for number, raw in enumerate(_as_markdown(doc), 1):
             if raw.startswith("#") and not fence:
                 heading = raw.lstrip("#").strip()
             if raw.startswith("```"):
@@ -145,6 +174,9 @@ def test_docs_have_commands() -> None:
 def test_libredgetpu_ros_arguments_parse(command: Command) -> None:
     from libredgetpu_ros.cli.main import SUBCOMMANDS, build_parser
 
+    for arg in (a.strip("[]") for a in command.argv[2:]):  # repository paths, in prose too
+        if arg.startswith(REPO_DIRS) and not foreign(arg):
+            assert (ROOT / arg).exists(), f"{command}: {arg} does not exist from the repository root"
     if command.note == "inline":  # prose naming a command ("`libredgetpu-ros mgk inspect|extract`")
         names = command.argv[1].split("|") if len(command.argv) > 1 else []
         assert all(n in dict(SUBCOMMANDS) for n in names if n), f"{command}: no such subcommand"
@@ -154,9 +186,6 @@ def test_libredgetpu_ros_arguments_parse(command: Command) -> None:
     text = re.sub(r"\s*\|\s*[^\]\s]+", "", " ".join(command.argv[1:]))
     argv = [a.strip("[]") for a in text.split() if a not in ("...", "&")]
     argv = ["1" if re.fullmatch(r"[A-Z]{1,2}", a) else a for a in argv]
-    for arg in argv:
-        if arg.startswith(REPO_DIRS) and not foreign(arg):
-            assert (ROOT / arg).exists(), f"{command}: {arg} does not exist from the repository root"
     try:
         build_parser().parse_args(argv)
     except SystemExit as exc:
