@@ -85,15 +85,22 @@ def autostarted(node: LifecycleNode,
             _change_state(node, Transition.TRANSITION_CONFIGURE, condition=condition)]
 
 
-def argument_overrides(context: LaunchContext, params: Any, names: Iterable[str]) -> dict[str, Any]:
-    """The launch arguments ``names`` (each named like the node parameter it sets) that were given a
-    non-empty value, typed by the node's ``ParamTable`` ``params`` (``true``/``false``, integers and floats
-    parsed), for ``LifecycleNode(parameters=[params_file, <this>])``: a given argument wins over the params
-    file, an empty one leaves the file's value. A value of the wrong type raises ``ValueError`` naming it
-    (launch prints it and stops)."""
+# Launch argument names -> the node parameter each sets: a plain list when they are named alike, a mapping
+# where a launch argument keeps the name users know from the other launch files (``model:=`` setting a
+# robotics node's ``template``).
+OverrideNames = Iterable[str] | Mapping[str, str]
+
+
+def argument_overrides(context: LaunchContext, params: Any, names: OverrideNames) -> dict[str, Any]:
+    """The launch arguments ``names`` (each named like the node parameter it sets, or a mapping argument ->
+    parameter) that were given a non-empty value, typed by the node's ``ParamTable`` ``params``
+    (``true``/``false``, integers and floats parsed), for ``LifecycleNode(parameters=[params_file,
+    <this>])``: a given argument wins over the params file, an empty one leaves the file's value. A value of
+    the wrong type raises ``ValueError`` naming it (launch prints it and stops)."""
+    pairs = names.items() if isinstance(names, Mapping) else ((name, name) for name in names)
     out: dict[str, Any] = {}
-    for name in names:
-        text = LaunchConfiguration(name).perform(context).strip()
+    for argument, name in pairs:
+        text = LaunchConfiguration(argument).perform(context).strip()
         if not text:
             continue
         default = params.specs[name].default
@@ -109,10 +116,11 @@ def argument_overrides(context: LaunchContext, params: Any, names: Iterable[str]
             else:
                 value = text
         except ValueError as exc:
-            raise ValueError(f"launch argument {name}:={text!r}: {exc}") from None
+            raise ValueError(f"launch argument {argument}:={text!r}: {exc}") from None
         reason = params.specs[name].check(value)
         if reason:
-            raise ValueError(f"launch argument {reason}")
+            raise ValueError(f"launch argument {reason}" if argument == name
+                             else f"launch argument {argument}:= sets parameter {reason}")
         out[name] = value
     return out
 
@@ -155,10 +163,10 @@ CAMERA_REMAPPINGS = (("image_raw", IMAGE), ("image_raw/compressed", [IMAGE, "/co
 PARAMS_FILE = LaunchConfiguration("params_file")
 
 
-def file_and_overrides(params: Any, names: Iterable[str]) -> Callable[[LaunchContext], list]:
+def file_and_overrides(params: Any, names: OverrideNames) -> Callable[[LaunchContext], list]:
     """``parameters`` for :func:`lifecycle_launch`: the ``params_file`` argument, then those of the launch
     arguments ``names`` that were given (:func:`argument_overrides`, typed and checked by ``params``)."""
-    names = tuple(names)
+    names = dict(names) if isinstance(names, Mapping) else tuple(names)
     return lambda context: [PARAMS_FILE, argument_overrides(context, params, names)]
 
 
