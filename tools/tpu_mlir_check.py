@@ -364,8 +364,9 @@ def export_cases(out: Path) -> list[Case]:
 
 
 def ceil_pool_case(out: Path, rng) -> Case:
-    """ceil_mode pools where tpu-mlir's shape rule differs from the ceil formula: a padded maxpool of 7x8
-    (2x4, not 3x5) and avgpools with windows wholly in the added padding, counting pads or not."""
+    """Pools where tpu-mlir's shape rules differ from the usual ones: ceil_mode (a padded maxpool of 7x8 is
+    2x4, not 3x5; avgpools with windows wholly in the added padding, counting pads or not) and kernel=None (a
+    global pool whatever the strides and pads)."""
     import numpy as np
     from libredgetpu_ros.sophgo.emitter import save_module
 
@@ -378,8 +379,11 @@ def ceil_pool_case(out: Path, rng) -> Case:
             tpul.maxpool2d(b, [3, 3], [2, 2], [0, 0, 2, 2], ceil_mode=True, out_name="max_overhang"),
             tpul.avgpool2d(b, [3, 3], [2, 2], [0, 0, 2, 2], ceil_mode=True, out_name="avg_overhang"),
             tpul.avgpool2d(b, [3, 3], [2, 2], [0, 0, 2, 2], ceil_mode=True, count_include_pad=True,
-                           out_name="avg_overhang_counted")]
-    module, weights = tpul.build("ceil_pools", [a, b], outs, quantized=False)
+                           out_name="avg_overhang_counted"),
+            # kernel=None: kernel_shape = [], a global pool whatever the strides and pads
+            tpul.avgpool2d(a, None, [2, 2], [1, 1, 1, 1], out_name="avg_global"),
+            tpul.maxpool2d(b, None, [2, 2], [1, 1, 1, 1], out_name="max_global")]
+    module, weights = tpul.build("pool_rules", [a, b], outs, quantized=False)
     tpul.deinit()
     mlir, npz = save_module(module, weights, out / module.name)
     feeds = [{"a": rng.standard_normal((1, 2, 7, 8)).astype(np.float32),

@@ -12,8 +12,9 @@ from libredgetpu_ros.sophgo.op_registry import RunState, is_float, register, spa
 def _pool_geometry(node: OpNode, x: np.ndarray) -> tuple[list[int], list[int], list[int], tuple, tuple]:
     where = where_of(node)
     stride, pads, kernel = spatial(node)
-    if not kernel:
-        raise TpuLangError(f"{where}: kernel_shape attribute is required")
+    if len(x.shape) != 4:
+        raise TpuLangError(f"{where}: input must be 4-D NCHW, got shape {list(x.shape)}")
+    kernel, stride, pads = shapes.pool_window(x.shape, kernel, stride, pads)
     ceil_mode = bool(node.attrs.get("ceil_mode", False))
     out = shapes.pool_shape(x.shape, kernel, stride, pads, ceil_mode, where)
     out_hw = (out[2], out[3])

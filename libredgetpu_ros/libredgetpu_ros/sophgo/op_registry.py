@@ -56,6 +56,6 @@ def spatial(node: OpNode) -> tuple[list[int], list[int], list[int]]:
     stride = shapes.int_list(node.attrs.get("strides", [1, 1]), 2, where, "strides", 1)
     pads = shapes.int_list(node.attrs.get("pads", [0, 0, 0, 0]), 4, where, "pads", 0)
     kernel = shapes.int_list(node.attrs.get("kernel_shape"), 2, where, "kernel_shape", 1) \
-        if "kernel_shape" in node.attrs else []
+        if node.attrs.get("kernel_shape") else []  # [] (TpuLang's kernel=None): a global pool
     return stride, pads, kernel
 

@@ -78,6 +78,16 @@ def conv_shape(x: Sequence[int], w: Sequence[int], stride: list[int], dilation: 
     return check_size([x[0], w[0], oh, ow], where, "output")
 
 
+def pool_window(x: Sequence[int], kernel: list[int], stride: list[int],
+                pads: list[int]) -> tuple[list[int], list[int], list[int]]:
+    """(kernel, stride, pads) a pool runs with. An empty kernel (TpuLang's ``kernel=None`` prints
+    ``kernel_shape = []``) is a global pool: tpu-mlir's shape inference sets the kernel to the input's spatial
+    size, strides 1 and pads 0, whatever strides and pads were given."""
+    if kernel:
+        return kernel, stride, pads
+    return [int(x[2]), int(x[3])], [1, 1], [0, 0, 0, 0]
+
+
 def ceil_mode_pad(size: int, pad_begin: int, kernel: int, stride: int) -> int:
     """The bottom/right padding tpu-mlir adds for ``ceil_mode`` (its MaxPool/AvgPool shape inference).
 

@@ -176,3 +176,20 @@ def test_cast_prints_to_and_a_ranked_result_like_tpulang() -> None:
     assert _line(text, "y").endswith('{round_mode = "HalfAwayFromZero", to = ""} : '
                                      "(tensor<*x!quant.uniform<u8:f32, 5.000000e-01:3>>) -> tensor<*xf32> "
                                      "loc(#loc4)")
+
+
+def test_pool_without_kernel_is_tpu_mlirs_global_pool() -> None:
+    """TpuLang's kernel=None prints kernel_shape = [] (we printed the input's size); tpu-mlir's shape
+    inference then pools globally with strides 1 and pads 0, whatever was given (tpuc-opt 1.30.2: a 5x7
+    input with strides [2, 2] and pads [1, 1, 1, 1] gives 1x1; we gave 2x2)."""
+    tpul.init("bm1684x")
+    x = tpul.Tensor([1, 3, 5, 7], name="x")
+    avg = tpul.avgpool2d(x, None, [2, 2], [1, 1, 1, 1], out_name="avg")
+    top = tpul.maxpool2d(x, None, [2, 2], [1, 1, 1, 1], out_name="max")
+    assert avg.shape == top.shape == [1, 3, 1, 1]
+    text, weights = _build("global_pools", [x], [avg, top], quantized=False)
+    assert "kernel_shape = [], " in _line(text, "avg") and "kernel_shape = [], " in _line(text, "max")
+    data = np.random.default_rng(3).standard_normal((1, 3, 5, 7)).astype(np.float32)
+    out = execute(parse_mlir(text), weights, {"x": data})
+    np.testing.assert_allclose(out["avg"], data.mean(axis=(2, 3), keepdims=True), atol=1e-6)
+    np.testing.assert_array_equal(out["max"], data.max(axis=(2, 3), keepdims=True))
