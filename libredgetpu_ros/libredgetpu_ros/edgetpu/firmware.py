@@ -20,7 +20,8 @@ FIRMWARE_NAME = "apex_latest_single_ep.bin"
 ENV_VAR = "LIBREDGETPU_FIRMWARE"
 SOURCE_HINT = (
     f"get {FIRMWARE_NAME} from https://github.com/google-coral/libedgetpu "
-    f"(driver/usb/{FIRMWARE_NAME}, Apache-2.0) and pass --firmware PATH or set {ENV_VAR}"
+    f"(driver/usb/{FIRMWARE_NAME}, Apache-2.0) and copy it into ~/.local/share/libredgetpu/ (or "
+    f"/usr/local/share/libredgetpu/), or set {ENV_VAR}=PATH"
 )
 # Upper bound on upload-verify blocks: 16 MiB of firmware at 0x100 per block, far above the real ~11 KB.
 MAX_UPLOAD_BLOCKS = 65536

@@ -178,3 +178,19 @@ def test_missing_firmware_names_places_and_source(tmp_path, monkeypatch) -> None
     good = tmp_path / "fw.bin"
     good.write_bytes(struct.pack("<I", 1))
     assert find_firmware(good) == good
+
+
+def test_missing_firmware_hint_is_followable(fixture_path, tmp_path, monkeypatch) -> None:
+    """The hint names no command-line option (there is none) and its folder is where the firmware is found."""
+    from libredgetpu_ros.edgetpu.firmware import SOURCE_HINT
+
+    assert "--" not in SOURCE_HINT and f"{ENV_VAR}=PATH" in SOURCE_HINT
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert "~/.local/share/libredgetpu/" in SOURCE_HINT
+    folder = tmp_path / ".local" / "share" / "libredgetpu"
+    folder.mkdir(parents=True)
+    image = fixture_path("firmware/apex_latest_single_ep.bin")
+    (folder / image.name).write_bytes(image.read_bytes())
+    assert find_firmware() == folder / image.name
