@@ -212,7 +212,8 @@ def check_models(m: Machine) -> Check:
     if cached:
         return Check("models", OK, f"{len(cached)} of {len(states)} catalogue models cached in {where}: "
                      + ", ".join(cached))
-    first = sorted(states)[0] if states else "NAME"
+    # The catalogue's first entry is the default perception config's model (config/perception_pose.yaml).
+    first = next(iter(states), "NAME")
     return Check("models", WARN, f"no catalogue model is cached in {where}: a launch with a catalogue "
                  "name fails to configure",
                  f"libredgetpu-ros models fetch {first}  (or models import DIR offline)")

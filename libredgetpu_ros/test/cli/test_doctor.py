@@ -169,3 +169,16 @@ def test_cli_for_real_on_this_machine() -> None:
     text = subprocess.run([sys.executable, "-m", "libredgetpu_ros.cli.main", "doctor", "--frame", "nonsense"],
                           capture_output=True, text=True, env=env, timeout=60)
     assert text.returncode == 2 and "WIDTHxHEIGHT" in text.stderr
+
+
+def test_models_fix_fetches_the_default_configs_model(machine: d.Machine, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the real (empty) cache the fix names the model the default perception launch needs."""
+    import yaml
+
+    monkeypatch.setenv("LIBREDGETPU_ROS_MODELS", str(tmp_path / "empty_cache"))
+    config = Path(__file__).resolve().parents[2] / "config" / "perception_pose.yaml"
+    default_model = yaml.safe_load(config.read_text())["/**"]["ros__parameters"]["model"]
+    machine.model_status = None
+    check = by_name(d.run_checks(machine))["models"]
+    assert check.status == d.WARN and check.fix.startswith(f"libredgetpu-ros models fetch {default_model} ")
