@@ -147,7 +147,9 @@ def _open(url: str, offset: int, deadline: _Deadline) -> tuple[http.client.HTTPR
         raise ModelFetchError(f"{url}: HTTP {exc.code} {_clip(exc.reason)}") from None
     except urllib.error.URLError as exc:
         _check_deadline(deadline, url, "")
-        raise ModelFetchError(f"{url}: cannot connect ({_clip(exc.reason)})") from None
+        raise ModelFetchError(f"{url}: cannot connect ({_clip(exc.reason)}); without internet access: "
+                              "`libredgetpu-ros models import DIR` from a folder holding the files, or "
+                              "--mirror URL of a site copy") from None
     except (OSError, http.client.HTTPException) as exc:  # bad status line, too many / too long headers
         _check_deadline(deadline, url, "")
         raise ModelFetchError(f"{url}: not a valid HTTP reply ({type(exc).__name__}: {_clip(exc)})") from None
