@@ -404,6 +404,23 @@ def fixture_cases(folder: Path) -> list[Case]:
             with np.load(feed_path) as feed, np.load(ref_path) as ref:
                 inputs, refs = [{k: feed[k] for k in feed.files}], [{k: ref[k] for k in ref.files}]
             cases.append(Case(case.name, mlir, weights[0], mode, inputs, refs))
+    # the loose single examples (no inputs or references shipped: random inputs, our executor only)
+    from libredgetpu_ros.sophgo.parser import load_mlir
+
+    rng = np.random.default_rng(5)
+    for mlir in sorted(folder.glob("*_origin.mlir")):
+        name = mlir.name[: -len("_origin.mlir")]
+        weights = sorted(folder.glob(f"{name}_top_*_all_origin_weight.npz"))
+        if not weights:
+            continue  # q2_origin.mlir ships without its weights
+        feed = {}
+        for input_name, ttype in load_mlir(mlir).inputs:
+            dtype = np.dtype(ttype.np_dtype)
+            feed[input_name] = (rng.standard_normal(ttype.shape).astype(dtype) if dtype.kind == "f" else
+                                rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max + 1, ttype.shape,
+                                             dtype=dtype))
+        mode = "F32" if "_top_f32_" in weights[0].name else "INT8"
+        cases.append(Case(name, mlir, weights[0], mode, [feed]))
     return cases
 
 
