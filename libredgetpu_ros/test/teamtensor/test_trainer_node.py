@@ -204,6 +204,7 @@ def test_configure_fails_cleanly_without_a_worker(ros_env):
     assert future.result().current_state.label == "unconfigured"
     log = (ros_env.work_dir / "trainer_node.log").read_text()
     assert "configure failed: DeviceTimeoutError" in log and "did not answer Hello" in log
+    assert f"libredgetpu-ros tt-worker --host 127.0.0.1 --port {port}" in log  # what to do about it
 
 
 def test_config_file_and_docs_match_the_parameter_table_and_the_launch_file_compiles():

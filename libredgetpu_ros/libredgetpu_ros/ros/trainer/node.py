@@ -37,7 +37,7 @@ from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from rclpy.lifecycle import Node as LifecycleNode
 from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 
-from libredgetpu_ros.errors import LibrEdgeTpuError
+from libredgetpu_ros.errors import DeviceTimeoutError, LibrEdgeTpuError
 from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.lifecycle import TeardownOnCleanup
 from libredgetpu_ros.ros.spinning import CompanionFault, run_lifecycle_node_main
@@ -115,7 +115,13 @@ class TrainerNode(TeardownOnCleanup, LifecycleNode):
                 key=read_key(None, cfg.auth_key_file or None), broadcast=cfg.hello_broadcast)
             count = self._session.start(cfg.connect_timeout)
         except (LibrEdgeTpuError, TimeoutError, OSError) as exc:
-            self.get_logger().error(f"configure failed: {type(exc).__name__}: {exc}")
+            hint = ""
+            if isinstance(exc, DeviceTimeoutError):  # the first launch without a worker: say what to do
+                host, port = self._cfg.worker_host, self._cfg.worker_port
+                hint = (f"; is a Team Tensor worker running at {host}:{port}? start one "
+                        f"(`libredgetpu-ros tt-worker --host {host} --port {port}`) or point the "
+                        "worker_host / worker_port parameters (launch arguments) at yours")
+            self.get_logger().error(f"configure failed: {type(exc).__name__}: {exc}{hint}")
             self._close_session()
             return TransitionCallbackReturn.FAILURE
         self._x = np.zeros((cfg.batch_size, cfg.input_size), np.float32)
