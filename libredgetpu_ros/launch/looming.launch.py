@@ -3,34 +3,38 @@
 
     ros2 launch libredgetpu_ros looming.launch.py params_file:=/path/looming.yaml \
         namespace:=front_camera image:=/front_camera/image_raw autostart:=true
+    ros2 launch libredgetpu_ros looming.launch.py model:=looming_64x64_3x3 backend:=cpu rviz:=true
 
-With autostart the launch configures the node, then activates it once it reports ``inactive``.
+Without ``params_file`` the installed ``config/looming.yaml`` is used; ``model`` (the node's ``template``
+parameter), ``backend`` and ``image_reliability``, when given, override it. With autostart the launch
+configures the node, then activates it once it reports ``inactive`` (once, at start).
 """
 
 from __future__ import annotations
 
 from launch import LaunchDescription
-from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import LifecycleNode
-from libredgetpu_ros.ros.launching import autostarted, installed_config, launch_arguments
+from libredgetpu_ros.ros.launching import (
+    CAMERA_ARGUMENT,
+    CAMERA_REMAPPINGS,
+    file_and_overrides,
+    installed_config,
+    lifecycle_launch,
+)
+from libredgetpu_ros.ros.robotics.params import LOOMING_PARAMS
+
+# launch argument -> node parameter
+OVERRIDES = {"model": "template", "backend": "backend", "image_reliability": "image_reliability"}
 
 
 def generate_launch_description() -> LaunchDescription:
-    arguments = launch_arguments({
+    return lifecycle_launch("looming_node", {
         "params_file": (installed_config("looming.yaml"), "node parameters (config/*.yaml)"),
         "namespace": ("", "namespace of the node and topics"),
         "node_name": ("looming", None),
-        "image": ("image_raw", "camera topic remapped onto the node's input topic"),
+        **CAMERA_ARGUMENT,
+        "model": ("", "template (parameter template): *_edgetpu.tflite or a name such as "
+                      "looming_64x64_3x3; '' = the params file's"),
+        "backend": ("", "auto | cpu | edgetpu; '' = the params file's"),
+        "image_reliability": ("", "auto | best_effort | reliable; '' = the params file's"),
         "autostart": ("true", "configure and activate at start-up"),
-    })
-    node = LifecycleNode(
-        package="libredgetpu_ros",
-        executable="looming_node",
-        name=LaunchConfiguration("node_name"),
-        namespace=LaunchConfiguration("namespace"),
-        parameters=[LaunchConfiguration("params_file")],
-        remappings=[("image_raw", LaunchConfiguration("image")),
-                    ("image_raw/compressed", [LaunchConfiguration("image"), "/compressed"])],
-        output="screen",
-    )
-    return LaunchDescription([*arguments, *autostarted(node)])
+    }, file_and_overrides(LOOMING_PARAMS, OVERRIDES), remappings=CAMERA_REMAPPINGS, rviz_config="looming")

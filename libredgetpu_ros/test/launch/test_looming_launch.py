@@ -1,7 +1,9 @@
 """launch_testing: launch/looming.launch.py as a robot starts it (run by `make test` through launch_test).
 
-The looming detector on the CPU twin with a params file of non-default values; a textured frame published
-on the remapped camera topic must produce a Looming message. Broken case: a template that does not exist.
+The looming detector on the CPU twin with a params file of non-default values whose template does not
+exist: in the good case ``model:=looming_64x64_3x3`` on the command line replaces it (read back as the
+``template`` parameter) and a textured frame published on the remapped camera topic must produce a Looming
+message; in the broken case (no ``model:=``) configure fails naming the missing template.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # launch_test loads this file by path
 
 from _harness import LaunchCase, launch_tests
+
+MISSING = "/nonexistent/looming_edgetpu.tflite"
 
 
 def _camera(node: Any) -> Callable[[], None]:
@@ -32,7 +36,7 @@ def _camera(node: Any) -> Callable[[], None]:
 def _case() -> LaunchCase:
     from libredgetpu_ros_interfaces.msg import Looming
 
-    params = {"template": "looming_64x64_3x3", "backend": "cpu", "ttc_window": 7, "warn_tau": 3.0,
+    params = {"template": MISSING, "backend": "cpu", "ttc_window": 7, "warn_tau": 3.0,
               "diagnostics_period": 0.5}
     return LaunchCase(
         launch_file="looming.launch.py",
@@ -40,11 +44,12 @@ def _case() -> LaunchCase:
         arguments={"namespace": "lt", "image": "/lt/camera"},
         params_key="/**",
         params=params,
-        expect_params={"ttc_window": 7, "warn_tau": 3.0, "backend": "cpu"},
-        broken={"template": "/nonexistent/looming_edgetpu.tflite"},
-        failure_log="configure failed: template '/nonexistent/looming_edgetpu.tflite' is incomplete",
+        expect_params={"ttc_window": 7, "warn_tau": 3.0, "backend": "cpu", "template": "looming_64x64_3x3"},
+        broken={},
+        failure_log=f"configure failed: template '{MISSING}' is incomplete",
         result=(Looming, "/lt/looming"),
         stimulus=_camera,
+        good_arguments={"model": "looming_64x64_3x3"},
     )
 
 

@@ -1,8 +1,10 @@
 """launch_testing: launch/recognition.launch.py as a robot starts it (run by `make test` through launch_test).
 
 The fixture extractor and a dense_256 database (saved here from the fixture photos) on the CPU twins, with
-a params file of non-default values; a frame on the remapped camera topic must produce a Classification.
-Broken case: an extractor model that does not exist.
+a params file of non-default values whose extractor model does not exist: in the good case ``model:=`` the
+fixture extractor and ``database:=`` the saved database on the command line replace the file's (read back
+with ``GetParameters``) and a frame on the remapped camera topic must produce a Classification; in the
+broken case (no ``model:=``) configure fails.
 """
 
 from __future__ import annotations
@@ -50,21 +52,24 @@ def _camera(node: Any) -> Callable[[], None]:
 
 
 def _case() -> LaunchCase:
+    from libredgetpu_ros.robotics.extractor import default_model
     from vision_msgs.msg import Classification
 
-    params = {"backend": "cpu", "template": 256, "database": _database(), "top_k": 3, "min_score": 0.2,
-              "diagnostics_period": 0.5}
+    model, database = str(default_model()), _database()
+    params = {"model": "/nonexistent/extractor_edgetpu.tflite", "backend": "cpu", "template": 256,
+              "top_k": 3, "min_score": 0.2, "diagnostics_period": 0.5}
     return LaunchCase(
         launch_file="recognition.launch.py",
         node="/lt/recognition",
         arguments={"namespace": "lt", "image": "/lt/camera"},
         params_key="/**",
         params=params,
-        expect_params={"top_k": 3, "min_score": 0.2, "template": 256},
-        broken={"model": "/nonexistent/extractor_edgetpu.tflite"},
+        expect_params={"top_k": 3, "min_score": 0.2, "template": 256, "model": model, "database": database},
+        broken={},
         failure_log="configure failed",
         result=(Classification, "/lt/classification"),
         stimulus=_camera,
+        good_arguments={"model": model, "database": database},
     )
 
 

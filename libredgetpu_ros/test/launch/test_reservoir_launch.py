@@ -1,8 +1,9 @@
 """launch_testing: launch/reservoir.launch.py as a robot starts it (run by `make test` through launch_test).
 
-The reservoir on the CPU twin with a params file of non-default values and a readout fitted here (same seed,
-saved with ``save_readout``); a JointState on the remapped state topic must produce a prediction.
-Broken case: a readout file that does not exist.
+The reservoir on the CPU twin with a params file of non-default values whose readout file does not exist:
+in the good case ``model:=`` a readout fitted here (same seed, saved with ``save_readout``) replaces it (read
+back as the ``readout`` parameter) and a JointState on the remapped state topic must produce a prediction;
+in the broken case (no ``model:=``) configure fails naming the missing file.
 """
 
 from __future__ import annotations
@@ -48,19 +49,22 @@ def _joints(node: Any) -> Callable[[], None]:
 def _case() -> LaunchCase:
     from sensor_msgs.msg import JointState
 
+    readout = _readout()
     params = {"backend": "cpu", "template": 256, "state_size": SIZE, "seed": SEED, "washout": 50,
-              "joint_names": ["shoulder", "elbow"], "readout": _readout(), "diagnostics_period": 0.5}
+              "joint_names": ["shoulder", "elbow"], "readout": "/nonexistent/readout.npz",
+              "diagnostics_period": 0.5}
     return LaunchCase(
         launch_file="reservoir.launch.py",
         node="/lt/reservoir",
         arguments={"namespace": "lt", "state_topic": "/lt/joints"},
         params_key="/**",
         params=params,
-        expect_params={"seed": SEED, "state_size": SIZE, "washout": 50},
-        broken={"readout": "/nonexistent/readout.npz"},
+        expect_params={"seed": SEED, "state_size": SIZE, "washout": 50, "readout": readout},
+        broken={},
         failure_log="configure failed: reservoir readout file /nonexistent/readout.npz does not exist",
         result=(JointState, "/lt/reservoir/prediction"),
         stimulus=_joints,
+        good_arguments={"model": readout},
     )
 
 

@@ -1,8 +1,10 @@
 """launch_testing: launch/tracker.launch.py as a robot starts it (run by `make test` through launch_test).
 
 The colour spot tracker on the CPU twin with a params file of non-default values (green swapped in at
-configure, a gain); a frame with a green spot right of centre published on the remapped camera topic must
-produce an offset. Broken case: a template that does not exist.
+configure, a gain) whose template does not exist: in the good case ``model:=color_red_64x64`` on the command
+line replaces it (read back as the ``template`` parameter) and a frame with a green spot right of centre
+published on the remapped camera topic must produce an offset; in the broken case (no ``model:=``) configure
+fails naming the missing template.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # launch_test loads this file by path
 
 from _harness import LaunchCase, launch_tests
+
+MISSING = "/nonexistent/spot_edgetpu.tflite"
 
 
 def _camera(node: Any) -> Callable[[], None]:
@@ -32,19 +36,21 @@ def _camera(node: Any) -> Callable[[], None]:
 def _case() -> LaunchCase:
     from geometry_msgs.msg import PointStamped
 
-    params = {"module": "spot", "template": "color_red_64x64", "backend": "cpu", "color": "green",
-              "gain": 2.5, "diagnostics_period": 0.5}
+    params = {"module": "spot", "template": MISSING, "backend": "cpu", "color": "green", "gain": 2.5,
+              "diagnostics_period": 0.5}
     return LaunchCase(
         launch_file="tracker.launch.py",
         node="/lt/tracker",
         arguments={"namespace": "lt", "image": "/lt/camera"},
         params_key="/**",
         params=params,
-        expect_params={"module": "spot", "color": "green", "gain": 2.5, "backend": "cpu"},
-        broken={"template": "/nonexistent/spot_edgetpu.tflite"},
-        failure_log="configure failed: template '/nonexistent/spot_edgetpu.tflite' is incomplete",
+        expect_params={"module": "spot", "color": "green", "gain": 2.5, "backend": "cpu",
+                       "template": "color_red_64x64"},
+        broken={},
+        failure_log=f"configure failed: template '{MISSING}' is incomplete",
         result=(PointStamped, "/lt/offset"),
         stimulus=_camera,
+        good_arguments={"model": "color_red_64x64"},
     )
 
 
