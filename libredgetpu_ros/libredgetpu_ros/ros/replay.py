@@ -19,8 +19,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from libredgetpu_ros.bags.storage import IMAGE_TYPES, open_reader
+from libredgetpu_ros.bags.storage import IMAGE_TYPES, Unreadable, open_reader
+from libredgetpu_ros.bags.storage import messages as bag_messages
 from libredgetpu_ros.errors import InputError, LibrEdgeTpuError
+
+# A message of a per-message compressed bag is decompressed within this (the largest frame the nodes accept,
+# 4096^2 pixels at 8 bytes, plus headers); a larger one is skipped and counted, never decompressed whole.
+MAX_MESSAGE_BYTES = 8 * 4096 * 4096 + (1 << 20)
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,7 @@ class ReplaySummary:
     loops: int = 0
     skipped_topics: dict[str, str] | None = None
     interrupted: bool = False
+    unreadable: int = 0  # messages of damaged chunks / payloads over MAX_MESSAGE_BYTES, not published
 
 
 def message_class(type_name: str) -> type:
@@ -136,6 +142,7 @@ class Replayer:
                             and message_class_matches(c, self.publishers[c.topic])]
         if not self.connections:
             raise InputError(f"bag {bag}: nothing to replay (skipped: {self.skipped or 'no messages'})")
+        self.unreadable = 0
         self.clock_pub = None
         if options.clock_hz > 0:
             from rosgraph_msgs.msg import Clock
@@ -168,6 +175,7 @@ class Replayer:
             if not self.options.loop:
                 break
         summary.interrupted = stop.is_set()
+        summary.unreadable = self.unreadable
         return summary
 
     def _play_once(self, stop: threading.Event) -> int:
@@ -175,7 +183,12 @@ class Replayer:
         start = time.monotonic()
         published = 0
         clock_period = 1.0 / self.options.clock_hz if self.options.clock_hz > 0 else None
-        for conn, timestamp, raw in self.reader.messages(connections=self.connections):
+        # bags.storage.messages: rosbags' failures on damaged bytes become one InputError naming the bag, and
+        # per-message compressed payloads are decompressed within a budget (rosbags has none).
+        for conn, timestamp, raw in bag_messages(self.reader, self.connections, MAX_MESSAGE_BYTES):
+            if raw is None or isinstance(raw, Unreadable):
+                self.unreadable += 1
+                continue
             if first_ns is None:
                 first_ns = timestamp
             due = start + (timestamp - first_ns) / 1e9 / self.options.rate
@@ -243,7 +256,9 @@ def run(bag: str | Path, options: ReplayOptions, linger_s: float = 0.5,
         summary = replayer.play(stop)
         if not stop.is_set():
             stop.wait(linger_s)  # let reliable subscribers fetch the last messages
-        log(f"published {summary.published} messages" + (" (interrupted)" if summary.interrupted else ""))
+        log(f"published {summary.published} messages" + (" (interrupted)" if summary.interrupted else "")
+            + (f"; {summary.unreadable} unreadable (damaged chunk or over the size budget), not published"
+               if summary.unreadable else ""))
         return summary
     finally:
         if replayer is not None:

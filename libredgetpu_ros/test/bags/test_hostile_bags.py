@@ -424,3 +424,28 @@ def test_bag_repair_writes_per_message_compressed_messages_decompressed(tmp_path
     summary = repair_bag(bag, tmp_path / "fixed")
     assert summary.messages == 3 and summary.decompressed == 3
     assert _read(tmp_path / "fixed") == _read(bag) == ["", "", ""]
+
+
+@pytest.mark.ros
+def test_replay_skips_and_counts_a_per_message_zstd_bomb(ros_env, tmp_path: Path) -> None:
+    """``replay`` read messages through rosbags directly: a per-message compressed payload was decompressed
+    in one shot without a limit (the 1 GiB bomb above), a damaged chunk ended it with rosbags' ReaderError.
+    Now it goes through ``bags.storage.messages``: the bomb is skipped and counted, the 3 frames go out."""
+    import threading
+
+    from backports import zstd
+    from libredgetpu_ros.ros.replay import Replayer, ReplayOptions
+    from rclpy.node import Node
+
+    bag = _compressed_bag(tmp_path, "bag", "message")
+    compressor = zstd.ZstdCompressor()
+    bomb = b"".join([*(compressor.compress(bytes(1 << 24)) for _ in range(64)), compressor.flush()])
+    _append_message(bag, bomb)
+    node = Node("replay_under_test", context=ros_env.init_rclpy())
+    replayer = Replayer(node, bag, ReplayOptions(rate=100.0), lambda _: None)
+    try:
+        summary = replayer.play(threading.Event())
+    finally:
+        replayer.close()
+        node.destroy_node()
+    assert (summary.published, summary.unreadable) == (3, 1)
