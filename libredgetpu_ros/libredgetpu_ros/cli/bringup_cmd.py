@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 
 HELP = "start the nodes of a bringup YAML (perception, control) in one process and drive them to active"
+EXAMPLES = (
+    "libredgetpu-ros bringup libredgetpu_ros/config/demo.yaml --check      # from the repository root",
+    "libredgetpu-ros bringup robot.yaml --duration 60",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

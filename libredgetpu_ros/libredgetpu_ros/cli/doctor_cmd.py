@@ -12,6 +12,11 @@ import re
 from libredgetpu_ros.errors import InputError
 
 HELP = "check this machine (libusb, accelerator, udev, USB speed, firmware, models, ROS, DDS): OK/WARN/FAIL"
+EXAMPLES = (
+    "libredgetpu-ros doctor",
+    "libredgetpu-ros doctor --frame 1280x720 --frame 640x480x1 --json    # your cameras' frame sizes",
+    "libredgetpu-ros doctor --require-accelerator                        # exit 1 without an Edge TPU",
+)
 
 _FRAME = re.compile(r"^(\d{1,5})x(\d{1,5})(?:x([1-4]))?$")
 _MAX_SIDE = 16384

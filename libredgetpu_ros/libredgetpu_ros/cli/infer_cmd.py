@@ -9,6 +9,12 @@ from pathlib import Path
 from typing import Any
 
 HELP = "run a model on one image (pose / segment / detect / classify) on the Edge TPU or the CPU"
+EXAMPLES = (
+    "libredgetpu-ros infer --model mobilenet_v1_0.25_128 --labels mobilenet_v1_0.25_128 --image cat.jpg",
+    "libredgetpu-ros infer --model posenet_mobilenet_v1_075_481_641 --image people.jpg --annotate out.png",
+    "libredgetpu-ros infer --model deeplabv3_mnv2_pascal --image street.jpg --mask-out mask.png",
+    "libredgetpu-ros infer --model model_edgetpu.tflite --image frame.png --json   # any compiled model path",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-HELP = "Show a model's tensors, operators, Edge TPU executables and DMA hint sequence"
+HELP = "show a model's tensors, operators, Edge TPU executables and DMA hint sequence"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

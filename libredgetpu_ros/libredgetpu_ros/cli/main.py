@@ -5,6 +5,7 @@ Every subcommand lives in its own module of this package and exposes::
     HELP: str                                   # one line for the top-level --help
     def add_arguments(parser) -> None           # fill the subcommand's argparse parser
     def run(args) -> int                        # do the work, return the exit code
+    EXAMPLES: tuple[str, ...]                   # optional: command lines shown under the subcommand's --help
 
 Modules are imported when the parser is built, so they must keep heavy imports (rclpy, LiteRT, cv2)
 inside ``run``. Errors derived from ``LibrEdgeTpuError`` become one ``error: ...`` line on stderr and
@@ -46,10 +47,30 @@ SUBCOMMANDS: list[tuple[str, str]] = [
 ]
 
 
+# The first hour, in the order a robot needs it (test/cli/test_cli_help.py parses every line).
+EXAMPLES: tuple[str, ...] = (
+    "libredgetpu-ros doctor                       # what this machine lacks, each with its fix",
+    "libredgetpu-ros models fetch posenet_mobilenet_v1_075_481_641   # the default config's model",
+    "libredgetpu-ros models import DIR            # offline: catalogue files found under a folder",
+    "libredgetpu-ros infer --model mobilenet_v1_0.25_128 --labels mobilenet_v1_0.25_128 --image cat.jpg",
+    "libredgetpu-ros robotics spot --model color_red_64x64 frame.png --json",
+    "libredgetpu-ros make-bag --images frames/ --out cam_bag --rate 15",
+    "libredgetpu-ros process-bag cam_bag results_bag --config perception_pose.yaml",
+    "libredgetpu-ros COMMAND --help               # a command's options (and examples)",
+)
+
+
+def examples_epilog(lines: tuple[str, ...]) -> str:
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="libredgetpu-ros",
-        description="Edge TPU perception and control without Google's runtime; CPU fallback via LiteRT.",
+        description="Edge TPU perception and control without Google's runtime; CPU fallback via LiteRT. "
+                    "ROS nodes: ros2 launch libredgetpu_ros perception.launch.py (docs/perception_node.md).",
+        epilog=examples_epilog(EXAMPLES),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -62,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
             continue  # subcommand not part of this build
         sub_parser = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(sub_parser)
+        if getattr(module, "EXAMPLES", None):  # kept as written, after the module's own epilog
+            sub_parser.formatter_class = argparse.RawDescriptionHelpFormatter
+            examples = examples_epilog(module.EXAMPLES)
+            sub_parser.epilog = f"{sub_parser.epilog}\n\n{examples}" if sub_parser.epilog else examples
         sub_parser.set_defaults(func=module.run)
     return parser
 

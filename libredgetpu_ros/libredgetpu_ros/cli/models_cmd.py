@@ -7,6 +7,12 @@ import json
 import sys
 
 HELP = "models a robot can get: list the pinned catalogue, fetch (verified, resumable), path, import DIR"
+EXAMPLES = (
+    "libredgetpu-ros models list",
+    "libredgetpu-ros models fetch mobilenet_v1_0.25_128        # model, CPU twin and labels into the cache",
+    "libredgetpu-ros models import /media/usb/models           # no internet: files copied there beforehand",
+    "libredgetpu-ros models path mobilenet_v1_0.25_128 --labels",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,54 @@
+"""``libredgetpu-ros --help`` and the subcommands' ``--help`` show examples a user can copy: every example
+line is a command the parser accepts, and the repository paths it names exist (from the repository root)."""
+
+from __future__ import annotations
+
+import importlib
+import shlex
+from pathlib import Path
+
+import pytest
+from libredgetpu_ros.cli import main as cli
+
+ROOT = Path(__file__).resolve().parents[3]
+PLACEHOLDERS = ("COMMAND", "MODULE")  # "libredgetpu-ros COMMAND --help": a pointer, not a command
+
+
+def _examples() -> list[tuple[str, str]]:
+    found = [("libredgetpu-ros", line) for line in cli.EXAMPLES]
+    for name, module_name in cli.SUBCOMMANDS:
+        module = importlib.import_module(f"libredgetpu_ros.cli.{module_name}")
+        found += [(name, line) for line in getattr(module, "EXAMPLES", ())]
+    return found
+
+
+def test_top_level_help_lists_first_hour_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli.build_parser().parse_args(["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "examples:" in out and "libredgetpu-ros doctor" in out and "models import DIR" in out
+    assert "ros2 launch libredgetpu_ros perception.launch.py" in out  # where the nodes are
+
+
+@pytest.mark.parametrize("command", ["infer", "models", "doctor", "bringup"])
+def test_subcommand_help_shows_its_examples(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args([command, "--help"])
+    out = capsys.readouterr().out
+    assert "examples:" in out and f"libredgetpu-ros {command} " in out
+
+
+@pytest.mark.parametrize(("where", "line"), _examples(), ids=lambda v: v)
+def test_every_example_parses(where: str, line: str) -> None:
+    argv = shlex.split(line.split("  #", 1)[0])
+    assert argv[0] == "libredgetpu-ros", f"{where}: {line}"
+    if any(p in argv for p in PLACEHOLDERS):
+        return
+    for arg in argv[1:]:
+        if arg.startswith("libredgetpu_ros/"):
+            assert (ROOT / arg).exists(), f"{where}: {arg} does not exist from the repository root"
+    try:
+        cli.build_parser().parse_args(argv[1:])
+    except SystemExit as exc:
+        pytest.fail(f"{where}: argparse refused {line!r} (exit {exc.code})")
