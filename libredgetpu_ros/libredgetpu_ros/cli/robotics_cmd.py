@@ -236,16 +236,15 @@ def _flow_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the images are a sequence at this rate: also report rates (per second)")
 
 
-def _open_flow(args: argparse.Namespace) -> Any:
+def _flow_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``OpticalFlow.from_template``'s keyword arguments from the flow options (the model aside)."""
     from libredgetpu_ros.errors import InputError
-    from libredgetpu_ros.robotics.flow import OpticalFlow
 
     if args.fps is not None and not 0 < args.fps < 1e6:
         raise InputError(f"--fps must be a positive rate, got {args.fps}")
-    return OpticalFlow.from_template(
-        args.model, backend=args.backend, device=args.device, resize=not args.no_resize, mode=args.mode,
-        search_range=args.search_range, temperature=args.temperature, pool_factor=args.pool_factor,
-        min_texture=args.min_texture, min_confidence=args.min_confidence)
+    return dict(backend=args.backend, device=args.device, resize=not args.no_resize, mode=args.mode,
+                search_range=args.search_range, temperature=args.temperature, pool_factor=args.pool_factor,
+                min_texture=args.min_texture, min_confidence=args.min_confidence)
 
 
 def _stamp(args: argparse.Namespace, i: int) -> float | None:
@@ -257,9 +256,9 @@ def _stamp(args: argparse.Namespace, i: int) -> float | None:
 
 def _flow_run(args: argparse.Namespace, images: list[Any]) -> dict[str, Any]:
     """One entry per image: the motion since the previous image (the first has ``first_frame``)."""
-    from libredgetpu_ros.robotics.flow import flow_to_direction
+    from libredgetpu_ros.robotics.flow import OpticalFlow, flow_to_direction
 
-    with _open_flow(args) as flow:
+    with OpticalFlow.from_template(args.model, **_flow_options(args)) as flow:
         results = []
         for i, image in enumerate(images):
             result = flow.step(image, _stamp(args, i))
@@ -287,13 +286,7 @@ def _compass_run(args: argparse.Namespace, images: list[Any]) -> dict[str, Any]:
     turned left)."""
     from libredgetpu_ros.robotics.compass import VisualCompass
 
-    flow = _open_flow(args)
-    try:
-        compass = VisualCompass(flow, args.fov, args.projection)
-    except BaseException:
-        flow.close()
-        raise
-    with compass:
+    with VisualCompass.from_template(args.model, args.fov, args.projection, **_flow_options(args)) as compass:
         results = [compass.step(image, _stamp(args, i)).to_dict() for i, image in enumerate(images)]
         report = _report(compass.flow, "compass", results)
         report.update(fov_deg=compass.fov_deg, projection=compass.projection, heading_deg=compass.heading_deg)

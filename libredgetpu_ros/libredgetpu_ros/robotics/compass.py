@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -92,6 +93,19 @@ class VisualCompass:
         self.heading_deg = 0.0
         self.pairs = 0
         self.invalid = 0
+
+    @classmethod
+    def from_template(cls, template: str | Path, fov_deg: float, projection: str = "pinhole",
+                      **flow_options: Any) -> VisualCompass:
+        """A compass on a new :meth:`OpticalFlow.from_template` (``template``, ``backend``, ``device`` and the
+        flow's options in ``flow_options``); the flow is closed again when the compass refuses ``fov_deg`` or
+        ``projection``, so a bad setting leaves no device open."""
+        flow = OpticalFlow.from_template(template, **flow_options)
+        try:
+            return cls(flow, fov_deg, projection)
+        except BaseException:
+            flow.close()
+            raise
 
     def set_fov(self, fov_deg: float) -> None:
         """Change the horizontal field of view (degrees, in (0, 360]); e.g. from a CameraInfo."""

@@ -96,3 +96,19 @@ def test_fov_from_camera_info_and_bad_fov(flow) -> None:
         VisualCompass(flow, 0.0)
     with pytest.raises(ConfigError):
         VisualCompass(flow, 60.0, projection="fisheye")
+
+
+def test_from_template_closes_the_flow_when_the_compass_refuses(fixture_path, monkeypatch) -> None:
+    """The one flow-then-compass constructor (CLI ``robotics compass`` and the flow node): options reach the
+    flow, and a refused field of view or projection closes the flow it opened (no device left open)."""
+    template = fixture_path("robotics/optical_flow/gabor_64x64_p4_edgetpu.tflite")
+    with VisualCompass.from_template(template, 75.0, "linear", backend="cpu", search_range=3) as compass:
+        assert compass.fov_deg == 75.0 and compass.projection == "linear"
+        assert compass.flow.search_range == 3 and compass.flow.runner.backend_name == "cpu"
+    closed: list[OpticalFlow] = []
+    real_close = OpticalFlow.close
+    monkeypatch.setattr(OpticalFlow, "close", lambda self: (closed.append(self), real_close(self))[1])
+    for fov, projection in ((0.0, "pinhole"), (60.0, "fisheye")):
+        with pytest.raises(ConfigError):
+            VisualCompass.from_template(template, fov, projection, backend="cpu")
+    assert len(closed) == 2

@@ -101,19 +101,14 @@ class FlowNode(CameraNode):
 
     def open_processor(self) -> None:
         from libredgetpu_ros.robotics.compass import VisualCompass
-        from libredgetpu_ros.robotics.flow import OpticalFlow
 
         p = self.params
-        flow = OpticalFlow.from_template(p.model, backend=p.backend, device=p.device or None, mode=p.mode,
-                                         search_range=p.search_range, pool_factor=p.pool_factor,
-                                         temperature=p.temperature, min_texture=p.min_texture,
-                                         min_confidence=p.min_confidence, min_margin=p.min_margin,
-                                         max_gap=p.max_gap)
-        try:
-            compass = VisualCompass(flow, p.fov_deg, p.projection)
-        except BaseException:
-            flow.close()
-            raise
+        compass = VisualCompass.from_template(
+            p.model, p.fov_deg, p.projection, backend=p.backend, device=p.device or None, mode=p.mode,
+            search_range=p.search_range, pool_factor=p.pool_factor, temperature=p.temperature,
+            min_texture=p.min_texture, min_confidence=p.min_confidence, min_margin=p.min_margin,
+            max_gap=p.max_gap)
+        flow = compass.flow
         described = flow.runner.describe()
         with self._lock:
             self._compass = compass

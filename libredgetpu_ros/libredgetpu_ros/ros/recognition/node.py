@@ -87,12 +87,8 @@ class RecognitionNode(CameraNode):
             extractor, db = self._extractor, self._db
             self._extractor = self._db = None
         self._last_rgb = self._last = None
-        for closing in (extractor, None if db is None else db.engine):
-            if closing is not None:
-                try:
-                    closing.close()
-                except LibrEdgeTpuError as exc:
-                    self.get_logger().warning(f"closing: {exc}")
+        self.close_logged(extractor, "the extractor")
+        self.close_logged(None if db is None else db.engine, "the database engine")
 
     def create_outputs(self) -> None:
         self._pub = self.output(Classification, "classification")

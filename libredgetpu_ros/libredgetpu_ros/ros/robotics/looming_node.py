@@ -23,7 +23,7 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 from visualization_msgs.msg import MarkerArray
 
-from libredgetpu_ros.errors import ConfigError, LibrEdgeTpuError
+from libredgetpu_ros.errors import ConfigError
 from libredgetpu_ros.ros.camera import CameraNode, Frame
 from libredgetpu_ros.ros.robotics import messages
 from libredgetpu_ros.ros.robotics.params import LOOMING_PARAMS
@@ -70,11 +70,7 @@ class LoomingNode(CameraNode):
         with self._lock:
             detector, self._detector = self._detector, None
         self._last = None
-        if detector is not None:
-            try:
-                detector.close()
-            except LibrEdgeTpuError as exc:
-                self.get_logger().warning(f"closing the detector: {exc}")
+        self.close_logged(detector, "the detector")
 
     def create_outputs(self) -> None:
         self._pubs = {"looming": self.output(Looming, "looming"),

@@ -92,11 +92,7 @@ class TrackerNode(CameraNode):
     def close_processor(self) -> None:
         with self._lock:
             tracker, self._tracker = self._tracker, None
-        if tracker is not None:
-            try:
-                tracker.close()
-            except LibrEdgeTpuError as exc:
-                self.get_logger().warning(f"closing the tracker: {exc}")
+        self.close_logged(tracker, "the tracker")
 
     def create_outputs(self) -> None:
         self._pubs = {"offset": self.output(PointStamped, "offset"),
