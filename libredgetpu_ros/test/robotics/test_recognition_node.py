@@ -5,13 +5,15 @@ is camera and supervisor (lifecycle, enroll / forget / save / load); a bag of th
 from __future__ import annotations
 
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+
+from .._helpers import load_helper
+
+supervision = load_helper(Path(__file__).resolve().parents[1] / "ros" / "_lifecycle_supervisor.py")
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(240)]
 
@@ -19,47 +21,18 @@ WAIT_S = 40.0
 PHOTOS = ("cat_train_0", "dog_train_0", "hotdog_train_0", "hotdog_train_1")
 
 
-class Camera:
+class Camera(supervision.LifecycleSupervisor):
     def __init__(self, ros_env: Any, node: str) -> None:
         from libredgetpu_ros.ros.camera import RESULT_QOS
-        from lifecycle_msgs.srv import ChangeState, GetState
         from rclpy.qos import qos_profile_sensor_data
         from sensor_msgs.msg import Image
         from vision_msgs.msg import Classification
 
-        self.name = node
-        self.node, self.executor = ros_env.probe("test_recognition_camera")
+        super().__init__(ros_env, "test_recognition_camera", f"/{node}", WAIT_S)
         self.camera = self.node.create_publisher(Image, "/camera", qos_profile_sensor_data)
         self.results: list[Any] = []
         self.node.create_subscription(Classification, "/classification", self.results.append, RESULT_QOS)
-        self.change = self.node.create_client(ChangeState, f"/{node}/change_state")
-        self.get = self.node.create_client(GetState, f"/{node}/get_state")
-        for client in (self.change, self.get):
-            assert client.wait_for_service(timeout_sec=WAIT_S), f"{client.srv_name} did not appear"
         self._stamp = 0
-
-    def call(self, client: Any, request: Any) -> Any:
-        future = client.call_async(request)
-        self.executor.spin_until_future_complete(future, timeout_sec=WAIT_S)
-        assert future.done(), f"no answer from {client.srv_name}"
-        return future.result()
-
-    def transition(self, label: str) -> bool:
-        from lifecycle_msgs.msg import Transition
-        from lifecycle_msgs.srv import ChangeState
-
-        ids = {"configure": Transition.TRANSITION_CONFIGURE, "activate": Transition.TRANSITION_ACTIVATE}
-        return self.call(self.change, ChangeState.Request(transition=Transition(id=ids[label]))).success
-
-    def state(self) -> str:
-        from lifecycle_msgs.srv import GetState
-
-        return self.call(self.get, GetState.Request()).current_state.label
-
-    def service(self, srv_type: type, name: str, **fields: Any) -> Any:
-        client = self.node.create_client(srv_type, f"/{self.name}/{name}")
-        assert client.wait_for_service(timeout_sec=WAIT_S), f"/{self.name}/{name} did not appear"
-        return self.call(client, srv_type.Request(**fields))
 
     def frame(self, rgb: np.ndarray | None = None, data: bytes | None = None, encoding: str = "rgb8") -> Any:
         from sensor_msgs.msg import Image
@@ -71,19 +44,6 @@ class Camera:
         msg.header.frame_id = "camera"
         msg.header.stamp.sec, msg.header.stamp.nanosec = 100 + self._stamp, 0
         return msg
-
-    def wait_for(self, what: str, predicate: Callable[[], Any],
-                 every: Callable[[], None] | None = None) -> Any:
-        end, next_every = time.monotonic() + WAIT_S, 0.0
-        while time.monotonic() < end:
-            if every is not None and time.monotonic() >= next_every:
-                every()
-                next_every = time.monotonic() + 1.0
-            self.executor.spin_once(timeout_sec=0.05)
-            value = predicate()
-            if value:
-                return value
-        pytest.fail(f"timed out after {WAIT_S:.0f} s waiting for {what}")
 
     def classify(self, rgb: np.ndarray) -> Any:
         """Publish a frame (again each second: best effort) until its Classification arrives."""

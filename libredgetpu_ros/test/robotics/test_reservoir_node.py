@@ -5,13 +5,15 @@ process) gives exactly the predictions of the node's reservoir run offline over 
 from __future__ import annotations
 
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+
+from .._helpers import load_helper
+
+supervision = load_helper(Path(__file__).resolve().parents[1] / "ros" / "_lifecycle_supervisor.py")
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
 
@@ -24,57 +26,18 @@ def _series(n: int) -> np.ndarray:
     return np.stack([np.sin(t), 0.6 * np.cos(0.73 * t + 0.3)], axis=1)
 
 
-class Peer:
+class Peer(supervision.LifecycleSupervisor):
     """Lifecycle supervisor, state publisher and prediction reader for one node."""
 
     def __init__(self, ros_env: Any, node: str) -> None:
-        from lifecycle_msgs.srv import ChangeState, GetState
         from rclpy.qos import QoSProfile, ReliabilityPolicy
         from sensor_msgs.msg import JointState
 
-        self.name = node
-        self.node, self.executor = ros_env.probe("test_reservoir_peer")
+        super().__init__(ros_env, "test_reservoir_peer", f"/{node}", WAIT_S)
         qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
         self.states = self.node.create_publisher(JointState, "joints", qos)
         self.predictions: list[Any] = []
         self.node.create_subscription(JointState, f"/{node}/prediction", self.predictions.append, qos)
-        self.change = self.node.create_client(ChangeState, f"/{node}/change_state")
-        self.get = self.node.create_client(GetState, f"/{node}/get_state")
-        for client in (self.change, self.get):
-            assert client.wait_for_service(timeout_sec=WAIT_S), f"{client.srv_name} did not appear"
-
-    def call(self, client: Any, request: Any) -> Any:
-        future = client.call_async(request)
-        self.executor.spin_until_future_complete(future, timeout_sec=WAIT_S)
-        assert future.done(), f"no answer from {client.srv_name}"
-        return future.result()
-
-    def transition(self, label: str) -> bool:
-        from lifecycle_msgs.msg import Transition
-        from lifecycle_msgs.srv import ChangeState
-
-        ids = {"configure": Transition.TRANSITION_CONFIGURE, "activate": Transition.TRANSITION_ACTIVATE,
-               "deactivate": Transition.TRANSITION_DEACTIVATE, "cleanup": Transition.TRANSITION_CLEANUP}
-        return self.call(self.change, ChangeState.Request(transition=Transition(id=ids[label]))).success
-
-    def state(self) -> str:
-        from lifecycle_msgs.srv import GetState
-
-        return self.call(self.get, GetState.Request()).current_state.label
-
-    def service(self, srv_type: type, name: str, **fields: Any) -> Any:
-        client = self.node.create_client(srv_type, f"/{self.name}/{name}")
-        assert client.wait_for_service(timeout_sec=WAIT_S), f"/{self.name}/{name} did not appear"
-        return self.call(client, srv_type.Request(**fields))
-
-    def wait_for(self, what: str, predicate: Callable[[], Any]) -> Any:
-        end = time.monotonic() + WAIT_S
-        while time.monotonic() < end:
-            self.executor.spin_once(timeout_sec=0.05)
-            value = predicate()
-            if value:
-                return value
-        pytest.fail(f"timed out after {WAIT_S:.0f} s waiting for {what}")
 
     def wait_subscribed(self) -> None:
         self.wait_for("the node's state subscription", lambda: self.states.get_subscription_count() > 0)

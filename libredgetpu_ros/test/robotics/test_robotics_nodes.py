@@ -7,61 +7,33 @@ Looming messages with the node's own detector run offline on the bag's frames an
 from __future__ import annotations
 
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from .._helpers import load_helper
+
+supervision = load_helper(Path(__file__).resolve().parents[1] / "ros" / "_lifecycle_supervisor.py")
+
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
 
 WAIT_S = 20.0
 
 
-class Supervisor:
+class Supervisor(supervision.LifecycleSupervisor):
     def __init__(self, ros_env: Any, node: str, results: dict[str, type]) -> None:
         from libredgetpu_ros.ros.camera import RESULT_QOS
-        from lifecycle_msgs.srv import ChangeState, GetState
-        from rclpy.executors import SingleThreadedExecutor
-        from rclpy.node import Node
         from rclpy.qos import qos_profile_sensor_data
         from sensor_msgs.msg import Image
 
-        self.name = node
-        self.context = ros_env.init_rclpy()
-        self.node = Node("test_supervisor", context=self.context)
-        self.executor = SingleThreadedExecutor(context=self.context)
-        self.executor.add_node(self.node)
+        super().__init__(ros_env, "test_supervisor", f"/{node}", WAIT_S)
         self.camera = self.node.create_publisher(Image, "image_raw", qos_profile_sensor_data)
         self.received: dict[str, list[Any]] = {topic: [] for topic in results}
         for topic, mtype in results.items():
             self.node.create_subscription(mtype, topic, self.received[topic].append, RESULT_QOS)
-        self.change = self.node.create_client(ChangeState, f"/{node}/change_state")
-        self.get = self.node.create_client(GetState, f"/{node}/get_state")
-        for client in (self.change, self.get):
-            assert client.wait_for_service(timeout_sec=WAIT_S), f"{client.srv_name} did not appear"
         self._stamp = 0
-
-    def call(self, client: Any, request: Any) -> Any:
-        future = client.call_async(request)
-        self.executor.spin_until_future_complete(future, timeout_sec=WAIT_S)
-        assert future.done(), f"no answer from {client.srv_name}"
-        return future.result()
-
-    def transition(self, label: str) -> bool:
-        from lifecycle_msgs.msg import Transition
-        from lifecycle_msgs.srv import ChangeState
-
-        ids = {"configure": Transition.TRANSITION_CONFIGURE, "activate": Transition.TRANSITION_ACTIVATE,
-               "deactivate": Transition.TRANSITION_DEACTIVATE, "cleanup": Transition.TRANSITION_CLEANUP}
-        return self.call(self.change, ChangeState.Request(transition=Transition(id=ids[label]))).success
-
-    def state(self) -> str:
-        from lifecycle_msgs.srv import GetState
-
-        return self.call(self.get, GetState.Request()).current_state.label
 
     def frame(self, rgb: np.ndarray, stamp_s: float | None = None, data: bytes | None = None) -> Any:
         from sensor_msgs.msg import Image
@@ -74,19 +46,6 @@ class Supervisor:
         msg.header.stamp.sec, msg.header.stamp.nanosec = int(stamp), round((stamp % 1) * 1e9)
         return msg
 
-    def wait_for(self, what: str, predicate: Callable[[], Any],
-                 every: Callable[[], None] | None = None) -> Any:
-        end, next_every = time.monotonic() + WAIT_S, 0.0
-        while time.monotonic() < end:
-            if every is not None and time.monotonic() >= next_every:
-                every()
-                next_every = time.monotonic() + 1.0
-            self.executor.spin_once(timeout_sec=0.05)
-            value = predicate()
-            if value:
-                return value
-        pytest.fail(f"timed out after {WAIT_S:.0f} s waiting for {what}")
-
     def result_for(self, topic: str, frame: Any) -> Any:
         """Publish ``frame`` (again each second: best effort) until ``topic``'s result for its stamp comes."""
         stamp = (frame.header.stamp.sec, frame.header.stamp.nanosec)
@@ -96,11 +55,6 @@ class Supervisor:
                          if (m.header.stamp.sec, m.header.stamp.nanosec) == stamp), None)
 
         return self.wait_for(f"{topic} for stamp {stamp}", match, every=lambda: self.camera.publish(frame))
-
-    def service(self, srv_type: type, name: str, **fields: Any) -> Any:
-        client = self.node.create_client(srv_type, f"/{self.name}/{name}")
-        assert client.wait_for_service(timeout_sec=WAIT_S), f"/{self.name}/{name} did not appear"
-        return self.call(client, srv_type.Request(**fields))
 
 
 def _params(tmp: Path, name: str, **params: Any) -> Path:

@@ -3,9 +3,10 @@
 ``Probe(ros_env, name)``: a plain node (``ros_env.probe``: a fresh context of the test's domain) and a
 single-threaded executor spun by the test's own calls (``spin_for``, ``wait_for``).
 ``LifecycleSupervisor(ros_env, probe_name, node_fqn)`` adds the node's ``change_state``, ``get_state`` and
-``set_parameters`` clients, waits until they are served, and calls them. Node tests subclass it and add
-their camera publishers, result and /diagnostics recorders. Used by the flow and perception node tests and
-the bag replay tests (loaded by path: ``load_helper(HERE / "_lifecycle_supervisor.py")``).
+``set_parameters`` clients, waits until they are served, and calls them (``service``: any other service of
+the node). Node tests subclass it and add their camera publishers, result and /diagnostics recorders. Used
+by the flow, perception and robotics node tests and the bag replay tests (loaded by path:
+``load_helper(HERE / "_lifecycle_supervisor.py")``).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class LifecycleSupervisor(Probe):
         from rcl_interfaces.srv import SetParameters
 
         super().__init__(ros_env, probe_name, wait_s)
+        self.fqn = node_fqn
         self.change = self.node.create_client(ChangeState, f"{node_fqn}/change_state")
         self.get = self.node.create_client(GetState, f"{node_fqn}/get_state")
         self.set_params = self.node.create_client(SetParameters, f"{node_fqn}/set_parameters")
@@ -85,6 +87,16 @@ class LifecycleSupervisor(Probe):
         from lifecycle_msgs.srv import GetState
 
         return str(self.call(self.get, GetState.Request()).current_state.label)
+
+    def service(self, srv_type: type, name: str, **fields: Any) -> Any:
+        """Call the node's service ``<node_fqn>/<name>`` (e.g. ``enroll``) with a request of ``fields``; the
+        response."""
+        client = self.node.create_client(srv_type, f"{self.fqn}/{name}")
+        try:
+            assert client.wait_for_service(timeout_sec=self.wait_s), f"{self.fqn}/{name} did not appear"
+            return self.call(client, srv_type.Request(**fields))
+        finally:
+            self.node.destroy_client(client)
 
     def set_param(self, name: str, value: Any) -> Any:
         """``SetParameters`` of one parameter (its type taken from ``value``); the node's
