@@ -177,7 +177,10 @@ def _reservoir_run(args: argparse.Namespace, _images: list[Any]) -> int:
             error = nrmse(predicted[scored], targets[scored])
             report.update(readout=str(args.readout), nrmse=round(error, 5), scored_from_step=scored.start)
             if args.out is not None:
-                np.savetxt(args.out, predicted, delimiter=",", fmt="%.9g")
+                from libredgetpu_ros.atomicio import atomic_open
+
+                with atomic_open(args.out, "w") as handle:
+                    np.savetxt(handle, predicted, delimiter=",", fmt="%.9g")
                 report["out"] = str(args.out)
     if args.json:
         json.dump(report, sys.stdout, indent=2)

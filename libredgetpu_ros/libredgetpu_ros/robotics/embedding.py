@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from libredgetpu_ros.atomicio import atomic_open
 from libredgetpu_ros.errors import ConfigError, InputError
 from libredgetpu_ros.matmul import MatMulEngine
 from libredgetpu_ros.npyfile import read_npz
@@ -267,11 +268,8 @@ class EmbeddingSimilarity:
         slots = [slot for slot, label in enumerate(snapshot.labels) if label is not None]
         meta = {"format": DATABASE_FORMAT, "embedding_dim": self.embedding_dim,
                 "labels": [snapshot.labels[s] for s in slots]}
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as handle:
+        with atomic_open(path) as handle:  # a failed write (disk full) leaves the old file whole
             np.savez(handle, embeddings=snapshot.normalized[slots], meta=np.array(json.dumps(meta)))
-        tmp.replace(path)
         return len(slots)
 
     def load(self, path: str | Path) -> int:

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from libredgetpu_ros.atomicio import atomic_open
 from libredgetpu_ros.errors import ConfigError, InputError
 from libredgetpu_ros.matmul import MatMulEngine, fastpath
 from libredgetpu_ros.npyfile import read_npz
@@ -364,13 +365,10 @@ class ReservoirComputer:
         readout = self._readout
         if readout is None:
             raise ConfigError("no readout to save: fit or load one first")
-        path = Path(path)
         meta = {"format": READOUT_FORMAT, "samples": readout.samples, "train_nrmse": readout.train_nrmse,
                 **self.identity()}
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as handle:
+        with atomic_open(path) as handle:  # a failed write (disk full) leaves the old file whole
             np.savez(handle, weights=readout.weights, meta=np.array(json.dumps(meta)))
-        tmp.replace(path)
 
     def load_readout(self, path: str | Path) -> Readout:
         """Load a readout saved by :meth:`save_readout` for the same reservoir; InputError, old one kept."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import threading
 import time
+import tracemalloc
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -15,6 +17,10 @@ from libredgetpu_ros.matmul import MatMulEngine
 from libredgetpu_ros.perception.images import load_image
 from libredgetpu_ros.robotics.embedding import EmbeddingSimilarity
 from libredgetpu_ros.robotics.extractor import EmbeddingExtractor
+
+from .._helpers import load_helper
+
+lying = load_helper(Path(__file__).with_name("_lying_npz.py"))
 
 PHOTOS = ("cat_train_0", "dog_train_0", "hotdog_train_0", "hotdog_train_1")
 
@@ -166,18 +172,42 @@ def test_load_refuses_other_dimension_or_too_many_entries_and_keeps_the_old(tmp_
         with pytest.raises(InputError, match=r"embedding database file .* not a readable \.npz"):
             target.load(tmp_path / "junk.npz")
         # A header declaring a 40 GB array in a few bytes is refused before anything is allocated.
-        import io
-        import zipfile
-
-        header = io.BytesIO()
-        np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False,
-                                                      "shape": (100_000, 100_000)})
-        with zipfile.ZipFile(tmp_path / "huge.npz", "w") as archive:
-            archive.writestr("embeddings.npy", header.getvalue() + b"\0" * 16)
-            archive.writestr("meta.npy", header.getvalue())
-        with pytest.raises(InputError, match="header declares"):
-            target.load(tmp_path / "huge.npz")
+        huge = lying.lying_npz(tmp_path / "huge.npz", ("embeddings", "meta"))
+        tracemalloc.start()
+        try:
+            with pytest.raises(InputError, match="header declares"):
+                target.load(huge)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 16 << 20, f"{peak} bytes allocated reading a lying header"
         assert target.labels == ["keep"]
+
+
+def test_a_failed_save_leaves_the_old_file_whole(tmp_path, monkeypatch):
+    """save() writes through atomicio: a write that fails half-way (disk full) keeps the previous file, no
+    temporary is left, and a folder that does not exist is a typed OutputError."""
+    from libredgetpu_ros.errors import OutputError
+
+    with MatMulEngine.from_template(256, backend="cpu") as engine:
+        db = EmbeddingSimilarity(engine, 1024)
+        db.add("first", np.ones(1024))
+        path = tmp_path / "db.npz"
+        db.save(path)
+        before = path.read_bytes()
+        db.add("second", -np.ones(1024))
+
+        def half_written(handle, **arrays):
+            handle.write(b"PK\x03\x04 half")
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(np, "savez", half_written)
+        with pytest.raises(OutputError, match="No space left on device"):
+            db.save(path)
+        monkeypatch.undo()
+        assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["db.npz"]
+        with pytest.raises(OutputError):
+            db.save(tmp_path / "missing" / "db.npz")
 
 
 def test_queries_never_see_a_half_updated_database():

@@ -4,11 +4,18 @@ ill-posed fits refused with the previous readout kept, readout on a second engin
 
 from __future__ import annotations
 
+import tracemalloc
+from pathlib import Path
+
 import numpy as np
 import pytest
 from libredgetpu_ros.errors import ConfigError, InputError
 from libredgetpu_ros.matmul import MatMulEngine
 from libredgetpu_ros.robotics.reservoir import ReservoirComputer, ReservoirConfig, nrmse
+
+from .._helpers import load_helper
+
+lying = load_helper(Path(__file__).with_name("_lying_npz.py"))
 
 
 def mackey_glass(n: int, tau: float = 17.0, dt: float = 0.1, sample: float = 3.0,
@@ -205,6 +212,50 @@ def test_readout_save_load_round_trip_and_mismatch(engine256, tmp_path):
     with pytest.raises(InputError):
         twin.load_readout(garbage)
     assert twin.readout is not None and np.array_equal(twin.readout.weights, rc.readout.weights)
+
+
+def test_readout_with_a_lying_header_is_refused_before_allocating(engine256, tmp_path):
+    """A readout file of a few hundred bytes whose header declares a 40 GB array: a typed InputError naming
+    the file, nothing of that size allocated, the previous readout kept."""
+    series = _standardised(mackey_glass(400))[:, None]
+    rc = ReservoirComputer(engine256, ReservoirConfig(input_dim=1, seed=1, washout=50))
+    rc.fit(series[:-1], series[1:])
+    kept = rc.readout.weights.copy()
+    huge = lying.lying_npz(tmp_path / "huge.npz", ("weights", "meta"))
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError, match=r"reservoir readout file .*huge\.npz.*header declares"):
+            rc.load_readout(huge)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"{peak} bytes allocated reading a lying header"
+    assert np.array_equal(rc.readout.weights, kept)
+
+
+def test_a_failed_save_leaves_the_old_readout_file_whole(engine256, tmp_path, monkeypatch):
+    """save_readout writes through atomicio: a write failing half-way keeps the previous file and leaves no
+    temporary; an unwritable place is a typed OutputError."""
+    from libredgetpu_ros.errors import OutputError
+
+    series = _standardised(mackey_glass(400))[:, None]
+    rc = ReservoirComputer(engine256, ReservoirConfig(input_dim=1, seed=1, washout=50))
+    rc.fit(series[:-1], series[1:])
+    path = tmp_path / "readout.npz"
+    rc.save_readout(path)
+    before = path.read_bytes()
+
+    def half_written(handle, **arrays):
+        handle.write(b"PK\x03\x04 half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", half_written)
+    with pytest.raises(OutputError, match="No space left on device"):
+        rc.save_readout(path)
+    monkeypatch.undo()
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["readout.npz"]
+    with pytest.raises(OutputError):
+        rc.save_readout(tmp_path / "missing" / "readout.npz")
 
 
 def test_config_is_checked():

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 from libredgetpu_ros.cli.main import main
+
+from .._helpers import load_helper
+
+lying = load_helper(Path(__file__).with_name("_lying_npz.py"))
 
 
 def _pendulum_like(n: int) -> np.ndarray:
@@ -35,6 +40,24 @@ def test_fit_then_predict_csv_and_npz(tmp_path, capsys):
     assert main(["robotics", "reservoir", "predict", str(held_out), "--backend", "cpu", "--seed", "4",
                  "--readout", str(readout)]) == 2
     assert "seed=3, this reservoir has 4" in capsys.readouterr().err
+
+
+def test_series_and_readout_with_lying_headers_are_one_error_line(tmp_path, capsys):
+    """A series or readout .npz whose header declares a 40 GB array: refused before allocating (npyfile),
+    one error line, exit 2."""
+    huge_series = lying.lying_npz(tmp_path / "series.npz", ("series",))
+    assert main(["robotics", "reservoir", "fit", str(huge_series), "--backend", "cpu",
+                 "--out", str(tmp_path / "r.npz")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "header declares" in err[0] and "series.npz" in err[0], err
+    assert not (tmp_path / "r.npz").exists()
+    series = tmp_path / "ok.npz"
+    np.savez(series, series=_pendulum_like(400))
+    huge_readout = lying.lying_npz(tmp_path / "readout.npz", ("weights", "meta"))
+    assert main(["robotics", "reservoir", "predict", str(series), "--backend", "cpu",
+                 "--readout", str(huge_readout)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "header declares" in err[0] and "readout.npz" in err[0], err
 
 
 def test_bad_series_are_one_error_line(tmp_path, capsys):
