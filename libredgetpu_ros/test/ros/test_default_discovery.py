@@ -9,8 +9,9 @@ veth: the node must announce itself there, with the veth addresses as its locato
 discovery (SUBNET, every interface), not localhost only.
 
 The control case runs the same probe with the sandbox's localhost-only settings: no announcement reaches
-the veth. Also: ``tools/env.sh`` sets no discovery range unless ``--localhost``; the sandbox forces it. Before the fix every node ``main()`` filled those settings in when unset, so a clean environment
-behaved exactly like the control case and the four node cases failed.
+the veth. Also: ``tools/env.sh`` sets no discovery range unless ``--localhost``; the sandbox forces it.
+Before the fix every node ``main()`` filled those settings in when unset, so a clean environment behaved
+exactly like the control case and the four node cases failed.
 """
 
 from __future__ import annotations
