@@ -20,7 +20,7 @@ from libredgetpu_ros.robotics.extractor import EmbeddingExtractor
 
 from .._helpers import load_helper
 
-lying = load_helper(Path(__file__).with_name("_lying_npz.py"))
+bad_files = load_helper(Path(__file__).with_name("_bad_files.py"))
 
 PHOTOS = ("cat_train_0", "dog_train_0", "hotdog_train_0", "hotdog_train_1")
 
@@ -172,7 +172,7 @@ def test_load_refuses_other_dimension_or_too_many_entries_and_keeps_the_old(tmp_
         with pytest.raises(InputError, match=r"embedding database file .* not a readable \.npz"):
             target.load(tmp_path / "junk.npz")
         # A header declaring a 40 GB array in a few bytes is refused before anything is allocated.
-        huge = lying.lying_npz(tmp_path / "huge.npz", ("embeddings", "meta"))
+        huge = bad_files.lying_npz(tmp_path / "huge.npz", ("embeddings", "meta"))
         tracemalloc.start()
         try:
             with pytest.raises(InputError, match="header declares"):
@@ -197,11 +197,7 @@ def test_a_failed_save_leaves_the_old_file_whole(tmp_path, monkeypatch):
         before = path.read_bytes()
         db.add("second", -np.ones(1024))
 
-        def half_written(handle, **arrays):
-            handle.write(b"PK\x03\x04 half")
-            raise OSError(28, "No space left on device")
-
-        monkeypatch.setattr(np, "savez", half_written)
+        monkeypatch.setattr(np, "savez", bad_files.disk_full_savez)
         with pytest.raises(OutputError, match="No space left on device"):
             db.save(path)
         monkeypatch.undo()

@@ -15,7 +15,7 @@ from libredgetpu_ros.robotics.reservoir import ReservoirComputer, ReservoirConfi
 
 from .._helpers import load_helper
 
-lying = load_helper(Path(__file__).with_name("_lying_npz.py"))
+bad_files = load_helper(Path(__file__).with_name("_bad_files.py"))
 
 
 def mackey_glass(n: int, tau: float = 17.0, dt: float = 0.1, sample: float = 3.0,
@@ -221,7 +221,7 @@ def test_readout_with_a_lying_header_is_refused_before_allocating(engine256, tmp
     rc = ReservoirComputer(engine256, ReservoirConfig(input_dim=1, seed=1, washout=50))
     rc.fit(series[:-1], series[1:])
     kept = rc.readout.weights.copy()
-    huge = lying.lying_npz(tmp_path / "huge.npz", ("weights", "meta"))
+    huge = bad_files.lying_npz(tmp_path / "huge.npz", ("weights", "meta"))
     tracemalloc.start()
     try:
         with pytest.raises(InputError, match=r"reservoir readout file .*huge\.npz.*header declares"):
@@ -245,11 +245,7 @@ def test_a_failed_save_leaves_the_old_readout_file_whole(engine256, tmp_path, mo
     rc.save_readout(path)
     before = path.read_bytes()
 
-    def half_written(handle, **arrays):
-        handle.write(b"PK\x03\x04 half")
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(np, "savez", half_written)
+    monkeypatch.setattr(np, "savez", bad_files.disk_full_savez)
     with pytest.raises(OutputError, match="No space left on device"):
         rc.save_readout(path)
     monkeypatch.undo()

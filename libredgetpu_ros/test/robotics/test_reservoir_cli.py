@@ -10,7 +10,7 @@ from libredgetpu_ros.cli.main import main
 
 from .._helpers import load_helper
 
-lying = load_helper(Path(__file__).with_name("_lying_npz.py"))
+bad_files = load_helper(Path(__file__).with_name("_bad_files.py"))
 
 
 def _pendulum_like(n: int) -> np.ndarray:
@@ -45,7 +45,7 @@ def test_fit_then_predict_csv_and_npz(tmp_path, capsys):
 def test_series_and_readout_with_lying_headers_are_one_error_line(tmp_path, capsys):
     """A series or readout .npz whose header declares a 40 GB array: refused before allocating (npyfile),
     one error line, exit 2."""
-    huge_series = lying.lying_npz(tmp_path / "series.npz", ("series",))
+    huge_series = bad_files.lying_npz(tmp_path / "series.npz", ("series",))
     assert main(["robotics", "reservoir", "fit", str(huge_series), "--backend", "cpu",
                  "--out", str(tmp_path / "r.npz")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -53,7 +53,7 @@ def test_series_and_readout_with_lying_headers_are_one_error_line(tmp_path, caps
     assert not (tmp_path / "r.npz").exists()
     series = tmp_path / "ok.npz"
     np.savez(series, series=_pendulum_like(400))
-    huge_readout = lying.lying_npz(tmp_path / "readout.npz", ("weights", "meta"))
+    huge_readout = bad_files.lying_npz(tmp_path / "readout.npz", ("weights", "meta"))
     assert main(["robotics", "reservoir", "predict", str(series), "--backend", "cpu",
                  "--readout", str(huge_readout)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
