@@ -151,6 +151,11 @@ class Tensor:
         self._stated = (True, True)
         return self
 
+    def copy_quantization(self, quant: Quant) -> Tensor:
+        """Take another tensor's quantization as stated (an op result keeping its input's type)."""
+        self.quant, self._stated = quant, (True, True)
+        return self
+
     def mlir_type(self, ranked: bool) -> TensorType:
         return TensorType(tuple(self.shape) if ranked else None, self.dtype, self.quant)
 

@@ -50,9 +50,8 @@ def _name(out_name: str | None, op: str) -> str:
 
 def _out(shape: list[int], dtype: str, name: str, quant: Any = None) -> Tensor:
     tensor = Tensor(shape, name=name, dtype=dtype)
-    tensor.quant = quant
     if quant is not None:
-        tensor._stated = (True, True)  # a copied quantization is stated, not filled in later
+        tensor.copy_quantization(quant)
     return tensor
 
 
