@@ -170,6 +170,18 @@ class Probe:
             self.node.destroy_subscription(sub)
 
 
+def camera(node: Any, rgb: Any, topic: str = "/lt/camera") -> Callable[[], None]:
+    """A ``stimulus`` for camera nodes: a publisher on ``topic`` made on ``node`` and a function that
+    publishes ``rgb`` (HxWx3 uint8) as one rgb8 Image of frame ``camera``."""
+    from sensor_msgs.msg import Image
+
+    msg = Image(height=rgb.shape[0], width=rgb.shape[1], encoding="rgb8", step=rgb.shape[1] * 3,
+                data=rgb.tobytes())
+    msg.header.frame_id = "camera"
+    pub = node.create_publisher(Image, topic, 10)
+    return lambda: pub.publish(msg)
+
+
 def launch_tests(case: LaunchCase) -> tuple[Callable[..., Any], type, type]:
     """``generate_test_description`` and the two test classes for ``case``; bind them in the test module."""
 

@@ -15,22 +15,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # launch_test loads this file by path
 
-from _harness import LaunchCase, launch_tests
+from _harness import LaunchCase, camera, launch_tests
 
 MISSING = "/nonexistent/looming_edgetpu.tflite"
 
 
 def _camera(node: Any) -> Callable[[], None]:
     import numpy as np
-    from sensor_msgs.msg import Image
 
     yy, xx = np.mgrid[:64, :64]
     gray = (((xx // 4) + (yy // 4)) % 2 * 120 + 60).astype(np.uint8)
-    rgb = np.repeat(gray[:, :, None], 3, axis=2)
-    msg = Image(height=64, width=64, encoding="rgb8", step=64 * 3, data=rgb.tobytes())
-    msg.header.frame_id = "camera"
-    pub = node.create_publisher(Image, "/lt/camera", 10)
-    return lambda: pub.publish(msg)
+    return camera(node, np.repeat(gray[:, :, None], 3, axis=2))
 
 
 def _case() -> LaunchCase:

@@ -21,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # launch_test loads this file by path
 
-from _harness import LaunchCase, launch_tests
+from _harness import LaunchCase, camera, launch_tests
 
 CATALOGUE_NAME = "posenet_mobilenet_v1_075_481_641"
 
@@ -29,14 +29,8 @@ CATALOGUE_NAME = "posenet_mobilenet_v1_075_481_641"
 def _camera(node: Any) -> Callable[[], None]:
     from libredgetpu_ros.fixtures import fixture
     from libredgetpu_ros.perception.images import load_image
-    from sensor_msgs.msg import Image
 
-    rgb = load_image(fixture("images/test_couple.jpg"))
-    msg = Image(height=rgb.shape[0], width=rgb.shape[1], encoding="rgb8", step=rgb.shape[1] * 3,
-                data=rgb.tobytes())
-    msg.header.frame_id = "camera"
-    pub = node.create_publisher(Image, "/lt/camera", 10)
-    return lambda: pub.publish(msg)
+    return camera(node, load_image(fixture("images/test_couple.jpg")))
 
 
 def _case() -> LaunchCase:

@@ -17,7 +17,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # launch_test loads this file by path
 
-from _harness import LaunchCase, launch_tests
+from _harness import LaunchCase, camera, launch_tests
 
 
 def _photo() -> Any:
@@ -41,14 +41,7 @@ def _database() -> str:
 
 
 def _camera(node: Any) -> Callable[[], None]:
-    from sensor_msgs.msg import Image
-
-    rgb = _photo()
-    msg = Image(height=rgb.shape[0], width=rgb.shape[1], encoding="rgb8", step=rgb.shape[1] * 3,
-                data=rgb.tobytes())
-    msg.header.frame_id = "camera"
-    pub = node.create_publisher(Image, "/lt/camera", 10)
-    return lambda: pub.publish(msg)
+    return camera(node, _photo())
 
 
 def _case() -> LaunchCase:

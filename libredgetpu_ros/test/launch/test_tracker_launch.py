@@ -16,21 +16,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # launch_test loads this file by path
 
-from _harness import LaunchCase, launch_tests
+from _harness import LaunchCase, camera, launch_tests
 
 MISSING = "/nonexistent/spot_edgetpu.tflite"
 
 
 def _camera(node: Any) -> Callable[[], None]:
     import numpy as np
-    from sensor_msgs.msg import Image
 
     rgb = np.zeros((96, 96, 3), np.uint8)
     rgb[40:56, 72:88] = (0, 255, 0)
-    msg = Image(height=96, width=96, encoding="rgb8", step=96 * 3, data=rgb.tobytes())
-    msg.header.frame_id = "camera"
-    pub = node.create_publisher(Image, "/lt/camera", 10)
-    return lambda: pub.publish(msg)
+    return camera(node, rgb)
 
 
 def _case() -> LaunchCase:
