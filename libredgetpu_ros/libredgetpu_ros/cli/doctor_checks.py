@@ -267,11 +267,19 @@ def check_transport(m: Machine, frame_sizes: Sequence[tuple[int, int, int]]) -> 
                      "check the XML profile named by FASTDDS_DEFAULT_PROFILES_FILE")
     mib = 1024 * 1024
     if largest > segment:
+        # The package ships a profile with a larger segment (every interface, as by default): name it when
+        # it fits the frames, as the one line to run in the camera driver's and the node's shells.
+        shipped = Path(__file__).resolve().parents[1] / "data" / "fastdds_large_frames.xml"
+        shipped_segment = shm_segment_bytes(shipped) or 0
+        fix = (f"export FASTDDS_DEFAULT_PROFILES_FILE={shipped} in the shells of both the camera driver "
+               f"and the node ({shipped_segment / mib:.0f} MiB segments; docs/perception_node.md "
+               "'Large frames')" if 2 * largest <= shipped_segment else
+               "set <segment_size> of an SHM transport in a Fast DDS profile to at least twice the "
+               "frame size for both processes (docs/perception_node.md 'Large frames')")
         return Check("dds transport", WARN,
                      f"frames of {largest / mib:.1f} MiB ({sizes}) exceed the {segment / mib:.1f} MiB "
                      f"shared-memory segment ({source}): they go as fragmented UDP, where bursts are lost",
-                     "set <segment_size> of an SHM transport in a Fast DDS profile to at least twice the "
-                     "frame size for both processes (docs/perception_node.md 'Large frames')")
+                     fix)
     return Check("dds transport", OK, f"shared-memory segment {segment / mib:.1f} MiB ({source}) holds "
                  f"frames of {largest / mib:.1f} MiB ({sizes})")
 

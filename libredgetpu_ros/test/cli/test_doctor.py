@@ -182,3 +182,17 @@ def test_models_fix_fetches_the_default_configs_model(machine: d.Machine, tmp_pa
     machine.model_status = None
     check = by_name(d.run_checks(machine))["models"]
     assert check.status == d.WARN and check.fix.startswith(f"libredgetpu-ros models fetch {default_model} ")
+
+
+def test_dds_transport_fix_is_one_export_that_makes_the_check_ok(machine: d.Machine) -> None:
+    """1920x1080 rgb8 over the default 0.5 MiB segment: the fix names the shipped large-frames profile;
+    exporting it as the fix says turns the check OK."""
+    check = by_name(d.run_checks(machine))["dds transport"]
+    assert check.status == d.WARN and check.fix.startswith("export FASTDDS_DEFAULT_PROFILES_FILE=")
+    assignment = check.fix.split()[1]
+    name, value = assignment.split("=", 1)
+    assert Path(value).is_file()
+    machine.environ[name] = value
+    assert by_name(d.run_checks(machine))["dds transport"].status == d.OK
+    huge = by_name(d.run_checks(machine, frame_sizes=[(8000, 6000, 3)]))["dds transport"]
+    assert huge.status == d.WARN and "<segment_size>" in huge.fix  # beyond the shipped profile
