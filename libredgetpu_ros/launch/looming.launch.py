@@ -22,8 +22,8 @@ from libredgetpu_ros.ros.launching import (
 )
 from libredgetpu_ros.ros.robotics.params import LOOMING_PARAMS
 
-# launch argument -> node parameter
-OVERRIDES = {"model": "template", "backend": "backend", "image_reliability": "image_reliability"}
+OVERRIDES = ("model", "backend", "image_reliability")
+RENAMED = {"model": "template"}  # launch argument -> the node parameter it sets
 
 
 def generate_launch_description() -> LaunchDescription:
@@ -37,4 +37,5 @@ def generate_launch_description() -> LaunchDescription:
         "backend": ("", "auto | cpu | edgetpu; '' = the params file's"),
         "image_reliability": ("", "auto | best_effort | reliable; '' = the params file's"),
         "autostart": ("true", "configure and activate at start-up"),
-    }, file_and_overrides(LOOMING_PARAMS, OVERRIDES), remappings=CAMERA_REMAPPINGS, rviz_config="looming")
+    }, file_and_overrides(LOOMING_PARAMS, OVERRIDES, RENAMED), remappings=CAMERA_REMAPPINGS,
+        rviz_config="looming")

@@ -20,9 +20,8 @@ from launch.substitutions import LaunchConfiguration
 from libredgetpu_ros.ros.launching import file_and_overrides, installed_config, lifecycle_launch
 from libredgetpu_ros.ros.reservoir.params import PARAM_TABLE
 
-# launch argument -> node parameter
-OVERRIDES = {"model": "readout", "backend": "backend", "template": "template", "state_type": "state_type",
-             "state_size": "state_size", "joint_field": "joint_field"}
+OVERRIDES = ("model", "backend", "template", "state_type", "state_size", "joint_field")
+RENAMED = {"model": "readout"}  # launch argument -> the node parameter it sets
 
 
 def generate_launch_description() -> LaunchDescription:
@@ -38,5 +37,5 @@ def generate_launch_description() -> LaunchDescription:
         "state_size": ("", "values per state (reservoir inputs); '' = the params file's"),
         "joint_field": ("", "position | velocity | effort (JointState); '' = the params file's"),
         "autostart": ("true", "configure and activate at start-up"),
-    }, file_and_overrides(PARAM_TABLE, OVERRIDES),
+    }, file_and_overrides(PARAM_TABLE, OVERRIDES, RENAMED),
         remappings=[("state", LaunchConfiguration("state_topic"))])

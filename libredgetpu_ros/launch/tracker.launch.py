@@ -23,9 +23,8 @@ from libredgetpu_ros.ros.launching import (
 )
 from libredgetpu_ros.ros.robotics.params import TRACKER_PARAMS
 
-# launch argument -> node parameter
-OVERRIDES = {"model": "template", "backend": "backend", "module": "module", "color": "color",
-             "template_patch": "template_patch", "image_reliability": "image_reliability"}
+OVERRIDES = ("model", "backend", "module", "color", "template_patch", "image_reliability")
+RENAMED = {"model": "template"}  # launch argument -> the node parameter it sets
 
 
 def generate_launch_description() -> LaunchDescription:
@@ -42,4 +41,5 @@ def generate_launch_description() -> LaunchDescription:
         "template_patch": ("", "pattern templates: reference patch image file; '' = the params file's"),
         "image_reliability": ("", "auto | best_effort | reliable; '' = the params file's"),
         "autostart": ("true", "configure and activate at start-up"),
-    }, file_and_overrides(TRACKER_PARAMS, OVERRIDES), remappings=CAMERA_REMAPPINGS, rviz_config="tracker")
+    }, file_and_overrides(TRACKER_PARAMS, OVERRIDES, RENAMED), remappings=CAMERA_REMAPPINGS,
+        rviz_config="tracker")

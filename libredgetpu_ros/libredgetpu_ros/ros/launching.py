@@ -85,21 +85,18 @@ def autostarted(node: LifecycleNode,
             _change_state(node, Transition.TRANSITION_CONFIGURE, condition=condition)]
 
 
-# Launch argument names -> the node parameter each sets: a plain list when they are named alike, a mapping
-# where a launch argument keeps the name users know from the other launch files (``model:=`` setting a
-# robotics node's ``template``).
-OverrideNames = Iterable[str] | Mapping[str, str]
-
-
-def argument_overrides(context: LaunchContext, params: Any, names: OverrideNames) -> dict[str, Any]:
-    """The launch arguments ``names`` (each named like the node parameter it sets, or a mapping argument ->
-    parameter) that were given a non-empty value, typed by the node's ``ParamTable`` ``params``
-    (``true``/``false``, integers and floats parsed), for ``LifecycleNode(parameters=[params_file,
-    <this>])``: a given argument wins over the params file, an empty one leaves the file's value. A value of
-    the wrong type raises ``ValueError`` naming it (launch prints it and stops)."""
-    pairs = names.items() if isinstance(names, Mapping) else ((name, name) for name in names)
+def argument_overrides(context: LaunchContext, params: Any, names: Iterable[str],
+                       renamed: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The launch arguments ``names`` (each named like the node parameter it sets, or as ``renamed`` maps
+    it: ``{"model": "template"}`` keeps the argument name users know from the other launch files) that were
+    given a non-empty value, typed by the node's ``ParamTable`` ``params`` (``true``/``false``, integers and
+    floats parsed), for ``LifecycleNode(parameters=[params_file, <this>])``: a given argument wins over the
+    params file, an empty one leaves the file's value. A value of the wrong type raises ``ValueError``
+    naming it (launch prints it and stops)."""
+    renamed = renamed or {}
     out: dict[str, Any] = {}
-    for argument, name in pairs:
+    for argument in names:
+        name = renamed.get(argument, argument)
         text = LaunchConfiguration(argument).perform(context).strip()
         if not text:
             continue
@@ -163,11 +160,13 @@ CAMERA_REMAPPINGS = (("image_raw", IMAGE), ("image_raw/compressed", [IMAGE, "/co
 PARAMS_FILE = LaunchConfiguration("params_file")
 
 
-def file_and_overrides(params: Any, names: OverrideNames) -> Callable[[LaunchContext], list]:
+def file_and_overrides(params: Any, names: Iterable[str],
+                       renamed: Mapping[str, str] | None = None) -> Callable[[LaunchContext], list]:
     """``parameters`` for :func:`lifecycle_launch`: the ``params_file`` argument, then those of the launch
-    arguments ``names`` that were given (:func:`argument_overrides`, typed and checked by ``params``)."""
-    names = dict(names) if isinstance(names, Mapping) else tuple(names)
-    return lambda context: [PARAMS_FILE, argument_overrides(context, params, names)]
+    arguments ``names`` that were given (:func:`argument_overrides`, typed and checked by ``params``; an
+    argument in ``renamed`` sets the parameter it maps to)."""
+    names, renamed = tuple(names), dict(renamed or {})
+    return lambda context: [PARAMS_FILE, argument_overrides(context, params, names, renamed)]
 
 
 def lifecycle_launch(executable: str, table: ArgumentTable, parameters: Callable[[LaunchContext], list], *,

@@ -47,13 +47,13 @@ def test_an_argument_may_set_a_parameter_of_another_name() -> None:
     from libredgetpu_ros.ros.launching import argument_overrides
     from libredgetpu_ros.ros.robotics.params import TRACKER_PARAMS
 
-    names = {"model": "template", "backend": "backend", "color": "color"}
     got = argument_overrides(_context(model="color_green_64x64", backend="", color="green"), TRACKER_PARAMS,
-                             names)
+                             ("model", "backend", "color"), {"model": "template"})
     assert got == {"template": "color_green_64x64", "color": "green"}
     message = r"launch argument servo_gain:= sets parameter gain=5000\.0 is outside"
     with pytest.raises(ValueError, match=message):
-        argument_overrides(_context(servo_gain="5000"), TRACKER_PARAMS, {"servo_gain": "gain"})
+        argument_overrides(_context(servo_gain="5000"), TRACKER_PARAMS, ["servo_gain"],
+                           {"servo_gain": "gain"})
 
 
 @pytest.mark.skipif(shutil.which("rviz2") is not None, reason="rviz2 is installed here")
