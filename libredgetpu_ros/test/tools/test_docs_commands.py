@@ -166,6 +166,12 @@ def ros2_verbs() -> set[str]:
     return {e.name for e in entry_points(group="ros2cli.command")}
 
 
+def test_readme_links_every_document() -> None:
+    readme = (ROOT / "README.md").read_text()
+    missing = [d.name for d in DOCS[1:] if f"](docs/{d.name})" not in readme]
+    assert not missing, f"README.md's documentation table lacks {missing}"
+
+
 def test_docs_have_commands() -> None:
     assert len(ALL) > 30 and of("libredgetpu-ros") and of("ros2") and of("make")
 
