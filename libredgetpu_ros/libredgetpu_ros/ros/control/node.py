@@ -60,7 +60,7 @@ from libredgetpu_ros.ros.control import stats
 from libredgetpu_ros.ros.control.codec import as_float32_buffer, describe_non_finite, to_float32_array
 from libredgetpu_ros.ros.control.controller import Controller
 from libredgetpu_ros.ros.control.params import PARAM_TABLE, ControlConfig
-from libredgetpu_ros.ros.lifecycle import TeardownOnCleanup
+from libredgetpu_ros.ros.lifecycle import StateLoopNode, TeardownOnCleanup
 from libredgetpu_ros.ros.spinning import CompanionFault, destroy_entities, run_lifecycle_node_main
 from libredgetpu_ros_interfaces.msg import CommandStamped
 from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
@@ -68,7 +68,7 @@ from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
 NODE_NAME = "control_node"
 
 
-class ControlNode(TeardownOnCleanup, LifecycleNode):
+class ControlNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
     """Lifecycle node computing ``y = W·x (+ b)`` per state message with run-time swappable W."""
 
     def __init__(self, node_name: str = NODE_NAME, **kwargs: Any) -> None:
@@ -76,18 +76,13 @@ class ControlNode(TeardownOnCleanup, LifecycleNode):
         PARAM_TABLE.declare(self)
         self.add_on_set_parameters_callback(PARAM_TABLE.validator(lambda: self._ctl is not None))
         self.add_post_set_parameters_callback(self._apply_runtime_parameters)
-        # The state path's own node: spun by its own executor (see the module docstring). No parameters,
-        # no global arguments (the state topic is resolved by this node, remaps included), no rosout.
-        self.loop_node = Node(f"{self.get_name()}_loop", namespace=self.get_namespace(), context=self.context,
-                              use_global_arguments=False, enable_rosout=False,
-                              start_parameter_services=False)
+        self.start_state_loop()  # the state path's own node, spun by its own executor (module docstring)
         self._cfg: ControlConfig | None = None
         self._ctl: Controller | None = None
         self._loop = stats.LoopStats()
         self._swaps = stats.SwapStats()
         self._verdict = stats.LoopVerdict()
         self._entities: list[Any] = []  # services and timer created at configure
-        self._sub: Any = None
         self._diag_pub: Any = None
         self._cmd_pub: Any = None
         self._cmd_stamped_pub: Any = None
@@ -131,25 +126,10 @@ class ControlNode(TeardownOnCleanup, LifecycleNode):
         joint = cfg.state_type == "joint_state"
         qos = QoSProfile(depth=cfg.state_queue, reliability=self._qos(cfg).reliability)
         self._loop.last_state_time = time.monotonic()  # staleness counts from activation
-        self._sub = self.loop_node.create_subscription(
-            JointState if joint else Float32MultiArray, self.resolve_topic_name(cfg.state_topic),
-            self._on_joint_state if joint else self._on_float_state, qos,
-            event_callbacks=SubscriptionEventCallbacks(message_lost=self._on_states_lost))
-        self.get_logger().info(f"active: subscribed to {self._sub.topic_name}")
+        self.subscribe_state(JointState if joint else Float32MultiArray, cfg.state_topic,
+                             self._on_joint_state if joint else self._on_float_state, qos,
+                             event_callbacks=SubscriptionEventCallbacks(message_lost=self._on_states_lost))
         return super().on_activate(state)
-
-    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._drop_subscription()
-        if self._crash.cause is not None:
-            return TransitionCallbackReturn.ERROR  # -> ErrorProcessing -> on_error
-        return super().on_deactivate(state)
-
-    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.get_logger().error(f"error processing (from {state.label}): closing the engine; configure to "
-                                "start again")
-        self.teardown()
-        self._crash.clear()
-        return TransitionCallbackReturn.SUCCESS
 
     def _apply_runtime_parameters(self, params: list[Parameter]) -> None:
         """stale_timeout / clip_policy apply immediately (validated already by the table's validator)."""
@@ -162,20 +142,6 @@ class ControlNode(TeardownOnCleanup, LifecycleNode):
     def _qos(cfg: ControlConfig) -> QoSProfile:
         reliability = ReliabilityPolicy.BEST_EFFORT if cfg.best_effort else ReliabilityPolicy.RELIABLE
         return QoSProfile(depth=cfg.qos_depth, reliability=reliability)
-
-    def _drop_subscription(self) -> None:
-        if self._sub is not None:
-            sub, self._sub = self._sub, None
-            self.loop_node.destroy_subscription(sub)
-
-    def companion_nodes(self) -> list[Node]:
-        """Nodes a host process must spin besides this one, each on its own executor (``ros/spinning.py``):
-        the state loop."""
-        return [self.loop_node]
-
-    def destroy_node(self) -> None:
-        self.loop_node.destroy_node()
-        super().destroy_node()
 
     def teardown(self) -> None:
         """Drop every entity created at configure and close the engine (idempotent)."""

@@ -38,7 +38,7 @@ from std_msgs.msg import Float64MultiArray
 from libredgetpu_ros.errors import InputError, LibrEdgeTpuError
 from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.control.codec import JointOrder, describe_non_finite
-from libredgetpu_ros.ros.lifecycle import TeardownOnCleanup
+from libredgetpu_ros.ros.lifecycle import StateLoopNode, TeardownOnCleanup
 from libredgetpu_ros.ros.reservoir.params import PARAM_TABLE, ReservoirNodeConfig
 from libredgetpu_ros.ros.reservoir.states import read_bag_states, state_vector
 from libredgetpu_ros.ros.spinning import CompanionFault, destroy_entities, run_lifecycle_node_main
@@ -82,16 +82,14 @@ def open_reservoir(cfg: ReservoirNodeConfig) -> Any:
     return rc
 
 
-class ReservoirNode(TeardownOnCleanup, LifecycleNode):
+class ReservoirNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
     """Echo state network on a state topic; see the module docstring."""
 
     def __init__(self, node_name: str = NODE_NAME, **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
         PARAM_TABLE.declare(self)
         self.add_on_set_parameters_callback(PARAM_TABLE.validator(lambda: self._rc is not None))
-        self.loop_node = Node(f"{self.get_name()}_loop", namespace=self.get_namespace(), context=self.context,
-                              use_global_arguments=False, enable_rosout=False,
-                              start_parameter_services=False)
+        self.start_state_loop()
         self._cfg: ReservoirNodeConfig | None = None
         self._rc: Any = None
         self._order: JointOrder | None = None
@@ -99,7 +97,6 @@ class ReservoirNode(TeardownOnCleanup, LifecycleNode):
         self._buffer_lock = threading.Lock()  # the loop appends while ~/fit copies
         self._stats = _Stats()
         self._entities: list[Any] = []
-        self._sub: Any = None
         self._pred_pub: Any = None
         self._diag_pub: Any = None
         self._crash = CompanionFault(self, "state loop", self._report_crash)
@@ -140,40 +137,13 @@ class ReservoirNode(TeardownOnCleanup, LifecycleNode):
         cfg = self._cfg
         mtype = JointState if cfg.state_type == "joint_state" else Float64MultiArray
         qos = QoSProfile(depth=cfg.state_queue, reliability=self._qos(cfg).reliability)
-        self._sub = self.loop_node.create_subscription(mtype, self.resolve_topic_name(cfg.state_topic),
-                                                       self._on_state, qos)
-        self.get_logger().info(f"active: subscribed to {self._sub.topic_name}")
+        self.subscribe_state(mtype, cfg.state_topic, self._on_state, qos)
         return super().on_activate(state)
-
-    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._drop_subscription()
-        if self._crash.cause is not None:
-            return TransitionCallbackReturn.ERROR
-        return super().on_deactivate(state)
-
-    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.get_logger().error(f"error processing (from {state.label}): closing the engine; configure to "
-                                "start again")
-        self.teardown()
-        self._crash.clear()
-        return TransitionCallbackReturn.SUCCESS
 
     @staticmethod
     def _qos(cfg: ReservoirNodeConfig) -> QoSProfile:
         reliability = ReliabilityPolicy.BEST_EFFORT if cfg.best_effort else ReliabilityPolicy.RELIABLE
         return QoSProfile(depth=10, reliability=reliability)
-
-    def _drop_subscription(self) -> None:
-        if self._sub is not None:
-            sub, self._sub = self._sub, None
-            self.loop_node.destroy_subscription(sub)
-
-    def companion_nodes(self) -> list[Node]:
-        return [self.loop_node]
-
-    def destroy_node(self) -> None:
-        self.loop_node.destroy_node()
-        super().destroy_node()
 
     def teardown(self) -> None:
         self._drop_subscription()
