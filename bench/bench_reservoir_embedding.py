@@ -28,12 +28,12 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import importlib  # noqa: E402
 import platform  # noqa: E402
-import sys  # noqa: E402
 import types  # noqa: E402
 from functools import partial  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+from _libredgetpu import ENV, import_package  # noqa: E402
 from _timing import best_ns, ratio, write_report  # noqa: E402
 from libredgetpu_ros.matmul import MatMulEngine, fastpath  # noqa: E402
 from libredgetpu_ros.matmul.blob import build_blob  # noqa: E402
@@ -42,27 +42,19 @@ from libredgetpu_ros.robotics.embedding import EmbeddingSimilarity  # noqa: E402
 from libredgetpu_ros.robotics.reservoir import ReservoirComputer, ReservoirConfig  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "reservoir_embedding.md"
-LIBREDGETPU_ENV = "LIBREDGETPU_SRC"
-LIBREDGETPU_DEFAULT = Path("/work/ext/LibrEdgeTPU")
 REPEATS = 200
 
 
 def libredgetpu() -> dict[str, types.ModuleType] | None:
-    """LibrEdgeTPU's modules from a checkout, or None. pyusb is stubbed: nothing here opens a device."""
-    root = Path(os.environ.get(LIBREDGETPU_ENV) or LIBREDGETPU_DEFAULT)
-    if not (root / "libredgetpu" / "reservoir.py").is_file():
+    """LibrEdgeTPU's modules from a checkout (``_libredgetpu``), or None."""
+    if import_package("reservoir.py") is None:
         return None
-    for name in ("usb", "usb.core", "usb.util"):
-        sys.modules.setdefault(name, types.ModuleType(name))
-    sys.path.insert(0, str(root))
     try:
         return {name: importlib.import_module(f"libredgetpu.{name}")
                 for name in ("matmul_engine", "_quantize", "reservoir", "embedding_similarity")}
     except ImportError as exc:
-        print(f"LibrEdgeTPU at {root} does not import ({exc}); its columns are skipped")
+        print(f"LibrEdgeTPU does not import ({exc}); its columns are skipped")
         return None
-    finally:
-        sys.path.remove(str(root))
 
 
 class CpuStandIn:
@@ -211,7 +203,7 @@ def render(blob, reservoir, query, where: str) -> list[str]:
 
 def main() -> None:
     lib = libredgetpu()
-    where = ("absent (no checkout; set $" + LIBREDGETPU_ENV + "), columns skipped" if lib is None
+    where = ("absent (no checkout; set $" + ENV + "), columns skipped" if lib is None
              else f"imported from {Path(lib['reservoir'].__file__).parents[1]}")
     fastpath.warm_up()
     write_report(RESULTS, render(bench_blob(lib), bench_reservoir(lib), bench_query(lib), where))

@@ -37,6 +37,7 @@ import types  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+from _libredgetpu import import_package  # noqa: E402
 from _timing import best_ns, median_ns, ratio, write_report  # noqa: E402
 from libredgetpu_ros.robotics.looming import LoomingDetector, compute_tau  # noqa: E402
 from libredgetpu_ros.robotics.pattern import PatternTracker  # noqa: E402
@@ -46,23 +47,6 @@ from libredgetpu_ros.robotics.template import load_template  # noqa: E402
 RESULTS = Path(__file__).resolve().parent / "results" / "robotics.md"
 REPEATS = 2000
 FRAME_REPEATS = 500
-
-
-def their_package() -> types.ModuleType | None:
-    """LibrEdgeTPU's package from a checkout, or None."""
-    root = Path(os.environ.get("LIBREDGETPU_SRC") or "/work/ext/LibrEdgeTPU")
-    if not (root / "libredgetpu" / "spot_tracker.py").is_file():
-        return None
-    try:
-        import usb.core  # noqa: F401
-    except ImportError:
-        for name in ("usb", "usb.core", "usb.util"):
-            sys.modules.setdefault(name, types.ModuleType(name))
-    if str(root) not in sys.path:
-        sys.path.append(str(root))
-    import libredgetpu
-
-    return libredgetpu
 
 
 def cycled_best(fn, items: list, repeats: int = REPEATS) -> int:
@@ -269,7 +253,7 @@ def bench_nodes() -> list[str]:
 
 
 def main() -> int:
-    lib = their_package()
+    lib = import_package("spot_tracker.py")
     lines = ["# Robotics swaps and frames", "",
              f"{platform.processor() or platform.machine()}, Python {platform.python_version()}; thread CPU "
              f"time. "

@@ -13,17 +13,21 @@
 
 from __future__ import annotations
 
-import os
 import sys
-import types
 from pathlib import Path
 
 import cv2
 import numpy as np
 from libredgetpu_ros.fixtures import fixture
 
-LIBREDGETPU_ENV = "LIBREDGETPU_SRC"
-LIBREDGETPU_DEFAULT = Path("/work/ext/LibrEdgeTPU")
+# Where LibrEdgeTPU's checkout is found and imported: one module for the benches and these tests.
+_BENCH = str(Path(__file__).resolve().parents[3] / "bench")
+if _BENCH not in sys.path:
+    sys.path.append(_BENCH)
+import _libredgetpu as _checkout  # noqa: E402
+
+LIBREDGETPU_ENV = _checkout.ENV
+MARKER = "optical_flow_module.py"
 
 
 def texture(seed: int, size: int = 160, blur: float = 2.0, contrast: float = 1.0) -> np.ndarray:
@@ -96,25 +100,14 @@ def panorama_view(strip: np.ndarray, yaw_deg: float, fov_deg: float, n: int = 64
 
 
 def libredgetpu_root() -> Path | None:
-    root = Path(os.environ.get(LIBREDGETPU_ENV) or LIBREDGETPU_DEFAULT)
-    return root if (root / "libredgetpu" / "optical_flow_module.py").is_file() else None
+    """The LibrEdgeTPU checkout with its optical flow module (bench/_libredgetpu.py), or None."""
+    return _checkout.checkout(MARKER)
 
 
 def libredgetpu_flow(model: Path, search_range: int = 4, temperature: float = 0.1, pool_factor: int = 4):
-    """LibrEdgeTPU's ``OpticalFlow`` on ``model`` (its sidecar beside it), or None without a checkout.
-
-    Its package imports pyusb at import time; nothing here talks to a device, so an empty ``usb`` module
-    stands in when pyusb is not installed."""
-    root = libredgetpu_root()
-    if root is None:
+    """LibrEdgeTPU's ``OpticalFlow`` on ``model`` (its sidecar beside it), or None without a checkout."""
+    if _checkout.import_package(MARKER) is None:
         return None
-    try:
-        import usb.core  # noqa: F401
-    except ImportError:
-        for name in ("usb", "usb.core", "usb.util"):
-            sys.modules.setdefault(name, types.ModuleType(name))
-    if str(root) not in sys.path:
-        sys.path.append(str(root))
     from libredgetpu.optical_flow_module import OpticalFlow as TheirFlow
 
     sidecar = model.with_name(model.name.replace(".tflite", ".json"))
