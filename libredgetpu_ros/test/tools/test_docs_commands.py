@@ -42,7 +42,8 @@ COMMAND_WORDS = ("libredgetpu-ros", ".venv/bin/libredgetpu-ros", "ros2", "make",
 # Places that exist only on a robot / in a colcon workspace / are the user's own: not checked for existence.
 FOREIGN = ("install/", "/opt/", "~", "$", "<", "src/", "my_", "/tmp", "out/", "build/", "*", "/etc/", "/dev/",
            "http", "ws/", "/path", "DIR", "FILE", "PATH", "MODEL", "NAME")
-ROBOT_SECTION = re.compile(r"robot|apt|colcon|ros 2 from|other machine", re.IGNORECASE)
+# Whole words: "robotics" (docs/robotics.md's headings) or "adapt" must not exempt a section.
+ROBOT_SECTION = re.compile(r"\brobots?\b|\bapt\b|colcon|ros 2 from|other machine", re.IGNORECASE)
 # Inline code that is a whole command: `libredgetpu-ros models fetch NAME`, `ros2 launch libredgetpu_ros ...`.
 INLINE = re.compile(r"`((?:libredgetpu-ros|ros2 (?:launch|run) libredgetpu_ros|make) [^`]+)`")
 REPO_DIRS = ("config/", "tools/", "libredgetpu_ros/", "docs/", "bench/")
