@@ -151,6 +151,13 @@ class Tensor:
         self._stated = (True, True)
         return self
 
+    def stated_quantization(self) -> tuple[Any, Any]:
+        """(scale, zero point) as TpuLang's Tensor holds them: None where not stated."""
+        if self.quant is None:
+            return None, None
+        scale_stated, zp_stated = self._stated
+        return (self.scale if scale_stated else None), (self.zero_point if zp_stated else None)
+
     def copy_quantization(self, quant: Quant) -> Tensor:
         """Take another tensor's quantization as stated (an op result keeping its input's type)."""
         self.quant, self._stated = quant, (True, True)
@@ -227,6 +234,25 @@ def current_graph(op: str) -> Graph:
     return _STATE.graph
 
 
+# Ops whose result has their input's quantization (TpuLangConverter's "assign_ops" that this API has).
+ASSIGN_OPS = frozenset({"top.Relu", "top.Reshape", "top.Permute"})
+
+
+def _quantized_type_inference(ops: list[Operator]) -> None:
+    """TpuLang's compile-time pass: through relu/reshape/permute, a quantization goes forward from input to
+    result, then backward from result to input, each filling in only what the other tensor did not state
+    (so ``relu`` then ``maxpool2d(scale=[s, s], zero_point=[z, z])`` gives the relu and its input scale s)."""
+    assign = [op for op in ops if op.kind in ASSIGN_OPS and op.inputs[0] is not None]
+    for op in assign:
+        if op.inputs[0].quant is not None:
+            where = f"{op.kind} {clip_repr(op.output.name)}"
+            op.output.quantization(*op.inputs[0].stated_quantization(), where)
+    for op in reversed(assign):
+        if op.output.quant is not None:
+            where = f"{op.kind} {clip_repr(op.output.name)}"
+            op.inputs[0].quantization(*op.output.stated_quantization(), where)
+
+
 def build_module(name: str, inputs: list[Tensor], outputs: list[Tensor], quantized: bool,
                  graph: Graph | None = None) -> Module:
     """The module TpuLang's ``compile`` (quantized) or ``compile_f32`` would write for this graph."""
@@ -237,6 +263,7 @@ def build_module(name: str, inputs: list[Tensor], outputs: list[Tensor], quantiz
     if not inputs or not outputs:
         raise TpuLangError("compile: a graph needs at least one input and one output")
     state = "TOP_QUANTIZED" if quantized else "TOP_F32"
+    _quantized_type_inference(graph.ops)
     produced = {op.output.id for op in graph.ops}
     input_ids = set()
     ops: list[OpNode] = []

@@ -108,10 +108,11 @@ def _check_int(where: str, **tensors: Tensor | None) -> None:
 
 
 def _set_zero_point(t: Tensor, zero_point: Any, where: str) -> None:
-    """conv_int/matmul_int: the zero point goes into the operand's quant type (scale 1.0 if it has none)."""
+    """conv_int/matmul_int: the zero point goes into the operand's quant type, its scale left unstated
+    (printed 1.0 unless something states it), as TpuLang's ``input.quantization(zero_point=input_zp)``."""
     if zero_point is None:
         return
-    t.quantization(t.scale if t.quant else 1.0, zero_point, where)
+    t.quantization(None, zero_point, where)
 
 
 def conv_int(input: Tensor, weight: Tensor, bias: Tensor = None, stride: list[int] | None = None,
@@ -254,7 +255,7 @@ def matmul_int(input: Tensor, right: Tensor, bias: Tensor = None, input_transpos
 def relu(input: Tensor, out_name: str | None = None) -> Tensor:
     where = where_of("relu", out_name)
     x = check_tensor(input, where, "input")
-    return _insert("top.Relu", [x], _out(list(x.shape), x.dtype, _name(out_name, "relu"), x.quant),
+    return _insert("top.Relu", [x], _out(list(x.shape), x.dtype, _name(out_name, "relu")),
                    dict(_NO_RELU))
 
 
@@ -316,7 +317,7 @@ def reshape(tensor: Tensor, new_shape: Any, out_name: str | None = None) -> Tens
     given = shapes.int_list(new_shape, len(list(new_shape)), where, "new_shape", -1)
     shape = shapes.reshape_shape(x.shape, given, where)
     attrs = {"shape": given, "flatten_start_dim": I64(-1)}
-    return _insert("top.Reshape", [x], _out(shape, x.dtype, _name(out_name, "reshape"), x.quant), attrs)
+    return _insert("top.Reshape", [x], _out(shape, x.dtype, _name(out_name, "reshape")), attrs)
 
 
 def permute(input: Tensor, order: Any, out_name: str | None = None) -> Tensor:
@@ -324,5 +325,5 @@ def permute(input: Tensor, order: Any, out_name: str | None = None) -> Tensor:
     x = check_tensor(input, where, "input")
     order = shapes.int_list(order, len(list(order)), where, "order", 0)
     shape = shapes.permute_shape(x.shape, order, where)
-    return _insert("top.Permute", [x], _out(shape, x.dtype, _name(out_name, "permute"), x.quant),
+    return _insert("top.Permute", [x], _out(shape, x.dtype, _name(out_name, "permute")),
                    {"order": order})

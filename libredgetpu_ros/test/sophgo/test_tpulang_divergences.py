@@ -193,3 +193,29 @@ def test_pool_without_kernel_is_tpu_mlirs_global_pool() -> None:
     out = execute(parse_mlir(text), weights, {"x": data})
     np.testing.assert_allclose(out["avg"], data.mean(axis=(2, 3), keepdims=True), atol=1e-6)
     np.testing.assert_array_equal(out["max"], data.max(axis=(2, 3), keepdims=True))
+
+
+def test_relu_reshape_permute_pass_quantization_both_ways_like_tpulang() -> None:
+    """TpuLang gives relu/reshape/permute results no quantization when called and runs a pass at compile
+    time (TpuLangConverter.quantized_type_inference): input -> result, then result -> input, filling in only
+    what is unstated. So a requant result (zero point only), relu, then a pool stating scale=[s, s] makes the
+    requant result, the relu and the pool all scale s (we refused: relu had copied scale 1.0 as stated)."""
+    tpul.init("bm1684x")
+    x = tpul.Tensor([1, 2, 4, 4], name="x", dtype="int32")
+    q = tpul.requant_int(x, 1, 0, 6, 2, out_dtype="int8", out_name="q")
+    r = tpul.relu(q, out_name="r")
+    y = tpul.maxpool2d(r, [2, 2], [2, 2], scale=[0.5, 0.5], zero_point=[6, 6], out_name="y")
+    text, weights = _build("assign_pass", [x], [y], quantized=True)
+    relu = _line(text, "r")
+    assert relu.count("!quant.uniform<i8:f32, 5.000000e-01:6>") == 2  # operand (the requant) and result
+    data = np.arange(-16, 16, dtype=np.int32).reshape(1, 2, 4, 4)
+    got = execute(parse_mlir(text), weights, {"x": data})["y"]
+    expected = np.maximum(data + 6, 0).reshape(1, 2, 2, 2, 2, 2).max(axis=(3, 5))  # relu on raw values
+    np.testing.assert_array_equal(got, expected)
+    tpul.init("bm1684x")
+    a = tpul.Tensor([1, 4], name="a", dtype="int8", scale=0.5, zero_point=1)
+    b = tpul.relu(a, out_name="b")
+    b.quantization(0.25, 1)  # a stated scale that differs from the input's: TpuLang asserts
+    with pytest.raises(TpuLangError, match="already quantized"):
+        tpul.build("conflict", [a], [b], quantized=True)
+    tpul.deinit()
