@@ -235,8 +235,12 @@ def _summary(frames: dict[Any, _Frame], diag: dict[str, dict[str, str]], out: Pa
     if done:
         lat = sorted(f.latency_ms for f in done)
         print(f"publish->poses latency: median {lat[len(lat) // 2]:.1f} ms, max {lat[-1]:.1f} ms")
+        answers = sorted(f.sent + f.latency_ms / 1000.0 for f in done)
+        if len(answers) > 1 and answers[-1] > answers[0]:
+            print(f"results: {(len(answers) - 1) / (answers[-1] - answers[0]):.1f} per second over the run")
     for name, values in sorted(diag.items()):
-        keys = ("backend", "fps_out", "frames_processed", "frames_dropped", "inference_ms", "total_ms",
+        # Not fps_out: a rate over the node's last 2 s, read after the stream ended, it would say 0.
+        keys = ("backend", "frames_processed", "frames_dropped", "inference_ms", "total_ms",
                 "node_latency_ms")
         print(f"diagnostics {name}: " + ", ".join(f"{k}={values[k]}" for k in keys if k in values))
 

@@ -134,6 +134,8 @@ def test_demo_prints_poses_and_writes_annotated_images(ros_env, tmp_path: Path) 
     assert proc.wait(timeout=60) == 0
     log = (ros_env.work_dir / "demo.log").read_text()
     assert "test_couple.jpg   poses: 2" in log
+    assert f"annotated images in {out}/" in log and "per second over the run" in log
+    assert "fps_out=0.000" not in log  # a window rate read after the stream ended said the node was idle
     images = sorted(out.glob("frame_*.jpg"))
     assert images, log
     import cv2
