@@ -63,6 +63,8 @@ def test_no_input_warns_once_with_the_image_topics_that_exist(ros_env, fixture_p
         assert len(silent) == 1, warnings  # once per silence
         assert "/front/image_raw/compressed (CompressedImage)" in silent[0]
         assert "/annotated" not in silent[0]  # the node's own outputs are not cameras
+        # nor its own input, which nobody publishes (it was listed as a topic "that exists")
+        assert "/image_raw (Image)" not in silent[0].split("exist:", 1)[1]
     finally:
         executor.shutdown()
         node.teardown()

@@ -476,9 +476,12 @@ class CameraNode(LifecycleNode):
         self._silence_warned = True
         own = {name for name, _ in self.get_publisher_names_and_types_by_node(self.get_name(),
                                                                              self.get_namespace())}
+        # Topics someone publishes: a topic known only from subscriptions (this node's own input among
+        # them) is no camera to remap to.
         topics = [f"{name} ({types[0].rsplit('/', 1)[-1]})"
                   for name, types in self.get_topic_names_and_types()
-                  if name not in own and any(t in _IMAGE_TYPES for t in types)]
+                  if name not in own and any(t in _IMAGE_TYPES for t in types)
+                  and self.count_publishers(name)]
         self.get_logger().warning(
             f"no frame on {topic} for {now - self._silence_since:.0f} s ({n_publishers} publisher(s), "
             f"subscribed {self._sub_reliability}); image topics that exist: {', '.join(topics) or 'none'}. "
