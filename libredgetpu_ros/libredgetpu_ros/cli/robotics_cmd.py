@@ -19,6 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 HELP = "run a robotics module (spot, pattern, looming, ...) on image files: offsets, zones, tau, TTC"
+EXAMPLES = (
+    "libredgetpu-ros robotics spot --model color_red_64x64 frame1.png frame2.png --json",
+    "libredgetpu-ros robotics looming --model looming_64x64_3x3 --fps 30 f1.png f2.png f3.png",
+    "libredgetpu-ros robotics compass --model gabor_64x64_p4 --fov 60 f1.png f2.png --json",
+    "libredgetpu-ros robotics looming --model looming_64x64_3x3 --bag cam_bag   # a bag's frames and stamps",
+    "libredgetpu-ros robotics MODULE --help      # a module's options",
+)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ def test_top_level_help_lists_first_hour_examples(capsys: pytest.CaptureFixture[
     assert "ros2 launch libredgetpu_ros perception.launch.py" in out  # where the nodes are
 
 
-@pytest.mark.parametrize("command", ["infer", "models", "doctor", "bringup"])
+@pytest.mark.parametrize("command", ["infer", "models", "doctor", "bringup", "robotics"])
 def test_subcommand_help_shows_its_examples(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args([command, "--help"])
