@@ -5,6 +5,11 @@ from __future__ import annotations
 import argparse
 
 HELP = "make a camera bag (sensor_msgs/Image at a fixed rate) from images or a video, no ROS needed"
+EXAMPLES = (
+    "libredgetpu-ros make-bag --images frames/ --out cam_bag --rate 15 --topic /cam/image_raw",
+    "libredgetpu-ros make-bag --images walk.mp4 --out walk_bag                # the video's own frame rate",
+    "libredgetpu-ros make-bag --images a.jpg b.png --out still_bag --rate 2 --loop 10",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

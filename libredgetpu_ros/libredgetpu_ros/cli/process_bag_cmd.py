@@ -12,6 +12,10 @@ from __future__ import annotations
 import argparse
 
 HELP = "run the perception node's pipeline on every image of a bag; write its results to a new bag"
+EXAMPLES = (
+    "libredgetpu-ros process-bag cam_bag results_bag --config libredgetpu_ros/config/demo.yaml",
+    "libredgetpu-ros process-bag cam_bag results_bag --config perception_pose.yaml --backend cpu",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

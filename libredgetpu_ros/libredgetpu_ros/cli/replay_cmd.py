@@ -5,6 +5,11 @@ from __future__ import annotations
 import argparse
 
 HELP = "publish a bag's messages at their recorded timing (like ros2 bag play; raw CDR, bag QoS)"
+EXAMPLES = (
+    "libredgetpu-ros replay cam_bag                               # every topic, recorded timing",
+    "libredgetpu-ros replay cam_bag --loop --rate 0.5 --topics /cam/image_raw",
+    "libredgetpu-ros replay cam_bag --clock                       # /clock for use_sim_time nodes",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -7,6 +7,10 @@ import ipaddress
 import json
 
 HELP = "run a software Team Tensor worker (model managers, batch queue, NumPy training) on UDP"
+EXAMPLES = (
+    "libredgetpu-ros tt-worker                                    # 127.0.0.1:18500, as trainer.yaml",
+    "libredgetpu-ros tt-worker --host 0.0.0.0 --key-file tt.key   # robot network: HMAC on each datagram",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
