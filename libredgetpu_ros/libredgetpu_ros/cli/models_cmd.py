@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         path = store.cached(f)
         if path is None:
             raise InputError(f"{f.name} of {e.name!r} is not in the cache ({store.cache_dir()}): "
-                             f"run `libredgetpu-ros models fetch {e.name}`")
+                             f"run `libredgetpu-ros models fetch {e.name}` (or `models import DIR` offline)")
         print(path)
         return 0
     complete = store.import_dir(Path(args.dir), args.names or None, say=say)

@@ -154,6 +154,10 @@ def test_unknown_name_lists_the_catalogue(cache: Path, capsys: pytest.CaptureFix
     err = capsys.readouterr().err
     assert "unknown model 'yolo_v99'" in err and ENTRY in err
     assert main(["models", "path", "yolo_v99"]) == 2
+    capsys.readouterr()
+    assert main(["models", "path", ENTRY]) == 2  # known, not cached: both ways to get it
+    err = capsys.readouterr().err
+    assert f"libredgetpu-ros models fetch {ENTRY}" in err and "models import DIR" in err
 
 
 def test_config_names_resolve_only_from_the_cache(cache: Path, fixtures_dir: Path) -> None:
