@@ -20,7 +20,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps([d.to_dict() for d in devices], indent=2))
         return 0
     if not devices:
-        print("no Edge TPU accelerators found")
+        print("no Edge TPU accelerators found (`libredgetpu-ros doctor` checks the USB bus, udev rule and "
+              "permissions; nodes with backend auto run on the CPU)")
         return 0
     for d in devices:
         note = "" if d.mode == "running" else "  (firmware is uploaded when it is opened)"
