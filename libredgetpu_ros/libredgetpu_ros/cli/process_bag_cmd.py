@@ -1,4 +1,5 @@
-"""``libredgetpu-ros process-bag IN OUT --config C``: the perception node's results for a bag, offline.
+"""``libredgetpu-ros process-bag IN OUT --config C [--node-type T]``: a camera node's results for a bag,
+offline (perception, tracker or looming: the messages the live node would publish, ``ros/bag_nodes.py``).
 
 Exit codes: 0 when at least one frame was processed (frames that failed are listed in a warning summary),
 1 when the bag had frames but none could be processed, 2 for bad input (missing bag, bad config, no image
@@ -11,10 +12,13 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "run the perception node's pipeline on every image of a bag; write its results to a new bag"
+HELP = "run a camera node's processing (perception, tracker, looming) on every image of a bag; write " \
+       "the messages it would publish to a new bag"
 EXAMPLES = (
     "libredgetpu-ros process-bag cam_bag results_bag --config libredgetpu_ros/config/demo.yaml",
     "libredgetpu-ros process-bag cam_bag results_bag --config perception_pose.yaml --backend cpu",
+    "libredgetpu-ros process-bag cam_bag looming_bag --config libredgetpu_ros/config/looming.yaml "
+    "--node-type looming",
 )
 
 
@@ -22,7 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("input", help="input bag (folder, or its .mcap / .db3 file)")
     parser.add_argument("output", help="output bag folder to create (must not exist)")
     parser.add_argument("--config", required=True,
-                        help="the perception node's config: a bringup YAML or a ROS parameters YAML")
+                        help="the node's config: a bringup YAML or a ROS parameters YAML")
+    parser.add_argument("--node-type", choices=("perception", "tracker", "looming"), default=None,
+                        help="the node to run: a ROS parameters YAML is a perception node's unless given; "
+                             "in a bringup YAML, the one node of this type (default: its one camera node "
+                             "of these types)")
     parser.add_argument("--backend", choices=("auto", "cpu", "edgetpu"), default=None,
                         help="override the config's backend")
     parser.add_argument("--storage", choices=("mcap", "sqlite3"), default=None,
@@ -41,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     ensure_log_dir()  # rclpy's serializer loads the rmw; no node is created, nothing is discovered
     with sigterm_as_interrupt():  # SIGTERM closes the output bag as Ctrl-C does (exit 130)
         summary = process_bag(args.input, args.output, args.config, backend=args.backend,
-                              storage=args.storage, topics=args.topics,
+                              storage=args.storage, topics=args.topics, node_type=args.node_type,
                               log=lambda text: print(text, file=sys.stderr))
     print(summary.text())
     if summary.frames and not summary.processed:

@@ -1,8 +1,11 @@
-"""``process-bag``: the perception node's work, offline, on every camera frame of a bag.
+"""``process-bag``: a camera node's work, offline, on every camera frame of a bag.
 
-Frames are decoded and results built by the node's own code (``image_msgs.to_rgb``, the node's
-``pipeline_config`` and ``conversions.result_messages``) and serialized by rclpy, so the output bag holds the
-messages the live node would publish for the same frames, field for field (rclpy leaves CDR alignment
+The node is one of ``bag_nodes.OFFLINE_NODES`` (perception, tracker, looming), taken from a bringup file or
+a ROS parameters file (``--node-type``). Frames are decoded and results built by the node's own code
+(``image_msgs.to_rgb``, the node's processor opened from its parameters, and its "result -> messages"
+function: ``conversions.result_messages``, ``robotics.messages.tracker_messages`` / ``looming_messages``)
+and serialized by rclpy, so the output bag holds the messages the live node would publish for the same
+frames, field for field (rclpy leaves CDR alignment
 padding unzeroed, so raw bytes can differ there): same topics (resolved in the node's
 namespace), same types, the input header, and the input's bag timestamp. Our interface types are written
 with their message definitions (from the ``.msg`` files) so ``rosbags`` and ``ros2 bag`` can decode them.
@@ -17,7 +20,6 @@ paid before the clock starts, so ``fps`` is the steady rate and ``setup_s`` says
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
 import logging
@@ -40,12 +42,13 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class NodeConfig:
-    """The perception node a config file describes: its parameters (typed, defaults filled in) and
+    """The camera node a config file describes: its type, its parameters (typed, defaults filled in) and
     where its topics live."""
 
-    params: Any  # perception_node.PerceptionParams
+    params: Any  # the node type's values dataclass (e.g. perception_node.PerceptionParams)
     namespace: str = ""  # "" or "/ns"
     name: str = "perception"
+    node_type: str = "perception"
 
     def resolve(self, topic: str) -> str:
         """A topic name as the node resolves it (relative names go into the namespace)."""
@@ -56,12 +59,15 @@ class NodeConfig:
         return f"{self.namespace}/{topic}"
 
 
-def load_node_config(path: str | Path, overrides: dict[str, Any] | None = None) -> NodeConfig:
-    """The perception node of a bringup file (``nodes:``) or of a ROS parameters file
-    (``/**: ros__parameters: ...`` or ``<node>: ros__parameters: ...``), with ``overrides`` applied."""
+def load_node_config(path: str | Path, overrides: dict[str, Any] | None = None,
+                     node_type: str | None = None) -> NodeConfig:
+    """The camera node of a bringup file (``nodes:``; the one node of ``node_type``, or without it the one
+    node of a type process-bag runs) or of a ROS parameters file (``/**: ros__parameters: ...`` or
+    ``<node>: ros__parameters: ...``; a ``node_type`` node, perception by default), with ``overrides``
+    applied."""
     from libredgetpu_ros.errors import TextDataError
+    from libredgetpu_ros.ros.bag_nodes import OFFLINE_NODES, param_table
     from libredgetpu_ros.ros.bringup import load_config
-    from libredgetpu_ros.ros.perception_node import PARAMS
     from libredgetpu_ros.textdata import load_yaml_file
 
     path = Path(path)
@@ -69,18 +75,25 @@ def load_node_config(path: str | Path, overrides: dict[str, Any] | None = None) 
         doc = load_yaml_file(path, "config")
     except TextDataError as exc:
         raise ConfigError(str(exc)) from None
+    if node_type is not None:
+        param_table(node_type)  # a ConfigError naming the types process-bag runs
     if isinstance(doc, dict) and "nodes" in doc:
-        specs = [s for s in load_config(path) if s.type == "perception"]
+        specs = [s for s in load_config(path) if s.type == node_type
+                 or (node_type is None and s.type in OFFLINE_NODES)]
         if len(specs) != 1:
-            raise ConfigError(f"bringup file {path}: expected exactly one perception node, "
-                              f"found {len(specs)}")
+            wanted = f"{node_type} node" if node_type else \
+                f"perception node, or one node of a type process-bag runs ({', '.join(OFFLINE_NODES)})"
+            raise ConfigError(f"bringup file {path}: expected exactly one {wanted}, found "
+                              f"{len(specs)}" + ("" if node_type else "; choose one with --node-type"))
         spec = specs[0]
         values, namespace, name = dict(spec.parameters), spec.namespace, spec.name
+        node_type = spec.type
     elif isinstance(doc, dict) and len(doc) == 1 and isinstance(next(iter(doc.values())), dict) \
             and "ros__parameters" in next(iter(doc.values())):
         key = str(next(iter(doc)))
         values = dict(next(iter(doc.values()))["ros__parameters"] or {})
-        namespace, name = "", "perception"
+        node_type = node_type or "perception"
+        namespace, name = "", node_type
         if key not in ("/**", "**"):  # "/ns/node" or "node"
             parts = key.strip("/").split("/")
             namespace, name = "/".join(parts[:-1]), parts[-1]
@@ -88,10 +101,11 @@ def load_node_config(path: str | Path, overrides: dict[str, Any] | None = None) 
         raise ConfigError(f"config {path}: expected a bringup file ('nodes:') or a ROS parameters file "
                           f"('/**: ros__parameters: ...')")
     values.update(overrides or {})
-    typed = {p.name: p.value for p in PARAMS.overrides(values)}
-    params = PARAMS.values_type(**(PARAMS.defaults() | typed))
+    table = param_table(node_type)
+    typed = {p.name: p.value for p in table.overrides(values)}
+    params = table.values_type(**(table.defaults() | typed))
     namespace = f"/{namespace.strip('/')}" if namespace.strip("/") else ""
-    return NodeConfig(params=params, namespace=namespace, name=name)
+    return NodeConfig(params=params, namespace=namespace, name=name, node_type=node_type)
 
 
 @dataclass
@@ -127,35 +141,29 @@ def _type_name(cls: type) -> str:
     return f"{cls.__module__.split('.')[0]}/msg/{cls.__name__}"
 
 
-def _warm_up(pipeline: Any, out_types: Iterable[type], first: Decoded | None) -> None:
+def _warm_up(node: Any, out_types: Iterable[type], first: Decoded | None) -> None:
     """Pay the one-off costs before the clock starts, as a benchmark's warm-up would: the first inference
     (LiteRT allocates its buffers, ~25 ms for MobileNet; OpenCV starts its threads; an Edge TPU receives
-    the model's parameters), on the bag's first frame when it decodes (else a blank one; the pipeline keeps
-    no state between frames, and that frame is processed again for real), rclpy's type support of every
-    output type (loaded on first use, ~60 ms) and the typestore (~0.5 s)."""
-    import numpy as np
+    the model's parameters), on the bag's first frame when it decodes (else a blank one; the node's
+    ``warm_up`` leaves no state behind, and that frame is processed again for real), rclpy's type support
+    of every output type (loaded on first use, ~60 ms) and the typestore (~0.5 s)."""
     from rclpy.serialization import serialize_message
 
-    width, height = pipeline.input_size
-    rgb = first.rgb if first is not None and first.rgb is not None else np.zeros((height, width, 3), np.uint8)
-    with contextlib.suppress(ImageError):
-        pipeline.process(rgb)
+    node.warm_up(first.rgb if first is not None else None)
     for cls in out_types:
         serialize_message(cls())
     typestore()
 
 
 @functools.cache
-def _encoders() -> tuple[Any, Any, Callable[[Any], bytes], Callable[..., Any]]:
-    """(Header, Time, rclpy's serialize_message, result_messages), imported once: per frame, these four
-    from-imports cost a few microseconds, ~0.5% of a 1.4 ms model."""
+def _encoders() -> tuple[Any, Any, Callable[[Any], bytes]]:
+    """(Header, Time, rclpy's serialize_message), imported once: per frame, these from-imports cost a few
+    microseconds, ~0.5% of a 1.4 ms model."""
     from builtin_interfaces.msg import Time
     from rclpy.serialization import serialize_message
     from std_msgs.msg import Header
 
-    from libredgetpu_ros.ros.conversions import result_messages
-
-    return Header, Time, serialize_message, result_messages
+    return Header, Time, serialize_message
 
 
 def _pick_topics(image_topics: dict[str, list[str]], wanted: list[str] | None, node_topic: str,
@@ -190,17 +198,15 @@ class BagProcessor:
             storage: str | None = None, progress: bool | None = None) -> ProcessSummary:
         from tqdm import tqdm
 
-        from libredgetpu_ros.perception.pipeline import PerceptionPipeline
-        from libredgetpu_ros.ros.conversions import output_topics
-        from libredgetpu_ros.ros.perception_node import pipeline_config
+        from libredgetpu_ros.ros.bag_nodes import open_offline
 
         begin = time.perf_counter()
         input_bag, output_bag = Path(input_bag), Path(output_bag)
         summary, total = self._plan(input_bag, output_bag, topics)
         with ExitStack() as stack:
-            pipeline = PerceptionPipeline.from_config(pipeline_config(self.config.params), logger=_log)
-            stack.callback(pipeline.close)
-            self._out_types = dict(output_topics(pipeline.task))
+            node = open_offline(self.config.node_type, self.config.params)
+            stack.callback(node.close)
+            self._out_types = dict(node.out_types)
             self._out_conns = {}
             writer = stack.enter_context(new_bag(output_bag, storage or storage_of(input_bag)))
             bar = stack.enter_context(tqdm(total=total, unit="frame", desc="process-bag", file=sys.stderr,
@@ -209,12 +215,12 @@ class BagProcessor:
                                                           max_pixels=self.config.params.max_image_pixels)))
             first = next(frames, None)
             if first is not None:
-                self._label_info(writer, pipeline, first.timestamp)
-            _warm_up(pipeline, self._out_types.values(), first)
+                self._latched(writer, node, first.timestamp)
+            _warm_up(node, self._out_types.values(), first)
             start = time.perf_counter()
             summary.setup_s = start - begin
             for frame in itertools.chain([first] if first is not None else [], frames):
-                self._frame(summary, pipeline, writer, frame)
+                self._frame(summary, node, writer, frame)
                 bar.update(1)
             summary.elapsed_s = time.perf_counter() - start
         return summary
@@ -239,23 +245,26 @@ class BagProcessor:
                                  ignored_topics={t: v for t, v in all_topics.items() if t not in chosen})
         return summary, total
 
-    def _frame(self, summary: ProcessSummary, pipeline: Any, writer: Any, frame: Decoded) -> None:
+    def _frame(self, summary: ProcessSummary, node: Any, writer: Any, frame: Decoded) -> None:
         """One decoded input frame -> its result messages in ``writer`` (or one counted failure)."""
-        Header, Time, serialize_message, result_messages = _encoders()  # noqa: N806 (message classes)
+        Header, Time, serialize_message = _encoders()  # noqa: N806 (message classes)
         summary.frames += 1
         if frame.cause:
             self._fail(summary, frame.cause, frame.problem)
             return
+        sec, nanosec, frame_id = frame.stamp
+        header = Header(stamp=Time(sec=sec, nanosec=nanosec), frame_id=frame_id)
         try:
-            result = pipeline.process(frame.rgb)
+            out = node.messages(header, frame.rgb)
         except ImageError as exc:
             self._fail(summary, "image", f"{frame.where}: {exc}")
             return
+        except InputError as exc:  # the frame's data refused further on, counted as the node counts it
+            self._fail(summary, "input", f"{frame.where}: {exc}")
+            return
         # DeviceError / BackendError propagate: the model cannot run any more (the node stops too).
         summary.processed += 1
-        sec, nanosec, frame_id = frame.stamp
-        header = Header(stamp=Time(sec=sec, nanosec=nanosec), frame_id=frame_id)
-        for topic, out_msg in result_messages(header, frame.rgb, result, self.config.params):
+        for topic, out_msg in out:
             out_conn = self._out_conns.get(topic)
             if out_conn is None:
                 out_conn = self._out_conns[topic] = writer.add_connection(
@@ -264,18 +273,15 @@ class BagProcessor:
             writer.write(out_conn, frame.timestamp, serialize_message(out_msg))
             summary.written += 1
 
-    def _label_info(self, writer: Any, pipeline: Any, timestamp: int) -> None:
-        """The label map, as the node publishes it on configure (latched), at the first frame's time."""
-        Header, Time, serialize_message, _ = _encoders()  # noqa: N806 (message classes)
-        from libredgetpu_ros.ros.conversions import label_info_msg
-
+    def _latched(self, writer: Any, node: Any, timestamp: int) -> None:
+        """What the node publishes on configure, latched (the perception node's label map), at the first
+        frame's time."""
+        Header, Time, serialize_message = _encoders()  # noqa: N806 (message classes)
         header = Header(stamp=Time(sec=timestamp // 10**9, nanosec=timestamp % 10**9))
-        msg = label_info_msg(pipeline.labels, pipeline.task, self.config.params.score_threshold, header)
-        if msg is None:
-            return
-        conn = writer.add_connection(self.config.resolve("label_info"), _type_name(type(msg)),
-                                     typestore=typestore(), offered_qos_profiles=[reliable_qos(1, True)])
-        writer.write(conn, timestamp, serialize_message(msg))
+        for topic, msg in node.latched(header):
+            conn = writer.add_connection(self.config.resolve(topic), _type_name(type(msg)),
+                                         typestore=typestore(), offered_qos_profiles=[reliable_qos(1, True)])
+            writer.write(conn, timestamp, serialize_message(msg))
 
     def _fail(self, summary: ProcessSummary, cause: str, message: str) -> None:
         summary.failures[cause] += 1
@@ -286,8 +292,10 @@ class BagProcessor:
 
 def process_bag(input_bag: str | Path, output_bag: str | Path, config: str | Path, *,
                 backend: str | None = None, storage: str | None = None, topics: list[str] | None = None,
-                progress: bool | None = None, log: Callable[[str], None] | None = None) -> ProcessSummary:
-    """Load ``config`` (bringup or parameters YAML), process ``input_bag`` into ``output_bag``."""
-    node = load_node_config(config, {"backend": backend} if backend else None)
+                progress: bool | None = None, log: Callable[[str], None] | None = None,
+                node_type: str | None = None) -> ProcessSummary:
+    """Load ``config`` (bringup or parameters YAML; ``node_type`` picks the node), process ``input_bag``
+    into ``output_bag``."""
+    node = load_node_config(config, {"backend": backend} if backend else None, node_type)
     return BagProcessor(node, log).run(input_bag, output_bag, topics=topics, storage=storage,
                                        progress=progress)

@@ -88,14 +88,11 @@ class LoomingNode(CameraNode):
         result = detector.detect(rgb, messages.stamp_seconds(header))
         t1 = time.monotonic()
         self._last = result
-        p, pubs = self.params, self._pubs
-        pubs["looming"].publish(messages.looming_msg(header, result, detector.ttc.samples))
-        if p.publish_markers and pubs["markers"].get_subscription_count():
-            pubs["markers"].publish(messages.zone_markers(header, result.zones, detector.width,
-                                                          detector.height, p.marker_scale))
-        if p.publish_annotated and pubs["annotated"].get_subscription_count():
-            pubs["annotated"].publish(messages.image_msg(
-                header, messages.annotate_looming(rgb, result.zones, result.tau, result.ttc_s)))
+        pubs = self._pubs
+        for topic, msg in messages.looming_messages(header, rgb, result, detector.ttc.samples, detector.width,
+                                                    detector.height, self.params,
+                                                    wanted=lambda t: pubs[t].get_subscription_count() > 0):
+            pubs[topic].publish(msg)
         return {"detect": (t1 - t0) * 1e3, "publish": (time.monotonic() - t1) * 1e3}
 
     def diagnostic_values(self) -> dict[str, object]:

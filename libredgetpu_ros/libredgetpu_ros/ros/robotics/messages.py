@@ -1,5 +1,9 @@
 """Robotics results -> ROS messages (every message carries the frame's header; positions in the image plane).
 
+``tracker_messages`` and ``looming_messages`` decide what one processed frame produces: the nodes publish
+those and ``process-bag`` (``ros/bag_nodes.py``) writes them, so live and offline results are the same
+messages.
+
 Markers are drawn in the frame's ``frame_id`` with ``scale`` metres per template-input pixel, x right and y
 down as in the image: a sphere at the target and a cross at the image centre (trackers), a cube per zone
 whose height and colour follow its density (looming).
@@ -7,6 +11,7 @@ whose height and colour follow its density (looming).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -40,6 +45,37 @@ def looming_msg(header: Header, result: Any, frames: int) -> Looming:
                    zones=[float(v) for v in result.zones.reshape(-1)], tau=float(result.tau),
                    ttc_valid=result.ttc_s is not None, ttc=float(result.ttc_s or 0.0),
                    frames_in_history=int(frames))
+
+
+def tracker_messages(header: Header, rgb: np.ndarray, result: Any, width: int, height: int, options: Any,
+                     wanted: Callable[[str], bool] | None = None) -> list[tuple[str, Any]]:
+    """(relative topic, message) for one tracked frame, in publishing order: ``offset`` and ``servo_error``
+    always; ``markers`` and ``annotated`` when ``options`` (the node's parameters: ``gain``,
+    ``publish_markers``, ``publish_annotated``, ``marker_scale``) ask for them and ``wanted(topic)`` (default:
+    all) says someone receives them. ``width`` x ``height`` is the template's input size."""
+    out: list[tuple[str, Any]] = [
+        ("offset", offset_msg(header, result.x_offset, result.y_offset)),
+        ("servo_error", servo_error_msg(header, result.servo_error(options.gain)))]
+    if options.publish_markers and (wanted is None or wanted("markers")):
+        out.append(("markers", tracker_markers(header, (1 + result.x_offset) * (width - 1) / 2,
+                                               (1 + result.y_offset) * (height - 1) / 2, width, height,
+                                               options.marker_scale)))
+    if options.publish_annotated and (wanted is None or wanted("annotated")):
+        out.append(("annotated", image_msg(header, annotate_tracker(rgb, result.x_offset, result.y_offset))))
+    return out
+
+
+def looming_messages(header: Header, rgb: np.ndarray, result: Any, frames: int, width: int, height: int,
+                     options: Any, wanted: Callable[[str], bool] | None = None) -> list[tuple[str, Any]]:
+    """(relative topic, message) for one looming frame: ``looming`` always (``frames``: samples in the tau
+    history), ``markers`` / ``annotated`` as :func:`tracker_messages` decides them."""
+    out: list[tuple[str, Any]] = [("looming", looming_msg(header, result, frames))]
+    if options.publish_markers and (wanted is None or wanted("markers")):
+        out.append(("markers", zone_markers(header, result.zones, width, height, options.marker_scale)))
+    if options.publish_annotated and (wanted is None or wanted("annotated")):
+        out.append(("annotated", image_msg(header, annotate_looming(rgb, result.zones, result.tau,
+                                                                    result.ttc_s))))
+    return out
 
 
 def _marker(header: Header, ns: str, mid: int, mtype: int, rgba: tuple[float, ...]) -> Marker:

@@ -66,6 +66,13 @@ def open_tracker(p: Any) -> Any:
     return tracker
 
 
+def track_fitted(tracker: Any, fitted: Any) -> Any:
+    """The TrackResult of a frame already fitted to the template (``tracker.prepare(rgb)[0]``); also what
+    offline processing (``ros/bag_nodes.py``) runs."""
+    found = tracker.track(fitted)
+    return getattr(found, "result", found)  # PatternMatch wraps a TrackResult
+
+
 class TrackerNode(CameraNode):
     """Spot / pattern tracking on the newest camera frame; see the module docstring."""
 
@@ -116,22 +123,15 @@ class TrackerNode(CameraNode):
         t0 = time.monotonic()
         fitted = tracker.prepare(rgb)[0]
         t1 = time.monotonic()
-        found = tracker.track(fitted)
-        result = getattr(found, "result", found)  # PatternMatch wraps a TrackResult
+        result = track_fitted(tracker, fitted)
         t2 = time.monotonic()
         self._last = (fitted, rgb.shape[1], rgb.shape[0])
         self._last_offset = (result.x_offset, result.y_offset)
-        p, pubs = self.params, self._pubs
-        pubs["offset"].publish(messages.offset_msg(header, result.x_offset, result.y_offset))
-        pubs["servo_error"].publish(messages.servo_error_msg(header, result.servo_error(p.gain)))
-        if p.publish_markers and pubs["markers"].get_subscription_count():
-            w, h = tracker.width, tracker.height
-            pubs["markers"].publish(messages.tracker_markers(
-                header, (1 + result.x_offset) * (w - 1) / 2, (1 + result.y_offset) * (h - 1) / 2, w, h,
-                p.marker_scale))
-        if p.publish_annotated and pubs["annotated"].get_subscription_count():
-            pubs["annotated"].publish(messages.image_msg(
-                header, messages.annotate_tracker(rgb, result.x_offset, result.y_offset)))
+        pubs = self._pubs
+        for topic, msg in messages.tracker_messages(header, rgb, result, tracker.width, tracker.height,
+                                                    self.params,
+                                                    wanted=lambda t: pubs[t].get_subscription_count() > 0):
+            pubs[topic].publish(msg)
         return {"prepare": (t1 - t0) * 1e3, "track": (t2 - t1) * 1e3,
                 "publish": (time.monotonic() - t2) * 1e3}
 

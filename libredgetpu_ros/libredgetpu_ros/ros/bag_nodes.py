@@ -1,0 +1,182 @@
+"""The camera nodes ``process-bag`` runs offline: per node type, its processor opened from the node's own
+parameters and its own "result -> messages" function, the one the live node publishes from.
+
+Each offline node turns one decoded frame (HxWx3 uint8 RGB + the frame's header) into the (relative topic,
+message) pairs the live node would publish for it, in the same order:
+
+- ``perception``: ``PerceptionPipeline`` + ``conversions.result_messages`` (and the latched ``label_info``);
+- ``tracker``: ``open_tracker`` + ``track_fitted`` + ``robotics.messages.tracker_messages``;
+- ``looming``: ``open_detector`` + ``robotics.messages.looming_messages``; the tau history and time to
+  contact integrate over the frames' header stamps, as live (stamps going backwards restart it).
+
+Optional outputs (markers, annotated images) are written when the parameters ask for them, as if someone
+subscribed to them live. A frame's bad data raises ``ImageError`` / ``InputError`` (counted by the caller,
+as the live node counts it); ``DeviceError`` / ``BackendError`` propagate (the node would stop too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Protocol
+
+import numpy as np
+
+from libredgetpu_ros.errors import ConfigError, InputError
+from libredgetpu_ros.ros.params import ParamTable
+
+_log = logging.getLogger(__name__)
+
+
+class OfflineNode(Protocol):
+    out_types: dict[str, type]  # relative topic -> message class, every topic the node may publish
+
+    def warm_up(self, rgb: np.ndarray | None) -> None:
+        """Pay the first inference's one-off costs without changing any state a later frame sees."""
+
+    def messages(self, header: Any, rgb: np.ndarray) -> list[tuple[str, Any]]:
+        """One frame -> what the live node publishes for it."""
+
+    def latched(self, header: Any) -> list[tuple[str, Any]]:
+        """Transient-local messages the node publishes once on configure."""
+
+    def close(self) -> None: ...
+
+
+class PerceptionOffline:
+    def __init__(self, params: Any) -> None:
+        from libredgetpu_ros.perception.pipeline import PerceptionPipeline
+        from libredgetpu_ros.ros.conversions import output_topics, result_messages
+        from libredgetpu_ros.ros.perception_node import pipeline_config
+
+        self.params = params
+        self.pipeline = PerceptionPipeline.from_config(pipeline_config(params), logger=_log)
+        self.out_types = dict(output_topics(self.pipeline.task))
+        self._result_messages = result_messages
+
+    def warm_up(self, rgb: np.ndarray | None) -> None:
+        # the pipeline keeps no state between frames: the first frame is processed again for real
+        width, height = self.pipeline.input_size
+        with contextlib.suppress(InputError):
+            self.pipeline.process(rgb if rgb is not None else np.zeros((height, width, 3), np.uint8))
+
+    def messages(self, header: Any, rgb: np.ndarray) -> list[tuple[str, Any]]:
+        return self._result_messages(header, rgb, self.pipeline.process(rgb), self.params)
+
+    def latched(self, header: Any) -> list[tuple[str, Any]]:
+        from libredgetpu_ros.ros.conversions import label_info_msg
+
+        msg = label_info_msg(self.pipeline.labels, self.pipeline.task, self.params.score_threshold, header)
+        return [] if msg is None else [("label_info", msg)]
+
+    def close(self) -> None:
+        self.pipeline.close()
+
+
+class TrackerOffline:
+    def __init__(self, params: Any) -> None:
+        from geometry_msgs.msg import PointStamped, Vector3Stamped
+        from sensor_msgs.msg import Image
+        from visualization_msgs.msg import MarkerArray
+
+        from libredgetpu_ros.ros.robotics.tracker_node import open_tracker
+
+        self.params = params
+        self.tracker = open_tracker(params)
+        self.out_types = {"offset": PointStamped, "servo_error": Vector3Stamped, "markers": MarkerArray,
+                          "annotated": Image}
+
+    def warm_up(self, rgb: np.ndarray | None) -> None:
+        from libredgetpu_ros.ros.robotics.tracker_node import track_fitted
+
+        t = self.tracker
+        rgb = rgb if rgb is not None else np.zeros((t.height, t.width, 3), np.uint8)
+        with contextlib.suppress(InputError):  # tracking keeps no state between frames
+            track_fitted(t, t.prepare(rgb)[0])
+
+    def messages(self, header: Any, rgb: np.ndarray) -> list[tuple[str, Any]]:
+        from libredgetpu_ros.ros.robotics.messages import tracker_messages
+        from libredgetpu_ros.ros.robotics.tracker_node import track_fitted
+
+        t = self.tracker
+        result = track_fitted(t, t.prepare(rgb)[0])
+        return tracker_messages(header, rgb, result, t.width, t.height, self.params)
+
+    def latched(self, header: Any) -> list[tuple[str, Any]]:
+        return []
+
+    def close(self) -> None:
+        self.tracker.close()
+
+
+class LoomingOffline:
+    def __init__(self, params: Any) -> None:
+        from sensor_msgs.msg import Image
+        from visualization_msgs.msg import MarkerArray
+
+        from libredgetpu_ros.ros.robotics.looming_node import open_detector
+        from libredgetpu_ros_interfaces.msg import Looming
+
+        self.params = params
+        self.detector = open_detector(params)
+        self.out_types = {"looming": Looming, "markers": MarkerArray, "annotated": Image}
+
+    def warm_up(self, rgb: np.ndarray | None) -> None:
+        d = self.detector
+        with contextlib.suppress(InputError):  # zones() only: the tau history is left untouched
+            d.zones(rgb if rgb is not None else np.zeros((d.height, d.width, 3), np.uint8))
+
+    def messages(self, header: Any, rgb: np.ndarray) -> list[tuple[str, Any]]:
+        from libredgetpu_ros.ros.robotics.messages import looming_messages, stamp_seconds
+
+        d = self.detector
+        result = d.detect(rgb, stamp_seconds(header))
+        return looming_messages(header, rgb, result, d.ttc.samples, d.width, d.height, self.params)
+
+    def latched(self, header: Any) -> list[tuple[str, Any]]:
+        return []
+
+    def close(self) -> None:
+        self.detector.close()
+
+
+def _perception_params() -> ParamTable:
+    from libredgetpu_ros.ros.perception_node import PARAMS
+
+    return PARAMS
+
+
+def _tracker_params() -> ParamTable:
+    from libredgetpu_ros.ros.robotics.params import TRACKER_PARAMS
+
+    return TRACKER_PARAMS
+
+
+def _looming_params() -> ParamTable:
+    from libredgetpu_ros.ros.robotics.params import LOOMING_PARAMS
+
+    return LOOMING_PARAMS
+
+
+# node type (as in bringup's NODE_TYPES) -> (its parameter table, its offline node); tables imported lazily
+OFFLINE_NODES: dict[str, tuple[Any, type]] = {
+    "perception": (_perception_params, PerceptionOffline),
+    "tracker": (_tracker_params, TrackerOffline),
+    "looming": (_looming_params, LoomingOffline),
+}
+
+
+def _known(node_type: str) -> None:
+    if node_type not in OFFLINE_NODES:
+        raise ConfigError(f"node type {node_type!r}: process-bag runs {', '.join(OFFLINE_NODES)}")
+
+
+def param_table(node_type: str) -> ParamTable:
+    _known(node_type)
+    return OFFLINE_NODES[node_type][0]()
+
+
+def open_offline(node_type: str, params: Any) -> OfflineNode:
+    """The node's processor, opened from its parameters (a ``LibrEdgeTpuError`` if it cannot be)."""
+    _known(node_type)
+    return OFFLINE_NODES[node_type][1](params)
