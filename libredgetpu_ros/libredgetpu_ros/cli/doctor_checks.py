@@ -69,6 +69,7 @@ class Machine:
     find_module: Callable[[str], bool] = lambda name: importlib.util.find_spec(name) is not None
     firmware_paths: Callable[[], list[Path]] = firmware_candidates
     model_status: Callable[[], dict[str, str]] | None = None  # name -> cached | partial | missing
+    templates_dir: Callable[[], Path] | None = None  # the fixtures folder (raises when there is none)
     python_version: tuple[int, int] = sys.version_info[:2]
     access: Callable[[Path, int], bool] = lambda path, mode: os.access(path, mode)
 
@@ -219,6 +220,26 @@ def check_models(m: Machine) -> Check:
                  f"libredgetpu-ros models fetch {first}  (or models import DIR offline)")
 
 
+def check_templates(m: Machine) -> Check:
+    """The folder the control / tracker / looming / flow / recognition configs' template names resolve in."""
+    from libredgetpu_ros.fixtures import FixtureMissingError, fixtures_dir
+
+    try:
+        folder = (m.templates_dir or fixtures_dir)()
+    except FixtureMissingError as exc:
+        folder, reason = None, str(exc)
+    missing = [sub for sub in ("matmul", "robotics") if folder is None or not (folder / sub).is_dir()]
+    if not missing:
+        return Check("templates", OK, f"{folder}: matmul/ (control) and robotics/ (tracker, looming, flow, "
+                     "recognition) for the configs' template names")
+    if folder is not None:
+        reason = f"{folder} has no {' or '.join(s + '/' for s in missing)}"
+    return Check("templates", WARN, f"{reason}: launches whose config names a template (control, tracker, "
+                 "looming, flow, recognition) fail to configure",
+                 "copy the shared fixtures folder (matmul/, robotics/) here and set LIBREDGETPU_ROS_FIXTURES "
+                 "to it, or give template paths (model:=/path/NAME_edgetpu.tflite); docs/install.md")
+
+
 def check_ros(m: Machine) -> Check:
     distro = m.environ.get("ROS_DISTRO", "")
     if not m.find_module("rclpy"):
@@ -291,7 +312,8 @@ def run_checks(m: Machine | None = None, *, frame_sizes: Sequence[tuple[int, int
     return [
         check_python(m), check_libusb(m), check_accelerator(devices, require_accelerator),
         check_link_speed(devices), check_permissions(m, devices), check_udev(m), check_firmware(m, devices),
-        check_models(m), check_ros(m), check_discovery(m), check_transport(m, frame_sizes),
+        check_models(m), check_templates(m), check_ros(m), check_discovery(m),
+        check_transport(m, frame_sizes),
     ]
 
 

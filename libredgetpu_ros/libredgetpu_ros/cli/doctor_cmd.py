@@ -11,7 +11,7 @@ import re
 
 from libredgetpu_ros.errors import InputError
 
-HELP = "check this machine (libusb, accelerator, udev, USB speed, firmware, models, ROS, DDS): OK/WARN/FAIL"
+HELP = "check this machine (libusb, accelerator, udev, USB speed, firmware, models, templates, ROS, DDS)"
 EXAMPLES = (
     "libredgetpu-ros doctor",
     "libredgetpu-ros doctor --frame 1280x720 --frame 640x480x1 --json    # your cameras' frame sizes",

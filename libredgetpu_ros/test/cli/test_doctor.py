@@ -162,7 +162,7 @@ def test_cli_for_real_on_this_machine() -> None:
     report = json.loads(done.stdout)
     names = [c["name"] for c in report["checks"]]
     assert names == ["python", "libusb", "accelerator", "usb link", "device access", "udev rule", "firmware",
-                     "models", "ros", "discovery", "dds transport"]
+                     "models", "templates", "ros", "discovery", "dds transport"]
     accelerator = report["checks"][2]
     assert accelerator["status"] in (d.OK, d.WARN) and accelerator["fix"]
     assert done.returncode == (1 if report["status"] == d.FAIL else 0)
@@ -196,3 +196,25 @@ def test_dds_transport_fix_is_one_export_that_makes_the_check_ok(machine: d.Mach
     assert by_name(d.run_checks(machine))["dds transport"].status == d.OK
     huge = by_name(d.run_checks(machine, frame_sizes=[(8000, 6000, 3)]))["dds transport"]
     assert huge.status == d.WARN and "<segment_size>" in huge.fix  # beyond the shipped profile
+
+
+def test_templates_branches(machine: d.Machine, tmp_path: Path) -> None:
+    """The folder the configs' template names resolve in: complete, partial, absent (a colcon workspace)."""
+    from libredgetpu_ros.fixtures import FixtureMissingError
+
+    folder = tmp_path / "fixtures"
+    (folder / "matmul").mkdir(parents=True)
+    machine.templates_dir = lambda: folder
+    partial = by_name(d.run_checks(machine))["templates"]
+    assert partial.status == d.WARN and "has no robotics/" in partial.detail
+    assert "LIBREDGETPU_ROS_FIXTURES" in partial.fix and "model:=" in partial.fix
+    (folder / "robotics").mkdir()
+    assert by_name(d.run_checks(machine))["templates"].status == d.OK
+
+    def absent() -> Path:
+        raise FixtureMissingError("fixtures folder not found (looked in: /ws/src/shared/fixtures)")
+
+    machine.templates_dir = absent
+    none = by_name(d.run_checks(machine))["templates"]
+    assert none.status == d.WARN and "/ws/src/shared/fixtures" in none.detail
+    assert "fail to configure" in none.detail
