@@ -1,0 +1,201 @@
+"""Offline == live for the robotics camera nodes: ``process-bag --node-type tracker|looming`` writes what the
+live nodes publish for the same bag.
+
+One bag (a red spot crossing the frame left to right over a textured square that grows: a target to servo
+on and an approach to loom), one ``bringup`` process running a spot tracker (namespace ``servo``, reading the
+absolute ``/cam/image_raw``) and a looming node (namespace ``cam``), one ``replay`` process; this process
+records every output topic serialized. ``process-bag`` on the same bag with the same bringup file must give
+the same messages, matched by header stamp, on the same topics (resolved in each node's namespace), with
+the input's bag timestamps: every field equal, floats within 1e-6 (``_bag_compare``). The looming node's tau
+history and time to contact run on the frames' header stamps, so they match too. The offline bag is decoded
+by rosbags with only the definitions stored in it."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from .._helpers import load_helper
+
+ROS_TESTS = Path(__file__).resolve().parents[1] / "ros"
+compare = load_helper(ROS_TESTS / "_bag_compare.py")
+supervision = load_helper(ROS_TESTS / "_lifecycle_supervisor.py")
+
+pytestmark = [pytest.mark.ros, pytest.mark.timeout(150)]
+
+WAIT_S = 60.0
+START_NS = 1_700_000_000_000_000_000
+FRAMES = 7
+TRACKER_TOPICS = ["/servo/offset", "/servo/servo_error", "/servo/markers", "/servo/annotated"]
+LOOMING_TOPICS = ["/cam/looming", "/cam/markers", "/cam/annotated"]
+
+
+def _frames() -> list[np.ndarray]:
+    """64x64 RGB: a textured square growing in the centre (looming) and a red spot moving right (tracker)."""
+    import cv2
+
+    yy, xx = np.mgrid[:64, :64]
+    out = []
+    for i in range(FRAMES):
+        half = 2 + i
+        image = (((xx // 4) + (yy // 4)) % 2 * 50 + 100).astype(np.uint8)
+        mask = (np.abs(xx - 31.5) < half) & (np.abs(yy - 31.5) < half)
+        image[mask] = (((xx // 4) + (yy // 4)) % 2 * 90 + 80)[mask]
+        rgb = np.repeat(image[:, :, None], 3, axis=2)
+        cv2.circle(rgb, (8 + 8 * i, 12), 4, (255, 0, 0), -1)
+        out.append(rgb)
+    return out
+
+
+def _types() -> dict[str, type]:
+    from geometry_msgs.msg import PointStamped, Vector3Stamped
+    from sensor_msgs.msg import Image
+    from visualization_msgs.msg import MarkerArray
+
+    from libredgetpu_ros_interfaces.msg import Looming
+
+    return {"/servo/offset": PointStamped, "/servo/servo_error": Vector3Stamped,
+            "/servo/markers": MarkerArray, "/servo/annotated": Image, "/cam/looming": Looming,
+            "/cam/markers": MarkerArray, "/cam/annotated": Image}
+
+
+def _bringup_file(tmp: Path) -> Path:
+    import yaml
+
+    common = {"backend": "cpu", "publish_markers": True, "publish_annotated": True, "diagnostics_period": 1.0}
+    nodes = [{"type": "tracker", "name": "tracker", "namespace": "servo",
+              "parameters": {**common, "module": "spot", "template": "color_red_64x64", "gain": 2.0,
+                             "input_topic": "/cam/image_raw"}},
+             {"type": "looming", "name": "looming", "namespace": "cam",
+              "parameters": {**common, "template": "looming_64x64_3x3", "ttc_window": 4}}]
+    path = tmp / "robotics_bringup.yaml"
+    path.write_text(yaml.safe_dump({"nodes": nodes}))
+    return path
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "libredgetpu_ros.cli.main", *args]
+
+
+def _record_live(ros_env: Any, bag: Path, config: Path) -> dict[str, dict[tuple[int, int], Any]]:
+    """Start both nodes, subscribe to every output, replay the bag into them; messages by topic and stamp."""
+    from libredgetpu_ros.ros.camera import RESULT_QOS
+    from rclpy.serialization import deserialize_message
+
+    types = _types()
+    ros_env.spawn(_cli("bringup", str(config)), "nodes")
+    probe = supervision.Probe(ros_env, "bag_recorder", WAIT_S)
+    recorded: dict[str, list[bytes]] = {t: [] for t in types}
+    for topic, cls in types.items():
+        probe.node.create_subscription(cls, topic, recorded[topic].append, RESULT_QOS, raw=True)
+    probe.wait_for("the nodes' result publishers", lambda: all(probe.node.count_publishers(t) for t in types))
+    # newest-frame-only nodes: 2.5 frames/s leaves each frame time to be processed before the next comes
+    replay = ros_env.spawn(_cli("replay", str(bag), "--rate", "0.5", "--wait-subscribers", "2",
+                                "--wait-timeout", str(WAIT_S), "--start-delay", "1"), "replay")
+    probe.wait_for(lambda: f"{FRAMES} results on each topic (replay exit {replay.poll()}, got "
+                   f"{ {t: len(v) for t, v in recorded.items()} })",
+                   lambda: replay.poll() is not None and (replay.returncode != 0 or all(
+                       len(v) >= FRAMES for v in recorded.values())))
+    assert replay.returncode == 0, (ros_env.work_dir / "replay.log").read_text()
+    out: dict[str, dict[tuple[int, int], Any]] = {}
+    for topic, raws in recorded.items():
+        msgs = [deserialize_message(raw, types[topic]) for raw in raws]
+        out[topic] = {compare.stamp_key(m): m for m in msgs}
+    return out
+
+
+def _read_offline(path: Path) -> dict[str, dict[tuple[int, int], tuple[int, Any]]]:
+    from rosbags.highlevel import AnyReader
+
+    offline: dict[str, dict[tuple[int, int], tuple[int, Any]]] = {}
+    with AnyReader([path]) as reader:  # only the definitions stored in the bag
+        for conn, timestamp, raw in reader.messages():
+            msg = reader.deserialize(raw, conn.msgtype)
+            offline.setdefault(conn.topic, {})[compare.stamp_key(msg)] = (timestamp, msg)
+    return offline
+
+
+def test_tracker_and_looming_bag_replayed_live_equal_process_bag(ros_env, tmp_path: Path, capsys) -> None:
+    import cv2
+    from libredgetpu_ros.bags.make import MakeBagOptions, make_bag
+    from libredgetpu_ros.cli.main import main
+
+    files = []
+    for i, frame in enumerate(_frames()):
+        files.append(tmp_path / f"frame{i}.png")
+        cv2.imwrite(str(files[-1]), cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+    bag = tmp_path / "camera_bag"
+    make_bag(files, bag, MakeBagOptions(topic="/cam/image_raw", rate=5.0, start_ns=START_NS), progress=False)
+    config = _bringup_file(tmp_path)
+
+    # Two camera nodes in the file: process-bag asks which one.
+    assert main(["process-bag", str(bag), str(tmp_path / "either"), "--config", str(config)]) == 2
+    assert "--node-type" in capsys.readouterr().err
+    for node_type in ("tracker", "looming"):
+        assert main(["process-bag", str(bag), str(tmp_path / node_type), "--config", str(config),
+                     "--node-type", node_type]) == 0
+        assert f"{FRAMES} processed, " in capsys.readouterr().out
+
+    live = _record_live(ros_env, bag, config)
+    keys = {divmod(START_NS + i * 200_000_000, 10**9) for i in range(FRAMES)}  # 5 Hz
+    for node_type, topics in (("tracker", TRACKER_TOPICS), ("looming", LOOMING_TOPICS)):
+        offline = _read_offline(tmp_path / node_type)
+        assert sorted(offline) == sorted(topics), node_type  # resolved in the node's namespace
+        for topic in topics:
+            assert set(live[topic]) == keys and set(offline[topic]) == keys, topic
+            for key in sorted(keys):
+                timestamp, off_msg = offline[topic][key]
+                assert timestamp == key[0] * 10**9 + key[1]  # bag time = the input's bag time
+                compare.assert_same_message(compare.plain(live[topic][key]), compare.plain(off_msg),
+                                            f"{topic}@{key}")
+
+    # Not vacuous: the spot moves right across the frame, the square looms (tau above 1 and a finite TTC
+    # once the history has enough frames, from the header stamps).
+    ordered = sorted(keys)
+    xs = [live["/servo/offset"][k].point.x for k in ordered]
+    assert xs[0] < -0.4 and xs[-1] > 0.4 and all(b > a for a, b in itertools.pairwise(xs))
+    looming = [live["/cam/looming"][k] for k in ordered]
+    assert looming[-1].tau > 1 and any(m.ttc_valid for m in looming)
+    assert [m.frames_in_history for m in looming][:3] == [1, 2, 3]
+
+
+def test_node_type_choice_and_config_errors(tmp_path: Path) -> None:
+    import argparse
+
+    from libredgetpu_ros.cli import process_bag_cmd
+    from libredgetpu_ros.errors import ConfigError
+    from libredgetpu_ros.ros.bag_nodes import OFFLINE_NODES
+    from libredgetpu_ros.ros.bag_processing import load_node_config
+
+    parser = argparse.ArgumentParser()
+    process_bag_cmd.add_arguments(parser)
+    choices = next(a.choices for a in parser._actions if a.dest == "node_type")
+    assert tuple(choices) == tuple(OFFLINE_NODES)  # the CLI offers every offline node, no other
+
+    config = _bringup_file(tmp_path)
+    tracker = load_node_config(config, {"backend": "edgetpu"}, "tracker")
+    assert (tracker.node_type, tracker.namespace, tracker.name) == ("tracker", "/servo", "tracker")
+    assert tracker.params.backend == "edgetpu" and tracker.params.gain == 2.0
+    assert tracker.resolve(tracker.params.input_topic) == "/cam/image_raw"
+    looming = load_node_config(config, None, "looming")
+    assert looming.resolve("looming") == "/cam/looming" and looming.params.ttc_window == 4
+    with pytest.raises(ConfigError, match="choose one with --node-type"):
+        load_node_config(config)
+    with pytest.raises(ConfigError, match="expected exactly one perception node"):
+        load_node_config(config, None, "perception")
+    with pytest.raises(ConfigError, match="process-bag runs perception, tracker, looming"):
+        load_node_config(config, None, "control")
+
+    params = tmp_path / "looming.yaml"
+    params.write_text("/robot/looming:\n  ros__parameters:\n    template: looming_64x64_3x3\n"
+                      "    contact_tau: 3.0\n")
+    node = load_node_config(params, None, "looming")
+    assert (node.namespace, node.name, node.params.contact_tau) == ("/robot", "looming", 3.0)
+    assert node.resolve(node.params.input_topic) == "/robot/image_raw"
+    with pytest.raises(ConfigError, match="unknown parameter"):  # a looming file read as perception's
+        load_node_config(params)
