@@ -1,5 +1,6 @@
 """``libredgetpu-ros process-bag IN OUT --config C [--node-type T]``: a camera node's results for a bag,
-offline (perception, tracker or looming: the messages the live node would publish, ``ros/bag_nodes.py``).
+offline (perception, tracker, looming or flow: the messages the live node would publish,
+``ros/bag_nodes.py``).
 
 Exit codes: 0 when at least one frame was processed (frames that failed are listed in a warning summary),
 1 when the bag had frames but none could be processed, 2 for bad input (missing bag, bad config, no image
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "run a camera node's processing (perception, tracker, looming) on every image of a bag; write " \
+HELP = "run a camera node's processing (perception, tracker, looming, flow) on every image of a bag; write " \
        "the messages it would publish to a new bag"
 EXAMPLES = (
     "libredgetpu-ros process-bag cam_bag results_bag --config libredgetpu_ros/config/demo.yaml",
@@ -27,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("output", help="output bag folder to create (must not exist)")
     parser.add_argument("--config", required=True,
                         help="the node's config: a bringup YAML or a ROS parameters YAML")
-    parser.add_argument("--node-type", choices=("perception", "tracker", "looming"), default=None,
+    parser.add_argument("--node-type", choices=("perception", "tracker", "looming", "flow"), default=None,
                         help="the node to run: a ROS parameters YAML is a perception node's unless given; "
                              "in a bringup YAML, the one node of this type (default: its one camera node "
                              "of these types)")

@@ -7,7 +7,10 @@ message) pairs the live node would publish for it, in the same order:
 - ``perception``: ``PerceptionPipeline`` + ``conversions.result_messages`` (and the latched ``label_info``);
 - ``tracker``: ``open_tracker`` + ``track_fitted`` + ``robotics.messages.tracker_messages``;
 - ``looming``: ``open_detector`` + ``robotics.messages.looming_messages``; the tau history and time to
-  contact integrate over the frames' header stamps, as live (stamps going backwards restart it).
+  contact integrate over the frames' header stamps, as live (stamps going backwards restart it);
+- ``flow``: ``open_compass`` + ``flow.messages.flow_messages``; the frame pair, rates and heading run on
+  the header stamps, as live. The field of view is ``fov_deg``: a CameraInfo in the bag is not read (the
+  live node with ``use_camera_info`` takes it from the camera; set ``fov_deg`` to the camera's).
 
 Optional outputs (markers, annotated images) are written when the parameters ask for them, as if someone
 subscribed to them live. A frame's bad data raises ``ImageError`` / ``InputError`` (counted by the caller,
@@ -140,6 +143,41 @@ class LoomingOffline:
         self.detector.close()
 
 
+class FlowOffline:
+    def __init__(self, params: Any) -> None:
+        from geometry_msgs.msg import QuaternionStamped, TwistStamped
+        from visualization_msgs.msg import Marker
+
+        from libredgetpu_ros.ros.flow.node import open_compass
+
+        self.params = params
+        self.compass = open_compass(params)
+        self.out_types = {"heading": QuaternionStamped, "flow": TwistStamped, "flow_marker": Marker}
+        if params.use_camera_info:
+            _log.warning("process-bag reads no CameraInfo: the flow node's field of view is fov_deg "
+                         "(%g deg)", params.fov_deg)
+
+    def warm_up(self, rgb: np.ndarray | None) -> None:
+        flow = self.compass.flow
+        rgb = rgb if rgb is not None else np.zeros((flow.height, flow.width, 3), np.uint8)
+        with contextlib.suppress(InputError):  # features() only: the frame pair and heading are untouched
+            flow.features(rgb)
+
+    def messages(self, header: Any, rgb: np.ndarray) -> list[tuple[str, Any]]:
+        from libredgetpu_ros.ros.flow.messages import flow_messages, stamp_seconds
+
+        c = self.compass
+        result = c.step(rgb, stamp_seconds(header))
+        return flow_messages(header, result, c.heading_deg, c.fov_deg, c.projection, rgb.shape[1],
+                             self.params)
+
+    def latched(self, header: Any) -> list[tuple[str, Any]]:
+        return []
+
+    def close(self) -> None:
+        self.compass.close()
+
+
 def _perception_params() -> ParamTable:
     from libredgetpu_ros.ros.perception_node import PARAMS
 
@@ -158,11 +196,18 @@ def _looming_params() -> ParamTable:
     return LOOMING_PARAMS
 
 
+def _flow_params() -> ParamTable:
+    from libredgetpu_ros.ros.flow.params import PARAMS
+
+    return PARAMS
+
+
 # node type (as in bringup's NODE_TYPES) -> (its parameter table, its offline node); tables imported lazily
 OFFLINE_NODES: dict[str, tuple[Any, type]] = {
     "perception": (_perception_params, PerceptionOffline),
     "tracker": (_tracker_params, TrackerOffline),
     "looming": (_looming_params, LoomingOffline),
+    "flow": (_flow_params, FlowOffline),
 }
 
 

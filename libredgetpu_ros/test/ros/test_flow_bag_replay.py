@@ -4,7 +4,9 @@ node's TwistStamped and heading must equal, frame by frame by header stamp, what
 compute offline in this process on the same images and stamps (floats within 1e-9). Replayed at half the
 recorded speed: the rates come from the stamps, so the replay's speed must not matter (the stamps-vs-wall
 clock point is test_flow_node's 10 Hz / 30 Hz test; a faster best-effort replay here lost frames to the
-newest-frame policy, which changes the pairs)."""
+newest-frame policy, which changes the pairs). ``process-bag --node-type flow`` on the same bag with the
+same parameters writes the same messages as the live node published (every field, floats within 1e-6, on
+the same topics, at the input's bag timestamps)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import pytest
 
 from .._helpers import load_helper
 
+compare = load_helper(Path(__file__).resolve().parent / "_bag_compare.py")
 scenes = load_helper(Path(__file__).resolve().parents[1] / "robotics" / "_flow_scenes.py")
 supervision = load_helper(Path(__file__).resolve().parent / "_lifecycle_supervisor.py")
 
@@ -112,5 +115,34 @@ def test_replayed_bag_equals_offline(ros_env, tmp_path: Path) -> None:
         assert got == pytest.approx((vx, vy, yaw_rate), abs=1e-9)
         q = heading_by_stamp[stamp].quaternion
         assert 2 * math.atan2(q.z, q.w) == pytest.approx(heading, abs=1e-9)
+    _process_bag_equals_live(tmp_path, bag, {"/flow": live, "/heading": heading_by_stamp})
     mean_vx = sum(v[0] for v in offline.values()) / len(offline)
     print(f"{len(offline)} twists live == offline; mean vx {mean_vx:.1f} px/s (scene 50 px/s right)")
+
+
+def _process_bag_equals_live(tmp: Path, bag: Path, live: dict[str, dict[tuple[int, int], Any]]) -> None:
+    """``process-bag`` with the node's parameters (a ROS parameters file of the node ``/flow``) writes what
+    the live node published, message for message."""
+    import yaml
+    from libredgetpu_ros.cli.main import main
+    from rosbags.highlevel import AnyReader
+
+    params = tmp / "flow_params.yaml"
+    params.write_text(yaml.safe_dump({"/flow": {"ros__parameters": PARAMS}}))
+    assert main(["process-bag", str(bag), str(tmp / "flow_bag"), "--config", str(params),
+                 "--node-type", "flow"]) == 0
+    offline: dict[str, dict[tuple[int, int], Any]] = {}
+    with AnyReader([tmp / "flow_bag"]) as reader:
+        for conn, timestamp, raw in reader.messages():
+            msg = reader.deserialize(raw, conn.msgtype)
+            key = compare.stamp_key(msg)
+            assert timestamp == key[0] * 10**9 + key[1]  # bag time = the input's bag time
+            offline.setdefault(conn.topic, {})[key] = msg
+    # publish_marker (default true): offline writes the arrow with every twist, as live for a subscriber
+    assert sorted(offline) == ["/flow", "/flow_marker", "/heading"]
+    assert len(offline["/heading"]) == FRAMES and set(offline["/flow_marker"]) == set(offline["/flow"])
+    for topic, by_stamp in live.items():
+        assert set(offline[topic]) == set(by_stamp), topic
+        for key, msg in by_stamp.items():
+            compare.assert_same_message(compare.plain(msg), compare.plain(offline[topic][key]),
+                                        f"{topic}@{key}")

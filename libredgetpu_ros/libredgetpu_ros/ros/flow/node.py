@@ -29,14 +29,13 @@ The field of view is ``fov_deg`` until a ``sensor_msgs/CameraInfo`` arrives on `
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from geometry_msgs.msg import Point, QuaternionStamped, TwistStamped
+from geometry_msgs.msg import QuaternionStamped, TwistStamped
 from rclpy.qos import QoSProfile, QoSReliabilityPolicy
 from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import Header
@@ -45,7 +44,10 @@ from visualization_msgs.msg import Marker
 
 from libredgetpu_ros.errors import ConfigError
 from libredgetpu_ros.ros.camera import CameraNode, Frame
+from libredgetpu_ros.ros.flow.messages import centre_pixels, flow_messages, stamp_seconds
 from libredgetpu_ros.ros.flow.params import PARAMS
+
+__all__ = ["CAMERA_INFO_QOS", "FlowNode", "centre_pixels", "open_compass", "stamp_seconds"]
 
 # Settings of the flow that may change while active (applied under the processor lock).
 _RUNTIME_FLOW = ("temperature", "min_texture", "min_confidence", "min_margin", "max_gap")
@@ -54,22 +56,15 @@ _SCENE_REASONS = ("low_texture", "low_confidence", "ambiguous")
 CAMERA_INFO_QOS = QoSProfile(depth=1, reliability=QoSReliabilityPolicy.BEST_EFFORT)  # matches either
 
 
-def stamp_seconds(header: Header) -> float | None:
-    """The header's stamp in seconds, or None when the publisher left it zero (no rates then)."""
-    stamp = header.stamp
-    if stamp.sec == 0 and stamp.nanosec == 0:
-        return None
-    return stamp.sec + stamp.nanosec * 1e-9
+def open_compass(p: Any) -> Any:
+    """The compass (over its optical flow) the node's parameters ask for (also what ``process-bag`` runs)."""
+    from libredgetpu_ros.robotics.compass import VisualCompass
 
-
-def centre_pixels(yaw_deg: float, vx: float, projection: str, fov_deg: float, width: int) -> float:
-    """Horizontal flow in pixels of a ``width``-pixel pinhole image at its centre. Under the pinhole
-    projection the flow was measured in equal-angle columns: its angle (``yaw_deg``) times the centre's
-    focal length; under the linear one it is ``vx`` as measured."""
-    if projection != "pinhole":
-        return vx
-    focal = (width / 2.0) / math.tan(math.radians(fov_deg) / 2.0)
-    return focal * math.radians(yaw_deg)
+    return VisualCompass.from_template(
+        p.model, p.fov_deg, p.projection, backend=p.backend, device=p.device or None, mode=p.mode,
+        search_range=p.search_range, pool_factor=p.pool_factor, temperature=p.temperature,
+        min_texture=p.min_texture, min_confidence=p.min_confidence, min_margin=p.min_margin,
+        max_gap=p.max_gap)
 
 
 class FlowNode(CameraNode):
@@ -100,14 +95,7 @@ class FlowNode(CameraNode):
     # -- the camera-node hooks ------------------------------------------------------------------------------
 
     def open_processor(self) -> None:
-        from libredgetpu_ros.robotics.compass import VisualCompass
-
-        p = self.params
-        compass = VisualCompass.from_template(
-            p.model, p.fov_deg, p.projection, backend=p.backend, device=p.device or None, mode=p.mode,
-            search_range=p.search_range, pool_factor=p.pool_factor, temperature=p.temperature,
-            min_texture=p.min_texture, min_confidence=p.min_confidence, min_margin=p.min_margin,
-            max_gap=p.max_gap)
+        compass = open_compass(self.params)
         flow = compass.flow
         described = flow.runner.describe()
         with self._lock:
@@ -193,23 +181,14 @@ class FlowNode(CameraNode):
             self._reasons[reason] += 1
             self._period[reason] += 1
             self._saturated += flow.saturated
-        heading_rad = math.radians(heading_deg)
-        if self._heading_pub is not None:
-            heading = QuaternionStamped(header=header)
-            heading.quaternion.z, heading.quaternion.w = math.sin(heading_rad / 2), math.cos(heading_rad / 2)
-            self._heading_pub.publish(heading)
+        pubs = {"heading": self._heading_pub, "flow": self._twist_pub, "flow_marker": self._marker_pub}
+        out = flow_messages(header, result, heading_deg, fov, projection, rgb.shape[1], self.params,
+                            wanted=lambda t: pubs[t].get_subscription_count() > 0)
+        for topic, msg in out:
+            pubs[topic].publish(msg)
         if result.valid and flow.dt > 0.0:
             self._last_confidence = flow.confidence
-            vx = centre_pixels(result.yaw_deg, flow.vx, projection, fov, rgb.shape[1]) / flow.dt
-            vy = flow.vy / flow.dt
-            if all(math.isfinite(v) for v in (vx, vy, result.yaw_rate)):  # never publish NaN
-                twist = TwistStamped(header=header)
-                twist.twist.linear.x, twist.twist.linear.y = vx, vy
-                twist.twist.angular.z = result.yaw_rate
-                self._twist_pub.publish(twist)
-                if self.params.publish_marker and self._marker_pub.get_subscription_count():
-                    self._marker_pub.publish(self._arrow(header, vx, vy))
-            else:  # pragma: no cover - the flow never returns non-finite values; counted if it did
+            if all(topic != "flow" for topic, _ in out):  # pragma: no cover - never non-finite; counted if so
                 self.stats.bad_input.add("non_finite")
         elif result.valid:
             with self._count_lock:
@@ -265,7 +244,7 @@ class FlowNode(CameraNode):
                     setattr(compass.flow, name, float(changes[name]))
         return None
 
-    # -- camera info and marker -----------------------------------------------------------------------------
+    # -- camera info -----------------------------------------------------------------------------
 
     def _on_camera_info(self, msg: CameraInfo) -> None:
         from libredgetpu_ros.robotics.compass import fov_from_camera_info
@@ -282,13 +261,4 @@ class FlowNode(CameraNode):
             count = self.stats.bad_input.add("camera_info")
             if count == 1:
                 self.get_logger().warning(f"camera info ignored (keeping fov_deg): {exc}")
-
-    def _arrow(self, header: Header, vx: float, vy: float) -> Marker:
-        scale = self.params.marker_scale
-        marker = Marker(header=header, ns="flow", id=0, type=Marker.ARROW, action=Marker.ADD)
-        marker.points = [Point(x=0.0, y=0.0, z=1.0), Point(x=vx * scale, y=vy * scale, z=1.0)]
-        marker.scale.x, marker.scale.y, marker.scale.z = 0.01, 0.02, 0.02  # shaft and head diameters, m
-        marker.color.r, marker.color.g, marker.color.a = 0.1, 0.9, 1.0
-        marker.lifetime.nanosec = 500_000_000  # the arrow vanishes when estimates stop
-        return marker
 
