@@ -199,3 +199,61 @@ def test_node_type_choice_and_config_errors(tmp_path: Path) -> None:
     assert node.resolve(node.params.input_topic) == "/robot/image_raw"
     with pytest.raises(ConfigError, match="unknown parameter"):  # a looming file read as perception's
         load_node_config(params)
+
+
+def _write_bag(path: Path, frames: list[tuple[int, np.ndarray]]) -> None:
+    """A camera bag of (header stamp ns, RGB frame), at bag times 0.1 s apart in the order given."""
+    import cv2
+    from libredgetpu_ros.bags.make import IMAGE_TYPE, image_cdr
+    from libredgetpu_ros.bags.storage import new_bag, sensor_data_qos
+    from libredgetpu_ros.bags.typestore import typestore
+
+    with new_bag(path, "mcap") as writer:
+        conn = writer.add_connection("/image_raw", IMAGE_TYPE, typestore=typestore(),
+                                     offered_qos_profiles=[sensor_data_qos()])
+        for i, (stamp, rgb) in enumerate(frames):
+            writer.write(conn, START_NS + i * 10**8,
+                         image_cdr(cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), stamp, "cam", "rgb8"))
+
+
+def test_process_bag_refused_frames_and_stamps_going_back(tmp_path: Path) -> None:
+    """Tracker with ``resize: false``: frames of another size are refused as the node refuses them (counted
+    under ``image``, nothing written for them, the others processed). Looming over a looped bag (stamps go
+    back): the tau history restarts there, as the live node's does (``frames_in_history``)."""
+    import yaml
+    from libredgetpu_ros.ros.bag_processing import process_bag
+    from rosbags.highlevel import AnyReader
+
+    frames = _frames()
+    small = [(START_NS + i * 10**8, f) for i, f in enumerate(frames[:3])]
+    large = [(START_NS + 10**9 + i * 10**8, np.repeat(np.repeat(f, 2, 0), 2, 1))
+             for i, f in enumerate(frames[3:5])]
+    _write_bag(tmp_path / "mixed", small + large)
+    tracker = tmp_path / "tracker.yaml"
+    tracker.write_text(yaml.safe_dump({"/**": {"ros__parameters": {
+        "module": "spot", "template": "color_red_64x64", "backend": "cpu", "resize": False,
+        "publish_markers": False}}}))
+    logged: list[str] = []
+    summary = process_bag(tmp_path / "mixed", tmp_path / "mixed_out", tracker, node_type="tracker",
+                          progress=False, log=logged.append)
+    assert (summary.frames, summary.processed, dict(summary.failures)) == (5, 3, {"image": 2})
+    assert len(logged) == 1 and "128x128" in logged[0]  # once per cause, naming the size
+    with AnyReader([tmp_path / "mixed_out"]) as reader:
+        written = sorted((c.topic, t) for c, t, _ in reader.messages())
+    assert written == sorted((topic, START_NS + i * 10**8) for i in range(len(small))
+                             for topic in ("/offset", "/servo_error"))
+
+    looped = [(START_NS + i * 10**8, f) for i, f in enumerate(frames[:4])]
+    # played again (ros2 bag play --loop, recorded): bag time goes on, the header stamps go back
+    looped += [(START_NS + i * 10**8, f) for i, f in enumerate(frames[:3])]
+    _write_bag(tmp_path / "looped", looped)
+    looming = tmp_path / "looming.yaml"
+    looming.write_text(yaml.safe_dump({"/**": {"ros__parameters": {
+        "template": "looming_64x64_3x3", "backend": "cpu", "ttc_window": 4, "publish_markers": False}}}))
+    summary = process_bag(tmp_path / "looped", tmp_path / "looped_out", looming, node_type="looming",
+                          progress=False)
+    assert summary.processed == len(looped)
+    with AnyReader([tmp_path / "looped_out"]) as reader:
+        msgs = [reader.deserialize(raw, c.msgtype) for c, _, raw in reader.messages()]
+    assert [m.frames_in_history for m in msgs] == [1, 2, 3, 4, 1, 2, 3]
+    assert msgs[3].ttc_valid and not msgs[4].ttc_valid
