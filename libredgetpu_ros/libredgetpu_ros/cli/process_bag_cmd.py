@@ -1,5 +1,5 @@
 """``libredgetpu-ros process-bag IN OUT --config C [--node-type T]``: a camera node's results for a bag,
-offline (perception, tracker, looming or flow: the messages the live node would publish,
+offline (perception, tracker, looming, flow or recognition: the messages the live node would publish,
 ``ros/bag_nodes.py``).
 
 Exit codes: 0 when at least one frame was processed (frames that failed are listed in a warning summary),
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "run a camera node's processing (perception, tracker, looming, flow) on every image of a bag; write " \
-       "the messages it would publish to a new bag"
+HELP = "run a camera node's processing (perception, tracker, looming, flow, recognition) on every image " \
+       "of a bag; write the messages it would publish to a new bag"
 EXAMPLES = (
     "libredgetpu-ros process-bag cam_bag results_bag --config libredgetpu_ros/config/demo.yaml",
     "libredgetpu-ros process-bag cam_bag results_bag --config perception_pose.yaml --backend cpu",
@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("output", help="output bag folder to create (must not exist)")
     parser.add_argument("--config", required=True,
                         help="the node's config: a bringup YAML or a ROS parameters YAML")
-    parser.add_argument("--node-type", choices=("perception", "tracker", "looming", "flow"), default=None,
+    parser.add_argument("--node-type", choices=("perception", "tracker", "looming", "flow",
+                                                     "recognition"), default=None,
                         help="the node to run: a ROS parameters YAML is a perception node's unless given; "
                              "in a bringup YAML, the one node of this type (default: its one camera node "
                              "of these types)")

@@ -10,7 +10,10 @@ message) pairs the live node would publish for it, in the same order:
   contact integrate over the frames' header stamps, as live (stamps going backwards restart it);
 - ``flow``: ``open_compass`` + ``flow.messages.flow_messages``; the frame pair, rates and heading run on
   the header stamps, as live. The field of view is ``fov_deg``: a CameraInfo in the bag is not read (the
-  live node with ``use_camera_info`` takes it from the camera; set ``fov_deg`` to the camera's).
+  live node with ``use_camera_info`` takes it from the camera; set ``fov_deg`` to the camera's);
+- ``recognition``: ``open_recognizer`` (the extractor and the database file of ``database``) +
+  ``recognition.node.recognition_messages``; the database is the file's for the whole bag (the live
+  node's ``~/enroll`` / ``~/forget`` calls are not in a camera bag).
 
 Optional outputs (markers, annotated images) are written when the parameters ask for them, as if someone
 subscribed to them live. A frame's bad data raises ``ImageError`` / ``InputError`` (counted by the caller,
@@ -178,6 +181,36 @@ class FlowOffline:
         self.compass.close()
 
 
+class RecognitionOffline:
+    def __init__(self, params: Any) -> None:
+        from vision_msgs.msg import Classification
+
+        from libredgetpu_ros.ros.recognition.node import open_recognizer
+
+        self.params = params
+        self.extractor, self.db = open_recognizer(params)
+        self.out_types = {"classification": Classification}
+
+    def warm_up(self, rgb: np.ndarray | None) -> None:
+        with contextlib.suppress(InputError):  # embedding keeps no state; the database is not touched
+            self.extractor.embed(rgb if rgb is not None else np.zeros((224, 224, 3), np.uint8))
+
+    def messages(self, header: Any, rgb: np.ndarray) -> list[tuple[str, Any]]:
+        from libredgetpu_ros.ros.recognition.node import recognition_messages
+
+        matches = self.db.query(self.extractor.embed(rgb), top_k=self.params.top_k)
+        return recognition_messages(header, matches, self.params)
+
+    def latched(self, header: Any) -> list[tuple[str, Any]]:
+        return []
+
+    def close(self) -> None:
+        try:
+            self.extractor.close()
+        finally:
+            self.db.engine.close()
+
+
 def _perception_params() -> ParamTable:
     from libredgetpu_ros.ros.perception_node import PARAMS
 
@@ -202,12 +235,19 @@ def _flow_params() -> ParamTable:
     return PARAMS
 
 
+def _recognition_params() -> ParamTable:
+    from libredgetpu_ros.ros.recognition.params import RECOGNITION_PARAMS
+
+    return RECOGNITION_PARAMS
+
+
 # node type (as in bringup's NODE_TYPES) -> (its parameter table, its offline node); tables imported lazily
 OFFLINE_NODES: dict[str, tuple[Any, type]] = {
     "perception": (_perception_params, PerceptionOffline),
     "tracker": (_tracker_params, TrackerOffline),
     "looming": (_looming_params, LoomingOffline),
     "flow": (_flow_params, FlowOffline),
+    "recognition": (_recognition_params, RecognitionOffline),
 }
 
 

@@ -1,10 +1,11 @@
 """``process-bag``: a camera node's work, offline, on every camera frame of a bag.
 
-The node is one of ``bag_nodes.OFFLINE_NODES`` (perception, tracker, looming, flow), taken from a bringup
-file or a ROS parameters file (``--node-type``). Frames are decoded and results built by the node's own
-code (``image_msgs.to_rgb``, the node's processor opened from its parameters, and its "result ->
-messages" function: ``conversions.result_messages``, ``robotics.messages.tracker_messages`` /
-``looming_messages``, ``flow.messages.flow_messages``) and serialized by rclpy, so the output bag holds
+The node is one of ``bag_nodes.OFFLINE_NODES`` (perception, tracker, looming, flow, recognition), taken
+from a bringup file or a ROS parameters file (``--node-type``). Frames are decoded and results built by the
+node's own code (``image_msgs.to_rgb``, the node's processor opened from its parameters, and its "result
+-> messages" function: ``conversions.result_messages``, ``robotics.messages.tracker_messages`` /
+``looming_messages``, ``flow.messages.flow_messages``, ``recognition.node.recognition_messages``) and
+serialized by rclpy, so the output bag holds
 the messages the live node would publish for the same frames, field for field (rclpy leaves CDR alignment
 padding unzeroed, so raw bytes can differ there): same topics (resolved in the node's namespace), same
 types, the input header, and the input's bag timestamp. Stateful nodes (looming's tau history, flow's

@@ -162,3 +162,29 @@ def test_bag_replayed_equals_offline(ros_env, tmp_path: Path, photos) -> None:
     live = [[(r.class_id, r.score) for r in msg.results] for msg in got[:4]]
     assert [m.header.stamp.sec for m in got[:4]] == [5, 5, 6, 6]
     assert live == expected
+    _process_bag_equals_live(tmp_path, bag, database, got[:4])
+
+
+def _process_bag_equals_live(tmp: Path, bag: Path, database: Path, live: list[Any]) -> None:
+    """``process-bag --node-type recognition`` with the node's parameters file writes, on the node's
+    (remapped) topic, the Classification messages the live node published: same header, labels and scores
+    (floats within 1e-6), at the input's bag timestamps. The bag's one image topic (``/camera``) stands in
+    for the node's ``image_raw``, as the node's remap did."""
+    import math
+
+    from libredgetpu_ros.cli.main import main
+    from rosbags.highlevel import AnyReader
+
+    assert main(["process-bag", str(bag), str(tmp / "results_bag"), "--config",
+                 str(_params(tmp, database=str(database))), "--node-type", "recognition"]) == 0
+    with AnyReader([tmp / "results_bag"]) as reader:
+        offline = [(c.topic, t, reader.deserialize(raw, c.msgtype)) for c, t, raw in reader.messages()]
+    assert [topic for topic, _, _ in offline] == ["/classification"] * len(live)
+    for (_, timestamp, off), msg in zip(offline, live, strict=True):
+        stamp = (msg.header.stamp.sec, msg.header.stamp.nanosec)
+        assert (off.header.stamp.sec, off.header.stamp.nanosec, off.header.frame_id) == \
+            (*stamp, msg.header.frame_id)
+        assert timestamp == stamp[0] * 10**9 + stamp[1]
+        assert [r.class_id for r in off.results] == [r.class_id for r in msg.results]
+        assert all(math.isclose(a.score, b.score, abs_tol=1e-6) for a, b in zip(off.results, msg.results,
+                                                                                   strict=True))

@@ -59,6 +59,12 @@ def classification(header: Header, matches: list[Any], min_score: float) -> Clas
                                                   for m in matches if m.score >= min_score])
 
 
+def recognition_messages(header: Header, matches: list[Any], options: Any) -> list[tuple[str, Any]]:
+    """(relative topic, message) for one frame's database matches (best first): what the node publishes
+    and ``process-bag`` (``ros/bag_nodes.py``) writes. ``options``: the node's parameters (``min_score``)."""
+    return [("classification", classification(header, matches, options.min_score))]
+
+
 class RecognitionNode(CameraNode):
     """Place / object recognition on the newest camera frame; see the module docstring."""
 
@@ -117,7 +123,8 @@ class RecognitionNode(CameraNode):
         t2 = time.monotonic()
         self._last_rgb = rgb
         self._last = (matches[0].label, matches[0].score) if matches else None
-        self._pub.publish(classification(header, matches, self.params.min_score))
+        for _, msg in recognition_messages(header, matches, self.params):  # one topic: classification
+            self._pub.publish(msg)
         return {"embed": (t1 - t0) * 1e3, "match": (t2 - t1) * 1e3}
 
     # ----- services (main executor) -------------------------------------------------------------------
