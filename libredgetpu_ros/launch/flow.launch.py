@@ -31,7 +31,7 @@ def generate_launch_description() -> LaunchDescription:
     return lifecycle_launch("flow_node", {
         "params_file": (installed_config("flow.yaml"), "node parameters (config/flow.yaml)"),
         "namespace": ("", "namespace of the node and topics"),
-        "node_name": ("flow", None),
+        "node_name": ("flow", "the node's name (its services and ~/ topics)"),
         **CAMERA_ARGUMENT,
         "camera_info": ("camera_info", "the camera's CameraInfo topic (field of view)"),
         "model": ("", "Gabor template: *_edgetpu.tflite path; '' = the params file's"),

@@ -30,7 +30,7 @@ def generate_launch_description() -> LaunchDescription:
     return lifecycle_launch("looming_node", {
         "params_file": (installed_config("looming.yaml"), "node parameters (config/*.yaml)"),
         "namespace": ("", "namespace of the node and topics"),
-        "node_name": ("looming", None),
+        "node_name": ("looming", "the node's name (its services and ~/ topics)"),
         **CAMERA_ARGUMENT,
         "model": ("", "template (parameter template): *_edgetpu.tflite or a name such as "
                       "looming_64x64_3x3; '' = the params file's"),

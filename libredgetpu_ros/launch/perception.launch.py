@@ -36,7 +36,7 @@ def generate_launch_description() -> LaunchDescription:
         "params_file": (installed_config("perception_pose.yaml"),
                         "node parameters (config/perception_*.yaml)"),
         "namespace": ("", "namespace of the node and topics"),
-        "node_name": ("perception", None),
+        "node_name": ("perception", "the node's name (its services and ~/ topics)"),
         **CAMERA_ARGUMENT,
         "model": ("", "catalogue name (libredgetpu-ros models list) or *_edgetpu.tflite path; '' = the "
                       "params file's"),

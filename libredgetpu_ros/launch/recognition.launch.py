@@ -31,7 +31,7 @@ def generate_launch_description() -> LaunchDescription:
     return lifecycle_launch("recognition_node", {
         "params_file": (installed_config("recognition.yaml"), "node parameters (config/*.yaml)"),
         "namespace": ("", "namespace of the node and topics"),
-        "node_name": ("recognition", None),
+        "node_name": ("recognition", "the node's name (its services and ~/ topics)"),
         **CAMERA_ARGUMENT,
         "model": ("", "embedding extractor *_edgetpu.tflite; '' = the params file's"),
         "backend": ("", "auto | cpu | edgetpu; '' = the params file's"),

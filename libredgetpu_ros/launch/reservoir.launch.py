@@ -28,7 +28,7 @@ def generate_launch_description() -> LaunchDescription:
     return lifecycle_launch("reservoir_node", {
         "params_file": (installed_config("reservoir.yaml"), "node parameters (config/*.yaml)"),
         "namespace": ("", "namespace of the node and topics"),
-        "node_name": ("reservoir", None),
+        "node_name": ("reservoir", "the node's name (its services and ~/ topics)"),
         "state_topic": ("state", "state topic remapped onto the node's input ('state')"),
         "model": ("", "fitted readout (.npz from ~/save_readout; parameter readout); '' = the params file's"),
         "backend": ("", "auto | cpu | edgetpu; '' = the params file's"),

@@ -44,6 +44,6 @@ def generate_launch_description() -> LaunchDescription:
         "strict": ("", "true | false: reject inputs out of a sequence's declared order, the SPU firmware "
                        "rule (overrides params_file; '' = the file's value, true by default)"),
         "namespace": ("", "namespace of the node and topics"),
-        "node_name": ("spu", None),
+        "node_name": ("spu", "the node's name (its services and ~/ topics)"),
         "autostart": ("true", "configure and activate at start-up"),
     }, _parameters)

@@ -31,7 +31,7 @@ def generate_launch_description() -> LaunchDescription:
     return lifecycle_launch("tracker_node", {
         "params_file": (installed_config("tracker_spot.yaml"), "node parameters (config/*.yaml)"),
         "namespace": ("", "namespace of the node and topics"),
-        "node_name": ("tracker", None),
+        "node_name": ("tracker", "the node's name (its services and ~/ topics)"),
         **CAMERA_ARGUMENT,
         "model": ("", "template (parameter template): *_edgetpu.tflite or a name such as color_red_64x64; "
                       "'' = the params file's"),

@@ -39,7 +39,7 @@ def _case() -> LaunchCase:
         launch_file="control.launch.py",
         node="/lt/control_node",
         arguments={"namespace": "lt", "state_topic": "/lt/joint_state_vector"},
-        params_key="/**/control_node",  # as config/control.yaml
+        params_key="/**",  # as config/control.yaml
         params=params,
         expect_params={"state_size": 4, "command_size": 2, "stale_timeout": 5.0, "backend": "cpu"},
         broken={"template_path": "/nonexistent/dense_256_edgetpu.tflite"},

@@ -47,7 +47,7 @@ def _case() -> LaunchCase:
         launch_file="flow.launch.py",
         node="/lt/flow",
         arguments={"namespace": "lt", "image": "/lt/camera"},
-        params_key="/**/flow",  # as config/flow.yaml
+        params_key="/**",  # as config/flow.yaml
         params=params,
         expect_params={"fov_deg": 75.0, "min_confidence": 0.25, "max_gap": 2.0, "backend": "cpu"},
         broken={"model": "/nonexistent/gabor_edgetpu.tflite"},

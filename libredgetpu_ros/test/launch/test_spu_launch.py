@@ -39,7 +39,7 @@ def _case() -> LaunchCase:
         launch_file="spu.launch.py",
         node="/lt/spu",
         arguments={"namespace": "lt", "strict": "false"},
-        params_key="/**/spu",  # as config/spu.yaml
+        params_key="/**",  # as config/spu.yaml
         params=params,
         expect_params={"runner": "reference", "strict": False, "qos_depth": 5},
         broken={"program": "/nonexistent/program.yaml"},

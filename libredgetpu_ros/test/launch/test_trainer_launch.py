@@ -59,7 +59,7 @@ def _case() -> LaunchCase:
         launch_file="trainer.launch.py",
         node="/lt/trainer_node",
         arguments={"namespace": "lt", "samples_topic": "/lt/experience", "worker_port": str(WORKER_PORT)},
-        params_key="/**/trainer_node",  # as config/trainer.yaml
+        params_key="/**",  # as config/trainer.yaml
         params=params,
         expect_params={"worker_port": WORKER_PORT, "batch_size": BATCH, "metrics_period": 0.2,
                        "set_weights_service": "control_node/set_weights"},

@@ -215,7 +215,7 @@ def test_config_file_and_docs_match_the_parameter_table_and_the_launch_file_comp
 
     package = TESTS.parent
     doc = yaml.safe_load((package / "config" / "trainer.yaml").read_text())
-    assert doc["/**/trainer_node"]["ros__parameters"] == PARAM_TABLE.defaults()
+    assert doc["/**"]["ros__parameters"] == PARAM_TABLE.defaults()
     assert PARAM_TABLE.markdown_table().strip() in (package.parent / "docs" / "teamtensor.md").read_text()
     py_compile.compile(str(package / "launch" / "trainer.launch.py"), doraise=True)
 
