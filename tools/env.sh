@@ -27,6 +27,8 @@ case ":${AMENT_PREFIX_PATH:-}:" in
     *":$_lrr_venv:"*) ;;
     *) export AMENT_PREFIX_PATH="$_lrr_venv${AMENT_PREFIX_PATH:+:$AMENT_PREFIX_PATH}" ;;
 esac
+# The PyPI wheels of requirements.lock.txt are ROS 2 Kilted; /opt/ros/<distro>/setup.bash sets this too.
+export ROS_DISTRO="${ROS_DISTRO:-kilted}"
 # (Only --localhost is looked at: sourced without arguments, $1 may be the calling script's.)
 if [[ "${1:-}" == "--localhost" ]]; then
     export ROS_AUTOMATIC_DISCOVERY_RANGE="${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}"
