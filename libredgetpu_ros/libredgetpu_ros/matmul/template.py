@@ -23,12 +23,12 @@ import numpy as np
 from libredgetpu_ros.errors import ModelFormatError
 from libredgetpu_ros.matmul.blob import blob_size, overhead_multipliers, overhead_size, parse_blob
 from libredgetpu_ros.matmul.twin import DenseQuantization
+from libredgetpu_ros.models.templates import TEMPLATES_ENV, base_name, resolve_template
 
 if TYPE_CHECKING:
     from libredgetpu_ros.formats.darwinn import Executable
     from libredgetpu_ros.formats.tflite import Operator, Tensor, TfliteModel
 
-TEMPLATES_ENV = "LIBREDGETPU_ROS_TEMPLATES"
 COMPILED_SUFFIX = "_edgetpu.tflite"
 SIDECAR_SUFFIX = "_edgetpu.json"
 # Sidecar floats are float32 values printed as doubles; the overhead multipliers are rounded by the compiler.
@@ -37,7 +37,8 @@ _MULTIPLIER_RTOL = 1e-5
 
 
 def default_templates_dir() -> Path:
-    """``$LIBREDGETPU_ROS_TEMPLATES`` if set, else the shared fixtures' ``matmul`` folder."""
+    """``$LIBREDGETPU_ROS_TEMPLATES`` if set, else the shared fixtures' ``matmul`` folder (where generated
+    templates go by default; names are resolved by models/templates.py, cache first)."""
     if os.environ.get(TEMPLATES_ENV):
         return Path(os.environ[TEMPLATES_ENV])
     from libredgetpu_ros.fixtures import fixtures_dir
@@ -46,19 +47,21 @@ def default_templates_dir() -> Path:
 
 
 def template_paths(template: int | str | Path, templates_dir: Path | None = None) -> tuple[Path, Path, Path]:
-    """(compiled, uncompiled, sidecar) paths of a template: a size N, a name or either model's path."""
+    """(compiled, uncompiled, sidecar) paths of a template: a size N, a name or either model's path.
+
+    A size or bare name is looked up in ``templates_dir`` when given, else in the model cache,
+    ``$LIBREDGETPU_ROS_TEMPLATES`` and the fixtures (models/templates.py: one ConfigError with the fetch
+    command when it is nowhere)."""
     if isinstance(template, int):
-        base = Path(templates_dir or default_templates_dir()) / f"dense_{template}"
+        name = f"dense_{template}"
+        base = Path(templates_dir) / name if templates_dir else resolve_template(name)
     else:
         path = Path(template)
+        name = base_name(path.name)
         if path.parent == Path(".") and not path.exists():
-            path = Path(templates_dir or default_templates_dir()) / path
-        name = path.name
-        for suffix in (COMPILED_SUFFIX, SIDECAR_SUFFIX, ".tflite"):
-            if name.endswith(suffix):
-                name = name[: -len(suffix)]
-                break
-        base = path.with_name(name)
+            base = Path(templates_dir) / name if templates_dir else resolve_template(name)
+        else:
+            base = path.with_name(name)
     compiled = base.with_name(base.name + COMPILED_SUFFIX)
     uncompiled = base.with_name(base.name + ".tflite")
     sidecar = base.with_name(base.name + SIDECAR_SUFFIX)

@@ -6,43 +6,19 @@ label file. URLs are Google's official repositories (google-coral/test_data, pro
 their default branch; the SHA-256 pins the exact file (the fixtures' SHA256SUMS, checked against those
 sources), so a changed upstream file is refused, never used. ROS-free: no rclpy here.
 
-Not in the catalogue: single-file SSD detectors (no pinned hash for one yet; the two-segment pipeline of the
-fixtures has no CPU twin), Dense(N) MatMul templates (made locally with `libredgetpu-ros template-gen`).
+Templates (Dense(N), tracker, looming, optical flow, the embedding extractor) are entries too, listed in
+models/template_catalogue.py. Not in the catalogue: single-file SSD detectors (no pinned hash for one yet;
+the two-segment pipeline of the fixtures has no CPU twin).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from libredgetpu_ros.models.entry import ModelEntry, ModelFile
+from libredgetpu_ros.models.template_catalogue import TEMPLATES
 
 _TEST_DATA = "https://raw.githubusercontent.com/google-coral/test_data/master/"
 _POSENET = "https://raw.githubusercontent.com/google-coral/project-posenet/master/models/mobilenet/"
 _EDGETPU = "https://raw.githubusercontent.com/google-coral/edgetpu/master/test_data/"
-
-
-@dataclass(frozen=True, slots=True)
-class ModelFile:
-    """One file of an entry: its cache file name, official URL and SHA-256 (lower-case hex)."""
-
-    name: str
-    url: str
-    sha256: str
-
-
-@dataclass(frozen=True, slots=True)
-class ModelEntry:
-    """A catalogue entry. ``edgetpu`` is what a config's ``model`` names; ``cpu`` its twin (the same name
-    without ``_edgetpu``, which is where the pipeline looks for it by default); ``labels`` optional."""
-
-    name: str
-    task: str
-    description: str
-    edgetpu: ModelFile
-    cpu: ModelFile
-    labels: ModelFile | None = None
-
-    @property
-    def files(self) -> tuple[ModelFile, ...]:
-        return (self.edgetpu, self.cpu) + ((self.labels,) if self.labels else ())
 
 
 def _f(base: str, name: str, sha256: str) -> ModelFile:
@@ -89,4 +65,5 @@ CATALOGUE: dict[str, ModelEntry] = {e.name: e for e in (
            "51e8256b05665529f8836fe6e8eeed41b2fc75a900d8eebda338d70a6726f8da"),
         _IMAGENET,
     ),
+    *TEMPLATES,
 )}

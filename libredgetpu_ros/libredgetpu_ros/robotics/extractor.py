@@ -20,11 +20,13 @@ from libredgetpu_ros.perception.preprocess import InputTransform
 
 
 def default_model() -> Path:
-    """The fixture extractor (compiled; its twin is found beside it)."""
-    from libredgetpu_ros.fixtures import fixtures_dir
+    """The catalogue's extractor (compiled; its twin is found beside it): the model cache first, then the
+    fixtures (models/templates.py; ConfigError with the fetch command when it is nowhere)."""
+    from libredgetpu_ros.models.template_catalogue import EXTRACTOR
+    from libredgetpu_ros.models.templates import resolve_template
 
-    name = "mobilenet_v1_1.0_224_quant_embedding_extractor_edgetpu.tflite"
-    return fixtures_dir() / "robotics" / "embedding" / name
+    base = resolve_template(EXTRACTOR, family="embedding extractor")
+    return base.with_name(base.name + "_edgetpu.tflite")
 
 
 class EmbeddingExtractor:

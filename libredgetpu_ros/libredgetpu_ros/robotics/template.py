@@ -60,15 +60,20 @@ def _base_of(path: Path) -> Path:
 def template_files(template: str | Path, folder: Path | None = None) -> tuple[Path | None, Path, Path]:
     """(compiled or None, twin, sidecar) of a template given by any of its files or its base name.
 
-    A bare name (``color_red_64x64``) is looked up in ``folder`` and its sub-folders (default: the fixtures'
-    ``robotics`` folder)."""
+    A bare name (``color_red_64x64``) is looked up in ``folder`` and its sub-folders when given, else in the
+    model cache, ``$LIBREDGETPU_ROS_TEMPLATES`` and the fixtures (models/templates.py: one ConfigError with
+    the fetch command when it is nowhere)."""
     path = Path(template)
     base = _base_of(path)
     if not base.parent.joinpath(base.name + ".tflite").is_file() and path.parent == Path("."):
-        root = Path(folder) if folder is not None else default_folder()
-        hits = sorted(root.glob(f"**/{base.name}.tflite"))
-        if hits:
-            base = hits[0].with_name(base.name)
+        if folder is None:
+            from libredgetpu_ros.models.templates import resolve_template
+
+            base = resolve_template(base.name)
+        else:
+            hits = sorted(Path(folder).glob(f"**/{base.name}.tflite"))
+            if hits:
+                base = hits[0].with_name(base.name)
     compiled = base.with_name(base.name + COMPILED_SUFFIX)
     twin = base.with_name(base.name + ".tflite")
     sidecar = base.with_name(base.name + SIDECAR_SUFFIX)
