@@ -105,7 +105,10 @@ def load_node_config(path: str | Path, overrides: dict[str, Any] | None = None,
                           f"('/**: ros__parameters: ...')")
     values.update(overrides or {})
     table = param_table(node_type)
-    typed = {p.name: p.value for p in table.overrides(values)}
+    try:
+        typed = {p.name: p.value for p in table.overrides(values)}
+    except ConfigError as exc:  # say which node's table refused them (a looming file read as a tracker's)
+        raise ConfigError(f"config {path} ({node_type} node {name!r}): {exc}") from None
     params = table.values_type(**(table.defaults() | typed))
     namespace = f"/{namespace.strip('/')}" if namespace.strip("/") else ""
     return NodeConfig(params=params, namespace=namespace, name=name, node_type=node_type)
