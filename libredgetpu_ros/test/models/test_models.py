@@ -44,7 +44,8 @@ def test_catalogue_pins_every_file_to_the_fixture_bytes(fixtures_dir: Path) -> N
         assert e.edgetpu.name.endswith("_edgetpu.tflite")
         assert e.cpu.name == e.edgetpu.name.replace("_edgetpu", "")  # where the pipeline looks for the twin
         for f in e.files:
-            assert f.url.startswith(("https://raw.githubusercontent.com/google-coral/",  # templates: pinned commit
+            # Google's repositories; the templates: LibrEdgeTPU at a pinned commit
+            assert f.url.startswith(("https://raw.githubusercontent.com/google-coral/",
                                      "https://raw.githubusercontent.com/ricardodeazambuja/LibrEdgeTPU/"
                                      "be71d6de166d9c13bd221117bebb1934446fd10f/"))
             assert f.url.endswith(f.name)

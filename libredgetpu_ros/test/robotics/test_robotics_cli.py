@@ -64,7 +64,7 @@ def test_pattern_and_looming_json(tmp_path, capsys, fixture_path) -> None:
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["robotics", "spot", "--model", "no_such_template", "IMG"], "incomplete"),
+    (["robotics", "spot", "--model", "no_such_template", "IMG"], "is unknown"),  # + close names
     (["robotics", "spot", "--model", "color_red_64x64", "--backend", "cpu", "missing.png"], "missing.png"),
     (["robotics", "spot", "--model", "bright_64x64", "--backend", "cpu", "--color", "1", "0", "0", "IMG"],
      "brightness"),
