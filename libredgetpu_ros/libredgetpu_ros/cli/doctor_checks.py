@@ -69,7 +69,8 @@ class Machine:
     find_module: Callable[[str], bool] = lambda name: importlib.util.find_spec(name) is not None
     firmware_paths: Callable[[], list[Path]] = firmware_candidates
     model_status: Callable[[], dict[str, str]] | None = None  # name -> cached | partial | missing
-    templates_dir: Callable[[], Path] | None = None  # the fixtures folder (raises when there is none)
+    # template name -> (base path, "cache" or the folder) or None; default models/templates.find_template
+    find_template: Callable[[str], tuple[Path, str] | None] | None = None
     python_version: tuple[int, int] = sys.version_info[:2]
     access: Callable[[Path, int], bool] = lambda path, mode: os.access(path, mode)
 
@@ -221,23 +222,37 @@ def check_models(m: Machine) -> Check:
 
 
 def check_templates(m: Machine) -> Check:
-    """The folder the control / tracker / looming / flow / recognition configs' template names resolve in."""
-    from libredgetpu_ros.fixtures import FixtureMissingError, fixtures_dir
+    """Whether the templates the shipped configs name (control, trackers, looming, flow, recognition) resolve,
+    by the nodes' own resolution (models/templates.py: the model cache, $LIBREDGETPU_ROS_TEMPLATES, the
+    fixtures); a robot without them finds out here, not at configure."""
+    from libredgetpu_ros.models.catalogue import CATALOGUE
+    from libredgetpu_ros.models.templates import CONFIG_TEMPLATES, find_template
 
-    try:
-        folder = (m.templates_dir or fixtures_dir)()
-    except FixtureMissingError as exc:
-        folder, reason = None, str(exc)
-    missing = [sub for sub in ("matmul", "robotics") if folder is None or not (folder / sub).is_dir()]
+    find = m.find_template or find_template
+    where: dict[str, str] = {}
+    missing: dict[str, list[str]] = {}  # template -> configs naming it
+    for config, names in CONFIG_TEMPLATES.items():
+        for name in names:
+            found = find(name)
+            if found is None:
+                missing.setdefault(name, []).append(config)
+            else:
+                where[name] = found[1]
     if not missing:
-        return Check("templates", OK, f"{folder}: matmul/ (control) and robotics/ (tracker, looming, flow, "
-                     "recognition) for the configs' template names")
-    if folder is not None:
-        reason = f"{folder} has no {' or '.join(s + '/' for s in missing)}"
-    return Check("templates", WARN, f"{reason}: launches whose config names a template (control, tracker, "
-                 "looming, flow, recognition) fail to configure",
-                 "copy the shared fixtures folder (matmul/, robotics/) here and set LIBREDGETPU_ROS_FIXTURES "
-                 "to it, or give template paths (model:=/path/NAME_edgetpu.tflite); docs/install.md")
+        places = sorted(set(where.values()))
+        return Check("templates", OK, f"the {len(where)} templates the shipped configs name are installed "
+                     f"({', '.join(places)})")
+    fetchable = [n for n in missing if n in CATALOGUE]
+    others = [n for n in missing if n not in CATALOGUE]
+    detail = "; ".join(f"{n} ({', '.join(c)})" for n, c in missing.items())
+    fixes = []
+    if fetchable:
+        fixes.append(f"libredgetpu-ros models fetch {' '.join(fetchable)}  (offline: models import DIR)")
+    if others:
+        fixes.append(f"{', '.join(others)}: not in the catalogue; put its files (NAME.tflite, "
+                     f"NAME_edgetpu.json) in a folder named by LIBREDGETPU_ROS_TEMPLATES")
+    return Check("templates", WARN, f"not installed: {detail}: these launches fail to configure",
+                 "; ".join(fixes))
 
 
 def check_ros(m: Machine) -> Check:

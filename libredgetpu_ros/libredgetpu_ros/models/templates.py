@@ -25,6 +25,18 @@ from libredgetpu_ros.models.catalogue import CATALOGUE
 TEMPLATES_ENV = "LIBREDGETPU_ROS_TEMPLATES"
 _SUFFIXES = ("_edgetpu.tflite", "_edgetpu.json", ".tflite")
 
+# The templates the shipped configs (config/*.yaml) name, by config; test_templates.py keeps this true.
+# The pattern tracker's template has no catalogue entry (no compiled model is pinned): it comes from
+# $LIBREDGETPU_ROS_TEMPLATES or the fixtures' robotics/pattern folder.
+CONFIG_TEMPLATES: dict[str, tuple[str, ...]] = {
+    "control": ("dense_256",),
+    "tracker_spot": ("color_red_64x64",),
+    "tracker_pattern": ("pattern_64x64_8x8_1ch",),
+    "looming": ("looming_64x64_3x3",),
+    "flow": ("gabor_64x64_p4",),
+    "recognition": ("dense_1024", "mobilenet_v1_1.0_224_quant_embedding_extractor"),
+}
+
 
 def base_name(text: str) -> str:
     """``NAME`` of ``NAME``, ``NAME.tflite``, ``NAME_edgetpu.tflite`` or ``NAME_edgetpu.json``."""

@@ -199,22 +199,18 @@ def test_dds_transport_fix_is_one_export_that_makes_the_check_ok(machine: d.Mach
 
 
 def test_templates_branches(machine: d.Machine, tmp_path: Path) -> None:
-    """The folder the configs' template names resolve in: complete, partial, absent (a colcon workspace)."""
-    from libredgetpu_ros.fixtures import FixtureMissingError
-
-    folder = tmp_path / "fixtures"
-    (folder / "matmul").mkdir(parents=True)
-    machine.templates_dir = lambda: folder
-    partial = by_name(d.run_checks(machine))["templates"]
-    assert partial.status == d.WARN and "has no robotics/" in partial.detail
-    assert "LIBREDGETPU_ROS_FIXTURES" in partial.fix and "model:=" in partial.fix
-    (folder / "robotics").mkdir()
-    assert by_name(d.run_checks(machine))["templates"].status == d.OK
-
-    def absent() -> Path:
-        raise FixtureMissingError("fixtures folder not found (looked in: /ws/src/shared/fixtures)")
-
-    machine.templates_dir = absent
+    """The shipped configs' templates by the nodes' own resolution: all found, some missing (a robot with an
+    empty cache and no fixtures: the fetch command names the catalogue ones; the pattern one, a folder)."""
+    machine.find_template = lambda name: (tmp_path / name, "cache")
+    ok = by_name(d.run_checks(machine))["templates"]
+    assert ok.status == d.OK and "(cache)" in ok.detail
+    machine.find_template = lambda name: None
     none = by_name(d.run_checks(machine))["templates"]
-    assert none.status == d.WARN and "/ws/src/shared/fixtures" in none.detail
-    assert "fail to configure" in none.detail
+    assert none.status == d.WARN and "fail to configure" in none.detail
+    assert "color_red_64x64 (tracker_spot)" in none.detail and "dense_256 (control)" in none.detail
+    assert "libredgetpu-ros models fetch dense_256 color_red_64x64 " in none.fix
+    assert "pattern_64x64_8x8_1ch: not in the catalogue" in none.fix
+    assert "LIBREDGETPU_ROS_TEMPLATES" in none.fix
+    machine.find_template = lambda name: None if name == "gabor_64x64_p4" else (tmp_path / name, "cache")
+    one = by_name(d.run_checks(machine))["templates"]
+    assert one.status == d.WARN and one.fix.startswith("libredgetpu-ros models fetch gabor_64x64_p4  (")
