@@ -10,6 +10,7 @@ HELP = "models a robot can get: list the pinned catalogue, fetch (verified, resu
 EXAMPLES = (
     "libredgetpu-ros models list",
     "libredgetpu-ros models fetch mobilenet_v1_0.25_128        # model, CPU twin and labels into the cache",
+    "libredgetpu-ros models fetch dense_256 color_red_64x64    # the control and tracker configs' templates",
     "libredgetpu-ros models import /media/usb/models           # no internet: files copied there beforehand",
     "libredgetpu-ros models path mobilenet_v1_0.25_128 --labels",
 )
@@ -19,8 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="models_action", metavar="ACTION", required=True)
     p = sub.add_parser("list", help="catalogue entries, their task and whether they are cached")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p = sub.add_parser("fetch", help="download an entry's Edge TPU model, CPU twin and labels into the cache")
-    p.add_argument("name")
+    p = sub.add_parser("fetch", help="download entries' files (Edge TPU model, CPU twin, labels or a "
+                                     "template's sidecar) into the cache")
+    p.add_argument("name", nargs="+", help="catalogue entries (models list)")
     p.add_argument("--mirror", help="base URL serving the files by name instead of the official URLs "
                                     "(also $LIBREDGETPU_ROS_MODEL_MIRROR); checksums stay the catalogue's")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -73,8 +75,10 @@ def run(args: argparse.Namespace) -> int:
         deadline = DEADLINE_S if args.timeout is None else args.timeout
         if not 0 < deadline < float("inf"):
             raise InputError(f"--timeout must be a positive number of seconds, got {args.timeout}")
-        path = store.fetch(args.name, mirror=args.mirror, progress=progress, say=say, deadline_s=deadline)
-        print(path)
+        for name in args.name:
+            store.entry(name)  # every name known before anything is downloaded
+        for name in args.name:
+            print(store.fetch(name, mirror=args.mirror, progress=progress, say=say, deadline_s=deadline))
         return 0
     if action == "path":
         e = store.entry(args.name)
@@ -90,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     complete = store.import_dir(Path(args.dir), args.names or None, say=say)
     if not complete:
         raise InputError(f"import: no complete catalogue entry under {args.dir} (each needs its Edge TPU "
-                         f"model, CPU twin and labels; `libredgetpu-ros models list --json` names them)")
+                         f"model, CPU twin and labels or sidecar; `libredgetpu-ros models list --json` names "
+                         f"them)")
     print("\n".join(complete))
     return 0
