@@ -57,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             continue
         p.add_argument("--model", required=True,
                        help="template: a compiled *_edgetpu.tflite, its twin, its sidecar, or a name such as "
-                            "color_red_64x64 (looked up in the fixtures' robotics folder)")
+                            "color_red_64x64 (model cache first: models fetch NAME; then "
+                            "$LIBREDGETPU_ROS_TEMPLATES, the fixtures)")
         p.add_argument("--backend", choices=("auto", "cpu", "edgetpu"), default="auto",
                        help="auto = the Edge TPU if one is attached, else the CPU twin (default)")
         p.add_argument("--device", help="which Edge TPU (index or USB bus path)")

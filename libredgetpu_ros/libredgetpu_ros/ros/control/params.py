@@ -22,7 +22,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               choices=BACKENDS),
     ParamSpec("require_accelerator", False, "fail configure unless W·x runs on the Edge TPU (no CPU "
               "fallback), for a robot that needs its speed"),
-    ParamSpec("template", 256, "Dense(N) template size N (256, 512, 1024 ship as fixtures)",
+    ParamSpec("template", 256, "Dense(N) template size N (256, 512, 1024: models fetch dense_N)",
               range=(64, 16384)),
     ParamSpec("template_path", "", "a dense_N_edgetpu.tflite (beside dense_N.tflite and its .json); "
               "overrides template"),

@@ -32,8 +32,9 @@ class FlowParams(ImageParams):
 
 
 PARAMS = camera_param_table([
-    ParamSpec("model", "gabor_64x64_p4", "Gabor flow template: a name looked up in the fixtures' robotics "
-              "folder (gabor_64x64_p4, gabor_64x64_7k_4o_2s, gabor_128x128_p4, ...) or any of its files."),
+    ParamSpec("model", "gabor_64x64_p4", "Gabor flow template: a name (gabor_64x64_p4, gabor_64x64_7k_4o_2s, "
+              "gabor_128x128_p4, ...; model cache first: models fetch NAME; then $LIBREDGETPU_ROS_TEMPLATES, "
+              "the fixtures) or any of its files."),
     ParamSpec("backend", "auto", "auto prefers an attached Edge TPU; cpu runs the template's twin.",
               choices=("auto", "cpu", "edgetpu")),
     ParamSpec("device", "", "Edge TPU to open (index or USB bus path); empty: the first one."),

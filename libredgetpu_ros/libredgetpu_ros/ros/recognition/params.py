@@ -21,7 +21,8 @@ class RecognitionParams(ImageParams):
 
 RECOGNITION_PARAMS = camera_param_table([
     ParamSpec("model", "", "Embedding extractor: a compiled *_edgetpu.tflite (its CPU twin beside it); "
-              "empty = the fixture MobileNet v1 extractor (1024-d)."),
+              "empty = the catalogue's MobileNet v1 extractor (1024-d; models fetch "
+              "mobilenet_v1_1.0_224_quant_embedding_extractor)."),
     ParamSpec("backend", "auto", "auto prefers an attached Edge TPU (extractor and database); cpu runs the "
               "CPU twins.", choices=("auto", "cpu", "edgetpu")),
     ParamSpec("device", "", "Edge TPU to open (index or USB bus path); empty: the first one."),

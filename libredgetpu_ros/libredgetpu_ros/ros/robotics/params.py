@@ -13,7 +13,8 @@ MAX_CPU_THREADS = 64
 
 _COMMON = [
     ParamSpec("template", "", "Robotics template: a compiled *_edgetpu.tflite, its twin or sidecar, or a "
-              "name such as color_red_64x64 (looked up in the fixtures' robotics folder)."),
+              "name such as color_red_64x64 (model cache first: models fetch NAME; then "
+              "$LIBREDGETPU_ROS_TEMPLATES, the fixtures)."),
     ParamSpec("backend", "auto", "auto prefers an attached Edge TPU; cpu runs the template's CPU twin.",
               choices=("auto", "cpu", "edgetpu")),
     ParamSpec("device", "", "Edge TPU to open (index or USB bus path); empty: the first one."),
