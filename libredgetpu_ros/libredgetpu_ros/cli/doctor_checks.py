@@ -225,7 +225,6 @@ def check_templates(m: Machine) -> Check:
     """Whether the templates the shipped configs name (control, trackers, looming, flow, recognition) resolve,
     by the nodes' own resolution (models/templates.py: the model cache, $LIBREDGETPU_ROS_TEMPLATES, the
     fixtures); a robot without them finds out here, not at configure."""
-    from libredgetpu_ros.models.catalogue import CATALOGUE
     from libredgetpu_ros.models.templates import CONFIG_TEMPLATES, find_template
 
     find = m.find_template or find_template
@@ -242,17 +241,9 @@ def check_templates(m: Machine) -> Check:
         places = sorted(set(where.values()))
         return Check("templates", OK, f"the {len(where)} templates the shipped configs name are installed "
                      f"({', '.join(places)})")
-    fetchable = [n for n in missing if n in CATALOGUE]
-    others = [n for n in missing if n not in CATALOGUE]
     detail = "; ".join(f"{n} ({', '.join(c)})" for n, c in missing.items())
-    fixes = []
-    if fetchable:
-        fixes.append(f"libredgetpu-ros models fetch {' '.join(fetchable)}  (offline: models import DIR)")
-    if others:
-        fixes.append(f"{', '.join(others)}: not in the catalogue; put its files (NAME.tflite, "
-                     f"NAME_edgetpu.json) in a folder named by LIBREDGETPU_ROS_TEMPLATES")
     return Check("templates", WARN, f"not installed: {detail}: these launches fail to configure",
-                 "; ".join(fixes))
+                 f"libredgetpu-ros models fetch {' '.join(missing)}  (offline: models import DIR)")
 
 
 def check_ros(m: Machine) -> Check:

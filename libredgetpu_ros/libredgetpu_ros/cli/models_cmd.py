@@ -84,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
         e = store.entry(args.name)
         f = e.cpu if args.cpu else (e.labels if args.labels else e.edgetpu)
         if f is None:
-            raise InputError(f"model {e.name!r} has no labels file")
+            which = "labels" if args.labels else "compiled Edge TPU model (its CPU twin: --cpu)"
+            raise InputError(f"model {e.name!r} has no {which} file")
         path = store.cached(f)
         if path is None:
             raise InputError(f"{f.name} of {e.name!r} is not in the cache ({store.cache_dir()}): "

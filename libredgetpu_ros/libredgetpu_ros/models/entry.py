@@ -22,7 +22,7 @@ class ModelEntry:
     name: str
     task: str
     description: str
-    edgetpu: ModelFile
+    edgetpu: ModelFile | None  # None: a template without a compiled model (the pattern tracker's)
     cpu: ModelFile
     labels: ModelFile | None = None
     sidecar: ModelFile | None = None  # a template's NAME_edgetpu.json (models/template_catalogue.py)
@@ -37,4 +37,4 @@ class ModelEntry:
         return self.task in TEMPLATE_TASKS
 
 
-TEMPLATE_TASKS = frozenset({"dense", "tracker", "looming", "flow", "embed"})
+TEMPLATE_TASKS = frozenset({"dense", "tracker", "pattern", "looming", "flow", "embed"})

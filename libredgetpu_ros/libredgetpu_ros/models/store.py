@@ -74,7 +74,7 @@ def fetch(name: str, *, mirror: str | None = None, cache: Path | None = None, pr
             continue
         say(f"{f.name}: fetching {url}")
         download(url, dest, f.sha256, progress=progress, deadline_s=deadline_s)
-    return cache / e.edgetpu.name
+    return cache / (e.edgetpu or e.cpu).name
 
 
 def import_dir(folder: Path, names: list[str] | None = None, *, cache: Path | None = None,

@@ -6,8 +6,9 @@ ricardodeazambuja/LibrEdgeTPU (Apache-2.0) at a pinned commit, so a URL always n
 SHA-256 is the shared fixtures' file, checked equal to that commit's blob. The embedding extractor (the
 recognition node's default model) is Google's, from google-coral/edgetpu ``test_data``; it has no sidecar.
 
-Not here: the pattern tracker's compiled models (none is pinned yet: its twin runs on the CPU) and Dense(N)
-sizes other than 256/512/1024 (``libredgetpu-ros template-gen`` makes them locally). ROS-free.
+The pattern tracker's entries have no compiled model (none is pinned: the fixtures hold none, so its twin
+runs on the CPU; ``edgetpu`` is None). Not here: Dense(N) sizes other than 256/512/1024
+(``libredgetpu-ros template-gen`` makes them locally). ROS-free.
 """
 
 from __future__ import annotations
@@ -23,17 +24,18 @@ DENSE = ("templates/", "dense", "Dense(N) MatMul template (control node, recogni
 TRACKER = ("tracker/templates/", "tracker", "spot tracker template (bright spot or colour blob)")
 LOOMING = ("looming/templates/", "looming", "looming (approach) detector template")
 FLOW = ("optical_flow/templates/", "flow", "optical-flow Gabor template")
+PATTERN = ("pattern/templates/", "pattern", "pattern tracker template (twin and sidecar; no compiled model)")
 
 
-def _t(family: tuple[str, str, str], name: str, compiled: str, twin: str, sidecar: str) -> ModelEntry:
+def _t(family: tuple[str, str, str], name: str, compiled: str | None, twin: str, sidecar: str) -> ModelEntry:
     folder, task, what = family
     base = _UPSTREAM + folder
 
     def f(suffix: str, sha256: str) -> ModelFile:
         return ModelFile(name + suffix, base + name + suffix, sha256)
 
-    return ModelEntry(name, task, f"{what}: {name}", f("_edgetpu.tflite", compiled), f(".tflite", twin),
-                      sidecar=f("_edgetpu.json", sidecar))
+    return ModelEntry(name, task, f"{what}: {name}", f("_edgetpu.tflite", compiled) if compiled else None,
+                      f(".tflite", twin), sidecar=f("_edgetpu.json", sidecar))
 
 
 EXTRACTOR = "mobilenet_v1_1.0_224_quant_embedding_extractor"
@@ -119,6 +121,24 @@ TEMPLATES: tuple[ModelEntry, ...] = (
        "784d8017680b138bbe93bd071c6f4986a8fe98eba9b274bcea2c5803121947d1",
        "19572e5ed5afd4dbcb0cb908a1172227768e081f5ca3bb606b92645a1c01033c",
        "e470a6fbee01116b911c726b9da6e3cfce7c89e19f0e1689d15d4a2997e8e736"),
+    _t(PATTERN, "pattern_128x128_16x16_1ch", None,
+       "ed103f5c5f5eb2155acf9e759be1739319b741bddea63e19285b9da12985845c",
+       "c9e04bbd1a94514e4e02989493af0e1db8d4faecc89689e9242a9361c58cfa5a"),
+    _t(PATTERN, "pattern_128x128_16x16_3ch", None,
+       "04f59cb39582efa8ee61bae80eb62b304907fa9f639be308ef33ab4357c80d34",
+       "c1640f799a3950dd7453e1728fa14f601af6ea71f7ad01159a9e66e3c3980ac2"),
+    _t(PATTERN, "pattern_128x128_32x32_1ch", None,
+       "bb5a9fb716522e804bde55946a25b4fb775b3bdd3887bcc0931afa90a08242a9",
+       "95be9ebc7b90a536e32d70bf3eaa01e6642617b85a75e3260cff0aacfd8d3f7e"),
+    _t(PATTERN, "pattern_64x64_16x16_1ch", None,
+       "259830a4b73824e8b25b5c2227ef109d0aec06545f165daeecef7726232f9d7b",
+       "ce8695d91c2b4283d0fe36c0463b98f56a99dba5ec824d3189d7829b5eafb6f7"),
+    _t(PATTERN, "pattern_64x64_8x8_1ch", None,
+       "a545c9a0220070da8c14c2c6168b0306827a24c57241d97036b8677ade6f63f1",
+       "772384fb5c6444a7608edd44142792f6667352630f96168c0a38aefeedfaad61"),
+    _t(PATTERN, "pattern_64x64_8x8_3ch", None,
+       "d208fe24c3e254d80bf39a3ed389179ba5dda782325a67026cc8efd184e24377",
+       "07f827cf19ee6949098c1b3ce1bf3304f352baf906929ffa0dca92e9c16efdbe"),
     ModelEntry(EXTRACTOR, "embed",
                "MobileNet v1 1.0 224x224 without its classifier: 1024-d embeddings (recognition node)",
                ModelFile(EXTRACTOR + "_edgetpu.tflite", _EDGETPU + EXTRACTOR + "_edgetpu.tflite",

@@ -26,8 +26,6 @@ TEMPLATES_ENV = "LIBREDGETPU_ROS_TEMPLATES"
 _SUFFIXES = ("_edgetpu.tflite", "_edgetpu.json", ".tflite")
 
 # The templates the shipped configs (config/*.yaml) name, by config; test_templates.py keeps this true.
-# The pattern tracker's template has no catalogue entry (no compiled model is pinned): it comes from
-# $LIBREDGETPU_ROS_TEMPLATES or the fixtures' robotics/pattern folder.
 CONFIG_TEMPLATES: dict[str, tuple[str, ...]] = {
     "control": ("dense_256",),
     "tracker_spot": ("color_red_64x64",),

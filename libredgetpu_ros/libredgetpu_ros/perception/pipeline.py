@@ -67,7 +67,7 @@ def _missing_model_hint(path: Path) -> str:
     from libredgetpu_ros.models.catalogue import CATALOGUE
 
     for entry in CATALOGUE.values():
-        if entry.edgetpu.name == path.name:
+        if entry.edgetpu is not None and entry.edgetpu.name == path.name:
             return (f"it is catalogue model {entry.name}: run `libredgetpu-ros models fetch {entry.name}` "
                     f"(or `models import DIR` offline) and set model: {entry.name}")
     return ("give the path of a compiled *_edgetpu.tflite, or a catalogue name (`libredgetpu-ros models "

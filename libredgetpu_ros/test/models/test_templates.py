@@ -43,7 +43,7 @@ def _flat_copy(fixtures_dir: Path, names: list[str], folder: Path) -> Path:
 
 
 def test_config_template_table_matches_the_shipped_configs() -> None:
-    """doctor checks CONFIG_TEMPLATES: it must be what config/*.yaml name (catalogue entries but pattern)."""
+    """doctor checks CONFIG_TEMPLATES: it must be what config/*.yaml name, each a catalogue entry."""
     import yaml
     from libredgetpu_ros.models.catalogue import CATALOGUE
     from libredgetpu_ros.models.templates import CONFIG_TEMPLATES
@@ -53,7 +53,7 @@ def test_config_template_table_matches_the_shipped_configs() -> None:
         named = params.get("template", params.get("model"))
         named = f"dense_{named}" if isinstance(named, int) else named
         assert named == names[0], config
-        assert all(n in CATALOGUE for n in names) or config == "tracker_pattern", config
+        assert all(CATALOGUE[n].is_template for n in names), config
 
 
 def test_fetch_from_a_loopback_mirror_then_resolve_and_run(robot: Path, file_server, fixtures_dir: Path,
@@ -64,14 +64,15 @@ def test_fetch_from_a_loopback_mirror_then_resolve_and_run(robot: Path, file_ser
     from libredgetpu_ros.robotics.spot import SpotTracker
     from libredgetpu_ros.robotics.template import load_template
 
-    names = ["color_red_64x64", "dense_256"]
+    names = ["color_red_64x64", "dense_256", "pattern_64x64_8x8_1ch"]
     with pytest.raises(ConfigError, match="models fetch color_red_64x64"):
         resolve_template("color_red_64x64")
     served = _flat_copy(fixtures_dir, names, tmp_path / "www")
     with file_server(served) as srv:
         assert main(["models", "fetch", *names, "--mirror", srv.url, "--no-progress"]) == 0
     out = capsys.readouterr().out.split()
-    assert out == [str(robot / "color_red_64x64_edgetpu.tflite"), str(robot / "dense_256_edgetpu.tflite")]
+    assert out == [str(robot / "color_red_64x64_edgetpu.tflite"), str(robot / "dense_256_edgetpu.tflite"),
+                   str(robot / "pattern_64x64_8x8_1ch.tflite")]  # no compiled pattern model: its twin
     assert find_template("color_red_64x64") == (robot / "color_red_64x64", "cache")
     spot = load_template("color_red_64x64")  # a bare name, as in config/tracker_spot.yaml
     assert spot.twin_path == robot / "color_red_64x64.tflite" and spot.compiled_path is not None
@@ -82,6 +83,10 @@ def test_fetch_from_a_loopback_mirror_then_resolve_and_run(robot: Path, file_ser
     assert result.x_offset > 0.2 and result.y_offset > 0.2, result
     dense = load_dense(256)  # an int, as in config/control.yaml
     assert dense.compiled_path == robot / "dense_256_edgetpu.tflite" and dense.rows == 256
+    pattern = load_template("pattern_64x64_8x8_1ch")  # config/tracker_pattern.yaml: twin + sidecar only
+    assert pattern.compiled_path is None and pattern.twin_path == robot / "pattern_64x64_8x8_1ch.tflite"
+    assert main(["models", "path", "pattern_64x64_8x8_1ch"]) == 2
+    assert "has no compiled Edge TPU model (its CPU twin: --cpu) file" in capsys.readouterr().err
 
 
 def test_import_a_copy_of_the_fixtures_then_resolve(robot: Path, fixtures_dir: Path, tmp_path: Path,
