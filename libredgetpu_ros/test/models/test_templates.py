@@ -145,9 +145,13 @@ def test_known_but_not_installed_and_misspelled_names(robot: Path) -> None:
 
 
 @pytest.mark.ros
-def test_control_and_tracker_configure_fail_with_the_fetch_command(ros_env, robot: Path, capfd) -> None:
+def test_control_and_tracker_configure_fail_with_the_fetch_command(ros_env, robot: Path, capfd,
+                                                                   fixtures_dir: Path, tmp_path: Path
+                                                                   ) -> None:
     """The nodes as the default configs start them, on a robot without templates: configure fails, the node
-    stays unconfigured, and what it logged is the command that fixes it."""
+    stays unconfigured, and what it logged is the command that fixes it; once the templates are imported
+    (what that command's offline form does), the same nodes configure."""
+    from libredgetpu_ros.models.store import import_dir
     from libredgetpu_ros.ros.control_node import ControlNode
     from libredgetpu_ros.ros.robotics.tracker_node import TrackerNode
     from rclpy.lifecycle import TransitionCallbackReturn
@@ -168,3 +172,17 @@ def test_control_and_tracker_configure_fail_with_the_fetch_command(ros_env, robo
     assert "configure failed: template 'dense_256' is not installed" in logged
     assert "`libredgetpu-ros models fetch dense_256`" in logged
     assert "`libredgetpu-ros models fetch color_red_64x64`" in logged
+    import_dir(_flat_copy(fixtures_dir, ["dense_256", "color_red_64x64"], tmp_path / "usb"))
+    control = ControlNode("control_fixed", context=context,
+                          parameter_overrides=[Parameter("template", value=256)])
+    tracker = TrackerNode("tracker_fixed", context=context, parameter_overrides=[
+        Parameter("template", value="color_red_64x64"), Parameter("backend", value="cpu")])
+    try:
+        assert control.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert tracker.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        # the fixtures are still hidden: the cache is the only place these templates can have come from
+        assert control._ctl.describe().startswith("MatMulEngine dense_256")
+    finally:
+        for node in (control, tracker):
+            node.teardown()
+            node.destroy_node()
