@@ -34,7 +34,7 @@ def _t(family: tuple[str, str, str], name: str, compiled: str | None, twin: str,
     def f(suffix: str, sha256: str) -> ModelFile:
         return ModelFile(name + suffix, base + name + suffix, sha256)
 
-    return ModelEntry(name, task, f"{what}: {name}", f("_edgetpu.tflite", compiled) if compiled else None,
+    return ModelEntry(name, task, what, f("_edgetpu.tflite", compiled) if compiled else None,
                       f(".tflite", twin), sidecar=f("_edgetpu.json", sidecar))
 
 
