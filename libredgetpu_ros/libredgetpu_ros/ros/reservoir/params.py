@@ -14,7 +14,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("backend", "auto", "where W_res x runs; auto = the Edge TPU if one is attached, else the CPU "
               "twin", choices=("auto", "cpu", "edgetpu")),
     ParamSpec("device", "", "Edge TPU to use (index or USB bus path); empty = the first one"),
-    ParamSpec("template", 256, "reservoir size N: the Dense(N) template (256, 512, 1024 ship as fixtures)",
+    ParamSpec("template", 256, "reservoir size N: Dense(N) template (256, 512, 1024: models fetch dense_N)",
               range=(64, 16384)),
     ParamSpec("state_topic", "state", "state input topic (a relative name resolves in the node namespace)"),
     ParamSpec("state_type", "joint_state", "message type of the state topic (the prediction has the same "
