@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -23,7 +22,7 @@ import numpy as np
 from libredgetpu_ros.errors import ModelFormatError
 from libredgetpu_ros.matmul.blob import blob_size, overhead_multipliers, overhead_size, parse_blob
 from libredgetpu_ros.matmul.twin import DenseQuantization
-from libredgetpu_ros.models.templates import TEMPLATES_ENV, base_name, resolve_template
+from libredgetpu_ros.models.templates import base_name, resolve_template
 
 if TYPE_CHECKING:
     from libredgetpu_ros.formats.darwinn import Executable
@@ -34,16 +33,6 @@ SIDECAR_SUFFIX = "_edgetpu.json"
 # Sidecar floats are float32 values printed as doubles; the overhead multipliers are rounded by the compiler.
 _SCALE_RTOL = 1e-6
 _MULTIPLIER_RTOL = 1e-5
-
-
-def default_templates_dir() -> Path:
-    """``$LIBREDGETPU_ROS_TEMPLATES`` if set, else the shared fixtures' ``matmul`` folder (where generated
-    templates go by default; names are resolved by models/templates.py, cache first)."""
-    if os.environ.get(TEMPLATES_ENV):
-        return Path(os.environ[TEMPLATES_ENV])
-    from libredgetpu_ros.fixtures import fixtures_dir
-
-    return fixtures_dir() / "matmul"
 
 
 def template_paths(template: int | str | Path, templates_dir: Path | None = None) -> tuple[Path, Path, Path]:

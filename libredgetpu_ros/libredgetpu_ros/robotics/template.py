@@ -42,13 +42,6 @@ SIDECAR_RTOL = 1e-6
 MAX_SIDECAR_BYTES = 1 << 20
 
 
-def default_folder() -> Path:
-    """The shared fixtures' ``robotics`` folder (templates are grouped there by module)."""
-    from libredgetpu_ros.fixtures import fixtures_dir
-
-    return fixtures_dir() / "robotics"
-
-
 def _base_of(path: Path) -> Path:
     name = path.name
     for suffix in (COMPILED_SUFFIX, SIDECAR_SUFFIX, ".tflite"):
