@@ -88,6 +88,14 @@ class ModelFetchError(LibrEdgeTpuError):
     """A catalogue model could not be fetched or imported: network, truncated transfer, wrong checksum."""
 
 
+class ModelSourceError(ModelFetchError):
+    """What a server or an import folder offered is malformed or not the pinned file (a broken HTTP reply,
+    more bytes than announced or allowed, a checksum mismatch), or the fetch was asked something impossible:
+    bad input (exit 2), where an unreachable server or a cut transfer stays a ModelFetchError (exit 1)."""
+
+    exit_code = 2
+
+
 class DeviceError(LibrEdgeTpuError):
     """Base class of accelerator device problems."""
 

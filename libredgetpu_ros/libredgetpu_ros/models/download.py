@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from libredgetpu_ros.atomicio import commit_file
-from libredgetpu_ros.errors import ModelFetchError, OutputError
+from libredgetpu_ros.errors import ModelFetchError, ModelSourceError, OutputError
 from libredgetpu_ros.textdata import clip
 
 CHUNK = 1 << 16
@@ -152,7 +152,8 @@ def _open(url: str, offset: int, deadline: _Deadline) -> tuple[http.client.HTTPR
                               "--mirror URL of a site copy") from None
     except (OSError, http.client.HTTPException) as exc:  # bad status line, too many / too long headers
         _check_deadline(deadline, url, "")
-        raise ModelFetchError(f"{url}: not a valid HTTP reply ({type(exc).__name__}: {_clip(exc)})") from None
+        raise ModelSourceError(f"{url}: not a valid HTTP reply ({type(exc).__name__}: "
+                               f"{_clip(exc)})") from None
     return response, response.status, ""
 
 
@@ -200,7 +201,7 @@ def _transfer(url: str, dest: Path, part: Path, deadline: _Deadline, progress: b
     with response:
         total = _expected_total(response, status, offset, url)
         if total is not None and total > MAX_BYTES:
-            raise ModelFetchError(f"{url}: the server announces {total} bytes, more than the "
+            raise ModelSourceError(f"{url}: the server announces {total} bytes, more than the "
                                   f"{MAX_BYTES}-byte limit for a model file")
         if status != 206:
             offset = 0  # the server sent the whole file: start the part over
@@ -211,7 +212,7 @@ def _transfer(url: str, dest: Path, part: Path, deadline: _Deadline, progress: b
                     out.write(block)
                     received += len(block)
                     if received > MAX_BYTES:
-                        raise ModelFetchError(f"{url}: more than {MAX_BYTES} bytes; refused")
+                        raise ModelSourceError(f"{url}: more than {MAX_BYTES} bytes; refused")
                     bar.update(len(block))
                     if deadline.expired:
                         break
@@ -235,9 +236,9 @@ def download(url: str, dest: Path, sha256: str, *, progress: bool = False,
     """Fetch ``url`` into ``dest`` unless ``dest`` already has the right SHA-256; returns ``dest``.
     The whole transfer must end within ``deadline_s`` seconds."""
     if not url.startswith(("https://", "http://")):
-        raise ModelFetchError(f"{_clip(url)}: only http(s) URLs are fetched")
+        raise ModelSourceError(f"{_clip(url)}: only http(s) URLs are fetched")
     if not deadline_s > 0:
-        raise ModelFetchError(f"the download deadline must be > 0 seconds, got {deadline_s}")
+        raise ModelSourceError(f"the download deadline must be > 0 seconds, got {deadline_s}")
     if dest.is_file() and sha256_of(dest) == sha256:
         return dest
     part = _part(dest)
@@ -258,7 +259,7 @@ def download(url: str, dest: Path, sha256: str, *, progress: bool = False,
     if got != sha256:
         size = part.stat().st_size
         part.unlink()
-        raise ModelFetchError(f"{url}: checksum mismatch for {dest.name}: SHA-256 {got} ({size} bytes), "
+        raise ModelSourceError(f"{url}: checksum mismatch for {dest.name}: SHA-256 {got} ({size} bytes), "
                               f"expected {sha256}; the download was discarded")
     try:
         commit_file(part, dest)

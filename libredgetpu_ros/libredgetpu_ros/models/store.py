@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from libredgetpu_ros.atomicio import atomic_path
-from libredgetpu_ros.errors import InputError, ModelFetchError, OutputError
+from libredgetpu_ros.errors import InputError, ModelFetchError, ModelSourceError, OutputError
 from libredgetpu_ros.models.catalogue import CATALOGUE, ModelEntry, ModelFile
 from libredgetpu_ros.models.download import DEADLINE_S, download, sha256_of
 from libredgetpu_ros.textdata import clip
@@ -105,7 +105,7 @@ def import_dir(folder: Path, names: list[str] | None = None, *, cache: Path | No
                 raise ModelFetchError(f"import: cannot read {clip(str(src))}: "
                                       f"{exc.strerror or exc}") from None
             if got != f.sha256:
-                raise ModelFetchError(f"import: {src}: checksum mismatch for {f.name}: SHA-256 {got}, "
+                raise ModelSourceError(f"import: {src}: checksum mismatch for {f.name}: SHA-256 {got}, "
                                       f"expected {f.sha256}; nothing of it was imported")
             dest = cache / f.name
             if not (dest.is_file() and sha256_of(dest) == f.sha256):

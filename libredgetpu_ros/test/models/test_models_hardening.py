@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from libredgetpu_ros.errors import ModelFetchError
+from libredgetpu_ros.errors import ModelFetchError, ModelSourceError
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -78,7 +78,7 @@ def test_broken_http_replies_are_one_error_line(cache: Path, capsys: pytest.Capt
     """Before: http.client's BadStatusLine / HTTPException / LineTooLong escaped as tracebacks."""
     with raw_server(lambda conn, _: conn.sendall(reply)) as url:
         code, err = _fetch_cli(url, capsys)
-    assert code == ModelFetchError.exit_code
+    assert code == ModelSourceError.exit_code == 2  # the server's reply is bad input, as for every reader
     lines = err.strip().splitlines()
     assert lines[-1].startswith("error: ") and expected in lines[-1], err
     assert len(lines[-1]) < 600  # the 5 KB status line is not echoed whole
