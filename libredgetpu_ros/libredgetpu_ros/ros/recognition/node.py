@@ -188,7 +188,9 @@ class RecognitionNode(CameraNode):
     def diagnostic_values(self) -> dict[str, object]:
         db, last = self._db, self._last
         extractor = self._extractor
-        values: dict[str, object] = {"extractor": self.params.model or "fixture MobileNet v1",
+        from libredgetpu_ros.models.template_catalogue import EXTRACTOR
+
+        values: dict[str, object] = {"extractor": self.params.model or f"{EXTRACTOR} (catalogue default)",
                                      "backend": "" if extractor is None else extractor.backend_name,
                                      "template": f"dense_{self.params.template}"}
         if db is not None:
