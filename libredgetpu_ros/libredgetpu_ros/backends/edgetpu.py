@@ -100,17 +100,17 @@ class EdgeTpuBackend:
 
     def _package_for(self, parameters: Any) -> Any:
         """The loaded package with the set's EXECUTION_ONLY / STAND_ALONE parameters in place of its own."""
-        from libredgetpu_ros.formats.darwinn import ExecutableType
+        from libredgetpu_ros.reparam import BLOB_KIND_OF
 
         cached = self._versioned
         if cached is not None and cached[0] == parameters.key:
             return cached[1]
-        kinds = {ExecutableType.EXECUTION_ONLY: "eo", ExecutableType.STAND_ALONE: "sa"}
         executables = []
         for exe in self._package.executables:
-            blob = parameters.blob(kinds.get(exe.type, ""))
+            kind = BLOB_KIND_OF[exe.type]
+            blob = None if kind == "pc" else parameters.blob(kind)  # "pc" is uploaded, not streamed (prepare)
             if blob is not None and len(blob) != len(exe.parameters):
-                raise ModelFormatError(f"{self._model_path}: new {kinds[exe.type]!r} blob has {len(blob)} "
+                raise ModelFormatError(f"{self._model_path}: new {kind!r} blob has {len(blob)} "
                                        f"bytes, the executable takes {len(exe.parameters)}")
             executables.append(exe if blob is None else dataclasses.replace(exe, parameters=memoryview(blob)))
         package = dataclasses.replace(self._package, executables=executables)

@@ -3,6 +3,7 @@ versioned and published atomically. One mechanism for MatMul's ``set_weights``, 
 the pattern tracker's template (see docs/robotics.md)."""
 
 from libredgetpu_ros.reparam.store import (
+    BLOB_KIND_OF,
     SIGN_FLIP,
     BlobPatch,
     ParameterSet,
@@ -14,5 +15,5 @@ from libredgetpu_ros.reparam.store import (
 )
 from libredgetpu_ros.reparam.twin import patch_twin_content, twin_tensor_span
 
-__all__ = ["SIGN_FLIP", "BlobPatch", "ParameterSet", "ParameterStore", "ParameterTarget", "device_to_int8",
-           "int8_to_device", "make_patch", "patch_twin_content", "twin_tensor_span"]
+__all__ = ["BLOB_KIND_OF", "SIGN_FLIP", "BlobPatch", "ParameterSet", "ParameterStore", "ParameterTarget",
+           "device_to_int8", "int8_to_device", "make_patch", "patch_twin_content", "twin_tensor_span"]

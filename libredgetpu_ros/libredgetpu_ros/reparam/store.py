@@ -29,9 +29,14 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from libredgetpu_ros.errors import WeightsError
+from libredgetpu_ros.formats.darwinn_types import ExecutableType
 
 SIGN_FLIP = 0x80  # the device's int8 convention: stored byte = int8 value XOR 0x80
 BLOB_KINDS = ("pc", "eo", "sa")
+# the blob kind of each DarwiNN executable type (every reader of a package's blobs names them this way)
+BLOB_KIND_OF: dict[ExecutableType, str] = {
+    ExecutableType.PARAMETER_CACHING: "pc", ExecutableType.EXECUTION_ONLY: "eo",
+    ExecutableType.STAND_ALONE: "sa"}
 _store_ids = itertools.count(1)
 _KEEP: Any = object()
 

@@ -15,10 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from libredgetpu_ros.errors import ModelFormatError
-from libredgetpu_ros.reparam import ParameterSet, patch_twin_content, twin_tensor_span
+from libredgetpu_ros.reparam import BLOB_KIND_OF, ParameterSet, patch_twin_content, twin_tensor_span
 from libredgetpu_ros.robotics.template import COMPILED_SUFFIX, SIDECAR_SUFFIX, RoboticsTemplate
-
-_KINDS = {1: "pc", 2: "eo", 0: "sa"}  # ExecutableType -> blob kind
 
 
 @dataclass(frozen=True)
@@ -45,7 +43,7 @@ def retarget(template: RoboticsTemplate, parameters: ParameterSet) -> Retargeted
     out = bytearray(data)
     changed: dict[str, int] = {}
     for exe in template.package().executables:
-        kind = _KINDS[int(exe.type)]
+        kind = BLOB_KIND_OF[exe.type]
         blob = parameters.blob(kind)
         if blob is None or not exe.parameters.nbytes:
             continue
@@ -58,7 +56,7 @@ def retarget(template: RoboticsTemplate, parameters: ParameterSet) -> Retargeted
     compiled = bytes(out)
     written = load_model(compiled)  # re-read: the new file must parse and hold exactly the new blobs
     for exe in written.darwinn(written.edgetpu_ops()[0]).executables:
-        blob = parameters.blob(_KINDS[int(exe.type)])
+        blob = parameters.blob(BLOB_KIND_OF[exe.type])
         if blob is not None and exe.parameters.nbytes and not np.array_equal(
                 np.frombuffer(exe.parameters, np.uint8), blob):
             raise ModelFormatError(f"{template.compiled_path}: rewritten parameters do not read back")

@@ -145,15 +145,10 @@ class RoboticsTemplate:
         a compiled model."""
         if self.compiled is None:
             return {}
-        from libredgetpu_ros.formats.darwinn import ExecutableType
+        from libredgetpu_ros.reparam import BLOB_KIND_OF
 
-        kinds = {ExecutableType.PARAMETER_CACHING: "pc", ExecutableType.EXECUTION_ONLY: "eo",
-                 ExecutableType.STAND_ALONE: "sa"}
-        out = {}
-        for exe in self.package().executables:
-            view = np.frombuffer(exe.parameters, dtype=np.uint8)
-            out[kinds[exe.type]] = view
-        return out
+        return {BLOB_KIND_OF[exe.type]: np.frombuffer(exe.parameters, dtype=np.uint8)
+                for exe in self.package().executables}
 
     def conv_weights(self, n: int = 0) -> Any:
         """The twin tensor holding the filter of the ``n``-th CONV_2D (formats ``Tensor``)."""
