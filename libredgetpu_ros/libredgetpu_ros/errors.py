@@ -123,7 +123,12 @@ class FirmwareNotFoundError(DeviceError):
 
 
 def not_a_file(what: str, path: object) -> str:
-    """The message for a ``path`` that should be a readable file but is not: missing, or something else."""
+    """The message for a ``path`` that should be a readable file but is not: missing, or something else.
+
+    Pass the real path: it is tested as given and clipped only for the message (a clipped path tested
+    for existence would always read "does not exist")."""
     from pathlib import Path
 
-    return f"{what} {path} {'is not a file' if Path(str(path)).exists() else 'does not exist'}"
+    from libredgetpu_ros.textdata import clip  # textdata imports this module
+
+    return f"{what} {clip(str(path))} {'is not a file' if Path(str(path)).exists() else 'does not exist'}"

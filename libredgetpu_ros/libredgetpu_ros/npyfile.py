@@ -25,16 +25,12 @@ from typing import BinaryIO
 
 import numpy as np
 
-from libredgetpu_ros.errors import InputError
+from libredgetpu_ros.errors import InputError, not_a_file
 from libredgetpu_ros.textdata import clip
 
 MAX_BYTES = 4 << 30  # default budget: all arrays read from one file together
 MAX_MEMBERS = 100_000
 _MAX_DEFLATE_RATIO = 1032  # deflate's best case: 258 bytes from every 2 bits of a repeated match
-
-
-def _where_missing(what: str, path: Path) -> str:
-    return f"{what} {clip(str(path))} {'is not a file' if path.exists() else 'does not exist'}"
 
 
 def read_header(stream: BinaryIO, where: str,
@@ -61,7 +57,7 @@ def read_npy(path: str | Path, what: str = ".npy file", max_bytes: int = MAX_BYT
     """The array of a ``.npy`` file whose header matches its size and ``max_bytes``."""
     path = Path(path)
     if not path.is_file():
-        raise error(_where_missing(what, path))
+        raise error(not_a_file(what, path))
     where = f"{what} {clip(str(path))}"
     try:
         with path.open("rb") as stream:
@@ -102,7 +98,7 @@ def read_npz(path: str | Path, what: str = "npz", names: Collection[str] | None 
     path = Path(path)
     shown = clip(str(path))
     if not path.is_file():
-        raise error(_where_missing(what, path))
+        raise error(not_a_file(what, path))
     wanted = None if names is None else {f"{name}.npy" for name in names}
     try:
         archive_size = path.stat().st_size

@@ -79,7 +79,7 @@ def read_file(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> bytes:
     """The bytes of a user file, size checked before reading."""
     p = Path(path)
     if not p.is_file():
-        raise TextDataError(not_a_file(what, clip(p)), kind="FileNotFoundError", origin=str(p))
+        raise TextDataError(not_a_file(what, p), kind="FileNotFoundError", origin=str(p))
     size = p.stat().st_size
     if size > max_bytes:
         raise TextDataError(f"{what} {clip(p)}: {size} bytes is larger than the {max_bytes} accepted",

@@ -129,6 +129,11 @@ def test_size_budget(tmp_path) -> None:
         textdata.load_yaml_file(big, "table", max_bytes=100)
     with pytest.raises(TextDataError, match="does not exist"):
         textdata.load_yaml_file(tmp_path / "absent.yaml", "table")
+    # a folder with a name longer than the message clip: tested as given, shown clipped
+    folder = tmp_path / ("d" * 200)
+    folder.mkdir()
+    with pytest.raises(TextDataError, match=r"d\.\.\. \(\d+ characters\) is not a file"):
+        textdata.load_yaml_file(folder, "table")
 
 
 def test_json_depth_is_measured_outside_strings() -> None:

@@ -171,7 +171,7 @@ def load_iospec(path: str | Path) -> IOSpec:
     """Read and validate an IOSpec file; errors name the file, key and value."""
     p = Path(path)
     if not p.is_file():
-        raise IOSpecError(not_a_file("IOSpec", textdata.clip(p)), kind="FileNotFoundError", key="path",
+        raise IOSpecError(not_a_file("IOSpec", p), kind="FileNotFoundError", key="path",
                           value=str(p))
     size = p.stat().st_size
     if size > MAX_TEXT_BYTES:
