@@ -16,14 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from libredgetpu_ros.errors import InputError
+from libredgetpu_ros.models.template_catalogue import EXTRACTOR
 
 MAX_SERIES_BYTES = 256 << 20
 
 
 # -- embed ----------------------------------------------------------------------------------------------
 def _embed_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="embedding extractor (*_edgetpu.tflite; default: the fixture "
-                                        "MobileNet v1 extractor)")
+    parser.add_argument("--model", help="embedding extractor (*_edgetpu.tflite; default: the catalogue's "
+                                        f"{EXTRACTOR}, found like a template: model cache, "
+                                        "$LIBREDGETPU_ROS_TEMPLATES, fixtures)")
     parser.add_argument("--backend", choices=("auto", "cpu", "edgetpu"), default="auto",
                         help="extractor and MatMul backend: auto = the Edge TPU if attached, else the CPU "
                              "twin")
