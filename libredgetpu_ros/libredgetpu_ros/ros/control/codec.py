@@ -27,6 +27,14 @@ class JointOrder:
             self._cache[key] = np.array([where[n] for n in self._names], np.intp) if found else None
         return self._cache[key]
 
+    def select(self, values: np.ndarray, msg_names: Sequence[str]) -> np.ndarray | None:
+        """The configured joints' entries of ``values`` (one of the message's arrays) in the configured
+        order, or None when a configured joint is missing or the array is shorter than the name list says."""
+        idx = self.indices(msg_names)
+        if idx is None or (idx.size and idx.max() >= values.size):
+            return None
+        return values[idx]
+
 
 def validate_weights_request(data: Sequence[float], bias: Sequence[float], rows: int, cols: int,
                              expected: tuple[int, int], w_min: np.ndarray, w_max: np.ndarray,

@@ -175,15 +175,15 @@ class ControlNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
         values = getattr(msg, cfg.joint_field)
         x = np.frombuffer(values, np.float64) if isinstance(values, array.array) else np.asarray(values)
         if ctl.joint_order is not None:
-            idx = ctl.joint_order.indices(msg.name)
-            if idx is None or (idx.size and idx.max() >= x.size):
+            selected = ctl.joint_order.select(x, msg.name)
+            if selected is None:
                 self._loop.states += 1
                 self._loop.missing_joints += 1
                 self._warn_once("joints", f"JointState lacks configured joints {list(cfg.joint_names)} "
                                 f"(got {list(msg.name)} with {x.size} {cfg.joint_field} values); "
                                 "dropping such states")
                 return
-            x = x[idx]
+            x = selected
         stamp = msg.header.stamp
         # An unstamped JointState (stamp 0) is timed by its arrival, like Float32MultiArray.
         stamped = stamp.sec != 0 or stamp.nanosec != 0

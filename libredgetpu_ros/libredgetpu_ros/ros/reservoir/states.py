@@ -28,11 +28,11 @@ def state_vector(msg: Any, state_type: str, joint_field: str, order: JointOrder 
     else:
         x = np.asarray(values, dtype=np.float64)
     if order is not None:
-        idx = order.indices(msg.name)
-        if idx is None or (idx.size and idx.max() >= x.size):
+        selected = order.select(x, msg.name)
+        if selected is None:
             raise InputError(f"JointState lacks the configured joints (got {list(msg.name)} with {x.size} "
                              f"{joint_field} values)")
-        x = x[idx]
+        x = selected
     return x
 
 
