@@ -191,6 +191,14 @@ def test_budget_option_refuses_a_graph_that_fits_the_default(tmp_path: Path, cap
     assert main([*args, "--max-memory-mb", "0"]) == 2
 
 
+def test_cli_default_budget_is_the_executors() -> None:
+    # tpulang_cmd keeps its own copy (importing memory_plan would weigh on `--help`): they must not drift.
+    from libredgetpu_ros.cli.tpulang_cmd import DEFAULT_BUDGET_MB
+    from libredgetpu_ros.sophgo.memory_plan import DEFAULT_BUDGET
+
+    assert DEFAULT_BUDGET_MB << 20 == DEFAULT_BUDGET
+
+
 def _stream_npz(path: Path, arrays: dict[str, tuple[tuple[int, ...], np.dtype, int]]) -> None:
     """An npz whose members are written in 1 MiB blocks of one byte value (deflated), so a huge array never
     exists in this process: name -> (shape, dtype, fill byte)."""
