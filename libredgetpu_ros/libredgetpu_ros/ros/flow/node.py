@@ -137,8 +137,10 @@ class FlowNode(CameraNode):
     def on_activate(self, state: Any) -> Any:
         result = super().on_activate(state)
         if self.params.use_camera_info:
-            self._info_sub = self._camera_path_subscription(
-                CameraInfo, self.resolve_topic_name(self.params.camera_info_topic), self._on_camera_info)
+            # on the camera path: CameraInfo and frames handled in order on one thread, never concurrently
+            self._info_sub = self.camera_subscription(
+                CameraInfo, self.resolve_topic_name(self.params.camera_info_topic), self._on_camera_info,
+                CAMERA_INFO_QOS)
         with self._lock:
             if self._compass is not None:
                 self._compass.flow.reset()  # frames from before the pause do not pair with new ones
@@ -146,25 +148,9 @@ class FlowNode(CameraNode):
 
     def on_deactivate(self, state: Any) -> Any:
         if self._info_sub is not None:
-            (owner, sub), self._info_sub = self._info_sub, None
-            owner.destroy_subscription(sub)
-            self._wake_camera_path()
+            sub, self._info_sub = self._info_sub, None
+            self.destroy_camera_subscription(sub)
         return super().on_deactivate(state)
-
-    def _camera_path_subscription(self, msg_type: Any, topic: str, callback: Any) -> tuple[Any, Any]:
-        """(owner, subscription) on the camera path, so CameraInfo and frames are handled in order on one
-        thread, never concurrently: the base's companion node, or its camera callback group."""
-        companion = getattr(self, "image_node", None)
-        if companion is not None:
-            return companion, companion.create_subscription(msg_type, topic, callback, CAMERA_INFO_QOS)
-        sub = self.create_subscription(msg_type, topic, callback, CAMERA_INFO_QOS,
-                                       callback_group=self.companion_groups()[0])
-        self._wake_camera_path()
-        return self, sub
-
-    def _wake_camera_path(self) -> None:
-        for group in getattr(self, "companion_groups", list)():
-            group.wake()
 
     def process(self, rgb: Any, header: Header, frame: Frame) -> Mapping[str, float] | None:
         started = time.monotonic()
