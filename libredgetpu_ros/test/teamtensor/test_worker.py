@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from libredgetpu_ros.teamtensor import datagrams, packets
 from libredgetpu_ros.teamtensor.model import ModelSpec, linear
-from libredgetpu_ros.teamtensor.wire import Metric
+from libredgetpu_ros.teamtensor.wire import Metric, WireFormat
 from libredgetpu_ros.teamtensor.worker import WorkerConfig, WorkerCore
 
 from .._helpers import load_helper
@@ -121,6 +121,16 @@ def test_a_fragmented_request_reassembles_once_from_reordered_duplicated_datagra
     assert drv.core.stats.executed["Batch"] == 1 and len(drv.core.queue) == 1
     assert len(replies) == 2 and replies[0] == replies[1]  # answered, then answered again from the cache
     assert np.array_equal(drv.core.queue[0].inputs, batch.inputs)
+
+
+def test_memory_bound_adds_up_its_parts():
+    """docs/teamtensor.md *Memory*: 368 MiB with the defaults; models are counted widened to float32."""
+    mib = 1 << 20
+    assert WorkerConfig().memory_bound() == (4 + 8 + 3) * 16 * mib + 64 * 1024 + 128 * mib
+    half = WireFormat(value_dtype=">f2")  # float16 weights take twice their wire size once decoded
+    assert WorkerConfig().memory_bound(half) == (4 * 2 + 8 + 3) * half.max_packet + 64 * 1024 + 128 * mib
+    small = WorkerConfig(managers=1, memory_budget=mib)
+    assert small.memory_bound() == (1 + 8 + 3) * 16 * mib + 64 * 1024 + mib
 
 
 def test_a_diverging_step_is_not_applied_and_the_model_can_still_be_read(drv):
