@@ -13,7 +13,8 @@ from libredgetpu_ros.reparam.store import (
     int8_to_device,
     make_patch,
 )
-from libredgetpu_ros.reparam.twin import patch_twin_content, twin_tensor_span
+from libredgetpu_ros.reparam.twin import patch_twin_content, twin_tensor_span, view_offset
 
 __all__ = ["BLOB_KIND_OF", "SIGN_FLIP", "BlobPatch", "ParameterSet", "ParameterStore", "ParameterTarget",
-           "device_to_int8", "int8_to_device", "make_patch", "patch_twin_content", "twin_tensor_span"]
+           "device_to_int8", "int8_to_device", "make_patch", "patch_twin_content", "twin_tensor_span",
+           "view_offset"]

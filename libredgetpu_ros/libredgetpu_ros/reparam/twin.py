@@ -12,6 +12,13 @@ import numpy as np
 from libredgetpu_ros.errors import ModelFormatError, WeightsError
 
 
+def view_offset(base: Any, part: Any) -> int:
+    """Byte offset of ``part`` (a non-empty memoryview or array viewing ``base``'s bytes) from the start of
+    ``base``: where a parsed constant sits in its file."""
+    start = np.asarray(part).__array_interface__["data"][0]
+    return int(start - np.frombuffer(base, dtype=np.uint8).__array_interface__["data"][0])
+
+
 def twin_tensor_span(model: Any, tensor_index: int) -> tuple[int, int]:
     """(byte offset, byte size) of a constant tensor's data inside ``model.data`` (a formats TfliteModel)."""
     if not 0 <= tensor_index < len(model.tensors):
@@ -21,10 +28,7 @@ def twin_tensor_span(model: Any, tensor_index: int) -> tuple[int, int]:
     if view is None:
         raise ModelFormatError(f"twin tensor {tensor_index} ({tensor.name!r}) has no constant data to "
                                f"replace")
-    base = np.frombuffer(model.data, dtype=np.uint8)
-    # buffer_data is a view into model.data: its distance from the start is the file offset
-    start = view.__array_interface__["data"][0] - base.__array_interface__["data"][0]
-    return int(start), int(view.nbytes)
+    return view_offset(model.data, view), int(view.nbytes)  # buffer_data is a view into model.data
 
 
 def patch_twin_content(content: bytes, spans: Mapping[int, tuple[int, int]],

@@ -15,7 +15,13 @@ from pathlib import Path
 import numpy as np
 
 from libredgetpu_ros.errors import ModelFormatError
-from libredgetpu_ros.reparam import BLOB_KIND_OF, ParameterSet, patch_twin_content, twin_tensor_span
+from libredgetpu_ros.reparam import (
+    BLOB_KIND_OF,
+    ParameterSet,
+    patch_twin_content,
+    twin_tensor_span,
+    view_offset,
+)
 from libredgetpu_ros.robotics.template import COMPILED_SUFFIX, SIDECAR_SUFFIX, RoboticsTemplate
 
 
@@ -24,12 +30,6 @@ class RetargetedTemplate:
     compiled: bytes
     twin: bytes
     changed: dict[str, int]  # blob kind -> bytes that differ from the source
-
-
-def _view_offset(base: memoryview, part: memoryview) -> int:
-    start = np.frombuffer(part, np.uint8).__array_interface__["data"][0] if part.nbytes else 0
-    origin = np.frombuffer(base, np.uint8).__array_interface__["data"][0]
-    return start - origin
 
 
 def retarget(template: RoboticsTemplate, parameters: ParameterSet) -> RetargetedTemplate:
@@ -47,7 +47,7 @@ def retarget(template: RoboticsTemplate, parameters: ParameterSet) -> Retargeted
         blob = parameters.blob(kind)
         if blob is None or not exe.parameters.nbytes:
             continue
-        start = _view_offset(data, exe.parameters)
+        start = view_offset(data, exe.parameters)
         if not 0 <= start <= len(data) - exe.parameters.nbytes or blob.size != exe.parameters.nbytes:
             raise ModelFormatError(f"{template.compiled_path}: the {kind!r} parameters are not a plain span "
                                    f"of the file; cannot rewrite them in place")
