@@ -50,7 +50,6 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.exceptions import InvalidHandle
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy
 from rclpy.subscription import MessageInfo
@@ -250,10 +249,6 @@ class CameraNode(LifecycleNode):
         self.teardown()
         self._fault.clear()
         return TransitionCallbackReturn.SUCCESS  # -> unconfigured; configure again to recover
-
-    def companion_nodes(self) -> list[Node]:
-        """No companion node (kept for hosts that spin ``companion_nodes()``); see ``companion_groups``."""
-        return []
 
     def companion_groups(self) -> list[CompanionGroup]:
         """Callback groups a host runs on their own executor threads (``ros/spinning.py``: the entry point,
