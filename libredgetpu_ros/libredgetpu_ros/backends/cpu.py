@@ -138,13 +138,14 @@ class CpuBackend:
 
     def run(self, inputs: Sequence[np.ndarray], parameters: Any = None) -> dict[str, np.ndarray]:
         """One inference; ``parameters`` (a ``reparam.ParameterSet``) selects the twin values to run with."""
-        if parameters is not None and parameters.twin and parameters.version != 0:
+        versioned = parameters is not None and bool(parameters.twin) and parameters.version != 0
+        if versioned:
             self.prepare(parameters)  # no-op when already built
         with self._lock:
             interpreter = self._interpreter
             if interpreter is None:
                 raise BackendError("CPU backend: run() before load() or after close()")
-            if parameters is not None and parameters.twin and parameters.version != 0:
+            if versioned:
                 interpreter = self._versions.get(parameters.key) or self._interpreter_for(parameters)
             for index, array in zip(self._input_indices, check_inputs(inputs, self._boundary.inputs),
                                     strict=True):
