@@ -310,7 +310,7 @@ def test_a_slow_model_gets_the_newest_frame_and_every_skipped_frame_is_counted(r
         while len(processed) < 2 and time.monotonic() < end:
             executor.spin_once(timeout_sec=0.1)
         executor.spin_once(timeout_sec=0.3)
-        stats = node._stats
+        stats = node.stats
         assert processed == [1, 13]
         assert (stats.received, stats.processed, stats.dropped, stats.lost) == (6, 2, 11, 7)
     finally:

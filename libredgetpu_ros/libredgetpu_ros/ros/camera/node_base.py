@@ -194,8 +194,6 @@ class CameraNode(LifecycleNode):
     def stats(self) -> FrameStats:
         return self._intake.stats
 
-    _stats = stats  # the name the tests and benches used before the base existed
-
     # -- lifecycle ------------------------------------------------------------------------------------------
 
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
