@@ -71,7 +71,7 @@ class PatternTracker:
                                    f"expected (1, kh, kw, {self.channels})")
         self.kernel_height, self.kernel_width = shape[1], shape[2]
         self._filter_shape, self._filter_index = shape, self._filter.index
-        self._patch_shape, self._filter_size = shape[1:], int(np.prod(shape))
+        self._patch_shape = shape[1:]  # (kh, kw, C)
         spec = tensor_spec(self._filter)
         self.filter_scale = template.weight_scale(self._filter)
         for key, value in (("kernel_height", shape[1]), ("kernel_width", shape[2]),
@@ -84,7 +84,7 @@ class PatternTracker:
         self.decoder = OffsetDecoder(template.output, template.field("temperature"),
                                      template.field("y_offset"))
         self._budget = self._response_budget()
-        self.runner = TemplateRunner(template, backend, device, twin_tensors=(self._filter.index,),
+        self.runner = TemplateRunner(template, backend, device, twin_tensors=(self._filter_index,),
                                      backend_object=backend_object, blobs=blobs)
         self.offsets, self.blob_kind = self._offsets(self.runner.parameters.blobs)
 
@@ -132,7 +132,7 @@ class PatternTracker:
 
     # -- template -------------------------------------------------------------------------------------------
     def patch_shape(self) -> tuple[int, int, int]:
-        return self.kernel_height, self.kernel_width, self.channels
+        return self._patch_shape
 
     def quantize_patch(self, patch: object) -> tuple[np.ndarray, float]:
         """(int8 filter values (kh, kw, C), gain) of a patch; see the module docstring."""
@@ -177,7 +177,7 @@ class PatternTracker:
 
     def weights(self) -> np.ndarray:
         """The active int8 filter (kh, kw, C), from the current parameter set."""
-        return self.runner.parameters.twin[self._filter.index].reshape(self.patch_shape())
+        return self.runner.parameters.twin[self._filter_index].reshape(self._patch_shape)
 
     def cut_patch(self, image: object, x: int, y: int) -> np.ndarray:
         """The patch whose top-left corner is (x, y) in template-input pixels of ``image`` (resized first)."""
