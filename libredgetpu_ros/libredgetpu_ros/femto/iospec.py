@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from libredgetpu_ros import textdata
-from libredgetpu_ros.errors import IOSpecError, TextDataError, not_a_file
+from libredgetpu_ros.errors import IOSpecError, TextDataError
 from libredgetpu_ros.femto.graph import SequenceGraph, build_graph
 
 SECTIONS = ("inputs", "outputs", "simple_sequences", "complex_sequences")
@@ -170,14 +170,12 @@ class IOSpec:
 def load_iospec(path: str | Path) -> IOSpec:
     """Read and validate an IOSpec file; errors name the file, key and value."""
     p = Path(path)
-    if not p.is_file():
-        raise IOSpecError(not_a_file("IOSpec", p), kind="FileNotFoundError", key="path",
-                          value=str(p))
-    size = p.stat().st_size
-    if size > MAX_TEXT_BYTES:
-        raise IOSpecError(f"IOSpec {textdata.clip(p)}: {size} bytes is larger than the {MAX_TEXT_BYTES} "
-                          "bytes accepted", kind="limit", key="size", value=size)
-    return parse_iospec(p.read_bytes(), origin=textdata.clip(p))
+    try:
+        data = textdata.read_file(p, "IOSpec", MAX_TEXT_BYTES)
+    except TextDataError as exc:  # missing, too large (kind "limit") or unreadable
+        raise IOSpecError(str(exc), kind=exc.kind, key="size" if exc.kind == "limit" else "path",
+                          value=str(p)) from None
+    return parse_iospec(data, origin=textdata.clip(p))
 
 
 def parse_iospec(text: str | bytes, origin: str = "<iospec>") -> IOSpec:

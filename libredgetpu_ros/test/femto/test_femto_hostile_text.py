@@ -135,6 +135,19 @@ def test_deep_yaml_iospec_refused(tmp_path) -> None:
     assert info.value.kind == "limit"
 
 
+def test_missing_or_oversized_iospec_names_the_field(fixture_path, tmp_path, monkeypatch) -> None:
+    with pytest.raises(IOSpecError, match="does not exist") as info:
+        load_iospec(tmp_path / "absent.yaml")
+    assert (info.value.kind, info.value.key) == ("FileNotFoundError", "path")
+    with pytest.raises(IOSpecError, match="is not a file") as info:
+        load_iospec(tmp_path)
+    assert info.value.key == "path"
+    monkeypatch.setattr("libredgetpu_ros.femto.iospec.MAX_TEXT_BYTES", 100)
+    with pytest.raises(IOSpecError, match="larger than the 100") as info:
+        load_iospec(fixture_path("femto/single_io_fmot16.yaml"))
+    assert (info.value.kind, info.value.key) == ("limit", "size")
+
+
 def test_trace_json_deep_nesting_and_long_names(fixture_path, tmp_path, capsys) -> None:
     spec = str(fixture_path("femto/add_bc_api.yaml"))
     deep = tmp_path / "deep.json"
