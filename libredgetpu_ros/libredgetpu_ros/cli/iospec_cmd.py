@@ -42,20 +42,19 @@ def run(args: argparse.Namespace) -> int:
 def _check(spec, as_json: bool) -> int:
     info = spec.describe()
     names = _ros_names(info, {str(v.key) for v in spec.latched_inputs()})
+    # Sends, topics and parameters use varnames; sequences and femtorun's latched list name YAML keys.
+    varname = {v["key"]: v["name"] for v in info["inputs"] + info["outputs"]}
     if as_json:
         for section in ("inputs", "outputs"):
             for v in info[section]:
                 v.update(names[(section, v["key"])])
-        varname = {v["key"]: v["name"] for v in info["inputs"] + info["outputs"]}
         for s in info["sequences"]:
             s["input_names"] = [varname.get(n, n) for n, _ in s["inputs"]]
             s["output_names"] = [varname.get(n, n) for n, _ in s["outputs"]]
         info["latched_input_names"] = [varname.get(k, k) for k in info["latched_inputs"]]
         print(json.dumps(info, indent=2, default=str))  # fields femtorun never checks may hold dates
         return 0
-    # Sends, topics and parameters use varnames; sequences and femtorun's latched list name YAML keys.
     # Everything is printed by varname, with the key beside it where the two differ.
-    varname = {v["key"]: v["name"] for v in info["inputs"] + info["outputs"]}
 
     def label(key: str) -> str:
         name = varname.get(key, key)
