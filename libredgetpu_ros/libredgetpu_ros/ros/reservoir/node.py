@@ -192,7 +192,7 @@ class ReservoirNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
 
     def _prediction(self, msg: Any, y: np.ndarray) -> Any:
         cfg = self._cfg
-        values = [float(v) for v in y]
+        values = np.asarray(y, np.float64).tolist()  # Python floats, without a per-element loop
         if cfg.state_type == "float64_multi_array":
             return Float64MultiArray(data=values)
         out = JointState(header=msg.header, name=list(cfg.joint_names) or list(msg.name)[: len(values)])
