@@ -27,7 +27,7 @@ import numpy as np
 
 from libredgetpu_ros.backends.base import tensor_spec
 from libredgetpu_ros.errors import ImageError, ModelFormatError, WeightsError
-from libredgetpu_ros.reparam import make_patch
+from libredgetpu_ros.reparam import device_to_int8, make_patch
 from libredgetpu_ros.robotics.image import as_uint8, fit_image
 from libredgetpu_ros.robotics.offsets import OffsetDecoder, TrackResult
 from libredgetpu_ros.robotics.template import RoboticsTemplate, TemplateRunner, load_template
@@ -125,7 +125,7 @@ class PatternTracker:
                 raise ModelFormatError(f"{where}: conv_weight_offsets reach {int(offsets.max())}, the "
                                        f"{kind!r} blob has {blob.size} bytes")
             twin_values = self.template.twin.buffer_data(self._filter).reshape(-1)
-            if not np.array_equal((np.asarray(blob)[offsets] ^ 0x80).view(np.int8), twin_values):
+            if not np.array_equal(device_to_int8(np.asarray(blob)[offsets]), twin_values):
                 raise ModelFormatError(f"{where}: the {kind!r} blob does not hold the twin's filter at "
                                        f"conv_weight_offsets")
         return offsets, kind

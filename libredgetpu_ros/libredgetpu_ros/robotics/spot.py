@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, ModelFormatError, WeightsError
-from libredgetpu_ros.reparam import make_patch
+from libredgetpu_ros.reparam import device_to_int8, make_patch
 from libredgetpu_ros.robotics.image import fit_image
 from libredgetpu_ros.robotics.offsets import OffsetDecoder, TrackResult
 from libredgetpu_ros.robotics.template import RoboticsTemplate, TemplateRunner, load_template
@@ -99,7 +99,7 @@ class SpotTracker:
         if pc is None:
             return  # twin only: nothing to patch on a device
         twin_values = self.template.twin.buffer_data(self._filter).reshape(-1)
-        if pc.size < 3 or not np.array_equal((pc[:3] ^ 0x80).view(np.int8), twin_values):
+        if pc.size < 3 or not np.array_equal(device_to_int8(pc[:3]), twin_values):
             raise ModelFormatError(f"{self.template.compiled_path}: PARAMETER_CACHING bytes 0..2 do not "
                                    f"hold the colour filter {twin_values.tolist()} of the twin; cannot swap "
                                    f"colours")
