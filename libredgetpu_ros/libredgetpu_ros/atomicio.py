@@ -86,10 +86,16 @@ def _final_mode(final: Path, default: int) -> int:
         return default & ~_current_umask()
 
 
-def _checked_folder(final: Path) -> Path:
+def _existing_folder(final: Path) -> Path:
+    """The folder ``final`` goes in; OutputError when it does not exist (nothing here creates it)."""
     folder = final.parent
     if not folder.is_dir():
         raise OutputError(f"cannot write {_shown(final)}: folder {_shown(folder)} does not exist")
+    return folder
+
+
+def _checked_folder(final: Path) -> Path:
+    folder = _existing_folder(final)
     if final.is_dir() and not final.is_symlink():
         raise OutputError(f"cannot write {_shown(final)}: it is a folder")
     return folder
@@ -249,9 +255,7 @@ def _publish(tmp: Path, final: Path) -> None:
 @contextlib.contextmanager
 def _atomic_target(path: str | os.PathLike, *, make_folder: bool) -> Iterator[Path]:
     final = Path(path)
-    folder = final.parent
-    if not folder.is_dir():
-        raise OutputError(f"cannot write {_shown(final)}: folder {_shown(folder)} does not exist")
+    folder = _existing_folder(final)
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name[:200]}.", suffix=".tmp", dir=folder))
         if not make_folder:

@@ -98,6 +98,9 @@ def test_callers_own_errors_pass_through_unchanged(tmp_path):
 def test_missing_folder_and_folder_in_the_way_are_typed(tmp_path):
     with pytest.raises(OutputError, match="does not exist"):
         atomic_write_bytes(tmp_path / "nope" / "x.bin", b"x")
+    for target in (atomic_path, atomic_directory):  # the same check, before any temporary is made
+        with pytest.raises(OutputError, match=r"folder .* does not exist"), target(tmp_path / "nope" / "bag"):
+            pass
     (tmp_path / "d").mkdir()
     with pytest.raises(OutputError, match="is a folder"):
         atomic_write_bytes(tmp_path / "d", b"x")
