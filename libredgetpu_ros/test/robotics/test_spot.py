@@ -342,3 +342,18 @@ def test_sidecar_missing_temperature(tmp_path) -> None:
     (tmp_path / src.sidecar_path.name).write_text(json.dumps(sidecar))
     with pytest.raises(ModelFormatError, match="'temperature' missing"):
         SpotTracker(load_template(tmp_path / src.twin_path.name), backend="cpu")
+
+
+def test_compiled_filter_disagreeing_with_the_twin_is_refused(tmp_path) -> None:
+    """The colour swap patches PARAMETER_CACHING bytes 0..2: a compiled model whose bytes there are not the
+    twin's filter is refused at load (a swap would write the wrong place)."""
+    from libredgetpu_ros.reparam import view_offset
+
+    src = load_template("color_red_64x64")
+    data = bytearray(src.compiled.data)
+    data[view_offset(src.compiled.data, src.blobs()["pc"])] ^= 0x01  # the R weight's byte, one bit off
+    (tmp_path / src.compiled_path.name).write_bytes(bytes(data))
+    for path in (src.twin_path, src.sidecar_path):
+        shutil.copy(path, tmp_path / path.name)
+    with pytest.raises(ModelFormatError, match="do not hold the colour filter"):
+        SpotTracker(load_template(tmp_path / src.twin_path.name), backend_object=_Recorder())
