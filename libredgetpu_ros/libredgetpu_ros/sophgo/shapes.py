@@ -46,14 +46,15 @@ def int_list(value: object, length: int, where: str, arg: str, minimum: int) -> 
     return items
 
 
-def window_out(size: int, pad_begin: int, pad_end: int, extent: int, stride: int, ceil_mode: bool,
-               where: str, axis: str) -> int:
-    """Output length of a sliding window; error when the (dilated) window does not fit the padded input."""
+def window_out(size: int, pad_begin: int, pad_end: int, extent: int, stride: int, where: str,
+               axis: str) -> int:
+    """Output length of a sliding window (floor rule; a pool's ``ceil_mode`` is already in its end pads,
+    :func:`pool_pads`); error when the (dilated) window does not fit the padded input."""
     span = size + pad_begin + pad_end - extent
     if span < 0:
         raise _fail(where, f"window of {extent} along {axis} is larger than the padded input "
                            f"({size} + pads {pad_begin}/{pad_end})")
-    return (-(-span // stride) if ceil_mode else span // stride) + 1
+    return span // stride + 1
 
 
 def conv_shape(x: Sequence[int], w: Sequence[int], stride: list[int], dilation: list[int], pads: list[int],
@@ -72,8 +73,8 @@ def conv_shape(x: Sequence[int], w: Sequence[int], stride: list[int], dilation: 
         raise _fail(where, f"weight has {w[0]} output channels, not a multiple of group {group}")
     kh = dilation[0] * (w[2] - 1) + 1
     kw = dilation[1] * (w[3] - 1) + 1
-    oh = window_out(x[2], pads[0], pads[2], kh, stride[0], False, where, "height")
-    ow = window_out(x[3], pads[1], pads[3], kw, stride[1], False, where, "width")
+    oh = window_out(x[2], pads[0], pads[2], kh, stride[0], where, "height")
+    ow = window_out(x[3], pads[1], pads[3], kw, stride[1], where, "width")
     check_size([x[0], x[1], x[2] + pads[0] + pads[2], x[3] + pads[1] + pads[3]], where, "padded input")
     return check_size([x[0], w[0], oh, ow], where, "output")
 
@@ -116,8 +117,8 @@ def pool_shape(x: Sequence[int], kernel: list[int], stride: list[int], pads: lis
     if pads[0] >= kernel[0] or pads[2] >= kernel[0] or pads[1] >= kernel[1] or pads[3] >= kernel[1]:
         raise _fail(where, f"pad {pads} must be smaller than the kernel {kernel}")
     full = pool_pads(x, kernel, stride, pads, ceil_mode)
-    oh = window_out(x[2], full[0], full[2], kernel[0], stride[0], False, where, "height")
-    ow = window_out(x[3], full[1], full[3], kernel[1], stride[1], False, where, "width")
+    oh = window_out(x[2], full[0], full[2], kernel[0], stride[0], where, "height")
+    ow = window_out(x[3], full[1], full[3], kernel[1], stride[1], where, "width")
     check_size([x[0], x[1], x[2] + full[0] + full[2] + stride[0], x[3] + full[1] + full[3] + stride[1]],
                where, "padded input")
     return check_size([x[0], x[1], oh, ow], where, "output")
