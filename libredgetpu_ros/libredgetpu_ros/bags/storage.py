@@ -172,12 +172,12 @@ def new_bag(path: str | Path, storage: str) -> Iterator[Any]:
     (a complete, readable bag: the CLI's exit 130 contract) and re-raises; any other exception removes it.
     After SIGKILL, the unfinished bag stays in the hidden ``.<name>.<random>.tmp/<name>`` beside ``path``,
     where ``bag-repair`` recovers its whole chunks."""
-    from libredgetpu_ros.atomicio import atomic_directory
+    from libredgetpu_ros.atomicio import atomic_directory, make_folder
 
     path = Path(path)
     if path.exists():
         raise InputError(f"output bag {path} already exists: remove it or choose another name")
-    path.parent.mkdir(parents=True, exist_ok=True)  # as rosbags' writer did
+    make_folder(path.parent)  # as rosbags' writer did; a folder that cannot be made is an OutputError
     interrupted: KeyboardInterrupt | None = None
     with atomic_directory(path) as tmp:
         inner = tmp / path.name  # rosbags names the data file after its folder: <name>/<name>.mcap

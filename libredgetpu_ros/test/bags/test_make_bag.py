@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from libredgetpu_ros.errors import ImageError, InputError
+from libredgetpu_ros.errors import ImageError, InputError, OutputError
 
 START_NS = 1_700_000_000_123_456_789
 
@@ -136,6 +136,9 @@ def test_bad_inputs_name_the_file(tmp_path: Path, fixture_path) -> None:
     with pytest.raises(InputError, match="already exists"):
         make_bag([fixture_path("images/cat.bmp")], tmp_path / "exists", progress=False)
     assert list((tmp_path / "exists").iterdir()) == []  # an existing folder is left alone
+    (tmp_path / "a_file").write_bytes(b"")
+    with pytest.raises(OutputError, match="cannot make the folder"):  # not a raw OSError
+        make_bag([fixture_path("images/cat.bmp")], tmp_path / "a_file" / "sub" / "bag", progress=False)
 
 
 def test_make_bag_command(tmp_path: Path, fixture_path, capsys: pytest.CaptureFixture[str]) -> None:
