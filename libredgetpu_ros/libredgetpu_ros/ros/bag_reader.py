@@ -39,6 +39,12 @@ from libredgetpu_ros.textdata import clip_repr
 _MAX_BYTES_PER_PIXEL = 8  # a per-message compressed frame may decompress to 8 bytes a pixel (rgba16) + 1 MiB
 
 
+def max_message_bytes(max_pixels: int) -> int:
+    """The decompressed size allowed to a per-message compressed payload of a frame of up to ``max_pixels``:
+    8 bytes a pixel (rgba16) plus 1 MiB of headers; a larger one is skipped, never decompressed whole."""
+    return _MAX_BYTES_PER_PIXEL * max_pixels + (1 << 20)
+
+
 @dataclass(slots=True)
 class Decoded:
     """One input message, decoded the way the node decodes it, or why it could not be."""
@@ -110,7 +116,7 @@ def frames(reader: Any, topics: list[str], views: bool = True,
     ``max_pixels``: see :func:`decode`."""
     connections = [c for c in reader.connections if c.topic in topics]
     pixels = _decoders().default_max_pixels if max_pixels is None else max_pixels
-    max_bytes = _MAX_BYTES_PER_PIXEL * pixels + (1 << 20)  # a per-message compressed payload, decompressed
+    max_bytes = max_message_bytes(pixels)
     per_message = getattr(reader, "compression_mode", None) == "message"
     messages = message_views(reader, connections, compressed=True, per_message=True) if views else None
     if messages is None:  # rosbags' own reading, typed errors, bounded per-message decompression

@@ -22,10 +22,12 @@ from typing import Any
 from libredgetpu_ros.bags.storage import IMAGE_TYPES, Unreadable, open_reader
 from libredgetpu_ros.bags.storage import messages as bag_messages
 from libredgetpu_ros.errors import InputError, LibrEdgeTpuError
+from libredgetpu_ros.ros.bag_reader import max_message_bytes
 
-# A message of a per-message compressed bag is decompressed within this (the largest frame the nodes accept,
-# 4096^2 pixels at 8 bytes, plus headers); a larger one is skipped and counted, never decompressed whole.
-MAX_MESSAGE_BYTES = 8 * 4096 * 4096 + (1 << 20)
+# A message of a per-message compressed bag is decompressed within this (the largest frame the nodes accept:
+# image_msgs.DEFAULT_MAX_PIXELS, not imported as that module loads ROS messages); a larger one is skipped and
+# counted, never decompressed whole.
+MAX_MESSAGE_BYTES = max_message_bytes(4096 * 4096)
 
 
 @dataclass(frozen=True)
