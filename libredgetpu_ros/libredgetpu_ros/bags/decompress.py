@@ -19,6 +19,7 @@ MAX_CHUNK_BYTES = 1 << 30  # an uncompressed chunk larger than this is refused (
 # decompressed, the decoder holds a buffer of that size besides the output (2.05x the chunk measured for a
 # 63 MiB frame), so this keeps the peak within MAX_CHUNK_BYTES
 MAX_COMPRESSED_CHUNK_BYTES = MAX_CHUNK_BYTES // 2
+COMPRESSIONS = ("", "zstd", "lz4")  # MCAP chunk compressions rosbags writes and this module decompresses
 _MAX_RATIO = 1024  # zstd chunks: at most this many output bytes per stored byte (+1 MiB)
 
 

@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from libredgetpu_ros.bags.decompress import BadRecord, check_chunk_size
+from libredgetpu_ros.bags.decompress import COMPRESSIONS, BadRecord, check_chunk_size
 from libredgetpu_ros.bags.salvage import MCAP_MAGIC, Cursor, ScanReport, scan_mcap_data
 from libredgetpu_ros.errors import InputError
 
@@ -47,7 +47,6 @@ _FOOTER = struct.Struct("<BQQQI")  # opcode, record length (20), summary start, 
 _FOOTER_SIZE = _FOOTER.size + len(MCAP_MAGIC)  # 37
 _U64 = struct.Struct("<Q")
 _SCHEMA_ENCODINGS = ("ros2msg", "ros2idl", "omgidl", "")  # rosbags' get_msgdef table
-_COMPRESSIONS = ("", "zstd", "lz4")
 _MIN_MESSAGE = 9 + 22  # a message record: opcode, length, channel, sequence, log and publish time
 _MIN_CHUNK = 9 + 40  # a chunk record with an empty compression string and no records
 _MAX_FILE_RATIO = 64  # a file-compressed bag may decompress to this many times its size (+1 MiB)
@@ -271,7 +270,7 @@ def _check_chunk(data: memoryview, chunk: _ChunkIndex, data_start: int, data_end
     if chunk.offset < data_start or end + chunk.index_length > data_end or chunk.length < _MIN_CHUNK:
         raise BadRecord(f"{where}: chunk [{chunk.offset}, +{chunk.length}) and its message index "
                         f"(+{chunk.index_length}) are not inside the data section [{data_start}, {data_end})")
-    if chunk.compression not in _COMPRESSIONS:
+    if chunk.compression not in COMPRESSIONS:
         raise BadRecord(f"{where}: compression {chunk.compression[:40]!r} is not one of zstd, lz4 or none")
     if not chunk.compression and chunk.compressed_size != chunk.uncompressed_size:
         raise BadRecord(f"{where}: uncompressed chunk of {chunk.compressed_size} stored bytes claims "

@@ -33,7 +33,7 @@ from collections.abc import Collection, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from libredgetpu_ros.bags.decompress import BadRecord, chunk_records
+from libredgetpu_ros.bags.decompress import COMPRESSIONS, BadRecord, chunk_records
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
@@ -43,7 +43,6 @@ _OP_MESSAGE = 0x05
 # compression string (4 + n) and the records' length (8) -> the records.
 _CRC_AT = 9 + 24
 _RECORDS_AT = 9 + 40
-_COMPRESSIONS = ("", "zstd", "lz4")
 
 
 def message_views(reader: Any, connections: Collection[Any], compressed: bool = False,
@@ -66,7 +65,7 @@ def message_views(reader: Any, connections: Collection[Any], compressed: bool = 
         return None
     if not connections or not all(isinstance(s, McapReader) and s.chunks for s in storages):
         return None
-    allowed = _COMPRESSIONS if compressed else ("",)
+    allowed = COMPRESSIONS if compressed else ("",)
     if any(c.compression not in allowed or (not c.compression and c.compressed_size != c.uncompressed_size)
            for s in storages for c in s.chunks):
         return None
