@@ -44,3 +44,18 @@ def test_top_k_sets_the_class_count_even_with_max_results(fixture_path):
         assert len(pipeline.process(rgb).classes) == 3
         pipeline.set_options(score_threshold=0.0, max_results=10, top_k=7)
         assert len(pipeline.process(rgb).classes) == 7
+
+
+def test_missing_model_file_says_what_to_do(tmp_path):
+    """A missing file named like a catalogue model's gets that model's fetch command; any other missing file
+    gets where the catalogue is listed (nothing is downloaded)."""
+    from libredgetpu_ros.errors import InputError
+    from libredgetpu_ros.models.catalogue import CATALOGUE
+
+    entry = next(e for e in CATALOGUE.values() if e.edgetpu is not None)
+    with pytest.raises(InputError, match=f"it is catalogue model {entry.name}: run `libredgetpu-ros models "
+                                         f"fetch {entry.name}`"):
+        PipelineConfig(model=str(tmp_path / entry.edgetpu.name)).model_paths()
+    with pytest.raises(InputError, match=r"a catalogue name .*models list"):
+        PipelineConfig(model=str(tmp_path / "mine_edgetpu.tflite")).model_paths()
+    assert not list(tmp_path.iterdir())
