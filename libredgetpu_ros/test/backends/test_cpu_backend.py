@@ -155,12 +155,15 @@ def test_open_backend_selection(fixture_path, monkeypatch, caplog):
         open_backend("gpu", fixture_path(MNV1))
     with closing(open_backend("cpu", fixture_path(MNV1))) as backend:
         assert backend.name == "cpu"
+        assert (backend.choice, backend.fallback) == ("cpu (requested)", "")  # asked for: no fallback
 
     absent = types.SimpleNamespace(edgetpu_available=lambda: False)
     monkeypatch.setattr(backends_pkg, "_edgetpu_module", lambda: absent)
     caplog.set_level("INFO")
     with closing(open_backend("auto", fixture_path(MNV1))) as backend:
         assert backend.name == "cpu"
+        assert backend.fallback == backend.choice and backend.choice.startswith("auto: no Edge TPU attached")
+        assert backend.describe()["fallback"] == backend.fallback
     assert "no Edge TPU attached" in caplog.text
 
     class Failing:
@@ -179,6 +182,7 @@ def test_open_backend_selection(fixture_path, monkeypatch, caplog):
     monkeypatch.setattr(backends_pkg, "_edgetpu_module", lambda: broken)
     with closing(open_backend("auto", fixture_path(MNV1))) as backend:
         assert backend.name == "cpu"
+        assert backend.fallback == "auto: the Edge TPU failed to open: unplugged"
     assert "failed to open: unplugged" in caplog.text
     with pytest.raises(DeviceNotFoundError):
         open_backend("edgetpu", fixture_path(MNV1))
