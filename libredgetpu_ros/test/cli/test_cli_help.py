@@ -52,3 +52,12 @@ def test_every_example_parses(where: str, line: str) -> None:
         cli.build_parser().parse_args(argv[1:])
     except SystemExit as exc:
         pytest.fail(f"{where}: argparse refused {line!r} (exit {exc.code})")
+
+
+def test_help_defaults_written_out_match_the_constants(capsys: pytest.CaptureFixture[str]) -> None:
+    # Kept as literals so --help does not import the modules behind them: they must not drift.
+    from libredgetpu_ros.models.download import DEADLINE_S
+
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["models", "fetch", "--help"])
+    assert f"(default {DEADLINE_S:g};" in " ".join(capsys.readouterr().out.split())
