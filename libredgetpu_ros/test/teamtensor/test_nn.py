@@ -86,3 +86,34 @@ def test_output_shape_checks_each_layer():
         nn.output_shape(model, (3, 8, 8), WINDOW)
     with pytest.raises(ProtocolError, match="layer 0 Linear"):
         nn.output_shape(ModelSpec([linear(np.ones((2, 3)))]), (4,), WINDOW)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+def test_training_bytes_bounds_what_a_training_step_allocates(kind: str) -> None:
+    """nn.training_bytes is what the worker's memory budget trusts (docs/teamtensor.md *Memory*): the peak
+    NumPy allocation of a real train_step (tracemalloc, which NumPy reports to) must stay under it."""
+    import tracemalloc
+
+    rng = np.random.default_rng(3)
+    if kind == "mlp":
+        model = ModelSpec([linear(rng.standard_normal((64, 256)) * 0.01), plain(LayerCode.RELU),
+                           linear(rng.standard_normal((10, 64)) * 0.01)], [Metric.MSE])
+        shape, n = (256,), 128
+    else:
+        model = ModelSpec([conv2d(rng.standard_normal((8, 3, 3, 3)) * 0.1, None, pad=1, stride=1,
+                                  out_width=32, out_height=32), plain(LayerCode.RELU),
+                           plain(LayerCode.MAXPOOL), plain(LayerCode.FLATTEN),
+                           linear(rng.standard_normal((10, 8 * 16 * 16)) * 0.01)],
+                          [Metric.MSE])
+        shape, n = (3, 32, 32), 16
+    x = rng.standard_normal((n, *shape)).astype(np.float32)
+    t = rng.standard_normal((n, *nn.output_shape(model, shape, WINDOW))).astype(np.float32)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        nn.train_step(model, x, t, 0.01, WINDOW)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    bound = nn.training_bytes(model, shape, n, WINDOW)
+    assert 0 < peak <= bound, (peak, bound)
