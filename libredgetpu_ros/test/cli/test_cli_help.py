@@ -61,3 +61,15 @@ def test_help_defaults_written_out_match_the_constants(capsys: pytest.CaptureFix
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["models", "fetch", "--help"])
     assert f"(default {DEADLINE_S:g};" in " ".join(capsys.readouterr().out.split())
+
+
+def test_robotics_flow_defaults_are_the_modules() -> None:
+    # The CLI writes OpticalFlow's defaults out (robotics.flow is not imported for --help): same values.
+    import inspect
+
+    from libredgetpu_ros.robotics.flow import OpticalFlow
+
+    args = cli.build_parser().parse_args(["robotics", "flow", "--model", "gabor_64x64_p4", "x.png"])
+    defaults = inspect.signature(OpticalFlow.__init__).parameters
+    for name in ("mode", "search_range", "temperature", "pool_factor", "min_texture", "min_confidence"):
+        assert getattr(args, name) == defaults[name].default, name
