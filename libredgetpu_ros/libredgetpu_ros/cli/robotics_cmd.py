@@ -207,12 +207,10 @@ def _looming_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _looming_run(args: argparse.Namespace, images: list[Any]) -> dict[str, Any]:
-    from libredgetpu_ros.errors import InputError
     from libredgetpu_ros.robotics.looming import LoomingDetector
     from libredgetpu_ros.robotics.template import load_template
 
-    if args.fps is not None and not 0 < args.fps < 1e6:
-        raise InputError(f"--fps must be a positive rate, got {args.fps}")
+    _check_fps(args)
     with LoomingDetector(load_template(args.model), **_common(args), window=args.ttc_window,
                          min_samples=args.ttc_min_samples, contact_tau=args.contact_tau) as detector:
         results = [detector.detect(image, _stamp(args, i)).to_dict() for i, image in enumerate(images)]
@@ -246,13 +244,18 @@ def _flow_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _flow_options(args: argparse.Namespace) -> dict[str, Any]:
     """``OpticalFlow.from_template``'s keyword arguments from the flow options (the model aside)."""
+    _check_fps(args)
+    return dict(backend=args.backend, device=args.device, resize=not args.no_resize, mode=args.mode,
+                search_range=args.search_range, temperature=args.temperature, pool_factor=args.pool_factor,
+                min_texture=args.min_texture, min_confidence=args.min_confidence)
+
+
+def _check_fps(args: argparse.Namespace) -> None:
+    """``--fps`` (looming, flow, compass), when given, is a positive rate."""
     from libredgetpu_ros.errors import InputError
 
     if args.fps is not None and not 0 < args.fps < 1e6:
         raise InputError(f"--fps must be a positive rate, got {args.fps}")
-    return dict(backend=args.backend, device=args.device, resize=not args.no_resize, mode=args.mode,
-                search_range=args.search_range, temperature=args.temperature, pool_factor=args.pool_factor,
-                min_texture=args.min_texture, min_confidence=args.min_confidence)
 
 
 def _stamp(args: argparse.Namespace, i: int) -> float | None:
