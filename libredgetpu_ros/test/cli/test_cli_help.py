@@ -73,3 +73,14 @@ def test_robotics_flow_defaults_are_the_modules() -> None:
     defaults = inspect.signature(OpticalFlow.__init__).parameters
     for name in ("mode", "search_range", "temperature", "pool_factor", "min_texture", "min_confidence"):
         assert getattr(args, name) == defaults[name].default, name
+
+
+def test_robotics_looming_defaults_are_the_modules() -> None:
+    import inspect
+
+    from libredgetpu_ros.robotics.looming import LoomingDetector
+
+    args = cli.build_parser().parse_args(["robotics", "looming", "--model", "looming_64x64_3x3", "x.png"])
+    defaults = inspect.signature(LoomingDetector.__init__).parameters
+    assert (args.ttc_window, args.ttc_min_samples, args.contact_tau) == tuple(
+        defaults[name].default for name in ("window", "min_samples", "contact_tau"))
