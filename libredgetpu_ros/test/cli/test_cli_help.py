@@ -84,3 +84,14 @@ def test_robotics_looming_defaults_are_the_modules() -> None:
     defaults = inspect.signature(LoomingDetector.__init__).parameters
     assert (args.ttc_window, args.ttc_min_samples, args.contact_tau) == tuple(
         defaults[name].default for name in ("window", "min_samples", "contact_tau"))
+
+
+def test_robotics_reservoir_defaults_are_the_configs() -> None:
+    import dataclasses
+
+    from libredgetpu_ros.robotics.reservoir import ReservoirConfig
+
+    args = cli.build_parser().parse_args(["robotics", "reservoir", "fit", "s.csv", "--out", "r.npz"])
+    defaults = {f.name: f.default for f in dataclasses.fields(ReservoirConfig)}
+    for name in ("seed", "spectral_radius", "input_scaling", "leak_rate", "activation", "washout", "ridge"):
+        assert getattr(args, name) == defaults[name], name
