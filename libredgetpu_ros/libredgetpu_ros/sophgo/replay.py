@@ -69,7 +69,7 @@ def replay_case(path: str | Path,
     files = case.get("files") if isinstance(case.get("files"), dict) else {}
     npz_path = Path(weights_npz) if weights_npz else path.parent / str(files.get("weights", ""))
     if case["weights"] and not npz_path.is_file():
-        raise TpuLangError(not_a_file("weight npz", clip(str(npz_path))))
+        raise TpuLangError(not_a_file("weight npz", npz_path))
     keys = [spec.get("npz_key", spec.get("name")) for spec in _entries(case, "weights", path)
             if isinstance(spec, dict)]
     stored = read_npz(npz_path, "weight npz", names=[k for k in keys if isinstance(k, str)]) \
