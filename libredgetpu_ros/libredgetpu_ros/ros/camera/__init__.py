@@ -19,8 +19,9 @@ Subclass API (the perception node, ``ros/perception/node.py``, is the reference 
 
         def open_processor(self): ...        # configure: open from self.params; LibrEdgeTpuError -> FAILURE
         def close_processor(self): ...       # cleanup/shutdown/error; idempotent, never raises
-        def create_outputs(self):            # configure: lifecycle publishers, destroyed by the base
+        def create_outputs(self):            # configure: publishers, services; destroyed by the base
             self._pub = self.output(PointStamped, "spot")
+            self.service(Trigger, "~/reset", self._on_reset)
         def process(self, rgb, header, frame):   # camera thread, newest frame only
             t0 = time.monotonic(); ...; self._pub.publish(PointStamped(header=header, ...))
             return {"detect": (time.monotonic() - t0) * 1e3}   # ms per stage; None: nothing done

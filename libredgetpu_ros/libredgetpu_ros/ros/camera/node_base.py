@@ -64,7 +64,7 @@ from libredgetpu_ros.ros.camera.intake import Frame, FrameStats, Intake
 from libredgetpu_ros.ros.camera.params import ImageParams
 from libredgetpu_ros.ros.image_msgs import BadImage, to_rgb
 from libredgetpu_ros.ros.params import ParamTable
-from libredgetpu_ros.ros.spinning import CompanionFault, CompanionGroup
+from libredgetpu_ros.ros.spinning import CompanionFault, CompanionGroup, destroy_entities
 
 _BAD_INPUT_LOG_PERIOD_S = 10.0
 _IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
@@ -95,6 +95,7 @@ class CameraNode(LifecycleNode):
         self.params: Any = self.PARAMS.read(self)
         self._configured = False
         self._outputs: list[Any] = []  # lifecycle publishers made by output()
+        self._made_services: list[Any] = []  # services made by service()
         self._timing_pub: Any = None
         self._diag_pub: Any = None
         self._diag_timer: Any = None
@@ -140,7 +141,8 @@ class CameraNode(LifecycleNode):
         """Configure, after ``open_processor``: make the result publishers with :meth:`output`."""
 
     def destroy_outputs(self) -> None:
-        """Cleanup: destroy publishers not made with :meth:`output` (those are destroyed by the base)."""
+        """Cleanup: destroy publishers not made with :meth:`output` nor services not made with :meth:`service`
+        (those are destroyed by the base)."""
 
     def process(self, rgb: Any, header: Header, frame: Frame) -> Mapping[str, float] | None:
         """Camera thread, one frame: work on ``rgb`` (HxWx3 uint8), publish results stamped with ``header``;
@@ -186,6 +188,12 @@ class CameraNode(LifecycleNode):
         pub = self.create_lifecycle_publisher(msg_type, topic, qos)
         self._outputs.append(pub)
         return pub
+
+    def service(self, srv_type: Any, name: str, callback: Any) -> Any:
+        """A service of the configured node (e.g. ``~/enroll``), destroyed by the base on cleanup."""
+        srv = self.create_service(srv_type, name, callback)
+        self._made_services.append(srv)
+        return srv
 
     def is_configured(self) -> bool:
         return self._configured
@@ -340,6 +348,8 @@ class CameraNode(LifecycleNode):
         outputs, self._outputs = self._outputs, []
         for pub in outputs:
             self.destroy_lifecycle_publisher(pub)
+        services, self._made_services = self._made_services, []
+        destroy_entities(self, services)
         self.destroy_outputs()
         if self._timing_pub is not None:
             self.destroy_lifecycle_publisher(self._timing_pub)

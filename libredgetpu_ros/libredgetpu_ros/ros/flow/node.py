@@ -80,7 +80,6 @@ class FlowNode(CameraNode):
         self._twist_pub: Any = None
         self._heading_pub: Any = None
         self._marker_pub: Any = None
-        self._reset_srv: Any = None
         self._info_sub: Any = None
         self._fov_source = "parameter"
         # pairs per reason since configure, and since the last diagnostics message (camera thread writes,
@@ -115,13 +114,10 @@ class FlowNode(CameraNode):
         self._twist_pub = self.output(TwistStamped, "flow")
         self._heading_pub = self.output(QuaternionStamped, "heading")
         self._marker_pub = self.output(Marker, "flow_marker")
-        self._reset_srv = self.create_service(Trigger, "~/reset_heading", self._on_reset_heading)
+        self.service(Trigger, "~/reset_heading", self._on_reset_heading)
 
     def destroy_outputs(self) -> None:
         self._twist_pub = self._heading_pub = self._marker_pub = None
-        if self._reset_srv is not None:
-            self.destroy_service(self._reset_srv)
-            self._reset_srv = None
 
     def _on_reset_heading(self, request: Any, response: Any) -> Any:
         """``~/reset_heading`` (std_srvs/Trigger): the integrated heading back to 0 (e.g. when the robot is

@@ -76,7 +76,6 @@ class RecognitionNode(CameraNode):
         self._db: Any = None
         self._embed_lock = threading.Lock()
         self._pub: Any = None
-        self._db_services: list[Any] = []
         self._last_rgb: Any = None
         self._last: tuple[str, float] | None = None
         self._refused = 0
@@ -98,16 +97,13 @@ class RecognitionNode(CameraNode):
 
     def create_outputs(self) -> None:
         self._pub = self.output(Classification, "classification")
-        self._db_services = [self.create_service(Enroll, "~/enroll", self._on_enroll),
-                          self.create_service(Forget, "~/forget", self._on_forget),
-                          self.create_service(FilePath, "~/save", self._on_save),
-                          self.create_service(FilePath, "~/load", self._on_load)]
+        self.service(Enroll, "~/enroll", self._on_enroll)
+        self.service(Forget, "~/forget", self._on_forget)
+        self.service(FilePath, "~/save", self._on_save)
+        self.service(FilePath, "~/load", self._on_load)
 
     def destroy_outputs(self) -> None:
         self._pub = None
-        services, self._db_services = self._db_services, []
-        for service in services:
-            self.destroy_service(service)
 
     def process(self, rgb: Any, header: Header, frame: Frame) -> Mapping[str, float] | None:
         db = self._db

@@ -83,7 +83,6 @@ class TrackerNode(CameraNode):
         self._tracker: Any = None
         self._lock = threading.Lock()  # the tracker reference against close
         self._pubs: dict[str, Any] = {}
-        self._swap_services: list[Any] = []
         self._last: tuple[Any, int, int] | None = None  # (template-input image, frame width, frame height)
         self._last_offset: tuple[float, float] | None = None
         self._describe: dict[str, Any] = {}
@@ -106,15 +105,11 @@ class TrackerNode(CameraNode):
                       "servo_error": self.output(Vector3Stamped, "servo_error"),
                       "markers": self.output(MarkerArray, "markers"),
                       "annotated": self.output(Image, "annotated")}
-        self._swap_services = [self.create_service(SetColor, "~/set_color", self._on_set_color),
-                          self.create_service(SetTemplateRegion, "~/set_template_region",
-                                              self._on_set_region)]
+        self.service(SetColor, "~/set_color", self._on_set_color)
+        self.service(SetTemplateRegion, "~/set_template_region", self._on_set_region)
 
     def destroy_outputs(self) -> None:
         self._pubs = {}
-        services, self._swap_services = self._swap_services, []
-        for service in services:
-            self.destroy_service(service)
 
     def process(self, rgb: Any, header: Header, frame: Frame) -> Mapping[str, float] | None:
         tracker = self._tracker
