@@ -81,16 +81,12 @@ class PerceptionOffline:
 
 class TrackerOffline:
     def __init__(self, params: Any) -> None:
-        from geometry_msgs.msg import PointStamped, Vector3Stamped
-        from sensor_msgs.msg import Image
-        from visualization_msgs.msg import MarkerArray
-
+        from libredgetpu_ros.ros.robotics.messages import TRACKER_OUTPUTS
         from libredgetpu_ros.ros.robotics.tracker_node import open_tracker
 
         self.params = params
         self.tracker = open_tracker(params)
-        self.out_types = {"offset": PointStamped, "servo_error": Vector3Stamped, "markers": MarkerArray,
-                          "annotated": Image}
+        self.out_types = dict(TRACKER_OUTPUTS)
 
     def warm_up(self, rgb: np.ndarray | None) -> None:
         from libredgetpu_ros.ros.robotics.tracker_node import track_fitted
@@ -117,15 +113,12 @@ class TrackerOffline:
 
 class LoomingOffline:
     def __init__(self, params: Any) -> None:
-        from sensor_msgs.msg import Image
-        from visualization_msgs.msg import MarkerArray
-
         from libredgetpu_ros.ros.robotics.looming_node import open_detector
-        from libredgetpu_ros_interfaces.msg import Looming
+        from libredgetpu_ros.ros.robotics.messages import LOOMING_OUTPUTS
 
         self.params = params
         self.detector = open_detector(params)
-        self.out_types = {"looming": Looming, "markers": MarkerArray, "annotated": Image}
+        self.out_types = dict(LOOMING_OUTPUTS)
 
     def warm_up(self, rgb: np.ndarray | None) -> None:
         d = self.detector

@@ -19,16 +19,13 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from sensor_msgs.msg import Image
 from std_msgs.msg import Header
-from visualization_msgs.msg import MarkerArray
 
 from libredgetpu_ros.errors import ConfigError
 from libredgetpu_ros.ros.camera import CameraNode, Frame
 from libredgetpu_ros.ros.robotics import messages
 from libredgetpu_ros.ros.robotics.params import LOOMING_PARAMS
 from libredgetpu_ros.ros.spinning import run_lifecycle_node_main
-from libredgetpu_ros_interfaces.msg import Looming
 
 
 def open_detector(p: Any) -> Any:
@@ -73,9 +70,7 @@ class LoomingNode(CameraNode):
         self.close_logged(detector, "the detector")
 
     def create_outputs(self) -> None:
-        self._pubs = {"looming": self.output(Looming, "looming"),
-                      "markers": self.output(MarkerArray, "markers"),
-                      "annotated": self.output(Image, "annotated")}
+        self._pubs = {topic: self.output(cls, topic) for topic, cls in messages.LOOMING_OUTPUTS.items()}
 
     def destroy_outputs(self) -> None:
         self._pubs = {}

@@ -25,6 +25,12 @@ from libredgetpu_ros_interfaces.msg import Looming
 
 _LIFETIME = Duration(sec=1)
 
+# relative topic -> message class: every topic a node publishes; the live node makes its publishers from
+# these, process-bag (ros/bag_nodes.py) its output connections
+TRACKER_OUTPUTS: dict[str, type] = {"offset": PointStamped, "servo_error": Vector3Stamped,
+                                    "markers": MarkerArray, "annotated": Image}
+LOOMING_OUTPUTS: dict[str, type] = {"looming": Looming, "markers": MarkerArray, "annotated": Image}
+
 
 def stamp_seconds(header: Header) -> float:
     return header.stamp.sec + header.stamp.nanosec * 1e-9

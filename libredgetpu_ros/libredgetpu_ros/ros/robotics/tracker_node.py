@@ -21,10 +21,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from geometry_msgs.msg import PointStamped, Vector3Stamped
-from sensor_msgs.msg import Image
 from std_msgs.msg import Header
-from visualization_msgs.msg import MarkerArray
 
 from libredgetpu_ros.errors import InputError, LibrEdgeTpuError
 from libredgetpu_ros.ros.camera import CameraNode, Frame
@@ -101,10 +98,7 @@ class TrackerNode(CameraNode):
         self.close_logged(tracker, "the tracker")
 
     def create_outputs(self) -> None:
-        self._pubs = {"offset": self.output(PointStamped, "offset"),
-                      "servo_error": self.output(Vector3Stamped, "servo_error"),
-                      "markers": self.output(MarkerArray, "markers"),
-                      "annotated": self.output(Image, "annotated")}
+        self._pubs = {topic: self.output(cls, topic) for topic, cls in messages.TRACKER_OUTPUTS.items()}
         self.service(SetColor, "~/set_color", self._on_set_color)
         self.service(SetTemplateRegion, "~/set_template_region", self._on_set_region)
 
