@@ -141,14 +141,12 @@ class LoomingOffline:
 
 class FlowOffline:
     def __init__(self, params: Any) -> None:
-        from geometry_msgs.msg import QuaternionStamped, TwistStamped
-        from visualization_msgs.msg import Marker
-
+        from libredgetpu_ros.ros.flow.messages import FLOW_OUTPUTS
         from libredgetpu_ros.ros.flow.node import open_compass
 
         self.params = params
         self.compass = open_compass(params)
-        self.out_types = {"heading": QuaternionStamped, "flow": TwistStamped, "flow_marker": Marker}
+        self.out_types = dict(FLOW_OUTPUTS)
         if params.use_camera_info:
             _log.warning("process-bag reads no CameraInfo: the flow node's field of view is fov_deg "
                          "(%g deg)", params.fov_deg)

@@ -12,6 +12,10 @@ from geometry_msgs.msg import Point, QuaternionStamped, TwistStamped
 from std_msgs.msg import Header
 from visualization_msgs.msg import Marker
 
+# relative topic -> message class: every topic the flow node publishes; the node makes its publishers from
+# these, process-bag (ros/bag_nodes.py) its output connections
+FLOW_OUTPUTS: dict[str, type] = {"heading": QuaternionStamped, "flow": TwistStamped, "flow_marker": Marker}
+
 
 def stamp_seconds(header: Header) -> float | None:
     """The header's stamp in seconds, or None when the publisher left it zero (no rates then)."""

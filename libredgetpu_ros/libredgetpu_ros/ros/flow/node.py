@@ -35,16 +35,14 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from geometry_msgs.msg import QuaternionStamped, TwistStamped
 from rclpy.qos import QoSProfile, QoSReliabilityPolicy
 from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
-from visualization_msgs.msg import Marker
 
 from libredgetpu_ros.errors import ConfigError
 from libredgetpu_ros.ros.camera import CameraNode, Frame
-from libredgetpu_ros.ros.flow.messages import centre_pixels, flow_messages, stamp_seconds
+from libredgetpu_ros.ros.flow.messages import FLOW_OUTPUTS, centre_pixels, flow_messages, stamp_seconds
 from libredgetpu_ros.ros.flow.params import PARAMS
 
 __all__ = ["CAMERA_INFO_QOS", "FlowNode", "centre_pixels", "open_compass", "stamp_seconds"]
@@ -77,9 +75,7 @@ class FlowNode(CameraNode):
         self._compass: Any = None
         self._lock = threading.Lock()  # the compass: camera thread vs parameter changes
         self._describe: dict[str, Any] = {}
-        self._twist_pub: Any = None
-        self._heading_pub: Any = None
-        self._marker_pub: Any = None
+        self._pubs: dict[str, Any] = {}
         self._info_sub: Any = None
         self._fov_source = "parameter"
         # pairs per reason since configure, and since the last diagnostics message (camera thread writes,
@@ -111,13 +107,11 @@ class FlowNode(CameraNode):
         self.close_logged(compass, "the flow template")
 
     def create_outputs(self) -> None:
-        self._twist_pub = self.output(TwistStamped, "flow")
-        self._heading_pub = self.output(QuaternionStamped, "heading")
-        self._marker_pub = self.output(Marker, "flow_marker")
+        self._pubs = {topic: self.output(cls, topic) for topic, cls in FLOW_OUTPUTS.items()}
         self.service(Trigger, "~/reset_heading", self._on_reset_heading)
 
     def destroy_outputs(self) -> None:
-        self._twist_pub = self._heading_pub = self._marker_pub = None
+        self._pubs = {}
 
     def _on_reset_heading(self, request: Any, response: Any) -> Any:
         """``~/reset_heading`` (std_srvs/Trigger): the integrated heading back to 0 (e.g. when the robot is
@@ -163,7 +157,7 @@ class FlowNode(CameraNode):
             self._reasons[reason] += 1
             self._period[reason] += 1
             self._saturated += flow.saturated
-        pubs = {"heading": self._heading_pub, "flow": self._twist_pub, "flow_marker": self._marker_pub}
+        pubs = self._pubs
         out = flow_messages(header, result, heading_deg, fov, projection, rgb.shape[1], self.params,
                             wanted=lambda t: pubs[t].get_subscription_count() > 0)
         for topic, msg in out:
