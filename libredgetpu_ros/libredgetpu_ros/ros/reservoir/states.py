@@ -16,6 +16,8 @@ import numpy as np
 from libredgetpu_ros.errors import InputError
 from libredgetpu_ros.ros.control.codec import JointOrder
 
+STATE_MESSAGE_BYTES = 1 << 20  # a per-message compressed state, decompressed (states are a few KB)
+
 TYPE_NAMES = {"joint_state": "sensor_msgs/msg/JointState",
               "float64_multi_array": "std_msgs/msg/Float64MultiArray"}
 
@@ -39,7 +41,8 @@ def state_vector(msg: Any, state_type: str, joint_field: str, order: JointOrder 
 def read_bag_states(bag: str | Path, topic: str, state_type: str, joint_field: str,
                     order: JointOrder | None, size: int) -> tuple[np.ndarray, int]:
     """(states (T, size) of ``topic`` in recorded order, messages skipped as malformed/NaN/wrong size)."""
-    from libredgetpu_ros.bags.storage import guarded_messages, open_reader
+    from libredgetpu_ros.bags.storage import Unreadable, open_reader
+    from libredgetpu_ros.bags.storage import messages as bag_messages
     from libredgetpu_ros.bags.typestore import typestore
 
     store = typestore()
@@ -54,7 +57,12 @@ def read_bag_states(bag: str | Path, topic: str, state_type: str, joint_field: s
             raise InputError(f"bag {bag}: topic {topic} holds {wrong[0]}, the node reads "
                              f"{TYPE_NAMES[state_type]}")
         rows, skipped = [], 0
-        for conn, _, raw in guarded_messages(reader.messages(connections=connections), reader.path):
+        # bags.storage.messages: damaged bags are one InputError, per-message compressed states are
+        # decompressed within a budget (a state message is small: 1 MiB is generous).
+        for conn, _, raw in bag_messages(reader, connections, STATE_MESSAGE_BYTES):
+            if raw is None or isinstance(raw, Unreadable):
+                skipped += 1
+                continue
             try:
                 x = state_vector(store.deserialize_cdr(raw, conn.msgtype), state_type, joint_field, order)
             except (InputError, ValueError, KeyError, IndexError):
