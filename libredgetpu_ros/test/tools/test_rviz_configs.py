@@ -3,7 +3,6 @@ the frame the results carry; and `rviz:=true` starting rviz2 with the config (an
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -23,18 +22,21 @@ def displays(config: dict) -> list[dict]:
     return config["Visualization Manager"]["Displays"]
 
 
-def node_outputs() -> dict[str, set[str]]:
-    """'/topic' -> message type names, from every camera node's ``self.output(Type, "topic")`` and the
-    perception node's output table."""
+def node_outputs(launch: str) -> dict[str, set[str]]:
+    """'/topic' -> message type names the node of ``launch`` publishes, from the tables the node and
+    process-bag share (the perception node's per task, the flow / tracker / looming nodes' output tables)."""
     from libredgetpu_ros.ros import conversions
+    from libredgetpu_ros.ros.flow.messages import FLOW_OUTPUTS
+    from libredgetpu_ros.ros.robotics.messages import LOOMING_OUTPUTS, TRACKER_OUTPUTS
 
+    tables = {"flow": FLOW_OUTPUTS, "tracker": TRACKER_OUTPUTS, "looming": LOOMING_OUTPUTS}
     published: dict[str, set[str]] = {}
-    for source in NODES.rglob("*.py"):
-        for mtype, topic in re.findall(r"self\.output\((\w+), \"([\w/]+)\"", source.read_text()):
-            published.setdefault("/" + topic, set()).add(mtype)
-    for task in ("pose", "detect", "classify", "segment"):
-        for name, mtype in conversions.output_topics(task):
-            published.setdefault("/" + name, set()).add(mtype.__name__)
+    if launch == "perception":
+        for task in ("pose", "detect", "classify", "segment"):
+            for name, mtype in conversions.output_topics(task):
+                published.setdefault("/" + name, set()).add(mtype.__name__)
+    for name, mtype in tables.get(launch, {}).items():
+        published.setdefault("/" + name, set()).add(mtype.__name__)
     return published
 
 
@@ -56,12 +58,12 @@ def test_config_matches_its_node(path: Path) -> None:
     config = yaml.safe_load(path.read_text())
     fixed = config["Visualization Manager"]["Global Options"]["Fixed Frame"]
     assert fixed == CAMERA_FRAME == MakeBagOptions().frame_id  # demo, bags and rviz agree
-    published = node_outputs()
+    published = node_outputs(path.stem)
     subscribing = [d for d in displays(config) if "Topic" in d]
     assert subscribing
     for display in subscribing:
         topic = display["Topic"]
-        assert topic["Value"] in published, f"{path.name}: {topic['Value']} is published by no node"
+        assert topic["Value"] in published, f"{path.name}: {topic['Value']} not published by {path.stem}"
         assert display["Class"] in {DISPLAY_OF.get(t) for t in published[topic["Value"]]}, display["Name"]
         assert topic["Reliability Policy"] == "Reliable"  # what the nodes offer for results
 
