@@ -40,16 +40,23 @@ def _embed_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--query", action="append", default=[], metavar="IMAGE", help="image to recognise "
                                                                                       "(repeatable)")
     parser.add_argument("--top-k", type=int, default=1, help="labels per query (default 1)")
+    parser.add_argument("--open-set-margin", type=float, default=0.2,
+                        help="'unknown' unless the best cosine reaches background + MARGIN * (1 - "
+                             "background), background = the highest cosine between entries of different "
+                             "labels (default 0.2)")
+    parser.add_argument("--closed-set", action="store_true", help="always name the nearest enrolled label")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
 def _pairs(values: list[str]) -> list[tuple[str, Path]]:
+    from libredgetpu_ros.robotics.embedding import check_label
+
     pairs = []
     for value in values:
         name, sep, path = value.partition("=")
         if not sep or not name.strip() or not path:
-            raise InputError(f"--enroll takes NAME=IMAGE, got {value!r}")
-        pairs.append((name, Path(path)))
+            raise InputError(f"--enroll takes NAME=IMAGE, got {value[:80]!r}")
+        pairs.append((check_label(name), Path(path)))  # before any image is read
     return pairs
 
 
@@ -61,6 +68,8 @@ def _embed_run(args: argparse.Namespace, _images: list[Any]) -> int:
 
     if args.top_k < 1:
         raise InputError(f"--top-k must be >= 1, got {args.top_k}")
+    if not 0.0 <= args.open_set_margin <= 1.0:
+        raise InputError(f"--open-set-margin must be in [0, 1], got {args.open_set_margin}")
     enrol = [(name, load_image(path)) for name, path in _pairs(args.enroll)]  # every file read up front
     queries = [(path, load_image(path)) for path in args.query]
     if not enrol and args.database is None:
@@ -75,10 +84,14 @@ def _embed_run(args: argparse.Namespace, _images: list[Any]) -> int:
         if args.save is not None:
             db.save(args.save)
         results = []
+        margin = None if args.closed_set else args.open_set_margin
         for path, rgb in queries:
-            matches = db.query(extractor.embed(rgb), top_k=args.top_k)
-            results.append({"image": path, "matches": [{"label": m.label, "score": round(m.score, 4)}
-                                                        for m in matches]})
+            embedding = extractor.embed(rgb)
+            decision = db.classify(embedding, top_k=args.top_k, margin=margin)
+            matches = db.query(embedding, top_k=args.top_k)  # the ranking, known or not
+            results.append({"image": path, "label": decision.label, "score": round(decision.score, 4),
+                            "threshold": round(decision.threshold, 4),
+                            "matches": [{"label": m.label, "score": round(m.score, 4)} for m in matches]})
         report = {"module": "embed", "template": f"dense_{args.template}",
                   "extractor": str(extractor.model_path), "backend": extractor.backend_name,
                   "entries": len(db), "capacity": db.capacity, "results": results}
@@ -90,7 +103,8 @@ def _embed_run(args: argparse.Namespace, _images: list[Any]) -> int:
               f"({report['backend']})")
         for entry in results:
             shown = ", ".join(f"{m['label']} {m['score']:.3f}" for m in entry["matches"])
-            print(f"  {entry['image']}: {shown}")
+            print(f"  {entry['image']}: {entry['label']} {entry['score']:.3f} "
+                  f"(threshold {entry['threshold']:.3f}; nearest: {shown})")
     return 0
 
 

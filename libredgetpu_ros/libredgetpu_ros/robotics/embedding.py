@@ -16,6 +16,13 @@ sent as ``g_q * q`` with ``g_q`` the largest value that keeps it inside the inpu
 g_i g_q <= the output range (|partial cosine| <= 1), so nothing saturates and the score ``output / (g_i g_q)``
 is the cosine to within ``engine.error_bound`` / (g_i g_q) (``query(..., bound=True)``).
 
+Open set. A closed set always names an enrolled label, however unrelated the image. ``classify`` says
+``UNKNOWN`` unless the best cosine clears a threshold calibrated from the enrolled set itself: the
+*background* is the highest cosine between two entries of different labels (how close an image of another
+class comes; these ReLU embeddings of unrelated photos share a large common part), and the threshold is
+``background + margin * (1 - background)`` (``margin`` 0.2 by default), or ``min_score`` if higher. With
+fewer than two labels there is nothing to calibrate on and ``SINGLE_CLASS_BACKGROUND`` stands in.
+
 Swaps. Every change builds the whole weight matrix and swaps it in through ``set_weights`` (one
 atomic version); the labels and gains of that version are registered under its number before the swap,
 and a query reads them by the version its matmul ran on: a query never mixes two databases.
@@ -26,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +50,9 @@ from libredgetpu_ros.textdata import load_json
 DATABASE_FORMAT = "libredgetpu_ros.embedding_db.v1"
 MAX_DATABASE_BYTES = 512 << 20
 MAX_LABEL_CHARS = 256
+UNKNOWN = "unknown"  # the open-set answer; reserved, never enrolled
+DEFAULT_OPEN_SET_MARGIN = 0.2  # fraction of (1 - background) a match must clear above the background
+SINGLE_CLASS_BACKGROUND = 0.5  # background with one label (fixture photos of unrelated scenes: 0.31-0.51)
 _KEEP_VERSIONS = 8  # database snapshots kept for queries still running on an older weight version
 
 
@@ -53,11 +64,80 @@ class Match:
     bound: float | None = None  # |score - float cosine| bound when asked for
 
 
+@dataclass(frozen=True)
+class Decision:
+    """Open-set answer for one query: ``label`` is an enrolled label or ``UNKNOWN``."""
+
+    label: str | None  # None: the database is empty
+    score: float  # best enrolled cosine (NaN when empty)
+    threshold: float  # what a match had to reach
+    matches: tuple[Match, ...]  # the top_k labels at or above the threshold, best first
+
+    @property
+    def known(self) -> bool:
+        return bool(self.matches)
+
+
 @dataclass(frozen=True, eq=False)
 class _Snapshot:
     labels: tuple[str | None, ...]  # per slot; None = free
     normalized: np.ndarray  # float32 (capacity, D), zero rows for free slots, read-only
     gains: np.ndarray  # float64 (capacity,), 0 for free slots
+    background: float | None = None  # highest cosine between entries of different labels; None: < 2 labels
+
+    @classmethod
+    def make(cls, labels: Sequence[str | None], normalized: np.ndarray, gains: np.ndarray) -> _Snapshot:
+        normalized.setflags(write=False)
+        return cls(tuple(labels), normalized, gains, _background(labels, normalized))
+
+
+def _background(labels: Sequence[str | None], normalized: np.ndarray) -> float | None:
+    slots = [slot for slot, label in enumerate(labels) if label is not None]
+    names = np.array([labels[slot] for slot in slots], dtype=object)
+    if len(set(names)) < 2:
+        return None
+    vectors = normalized[slots].astype(np.float64)
+    gram = vectors @ vectors.T
+    gram[names[:, None] == names[None, :]] = -np.inf  # same label (and the diagonal): not background
+    return float(np.clip(gram.max(), -1.0, 1.0))
+
+
+def open_set_threshold(background: float | None, margin: float | None = DEFAULT_OPEN_SET_MARGIN,
+                       min_score: float = -1.0) -> float:
+    """The cosine a match must reach: ``min_score`` alone for a closed set (``margin`` None), else the
+    higher of it and ``background + margin * (1 - background)``."""
+    if margin is None:
+        return float(min_score)
+    if not 0.0 <= margin <= 1.0:
+        raise InputError(f"open-set margin must be in [0, 1], got {margin}")
+    bg = SINGLE_CLASS_BACKGROUND if background is None else background
+    return max(float(min_score), bg + margin * (1.0 - bg))
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    """repr of a label cut to ``limit`` characters: error messages never echo a huge string."""
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def check_label(label: object) -> str:
+    """The NFC form of a valid label: a string of 1..MAX_LABEL_CHARS printable characters (no control,
+    line-break or format characters), no surrounding whitespace, not ``UNKNOWN``; InputError otherwise."""
+    if not isinstance(label, str):
+        raise InputError(f"label must be a string, got {type(label).__name__}")
+    if len(label) > MAX_LABEL_CHARS:
+        raise InputError(f"label has {len(label)} characters, at most {MAX_LABEL_CHARS}: {_shown(label)}")
+    text = unicodedata.normalize("NFC", label)
+    if not text.strip():
+        raise InputError(f"label must be a non-empty string of at most {MAX_LABEL_CHARS} characters, "
+                         f"got {_shown(label)}")
+    if text != text.strip():
+        raise InputError(f"label {_shown(label)} starts or ends with whitespace")
+    bad = next((c for c in text if not c.isprintable()), None)
+    if bad is not None:
+        raise InputError(f"label {_shown(label)} holds the non-printable character U+{ord(bad):04X}")
+    if text == UNKNOWN:
+        raise InputError(f"label {UNKNOWN!r} is reserved for the open-set answer")
+    return text
 
 
 def l2_normalize(vector: object, dim: int, what: str = "embedding") -> np.ndarray:
@@ -149,7 +229,8 @@ class EmbeddingSimilarity:
         raw = picked.sum(axis=1, dtype=np.float64)  # (capacity,)
         occupied = snapshot.gains > 0
         with np.errstate(divide="ignore", invalid="ignore"):
-            score = np.where(occupied, raw / (snapshot.gains * g_q), np.nan)
+            # int8 rounding can carry an exact match just past 1: a cosine stays in [-1, 1]
+            score = np.where(occupied, np.clip(raw / (snapshot.gains * g_q), -1.0, 1.0), np.nan)
         bounds = None
         if bound:
             err = self.engine.error_bound(batch)
@@ -163,6 +244,11 @@ class EmbeddingSimilarity:
         if top_k < 1:
             raise InputError(f"top_k must be >= 1, got {top_k}")
         score, snapshot, bounds = self.scores(embedding, bound)
+        return self._ranked(score, snapshot, bounds, top_k)
+
+    @staticmethod
+    def _ranked(score: np.ndarray, snapshot: _Snapshot, bounds: np.ndarray | None,
+                top_k: int) -> list[Match]:
         order = np.argsort(-np.nan_to_num(score, nan=-np.inf), kind="stable")
         matches: list[Match] = []
         seen: set[str] = set()
@@ -176,6 +262,25 @@ class EmbeddingSimilarity:
             if len(matches) == top_k:
                 break
         return matches
+
+    def classify(self, embedding: object, top_k: int = 1, margin: float | None = DEFAULT_OPEN_SET_MARGIN,
+                 min_score: float = -1.0) -> Decision:
+        """Open-set decision: the ``top_k`` labels whose best cosine reaches the threshold calibrated from
+        the database the query ran on (``open_set_threshold``; ``margin`` None: a closed set filtered by
+        ``min_score``), ``UNKNOWN`` when none does."""
+        if top_k < 1:
+            raise InputError(f"top_k must be >= 1, got {top_k}")
+        score, snapshot, _ = self.scores(embedding)
+        threshold = open_set_threshold(snapshot.background, margin, min_score)
+        ranked = self._ranked(score, snapshot, None, top_k)
+        if not ranked:
+            return Decision(None, math.nan, threshold, ())
+        known = tuple(m for m in ranked if m.score >= threshold)
+        return Decision(known[0].label if known else UNKNOWN, ranked[0].score, threshold, known)
+
+    def threshold(self, margin: float | None = DEFAULT_OPEN_SET_MARGIN, min_score: float = -1.0) -> float:
+        """The open-set threshold of the current database."""
+        return open_set_threshold(self._current.background, margin, min_score)
 
     # -- changing --------------------------------------------------------------------------------------
     def _gain(self, normalized: np.ndarray, slot: int) -> float:
@@ -208,19 +313,13 @@ class EmbeddingSimilarity:
         for old_version in sorted(self._snapshots)[:-_KEEP_VERSIONS]:
             del self._snapshots[old_version]
 
-    def _check_label(self, label: object) -> str:
-        if not isinstance(label, str) or not label.strip() or len(label) > MAX_LABEL_CHARS:
-            raise InputError(f"label must be a non-empty string of at most {MAX_LABEL_CHARS} characters, "
-                             f"got {label!r}")
-        return label
-
     def add(self, label: str, embedding: object) -> int:
         """Enrol one embedding under ``label`` (labels may repeat); returns its slot. Full: InputError."""
         return self.add_many([(label, embedding)])[0]
 
     def add_many(self, items: Sequence[tuple[str, object]]) -> list[int]:
         """Enrol several embeddings in one swap (all or none)."""
-        checked = [(self._check_label(label), l2_normalize(e, self.embedding_dim)) for label, e in items]
+        checked = [(check_label(label), l2_normalize(e, self.embedding_dim)) for label, e in items]
         with self._write_lock:
             current = self._current
             free = [slot for slot, label in enumerate(current.labels) if label is None]
@@ -235,31 +334,31 @@ class EmbeddingSimilarity:
                 labels[slot] = label
                 normalized[slot] = vector
                 gains[slot] = self._gain(normalized[slot].astype(np.float64), slot)
-            normalized.setflags(write=False)
-            self._publish(_Snapshot(tuple(labels), normalized, gains), slots)
+            self._publish(_Snapshot.make(labels, normalized, gains), slots)
         return slots
 
     def remove(self, label: str) -> int:
         """Forget every entry of ``label``; returns how many. Unknown label: InputError."""
+        label = check_label(label)
         with self._write_lock:
             current = self._current
             slots = [slot for slot, name in enumerate(current.labels) if name == label]
             if not slots:
-                raise InputError(f"no entry labelled {label!r} (known: {sorted(set(self.labels))})")
+                known = sorted(set(self.labels))
+                shown = ", ".join(_shown(k) for k in known[:10]) + (", ..." if len(known) > 10 else "")
+                raise InputError(f"no entry labelled {_shown(label)} (known: [{shown}])")
             labels, normalized, gains = list(current.labels), current.normalized.copy(), current.gains.copy()
             for slot in slots:
                 labels[slot] = None
                 normalized[slot] = 0.0
                 gains[slot] = 0.0
-            normalized.setflags(write=False)
-            self._publish(_Snapshot(tuple(labels), normalized, gains), slots)
+            self._publish(_Snapshot.make(labels, normalized, gains), slots)
         return len(slots)
 
     def clear(self) -> None:
         with self._write_lock:
             empty = np.zeros((self.capacity, self.embedding_dim), np.float32)
-            empty.setflags(write=False)
-            self._publish(_Snapshot((None,) * self.capacity, empty, np.zeros(self.capacity)))
+            self._publish(_Snapshot.make((None,) * self.capacity, empty, np.zeros(self.capacity)))
 
     # -- persistence -----------------------------------------------------------------------------------
     def save(self, path: str | Path) -> int:
@@ -282,7 +381,7 @@ class EmbeddingSimilarity:
         if len(labels) > self.capacity:
             raise InputError(f"{path}: holds {len(labels)} entries, this template's capacity is "
                              f"{self.capacity} (entries are never dropped: use a larger template)")
-        checked = [(self._check_label(label), l2_normalize(v, self.embedding_dim, f"{path}: entry {i}"))
+        checked = [(check_label(label), l2_normalize(v, self.embedding_dim, f"{path}: entry {i}"))
                    for i, (label, v) in enumerate(zip(labels, vectors, strict=True))]
         with self._write_lock:
             names: list[str | None] = [None] * self.capacity
@@ -291,8 +390,7 @@ class EmbeddingSimilarity:
             for slot, (label, vector) in enumerate(checked):
                 names[slot], normalized[slot] = label, vector
                 gains[slot] = self._gain(normalized[slot].astype(np.float64), slot)
-            normalized.setflags(write=False)
-            self._publish(_Snapshot(tuple(names), normalized, gains))
+            self._publish(_Snapshot.make(names, normalized, gains))
         return len(checked)
 
 

@@ -187,10 +187,10 @@ class RecognitionOffline:
             self.extractor.embed(rgb if rgb is not None else np.zeros((224, 224, 3), np.uint8))
 
     def messages(self, header: Any, rgb: np.ndarray) -> list[tuple[str, Any]]:
-        from libredgetpu_ros.ros.recognition.node import recognition_messages
+        from libredgetpu_ros.ros.recognition.node import decide, recognition_messages
 
-        matches = self.db.query(self.extractor.embed(rgb), top_k=self.params.top_k)
-        return recognition_messages(header, matches, self.params)
+        decision = decide(self.db, self.extractor.embed(rgb), self.params)
+        return recognition_messages(header, decision, self.params)
 
     def latched(self, header: Any) -> list[tuple[str, Any]]:
         return []

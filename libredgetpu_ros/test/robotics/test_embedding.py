@@ -1,6 +1,7 @@
 """EmbeddingSimilarity on the MatMul engine with the fixture extractor (CPU twin through LiteRT): augmented
-queries of the enrolment photos, ranking against float64 cosine within the int8 bound, capacity, persistence
-across templates 256/512/1024, atomic swaps under concurrent queries, bad input."""
+queries of the enrolment photos, the open-set decision on photos never enrolled, ranking against float64
+cosine within the int8 bound, capacity, persistence across templates 256/512/1024, atomic swaps under
+concurrent queries, bad input and hostile labels."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from libredgetpu_ros.errors import ConfigError, ImageError, InputError
 from libredgetpu_ros.matmul import MatMulEngine
 from libredgetpu_ros.perception.images import load_image
-from libredgetpu_ros.robotics.embedding import EmbeddingSimilarity
+from libredgetpu_ros.robotics.embedding import UNKNOWN, EmbeddingSimilarity
 from libredgetpu_ros.robotics.extractor import EmbeddingExtractor
 
 from .._helpers import load_helper
@@ -69,6 +70,52 @@ def bank(extractor, photos):
 
 def _cls(photo: str) -> str:
     return photo.rsplit("_", 2)[0]
+
+
+def unrelated_photos(fixture_path) -> dict[str, np.ndarray]:
+    """Photos of nothing enrolled: two fixture photos of people and matplotlib's sample photo of a gift
+    box (shipped with the matplotlib wheel the package requires)."""
+    import matplotlib
+
+    present = Path(matplotlib.get_data_path()) / "sample_data" / "Minduka_Present_Blue_Pack.png"
+    return {"grace_hopper": load_image(fixture_path("images/grace_hopper.bmp")),
+            "test_couple": load_image(fixture_path("images/test_couple.jpg")), "present": load_image(present)}
+
+
+def test_open_set_says_unknown_for_unrelated_photos_and_keeps_enrolled_classes(extractor, bank, fixture_path):
+    """Three classes enrolled (one photo each); held photos of two of them (another hot dog, the fixtures'
+    other cat) and every augmentation of the enrolled photos stay right, photos of nothing enrolled come
+    back unknown (the closed set named one of the three for each), and a forgotten class is unknown."""
+    held = {"hotdog": extractor.embed(load_image(fixture_path("robotics/embedding/hotdog_train_1.bmp"))),
+            "cat": extractor.embed(load_image(fixture_path("images/cat.bmp")))}
+    unrelated = {name: extractor.embed(rgb) for name, rgb in unrelated_photos(fixture_path).items()}
+    with MatMulEngine.from_template(1024, backend="cpu") as engine:
+        db = EmbeddingSimilarity(engine, 1024)
+        for photo in PHOTOS[:3]:
+            db.add(_cls(photo), bank[(photo, "original")])
+        threshold = db.threshold()
+        for label, vector in held.items():
+            decision = db.classify(vector)
+            print(f"held {label}: {decision.label} {decision.score:.3f} (threshold {threshold:.3f})")
+            assert decision.label == label and decision.known
+        for (photo, aug), vector in bank.items():
+            if photo in PHOTOS[:3]:
+                assert db.classify(vector).label == _cls(photo), (photo, aug)
+        unknown = 0
+        for name, vector in unrelated.items():
+            decision, closed = db.classify(vector), db.classify(vector, margin=None)
+            print(f"unrelated {name}: {decision.label} (best {decision.score:.3f}); closed set: "
+                  f"{closed.label}")
+            assert closed.label in ("cat", "dog", "hotdog")
+            unknown += decision.label == UNKNOWN and decision.matches == ()
+        assert unknown >= 2
+        assert db.classify(bank[("cat_train_0", "original")]).score <= 1.0  # int8 rounding clipped
+        db.remove("cat")
+        forgotten = db.classify(held["cat"])
+        closed = db.classify(held["cat"], margin=None)
+        print(f"cat after forgetting it: {forgotten.label} (best {forgotten.score:.3f}, closed set "
+              f"{closed.label}, threshold {forgotten.threshold:.3f})")
+        assert forgotten.label == UNKNOWN and closed.label in ("dog", "hotdog")
 
 
 def test_augmented_queries_find_the_right_class(bank):
@@ -250,9 +297,16 @@ def test_bad_input_is_refused(extractor, tmp_path):
                 db.add("b", vector)
             with pytest.raises(InputError, match=message):
                 db.query(vector)
-        for label in ("", "  ", 5, "x" * 300):
+        for label in ("", "  ", 5, "x" * 300, "a\x00b", "a\nb", "tab\there", "\x1b[31mred", "a\u202eb",
+                      "zero\u200bwidth", " padded", UNKNOWN):
             with pytest.raises(InputError, match="label"):
                 db.add(label, np.ones(1024))
+        with pytest.raises(InputError, match="label") as refused:
+            db.remove("y" * 100_000)
+        assert len(str(refused.value)) < 200  # a huge label is never echoed whole
+        decomposed = "cafe\u0301"  # NFD: stored and found as the NFC "caf\u00e9"
+        db.add(decomposed, np.arange(1024.0))
+        assert "caf\u00e9" in db.labels and db.remove("caf\u00e9") == 1
         with pytest.raises(InputError, match="no entry labelled 'zzz'"):
             db.remove("zzz")
         with pytest.raises(InputError, match="top_k"):

@@ -5,7 +5,9 @@ newest-frame policy, diagnostics, faults) whose processor is an ``EmbeddingExtra
 extractor, Edge TPU or CPU twin) and an ``EmbeddingSimilarity`` database on the MatMul engine:
 
 - ``classification`` (vision_msgs/Classification, the frame's header): the ``top_k`` best labels with their
-  cosine scores (``min_score`` filters), empty while the database is empty;
+  cosine scores that clear the open-set threshold calibrated from the enrolled set (``open_set_margin``,
+  ``min_score``), else one hypothesis ``unknown`` scored with the best cosine that fell short; empty while
+  the database is empty. ``open_set: false`` gives the closed set (filtered by ``min_score`` only);
 - ``~/enroll`` (Enroll: a label, and optionally a box of the last frame), ``~/forget`` (Forget: every entry
   of a label), ``~/save`` / ``~/load`` (FilePath: the database file; a file of another embedding size or
   with more entries than the template holds is refused and the database kept).
@@ -54,15 +56,28 @@ def open_recognizer(p: Any) -> tuple[Any, Any]:
     return extractor, db
 
 
-def classification(header: Header, matches: list[Any], min_score: float) -> Classification:
-    return Classification(header=header, results=[ObjectHypothesis(class_id=m.label, score=float(m.score))
-                                                  for m in matches if m.score >= min_score])
+def decide(db: Any, embedding: Any, p: Any) -> Any:
+    """The database's ``Decision`` for one embedding under the node's parameters (``top_k``, ``open_set``,
+    ``open_set_margin``, ``min_score``): what the node and offline processing both classify with."""
+    return db.classify(embedding, top_k=p.top_k, margin=p.open_set_margin if p.open_set else None,
+                       min_score=p.min_score)
 
 
-def recognition_messages(header: Header, matches: list[Any], options: Any) -> list[tuple[str, Any]]:
-    """(relative topic, message) for one frame's database matches (best first): what the node publishes
-    and ``process-bag`` (``ros/bag_nodes.py``) writes. ``options``: the node's parameters (``min_score``)."""
-    return [("classification", classification(header, matches, options.min_score))]
+def classification(header: Header, decision: Any) -> Classification:
+    """Known labels with their cosines; an open-set miss is one ``unknown`` hypothesis scored with the best
+    cosine that fell short; a closed-set miss or an empty database: no hypothesis."""
+    from libredgetpu_ros.robotics.embedding import UNKNOWN
+
+    results = [ObjectHypothesis(class_id=m.label, score=float(m.score)) for m in decision.matches]
+    if not results and decision.label == UNKNOWN:
+        results = [ObjectHypothesis(class_id=UNKNOWN, score=float(decision.score))]
+    return Classification(header=header, results=results)
+
+
+def recognition_messages(header: Header, decision: Any, options: Any) -> list[tuple[str, Any]]:
+    """(relative topic, message) for one frame's open-set decision (``decide``): what the node publishes
+    and ``process-bag`` (``ros/bag_nodes.py``) writes. ``options``: the node's parameters."""
+    return [("classification", classification(header, decision))]
 
 
 class RecognitionNode(CameraNode):
@@ -79,6 +94,7 @@ class RecognitionNode(CameraNode):
         self._last_rgb: Any = None
         self._last: tuple[str, float] | None = None
         self._refused = 0
+        self._unknown = 0
         self._last_refusal = ""
         super().__init__(node_name, **kwargs)
 
@@ -115,11 +131,13 @@ class RecognitionNode(CameraNode):
                 return None
             embedding = self._extractor.embed(rgb)
         t1 = time.monotonic()
-        matches = db.query(embedding, top_k=self.params.top_k)
+        decision = decide(db, embedding, self.params)
         t2 = time.monotonic()
         self._last_rgb = rgb
-        self._last = (matches[0].label, matches[0].score) if matches else None
-        for _, msg in recognition_messages(header, matches, self.params):  # one topic: classification
+        self._last = None if decision.label is None else (decision.label, decision.score)
+        if decision.label is not None and not decision.known:
+            self._unknown += 1
+        for _, msg in recognition_messages(header, decision, self.params):  # one topic: classification
             self._pub.publish(msg)
         return {"embed": (t1 - t0) * 1e3, "match": (t2 - t1) * 1e3}
 
@@ -190,9 +208,11 @@ class RecognitionNode(CameraNode):
                                      "backend": "" if extractor is None else extractor.backend_name,
                                      "template": f"dense_{self.params.template}"}
         if db is not None:
-            values.update(entries=len(db), capacity=db.capacity, labels=len(set(db.labels)))
+            p = self.params
+            values.update(entries=len(db), capacity=db.capacity, labels=len(set(db.labels)),
+                          threshold=db.threshold(p.open_set_margin if p.open_set else None, p.min_score))
         values.update(last_label=last[0] if last else "", last_score=last[1] if last else float("nan"),
-                      refused=self._refused, last_refusal=self._last_refusal)
+                      unknown=self._unknown, refused=self._refused, last_refusal=self._last_refusal)
         return values
 
     def diagnostic_warnings(self) -> list[str]:

@@ -16,6 +16,8 @@ class RecognitionParams(ImageParams):
     template: int
     database: str
     top_k: int
+    open_set: bool
+    open_set_margin: float
     min_score: float
 
 
@@ -32,6 +34,13 @@ RECOGNITION_PARAMS = camera_param_table([
               "empty = start empty."),
     ParamSpec("top_k", 1, "Labels per frame in the Classification (best first).", range=(1, 100),
               mutability="runtime"),
-    ParamSpec("min_score", 0.0, "Labels scoring below this cosine are left out of the Classification.",
-              range=(-1.0, 1.0), mutability="runtime"),
+    ParamSpec("open_set", True, "Open set: a frame whose best cosine does not clear the threshold calibrated "
+              "from the enrolled classes is classified 'unknown'. false: the closed set (always the nearest "
+              "label scoring >= min_score).", mutability="runtime"),
+    ParamSpec("open_set_margin", 0.2, "Open-set threshold = background + margin * (1 - background), "
+              "background = the highest cosine between entries of different labels (0.5 with one label).",
+              range=(0.0, 1.0), mutability="runtime"),
+    ParamSpec("min_score", 0.0, "Labels scoring below this cosine are never reported (a floor under the "
+              "open-set threshold; the only filter of the closed set).", range=(-1.0, 1.0),
+              mutability="runtime"),
 ], RecognitionParams)
