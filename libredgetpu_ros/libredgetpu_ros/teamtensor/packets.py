@@ -181,13 +181,14 @@ def _decode_assign_model(r: Reader, wire: WireFormat) -> AssignModel:
 class Refused(ProtocolError):
     """The worker answered NACK; ``reason`` says why."""
 
-    def __init__(self, request: str, reason: int) -> None:
+    def __init__(self, request: str, reason: int, nonce: int | None = None) -> None:
         try:
             name = Refusal(reason).name
         except ValueError:
             name = "no reason given (seed framing)" if reason == 0 else f"reason {reason:#04x}"
         super().__init__(f"worker refused {request}: {name}")
         self.reason = reason
+        self.nonce = nonce  # CHALLENGE: the session number to claim with
 
 
 def ack(payload: bytes = b"") -> bytes:
@@ -196,6 +197,11 @@ def ack(payload: bytes = b"") -> bytes:
 
 def nack(reason: Refusal, wire: WireFormat = DEFAULT_WIRE) -> bytes:
     return bytes([Op.NACK]) if wire.seed else bytes([Op.NACK, int(reason)])
+
+
+def nack_challenge(nonce: int) -> bytes:
+    """NACK CHALLENGE (keyed worker, reliable framing): claim again with session number ``nonce``."""
+    return bytes([Op.NACK, Refusal.CHALLENGE]) + nonce.to_bytes(4, "big")
 
 
 def ack_u16(value: int) -> bytes:
@@ -219,10 +225,11 @@ def decode_reply(req: Request, packet: bytes | memoryview, wire: WireFormat = DE
     r = Reader(packet, f"reply to {name}", 1)
     if packet[0] == Op.NACK:
         reason = 0 if wire.seed else r.u8("NACK reason")
+        nonce = r.u32("challenge nonce") if reason == Refusal.CHALLENGE and not wire.seed else None
         r.done()
         if isinstance(req, ProbeQueue):
             return False
-        raise Refused(name, reason)
+        raise Refused(name, reason, nonce)
     if packet[0] != Op.ACK:
         raise ProtocolError(f"reply to {name}: opcode {packet[0]:#04x} is neither ACK nor NACK")
     value: object = None

@@ -38,6 +38,7 @@ from libredgetpu_ros.teamtensor.wire import DEFAULT_WIRE, Metric, Refusal, WireF
 
 log = logging.getLogger(__name__)
 HELLO_PERIOD = 0.050  # the seed: rebroadcast after 50 ms without an answer
+CLAIM_ATTEMPTS = 4  # claims answered by a fresh challenge (HMAC mode) before giving up
 
 
 @dataclass
@@ -222,9 +223,20 @@ class DataSource:
 
     async def assign_pipeline(self, pipeline: int) -> None:
         """Claim the worker's session (reliable framing) and assign the pipeline; NACK BUSY (``Refused``)
-        while another Data Source holds the worker."""
-        await self.request(packets.AssignPipeline(pipeline))
-        self._claimed = True
+        while another Data Source holds the worker. A keyed worker answers a claim with NACK CHALLENGE and a
+        nonce first: the claim is sent again with the nonce as this source's session number."""
+        for _ in range(CLAIM_ATTEMPTS):
+            try:
+                await self.request(packets.AssignPipeline(pipeline))
+            except Refused as exc:
+                if exc.reason != Refusal.CHALLENGE or exc.nonce is None:
+                    raise
+                self.session = exc.nonce  # worker-chosen: a replay of this claim is never fresh again
+                continue
+            self._claimed = True
+            return
+        raise ProtocolError(f"worker {self.worker[0]}:{self.worker[1]} answered {CLAIM_ATTEMPTS} claims "
+                            "with a new challenge each (its nonces expire or are flooded out)")
 
     async def release(self) -> None:
         """End our session on the worker so another Data Source may claim it (reliable framing; a no-op

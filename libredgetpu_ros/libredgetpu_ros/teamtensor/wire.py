@@ -68,6 +68,9 @@ class Refusal(enum.IntEnum):
     NO_DATA = 0x09
     BUSY = 0x0A  # another Data Source holds the worker's session (reliable framing)
     OVER_BUDGET = 0x0B  # training this batch would need more memory than the worker's budget
+    MALFORMED = 0x0C  # the packet cannot be decoded (seed framing: answered instead of dropped in silence)
+    CHALLENGE = 0x0D  # HMAC mode: claim again with this NACK's 4-byte nonce as the session number
+    NO_TARGETS = 0x0E  # a BATCH of one tensor per sample (the seed's literal layout): nothing to train on
 
 
 FRAMINGS = ("reliable", "seed")

@@ -8,9 +8,11 @@ Reliable framing (default): a datagram's integrity tag is checked before anythin
 one session (``sessions.py``) decides: the owner's requests run exactly once (stored replies for repeats,
 stale ids dropped), a peer without the session may only say HELLO, probe (M_FULL, B_FULL) or claim the
 worker with ASN_DP when nobody holds it (or its holder released it or went silent for
-``session_timeout``); anything else gets NACK BUSY (or NO_PIPELINE when nobody holds the worker). Replies to
-peers without the session are at most 3 bytes of packet, never larger than twice their request: the worker
-cannot be used to reflect traffic. Fragments are reassembled for the owner only.
+``session_timeout``; with a shared key only with a fresh worker-issued nonce as its session number, NACK
+CHALLENGE carrying one otherwise: a replayed claim cannot take the worker); anything else gets NACK BUSY
+(or NO_PIPELINE when nobody holds the worker). Replies to peers without the session are at most 6 bytes of
+packet (3 but for a challenge), never larger than twice their request: the worker cannot be used to reflect
+traffic. Fragments are reassembled for the owner only.
 
 Seed framing: the seed's bytes, best effort: every valid request is executed when it arrives (no ids, so a
 network duplicate of a BATCH trains twice), a BATCH gets no reply (not even a refusal), NACK carries no
@@ -60,8 +62,9 @@ from libredgetpu_ros.teamtensor.packets import (
     ack_u16,
     decode_request,
     nack,
+    nack_challenge,
 )
-from libredgetpu_ros.teamtensor.sessions import Session
+from libredgetpu_ros.teamtensor.sessions import Challenges, Session
 from libredgetpu_ros.teamtensor.wire import DEFAULT_WIRE, Metric, Refusal, WireFormat
 
 log = logging.getLogger(__name__)
@@ -80,6 +83,7 @@ class WorkerConfig:
     id_window: int = 1 << 16  # how far ahead of the latest executed id a new request id may be
     memory_budget: int = 128 * MiB  # bytes training one batch may allocate (model and batch checked)
     max_pending: int = 2  # fragmented packets of the owner reassembled at once
+    challenge_ttl: float = 10.0  # s a claim nonce (HMAC mode) stays good
 
     def memory_bound(self, wire: WireFormat = DEFAULT_WIRE) -> int:
         """Upper bound of the worker's protocol and training memory (docs/teamtensor.md, *Memory*): models,
@@ -129,6 +133,7 @@ class WorkerCore:
         self.queue: deque[Batch] = deque()
         self.stats = WorkerStats()
         self.session: Session | None = None
+        self._challenges = Challenges(config.challenge_ttl)
         self._reassembler = datagrams.Reassembler(wire, max_pending=config.max_pending)
 
     # ----- datagrams --------------------------------------------------------------------------------
@@ -158,7 +163,8 @@ class WorkerCore:
         owner = session is not None and session.owns(peer, sealed.session)
         fragment = self._reassembler.is_fragment(body)
         if owner:
-            session.last_seen = self.clock()
+            if session.is_new(rid, self.config.id_window):  # replays of old ids do not keep a session alive
+                session.last_seen = self.clock()
             stored = session.replies.get(rid)
             if stored is not None:
                 if fragment and int.from_bytes(body[5:9], "big") != 0:
@@ -205,6 +211,12 @@ class WorkerCore:
         if isinstance(req, AssignPipeline):
             silent = holder is not None and self.clock() - holder.last_seen > self.config.session_timeout
             if holder is None or silent:
+                now = self.clock()
+                if self.framer.key is not None and not self._challenges.redeem(number, peer, now):
+                    # A keyed claim must be fresh: a replay of an earlier session's ASN_DP never is.
+                    self.stats.refused[Refusal.CHALLENGE.name] += 1
+                    avoid = 0 if holder is None else holder.number
+                    return nack_challenge(self._challenges.issue(peer, now, avoid))
                 reply = self.execute(req)  # first: if it raised, nobody would hold the worker
                 self.stats.sessions["taken over" if silent else "claimed"] += 1
                 if silent:
