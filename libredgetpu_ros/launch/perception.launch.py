@@ -5,9 +5,12 @@
     ros2 launch libredgetpu_ros perception.launch.py model:=mobilenet_v1_0.25_128 task:=classify \
         namespace:=front_camera image:=/front_camera/image_raw
     ros2 launch libredgetpu_ros perception.launch.py params_file:=/path/perception_pose.yaml rviz:=true
+    libredgetpu-ros models fetch ssd_mobilenet_v2_coco                 # once (offline: models import DIR)
+    ros2 launch libredgetpu_ros perception.launch.py task:=detect      # config/perception_detect.yaml
 
 ``model``, ``backend``, ``task``, ``labels``, ``image_reliability`` and ``require_accelerator``, when given,
-override the params file (default: the installed ``config/perception_pose.yaml``); a model is a catalogue
+override the params file (default: the installed ``config/perception_<task>.yaml`` of ``task:=``, PoseNet's
+``perception_pose.yaml`` without one); a model is a catalogue
 name (``libredgetpu-ros models list``) or a path. A model that is not there fails configure with the command
 that fetches it in the log, and the node stays ``unconfigured``.
 
@@ -18,11 +21,13 @@ configure (after deactivate -> cleanup) leaves the node ``inactive``. Without it
 
 from __future__ import annotations
 
-from launch import LaunchDescription
+from launch import LaunchContext, LaunchDescription
+from launch.substitutions import LaunchConfiguration
+from libredgetpu_ros.perception.tasks import TASKS
 from libredgetpu_ros.ros.launching import (
     CAMERA_ARGUMENT,
     CAMERA_REMAPPINGS,
-    file_and_overrides,
+    argument_overrides,
     installed_config,
     lifecycle_launch,
 )
@@ -31,10 +36,22 @@ from libredgetpu_ros.ros.perception.params import PARAMS
 OVERRIDES = ("model", "backend", "task", "labels", "image_reliability", "require_accelerator")
 
 
+def params_file(context: LaunchContext) -> str:
+    """The ``params_file`` argument, else the shipped config of the ``task`` argument (pose without one)."""
+    given = LaunchConfiguration("params_file").perform(context).strip()
+    if given:
+        return given
+    task = LaunchConfiguration("task").perform(context).strip()
+    return installed_config(f"perception_{task if task in TASKS else 'pose'}.yaml")
+
+
+def parameters(context: LaunchContext) -> list:
+    return [params_file(context), argument_overrides(context, PARAMS, OVERRIDES)]
+
+
 def generate_launch_description() -> LaunchDescription:
     return lifecycle_launch("perception_node", {
-        "params_file": (installed_config("perception_pose.yaml"),
-                        "node parameters (config/perception_*.yaml)"),
+        "params_file": ("", "node parameters; '' = config/perception_<task>.yaml of task:= (pose: none)"),
         "namespace": ("", "namespace of the node and topics"),
         "node_name": ("perception", "the node's name (its services and ~/ topics)"),
         **CAMERA_ARGUMENT,
@@ -46,4 +63,4 @@ def generate_launch_description() -> LaunchDescription:
         "image_reliability": ("", "auto | best_effort | reliable; '' = the params file's"),
         "require_accelerator": ("", "true: configure fails without an accelerator; '' = the params file's"),
         "autostart": ("true", "configure and activate at start-up (once)"),
-    }, file_and_overrides(PARAMS, OVERRIDES), remappings=CAMERA_REMAPPINGS, rviz_config="perception")
+    }, parameters, remappings=CAMERA_REMAPPINGS, rviz_config="perception")

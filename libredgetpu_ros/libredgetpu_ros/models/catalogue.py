@@ -1,14 +1,15 @@
 """The pinned model catalogue: what `libredgetpu-ros models` can fetch, from where, and the exact bytes.
 
 Each entry is an Edge TPU model the perception pipeline supports, its CPU twin (same network compiled for
-the CPU, used by the ``cpu`` backend and by ``auto`` without an accelerator) and, where the task has one, its
-label file. URLs are Google's official repositories (google-coral/test_data, project-posenet, edgetpu) at
-their default branch; the SHA-256 pins the exact file (the fixtures' SHA256SUMS, checked against those
-sources), so a changed upstream file is refused, never used. ROS-free: no rclpy here.
+the CPU, used by the ``cpu`` backend and by ``auto`` without an accelerator) and, where the task has one,
+its label file. URLs are Google's official repositories (google-coral/test_data, project-posenet, edgetpu)
+at their default branch (files removed upstream since: at the last commit that had them); the SHA-256 pins
+the exact file (the fixtures' SHA256SUMS, checked against those sources), so a changed upstream file is
+refused, never used. ROS-free: no rclpy here.
 
 Templates (Dense(N), tracker, looming, optical flow, the embedding extractor) are entries too, listed in
-models/template_catalogue.py. Not in the catalogue: single-file SSD detectors (no pinned hash for one yet;
-the two-segment pipeline of the fixtures has no CPU twin).
+models/template_catalogue.py. Not in the catalogue: the two-segment SSD pipeline (google-coral/test_data
+``pipeline/``; no CPU twin exists, so it needs an accelerator: give both segments' paths).
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from libredgetpu_ros.models.template_catalogue import TEMPLATES
 _TEST_DATA = "https://raw.githubusercontent.com/google-coral/test_data/master/"
 _POSENET = "https://raw.githubusercontent.com/google-coral/project-posenet/master/models/mobilenet/"
 _EDGETPU = "https://raw.githubusercontent.com/google-coral/edgetpu/master/test_data/"
+# The single-file SSD MobileNet v2 pair (2019 build) was removed from google-coral/edgetpu in 2020: its last
+# tree holding it (git blob ids equal to the pinned bytes' files).
+_EDGETPU_2019 = ("https://raw.githubusercontent.com/google-coral/edgetpu/"
+                 "75e675633c2110a991426c8afa64f122b16ac372/test_data/")
 
 
 def _f(base: str, name: str, sha256: str) -> ModelFile:
@@ -64,6 +69,18 @@ CATALOGUE: dict[str, ModelEntry] = {e.name: e for e in (
         _f(_EDGETPU, "mobilenet_v2_1.0_224_quant.tflite",
            "51e8256b05665529f8836fe6e8eeed41b2fc75a900d8eebda338d70a6726f8da"),
         _IMAGENET,
+    ),
+    ModelEntry(
+        "ssd_mobilenet_v2_coco", "detect",
+        "SSD MobileNet v2, 300x300, COCO (90 classes), up to 20 boxes; box decoding + NMS on the CPU",
+        _f(_EDGETPU_2019, "mobilenet_ssd_v2_coco_quant_postprocess_edgetpu.tflite",
+           "1df6f563746346d656c58aa2ae801b32f2a29e4e4adee46a65aeac6decc5f887"),
+        _f(_EDGETPU_2019, "mobilenet_ssd_v2_coco_quant_postprocess.tflite",
+           "7046f31a72ec0045a57b94199144c96cf5840c7dc106b808b64a1ed5559aa0cd"),
+        # upstream's coco_labels.txt of that tree ("id  label", 80 lines), cached under its own name: the
+        # 90-line coco_labels.txt of google-coral/test_data is another file
+        ModelFile("coco_labels_edgetpu_2019.txt", _EDGETPU_2019 + "coco_labels.txt",
+                  "93f235896748537fc71325a070ee32e9a0afda2481ceb943559325619763fa6d"),
     ),
     *TEMPLATES,
 )}

@@ -16,6 +16,7 @@ MODELS = [
     "classify/mobilenet_v2_1.0_224_quant_edgetpu.tflite",
     "deeplab/deeplabv3_mnv2_pascal_quant_edgetpu.tflite",
     "posenet/posenet_mobilenet_v1_075_481_641_quant_decoder_edgetpu.tflite",
+    "ssd/mobilenet_ssd_v2_coco_quant_postprocess_edgetpu.tflite",
     "ssd/ssd_mobilenet_v2_coco_quant_postprocess_segment_0_of_2_edgetpu.tflite",
     "ssd/ssd_mobilenet_v2_coco_quant_postprocess_segment_1_of_2_edgetpu.tflite",
     "matmul/dense_256_edgetpu.tflite",

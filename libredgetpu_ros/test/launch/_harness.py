@@ -46,12 +46,13 @@ class LaunchCase:
     ``node``: the launched node's fully qualified name. ``arguments``: launch arguments besides
     ``params_file``. ``params_key``: the node key of the params file (``/**`` or the node name).
     ``params``: a working parameter set; ``expect_params``: a subset that must be in effect.
+    ``params_key`` empty: no ``params_file:=`` at all (the launch file's own default; ``params`` unused).
     ``broken``: overrides that make configure fail; ``failure_log``: text its log must then contain.
     ``result``: (message type, topic) that carries the node's output; ``stimulus(node)`` creates the input
     publisher(s) on ``node`` and returns a function that publishes one input. ``environment``: variables
-    set for the launch (both scenarios); ``good_arguments``: launch arguments of the good scenario only
-    (e.g. ``model:=`` over a params file whose model is missing). ``autostart_once``: check that autostart
-    does not act again.
+    set for the launch (both scenarios); ``good_arguments`` / ``broken_arguments``: launch arguments of one
+    scenario only (e.g. ``model:=`` over a params file whose model is missing). ``autostart_once``: check that autostart
+    does not act again. ``check(result)``: assertions on the first result (what it must hold).
     """
 
     launch_file: str
@@ -66,7 +67,9 @@ class LaunchCase:
     stimulus: Callable[[Any], Callable[[], None]]
     environment: dict[str, str] = field(default_factory=dict)
     good_arguments: dict[str, str] = field(default_factory=dict)
+    broken_arguments: dict[str, str] = field(default_factory=dict)
     autostart_once: bool = False
+    check: Callable[[Any], None] | None = None
 
 
 def _params_file(key: str, params: dict[str, Any]) -> str:
@@ -81,8 +84,10 @@ def _params_file(key: str, params: dict[str, Any]) -> str:
 def _describe(case: LaunchCase, scenario: str) -> launch.LaunchDescription:
     params = dict(case.params) if scenario == "good" else {**case.params, **case.broken}
     path = os.path.join(get_package_share_directory("libredgetpu_ros"), "launch", case.launch_file)
-    arguments = {**case.arguments, **(case.good_arguments if scenario == "good" else {}),
-                 "params_file": _params_file(case.params_key, params), "autostart": "true"}
+    arguments = {**case.arguments,
+                 **(case.good_arguments if scenario == "good" else case.broken_arguments),
+                 **({"params_file": _params_file(case.params_key, params)} if case.params_key else {}),
+                 "autostart": "true"}
     return launch.LaunchDescription([
         *(SetEnvironmentVariable(name, value) for name, value in case.environment.items()),
         IncludeLaunchDescription(PythonLaunchDescriptionSource(path), launch_arguments=arguments.items()),
@@ -207,7 +212,9 @@ def launch_tests(case: LaunchCase) -> tuple[Callable[..., Any], type, type]:
             self.assertEqual(got, case.expect_params)
             msg_type, topic = case.result
             publish = case.stimulus(self.probe.node)
-            self.probe.wait_for_result(msg_type, topic, publish)
+            result = self.probe.wait_for_result(msg_type, topic, publish)
+            if case.check is not None:
+                case.check(result)
             if case.autostart_once:
                 # A supervisor takes the node down and configures it again: autostart must not activate it
                 # (its handler used to fire on every configure; the supervisor's own activate then failed).

@@ -1,0 +1,76 @@
+"""launch_testing: object detection out of the box (run by `make test` through launch_test).
+
+A machine without an accelerator after ``libredgetpu-ros models import`` of the fixtures (done here into a
+private model cache, ``LIBREDGETPU_ROS_MODELS``), then ``perception.launch.py task:=detect``: with no
+``params_file:=`` the launch takes the shipped ``config/perception_detect.yaml`` (catalogue model
+``ssd_mobilenet_v2_coco``, backend auto -> the CPU twin), the node reaches ``active``, and a photo of a cat
+published on the remapped camera topic comes back as a ``vision_msgs/Detection2DArray`` whose best detection
+is class 16 ("cat") over the cat. The broken launch adds ``require_accelerator:=true``: configure must fail
+saying the model would run on the CPU, and the node stays ``unconfigured``.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # launch_test loads this file by path
+
+from _harness import LaunchCase, camera, launch_tests
+
+CAT = 16  # COCO class id of "cat" (labels/coco_labels_edgetpu_2019.txt)
+
+
+def _cache() -> str:
+    from libredgetpu_ros.fixtures import fixtures_dir
+    from libredgetpu_ros.models.store import import_dir
+
+    folder = Path(tempfile.mkdtemp(prefix="libredgetpu_ros_detect_cache_"))
+    names = import_dir(fixtures_dir(), ["ssd_mobilenet_v2_coco"], cache=folder)
+    assert names == ["ssd_mobilenet_v2_coco"], names
+    return str(folder)
+
+
+def _camera(node: Any) -> Callable[[], None]:
+    from libredgetpu_ros.fixtures import fixture
+    from libredgetpu_ros.perception.images import load_image
+
+    return camera(node, load_image(fixture("images/cat.bmp")))
+
+
+def _cat_detected(msg: Any) -> None:
+    assert msg.header.frame_id == "camera", msg.header
+    assert msg.detections, "no detection of the cat photo"
+    best = max(msg.detections, key=lambda d: d.results[0].hypothesis.score)
+    hypothesis = best.results[0].hypothesis
+    assert hypothesis.class_id == str(CAT) and hypothesis.score > 0.9, hypothesis
+    # the cat fills most of the 512 x 341 photo (LiteRT: x 42..379, y 37..333)
+    centre, box = best.bbox.center.position, best.bbox
+    assert abs(centre.x - 210) < 10 and abs(centre.y - 185) < 10 and box.size_x > 300, box
+
+
+def _case() -> LaunchCase:
+    from vision_msgs.msg import Detection2DArray
+
+    return LaunchCase(
+        launch_file="perception.launch.py",
+        node="/lt/perception",
+        arguments={"namespace": "lt", "image": "/lt/camera", "task": "detect"},
+        params_key="",  # no params_file:= -- task:=detect picks config/perception_detect.yaml
+        params={},
+        expect_params={"model": "ssd_mobilenet_v2_coco", "labels": "ssd_mobilenet_v2_coco", "task": "detect",
+                       "backend": "auto"},
+        broken={},
+        failure_log="require_accelerator is true but the model would run on the CPU",
+        result=(Detection2DArray, "/lt/detections"),
+        stimulus=_camera,
+        environment={"LIBREDGETPU_ROS_MODELS": _cache()},
+        broken_arguments={"require_accelerator": "true"},
+        check=_cat_detected,
+    )
+
+
+generate_test_description, TestLaunchedNode, TestShutdown = launch_tests(_case())
