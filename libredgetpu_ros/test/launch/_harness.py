@@ -51,8 +51,8 @@ class LaunchCase:
     ``result``: (message type, topic) that carries the node's output; ``stimulus(node)`` creates the input
     publisher(s) on ``node`` and returns a function that publishes one input. ``environment``: variables
     set for the launch (both scenarios); ``good_arguments`` / ``broken_arguments``: launch arguments of one
-    scenario only (e.g. ``model:=`` over a params file whose model is missing). ``autostart_once``: check that autostart
-    does not act again. ``check(result)``: assertions on the first result (what it must hold).
+    scenario only (e.g. ``model:=`` over a params file whose model is missing). ``autostart_once``: check
+    that autostart does not act again. ``check(result)``: assertions on the first result (what it must hold).
     """
 
     launch_file: str

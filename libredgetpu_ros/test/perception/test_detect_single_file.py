@@ -2,8 +2,8 @@
 running the complete CPU model (TFLite_Detection_PostProcess included) as the oracle.
 
 - CPU fallback: LiteRT runs the twin cut where the compiled model's Edge TPU op ends; our SSD decode + NMS
-  does the rest. On real photos its detections above 0.3 must be LiteRT's: same classes, boxes within 2 px, scores
-  within 0.02 (the same input tensor goes to both).
+  does the rest. On real photos its detections above 0.3 must be LiteRT's: same classes, boxes within 2 px,
+  scores within 0.02 (the same input tensor goes to both).
 - Edge TPU: the real driver runs the compiled single-file model over the recording transport double with a
   scripted accelerator behind it (never presented as a device). The scripted device answers with the bytes an
   accelerator sends for the boundary tensors (LiteRT's boundary values, tiled into the output layers' layout);
