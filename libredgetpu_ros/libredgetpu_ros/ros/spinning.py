@@ -365,7 +365,8 @@ def run_lifecycle_node_main(node_factory: Callable[[], Any], args: list[str] | N
                             retain_allocations: bool = False) -> int:
     """The ``main()`` of a node process: ROS's discovery and transport as the environment gives them
     (never changed here; only ``ROS_LOG_DIR`` when rcl would have nowhere to log), ``rclpy.init(args)``
-    without rclpy's signal handlers (:class:`SignalStop` instead), the node and its companions spun
+    without rclpy's signal handlers (:class:`SignalStop` instead; the parent's exit is a SIGTERM too,
+    ``ros/lifetime.py``), the node and its companions spun
     (:func:`spin_with_companions`) until Ctrl-C / SIGTERM, then torn down in the main thread alone; 0.
 
     ``retain_allocations``: keep multi-MB heap blocks for reuse (``ros/memory.py``), for nodes whose messages
@@ -377,11 +378,13 @@ def run_lifecycle_node_main(node_factory: Callable[[], Any], args: list[str] | N
     unexpected exception still propagates after the teardown (a traceback, exit code 1).
     """
     from libredgetpu_ros.ros.environment import ensure_log_dir
+    from libredgetpu_ros.ros.lifetime import stop_with_parent
     from libredgetpu_ros.ros.memory import retain_large_allocations
 
     ensure_log_dir()
     retained = retain_large_allocations() if retain_allocations else False
     stop = SignalStop()  # before rclpy.init: a signal during start-up is a stop request too
+    stop_with_parent()  # SIGTERM when the launcher exits (ros2 launch orphans its nodes: lifetime.py)
     try:
         rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
         node = node_factory()
