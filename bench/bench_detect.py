@@ -84,12 +84,12 @@ def main() -> int:
     interpreter = Interpreter(model_path=str(FULL_CPU), num_threads=1)
     interpreter.allocate_tensors()
     lines = ["# Detection: CPU fallback vs LiteRT's full CPU model", "",
-             "`bench/bench_detect.py`: catalogue model `ssd_mobilenet_v2_coco`, scikit-image's sample photos "
-             "(no test reads them). *Ours*: `libredgetpu-ros infer --backend cpu --json` (LiteRT on the CPU "
-             "twin cut where the Edge TPU op ends, then our SSD box decoding + NMS). *LiteRT*: the complete CPU "
-             "model, TFLite_Detection_PostProcess included, on the same photo resized by OpenCV's INTER_AREA. "
-             f"Detections with score >= {THRESHOLD}; box error = largest difference of a corner coordinate, in "
-             "pixels of the photo.", "",
+             "`bench/bench_detect.py`: catalogue model `ssd_mobilenet_v2_coco`, scikit-image's sample "
+             "photos (no test reads them). *Ours*: `libredgetpu-ros infer --backend cpu --json` (LiteRT on "
+             "the CPU twin cut where the Edge TPU op ends, then our SSD box decoding + NMS). *LiteRT*: the "
+             "complete CPU model, TFLite_Detection_PostProcess included, on the same photo resized by "
+             f"OpenCV's INTER_AREA. Detections with score >= {THRESHOLD}; box error = largest difference of a "
+             "corner coordinate, in pixels of the photo.", "",
              "| photo | size | detections (ours) | same classes, same order | max box error px | "
              "max score error |", "|---|---|---|---|---:|---:|"]
     worst_box = worst_score = 0.0
