@@ -41,18 +41,13 @@ def run(args: argparse.Namespace) -> int:
                    "scale": swap.scale}
         sidecar_update = {"variant": "color_custom"}
     else:
-        import cv2
-
         from libredgetpu_ros.perception.images import load_image
         from libredgetpu_ros.robotics.pattern import PatternTracker
 
         if "conv_weight_offsets" not in template.sidecar:
             raise ConfigError(f"template {template.name} is not a pattern template (--template needs one)")
         module = PatternTracker(template, backend="none")
-        patch = load_image(args.template)
-        if module.channels == 1:
-            patch = cv2.cvtColor(patch, cv2.COLOR_RGB2GRAY)
-        swap = module.set_template(patch)
+        swap = module.set_template(load_image(args.template))  # grey for a one-channel template
         details = {"gain": swap.gain}
         sidecar_update = {}
     result = retarget(template, module.runner.parameters)

@@ -152,8 +152,8 @@ def _common(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _report(module: Any, name: str, results: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"module": name, "template": module.template.name, "backend": module.runner.backend_name,
-            "version": module.runner.store.version, "results": results}
+    return {"module": name, "template": module.template.name, "backend": module.backend_name,
+            "version": module.version, "results": results}
 
 
 # -- spot ---------------------------------------------------------------------------------------------------
@@ -189,10 +189,6 @@ def _pattern_run(args: argparse.Namespace, images: list[Any]) -> dict[str, Any]:
 
     patch = load_image(args.template)
     with PatternTracker(load_template(args.model), **_common(args)) as tracker:
-        if tracker.channels == 1:
-            import cv2
-
-            patch = cv2.cvtColor(patch, cv2.COLOR_RGB2GRAY)
         tracker.set_template(patch)
         return _report(tracker, "pattern", [tracker.track(image).to_dict() for image in images])
 

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from libredgetpu_ros.errors import ConfigError
+from libredgetpu_ros.robotics.base import RoboticsModule
 from libredgetpu_ros.robotics.flow import FlowResult, OpticalFlow
 
 __all__ = ["PROJECTIONS", "CompassResult", "VisualCompass", "cylindrical_maps", "fov_from_camera_info"]
@@ -80,9 +81,11 @@ def cylindrical_maps(width: int, height: int, fov_deg: float) -> tuple[np.ndarra
     return map_x.astype(np.float32), map_y.astype(np.float32)
 
 
-class VisualCompass:
+class VisualCompass(RoboticsModule):
     """Yaw and heading on an :class:`OpticalFlow` (which it owns: ``close()`` closes it, and under the
     ``pinhole`` projection it sets the flow's ``warp``)."""
+
+    MODULE = "compass"
 
     def __init__(self, flow: OpticalFlow, fov_deg: float, projection: str = "pinhole") -> None:
         if projection not in PROJECTIONS:
@@ -157,11 +160,19 @@ class VisualCompass:
         rate = math.radians(yaw) / result.dt if result.valid and result.dt > 0.0 else 0.0
         return CompassResult(yaw, rate, self.heading_deg, result.valid, result)
 
-    def close(self) -> None:
-        self.flow.close()
+    # the flow's runner, template and resize are the compass's: close() closes the flow's runner
+    @property
+    def runner(self) -> Any:
+        return self.flow.runner
 
-    def __enter__(self) -> VisualCompass:
-        return self
+    @property
+    def template(self) -> Any:
+        return self.flow.template
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    @property
+    def resize(self) -> bool:
+        return self.flow.resize
+
+    def details(self) -> dict[str, Any]:
+        return dict(self.flow.details(), fov_deg=self.fov_deg, projection=self.projection,
+                    heading_deg=self.heading_deg)

@@ -17,6 +17,7 @@ from libredgetpu_ros.backends import open_backend
 from libredgetpu_ros.errors import InputError, ModelFormatError
 from libredgetpu_ros.perception.images import check_rgb
 from libredgetpu_ros.perception.preprocess import InputTransform
+from libredgetpu_ros.robotics.base import RoboticsModule
 
 
 def default_model() -> Path:
@@ -29,23 +30,34 @@ def default_model() -> Path:
     return base.with_name(base.name + "_edgetpu.tflite")
 
 
-class EmbeddingExtractor:
+class EmbeddingExtractor(RoboticsModule):
+    """``runner`` is the opened backend (no parameter swaps: ``version`` stays 0); frames are fitted by the
+    classifiers' input transform, not a template's."""
+
+    MODULE = "extractor"
+
     def __init__(self, model: str | Path | None = None, backend: str = "auto",
                  cpu_model: str | Path | None = None, device: Any = None) -> None:
         self.model_path = Path(model) if model is not None else default_model()
-        self._backend = open_backend(backend, self.model_path, cpu_model, device)
-        boundary = self._backend.boundary
+        self.runner = open_backend(backend, self.model_path, cpu_model, device)
+        boundary = self.runner.boundary
         if len(boundary.inputs) != 1 or len(boundary.outputs) != 1:
-            self._backend.close()
+            self.runner.close()
             raise ModelFormatError(f"{self.model_path}: an embedding extractor has one input and one output, "
                                    f"got {len(boundary.inputs)} and {len(boundary.outputs)}")
-        self._transform = InputTransform.for_input(boundary.inputs[0], "area")
+        self._input = boundary.inputs[0]
+        self._transform = InputTransform.for_input(self._input, "area")
         self._output = boundary.outputs[0]
         self.dim = int(np.prod(self._output.shape))
 
     @property
-    def backend_name(self) -> str:
-        return str(getattr(self._backend, "name", type(self._backend).__name__))
+    def image_shape(self) -> tuple[int, int, int]:
+        shape = self._input.shape
+        return int(shape[1]), int(shape[2]), int(shape[3])
+
+    def prepare(self, image: object) -> np.ndarray:
+        """The model's input from an HxWx3 uint8 RGB frame (the classifiers' area resize)."""
+        return self._transform(check_rgb(image))
 
     def embed(self, rgb: np.ndarray, region: tuple[int, int, int, int] | None = None) -> np.ndarray:
         """float32 (dim,) embedding of an HxWx3 uint8 RGB frame (or of ``region`` = x, y, width, height)."""
@@ -57,14 +69,8 @@ class EmbeddingExtractor:
                 raise InputError(f"region (x={x}, y={y}, w={w}, h={h}) is not inside the {width}x{height} "
                                  f"image")
             rgb = rgb[y:y + h, x:x + w]
-        outputs = self._backend.run([self._transform(rgb)])
+        outputs = self.runner.run([self.prepare(rgb)])
         return self._output.dequantize(outputs[self._output.name]).reshape(-1)
 
-    def close(self) -> None:
-        self._backend.close()
-
-    def __enter__(self) -> EmbeddingExtractor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def details(self) -> dict[str, Any]:
+        return {"model": str(self.model_path), "dim": self.dim}

@@ -41,6 +41,7 @@ import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, ImageError, ModelFormatError
 from libredgetpu_ros.robotics import flow_kernels
+from libredgetpu_ros.robotics.base import RoboticsModule
 from libredgetpu_ros.robotics.correlation import CorrelationGrid, Peak, block_sum, refined_peak, soft_argmax
 from libredgetpu_ros.robotics.image import fit_image
 from libredgetpu_ros.robotics.template import TemplateRunner, load_template
@@ -131,13 +132,15 @@ def flow_to_direction(vx: float, vy: float, threshold: float = 0.3) -> str:
     return "-".join(parts) if parts else "center"
 
 
-class OpticalFlow:
+class OpticalFlow(RoboticsModule):
     """Global optical flow on a Gabor feature template (``runner``: a ``robotics.template.TemplateRunner``).
 
     ``pool_factor`` applies to the standard template (CPU block sum); the pooled template's pool factor is
     read from the model (input size / output size, checked against the sidecar's ``fused_pool``) and
     ``pool_factor`` is ignored, as in LibrEdgeTPU.
     """
+
+    MODULE = "flow"
 
     def __init__(self, runner: TemplateRunner, *, search_range: int = 4, temperature: float = 0.1,
                  pool_factor: int = 4, mode: str = "normalized", min_texture: float = DEFAULT_MIN_TEXTURE,
@@ -222,15 +225,6 @@ class OpticalFlow:
     def template(self) -> Any:
         """The loaded ``RoboticsTemplate``."""
         return self.runner.template
-
-    def close(self) -> None:
-        self.runner.close()
-
-    def __enter__(self) -> OpticalFlow:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- one frame -------------------------------------------------------------------------------------
 
@@ -359,10 +353,8 @@ class OpticalFlow:
                 return FlowResult.none("gap", current.texture, dt)
         return self.flow(previous, current, dt)
 
-    def describe(self) -> dict[str, Any]:
-        return {"mode": self.mode, "input": [self.height, self.width], "fused_pool": self.fused_pool,
-                "pool_factor": self.pool_factor, "grid_step_px": self.grid_step,
-                "search_range": self.search_range, "temperature": self.temperature,
-                "min_texture": self.min_texture, "min_confidence": self.min_confidence,
-                "min_margin": self.min_margin, "kernels": self.kernels,
-                "backend": self.runner.describe()}
+    def details(self) -> dict[str, Any]:
+        return {"mode": self.mode, "fused_pool": self.fused_pool, "pool_factor": self.pool_factor,
+                "grid_step_px": self.grid_step, "search_range": self.search_range,
+                "temperature": self.temperature, "min_texture": self.min_texture,
+                "min_confidence": self.min_confidence, "min_margin": self.min_margin, "kernels": self.kernels}

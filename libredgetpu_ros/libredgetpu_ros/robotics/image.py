@@ -28,13 +28,11 @@ def as_uint8(image: object, what: str = "image") -> np.ndarray:
     return np.rint(array).astype(np.uint8) if array.dtype.kind == "f" else array.astype(np.uint8)
 
 
-def fit_image(image: object, height: int, width: int, channels: int, resize: bool = True,
-              what: str = "image") -> np.ndarray:
-    """``image`` as a contiguous uint8 (height, width, channels) array.
+def match_channels(image: object, channels: int, what: str = "image") -> np.ndarray:
+    """``image`` as uint8 (H, W, ``channels``), its size kept.
 
-    Accepts (H, W), (H, W, 1), (H, W, 3) and a leading batch of 1. A wrong size is resized when ``resize``
-    is true, else refused; RGB given to a one-channel template becomes luma; one channel given to a colour
-    template is refused (the colour cannot be invented).
+    Accepts (H, W), (H, W, 1), (H, W, 3) and a leading batch of 1; RGB given to a one-channel template
+    becomes BT.601 luma; one channel given to a colour template is refused (the colour cannot be invented).
     """
     array = as_uint8(image, what)
     if array.ndim == 4 and array.shape[0] == 1:
@@ -50,6 +48,17 @@ def fit_image(image: object, height: int, width: int, channels: int, resize: boo
         import cv2
 
         array = cv2.cvtColor(np.ascontiguousarray(array), cv2.COLOR_RGB2GRAY)[:, :, None]
+    return array
+
+
+def fit_image(image: object, height: int, width: int, channels: int, resize: bool = True,
+              what: str = "image") -> np.ndarray:
+    """``image`` as a contiguous uint8 (height, width, channels) array.
+
+    The channels as :func:`match_channels` makes them; a wrong size is resized when ``resize`` is true,
+    else refused.
+    """
+    array = match_channels(image, channels, what)
     if array.shape[:2] != (height, width):
         if not resize:
             raise ImageError(f"{what}: {array.shape[1]}x{array.shape[0]} given, the template takes "

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, InputError, ModelFormatError
-from libredgetpu_ros.robotics.image import fit_image
+from libredgetpu_ros.robotics.base import RoboticsModule
 from libredgetpu_ros.robotics.template import RoboticsTemplate, TemplateRunner, load_template
 
 TAU_EPSILON = 1e-6  # LibrEdgeTPU's floor under the periphery mean
@@ -86,8 +86,10 @@ class TtcEstimator:
         return max(0.0, (self.contact_tau - tau1) / rate)
 
 
-class LoomingDetector:
+class LoomingDetector(RoboticsModule):
     """Zone densities and tau per frame on a looming template; ``ttc`` over a stamped sequence."""
+
+    MODULE = "looming"
 
     def __init__(self, template: RoboticsTemplate, backend: str = "auto", device: Any = None,
                  resize: bool = True, window: int = 5, min_samples: int = 3, contact_tau: float = 2.0,
@@ -110,9 +112,6 @@ class LoomingDetector:
                       **kwargs: Any) -> LoomingDetector:
         return cls(load_template(f"looming_{size}x{size}_{zones}x{zones}", folder), **kwargs)
 
-    def prepare(self, image: object) -> np.ndarray:
-        return fit_image(image, self.height, self.width, self.channels, self.resize)[None]
-
     def zones(self, image: object) -> np.ndarray:
         """Zone edge densities (float32, zones x zones) of one frame."""
         outputs, _ = self.runner.run([self.prepare(image)])
@@ -130,16 +129,5 @@ class LoomingDetector:
         ttc = None if stamp_s is None else self.ttc.update(float(stamp_s), tau)
         return LoomingResult(zones, tau, ttc, stamp_s)
 
-    def describe(self) -> dict[str, Any]:
-        info = self.runner.describe()
-        info.update(module="looming", size=[self.width, self.height], zones=self.zones_per_side)
-        return info
-
-    def close(self) -> None:
-        self.runner.close()
-
-    def __enter__(self) -> LoomingDetector:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def details(self) -> dict[str, Any]:
+        return {"zones": self.zones_per_side}

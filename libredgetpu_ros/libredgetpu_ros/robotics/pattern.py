@@ -28,7 +28,7 @@ import numpy as np
 from libredgetpu_ros.backends.base import tensor_spec
 from libredgetpu_ros.errors import ImageError, ModelFormatError, WeightsError
 from libredgetpu_ros.reparam import device_to_int8, make_patch
-from libredgetpu_ros.robotics.image import as_uint8, fit_image
+from libredgetpu_ros.robotics.base import RoboticsModule
 from libredgetpu_ros.robotics.offsets import OffsetDecoder, TrackResult
 from libredgetpu_ros.robotics.template import RoboticsTemplate, TemplateRunner, load_template
 
@@ -55,8 +55,10 @@ class PatternMatch:
         return dict(self.result.to_dict(), x=self.x, y=self.y)
 
 
-class PatternTracker:
+class PatternTracker(RoboticsModule):
     """Template matching on a pattern template (CPU twin; Edge TPU when a compiled file exists)."""
+
+    MODULE = "pattern"
 
     def __init__(self, template: RoboticsTemplate, backend: str = "auto", device: Any = None,
                  resize: bool = True, backend_object: Any = None,
@@ -136,9 +138,7 @@ class PatternTracker:
 
     def quantize_patch(self, patch: object) -> tuple[np.ndarray, float]:
         """(int8 filter values (kh, kw, C), gain) of a patch; see the module docstring."""
-        array = as_uint8(patch, "template patch")
-        if array.ndim == 2:
-            array = array[:, :, None]
+        array = self.match_channels(patch, "template patch")  # RGB -> grey for a one-channel template
         if array.shape != self.patch_shape():
             raise WeightsError(f"template patch has shape {array.shape}; this template takes "
                                f"{self.patch_shape()} (kh, kw, channels)")
@@ -181,33 +181,18 @@ class PatternTracker:
 
     def cut_patch(self, image: object, x: int, y: int) -> np.ndarray:
         """The patch whose top-left corner is (x, y) in template-input pixels of ``image`` (resized first)."""
-        fitted = fit_image(image, self.height, self.width, self.channels, self.resize)
+        fitted = self.fit(image)
         if not (0 <= x <= self.width - self.kernel_width and 0 <= y <= self.height - self.kernel_height):
             raise ImageError(f"a {self.kernel_width}x{self.kernel_height} patch at ({x}, {y}) leaves the "
                              f"{self.width}x{self.height} image")
         return fitted[y:y + self.kernel_height, x:x + self.kernel_width].copy()
 
     # -- tracking -------------------------------------------------------------------------------------------
-    def prepare(self, image: object) -> np.ndarray:
-        return fit_image(image, self.height, self.width, self.channels, self.resize)[None]
-
     def track(self, image: object) -> PatternMatch:
         outputs, parameters = self.runner.run([self.prepare(image)])
         result = self.decoder.decode(outputs[self.template.output.name], parameters.version)
         col, row = self.decoder.grid_position(result, self.grid_width, self.grid_height)
         return PatternMatch(result, col + (self.kernel_width - 1) / 2, row + (self.kernel_height - 1) / 2)
 
-    def describe(self) -> dict[str, Any]:
-        info = self.runner.describe()
-        info.update(module="pattern", size=[self.width, self.height], channels=self.channels,
-                    kernel=[self.kernel_width, self.kernel_height], blob=self.blob_kind)
-        return info
-
-    def close(self) -> None:
-        self.runner.close()
-
-    def __enter__(self) -> PatternTracker:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def details(self) -> dict[str, Any]:
+        return {"kernel": [self.kernel_width, self.kernel_height], "blob": self.blob_kind}

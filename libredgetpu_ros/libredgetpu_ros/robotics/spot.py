@@ -20,7 +20,7 @@ import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, ModelFormatError, WeightsError
 from libredgetpu_ros.reparam import device_to_int8, make_patch
-from libredgetpu_ros.robotics.image import fit_image
+from libredgetpu_ros.robotics.base import RoboticsModule
 from libredgetpu_ros.robotics.offsets import OffsetDecoder, TrackResult
 from libredgetpu_ros.robotics.template import RoboticsTemplate, TemplateRunner, load_template
 
@@ -68,8 +68,10 @@ def quantize_color(rgb: tuple[float, float, float] | list[float],
     return tuple(values), clipped
 
 
-class SpotTracker:
+class SpotTracker(RoboticsModule):
     """Bright-spot / colour tracking on a spot template (Edge TPU or its CPU twin)."""
+
+    MODULE = "spot"
 
     def __init__(self, template: RoboticsTemplate, backend: str = "auto", device: Any = None,
                  resize: bool = True, backend_object: Any = None) -> None:
@@ -112,20 +114,12 @@ class SpotTracker:
         return cls(load_template(f"{name}_{size}x{size}", folder), **kwargs)
 
     @property
-    def version(self) -> int:
-        return self.runner.store.version
-
-    @property
     def color(self) -> tuple[float, float, float] | None:
         """The active filter's real (R, G, B) weights (None for the bright variant)."""
         if self._filter is None:
             return None
         values = self.runner.parameters.twin[self._filter.index].reshape(-1)
         return tuple(float(v) * self.filter_scale for v in values)
-
-    def prepare(self, image: object) -> np.ndarray:
-        """The template's input (1, H, W, C) uint8 from a frame (see robotics.image.fit_image)."""
-        return fit_image(image, self.height, self.width, self.channels, self.resize)[None]
 
     def track(self, image: object) -> TrackResult:
         outputs, parameters = self.runner.run([self.prepare(image)])
@@ -146,17 +140,5 @@ class SpotTracker:
         return ColorSwap(published.version, values, clipped, self.filter_scale,
                          (time.perf_counter() - t0) * 1e6)
 
-    def describe(self) -> dict[str, Any]:
-        info = self.runner.describe()
-        info.update(module="spot", variant=self.variant, size=[self.width, self.height],
-                    channels=self.channels, color=self.color, filter_scale=self.filter_scale)
-        return info
-
-    def close(self) -> None:
-        self.runner.close()
-
-    def __enter__(self) -> SpotTracker:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def details(self) -> dict[str, Any]:
+        return {"variant": self.variant, "color": self.color, "filter_scale": self.filter_scale}

@@ -33,13 +33,16 @@ import numpy as np
 from libredgetpu_ros.backends.base import BoundaryInfo, TensorSpec, tensor_spec
 from libredgetpu_ros.errors import BackendError, ConfigError, InputError, ModelFormatError, TextDataError
 from libredgetpu_ros.reparam import ParameterSet, ParameterStore
-from libredgetpu_ros.textdata import load_json
+from libredgetpu_ros.textdata import load_json_file
 
 COMPILED_SUFFIX = "_edgetpu.tflite"
 SIDECAR_SUFFIX = "_edgetpu.json"
 # Sidecar floats are float32 values printed as doubles.
 SIDECAR_RTOL = 1e-6
 MAX_SIDECAR_BYTES = 1 << 20
+# TextDataError kinds that blame the sidecar's content (the others: the file could not be read)
+_SIDECAR_CONTENT_ERRORS = frozenset({"limit", "UnicodeDecodeError", "JSONDecodeError", "ValueError",
+                                     "RecursionError"})
 
 
 def _base_of(path: Path) -> Path:
@@ -79,16 +82,12 @@ def template_files(template: str | Path, folder: Path | None = None) -> tuple[Pa
 
 
 def _read_sidecar(path: Path) -> dict[str, Any]:
-    try:
-        size = path.stat().st_size
-        if size > MAX_SIDECAR_BYTES:
-            raise ModelFormatError(f"{path}: sidecar is {size} bytes, more than the {MAX_SIDECAR_BYTES} "
-                                   f"allowed")
-        data = load_json(path.read_bytes(), str(path), max_depth=32)  # UTF-8, depth bounded (textdata.py)
-    except OSError as exc:
-        raise InputError(f"cannot read sidecar {path}: {exc.strerror or exc}") from exc
+    try:  # size (before reading), UTF-8 and nesting depth bounded (textdata.py)
+        data = load_json_file(path, "sidecar", max_bytes=MAX_SIDECAR_BYTES, max_depth=32)
     except TextDataError as exc:
-        raise ModelFormatError(f"{path}: sidecar is not JSON: {exc}") from exc
+        if exc.kind not in _SIDECAR_CONTENT_ERRORS:  # the file could not be read at all
+            raise InputError(f"cannot read sidecar {path}: {exc}") from None
+        raise ModelFormatError(f"{path}: sidecar is not JSON within its budgets: {exc}") from None
     if not isinstance(data, dict):
         raise ModelFormatError(f"{path}: sidecar must be a JSON object, got {type(data).__name__}")
     return data

@@ -54,12 +54,7 @@ def open_tracker(p: Any) -> Any:
     if p.template_patch:
         from libredgetpu_ros.perception.images import load_image
 
-        patch = load_image(p.template_patch)
-        if tracker.channels == 1:
-            import cv2
-
-            patch = cv2.cvtColor(patch, cv2.COLOR_RGB2GRAY)
-        tracker.set_template(patch)
+        tracker.set_template(load_image(p.template_patch))  # the tracker makes it grey when it tracks grey
     return tracker
 
 

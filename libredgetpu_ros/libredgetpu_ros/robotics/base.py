@@ -1,0 +1,87 @@
+"""RoboticsModule: what every robotics module has around its runner, written once.
+
+A module (SpotTracker, PatternTracker, LoomingDetector, OpticalFlow, VisualCompass, EmbeddingExtractor)
+holds a ``runner`` (a ``robotics.template.TemplateRunner``; the extractor's is the backend it opened) and
+usually a ``template`` (``RoboticsTemplate``) and a ``resize`` flag. This base gives them:
+
+- ``version``: the parameter version the next frame runs with (0 for a runner that never swaps);
+- ``backend_name`` and ``describe()`` (the runner's description plus ``module``, the input ``size`` and
+  ``channels``, and what the module adds in ``details()``);
+- ``fit(image)`` / ``prepare(image)``: a frame as the template's input (resized or refused as ``resize``
+  says; colour made grey where the template takes one channel, see robotics/image.py), and
+  ``match_channels(image)``: the same channel rule without a resize (for patches the caller cut itself);
+- ``close()`` and the context manager (``with SpotTracker(...) as tracker:``).
+
+Modules keep their own ``__init__`` (each checks its template before opening a device) and set the
+attributes above there.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+
+from libredgetpu_ros.robotics.image import fit_image, match_channels
+
+_Module = TypeVar("_Module", bound="RoboticsModule")  # typing.Self needs Python 3.11
+
+
+class RoboticsModule:
+    """The shared part of the robotics modules (see the module docstring)."""
+
+    MODULE: ClassVar[str] = ""  # the ``module`` entry of describe()
+    runner: Any
+    template: Any
+    resize: bool = True
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """(height, width, channels) of the image the module's model takes."""
+        return self.template.image_shape
+
+    @property
+    def version(self) -> int:
+        """The parameter version the next frame runs with (0 when the runner never swaps parameters)."""
+        store = getattr(self.runner, "store", None)
+        return 0 if store is None else store.version
+
+    @property
+    def backend_name(self) -> str:
+        name = getattr(self.runner, "backend_name", None)
+        return str(name if name is not None else getattr(self.runner, "name", type(self.runner).__name__))
+
+    def fit(self, image: object, what: str = "image") -> np.ndarray:
+        """``image`` as the template's (H, W, C) uint8 input image (see robotics.image.fit_image)."""
+        height, width, channels = self.image_shape
+        return fit_image(image, height, width, channels, self.resize, what)
+
+    def prepare(self, image: object) -> np.ndarray:
+        """The template's input (1, H, W, C) uint8 from a frame."""
+        return self.fit(image)[None]
+
+    def match_channels(self, image: object, what: str = "image") -> np.ndarray:
+        """``image`` as uint8 (h, w, C) with the template's channel count, its size kept (RGB -> luma for a
+        one-channel template; one channel given to a colour template is refused)."""
+        return match_channels(image, self.image_shape[2], what)
+
+    def details(self) -> dict[str, Any]:
+        """What the module adds to describe() (its settings)."""
+        return {}
+
+    def describe(self) -> dict[str, Any]:
+        """The runner's description (backend, device, template, parameter version) and the module's own."""
+        info = dict(self.runner.describe()) if hasattr(self.runner, "describe") else {"backend": "none"}
+        height, width, channels = self.image_shape
+        info.update(module=self.MODULE, size=[width, height], channels=channels)
+        info.update(self.details())
+        return info
+
+    def close(self) -> None:
+        self.runner.close()
+
+    def __enter__(self: _Module) -> _Module:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

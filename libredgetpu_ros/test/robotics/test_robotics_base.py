@@ -1,0 +1,89 @@
+"""RoboticsModule (robotics/base.py): every module gets version / describe / close / the context manager and
+the template's channel rule from the one base; a one-channel PatternTracker takes a colour patch itself (the
+tracker node, the robotics CLI and retarget no longer convert it)."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+from libredgetpu_ros.robotics.base import RoboticsModule
+from libredgetpu_ros.robotics.compass import VisualCompass
+from libredgetpu_ros.robotics.extractor import EmbeddingExtractor
+from libredgetpu_ros.robotics.flow import OpticalFlow
+from libredgetpu_ros.robotics.looming import LoomingDetector
+from libredgetpu_ros.robotics.pattern import PatternTracker
+from libredgetpu_ros.robotics.spot import SpotTracker
+from libredgetpu_ros.robotics.template import load_template
+
+
+class _Closing:
+    """Backend double that counts close() calls (and answers describe / prepare)."""
+
+    name = "closing"
+
+    def __init__(self) -> None:
+        self.closed = 0
+
+    def prepare(self, parameters) -> None:
+        pass
+
+    def describe(self) -> dict:
+        return {"backend": self.name}
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+@pytest.mark.parametrize("cls", [SpotTracker, PatternTracker, LoomingDetector, OpticalFlow, VisualCompass,
+                                 EmbeddingExtractor])
+def test_every_module_is_a_robotics_module(cls) -> None:
+    assert issubclass(cls, RoboticsModule) and cls.MODULE
+    for name in ("close", "__enter__", "__exit__", "describe", "prepare"):
+        assert name in dir(cls)
+    # the tails live in the base only: a module that writes them again brings the copies back
+    for name in ("close", "__enter__", "__exit__", "describe"):
+        assert name not in vars(cls), f"{cls.__name__}.{name} repeats RoboticsModule.{name}"
+
+
+@pytest.mark.parametrize(("name", "cls", "module"), [
+    ("bright_64x64", SpotTracker, "spot"), ("pattern_64x64_8x8_1ch", PatternTracker, "pattern"),
+    ("looming_64x64_3x3", LoomingDetector, "looming"),
+])
+def test_context_manager_closes_and_describe_names_the_module(name, cls, module) -> None:
+    backend = _Closing()
+    with cls(load_template(name), backend_object=backend) as tracker:
+        info = tracker.describe()
+        assert tracker.version == 0
+    assert backend.closed == 1
+    assert info["module"] == module and info["backend"] == "closing" and info["template"] == name
+    assert info["size"] == [64, 64] and info["parameters_version"] == 0
+
+
+def test_flow_and_compass_describe_through_the_base() -> None:
+    with VisualCompass.from_template("gabor_64x64_p4", 90.0, backend="cpu") as compass:
+        info = compass.describe()
+        flow_info = compass.flow.describe()
+        runner = compass.flow.runner
+        assert compass.runner is runner and compass.template is runner.template
+    assert info["module"] == "compass" and flow_info["module"] == "flow"
+    assert info["fov_deg"] == 90.0 and info["mode"] == flow_info["mode"] == "normalized"
+    assert info["size"] == [64, 64] and info["channels"] == 1 and info["backend"] == flow_info["backend"]
+
+
+def test_one_channel_pattern_takes_a_colour_patch_as_its_luma(fixture_path) -> None:
+    rgb = cv2.cvtColor(cv2.imread(str(fixture_path("images/grace_hopper.bmp"))), cv2.COLOR_BGR2RGB)
+    patch = np.ascontiguousarray(rgb[100:108, 120:128])
+    with PatternTracker(load_template("pattern_64x64_8x8_1ch"), backend="none") as colour, \
+            PatternTracker(load_template("pattern_64x64_8x8_1ch"), backend="none") as grey:
+        from_rgb = colour.set_template(patch)  # before the base: WeightsError (shape (8, 8, 3))
+        from_grey = grey.set_template(cv2.cvtColor(patch, cv2.COLOR_RGB2GRAY))
+    assert np.array_equal(from_rgb.weights, from_grey.weights) and from_rgb.gain == from_grey.gain
+
+
+def test_colour_template_refuses_one_channel_patch() -> None:
+    from libredgetpu_ros.errors import ImageError
+
+    with PatternTracker(load_template("pattern_64x64_8x8_3ch"), backend="none") as tracker, \
+            pytest.raises(ImageError, match="needs RGB"):
+        tracker.set_template(np.arange(64, dtype=np.uint8).reshape(8, 8))
