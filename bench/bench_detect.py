@@ -124,7 +124,8 @@ def main() -> int:
     spread = (f"{min(mine):.1f}-{max(mine):.1f}", f"{min(theirs):.1f}-{max(theirs):.1f}")
     lines += ["## One frame, thread CPU time (ms)", "",
               f"{REPEATS} interleaved repeats on astronaut.png (512x512), LiteRT with one thread both ways, "
-              "on a shared 2-core machine with other jobs running (thread CPU time counts this thread only).", "",
+              "on a shared 2-core machine with other jobs running (thread CPU time counts this thread "
+              "only).", "",
               "| path | median | min-max | ratio of medians |", "|---|---:|---:|---:|",
               f"| ours: resize + cut twin + SSD decode/NMS | {statistics.median(mine):.1f} | {spread[0]} | "
               f"{statistics.median(mine) / statistics.median(theirs):.3f} |",
