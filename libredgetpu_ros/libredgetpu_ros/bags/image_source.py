@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from libredgetpu_ros.errors import ImageError, InputError
+from libredgetpu_ros.errors import InputError
+from libredgetpu_ros.imagefile import read_image
 
 IMAGE_SUFFIXES = frozenset({".bmp", ".jpg", ".jpeg", ".png", ".ppm", ".pgm", ".tif", ".tiff", ".webp"})
 VIDEO_SUFFIXES = frozenset({".avi", ".mp4", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg"})
@@ -46,10 +47,7 @@ class FrameSource:
 
         for src in self.sources:
             if not src.is_video:
-                bgr = cv2.imread(str(src.path), cv2.IMREAD_COLOR)
-                if bgr is None:
-                    raise ImageError(f"image {src.path} cannot be decoded (not an image OpenCV reads)")
-                yield bgr
+                yield read_image(src.path)
                 continue
             cap = cv2.VideoCapture(str(src.path))
             try:

@@ -21,7 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True,
                         help="compiled *_edgetpu.tflite; segments of a pipelined model as 'seg0,seg1'")
     parser.add_argument("--cpu-model", help="CPU twin for the CPU backend (default: name without _edgetpu)")
-    parser.add_argument("--image", required=True, help="image file (anything OpenCV reads)")
+    parser.add_argument("--image", required=True,
+                        help="image file (PNG, JPEG, BMP, TIFF, WebP, PNM; at most 4096x4096 pixels)")
     parser.add_argument("--backend", choices=("auto", "cpu", "edgetpu"), default="auto",
                         help="auto = the Edge TPU if one is attached, else the CPU (default)")
     parser.add_argument("--device", help="which Edge TPU (index or USB bus path) for the edgetpu backend")

@@ -68,7 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         command.add_arguments(p)
         p.add_argument("--bag", help="the frames of this rosbag2 (sqlite3 or mcap) instead of IMAGE files")
         p.add_argument("--topic", help="the bag's image topic (default: its only image topic)")
-        p.add_argument("images", nargs="*", metavar="IMAGE", help="image files (anything OpenCV reads)")
+        p.add_argument("images", nargs="*", metavar="IMAGE",
+                       help="image files (PNG, JPEG, BMP, TIFF, WebP, PNM; at most 4096x4096 pixels)")
         p.set_defaults(robotics_command=command)
 
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from libredgetpu_ros.errors import ImageError, not_a_file
+from libredgetpu_ros.errors import ImageError
+from libredgetpu_ros.imagefile import DEFAULT_MAX_PIXELS, read_image
 
 # encoding -> (channels, OpenCV conversion code name to RGB or None)
 _ENCODINGS: dict[str, tuple[int, str | None]] = {
@@ -19,17 +20,12 @@ _ENCODINGS: dict[str, tuple[int, str | None]] = {
 ENCODINGS: tuple[str, ...] = tuple(_ENCODINGS)
 
 
-def load_image(path: Path | str) -> np.ndarray:
-    """An image file as an ``HxWx3`` uint8 RGB array (grayscale files are expanded to three channels)."""
+def load_image(path: Path | str, what: str = "image", max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
+    """An image file as an ``HxWx3`` uint8 RGB array (grayscale files are expanded to three channels), read
+    through ``imagefile`` (regular file, pixel budget checked from the header before decoding)."""
     import cv2
 
-    path = Path(path)
-    if not path.is_file():
-        raise ImageError(not_a_file("image", path))
-    bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
-    if bgr is None:
-        raise ImageError(f"image {path} cannot be decoded (not an image OpenCV reads)")
-    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    return cv2.cvtColor(read_image(path, what, max_pixels), cv2.COLOR_BGR2RGB)
 
 
 def to_rgb(array: np.ndarray, encoding: str) -> np.ndarray:

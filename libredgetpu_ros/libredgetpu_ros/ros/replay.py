@@ -22,12 +22,12 @@ from typing import Any
 from libredgetpu_ros.bags.storage import IMAGE_TYPES, Unreadable, open_reader
 from libredgetpu_ros.bags.storage import messages as bag_messages
 from libredgetpu_ros.errors import InputError, LibrEdgeTpuError
+from libredgetpu_ros.imagefile import DEFAULT_MAX_PIXELS
 from libredgetpu_ros.ros.bag_reader import max_message_bytes
 
-# A message of a per-message compressed bag is decompressed within this (the largest frame the nodes accept:
-# image_msgs.DEFAULT_MAX_PIXELS, not imported as that module loads ROS messages); a larger one is skipped and
-# counted, never decompressed whole.
-MAX_MESSAGE_BYTES = max_message_bytes(4096 * 4096)
+# A message of a per-message compressed bag is decompressed within this (the largest frame the nodes accept
+# by default); a larger one is skipped and counted, never decompressed whole.
+MAX_MESSAGE_BYTES = max_message_bytes(DEFAULT_MAX_PIXELS)
 
 
 @dataclass(frozen=True)
