@@ -1,14 +1,14 @@
-"""Detection on the CPU fallback against LiteRT's full CPU model, on photos the tests never use.
+"""Detection on the CPU fallback against LiteRT's full CPU model, on photos no detection test uses.
 
     .venv/bin/python bench/bench_detect.py  ->  bench/results/detect.md
 
 Model: catalogue ``ssd_mobilenet_v2_coco`` (the fixtures' single-file pair). Photos: scikit-image's sample
-photos (in the pinned wheel; no test reads them). For each photo, ``libredgetpu-ros infer --json --backend
-cpu`` (the CPU twin cut at the Edge TPU boundary, then our SSD decode + NMS) is compared with LiteRT running
-the complete CPU model, TFLite_Detection_PostProcess included, on the photo resized to 300x300 by OpenCV's
-INTER_AREA (the pipeline's resize for shrinking): detections above 0.3, same classes in the same order, box
-corners in image pixels, scores. Then thread CPU time of one frame both ways (LiteRT with one thread),
-interleaved, median and spread of the repeats, and the ratio.
+photos (in the pinned wheel; no detection test uses them, scenes/ uses some as textures). For each photo,
+``libredgetpu-ros infer --json --backend cpu`` (the CPU twin cut at the Edge TPU boundary, then our SSD decode
++ NMS) is compared with LiteRT running the complete CPU model, TFLite_Detection_PostProcess included, on the
+photo resized to 300x300 by OpenCV's INTER_AREA (the pipeline's resize for shrinking): detections above 0.3,
+same classes in the same order, box corners in image pixels, scores. Then thread CPU time of one frame both
+ways (LiteRT with one thread), interleaved, median and spread of the repeats, and the ratio.
 """
 
 from __future__ import annotations
@@ -85,9 +85,10 @@ def main() -> int:
     interpreter.allocate_tensors()
     lines = ["# Detection: CPU fallback vs LiteRT's full CPU model", "",
              "`bench/bench_detect.py`: catalogue model `ssd_mobilenet_v2_coco`, scikit-image's sample "
-             "photos (no test reads them). *Ours*: `libredgetpu-ros infer --backend cpu --json` (LiteRT on "
-             "the CPU twin cut where the Edge TPU op ends, then our SSD box decoding + NMS). *LiteRT*: the "
-             "complete CPU model, TFLite_Detection_PostProcess included, on the same photo resized by "
+             "photos (no detection test uses them). *Ours*: `libredgetpu-ros infer --backend cpu --json` "
+             "(LiteRT on the CPU twin cut where the Edge TPU op ends, then our SSD box decoding + NMS). "
+             "*LiteRT*: the complete CPU model, TFLite_Detection_PostProcess included, on the same photo "
+             "resized by "
              f"OpenCV's INTER_AREA. Detections with score >= {THRESHOLD}; box error = largest difference of "
              "a corner coordinate, in pixels of the photo.", "",
              "| photo | size | detections (ours) | same classes, same order | max box error px | "
