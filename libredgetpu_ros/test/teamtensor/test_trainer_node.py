@@ -10,7 +10,6 @@ trainer serves (to one int8 step).
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -24,50 +23,12 @@ pytestmark = [pytest.mark.timeout(120)]
 
 TESTS = Path(__file__).resolve().parents[1]
 harness = load_helper(TESTS / "ros" / "_control_harness.py")
-
-T_CONFIGURE, T_ACTIVATE = 1, 3
-CTL, TRAINER = "/ctl/control_node", "/tt/trainer_node"
+loop = load_helper(Path(__file__).resolve().parent / "_trainer_loop.py")
+T_CONFIGURE, T_ACTIVATE, CTL, TRAINER = loop.T_CONFIGURE, loop.T_ACTIVATE, loop.CTL, loop.TRAINER
 STATE = np.array([0.6, -0.4, 0.8], np.float32)
 COMMAND_TOLERANCE = 0.03  # |command - (W·x + b)|: output step 0.019 + input rounding + training error
 WEIGHT_TOLERANCE = 0.003  # trained vs true weights (the template's weights span only about ±0.1)
 TRAINED_MSE = 1e-4
-
-
-def _worker_port(log: Path, timeout: float = 30.0) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if log.exists():
-            for line in log.read_text().splitlines():
-                if line.startswith('{"listening"'):
-                    return int(json.loads(line)["listening"]["port"])
-        time.sleep(0.05)
-    raise TimeoutError(f"tt-worker did not report its port in {log}")
-
-
-def _start_loop(ros_env, input_size: int):
-    """tt-worker, control node (3 states -> 2 commands) and trainer node (``input_size`` -> 2) processes."""
-    ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.cli.main", "tt-worker", "--port", "0", "--json",
-                   "--learning-rate", "0.1"], "tt_worker")
-    port = _worker_port(ros_env.work_dir / "tt_worker.log")
-    ros_env.spawn([sys.executable, "-m", harness.CONTROL_NODE_MODULE, "--ros-args", "-r", "__ns:=/ctl",
-                   "-p", "backend:=cpu", "-p", "template:=256", "-p", "state_size:=3",
-                   "-p", "command_size:=2", "-p", "stale_timeout:=30.0"], "control_node")
-    ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.ros.trainer.node", "--ros-args", "-r", "__ns:=/tt",
-                   "-p", f"worker_port:={port}", "-p", f"input_size:={input_size}", "-p", "output_size:=2",
-                   "-p", "batch_size:=16", "-p", "push_period:=0.5", "-p", "metrics_period:=0.3",
-                   "-p", "retransmit_timeout:=0.02", "-p", f"set_weights_service:={CTL}/set_weights"],
-                  "trainer_node")
-    return harness.ControlHarness(ros_env.init_rclpy(), CTL)
-
-
-def _trainer_transitions(ctl) -> None:
-    from lifecycle_msgs.srv import ChangeState
-
-    client = ctl.node.create_client(ChangeState, f"{TRAINER}/change_state")
-    for transition in (T_CONFIGURE, T_ACTIVATE):
-        req = ChangeState.Request()
-        req.transition.id = transition
-        assert ctl.call(client, req).success, "trainer transition failed (see its log)"
 
 
 @pytest.mark.ros
@@ -76,7 +37,7 @@ def test_trainer_pushes_trained_weights_into_a_running_control_node(ros_env):
 
     from libredgetpu_ros_interfaces.srv import GetWeights
 
-    ctl = _start_loop(ros_env, input_size=3)
+    ctl = loop.start_loop(ros_env, input_size=3)
     try:
         node = ctl.node
         trainer_weights = node.create_client(GetWeights, f"{TRAINER}/get_weights")
@@ -96,7 +57,7 @@ def test_trainer_pushes_trained_weights_into_a_running_control_node(ros_env):
         rng = np.random.default_rng(5)
         w_true = (rng.uniform(-0.9, 0.9, size=(2, 3)) * w_max[:, None]).astype(np.float32)
         b_true = np.array([0.2, -0.1], np.float32)
-        _trainer_transitions(ctl)
+        loop.trainer_transitions(ctl)
 
         def publish_state() -> None:
             msg = Float32MultiArray()
@@ -156,12 +117,12 @@ def test_trainer_pushes_trained_weights_into_a_running_control_node(ros_env):
 def test_weights_of_another_shape_are_not_pushed(ros_env):
     from std_msgs.msg import Float32MultiArray
 
-    ctl = _start_loop(ros_env, input_size=4)  # the controller takes 3 states
+    ctl = loop.start_loop(ros_env, input_size=4)  # the controller takes 3 states
     try:
         samples_pub = ctl.node.create_publisher(Float32MultiArray, "/tt/samples", 100)
         assert ctl.transition(T_CONFIGURE) and ctl.transition(T_ACTIVATE)
         version = ctl.get_weights().version
-        _trainer_transitions(ctl)
+        loop.trainer_transitions(ctl)
         log = ros_env.work_dir / "trainer_node.log"
         rng = np.random.default_rng(6)
         deadline = time.monotonic() + 30.0
@@ -250,7 +211,7 @@ def test_executor_answers_while_the_worker_is_stopped(ros_env):
 
     worker = ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.cli.main", "tt-worker", "--port", "0",
                             "--json"], "tt_worker")
-    port = _worker_port(ros_env.work_dir / "tt_worker.log")
+    port = loop.worker_port(ros_env.work_dir / "tt_worker.log")
     ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.ros.trainer.node", "--ros-args", "-r", "__ns:=/tt",
                    "-p", f"worker_port:={port}", "-p", "batch_size:=8", "-p", "push_period:=0.0",
                    "-p", "metrics_period:=0.2", "-p", "read_timeout:=1.0", "-p", "retransmit_timeout:=0.02"],
@@ -334,7 +295,7 @@ def test_a_session_thread_fault_is_logged_reported_and_ends_in_error_processing(
 
     ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.cli.main", "tt-worker", "--port", "0", "--json"],
                   "tt_worker")
-    port = _worker_port(ros_env.work_dir / "tt_worker.log")
+    port = loop.worker_port(ros_env.work_dir / "tt_worker.log")
     context = ros_env.init_rclpy()
     overrides = [Parameter("worker_port", Parameter.Type.INTEGER, port),
                  Parameter("batch_size", Parameter.Type.INTEGER, 4)]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import secrets
 import sys
 import time
 import traceback
@@ -86,14 +87,18 @@ class TrainerNode(TeardownOnCleanup, LifecycleNode):
         self._x = np.zeros((0, 0), np.float32)
         self._t = np.zeros((0, 0), np.float32)
         self._filled = 0
-        self.counters = {"samples": 0, "wrong_size": 0, "pushes_accepted": 0, "pushes_refused": 0,
-                         "pushes_skipped": 0, "reads_skipped": 0, "reads_failed": 0}
+        self.counters = {"samples": 0, "wrong_size": 0, "pushes_accepted": 0, "pushes_replayed": 0,
+                         "pushes_refused": 0, "pushes_skipped": 0, "reads_skipped": 0, "reads_failed": 0}
         self._read: concurrent.futures.Future | None = None  # the read in flight on the session thread
         self._read_started = 0.0
         self._read_error = ""  # why the last read failed ('' = it did not)
         self._weights_wanted = False  # a get_weights call asked: the next read includes the model
         self._trained: TrainedWeights | None = None
-        self._pushed_taken: float | None = None  # the read whose weights were pushed last
+        self._pushed_version: int | None = None  # batches sent at the read whose weights were pushed last
+        # set_weights request ids are "<this prefix>:<version>": the random part differs per configure (and
+        # per process), so a new session's pushes never repeat an id the control node answers from its
+        # replay record (issue 30, failure 9: the batch count restarts with every session).
+        self._push_prefix = ""
         # Results and faults of the session thread reach the executor through guard conditions: publishing,
         # caching and lifecycle transitions happen there, never on the session thread.
         self._read_done = self.create_guard_condition(self._on_read_done)
@@ -129,6 +134,7 @@ class TrainerNode(TeardownOnCleanup, LifecycleNode):
         self._filled = 0
         self._metrics_pub = self.create_lifecycle_publisher(Float32MultiArray, "~/metrics", 10)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._push_prefix = f"{self.get_fully_qualified_name()}:{secrets.token_hex(8)}"
         if cfg.push_period > 0 and pushable(cfg):
             self._pusher = WeightPusher(self, cfg.set_weights_service, cfg.engine_name,
                                         (cfg.output_size, cfg.input_size), self.counters)
@@ -179,7 +185,7 @@ class TrainerNode(TeardownOnCleanup, LifecycleNode):
         if self._diag_pub is not None:
             self.destroy_publisher(self._diag_pub)
             self._diag_pub = None
-        self._read, self._read_error, self._trained, self._pushed_taken = None, "", None, None
+        self._read, self._read_error, self._trained, self._pushed_version = None, "", None, None
         self._close_session()
 
     def _drop(self, entities: list[Any]) -> None:
@@ -310,10 +316,10 @@ class TrainerNode(TeardownOnCleanup, LifecycleNode):
 
     def _push_weights(self) -> None:
         trained, pusher = self._trained, self._pusher
-        if pusher is None or trained is None or trained.version == 0 or trained.taken == self._pushed_taken:
-            return  # nothing trained yet, or these weights went already
-        if pusher.push(trained.weights, trained.bias, f"{self.get_fully_qualified_name()}:{trained.version}"):
-            self._pushed_taken = trained.taken
+        if pusher is None or trained is None or trained.version in (0, self._pushed_version):
+            return  # nothing trained yet, or no batch since these weights went (the same weights)
+        if pusher.push(trained.weights, trained.bias, f"{self._push_prefix}:{trained.version}"):
+            self._pushed_version = trained.version
 
     # ----- diagnostics ----------------------------------------------------------------------------
 

@@ -94,7 +94,12 @@ class WeightPusher:
             resp = None
             self.node.get_logger().error(f"set_weights call failed: {exc}")
         if resp is not None and resp.accepted:
-            self.counters["pushes_accepted"] += 1
+            # Only an applied swap counts as accepted; a replayed answer applied nothing now.
+            self.counters["pushes_replayed" if resp.replayed else "pushes_accepted"] += 1
+            if resp.replayed and self.counters["pushes_replayed"] == 1:
+                self.node.get_logger().warning(
+                    "set_weights answered a push from its replay record (its request id was used before): "
+                    "nothing applied (counted pushes_replayed)")
             return
         self.counters["pushes_refused"] += 1
         self.node.get_logger().warning(f"set_weights refused the trained weights: "

@@ -1,0 +1,90 @@
+"""Issue 30, failure 9: trained weights silently not applied.
+
+The trainer's ``set_weights`` request ids were ``<node name>:<batches sent>``; the batch count restarts with
+every session, so after a reconfigure the control node answered the first pushes from its replay record
+(``replayed``, nothing applied) while the trainer counted them accepted, and within one run a second push of
+the same read counted again. Here, across processes over DDS (tt-worker, control node, trainer node, this
+test): one batch at a time, the control node's weights change at every push of a first session, then of a
+second session after a reconfigure, from its first push on; the trainer's ``pushes_accepted`` equals the
+swaps the control node applied and nothing was replayed.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from .._helpers import load_helper
+
+pytestmark = [pytest.mark.timeout(120)]
+
+TESTS = Path(__file__).resolve().parents[1]
+harness = load_helper(TESTS / "ros" / "_control_harness.py")
+loop = load_helper(Path(__file__).resolve().parent / "_trainer_loop.py")
+
+
+@pytest.mark.ros
+def test_a_reconfigured_trainers_first_push_changes_the_control_nodes_weights(ros_env):
+    from diagnostic_msgs.msg import DiagnosticArray
+    from std_msgs.msg import Float32MultiArray
+
+    ctl = loop.start_loop(ros_env, input_size=3)
+    try:
+        node = ctl.node
+        trainer_values: dict[str, str] = {}
+
+        def on_diagnostics(msg) -> None:
+            for status in msg.status:
+                if status.name.startswith(f"{loop.TRAINER}:"):
+                    trainer_values.update({kv.key: kv.value for kv in status.values})
+
+        node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, 10)
+        samples_pub = node.create_publisher(Float32MultiArray, "/tt/samples", 100)
+
+        def counter(name: str) -> int:
+            return int(trainer_values.get(name, 0))
+
+        def answered() -> int:
+            return counter("pushes_accepted") + counter("pushes_replayed") + counter("pushes_refused")
+
+        assert ctl.transition(loop.T_CONFIGURE) and ctl.transition(loop.T_ACTIVATE)
+        start = ctl.get_weights()
+        loop.trainer_transitions(ctl)
+        rng = np.random.default_rng(9)
+        sample = Float32MultiArray()
+
+        def one_batch(w: np.ndarray, b: np.ndarray) -> None:
+            for _ in range(16):  # the trainer's batch_size
+                x = rng.uniform(-1.0, 1.0, 3).astype(np.float32)
+                sample.data = np.concatenate([x, w @ x + b]).tolist()
+                samples_pub.publish(sample)
+
+        w1, b1 = np.full((2, 3), 0.05, np.float32), np.array([0.1, -0.1], np.float32)
+        w2, b2 = -w1, -b1
+        for _ in range(3):  # first session: pushes of batch counts 1, 2, 3 (ids that used to repeat)
+            version = ctl.get_weights().version
+            one_batch(w1, b1)
+            ctl.wait_for(lambda v=version: ctl.get_weights().version > v, 20.0, "a push applied")
+        ctl.wait_for(lambda: answered() >= 3, 10.0, "the trainer's diagnostics counting 3 pushes")
+
+        loop.trainer_transitions(ctl, (loop.T_DEACTIVATE, loop.T_CLEANUP, loop.T_CONFIGURE, loop.T_ACTIVATE))
+        before = ctl.get_weights()
+        pushes = answered()
+        one_batch(w2, b2)
+        ctl.wait_for(lambda: answered() > pushes, 20.0, "the new session's first push answered")
+        after = ctl.get_weights()
+        assert after.version > before.version, "the new session's first push was not applied"
+        weights = [np.frombuffer(r.data, np.float32) for r in (before, after)]
+        assert not np.array_equal(*weights)
+        assert after.last_request_id.startswith(f"{loop.TRAINER}:")
+        assert after.last_request_id != before.last_request_id
+        time.sleep(1.2)  # two more push periods without a batch: the same weights are not pushed again
+        swaps = ctl.get_weights().version - start.version
+        ctl.wait_for(lambda: answered() >= swaps, 5.0, "diagnostics up to date")
+        assert counter("pushes_accepted") == swaps, trainer_values
+        assert counter("pushes_replayed") == 0 and counter("pushes_refused") == 0, trainer_values
+    finally:
+        ctl.close()
