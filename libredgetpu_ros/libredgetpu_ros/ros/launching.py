@@ -131,7 +131,8 @@ RVIZ_ARGUMENT: ArgumentTable = {
 
 def rviz(launch_name: str, condition: SomeSubstitutionsType = RVIZ) -> OpaqueFunction:
     """Under ``rviz:=true``: rviz2 with ``share/libredgetpu_ros/rviz/<launch_name>.rviz`` when both exist,
-    else a message saying what is missing (the launch goes on without it). Declare the argument with
+    else a message saying what is missing (the launch goes on without it). The config rviz2 gets is a copy
+    with its topics under the launch's ``namespace`` argument (ros/rviz_config.py). Declare the argument with
     ``launch_arguments(RVIZ_ARGUMENT)``."""
 
     def start(context: LaunchContext) -> list:
@@ -146,6 +147,9 @@ def rviz(launch_name: str, condition: SomeSubstitutionsType = RVIZ) -> OpaqueFun
         if not os.path.isfile(config):
             return [LogInfo(msg=f"rviz:=true: no rviz config {config}; starting rviz2 without one"),
                     ExecuteProcess(cmd=[executable], output="screen")]
+        from libredgetpu_ros.ros.rviz_config import write_namespaced
+
+        config = str(write_namespaced(config, context.launch_configurations.get("namespace", "")))
         frame = context.launch_configurations.get("rviz_fixed_frame", "")
         return [ExecuteProcess(cmd=[executable, "-d", config, *(["-f", frame] if frame else [])],
                                output="screen")]
