@@ -1,0 +1,97 @@
+"""Opening a file a user names (CLI argument, service request, parameter): a regular file within a budget.
+
+A path from outside may name a FIFO (``open`` blocks until a writer comes: a node's executor then hangs, its
+services and lifecycle unanswered), a device (``/dev/zero``: endless bytes; ``/dev/tty``: blocks), a socket,
+a folder or a symlink to any of those. :func:`open_regular` opens without blocking (``O_NONBLOCK``), checks
+what it opened (``fstat``: the file itself, so a swap after a check cannot slip through) is a regular file
+of at most ``max_bytes``, and only then hands it out (blocking mode restored). :func:`check_regular` is the
+same check for a library that opens the path itself (rosbags, sqlite, zipfile).
+
+Errors are ``error`` (an ``InputError`` subclass the caller chooses) naming what and where, the path cut.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO
+
+from libredgetpu_ros.errors import InputError
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _checked(st: os.stat_result, path: str | Path, what: str, max_bytes: int | None,
+             error: type[InputError]) -> int:
+    from libredgetpu_ros.textdata import clip
+
+    if not stat.S_ISREG(st.st_mode):
+        raise error(f"{what} {clip(str(path))} is {_kind(st.st_mode)}, not a regular file")
+    if max_bytes is not None and st.st_size > max_bytes:
+        raise error(f"{what} {clip(str(path))}: {st.st_size} bytes is larger than the {max_bytes} accepted")
+    return st.st_size
+
+
+def _refusal(path: str | Path, what: str, exc: BaseException) -> str:
+    """Why ``path`` could not be opened or stat'ed (never a second look at the path: that may fail too)."""
+    from libredgetpu_ros.textdata import clip
+
+    shown = clip(str(path).replace("\0", "\\0"))
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+        return f"{what} {shown} does not exist"
+    if isinstance(exc, ValueError):  # a NUL byte
+        return f"{what} {shown} is not a valid path"
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else clip(exc)
+    return f"{what} {shown} cannot be opened: {reason}"
+
+
+def check_regular(path: str | Path, what: str, max_bytes: int | None = None,
+                  error: type[InputError] = InputError) -> int:
+    """The size of ``path`` (symlinks followed) if it is a regular file of at most ``max_bytes``; else
+    ``error``. For libraries that open the path themselves: nothing is opened here."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError) as exc:
+        raise error(_refusal(path, what, exc)) from None
+    return _checked(st, path, what, max_bytes, error)
+
+
+def open_regular(path: str | Path, what: str, max_bytes: int | None = None,
+                 error: type[InputError] = InputError) -> BinaryIO:
+    """``path`` opened for binary reading if it is a regular file of at most ``max_bytes`` (checked on the
+    opened file); else ``error``. Never blocks on a FIFO or a device."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, OSError) and not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+            check_regular(path, what, max_bytes, error)  # a socket (ENXIO): named by its kind
+        raise error(_refusal(path, what, exc)) from None
+    try:
+        _checked(os.fstat(fd), path, what, max_bytes, error)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: str | Path, what: str, max_bytes: int, error: type[InputError] = InputError) -> bytes:
+    """The bytes of a regular file of at most ``max_bytes`` (:func:`open_regular`); a file that grew past
+    the budget while read (or a /proc-like file reporting size 0) is refused too."""
+    from libredgetpu_ros.textdata import clip
+
+    with open_regular(path, what, max_bytes, error) as handle:
+        try:
+            data = handle.read(max_bytes + 1)
+        except OSError as exc:
+            raise error(f"{what} {clip(str(path))}: cannot read: {clip(exc)}") from None
+    if len(data) > max_bytes:
+        raise error(f"{what} {clip(str(path))}: larger than the {max_bytes} bytes accepted")
+    return data
