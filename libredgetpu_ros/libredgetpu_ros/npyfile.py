@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import zipfile
 import zlib
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
@@ -92,9 +92,11 @@ def _check_member_size(info: zipfile.ZipInfo, archive_size: int, where: str,
 
 
 def read_npz(path: str | Path, what: str = "npz", names: Collection[str] | None = None,
-             max_bytes: int = MAX_BYTES, error: type[InputError] = InputError) -> dict[str, np.ndarray]:
+             max_bytes: int = MAX_BYTES, error: type[InputError] = InputError,
+             member_bytes: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
     """Arrays of an ``.npz`` keyed by name (only ``names`` when given: members not named are never opened,
-    names the file lacks are left for the caller to report), every size checked before one is allocated."""
+    names the file lacks are left for the caller to report), every size checked before one is allocated;
+    ``member_bytes`` bounds single members by name (a metadata string far below the file's budget)."""
     path = Path(path)
     shown = clip(str(path))
     if not path.is_file():
@@ -119,6 +121,9 @@ def read_npz(path: str | Path, what: str = "npz", names: Collection[str] | None 
                 if nbytes != info.file_size - header_len:
                     raise error(f"{where}: header declares {list(shape)} {dtype} ({nbytes} bytes), the "
                                 f"member holds {info.file_size - header_len}")
+                limit = (member_bytes or {}).get(info.filename[:-4])
+                if limit is not None and nbytes > limit:
+                    raise error(f"{where}: {nbytes} bytes of array, more than the {limit} accepted for it")
                 total += nbytes
                 if total > max_bytes:
                     raise error(f"{what} {shown}: more than {max_bytes} bytes of arrays"

@@ -27,6 +27,7 @@ def open_reader(path: str | Path) -> Any:
     path = Path(path)
     if not path.exists():
         raise InputError(f"bag {path} does not exist{unfinished_hint(path)}")
+    _check_entries(path)
     reader = None
     try:
         files = [path] if path.is_file() else sorted(path.iterdir())
@@ -52,6 +53,26 @@ def open_reader(path: str | Path) -> Any:
             hint = " (`libredgetpu-ros bag-repair` recovers what a damaged or unfinished bag still holds)"
         raise InputError(f"cannot read bag {path}: {_describe(exc)}{hint}") from exc
     return reader
+
+
+def _check_entries(path: Path) -> None:
+    """A bag is a regular file or a folder of regular files (symlinks followed): a FIFO or a device among
+    them (``x.mcap``, ``metadata.yaml``) would block or never end the first read, hanging a node's executor
+    (``~/fit`` with a bag) or the CLI. Checked before anything is opened."""
+    from libredgetpu_ros.paths import check_regular
+    from libredgetpu_ros.textdata import clip
+
+    if path.is_dir():
+        try:
+            entries = sorted(path.iterdir())
+        except OSError as exc:
+            raise InputError(f"cannot read bag {clip(str(path))}: {type(exc).__name__}: {clip(exc)}") \
+                from None
+        for entry in entries:
+            if not entry.is_dir():
+                check_regular(entry, f"bag {clip(str(path))}: entry")
+    else:
+        check_regular(path, "bag")
 
 
 def _check_sqlite_qos(path: Path) -> None:

@@ -136,9 +136,10 @@ def read_series(path: Path) -> Any:
     """(T, M) float64 time series from a CSV or NPZ file; InputError naming the file and the problem."""
     import numpy as np
 
+    from libredgetpu_ros.paths import check_regular, read_regular
+
     try:
-        if path.stat().st_size > MAX_SERIES_BYTES:
-            raise InputError(f"{path}: {path.stat().st_size} bytes is over the {MAX_SERIES_BYTES} limit")
+        check_regular(path, "time series", MAX_SERIES_BYTES)  # a FIFO or a device would block or never end
         if path.suffix == ".npz":
             from libredgetpu_ros.npyfile import read_npz
 
@@ -148,7 +149,7 @@ def read_series(path: Path) -> Any:
                 raise InputError(f"{path}: holds {sorted(arrays)}; name the array 'series'")
             series = np.asarray(arrays[key], dtype=np.float64)
         else:
-            text = path.read_text(encoding="utf-8")
+            text = read_regular(path, "time series", MAX_SERIES_BYTES).decode("utf-8")
             lines = [line for line in text.splitlines() if line.strip()]
             if lines and any(c.isalpha() and c not in "eE" for c in lines[0]):
                 lines = lines[1:]  # header row
@@ -187,7 +188,7 @@ def _reservoir_run(args: argparse.Namespace, _images: list[Any]) -> int:
             report.update(samples=fit.samples, washout=fit.washout, train_nrmse=round(fit.train_nrmse, 5),
                           readout=str(args.out))
         else:
-            rc.load_readout(args.readout)
+            rc.load_readout(args.readout, outputs=series.shape[1])  # one output per column: the next step
             predicted = rc.predict(inputs)
             scored = slice(min(args.washout, len(inputs) - 1), None)
             error = nrmse(predicted[scored], targets[scored])

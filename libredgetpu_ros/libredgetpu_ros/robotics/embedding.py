@@ -45,7 +45,7 @@ from libredgetpu_ros.atomicio import atomic_open
 from libredgetpu_ros.errors import ConfigError, InputError
 from libredgetpu_ros.matmul import MatMulEngine
 from libredgetpu_ros.npyfile import read_npz
-from libredgetpu_ros.textdata import load_json
+from libredgetpu_ros.textdata import clip_repr, load_json
 
 DATABASE_FORMAT = "libredgetpu_ros.embedding_db.v1"
 MAX_DATABASE_BYTES = 512 << 20
@@ -53,6 +53,9 @@ MAX_LABEL_CHARS = 256
 UNKNOWN = "unknown"  # the open-set answer; reserved, never enrolled
 DEFAULT_OPEN_SET_MARGIN = 0.2  # fraction of (1 - background) a match must clear above the background
 SINGLE_CLASS_BACKGROUND = 0.5  # background with one label (fixture photos of unrelated scenes: 0.31-0.51)
+# The metadata (JSON: format, size, labels) as a NumPy string (4 bytes a character): at worst ~6 x the labels'
+# UTF-8 (JSON escapes) of 1,000 full-length labels; a 100 MB string took the recognition node to 1.18 GB.
+MAX_META_BYTES = 16 << 20
 _KEEP_VERSIONS = 8  # database snapshots kept for queries still running on an older weight version
 
 
@@ -398,19 +401,20 @@ def read_database(path: Path) -> tuple[list[str], np.ndarray]:
     """(labels, float32 (n, D) vectors) of a database file; InputError naming the problem."""
     # npyfile: every array's size checked against the file before NumPy allocates it; no pickles.
     arrays = read_npz(path, "embedding database file", names=("embeddings", "meta"),
-                      max_bytes=MAX_DATABASE_BYTES)
+                      max_bytes=MAX_DATABASE_BYTES, member_bytes={"meta": MAX_META_BYTES})
     try:
         vectors = np.asarray(arrays["embeddings"])
         meta: Any = load_json(str(arrays["meta"]), f"{path} meta", max_depth=32)
     except (KeyError, ValueError, TypeError) as exc:
         raise InputError(f"{path}: not an embedding database file (no or bad {exc})") from exc
     if not isinstance(meta, dict) or meta.get("format") != DATABASE_FORMAT:
-        raise InputError(f"{path}: format is {meta.get('format') if isinstance(meta, dict) else meta!r}, "
+        raise InputError(f"{path}: format is "
+                         f"{clip_repr(meta.get('format') if isinstance(meta, dict) else meta)}, "
                          f"expected {DATABASE_FORMAT}")
     labels = meta.get("labels")
     if (vectors.ndim != 2 or vectors.dtype.kind != "f" or not isinstance(labels, list)
             or len(labels) != len(vectors) or vectors.shape[1] != meta.get("embedding_dim")):
         raise InputError(f"{path}: embeddings {vectors.dtype} {vectors.shape} do not match "
-                         f"{len(labels) if isinstance(labels, list) else labels!r} labels of "
-                         f"{meta.get('embedding_dim')!r}-d")
+                         f"{len(labels) if isinstance(labels, list) else clip_repr(labels)} labels of "
+                         f"{clip_repr(meta.get('embedding_dim'))}-d")
     return labels, vectors.astype(np.float32)

@@ -32,11 +32,12 @@ from libredgetpu_ros.atomicio import atomic_open
 from libredgetpu_ros.errors import ConfigError, InputError
 from libredgetpu_ros.matmul import MatMulEngine, fastpath
 from libredgetpu_ros.npyfile import read_npz
-from libredgetpu_ros.textdata import load_json
+from libredgetpu_ros.textdata import clip_repr, load_json
 
 ACTIVATIONS = ("tanh", "relu", "identity")
 READOUT_FORMAT = "libredgetpu_ros.reservoir_readout.v1"
 MAX_READOUT_BYTES = 256 << 20
+MAX_META_BYTES = 1 << 20  # the metadata JSON (a few hundred characters) as a NumPy string
 
 
 @dataclass(frozen=True)
@@ -370,31 +371,54 @@ class ReservoirComputer:
         with atomic_open(path) as handle:  # a failed write (disk full) leaves the old file whole
             np.savez(handle, weights=readout.weights, meta=np.array(json.dumps(meta)))
 
-    def load_readout(self, path: str | Path) -> Readout:
-        """Load a readout saved by :meth:`save_readout` for the same reservoir; InputError, old one kept."""
+    def load_readout(self, path: str | Path, outputs: int | None = None) -> Readout:
+        """Load a readout saved by :meth:`save_readout` for the same reservoir (and with ``outputs`` outputs
+        when given: a one-step-ahead predictor has one per input); InputError, old one kept."""
         path = Path(path)
         # npyfile: every array's size checked against the file before NumPy allocates it; no pickles.
         arrays = read_npz(path, "reservoir readout file", names=("weights", "meta"),
-                          max_bytes=MAX_READOUT_BYTES)
+                          max_bytes=MAX_READOUT_BYTES, member_bytes={"meta": MAX_META_BYTES})
         try:
             weights = np.array(arrays["weights"], dtype=np.float64)
             meta = load_json(str(arrays["meta"]), f"{path} meta", max_depth=32)  # textdata: depth bounded
         except (KeyError, ValueError, TypeError) as exc:
             raise InputError(f"{path}: not a reservoir readout file (no or bad {exc})") from exc
         if not isinstance(meta, dict) or meta.get("format") != READOUT_FORMAT:
-            raise InputError(f"{path}: format is {meta.get('format') if isinstance(meta, dict) else meta!r}, "
+            raise InputError(f"{path}: format is "
+                             f"{clip_repr(meta.get('format') if isinstance(meta, dict) else meta)}, "
                              f"expected {READOUT_FORMAT}")
         for key, value in self.identity().items():
             if key in ("ridge", "washout"):
                 continue  # fitting choices: the reservoir itself is the same
             if meta.get(key) != value:
-                raise InputError(f"{path}: readout was fitted for {key}={meta.get(key)!r}, this reservoir "
-                                 f"has {value!r}")
+                raise InputError(f"{path}: readout was fitted for {key}={clip_repr(meta.get(key))}, this "
+                                 f"reservoir has {value!r}")
         expected = 1 + self.config.input_dim + self.size
         if weights.ndim != 2 or weights.shape[1] != expected or not 1 <= weights.shape[0] <= 65536:
             raise InputError(f"{path}: readout weights have shape {weights.shape}; expected (K, {expected})")
+        if outputs is not None and weights.shape[0] != outputs:
+            raise InputError(f"{path}: readout has {weights.shape[0]} outputs, {outputs} expected here "
+                             f"(one per input of the series it predicts)")
         if not np.isfinite(weights).all():
             raise InputError(f"{path}: readout weights contain NaN/inf")
-        readout = Readout(weights, int(meta.get("samples", 0)), float(meta.get("train_nrmse", float("nan"))))
+        readout = Readout(weights, _meta_samples(meta, path), _meta_nrmse(meta, path))
         self._install(readout)
         return readout
+
+
+def _meta_samples(meta: dict[str, Any], path: Path) -> int:
+    """The readout metadata's ``samples``: an integer in 0..2^53 (a string, a list, NaN or 1e400 is refused
+    by name: ``int()`` of them raised ValueError / TypeError / OverflowError in a service handler)."""
+    value = meta.get("samples", 0)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1 << 53:
+        raise InputError(f"{path}: metadata samples is {clip_repr(value)}, expected an integer in 0..2^53")
+    return value
+
+
+def _meta_nrmse(meta: dict[str, Any], path: Path) -> float:
+    """The readout metadata's ``train_nrmse``: a number >= 0, or NaN (not known)."""
+    value = meta.get("train_nrmse", float("nan"))
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            math.isnan(value) or 0 <= value < math.inf):
+        raise InputError(f"{path}: metadata train_nrmse is {clip_repr(value)}, expected a number >= 0 or NaN")
+    return float(value)

@@ -60,10 +60,12 @@ def quantize_color(rgb: tuple[float, float, float] | list[float],
         w = float(w)
         if not math.isfinite(w):
             raise WeightsError(f"colour weights must be finite, got {list(rgb)}")
-        q = round(w / scale)
-        if q < -128 or q > 127:
+        ratio = w / scale  # may overflow to +-inf (|w| > ~1e306 on a small scale): clipped, never rounded
+        if -128.5 <= ratio < 127.5:  # exactly where round() (half to even) lands in -128..127
+            q = round(ratio)
+        else:
             clipped += 1
-            q = min(127, max(-128, q))
+            q = 127 if ratio > 0 else -128
         values.append(q)
     return tuple(values), clipped
 

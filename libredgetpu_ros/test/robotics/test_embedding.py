@@ -231,6 +231,34 @@ def test_load_refuses_other_dimension_or_too_many_entries_and_keeps_the_old(tmp_
         assert target.labels == ["keep"]
 
 
+def test_huge_metadata_is_refused_before_it_is_decoded(tmp_path):
+    """Issue 30 item 4: a database whose metadata is a huge string (100 MB: 1.16 GB, the recognition node
+    1.18 GB under ~/load) is refused from its npy header, before the string is read or decoded."""
+    import json
+
+    from libredgetpu_ros.robotics.embedding import DATABASE_FORMAT
+
+    rng = np.random.default_rng(2)
+    meta = json.dumps({"format": DATABASE_FORMAT, "embedding_dim": 256, "labels": ["a"],
+                       "pad": "x" * (20 << 20)})  # 80 MB as a NumPy string (4 bytes a character)
+    path = tmp_path / "fat.npz"
+    np.savez_compressed(path, embeddings=rng.normal(size=(1, 256)).astype(np.float32), meta=np.array(meta))
+    del meta
+    with MatMulEngine.from_template(256, backend="cpu") as engine:
+        db = EmbeddingSimilarity(engine, 256)
+        db.add("keep", rng.normal(size=256))
+        tracemalloc.start()
+        try:
+            with pytest.raises(InputError, match=r"member 'meta.npy': \d+ bytes of array, more than the "
+                                                 r"\d+ accepted for it"):
+                db.load(path)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 4 << 20, f"{peak} bytes allocated refusing the metadata"
+        assert db.labels == ["keep"]
+
+
 def test_a_failed_save_leaves_the_old_file_whole(tmp_path, monkeypatch):
     """save() writes through atomicio: a write that fails half-way (disk full) keeps the previous file, no
     temporary is left, and a folder that does not exist is a typed OutputError."""

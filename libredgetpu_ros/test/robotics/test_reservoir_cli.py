@@ -70,8 +70,58 @@ def test_bad_series_are_one_error_line(tmp_path, capsys):
     series[10] = np.nan
     np.savez(nan, series=series)
     for path, message in ((bad, "cannot read a numeric time series"), (short, "at least 258 samples"),
-                          (nan, "NaN/inf"), (tmp_path / "missing.csv", "cannot read")):
+                          (nan, "NaN/inf"), (tmp_path / "missing.csv", "does not exist")):
         assert main(["robotics", "reservoir", "fit", str(path), "--backend", "cpu",
                      "--out", str(tmp_path / "r.npz")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
+
+
+def _crafted_readouts(tmp_path: Path, good: Path) -> dict[str, Path]:
+    """Issue 30 item 1: the 7 readouts that gave tracebacks in ``reservoir predict`` (metadata fields of the
+    wrong type or value; weights of 5 outputs for a 2-column series), built from a good one."""
+    with np.load(good) as data:
+        weights, meta = data["weights"], json.loads(str(data["meta"]))
+    variants = {"samples_x": ("samples", "x"), "samples_list": ("samples", []),
+                "samples_1e400": ("samples", "1e400"), "samples_nan": ("samples", "NaN"),
+                "nrmse_x": ("train_nrmse", "x"), "nrmse_dict": ("train_nrmse", {})}
+    out = {}
+    for name, (key, value) in variants.items():
+        text = json.dumps({**meta, key: value})
+        if value in ("1e400", "NaN"):  # JSON numbers, not strings: 1e400 reads as inf
+            text = text.replace(f'"{value}"', value)
+        out[name] = tmp_path / f"{name}.npz"
+        np.savez(out[name], weights=weights, meta=np.array(text))
+    out["five_outputs"] = tmp_path / "five_outputs.npz"
+    np.savez(out["five_outputs"], weights=np.vstack([weights, weights, weights[:1]]), meta=np.array(
+        json.dumps(meta)))
+    return out
+
+
+def test_crafted_readouts_and_special_files_are_one_error_line(tmp_path, capsys):
+    """Each crafted readout of issue 30 item 1 (a traceback before: ValueError, TypeError, OverflowError)
+    and a series or readout that is a FIFO (blocked before) are one error line, exit 2."""
+    import os
+
+    series = tmp_path / "series.csv"
+    np.savetxt(series, _pendulum_like(400), delimiter=",")
+    good = tmp_path / "good.npz"
+    assert main(["robotics", "reservoir", "fit", str(series), "--backend", "cpu", "--washout", "20",
+                 "--out", str(good)]) == 0
+    capsys.readouterr()
+    expected = {"samples_x": "samples is 'x'", "samples_list": "samples is []",
+                "samples_1e400": "samples is inf", "samples_nan": "samples is nan",
+                "nrmse_x": "train_nrmse is 'x'", "nrmse_dict": "train_nrmse is {}",
+                "five_outputs": "readout has 5 outputs, 2 expected"}
+    for name, path in _crafted_readouts(tmp_path, good).items():
+        assert main(["robotics", "reservoir", "predict", str(series), "--backend", "cpu", "--washout", "20",
+                     "--readout", str(path)]) == 2, name
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and expected[name] in err[0], (name, err)
+    fifo = tmp_path / "fifo.csv"
+    os.mkfifo(fifo)
+    for args in (["fit", str(fifo), "--out", str(tmp_path / "r.npz")],
+                 ["predict", str(series), "--readout", str(fifo)]):
+        assert main(["robotics", "reservoir", *args, "--backend", "cpu"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and ("is a FIFO, not a regular file" in err[0] or "is not a file" in err[0]), err

@@ -357,3 +357,13 @@ def test_compiled_filter_disagreeing_with_the_twin_is_refused(tmp_path) -> None:
         shutil.copy(path, tmp_path / path.name)
     with pytest.raises(ModelFormatError, match="do not hold the colour filter"):
         SpotTracker(load_template(tmp_path / src.twin_path.name), backend_object=_Recorder())
+
+
+def test_huge_colour_weights_are_clipped_not_an_overflow() -> None:
+    """Issue 30 item 1: r = 1e308 (w / scale overflows to inf) raised OverflowError in quantize_color and
+    killed the tracker node; now clipped to the filter's range and reported like any out-of-range weight."""
+    tracker = SpotTracker(load_template("color_red_64x64"), backend_object=_Recorder())
+    swap = tracker.set_color((1e308, -1e308, 1.5e306))
+    assert swap.weights == (127, -128, 127) and swap.clipped == 3
+    swap = tracker.set_color((-1e-320, 0.0, -128.5 * tracker.filter_scale))  # half to even: -128, in range
+    assert swap.weights == (0, 0, -128) and swap.clipped == 0

@@ -64,6 +64,7 @@ from libredgetpu_ros.ros.camera.intake import Frame, FrameStats, Intake
 from libredgetpu_ros.ros.camera.params import ImageParams
 from libredgetpu_ros.ros.image_msgs import BadImage, to_rgb
 from libredgetpu_ros.ros.params import ParamTable
+from libredgetpu_ros.ros.services import create_guarded_service
 from libredgetpu_ros.ros.spinning import CompanionFault, CompanionGroup, destroy_entities
 
 _BAD_INPUT_LOG_PERIOD_S = 10.0
@@ -191,7 +192,7 @@ class CameraNode(LifecycleNode):
 
     def service(self, srv_type: Any, name: str, callback: Any) -> Any:
         """A service of the configured node (e.g. ``~/enroll``), destroyed by the base on cleanup."""
-        srv = self.create_service(srv_type, name, callback)
+        srv = create_guarded_service(self, srv_type, name, callback)  # no exception escapes a handler
         self._made_services.append(srv)
         return srv
 

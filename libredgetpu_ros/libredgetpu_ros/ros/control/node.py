@@ -61,6 +61,7 @@ from libredgetpu_ros.ros.control.codec import as_float32_buffer, describe_non_fi
 from libredgetpu_ros.ros.control.controller import Controller
 from libredgetpu_ros.ros.control.params import PARAM_TABLE, ControlConfig
 from libredgetpu_ros.ros.lifecycle import StateLoopNode, TeardownOnCleanup
+from libredgetpu_ros.ros.services import create_guarded_service
 from libredgetpu_ros.ros.spinning import CompanionFault, destroy_entities, run_lifecycle_node_main
 from libredgetpu_ros_interfaces.msg import CommandStamped
 from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
@@ -110,8 +111,8 @@ class ControlNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
         self._cmd_stamped_pub = self.create_lifecycle_publisher(CommandStamped, "~/command_stamped", qos)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._entities = [
-            self.create_service(SetWeights, "~/set_weights", self._on_set_weights),
-            self.create_service(GetWeights, "~/get_weights", self._on_get_weights),
+            create_guarded_service(self, SetWeights, "~/set_weights", self._on_set_weights),
+            create_guarded_service(self, GetWeights, "~/get_weights", self._on_get_weights),
             self.create_timer(cfg.diagnostics_period, self._publish_diagnostics),
         ]
         self._loop, self._swaps, self._verdict = stats.LoopStats(), stats.SwapStats(), stats.LoopVerdict()

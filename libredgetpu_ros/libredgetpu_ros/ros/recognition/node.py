@@ -31,7 +31,9 @@ from vision_msgs.msg import Classification, ObjectHypothesis
 from libredgetpu_ros.errors import LibrEdgeTpuError
 from libredgetpu_ros.ros.camera import CameraNode, Frame
 from libredgetpu_ros.ros.recognition.params import RECOGNITION_PARAMS
+from libredgetpu_ros.ros.services import MESSAGE_CHARS
 from libredgetpu_ros.ros.spinning import run_lifecycle_node_main
+from libredgetpu_ros.textdata import clip, clip_repr
 from libredgetpu_ros_interfaces.srv import Enroll, FilePath, Forget
 
 
@@ -144,8 +146,8 @@ class RecognitionNode(CameraNode):
     # ----- services (main executor) -------------------------------------------------------------------
     def _refuse(self, resp: Any, exc: BaseException) -> Any:
         self._refused += 1
-        self._last_refusal = str(exc)
-        resp.success, resp.message = False, f"refused, database unchanged: {exc}"
+        self._last_refusal = clip(exc, MESSAGE_CHARS)  # requests carry paths and labels of any length
+        resp.success, resp.message = False, f"refused, database unchanged: {self._last_refusal}"
         return resp
 
     def _on_enroll(self, req: Enroll.Request, resp: Enroll.Response) -> Enroll.Response:
@@ -164,7 +166,7 @@ class RecognitionNode(CameraNode):
         except LibrEdgeTpuError as exc:
             return self._refuse(resp, exc)
         resp.success, resp.entries = True, len(db)
-        resp.message = f"enrolled {req.label!r} in slot {slot} ({len(db)} of {db.capacity} entries)"
+        resp.message = f"enrolled {clip_repr(req.label)} in slot {slot} ({len(db)} of {db.capacity} entries)"
         self.get_logger().info(resp.message)
         return resp
 
@@ -177,14 +179,14 @@ class RecognitionNode(CameraNode):
             resp.removed = db.remove(req.label)
         except LibrEdgeTpuError as exc:
             return self._refuse(resp, exc)
-        resp.success, resp.message = True, f"forgot {resp.removed} entries of {req.label!r}"
+        resp.success, resp.message = True, f"forgot {resp.removed} entries of {clip_repr(req.label)}"
         return resp
 
     def _on_save(self, req: FilePath.Request, resp: FilePath.Response) -> FilePath.Response:
-        return self._file_op(resp, lambda db: f"saved {db.save(req.path)} entries to {req.path}")
+        return self._file_op(resp, lambda db: f"saved {db.save(req.path)} entries to {clip(req.path)}")
 
     def _on_load(self, req: FilePath.Request, resp: FilePath.Response) -> FilePath.Response:
-        return self._file_op(resp, lambda db: f"loaded {db.load(req.path)} entries from {req.path}")
+        return self._file_op(resp, lambda db: f"loaded {db.load(req.path)} entries from {clip(req.path)}")
 
     def _file_op(self, resp: Any, operation: Any) -> Any:
         db = self._db

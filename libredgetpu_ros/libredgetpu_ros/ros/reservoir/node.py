@@ -41,7 +41,9 @@ from libredgetpu_ros.ros.control.codec import JointOrder, describe_non_finite
 from libredgetpu_ros.ros.lifecycle import StateLoopNode, TeardownOnCleanup
 from libredgetpu_ros.ros.reservoir.params import PARAM_TABLE, ReservoirNodeConfig
 from libredgetpu_ros.ros.reservoir.states import read_bag_states, state_vector
+from libredgetpu_ros.ros.services import MESSAGE_CHARS, create_guarded_service
 from libredgetpu_ros.ros.spinning import CompanionFault, destroy_entities, run_lifecycle_node_main
+from libredgetpu_ros.textdata import clip
 from libredgetpu_ros_interfaces.srv import FilePath, FitReadout
 
 NODE_NAME = "reservoir"
@@ -122,9 +124,9 @@ class ReservoirNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
         self._pred_pub = self.create_lifecycle_publisher(mtype, "~/prediction", self._qos(cfg))
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._entities = [
-            self.create_service(FitReadout, "~/fit", self._on_fit),
-            self.create_service(FilePath, "~/load_readout", self._on_load),
-            self.create_service(FilePath, "~/save_readout", self._on_save),
+            create_guarded_service(self, FitReadout, "~/fit", self._on_fit),
+            create_guarded_service(self, FilePath, "~/load_readout", self._on_load),
+            create_guarded_service(self, FilePath, "~/save_readout", self._on_save),
             self.create_timer(cfg.diagnostics_period, self._publish_diagnostics),
         ]
         readout = "none yet" if rc.readout is None else f"loaded from {cfg.readout}"
@@ -217,7 +219,7 @@ class ReservoirNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
                 topic = req.topic or self.resolve_topic_name(cfg.state_topic)
                 states, skipped = read_bag_states(req.bag, topic, cfg.state_type, cfg.joint_field,
                                                   self._order, cfg.state_size)
-                source = f"bag {req.bag} ({skipped} messages skipped)"
+                source = f"bag {clip(req.bag)} ({skipped} messages skipped)"
             else:
                 with self._buffer_lock:
                     buffered = list(self._buffer)  # a copy: the loop keeps appending
@@ -230,8 +232,8 @@ class ReservoirNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
             report = rc.fit(states[:-1], states[1:])
         except LibrEdgeTpuError as exc:
             self._stats.refused += 1
-            self._stats.last_refusal = str(exc)
-            resp.success, resp.message = False, f"refused, readout unchanged: {exc}"
+            self._stats.last_refusal = clip(exc, MESSAGE_CHARS)  # requests carry paths of any length
+            resp.success, resp.message = False, f"refused, readout unchanged: {self._stats.last_refusal}"
             return resp
         self._stats.fits += 1
         resp.success = True
@@ -242,10 +244,11 @@ class ReservoirNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
         return resp
 
     def _on_load(self, req: FilePath.Request, resp: FilePath.Response) -> FilePath.Response:
-        return self._file_op(resp, lambda rc: rc.load_readout(req.path), f"loaded readout {req.path}")
+        return self._file_op(resp, lambda rc: rc.load_readout(req.path, outputs=rc.config.input_dim),
+                             f"loaded readout {clip(req.path)}")
 
     def _on_save(self, req: FilePath.Request, resp: FilePath.Response) -> FilePath.Response:
-        return self._file_op(resp, lambda rc: rc.save_readout(req.path), f"saved readout to {req.path}")
+        return self._file_op(resp, lambda rc: rc.save_readout(req.path), f"saved readout to {clip(req.path)}")
 
     def _file_op(self, resp: Any, operation: Any, done: str) -> Any:
         rc = self._rc
@@ -256,8 +259,8 @@ class ReservoirNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
             operation(rc)
         except (LibrEdgeTpuError, OSError) as exc:
             self._stats.refused += 1
-            self._stats.last_refusal = str(exc)
-            resp.success, resp.message = False, f"refused, readout unchanged: {exc}"
+            self._stats.last_refusal = clip(exc, MESSAGE_CHARS)
+            resp.success, resp.message = False, f"refused, readout unchanged: {self._stats.last_refusal}"
             return resp
         resp.success, resp.message = True, done
         return resp

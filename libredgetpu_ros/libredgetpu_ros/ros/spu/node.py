@@ -47,6 +47,7 @@ from libredgetpu_ros.femto.runner import SpuRunner, open_runner
 from libredgetpu_ros.femto.vectors import dequantize, prepare_input
 from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.lifecycle import TeardownOnCleanup
+from libredgetpu_ros.ros.services import create_guarded_service
 from libredgetpu_ros.ros.spinning import destroy_entities, run_lifecycle_node_main
 from libredgetpu_ros.ros.spu.io import check_topics, topic_names, values_of, vector_msg
 from libredgetpu_ros.ros.spu.params import LATCHED_PREFIX, PARAM_TABLE, SpuConfig
@@ -107,7 +108,7 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
         self._out_pubs = {name: self.create_lifecycle_publisher(JointState, out_topics[name], qos)
                           for name in self._outputs}
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self._entities = [self.create_service(Trigger, "~/reset", self._on_reset),
+        self._entities = [create_guarded_service(self, Trigger, "~/reset", self._on_reset),
                           self.create_timer(cfg.diagnostics_period, self._publish_diagnostics)]
         self.counters = diagnostics.Counters()
         self._log_limit = diagnostics.LogLimiter(_LOG_PERIOD_S)

@@ -41,6 +41,7 @@ from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 from libredgetpu_ros.errors import DeviceTimeoutError, LibrEdgeTpuError
 from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.lifecycle import TeardownOnCleanup
+from libredgetpu_ros.ros.services import create_guarded_service
 from libredgetpu_ros.ros.spinning import CompanionFault, run_lifecycle_node_main
 from libredgetpu_ros.ros.trainer.params import PARAM_TABLE, TrainerConfig, build_model, pushable
 from libredgetpu_ros.ros.trainer.push import WeightPusher
@@ -138,7 +139,7 @@ class TrainerNode(TeardownOnCleanup, LifecycleNode):
         if cfg.push_period > 0 and pushable(cfg):
             self._pusher = WeightPusher(self, cfg.set_weights_service, cfg.engine_name,
                                         (cfg.output_size, cfg.input_size), self.counters)
-        self._entities = [self.create_service(GetWeights, "~/get_weights", self._on_get_weights)]
+        self._entities = [create_guarded_service(self, GetWeights, "~/get_weights", self._on_get_weights)]
         self.get_logger().info(f"configured: model {cfg.model_id} ({len(model.layers)} layers, "
                                f"{cfg.objective}) on worker {cfg.worker_host}:{cfg.worker_port}, pipeline "
                                f"{cfg.pipeline_id} ({count} model(s)); weights "
