@@ -3,6 +3,9 @@
 Layer bytes (seed, plus the choices documented in docs/teamtensor.md):
 
 - Linear (0x01): weight tensor ``(out, in)`` then bias tensor ``(out,)`` (bias as in Team Tensor's code).
+  Under the seed framing a descriptor whose trainable layers carry the weight tensor only (the seed's own
+  layer bytes) is accepted too: those layers have ``has_bias = False``, a zero bias that is neither trained
+  nor sent (GET_MD answers in the same form).
 - Conv2D (0x02): four big-endian u32 words pad, stride, output width, output height; the filter tensor
   ``(out channels, in channels, height, width)``; bias tensor ``(out channels,)``.
 - ReLU, MaxPool, Flatten, Softmax (0x03-0x06): no bytes (MaxPool's window is ``WireFormat.maxpool_window``).
@@ -37,6 +40,7 @@ class Layer:
     stride: int = 1
     out_width: int = 0
     out_height: int = 0
+    has_bias: bool = True  # False: the seed's layer bytes (weights only); bias fixed at zero, never sent
 
     @property
     def trainable(self) -> bool:
@@ -72,7 +76,8 @@ class ModelSpec:
     def copy(self) -> ModelSpec:
         return ModelSpec([Layer(ly.code, None if ly.weights is None else ly.weights.copy(),
                                 None if ly.bias is None else ly.bias.copy(), ly.pad, ly.stride,
-                                ly.out_width, ly.out_height) for ly in self.layers], list(self.metrics))
+                                ly.out_width, ly.out_height, ly.has_bias) for ly in self.layers],
+                         list(self.metrics))
 
     def parameters(self) -> list[np.ndarray]:
         """Every weight and bias array, in wire order (what GET_MD returns)."""
@@ -119,14 +124,37 @@ def encode_model(model: ModelSpec, wire: WireFormat = DEFAULT_WIRE) -> bytes:
             out += CONV_WORDS.pack(ly.pad, ly.stride, ly.out_width, ly.out_height)
         if ly.trainable:
             out += encode_tensor(ly.weights, wire, f"layer {i} weights")
-            out += encode_tensor(ly.bias, wire, f"layer {i} bias")
+            if ly.has_bias:
+                out += encode_tensor(ly.bias, wire, f"layer {i} bias")
     out.append(len(model.metrics))
     out += bytes(int(m) for m in model.metrics)
     return bytes(out)
 
 
-def decode_model(reader: Reader, wire: WireFormat = DEFAULT_WIRE) -> ModelSpec:
-    """Read a descriptor at the reader's position (the caller checks it ends where it should)."""
+def decode_descriptor(reader: Reader, wire: WireFormat = DEFAULT_WIRE) -> ModelSpec:
+    """The descriptor that fills the rest of ``reader``. Under the seed framing, one that does not decode
+    with bias tensors is tried without them (the seed's layer bytes), before the first error is raised."""
+    start = reader.pos
+    try:
+        model = decode_model(reader, wire)
+        reader.done()
+        return model
+    except ProtocolError as exc:
+        if not wire.seed:
+            raise
+        first = exc
+    reader.pos = start
+    try:
+        model = decode_model(reader, wire, biases=False)
+        reader.done()
+    except ProtocolError:
+        raise first from None
+    return model
+
+
+def decode_model(reader: Reader, wire: WireFormat = DEFAULT_WIRE, biases: bool = True) -> ModelSpec:
+    """Read a descriptor at the reader's position (the caller checks it ends where it should); with
+    ``biases=False`` trainable layers carry their weight tensor only (zero bias, ``has_bias = False``)."""
     n_layers = reader.u8("number of layers")
     layers = []
     for i in range(n_layers):
@@ -145,7 +173,11 @@ def decode_model(reader: Reader, wire: WireFormat = DEFAULT_WIRE) -> ModelSpec:
                                         f"out of range")
         if ly.trainable:
             ly.weights = decode_tensor(reader, wire, f"layer {i} weights").astype(np.float32)
-            ly.bias = decode_tensor(reader, wire, f"layer {i} bias").astype(np.float32)
+            if biases:
+                ly.bias = decode_tensor(reader, wire, f"layer {i} bias").astype(np.float32)
+            else:
+                ly.bias = np.zeros(ly.weights.shape[:1], np.float32)
+                ly.has_bias = False
         layers.append(ly)
     metrics = decode_metric_codes(reader)
     model = ModelSpec(layers, metrics)

@@ -269,7 +269,8 @@ def train_step(model: ModelSpec, x: np.ndarray, t: np.ndarray, lr: float, window
                                     window)
         step = np.float32(lr)
         new = [(ly, ly.weights - step * d_w.astype(np.float32, copy=False),
-                ly.bias - step * d_b.astype(np.float32, copy=False)) for ly, (d_w, d_b) in updates]
+                ly.bias - step * d_b.astype(np.float32, copy=False) if ly.has_bias else ly.bias)
+               for ly, (d_w, d_b) in updates]  # a seed layer without bias keeps its zero bias
     if not all(np.isfinite(w).all() and np.isfinite(b).all() for _, w, b in new):
         raise FloatingPointError("the SGD step would make weights non-finite (diverged); not applied")
     for ly, w, b in new:

@@ -6,9 +6,10 @@ request they answer (the seed's ACK payload depends on it). Decoders accept exac
 missing or extra bytes, a count that points past the end, an unknown code are all a ``ProtocolError``
 naming the field.
 
-Under ``WireFormat.framing == "seed"`` three packets take the seed's literal form: GET_MT is
-``[09][metric id]`` (no model id: the worker answers for its lowest model id), NACK is the bare ``03`` (no
-reason), and RELEASE does not exist.
+Under ``WireFormat.framing == "seed"`` packets take the seed's literal form: GET_MT is ``[09][metric id]``
+(no model id: the worker answers for its lowest model id), a NACK may be the bare ``03`` (B_FULL's "no
+room", and any NACK to a 1-byte request), RELEASE does not exist; a model descriptor may carry weight
+tensors without biases, and a BATCH of one tensor per sample is recognised (:class:`MissingTargets`).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from libredgetpu_ros.errors import ProtocolError
-from libredgetpu_ros.teamtensor.model import ModelSpec, decode_metric_codes, decode_model, encode_model
-from libredgetpu_ros.teamtensor.tensors import decode_samples, encode_samples
+from libredgetpu_ros.teamtensor.model import ModelSpec, decode_descriptor, decode_metric_codes, encode_model
+from libredgetpu_ros.teamtensor.tensors import decode_samples, encode_samples, single_tensors
 from libredgetpu_ros.teamtensor.wire import DEFAULT_WIRE, Metric, Op, Reader, Refusal, WireFormat
 
 ASN_MD_HEAD = struct.Struct(">BHHII")  # opcode, pipeline, model id, descriptor size, number of layers
@@ -142,6 +143,9 @@ def decode_request(packet: bytes | memoryview, wire: WireFormat = DEFAULT_WIRE) 
     elif op in (Op.BATCH, wire.eval_opcode):
         r.what = "BATCH" if op == Op.BATCH else "EVAL BATCH"
         n = r.u16("number of inputs")
+        if wire.seed and single_tensors(r, n, wire):
+            raise MissingTargets(f"{r.what}: {n} samples of one tensor each (the seed's layout): a sample "
+                                 "here is an input tensor then its target tensor")
         x, t = decode_samples(r, n, wire)
         req = Batch(x, t, evaluate=op != Op.BATCH)
     elif op == Op.GET_MT:
@@ -163,8 +167,7 @@ def _decode_assign_model(r: Reader, wire: WireFormat) -> AssignModel:
     pipeline, model_id = r.u16("pipeline id"), r.u16("model id")
     size, n_layers = r.u32("size of model descriptor"), r.u32("number of layers")
     desc = Reader(r.take(size, "model descriptor"), "ASN_MD model descriptor")
-    model = decode_model(desc, wire)
-    desc.done()
+    model = decode_descriptor(desc, wire)
     if n_layers != len(model.layers):
         raise ProtocolError(f"ASN_MD: number of layers = {n_layers}, the descriptor has {len(model.layers)}")
     metrics = decode_metric_codes(r)
@@ -172,6 +175,10 @@ def _decode_assign_model(r: Reader, wire: WireFormat) -> AssignModel:
         raise ProtocolError(f"ASN_MD: metrics {[int(m) for m in metrics]} differ from the descriptor's "
                             f"{[int(m) for m in model.metrics]}")
     return AssignModel(pipeline, model_id, model)
+
+
+class MissingTargets(ProtocolError):
+    """A seed framing BATCH of one tensor per sample: well formed by the seed, but nothing to train on."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -195,8 +202,10 @@ def ack(payload: bytes = b"") -> bytes:
     return bytes([Op.ACK]) + payload
 
 
-def nack(reason: Refusal, wire: WireFormat = DEFAULT_WIRE) -> bytes:
-    return bytes([Op.NACK]) if wire.seed else bytes([Op.NACK, int(reason)])
+def nack(reason: Refusal) -> bytes:
+    """``03 [reason]``; under the seed framing B_FULL's "no room" is the seed's bare ``03`` (the worker
+    makes that one), and no NACK is longer than the packet it answers (a 1-byte request gets ``03``)."""
+    return bytes([Op.NACK, int(reason)])
 
 
 def nack_challenge(nonce: int) -> bytes:
@@ -224,7 +233,7 @@ def decode_reply(req: Request, packet: bytes | memoryview, wire: WireFormat = DE
         raise ProtocolError(f"reply to {name}: empty packet")
     r = Reader(packet, f"reply to {name}", 1)
     if packet[0] == Op.NACK:
-        reason = 0 if wire.seed else r.u8("NACK reason")
+        reason = r.u8("NACK reason") if r.remaining or not wire.seed else 0  # seed: bare 03 too
         nonce = r.u32("challenge nonce") if reason == Refusal.CHALLENGE and not wire.seed else None
         r.done()
         if isinstance(req, ProbeQueue):
@@ -244,7 +253,7 @@ def decode_reply(req: Request, packet: bytes | memoryview, wire: WireFormat = DE
     elif isinstance(req, GetMetric):
         value = float(np.frombuffer(r.take(wire.metric.itemsize, "metric value"), wire.metric)[0])
     elif isinstance(req, GetModel):
-        value = decode_model(r, wire)
+        value = decode_descriptor(r, wire)
     r.done()
     return value
 

@@ -11,8 +11,8 @@ the seed: retransmitted every 50 ms until a worker answers; with ``broadcast=Tru
 broadcast address and the first worker that answers becomes this source's worker.
 
 Seed framing: the seed's bytes and nothing else. The first reply-shaped datagram from the worker answers
-the outstanding request (there are no ids: best effort); a BATCH, which has no reply in the seed, is sent
-once after B_FULL says there is room.
+the outstanding request (there are no ids: best effort); a BATCH, which has no reply in the seed when it is
+taken, is sent once after B_FULL says there is room, and a NACK within ``timeout`` refuses it.
 
 A batch refused with QUEUE_FULL is retried with a new id after the worker's B_FULL says there is space
 again (:meth:`DataSource.send_batch`).
@@ -265,19 +265,29 @@ class DataSource:
         """Queue one batch (split into fragments when large); waits while the worker's queue is full."""
         end = asyncio.get_running_loop().time() + deadline
         batch = packets.Batch(np.asarray(inputs), np.asarray(targets), evaluate)
-        if self.wire.seed:  # no reply to a BATCH: wait for room, send it once (best effort)
-            await self._wait_for_room(end, poll, deadline)
-            self.send_once(batch)
-            return
         while True:
+            if self.wire.seed:  # wait for room, send once; the seed answers a taken BATCH with nothing
+                await self._wait_for_room(end, poll, deadline)
             try:
-                await self.request(batch)
+                if self.wire.seed:
+                    await self._seed_batch(batch)
+                else:
+                    await self.request(batch)
                 return
             except Refused as exc:
                 if exc.reason != Refusal.QUEUE_FULL:
                     raise
                 self.stats.queue_full += 1
             await self._wait_for_room(end, poll, deadline)
+
+    async def _seed_batch(self, batch: packets.Batch) -> None:
+        """Seed framing: send ``batch`` once; a NACK within ``timeout`` is a refusal (``Refused``), silence
+        means it was taken. A NACK later than that may be taken for the next request's answer (best effort:
+        the seed has no ids)."""
+        try:
+            await self.request(batch, deadline=self.timeout)
+        except DeviceTimeoutError:
+            return
 
     async def _wait_for_room(self, end: float, poll: float, deadline: float) -> None:
         """Poll the worker's queue every ``poll`` s until it has room; past ``end`` (loop time), time out."""
@@ -286,16 +296,6 @@ class DataSource:
             if loop.time() > end:
                 raise DeviceTimeoutError(f"worker {self.worker} queue stayed full for {deadline} s")
             await asyncio.sleep(poll)
-
-    def send_once(self, req: Request) -> None:
-        """Send ``req`` without waiting for a reply (the seed's BATCH has none)."""
-        if self._transport is None:
-            raise ProtocolError("DataSource is not open")
-        out = self.framer.seal(encode_request(req, self.wire), self.session, next(self._ids) & 0xFFFFFFFF)
-        for d in out:
-            self._transport.sendto(d, self.worker)
-        self.stats.requests += 1
-        self.stats.datagrams_sent += len(out)
 
     async def metric(self, model_id: int, metric: Metric | int) -> float:
         """A metric of ``model_id`` (the seed framing's GET_MT names no model: the worker's lowest id)."""

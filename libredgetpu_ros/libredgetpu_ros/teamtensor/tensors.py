@@ -128,6 +128,20 @@ def decode_samples(reader: Reader, n: int, wire: WireFormat = DEFAULT_WIRE) -> t
     return inputs, targets
 
 
+def single_tensors(reader: Reader, n: int, wire: WireFormat = DEFAULT_WIRE) -> bool:
+    """Whether the rest of ``reader`` is exactly ``n`` tensors (the seed's literal BATCH, one tensor per
+    sample and no target); reads shapes only, allocates nothing, leaves the reader where it was."""
+    start = reader.pos
+    try:
+        for i in range(n):
+            reader.take(_value_bytes(read_shape(reader, f"sample {i}"), wire), f"sample {i} values")
+        return n > 0 and reader.remaining == 0
+    except ProtocolError:
+        return False
+    finally:
+        reader.pos = start
+
+
 def _value_bytes(shape: tuple[int, ...], wire: WireFormat) -> int:
     return (int(np.prod(shape, dtype=object)) if shape else 1) * wire.values.itemsize
 

@@ -15,8 +15,8 @@ packet (3 but for a challenge), never larger than twice their request: the worke
 traffic. Fragments are reassembled for the owner only.
 
 Seed framing: the seed's bytes, best effort: every valid request is executed when it arrives (no ids, so a
-network duplicate of a BATCH trains twice), a BATCH gets no reply (not even a refusal), NACK carries no
-reason.
+network duplicate of a BATCH trains twice), an accepted BATCH gets no reply, anything refused or
+undecodable a NACK with its reason (cut to the request's length for others than the owner).
 
 Budget: a model is accepted only if training one sample of the largest input its descriptor admits fits
 ``memory_budget`` (every layer's output from the descriptor, ``nn.training_bytes``); a batch only if its
@@ -52,6 +52,7 @@ from libredgetpu_ros.teamtensor.packets import (
     GetMetric,
     GetModel,
     Hello,
+    MissingTargets,
     ProbeManagers,
     ProbeQueue,
     Release,
@@ -65,7 +66,7 @@ from libredgetpu_ros.teamtensor.packets import (
     nack_challenge,
 )
 from libredgetpu_ros.teamtensor.sessions import Challenges, Session
-from libredgetpu_ros.teamtensor.wire import DEFAULT_WIRE, Metric, Refusal, WireFormat
+from libredgetpu_ros.teamtensor.wire import DEFAULT_WIRE, Metric, Op, Refusal, WireFormat
 
 log = logging.getLogger(__name__)
 RECV_BUFFER = 4 * 1024 * 1024  # a fragment burst of a large batch must not overflow the socket buffer
@@ -229,21 +230,34 @@ class WorkerCore:
         return self._nack(Refusal.BUSY if holder is not None else Refusal.NO_PIPELINE)
 
     def _handle_seed(self, peer: Hashable, body: memoryview) -> list[bytes]:
-        """The seed framing: the address that claimed the worker with ASN_DP owns it (no session number)."""
+        """The seed framing: the address that claimed the worker with ASN_DP owns it (no session number).
+
+        Nothing is answered with silence but an accepted BATCH (the seed gives it no reply) and an empty
+        datagram: a packet that cannot be decoded gets NACK MALFORMED (NO_TARGETS for a BATCH of one tensor
+        per sample). No reply is longer than the packet it answers unless it goes to the owner: a 1-byte
+        request of anyone else gets at most 1 byte (M_FULL's count needs 3: it is answered with the bare
+        NACK, "claim the worker first"), so a spoofed address gains nothing by reflection."""
+        if not len(body):
+            self.stats.rejected["empty"] += 1
+            return []
+        session = self.session
+        owner = session is not None and session.peer == peer
         try:
             req = decode_request(body, self.wire)
         except ProtocolError as exc:
             self.stats.rejected[_reason(body)] += 1
-            log.debug("rejected datagram from %s: %s", peer, exc)
-            return []
-        session = self.session
-        if session is not None and session.peer == peer:
+            log.debug("refused datagram from %s: %s", peer, exc)
+            reason = Refusal.NO_TARGETS if isinstance(exc, MissingTargets) else Refusal.MALFORMED
+            return [self._nack(reason)[:len(body)]]
+        if owner:
             session.last_seen = self.clock()
             reply = self.execute(req)
         else:
             reply = self._without_session(peer, 0, 0, req)
-        if isinstance(req, Batch):
-            return []  # the seed's BATCH has no reply, not even a refusal (B_FULL is how a source knows)
+        if isinstance(req, Batch) and reply[0] == Op.ACK:
+            return []  # the seed's BATCH has no reply when taken (B_FULL is how a source knows there is room)
+        if not owner and len(reply) > len(body):
+            reply = reply[:1] if reply[0] == Op.NACK else bytes([Op.NACK])
         return [reply]
 
     # ----- requests ---------------------------------------------------------------------------------
@@ -262,7 +276,12 @@ class WorkerCore:
         if isinstance(req, ProbeManagers):
             return ack_u16(self.config.managers - len(self.managers))
         if isinstance(req, ProbeQueue):
-            return ack() if len(self.queue) < self.config.queue_capacity else self._nack(Refusal.QUEUE_FULL)
+            if len(self.queue) < self.config.queue_capacity:
+                return ack()
+            if self.wire.seed:  # the seed's B_FULL answer "no room" is the bare NACK
+                self.stats.refused[Refusal.QUEUE_FULL.name] += 1
+                return bytes([Op.NACK])
+            return self._nack(Refusal.QUEUE_FULL)
         if isinstance(req, AssignModel):
             return self._assign_model(req)
         if isinstance(req, Batch):
@@ -286,7 +305,7 @@ class WorkerCore:
 
     def _nack(self, reason: Refusal) -> bytes:
         self.stats.refused[reason.name] += 1
-        return nack(reason, self.wire)
+        return nack(reason)
 
     def _assign_model(self, req: AssignModel) -> bytes:
         if self.pipeline is None:

@@ -113,7 +113,7 @@ def test_seed_literal_data_source_against_tt_worker():
             assert reply[pos:] == struct.pack(">BB", 1, MSE)
             np.testing.assert_allclose(got_w, w, rtol=0, atol=1e-6)
             np.testing.assert_allclose(got_b, b, rtol=0, atol=1e-6)
-            assert ask(struct.pack(">BH", GET_MD, 9)) == bytes([NACK])  # unknown model: the seed's bare NACK
+            assert ask(struct.pack(">BH", GET_MD, 9)) == bytes([NACK, 5])  # unknown model: NACK, its reason
         finally:
             s.close()
     assert worker.stats["executed"]["Batch"] == len(batches)
@@ -270,12 +270,12 @@ def test_a_full_queue_is_waited_out_then_times_out_naming_the_worker(wire: WireF
         probes.append(room.pop(0) if room else False)
         return probes[-1]
 
-    async def request(req: object) -> None:
+    async def request(req: object, **_timing: float) -> None:
         sent.append(req)
-        if len(sent) == 1 or stuck:
+        if (len(sent) == 1 and not wire.seed) or stuck:
             raise packets.Refused("BATCH", packets.Refusal.QUEUE_FULL)
 
-    src.queue_has_space, src.request, src.send_once = queue_has_space, request, sent.append  # type: ignore
+    src.queue_has_space, src.request = queue_has_space, request  # type: ignore
     batch = (np.zeros((1, 2), np.float32), np.zeros((1, 1), np.float32))
     asyncio.run(src.send_batch(*batch, poll=0.001, deadline=5.0))
     assert probes == [False, False, True] and len(sent) == (1 if wire.seed else 2)
@@ -284,3 +284,88 @@ def test_a_full_queue_is_waited_out_then_times_out_naming_the_worker(wire: WireF
     full = r"worker \('127\.0\.0\.1', 9\) queue stayed full for 0\.05 s"
     with pytest.raises(DeviceTimeoutError, match=full):
         asyncio.run(src.send_batch(*batch, poll=0.001, deadline=0.05))
+
+
+# 4. Issue 30, failure 10: no silence, and nobody but the owner gets more bytes than it sent ---------------
+# Before: a seed-only Linear (no bias) and a BATCH of one tensor per sample were dropped unanswered
+# ("malformed"; a seed-built peer retries forever) and M_FULL answered anyone 3 bytes for 1.
+
+NACK_MALFORMED, NACK_NO_TARGETS = bytes([NACK, 0x0C]), bytes([NACK, 0x0E])
+
+
+def _seed_socket(worker):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(5.0)
+    s.bind(("127.0.0.1", 0))
+
+    def ask(packet: bytes) -> bytes:
+        s.sendto(packet, worker.address)
+        reply, addr = s.recvfrom(65535)
+        assert addr[:2] == worker.address
+        return reply
+
+    return s, ask
+
+
+def _asn_md(desc: bytes, pipeline: int = 7, model: int = 1) -> bytes:
+    return struct.pack(">BHHII", ASN_MD, pipeline, model, len(desc), 1) + desc + struct.pack(">BB", 1, MSE)
+
+
+def test_seed_packets_the_worker_cannot_take_get_a_nack_with_a_reason():
+    w0, _b0, batches = _problem(1)
+    zero = np.zeros(2, np.float32)
+    with training.worker_process("--framing", "seed") as worker:
+        s, ask = _seed_socket(worker)
+        try:
+            assert ask(struct.pack(">BH", ASN_DP, 7)) == struct.pack(">BH", ACK, 7)
+            seed_linear = struct.pack(">BB", 1, LINEAR) + tensor(w0) + struct.pack(">BB", 1, MSE)  # no bias
+            assert ask(_asn_md(seed_linear)) == struct.pack(">BH", ACK, 1)
+            w = w0
+            for x, t in batches:
+                assert ask(bytes([B_FULL])) == bytes([ACK])
+                samples = b"".join(tensor(xi) + tensor(ti) for xi, ti in zip(x, t, strict=True))
+                s.sendto(struct.pack(">BH", BATCH, len(x)) + samples, worker.address)  # taken: no reply
+                w, _, _ = sgd(w, zero, x, t)  # the seed's Linear: y = W·x, the bias stays zero
+            reply = ask(struct.pack(">BH", GET_MD, 1))
+            assert reply[:3] == bytes([ACK, 1, LINEAR])
+            got_w, pos = read_tensor(reply, 3)
+            assert reply[pos:] == struct.pack(">BB", 1, MSE)  # weights only, as it was assigned
+            np.testing.assert_allclose(got_w, w, rtol=0, atol=1e-6)
+            x, _ = batches[0]
+            singles = struct.pack(">BH", BATCH, len(x)) + b"".join(tensor(xi) for xi in x)  # the seed's text
+            assert ask(singles) == NACK_NO_TARGETS
+            assert ask(_asn_md(seed_linear)[:-3]) == NACK_MALFORMED  # truncated
+            assert ask(struct.pack(">BH", 0x7F, 1)) == NACK_MALFORMED  # no such opcode
+            assert ask(bytes([0x7F])) == bytes([NACK])  # a NACK is never longer than its packet
+            assert ask(struct.pack(">BH", GET_MD, 9)) == bytes([NACK, 5])  # a refusal names its reason
+        finally:
+            s.close()
+    assert worker.stats["rejected"] == {"malformed 0x05": 1, "malformed 0x08": 1, "malformed 0x7f": 2}
+    assert worker.stats["executed"]["Batch"] == 3
+
+
+def test_seed_replies_to_others_than_the_owner_are_never_longer_than_their_request():
+    w0, b0, batches = _problem(2)
+    x, t = batches[0]
+    pairs = struct.pack(">BH", BATCH, len(x)) + b"".join(
+        tensor(xi) + tensor(ti) for xi, ti in zip(x, t, strict=True))
+    requests = [bytes([HELLO]), bytes([M_FULL]), bytes([B_FULL]), struct.pack(">BB", GET_MT, MSE),
+                struct.pack(">BH", GET_MD, 1), struct.pack(">BH", ASN_DP, 8), _asn_md(descriptor(w0, b0)),
+                pairs, bytes([0x7F]), bytes([ASN_MD]), struct.pack(">BH", 0x7F, 1)]
+    with training.worker_process("--framing", "seed") as worker:
+        owner, ask_owner = _seed_socket(worker)
+        stranger, ask_stranger = _seed_socket(worker)
+        try:
+            for packet in requests:  # nobody holds the worker yet (ASN_DP would claim it: left out here)
+                if packet[0] != ASN_DP:
+                    assert 0 < len(ask_stranger(packet)) <= len(packet), packet[:3]
+            assert ask_owner(struct.pack(">BH", ASN_DP, 7)) == struct.pack(">BH", ACK, 7)
+            assert ask_owner(_asn_md(descriptor(w0, b0))) == struct.pack(">BH", ACK, 1)
+            assert ask_owner(bytes([M_FULL])) == struct.pack(">BH", ACK, 3)  # the owner gets the count
+            for packet in requests:
+                reply = ask_stranger(packet)
+                assert 0 < len(reply) <= len(packet), (packet[:3], reply)
+            assert ask_owner(struct.pack(">BH", GET_MD, 1))[:3] == bytes([ACK, 1, LINEAR])  # still its own
+        finally:
+            owner.close()
+            stranger.close()
