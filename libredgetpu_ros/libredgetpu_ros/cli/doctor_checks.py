@@ -21,11 +21,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from libredgetpu_ros.cli import doctor_ros
+from libredgetpu_ros.cli.doctor_ros import FAIL, OK, WARN
 from libredgetpu_ros.edgetpu import registers as r
 from libredgetpu_ros.edgetpu.firmware import FIRMWARE_NAME, SOURCE_HINT, firmware_candidates
 from libredgetpu_ros.edgetpu.transport import UDEV_INSTALL_HINT, UDEV_RULE_FILE
 
-OK, WARN, FAIL = "OK", "WARN", "FAIL"
 _RANK = {OK: 0, WARN: 1, FAIL: 2}
 
 RUNNING_ID = f"{r.APP_VENDOR_ID:04x}:{r.APP_PRODUCT_ID:04x}"
@@ -73,6 +74,9 @@ class Machine:
     find_template: Callable[[str], tuple[Path, str] | None] | None = None
     python_version: tuple[int, int] = sys.version_info[:2]
     access: Callable[[Path, int], bool] = lambda path, mode: os.access(path, mode)
+    # environ -> (exit code, what rcl said) of loading librcl as `import rclpy` does (doctor_ros.probe_rmw)
+    probe_rmw: Callable[[Mapping[str, str]], tuple[int, str]] = doctor_ros.probe_rmw
+    port_range_file: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 
 def _read(path: Path) -> str | None:
@@ -228,6 +232,7 @@ def check_templates(m: Machine) -> Check:
     from libredgetpu_ros.models.templates import CONFIG_TEMPLATES, find_template
 
     find = m.find_template or find_template
+    env_problem = doctor_ros.check_templates_env(m.environ)
     where: dict[str, str] = {}
     missing: dict[str, list[str]] = {}  # template -> configs naming it
     for config, names in CONFIG_TEMPLATES.items():
@@ -237,6 +242,8 @@ def check_templates(m: Machine) -> Check:
                 missing.setdefault(name, []).append(config)
             else:
                 where[name] = found[1]
+    if env_problem is not None:
+        return Check("templates", *env_problem)
     if not missing:
         places = sorted(set(where.values()))
         return Check("templates", OK, f"the {len(where)} templates the shipped configs name are installed "
@@ -251,8 +258,14 @@ def check_ros(m: Machine) -> Check:
     if not m.find_module("rclpy"):
         return Check("ros", FAIL, "rclpy is not importable: the nodes cannot start",
                      "source /opt/ros/<distro>/setup.bash (or `source tools/env.sh` in this repository)")
-    rmw = m.environ.get("RMW_IMPLEMENTATION", "") or "rmw_fastrtps_cpp (default)"
-    return Check("ros", OK, f"ROS 2 {distro or '(ROS_DISTRO unset)'}, rclpy found, RMW {rmw}")
+    status, detail, fix = doctor_ros.check_rmw(m.environ, m.probe_rmw)
+    if status != OK:
+        return Check("ros", status, detail, fix)
+    return Check("ros", OK, f"ROS 2 {distro or '(ROS_DISTRO unset)'}, rclpy found, {detail}")
+
+
+def check_domain(m: Machine) -> Check:
+    return Check("domain id", *doctor_ros.check_domain(m.environ, m.port_range_file))
 
 
 def check_discovery(m: Machine) -> Check:
@@ -287,6 +300,9 @@ def check_transport(m: Machine, frame_sizes: Sequence[tuple[int, int, int]]) -> 
     sizes = ", ".join(f"{w}x{h}x{c}" for w, h, c in frame_sizes)
     if "fastrtps" not in rmw:
         return Check("dds transport", OK, f"{rmw}: its own transport settings apply (not checked)")
+    problem = doctor_ros.check_profile_file(profile) if profile else None
+    if problem is not None and problem[0] == FAIL:
+        return Check("dds transport", *problem)
     segment = shm_segment_bytes(profile) if profile else FASTDDS_DEFAULT_SEGMENT
     source = f"profile {profile}" if profile else "Fast DDS default"
     if segment is None:
@@ -318,7 +334,7 @@ def run_checks(m: Machine | None = None, *, frame_sizes: Sequence[tuple[int, int
     return [
         check_python(m), check_libusb(m), check_accelerator(devices, require_accelerator),
         check_link_speed(devices), check_permissions(m, devices), check_udev(m), check_firmware(m, devices),
-        check_models(m), check_templates(m), check_ros(m), check_discovery(m),
+        check_models(m), check_templates(m), check_ros(m), check_domain(m), check_discovery(m),
         check_transport(m, frame_sizes),
     ]
 

@@ -162,7 +162,7 @@ def test_cli_for_real_on_this_machine() -> None:
     report = json.loads(done.stdout)
     names = [c["name"] for c in report["checks"]]
     assert names == ["python", "libusb", "accelerator", "usb link", "device access", "udev rule", "firmware",
-                     "models", "templates", "ros", "discovery", "dds transport"]
+                     "models", "templates", "ros", "domain id", "discovery", "dds transport"]
     accelerator = report["checks"][2]
     assert accelerator["status"] in (d.OK, d.WARN) and accelerator["fix"]
     assert done.returncode == (1 if report["status"] == d.FAIL else 0)
