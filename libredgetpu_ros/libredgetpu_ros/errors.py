@@ -6,6 +6,14 @@ configuration the user gave us), 3 for device problems, 1 for anything else.
 
 from __future__ import annotations
 
+CLIP = 160  # characters of user text kept in a message
+
+
+def clip(text: object, limit: int = CLIP) -> str:
+    """``str(text)`` cut to ``limit`` characters, saying how long it was (``textdata`` re-exports it)."""
+    s = text if isinstance(text, str) else str(text)
+    return s if len(s) <= limit else f"{s[:limit]}... ({len(s)} characters)"
+
 
 class LibrEdgeTpuError(Exception):
     """Base class of every error this package raises on purpose."""
@@ -128,7 +136,5 @@ def not_a_file(what: str, path: object) -> str:
     Pass the real path: it is tested as given and clipped only for the message (a clipped path tested
     for existence would always read "does not exist")."""
     from pathlib import Path
-
-    from libredgetpu_ros.textdata import clip  # textdata imports this module
 
     return f"{what} {clip(str(path))} {'is not a file' if Path(str(path)).exists() else 'does not exist'}"

@@ -20,8 +20,8 @@ here, so one set of rules holds for all of them:
 - Every failure is a :class:`~libredgetpu_ros.errors.TextDataError` (an ``InputError``: one CLI ``error:``
   line, exit 2) naming the origin, with ``kind`` = the parser's exception class (``ScannerError``,
   ``JSONDecodeError``, ``UnicodeDecodeError``, ``ValueError``...) or ``"limit"`` for a refused budget.
-- :func:`clip` / :func:`clip_repr` bound user text and values echoed in messages (``reprlib`` never builds
-  the whole ``repr`` of an expanded value).
+- :func:`clip` (defined in errors.py, which builds messages too) / :func:`clip_repr` bound user text and
+  values echoed in messages (``reprlib`` never builds the whole ``repr`` of an expanded value).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from libredgetpu_ros.errors import TextDataError, not_a_file
+from libredgetpu_ros.errors import CLIP, TextDataError, clip, not_a_file
 
 MAX_BYTES = 16 * 1024 * 1024       # default size budget of one file
 MAX_DEPTH = 100                    # nesting levels; configs and specs use < 10. The pure-Python YAML
@@ -47,18 +47,11 @@ MAX_ALIAS_NODES = 100_000          # nodes that alias references add when expand
 # refuses one up to PURE_PYTHON_RECHECK_CHARS, the pure-Python loader names the error.
 PURE_PYTHON_CHARS = 128 * 1024
 PURE_PYTHON_RECHECK_CHARS = 1024 * 1024
-CLIP = 160                         # characters of user text kept in a message
 
 _C_LOADER = getattr(yaml, "CSafeLoader", None)
 _repr = reprlib.Repr()
 _repr.maxlevel, _repr.maxdict, _repr.maxlist, _repr.maxtuple, _repr.maxset = 3, 6, 6, 6, 6
 _repr.maxstring, _repr.maxother, _repr.maxlong = 60, 60, 40
-
-
-def clip(text: object, limit: int = CLIP) -> str:
-    """``str(text)`` cut to ``limit`` characters, saying how long it was."""
-    s = text if isinstance(text, str) else str(text)
-    return s if len(s) <= limit else f"{s[:limit]}... ({len(s)} characters)"
 
 
 def clip_repr(value: object, limit: int = CLIP) -> str:

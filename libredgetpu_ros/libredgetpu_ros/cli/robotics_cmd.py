@@ -14,9 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+from libredgetpu_ros.cli import robotics_learning
+from libredgetpu_ros.cli.robotics_registry import MODULES, RoboticsCommand, register
 
 HELP = "run a robotics module (spot, pattern, looming, ...) on image files: offsets, zones, tau, TTC"
 EXAMPLES = (
@@ -26,25 +27,6 @@ EXAMPLES = (
     "libredgetpu-ros robotics looming --model looming_64x64_3x3 --bag cam_bag   # a bag's frames and stamps",
     "libredgetpu-ros robotics MODULE --help      # a module's options",
 )
-
-
-@dataclass(frozen=True)
-class RoboticsCommand:
-    name: str
-    help: str
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace, list[Any]], dict[str, Any]]  # (args, RGB images) -> report
-    # True: the command declares all its options and inputs and prints its own output; run(args, []) returns
-    # the exit code (embed, reservoir: cli/robotics_learning.py).
-    own_inputs: bool = False
-
-
-MODULES: dict[str, RoboticsCommand] = {}
-
-
-def register(command: RoboticsCommand) -> None:
-    """Add a module subcommand (H25/H26 modules call this below their own functions)."""
-    MODULES[command.name] = command
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -307,8 +289,6 @@ register(RoboticsCommand("compass", "yaw between consecutive images from the hor
                                     "integrated heading",
                          _compass_arguments, _compass_run))
 
-# -- embed, reservoir (their own inputs) ---------------------------------------------------------------------
-from libredgetpu_ros.cli import robotics_learning  # noqa: E402  (it imports RoboticsCommand from here)
-
+# -- embed, reservoir (their own inputs: cli/robotics_learning.py) ------------------------------------------
 for _command in robotics_learning.commands():
     register(_command)

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from libredgetpu_ros.cli.robotics_registry import RoboticsCommand
 from libredgetpu_ros.errors import InputError
 from libredgetpu_ros.models.template_catalogue import EXTRACTOR
 
@@ -207,9 +208,7 @@ def _reservoir_run(args: argparse.Namespace, _images: list[Any]) -> int:
     return 0
 
 
-def commands() -> list[Any]:
-    from libredgetpu_ros.cli.robotics_cmd import RoboticsCommand
-
+def commands() -> list[RoboticsCommand]:
     return [
         RoboticsCommand("embed", "place / object recognition: enrol NAME=IMAGE, query images (top-k cosine)",
                         _embed_arguments, _embed_run, own_inputs=True),

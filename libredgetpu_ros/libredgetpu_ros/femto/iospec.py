@@ -14,13 +14,14 @@ The graph itself (nodes, edges with their counts, ordered like networkx's) is bu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from libredgetpu_ros import textdata
 from libredgetpu_ros.errors import IOSpecError, TextDataError
 from libredgetpu_ros.femto.graph import SequenceGraph, build_graph
+from libredgetpu_ros.femto.vectors import VectorSpec, words_femtodriver, words_packed
 
 SECTIONS = ("inputs", "outputs", "simple_sequences", "complex_sequences")
 # (key, check) in femtorun's TypedDict annotation order; check None = presence only.
@@ -36,28 +37,6 @@ MAX_TEXT_BYTES = 4 * 1024 * 1024  # an IOSpec is a few KB; refuse to parse anyth
 MAX_DEPTH = 64
 MAX_ALIAS_NODES = 100_000
 MAX_VECTOR_LENGTH = 1 << 20       # elements; an SPU core has 1 MB of data memory
-
-
-@dataclass(frozen=True)
-class VectorSpec:
-    """One input or output vector. ``key`` is the YAML key (graph node), ``name`` the varname sends use."""
-
-    key: Any
-    name: str
-    direction: str                 # "input" | "output" (the section it is in)
-    length: int
-    precision: int
-    padded_length: int | None
-    scale: float | None            # None when missing / not a finite positive number
-    zero_point: float | None
-    latch_hint: bool | None        # comments: {latch: ...} as fmot/femtodriver write it
-    length_64b_words: Any = None
-    raw: dict = field(default_factory=dict, compare=False, repr=False)
-
-    @property
-    def target_length(self) -> int:
-        """What the SPU handles: ``padded_length``, or ``length`` when it is null."""
-        return self.length if self.padded_length is None else self.padded_length
 
 
 @dataclass(frozen=True)
@@ -144,8 +123,6 @@ class IOSpec:
 
     def describe(self) -> dict:
         """JSON-ready summary (the ``iospec check --json`` output)."""
-        from libredgetpu_ros.femto.vectors import words_femtodriver, words_packed
-
         def vec(v: VectorSpec) -> dict:
             return {"key": str(v.key), "name": v.name, "length": v.length, "precision": v.precision,
                     "padded_length": v.padded_length, "scale": v.scale, "zero_point": v.zero_point,

@@ -8,6 +8,8 @@ Two sets of helpers:
   :func:`femtorun_unpad`): zero fill to ``padded_length`` keeping the dtype, no length check, a numpy
   broadcast error for long vectors, TypeError for a null ``padded_length``, ValueError for float outputs.
 
+:class:`VectorSpec` is one vector of an IOSpec (``femto/iospec.py`` reads the file and builds them).
+
 Word counts: femtodriver writes ``length_64b_words = (padded_length + 3) // 4`` whatever the precision;
 packing gives ``ceil(n * precision / 64)`` words. They differ for 8-bit vectors (see docs/femto.md);
 :func:`pack_words` is the packing (element 0 in the low bits of word 0, two's complement).
@@ -15,12 +17,36 @@ packing gives ``ceil(n * precision / 64)`` words. They differ for 8-bit vectors 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 import numpy as np
 
 from libredgetpu_ros.errors import IOSpecError
-from libredgetpu_ros.femto.iospec import VectorSpec
 
 _CONTAINERS = ((8, np.int8), (16, np.int16), (32, np.int32), (64, np.int64))
+
+
+@dataclass(frozen=True)
+class VectorSpec:
+    """One input or output vector. ``key`` is the YAML key (graph node), ``name`` the varname sends use."""
+
+    key: Any
+    name: str
+    direction: str                 # "input" | "output" (the section it is in)
+    length: int
+    precision: int
+    padded_length: int | None
+    scale: float | None            # None when missing / not a finite positive number
+    zero_point: float | None
+    latch_hint: bool | None        # comments: {latch: ...} as fmot/femtodriver write it
+    length_64b_words: Any = None
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def target_length(self) -> int:
+        """What the SPU handles: ``padded_length``, or ``length`` when it is null."""
+        return self.length if self.padded_length is None else self.padded_length
 
 
 def int_dtype(precision: int) -> np.dtype:
