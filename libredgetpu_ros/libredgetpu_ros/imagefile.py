@@ -14,13 +14,12 @@ refusal is a ``BadImage`` (an ``ImageError``) with a short ``cause`` for counter
 from __future__ import annotations
 
 import io
-import os
-import stat
 from pathlib import Path
 
 import numpy as np
 
-from libredgetpu_ros.errors import ImageError, not_a_file
+from libredgetpu_ros.errors import ImageError, InputError
+from libredgetpu_ros.paths import read_regular
 from libredgetpu_ros.textdata import clip
 
 # Default pixel budget per image: 4096 x 4096 (16.8 MP) covers 4K UHD (8.3 MP) and 12 MP sensors; decoded as
@@ -29,7 +28,7 @@ DEFAULT_MAX_PIXELS = 4096 * 4096
 # Upper end of that parameter's range (100 MP; a decoded RGB frame of 300 MB).
 MAX_PIXEL_BUDGET = 100_000_000
 # An image file is read whole before its header is checked (one read: the bytes checked are the bytes
-# decoded). 16.8 MP as uncompressed 16-bit RGBA TIFF is 134 MB.
+# decoded), within this. 16.8 MP as uncompressed 16-bit RGBA TIFF is 134 MB.
 MAX_FILE_BYTES = 256 * 1024 * 1024
 
 FILE_FORMATS = ("PNG", "JPEG", "BMP", "TIFF", "WEBP", "PPM")
@@ -164,36 +163,11 @@ def decode(data: bytes | memoryview, what: str, max_pixels: int = DEFAULT_MAX_PI
     return bgr
 
 
-def read_file_bytes(path: Path | str, what: str = "image", max_bytes: int = MAX_FILE_BYTES) -> bytes:
-    """The bytes of a regular file of at most ``max_bytes``: opened without blocking (a FIFO or a device is
-    refused, never waited on), its size checked before reading, read through the one descriptor."""
-    path = Path(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        if not path.exists():
-            raise ImageError(not_a_file(what, path)) from exc
-        raise ImageError(f"{what} {clip(str(path))} cannot be opened: {exc.strerror}") from exc
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ImageError(not_a_file(what, path))
-        if info.st_size > max_bytes:
-            raise BadImage("too_large", f"{what} {clip(str(path))} is {info.st_size} bytes, over the "
-                                        f"{max_bytes}-byte budget of an image file")
-        handle = os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-    with handle:
-        data = handle.read(info.st_size + 1)  # one byte more: a file that grew while read is seen
-    if len(data) > max_bytes:
-        raise BadImage("too_large", f"{what} {clip(str(path))} is over the {max_bytes}-byte budget")
-    return data
-
-
 def read_image(path: Path | str, what: str = "image", max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
     """An image file as HxWx3 uint8 BGR, within ``max_pixels`` checked from its header (BadImage names the
     file and the size)."""
-    data = read_file_bytes(path, what)
+    try:  # a regular file within MAX_FILE_BYTES, opened without blocking
+        data = read_regular(path, what, MAX_FILE_BYTES)
+    except InputError as exc:
+        raise BadImage("file", str(exc)) from None
     return decode(data, f"{what} {clip(str(path))}", max_pixels)

@@ -89,7 +89,13 @@ def read_regular(path: str | Path, what: str, max_bytes: int, error: type[InputE
 
     with open_regular(path, what, max_bytes, error) as handle:
         try:
-            data = handle.read(max_bytes + 1)
+            # The size it has now (+1 to see growth), not the budget: read(n) allocates n bytes up front.
+            data = handle.read(os.fstat(handle.fileno()).st_size + 1)
+            while len(data) <= max_bytes:  # grew, or a /proc-like file reporting size 0: 1 MiB at a time
+                more = handle.read(min(1 << 20, max_bytes + 1 - len(data)))
+                if not more:
+                    break
+                data += more
         except OSError as exc:
             raise error(f"{what} {clip(str(path))}: cannot read: {clip(exc)}") from None
     if len(data) > max_bytes:

@@ -8,9 +8,10 @@ segment, docs/perception_node.md "Large frames"). The node names the segment in 
 from __future__ import annotations
 
 import os
-import stat
 import xml.etree.ElementTree as ET
-from pathlib import Path
+
+from libredgetpu_ros.errors import InputError
+from libredgetpu_ros.paths import read_regular
 
 PROFILE_VAR = "FASTDDS_DEFAULT_PROFILES_FILE"
 # Fast DDS's own SHM segment size when a profile does not set one.
@@ -22,20 +23,6 @@ def _local(tag: str) -> str:
     return tag.rsplit("}", 1)[-1]
 
 
-def _read_profile(path: Path) -> bytes:
-    """The profile's bytes if it is a regular file within MAX_PROFILE_BYTES; OSError otherwise. Opened
-    without blocking: a FIFO named by the variable hung every reader (issue 30 item 6)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_PROFILE_BYTES:
-            raise OSError(f"{path} is not a regular file of at most {MAX_PROFILE_BYTES} bytes")
-        with os.fdopen(os.dup(fd), "rb") as handle:
-            return handle.read(MAX_PROFILE_BYTES + 1)
-    finally:
-        os.close(fd)
-
-
 def shm_segment_bytes(profile: str | os.PathLike[str] | None = None) -> int | None:
     """The largest ``segment_size`` of the SHM transports the profile declares (``profile`` default: the file
     ``FASTDDS_DEFAULT_PROFILES_FILE`` names); Fast DDS's default without a setting; None when no profile is
@@ -44,8 +31,9 @@ def shm_segment_bytes(profile: str | os.PathLike[str] | None = None) -> int | No
     if not path:
         return None
     try:
-        root = ET.fromstring(_read_profile(Path(path)))
-    except (OSError, ET.ParseError):
+        # A regular file only, opened without blocking: a FIFO named by the variable hung every reader.
+        root = ET.fromstring(read_regular(path, "Fast DDS profile", MAX_PROFILE_BYTES))
+    except (InputError, ET.ParseError):
         return None
     sizes = []
     for descriptor in root.iter():
