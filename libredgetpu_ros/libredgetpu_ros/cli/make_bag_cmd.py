@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from libredgetpu_ros.cli.output import add_json, add_no_progress, print_json, progress
+
 HELP = "make a camera bag (sensor_msgs/Image at a fixed rate) from images or a video, no ROS needed"
 EXAMPLES = (
     "libredgetpu-ros make-bag --images frames/ --out cam_bag --rate 15 --topic /cam/image_raw",
     "libredgetpu-ros make-bag --images walk.mp4 --out walk_bag                # the video's own frame rate",
     "libredgetpu-ros make-bag --images a.jpg b.png --out still_bag --rate 2 --loop 10",
+    "libredgetpu-ros make-bag --images frames/ --out cam_bag --json --no-progress   # for scripts",
 )
 
 
@@ -26,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--encoding", choices=("rgb8", "bgr8"), default="rgb8")
     parser.add_argument("--start", type=float, default=None, metavar="SEC",
                         help="stamp of the first frame in seconds since the epoch (default: now)")
+    add_json(parser, "print the summary as JSON (path, frames, topic, rate_hz, duration_s, ...)")
+    add_no_progress(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,8 +41,14 @@ def run(args: argparse.Namespace) -> int:
                              loop=args.loop, encoding=args.encoding,
                              start_ns=None if args.start is None else round(args.start * 1e9))
     with sigterm_as_interrupt():  # SIGTERM closes the bag as Ctrl-C does (exit 130)
-        summary = make_bag(args.images, args.out, options)
+        summary = make_bag(args.images, args.out, options, progress=progress(args))
     span = (summary.last_ns - summary.first_ns) / 1e9
+    if args.json:
+        print_json({"path": str(summary.path), "frames": summary.frames, "topic": args.topic,
+                    "encoding": args.encoding, "frame_id": args.frame_id, "rate_hz": summary.rate,
+                    "duration_s": span, "first_stamp_ns": summary.first_ns, "last_stamp_ns": summary.last_ns,
+                    "storage": args.storage})
+        return 0
     print(f"{summary.path}: {summary.frames} frames on {args.topic} ({args.encoding}, frame_id "
           f"{args.frame_id!r}) at {summary.rate:g} Hz, {span:.3f} s, {args.storage}")
     return 0

@@ -29,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     extract.add_argument("--layout", choices=("oihw", "raw"), default="oihw",
                          help="oihw: NMHWSOIB2 to OIHW and GRUs to gates (default); raw: bytes as stored")
     extract.add_argument("--table", type=Path, help=TABLE_HELP)
+    extract.add_argument("--json", action="store_true",
+                         help="print the summary as JSON (out, arrays with their shapes, bytes, notes)")
 
 
 def _load(args: argparse.Namespace):
@@ -109,6 +111,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     arrays, notes = model.extract(args.layout)
     size = _write_npz_atomically(args.out, arrays)
+    if args.json:
+        print(json.dumps({"out": str(args.out), "layout": args.layout, "bytes": size, "notes": list(notes),
+                          "arrays": {k: list(v.shape) for k, v in arrays.items()}}, indent=2))
+        return 0
     for note in notes:
         print(f"note: {note}")
     print(f"{args.out}: {len(arrays)} arrays, {size} bytes ({args.layout})")

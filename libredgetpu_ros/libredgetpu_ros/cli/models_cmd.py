@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from libredgetpu_ros.cli.output import add_json, print_json, say
+
 HELP = "models a robot can get: list the pinned catalogue, fetch (verified, resumable), path, import DIR"
 EXAMPLES = (
     "libredgetpu-ros models list",
@@ -13,13 +15,14 @@ EXAMPLES = (
     "libredgetpu-ros models fetch dense_256 color_red_64x64    # the control and tracker configs' templates",
     "libredgetpu-ros models import /media/usb/models           # no internet: files copied there beforehand",
     "libredgetpu-ros models path mobilenet_v1_0.25_128 --labels",
+    "libredgetpu-ros models fetch mobilenet_v1_0.25_128 --json --no-progress   # for scripts",
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="models_action", metavar="ACTION", required=True)
     p = sub.add_parser("list", help="catalogue entries, their task and whether they are cached")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_json(p)
     p = sub.add_parser("fetch", help="download entries' files (Edge TPU model, CPU twin, labels or a "
                                      "template's sidecar) into the cache")
     p.add_argument("name", nargs="+", help="catalogue entries (models list)")
@@ -28,14 +31,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                    help="overall deadline per file, whole transfer (default 600; a cut transfer resumes)")
+    add_json(p, "print each entry's cached files as JSON (messages on stderr)")
     p = sub.add_parser("path", help="print the cached path of an entry's model (or --cpu twin, --labels)")
     p.add_argument("name")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--cpu", action="store_true", help="the CPU twin")
     which.add_argument("--labels", action="store_true", help="the labels file")
+    add_json(p)
     p = sub.add_parser("import", help="copy catalogue files found under DIR (offline; checksums verified)")
     p.add_argument("dir")
     p.add_argument("names", nargs="*", help="entries to import (default: every one found)")
+    add_json(p, "print the entries now complete in the cache as JSON (messages on stderr)")
     parser.epilog = "cache: $XDG_CACHE_HOME/libredgetpu_ros/models (default ~/.cache/...); docs/models.md"
 
 
@@ -62,9 +68,6 @@ def run(args: argparse.Namespace) -> int:
     from libredgetpu_ros.errors import InputError
     from libredgetpu_ros.models import store
 
-    def say(text: str) -> None:
-        print(text, file=sys.stderr)
-
     action = args.models_action
     if action == "list":
         return _list(args.json)
@@ -77,8 +80,14 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"--timeout must be a positive number of seconds, got {args.timeout}")
         for name in args.name:
             store.entry(name)  # every name known before anything is downloaded
+        fetched = []
         for name in args.name:
-            print(store.fetch(name, mirror=args.mirror, progress=progress, say=say, deadline_s=deadline))
+            path = store.fetch(name, mirror=args.mirror, progress=progress, say=say, deadline_s=deadline)
+            fetched.append(_entry_files(name, path))
+            if not args.json:
+                print(path)
+        if args.json:
+            print_json({"cache": str(store.cache_dir()), "fetched": fetched})
         return 0
     if action == "path":
         e = store.entry(args.name)
@@ -90,12 +99,25 @@ def run(args: argparse.Namespace) -> int:
         if path is None:
             raise InputError(f"{f.name} of {e.name!r} is not in the cache ({store.cache_dir()}): "
                              f"run `libredgetpu-ros models fetch {e.name}` (or `models import DIR` offline)")
-        print(path)
+        print_json({"name": e.name, "file": f.name, "path": str(path)}) if args.json else print(path)
         return 0
     complete = store.import_dir(Path(args.dir), args.names or None, say=say)
     if not complete:
         raise InputError(f"import: no complete catalogue entry under {args.dir} (each needs its Edge TPU "
                          f"model, CPU twin and labels or sidecar; `libredgetpu-ros models list --json` names "
                          f"them)")
-    print("\n".join(complete))
+    if args.json:
+        print_json({"cache": str(store.cache_dir()), "complete": [_entry_files(n) for n in complete]})
+    else:
+        print("\n".join(complete))
     return 0
+
+
+def _entry_files(name: str, model: object = None) -> dict:
+    """An entry's name, its model's cached path (``model``, else looked up) and each file's."""
+    from libredgetpu_ros.models import store
+
+    e = store.entry(name)
+    files = {f.name: str(store.cached(f) or "") for f in e.files}
+    main = e.edgetpu or e.files[0]
+    return {"name": e.name, "path": str(model) if model is not None else files[main.name], "files": files}

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 
+from libredgetpu_ros.cli.output import add_json, add_no_progress, print_json, progress, say
+
 HELP = "run a camera node's processing (perception, tracker, looming, flow, recognition) on every image " \
        "of a bag; write the messages it would publish to a new bag"
 EXAMPLES = (
@@ -20,6 +22,7 @@ EXAMPLES = (
     "libredgetpu-ros process-bag cam_bag results_bag --config perception_pose.yaml --backend cpu",
     "libredgetpu-ros process-bag cam_bag looming_bag --config libredgetpu_ros/config/looming.yaml "
     "--node-type looming",
+    "libredgetpu-ros process-bag cam_bag results_bag --config perception_pose.yaml --json --no-progress",
 )
 
 
@@ -39,11 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="output storage (default: the input's)")
     parser.add_argument("--topics", nargs="+", default=None, metavar="TOPIC",
                         help="image topics to process (default: the node's input topic)")
+    add_json(parser, "print the summary as JSON (frames, processed, written, failures, fps, ...)")
+    add_no_progress(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-
     from libredgetpu_ros.cli.signals import sigterm_as_interrupt
     from libredgetpu_ros.ros.bag_processing import process_bag
     from libredgetpu_ros.ros.environment import ensure_log_dir
@@ -52,9 +55,12 @@ def run(args: argparse.Namespace) -> int:
     with sigterm_as_interrupt():  # SIGTERM closes the output bag as Ctrl-C does (exit 130)
         summary = process_bag(args.input, args.output, args.config, backend=args.backend,
                               storage=args.storage, topics=args.topics, node_type=args.node_type,
-                              log=lambda text: print(text, file=sys.stderr))
-    print(summary.text())
+                              progress=progress(args), log=say)
+    if args.json:
+        print_json(summary.as_dict())
+    else:
+        print(summary.text())
     if summary.frames and not summary.processed:
-        print("error: no frame could be processed", file=sys.stderr)
+        say("error: no frame could be processed")
         return 1
     return 0

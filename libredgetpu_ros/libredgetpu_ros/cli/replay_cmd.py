@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
+
+from libredgetpu_ros.cli.output import add_json, print_json, say
 
 HELP = "publish a bag's messages at their recorded timing (like ros2 bag play; raw CDR, bag QoS)"
 EXAMPLES = (
     "libredgetpu-ros replay cam_bag                               # every topic, recorded timing",
     "libredgetpu-ros replay cam_bag --loop --rate 0.5 --topics /cam/image_raw",
     "libredgetpu-ros replay cam_bag --clock                       # /clock for use_sim_time nodes",
+    "libredgetpu-ros replay cam_bag --json                        # counts as JSON when it ends",
 )
 
 
@@ -25,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="first wait until every replayed topic has N subscribers")
     parser.add_argument("--wait-timeout", type=float, default=30.0, metavar="S",
                         help="give up waiting for subscribers after S seconds (exit 1)")
+    add_json(parser, "print the summary as JSON when done (published, loops, interrupted, ...; messages "
+                     "on stderr)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,5 +40,7 @@ def run(args: argparse.Namespace) -> int:
     options = ReplayOptions(rate=args.rate, loop=args.loop, clock_hz=args.clock or 0.0,
                             topics=tuple(args.topics), start_delay_s=args.start_delay,
                             wait_subscribers=args.wait_subscribers, wait_timeout_s=args.wait_timeout)
-    summary = replay(args.bag, options)
+    summary = replay(args.bag, options, log=say if args.json else print)
+    if args.json:
+        print_json({"bag": args.bag, **asdict(summary)})
     return 130 if summary.interrupted else 0

@@ -20,6 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="outputs span [-R, R] (default weight_range * input_range * sqrt(N))")
     parser.add_argument("--seed", type=int, default=0, help="seed of the placeholder weights")
     parser.add_argument("--no-compile", action="store_true", help="only write the uncompiled dense_N.tflite")
+    parser.add_argument("--json", action="store_true",
+                        help="accepted as by the other commands: the files are listed as JSON either way")
 
 
 def run(args: argparse.Namespace) -> int:

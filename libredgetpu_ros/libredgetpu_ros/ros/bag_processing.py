@@ -52,14 +52,23 @@ class NodeConfig:
     namespace: str = ""  # "" or "/ns"
     name: str = "perception"
     node_type: str = "perception"
+    remappings: tuple[tuple[str, str], ...] = ()  # a bringup file's (from, to), in order
 
-    def resolve(self, topic: str) -> str:
-        """A topic name as the node resolves it (relative names go into the namespace)."""
+    def _expand(self, topic: str) -> str:
         if topic.startswith("/"):
             return topic
         if topic.startswith("~"):
             topic = f"{self.name}{topic[1:]}"
         return f"{self.namespace}/{topic}"
+
+    def resolve(self, topic: str) -> str:
+        """A topic name as the node resolves it: relative names go into the namespace, then the first
+        remapping whose expanded name matches applies (rcl's rule)."""
+        full = self._expand(topic)
+        for src, dst in self.remappings:
+            if self._expand(src) == full:
+                return self._expand(dst)
+        return full
 
 
 def load_node_config(path: str | Path, overrides: dict[str, Any] | None = None,
@@ -90,13 +99,13 @@ def load_node_config(path: str | Path, overrides: dict[str, Any] | None = None,
                               f"{len(specs)}" + ("" if node_type else "; choose one with --node-type"))
         spec = specs[0]
         values, namespace, name = dict(spec.parameters), spec.namespace, spec.name
-        node_type = spec.type
+        node_type, remappings = spec.type, tuple(spec.remappings.items())
     elif isinstance(doc, dict) and len(doc) == 1 and isinstance(next(iter(doc.values())), dict) \
             and "ros__parameters" in next(iter(doc.values())):
         key = str(next(iter(doc)))
         values = dict(next(iter(doc.values()))["ros__parameters"] or {})
         node_type = node_type or "perception"
-        namespace, name = "", node_type
+        namespace, name, remappings = "", node_type, ()
         if key not in ("/**", "**"):  # "/ns/node" or "node"
             parts = key.strip("/").split("/")
             namespace, name = "/".join(parts[:-1]), parts[-1]
@@ -111,7 +120,8 @@ def load_node_config(path: str | Path, overrides: dict[str, Any] | None = None,
         raise ConfigError(f"config {path} ({node_type} node {name!r}): {exc}") from None
     params = table.values_type(**(table.defaults() | typed))
     namespace = f"/{namespace.strip('/')}" if namespace.strip("/") else ""
-    return NodeConfig(params=params, namespace=namespace, name=name, node_type=node_type)
+    return NodeConfig(params=params, namespace=namespace, name=name, node_type=node_type,
+                      remappings=remappings)
 
 
 @dataclass
@@ -130,6 +140,14 @@ class ProcessSummary:
     @property
     def fps(self) -> float:
         return self.frames / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        """``process-bag --json``: every field, the failures by cause, the rate."""
+        return {"input": str(self.input), "output": str(self.output), "topics": list(self.topics),
+                "frames": self.frames, "processed": self.processed, "written": self.written,
+                "failed": sum(self.failures.values()), "failures": dict(sorted(self.failures.items())),
+                "ignored_topics": self.ignored_topics, "fps": self.fps, "elapsed_s": self.elapsed_s,
+                "setup_s": self.setup_s}
 
     def text(self) -> str:
         lines = [f"{self.input} -> {self.output}: {self.frames} frames from {', '.join(self.topics)}, "

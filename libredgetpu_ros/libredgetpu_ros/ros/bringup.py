@@ -6,12 +6,16 @@ A bringup file lists nodes::
       - type: perception            # perception | control
         name: perception            # node name (default: the type)
         namespace: camera           # optional
+        remappings:                 # optional: topic or service name -> the name it becomes
+          image_raw: /front_camera/image_raw
         parameters:                 # the node's parameters (see docs/perception_node.md)
-          model: $(fixture posenet/posenet_mobilenet_v1_075_481_641_quant_decoder_edgetpu.tflite)
+          model: posenet_mobilenet_v1_075_481_641   # a catalogue name (models fetch / import) or a path
           backend: cpu
 
-String values may use ``$(fixture REL)`` (a shared test fixture) and ``$(dir)`` (the folder of the bringup
-file). ``Bringup`` creates the nodes, drives each to active (configure, then activate; a failed transition
+Remappings are ROS's (``--ros-args -r from:=to`` for that node only): both names resolved in the node's
+namespace, as ``ros2 launch`` remappings are. String values may use ``$(dir)`` (the folder of the bringup
+file); ``$(fixture REL)`` (a file of the shared test fixtures) is for the tests and benches, not user
+configs. ``Bringup`` creates the nodes, drives each to active (configure, then activate; a failed transition
 stops the bringup with the node's reason), spins them on a multi-threaded executor
 (``spinning.MainMultiThreadedExecutor``) and brings them down in reverse order (deactivate, cleanup,
 shutdown). A node's hot path, its ``companion_nodes()`` (the control node's state loop) or
@@ -45,6 +49,7 @@ NODE_TYPES: dict[str, tuple[str, str]] = {
 }
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _NAMESPACE_RE = re.compile(r"^/?([A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*)?$")
+_REMAP_NAME_RE = re.compile(r"^(~/?|/)?[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*$")
 _SUBST_RE = re.compile(r"\$\((fixture|dir)(?:\s+([^)]*))?\)")
 
 
@@ -54,6 +59,12 @@ class NodeSpec:
     name: str
     namespace: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
+    remappings: dict[str, str] = field(default_factory=dict)  # from -> to, as given
+
+    def ros_arguments(self) -> list[str]:
+        """The node's own command-line arguments (``cli_args``): its remappings."""
+        return ["--ros-args", *(a for src, dst in self.remappings.items() for a in ("-r", f"{src}:={dst}"))] \
+            if self.remappings else []
 
 
 def load_config(path: str | Path) -> list[NodeSpec]:
@@ -73,7 +84,7 @@ def load_config(path: str | Path) -> list[NodeSpec]:
         where = f"bringup file {path}, nodes[{i}]"
         if not isinstance(entry, dict):
             raise ConfigError(f"{where}: expected a mapping, got {entry!r}")
-        unknown = set(entry) - {"type", "name", "namespace", "parameters"}
+        unknown = set(entry) - {"type", "name", "namespace", "parameters", "remappings"}
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
         kind = entry.get("type")
@@ -89,11 +100,26 @@ def load_config(path: str | Path) -> list[NodeSpec]:
         if not isinstance(params, dict):
             raise ConfigError(f"{where}: 'parameters' must be a mapping, got {params!r}")
         params = {str(k): _substitute(v, path.parent, where) for k, v in params.items()}
-        specs.append(NodeSpec(kind, name, namespace, params))
+        specs.append(NodeSpec(kind, name, namespace, params, _remappings(entry.get("remappings"), where)))
     names = [f"{s.namespace.strip('/')}/{s.name}" for s in specs]
     if len(set(names)) != len(names):
         raise ConfigError(f"bringup file {path}: duplicate node names {names}")
     return specs
+
+
+def _remappings(value: Any, where: str) -> dict[str, str]:
+    """A ``remappings:`` mapping (name -> new name), each a ROS name (``~`` and ``/`` allowed)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: 'remappings' must be a mapping of name: new name, got {value!r}")
+    out = {}
+    for src, dst in value.items():
+        for name in (src, dst):
+            if not isinstance(name, str) or not _REMAP_NAME_RE.match(name):
+                raise ConfigError(f"{where}: remapping {src!r}: {dst!r}: {name!r} is not a ROS name")
+        out[src] = dst
+    return out
 
 
 def _substitute(value: Any, base: Path, where: str) -> Any:
@@ -159,7 +185,8 @@ class Bringup:
             for spec in self.specs:
                 cls = node_class(spec.type)
                 node = cls(spec.name, namespace=spec.namespace, context=self.context,
-                           parameter_overrides=parameter_overrides(cls, spec.parameters))
+                           parameter_overrides=parameter_overrides(cls, spec.parameters),
+                           cli_args=spec.ros_arguments())
                 self.nodes.append(node)
                 self.executor.add_node(node)
                 self._spin_companions(node)
@@ -214,9 +241,12 @@ def _state(node: Any) -> str:
     return node._state_machine.current_state[1]
 
 
-def run(config: str | Path, duration_s: float | None = None) -> int:
+def run(config: str | Path, duration_s: float | None = None, quiet: bool = False) -> int:
     """``libredgetpu-ros bringup``: bring the file's nodes up, spin until Ctrl-C / SIGTERM (or
-    ``duration_s``), bring them down. Uses the caller's ROS environment."""
+    ``duration_s``), bring them down. Uses the caller's ROS environment. ``quiet``: progress lines on
+    stderr (stdout is left to a JSON summary)."""
+    import sys
+
     import rclpy
     from rclpy.signals import SignalHandlerOptions
 
@@ -230,13 +260,18 @@ def run(config: str | Path, duration_s: float | None = None) -> int:
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     timer = threading.Timer(duration_s, stop.set) if duration_s else None
-    bringup = Bringup(specs)
+    out = sys.stderr if quiet else sys.stdout
+
+    def log(text: str) -> None:
+        print(text, file=out, flush=True)
+
+    bringup = Bringup(specs, log=log)
     try:
         bringup.start()
         if timer:
             timer.start()
         bringup.spin_until(stop)
-        print("stopping ...", flush=True)
+        log("stopping ...")
     finally:
         if timer:
             timer.cancel()

@@ -232,3 +232,28 @@ def test_progress_bar_reports_the_file_and_bytes(file_server, cache: Path, serve
         fetch(ENTRY, mirror=srv.url, progress=True)
     err = capsys.readouterr().err
     assert entry(ENTRY).edgetpu.name in err and "B/s" in err  # tqdm's bar (name, total, rate) on stderr
+
+
+def test_fetch_path_and_import_json(file_server, cache: Path, served: Path, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """``--json`` of fetch, path and import: one JSON document on stdout naming the cached files."""
+    import json
+
+    from libredgetpu_ros.cli.main import main
+    from libredgetpu_ros.models.store import entry
+
+    e = entry(ENTRY)
+    with file_server(served) as srv:
+        assert main(["models", "fetch", ENTRY, "--mirror", srv.url, "--no-progress", "--json"]) == 0
+    fetched = json.loads(capsys.readouterr().out)
+    assert fetched["cache"] == str(cache)
+    assert fetched["fetched"] == [{"name": ENTRY, "path": str(cache / e.edgetpu.name),
+                                   "files": {f.name: str(cache / f.name) for f in e.files}}]
+    assert main(["models", "path", ENTRY, "--cpu", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"name": ENTRY, "file": e.cpu.name,
+                                                   "path": str(cache / e.cpu.name)}
+    shutil.rmtree(cache)
+    assert main(["models", "import", str(served), "--json"]) == 0
+    imported = json.loads(capsys.readouterr().out)
+    assert [c["name"] for c in imported["complete"]] == [ENTRY]
+    assert all(Path(p).is_file() for p in imported["complete"][0]["files"].values())

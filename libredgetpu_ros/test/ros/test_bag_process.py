@@ -243,6 +243,14 @@ def test_config_formats_resolve_the_node_topics(tmp_path: Path) -> None:
     node = load_node_config(path, {"backend": "cpu"})
     assert node.resolve("poses") == "/cam/poses" and node.params.backend == "cpu"
 
+    # A bringup file's remappings: matched on the expanded name, first match wins (rcl's rule).
+    path.write_text("nodes:\n  - type: perception\n    namespace: cam\n    remappings:\n"
+                    "      image_raw: /front/color/image_raw\n      /cam/poses: people\n"
+                    "    parameters:\n      model: x.tflite\n")
+    node = load_node_config(path)
+    assert node.resolve(node.params.input_topic) == "/front/color/image_raw"
+    assert node.resolve("poses") == "/cam/people" and node.resolve("labels") == "/cam/labels"
+
     for text, message in (("/**:\n  ros__parameters:\n    modle: x\n", "unknown parameter"),
                           ("nodes:\n  - type: control\n", "exactly one perception node"),
                           ("cameras: []\n", "expected a bringup file")):

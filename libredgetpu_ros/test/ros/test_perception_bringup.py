@@ -48,6 +48,9 @@ def _write(tmp_path: Path, text: str) -> Path:
     ("nodes:\n  - type: perception\n    parameters:\n      model: $(fixture nope/missing.tflite)",
      "nope/missing.tflite"),
     ("nodes: [", "not valid YAML"),
+    ("nodes:\n  - type: perception\n    remappings: [image_raw]", "'remappings' must be a mapping"),
+    ("nodes:\n  - type: perception\n    remappings:\n      image_raw: 'cam image'", "is not a ROS name"),
+    ("nodes:\n  - type: perception\n    remappings:\n      image_raw: a:=b", "is not a ROS name"),
 ])
 def test_bad_bringup_files_are_refused_with_the_reason(tmp_path: Path, text: str, message: str) -> None:
     from libredgetpu_ros.ros.bringup import load_config
@@ -69,6 +72,28 @@ def test_bringup_parameters_are_typed_by_the_node_table(tmp_path: Path, fixture_
     for bad in ({"score_threshold": 2.0}, {"backend": "gpu"}, {"publish_markers": "yes"}, {"modle": "x"}):
         with pytest.raises(ConfigError):
             parameter_overrides(node_class("perception"), bad)
+
+
+@pytest.mark.ros
+def test_bringup_remappings_reach_the_node(ros_env, tmp_path: Path, fixture_path) -> None:
+    """A bringup file's ``remappings:`` are the node's own ``-r from:=to`` (resolved in its namespace, as
+    under ``ros2 launch``): the active node reads the remapped camera topic and publishes where it says."""
+    from libredgetpu_ros.ros.bringup import Bringup, load_config
+
+    model = fixture_path("classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite")
+    text = ("nodes:\n  - type: perception\n    namespace: front\n    remappings:\n"
+            "      image_raw: /front_camera/color/image_raw\n      classification: results/classification\n"
+            f"    parameters:\n      model: {model}\n"
+            "      backend: cpu\n      task: classify\n")
+    bringup = Bringup(load_config(_write(tmp_path, text)), context=ros_env.init_rclpy(), log=lambda _: None)
+    try:
+        bringup.start()
+        node, = bringup.nodes
+        assert [s.topic_name for s in node.subscriptions] == ["/front_camera/color/image_raw"]
+        published = {name for name, _ in node.get_publisher_names_and_types_by_node("perception", "/front")}
+        assert "/front/results/classification" in published and "/front/classification" not in published
+    finally:
+        bringup.stop()
 
 
 @pytest.mark.ros
@@ -98,10 +123,16 @@ def test_parameter_descriptors_and_validation_in_a_live_node(ros_env) -> None:
 
 
 @pytest.mark.ros
-def test_bringup_command_runs_the_demo_config_and_stops_cleanly_on_sigterm(ros_env) -> None:
+def test_bringup_command_runs_the_demo_config_and_stops_cleanly_on_sigterm(ros_env, fixture_path) -> None:
+    from libredgetpu_ros.models.store import import_dir
     from lifecycle_msgs.srv import GetState
     from rclpy.node import Node
 
+    # The shipped file names its model as users do (a catalogue name), found in the models cache.
+    cache = ros_env.work_dir / "models"
+    assert import_dir(fixture_path("posenet"), ["posenet_mobilenet_v1_075_481_641"], cache=cache)
+    ros_env.env["LIBREDGETPU_ROS_MODELS"] = str(cache)
+    assert "$(" not in (PACKAGE / "config" / "demo.yaml").read_text()  # no test-only substitution
     proc = ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.cli.main", "bringup",
                           str(PACKAGE / "config" / "demo.yaml")], "bringup")
     context = ros_env.init_rclpy()
