@@ -11,6 +11,8 @@
 #        make test PYTEST_ARGS="-k foo"; only the launch tests: make test-launch
 # demo   the perception demo (python -m libredgetpu_ros.ros.demo) in the same sandbox.
 # bench  every bench/bench_*.py as a script, in the same sandbox.
+# pictures  docs/images/ rendered again from the fixtures and bench/results/ (tools/pictures.py; a test checks
+#        that the committed pictures are current: run this after changing a drawing or a bench result).
 # tpu-mlir-check  our TpuLang exports + fixture cases through Sophgo's tpu-mlir 1.30.2 (native tpuc-opt) to
 #        bm1684x bmodels (not part of `make test`; the 311 MB wheel is unpacked into TPU_MLIR_CACHE).
 # clean  build products and caches; `make distclean` also removes .venv.
@@ -40,7 +42,7 @@ NPROC := $(shell nproc 2>/dev/null || echo 2)
 SHARED ?= ../shared
 SHARED_ROS := $(abspath $(SHARED))/ros
 
-.PHONY: help setup prereqs prereqs-test test test-launch lint demo bench tpu-mlir-check clean distclean
+.PHONY: help setup prereqs prereqs-test test test-launch lint demo bench pictures tpu-mlir-check clean distclean
 
 help:
 	@sed -n '/^#/!q; s/^# \{0,1\}//p' Makefile
@@ -143,6 +145,9 @@ bench: setup
 	@shopt -s nullglob; files=(bench/bench_*.py); \
 	if (( $${#files[@]} == 0 )); then echo "no bench/bench_*.py found" >&2; exit 1; fi; \
 	for f in "$${files[@]}"; do echo "== $$f"; $(SANDBOX) $(VPY) "$$f"; done
+
+pictures: setup
+	PYTHONSAFEPATH=1 $(SANDBOX) $(VPY) tools/pictures.py
 
 TPU_MLIR_CACHE ?= $(HOME)/.cache/libredgetpu_ros/tpu_mlir-1.30.2
 tpu-mlir-check: setup
