@@ -72,12 +72,13 @@ def run(args: argparse.Namespace) -> int:
     if action == "list":
         return _list(args.json)
     if action == "fetch":
-        from libredgetpu_ros.models.download import DEADLINE_S
+        from libredgetpu_ros.models.download import DEADLINE_S, MAX_DEADLINE_S
 
         progress = not args.no_progress and sys.stderr.isatty()  # the bar draws on stderr
         deadline = DEADLINE_S if args.timeout is None else args.timeout
-        if not 0 < deadline < float("inf"):
-            raise InputError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+        if not 0 < deadline <= MAX_DEADLINE_S:  # 1e308 overflowed the watchdog's timer (a thread traceback)
+            raise InputError(f"--timeout must be a positive number of seconds, at most {MAX_DEADLINE_S:g}, "
+                             f"got {args.timeout}")
         for name in args.name:
             store.entry(name)  # every name known before anything is downloaded
         fetched = []

@@ -10,11 +10,16 @@ and the SHA-256 matches is ``.part`` fsync'ed and renamed over ``dest`` (:func:`
 readers see the old file or the new one, never half of one). A truncated transfer keeps ``.part`` for the
 next resume; a checksum mismatch or a stream over :data:`MAX_BYTES` deletes it.
 
-Every file has an overall deadline (``deadline_s``, default :data:`DEADLINE_S`) on top of the per-operation
-socket timeout: a server that trickles a byte every few seconds, in the headers or the body, is cut off
-when it expires (a watchdog shuts the socket down). Errors are :class:`ModelFetchError` with the URL and
-what happened, never an ``http.client`` exception; text the server sent is cut to a bounded length.
-ROS-free.
+Every file has an overall deadline (``deadline_s``, default :data:`DEADLINE_S`, at most
+:data:`MAX_DEADLINE_S`) on top of the per-operation socket timeout: a server that trickles a byte every few
+seconds, in the headers, the TLS handshake or the body, is cut off when it expires (a watchdog shuts down
+every socket of the transfer, registered as soon as it is connected). Only http and https are spoken, on
+every hop: a redirect to any other scheme (``ftp://``, ``file://``) is refused, and the opener has no
+handler for them either. ``.part`` and ``dest`` are never followed through a symbolic link: the part is
+opened with ``O_NOFOLLOW`` (a link or any non-regular file there is removed, never written through) and a
+linked ``dest`` is replaced, not read. Errors are :class:`ModelFetchError` with the URL and what happened,
+never an ``http.client`` or ``urllib`` exception; text from the server or the user (URLs included) is
+escaped and cut to a bounded length. ROS-free.
 """
 
 from __future__ import annotations
@@ -22,11 +27,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import http.client
+import os
 import re
 import socket
+import stat
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -38,9 +46,13 @@ from libredgetpu_ros.textdata import clip
 CHUNK = 1 << 16
 TIMEOUT_S = 30.0  # per socket operation
 DEADLINE_S = 600.0  # per file, whole transfer: ~10 MB at 17 kB/s; `models fetch --timeout` changes it
+MAX_DEADLINE_S = 7 * 86400.0  # threading.Timer overflows near 9.2e9 s; a week is already no limit
+SCHEMES = ("http", "https")  # on every hop, redirects included
 MAX_BYTES = 1 << 30  # no catalogue file comes near this; a larger announced size is refused up front
-_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
-_UNSATISFIED_RANGE = re.compile(r"bytes \*/(\d+)")
+# At most 19 digits (< 2^63): int() of a 5,000-digit header raised ValueError (Python's 4,300-digit cap).
+_CONTENT_RANGE = re.compile(r"bytes ([0-9]{1,19})-([0-9]{1,19})/([0-9]{1,19}|\*)")
+_UNSATISFIED_RANGE = re.compile(r"bytes \*/([0-9]{1,19})")
+_LENGTH = re.compile(r"[0-9]{1,19}")
 
 
 def _clip(text: object) -> str:
@@ -48,12 +60,37 @@ def _clip(text: object) -> str:
     return clip(str(text).encode("unicode_escape", "backslashreplace").decode("ascii"))
 
 
-def sha256_of(path: Path) -> str:
+def sha256_of(path: Path, follow: bool = True) -> str:
+    """SHA-256 of a file's bytes; ``follow=False``: OSError (ELOOP) if ``path`` is a symbolic link."""
     digest = hashlib.sha256()
-    with path.open("rb") as f:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
+    with os.fdopen(fd, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def is_regular(path: Path) -> bool:
+    """``path`` itself (not what a link points at) is a regular file."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def check_url(url: str) -> None:
+    """ModelSourceError unless ``url`` is a well-formed http(s) URL without control characters (a CR/LF
+    in `--mirror` split the error line; `http://[::1` raised urllib's ValueError)."""
+    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in url) or len(url) > 4096:
+        raise ModelSourceError(f"{_clip(url)}: not a URL (spaces, control characters or over 4096 "
+                               f"characters)")
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018  (raises ValueError on a bad port)
+    except ValueError as exc:
+        raise ModelSourceError(f"{_clip(url)}: not a valid URL ({_clip(exc)})") from None
+    if parts.scheme.lower() not in SCHEMES or not parts.hostname:
+        raise ModelSourceError(f"{_clip(url)}: only http(s) URLs with a host are fetched")
 
 
 def _part(dest: Path) -> Path:
@@ -110,14 +147,40 @@ class _Deadline:
             sock.shutdown(socket.SHUT_RDWR)
 
 
+class _Redirects(urllib.request.HTTPRedirectHandler):
+    """urllib's redirects, each hop's URL checked (urllib itself follows http, https and ftp)."""
+
+    max_redirections = 10
+
+    def http_error_302(self, req: urllib.request.Request, fp: Any, code: int, msg: str,
+                       headers: Any) -> Any:
+        location = headers.get("location") or headers.get("uri")
+        if location:
+            try:
+                check_url(urllib.parse.urljoin(req.full_url, location))
+            except (ModelSourceError, ValueError) as exc:
+                fp.close()
+                raise ModelSourceError(f"{_clip(req.full_url)}: HTTP {code} redirect refused: "
+                                       f"{exc}") from None
+        return super().http_error_302(req, fp, code, msg, headers)
+
+    http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
+
+
 def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
-    """urllib's usual opener (proxies, redirects) whose HTTP(S) connections register with ``deadline``."""
+    """An opener for http(s) only (proxies, checked redirects; no ftp, file or data handler) whose
+    connections register with ``deadline`` as soon as the TCP connection exists (before a TLS handshake)."""
 
     def watched(base: type[http.client.HTTPConnection]) -> type[http.client.HTTPConnection]:
+        def connect(address: Any, timeout: Any = None, source: Any = None) -> socket.socket:
+            sock = socket.create_connection(address, min(TIMEOUT_S, deadline.remaining()), source)
+            deadline.watch(sock)
+            return sock
+
         class Watched(base):  # type: ignore[valid-type,misc]
-            def connect(self) -> None:
-                super().connect()
-                deadline.watch(self.sock)
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                self._create_connection = connect  # http.client's hook, used before any TLS wrap
         return Watched
 
     class Http(urllib.request.HTTPHandler):
@@ -129,7 +192,12 @@ def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
             extra = {"check_hostname": self._check_hostname} if hasattr(self, "_check_hostname") else {}
             return self.do_open(watched(http.client.HTTPSConnection), req, context=self._context, **extra)
 
-    return urllib.request.build_opener(Http, Https)
+    opener = urllib.request.OpenerDirector()
+    for handler in (urllib.request.ProxyHandler(), urllib.request.UnknownHandler(), Http(), Https(),
+                    urllib.request.HTTPDefaultErrorHandler(), _Redirects(),
+                    urllib.request.HTTPErrorProcessor()):
+        opener.add_handler(handler)
+    return opener
 
 
 def _open(url: str, offset: int, deadline: _Deadline) -> tuple[http.client.HTTPResponse | None, int, str]:
@@ -144,23 +212,25 @@ def _open(url: str, offset: int, deadline: _Deadline) -> tuple[http.client.HTTPR
             unsatisfied = exc.headers.get("Content-Range", "") if exc.headers else ""
             exc.close()
             return None, 416, unsatisfied
-        raise ModelFetchError(f"{url}: HTTP {exc.code} {_clip(exc.reason)}") from None
+        raise ModelFetchError(f"{_clip(url)}: HTTP {exc.code} {_clip(exc.reason)}") from None
     except urllib.error.URLError as exc:
         _check_deadline(deadline, url, "")
-        raise ModelFetchError(f"{url}: cannot connect ({_clip(exc.reason)}); without internet access: "
+        raise ModelFetchError(f"{_clip(url)}: cannot connect ({_clip(exc.reason)}); without internet access: "
                               "`libredgetpu-ros models import DIR` from a folder holding the files, or "
                               "--mirror URL of a site copy") from None
     except (OSError, http.client.HTTPException) as exc:  # bad status line, too many / too long headers
         _check_deadline(deadline, url, "")
-        raise ModelSourceError(f"{url}: not a valid HTTP reply ({type(exc).__name__}: "
+        if isinstance(exc, TimeoutError):
+            raise ModelFetchError(f"{_clip(url)}: no reply within {TIMEOUT_S:g} s") from None
+        raise ModelSourceError(f"{_clip(url)}: not a valid HTTP reply ({type(exc).__name__}: "
                                f"{_clip(exc)})") from None
     return response, response.status, ""
 
 
 def _check_deadline(deadline: _Deadline, url: str, progress: str) -> None:
-    if deadline.expired:
-        raise ModelFetchError(f"{url}: no complete reply within the {deadline.seconds:g} s deadline{progress}"
-                              f"; run the command again (with --timeout) to resume") from None
+    if deadline.expired or time.monotonic() >= deadline.end - 0.05:  # a socket timeout cut to what remained
+        raise ModelFetchError(f"{_clip(url)}: no complete reply within the {deadline.seconds:g} s deadline"
+                              f"{progress}; run the command again (with --timeout) to resume") from None
 
 
 class _BadResume(Exception):
@@ -171,8 +241,10 @@ def _expected_total(response: http.client.HTTPResponse, status: int, offset: int
     """Full file size the server announced (None: it did not say). For a 206, ``_BadResume`` unless the
     Content-Range is exactly the open-ended range asked for (start == offset, end == total - 1 when the
     total is known) and agrees with Content-Length."""
-    length = response.headers.get("Content-Length")
-    length_value = int(length) if length and length.isdigit() else None
+    length = (response.headers.get("Content-Length") or "").strip()
+    if length and not _LENGTH.fullmatch(length):
+        raise ModelSourceError(f"{_clip(url)}: Content-Length {_clip(length)} is not a byte count")
+    length_value = int(length) if length else None
     if status != 206:
         return length_value
     header = response.headers.get("Content-Range", "") or ""
@@ -191,7 +263,9 @@ def _expected_total(response: http.client.HTTPResponse, status: int, offset: int
 def _transfer(url: str, dest: Path, part: Path, deadline: _Deadline, progress: bool) -> None:
     """One request: fill ``part`` (resuming from its size). ``_BadResume`` when the server's reply to a
     resume cannot be appended."""
-    offset = part.stat().st_size if part.is_file() else 0
+    if os.path.lexists(part) and not is_regular(part):  # a link (or anything else) is never written through
+        part.unlink()
+    offset = part.stat().st_size if is_regular(part) else 0
     response, status, unsatisfied = _open(url, offset, deadline)
     if response is None:  # 416 to a resume: fine only if the part is exactly the file's size
         match = _UNSATISFIED_RANGE.fullmatch(unsatisfied.strip())
@@ -201,18 +275,21 @@ def _transfer(url: str, dest: Path, part: Path, deadline: _Deadline, progress: b
     with response:
         total = _expected_total(response, status, offset, url)
         if total is not None and total > MAX_BYTES:
-            raise ModelSourceError(f"{url}: the server announces {total} bytes, more than the "
+            raise ModelSourceError(f"{_clip(url)}: the server announces {total} bytes, more than the "
                                   f"{MAX_BYTES}-byte limit for a model file")
         if status != 206:
             offset = 0  # the server sent the whole file: start the part over
         received = offset
-        with part.open("ab" if offset else "wb") as out, _progress(total, offset, dest.name, progress) as bar:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        flags |= os.O_APPEND if offset else os.O_TRUNC
+        with os.fdopen(os.open(part, flags, 0o644), "wb") as out, \
+                _progress(total, offset, dest.name, progress) as bar:
             try:
                 while block := response.read1(CHUNK):  # what has arrived: a trickle cannot hold a CHUNK
                     out.write(block)
                     received += len(block)
                     if received > MAX_BYTES:
-                        raise ModelSourceError(f"{url}: more than {MAX_BYTES} bytes; refused")
+                        raise ModelSourceError(f"{_clip(url)}: more than {MAX_BYTES} bytes; refused")
                     bar.update(len(block))
                     if deadline.expired:
                         break
@@ -222,12 +299,12 @@ def _transfer(url: str, dest: Path, part: Path, deadline: _Deadline, progress: b
                 raise
             except (OSError, http.client.HTTPException) as exc:  # connection reset / cut mid-body
                 _check_deadline(deadline, url, f" (got {received} bytes)")
-                raise ModelFetchError(f"{url}: transfer interrupted after {received} bytes "
+                raise ModelFetchError(f"{_clip(url)}: transfer interrupted after {received} bytes "
                                       f"({type(exc).__name__}: {_clip(exc)}); run the command again to "
                                       f"resume") from None
         _check_deadline(deadline, url, f" (got {received} bytes)")
         if total is not None and received < total:
-            raise ModelFetchError(f"{url}: truncated transfer: got {received} of {total} bytes; "
+            raise ModelFetchError(f"{_clip(url)}: truncated transfer: got {received} of {total} bytes; "
                                   f"run the command again to resume")
 
 
@@ -235,11 +312,11 @@ def download(url: str, dest: Path, sha256: str, *, progress: bool = False,
              deadline_s: float = DEADLINE_S) -> Path:
     """Fetch ``url`` into ``dest`` unless ``dest`` already has the right SHA-256; returns ``dest``.
     The whole transfer must end within ``deadline_s`` seconds."""
-    if not url.startswith(("https://", "http://")):
-        raise ModelSourceError(f"{_clip(url)}: only http(s) URLs are fetched")
-    if not deadline_s > 0:
-        raise ModelSourceError(f"the download deadline must be > 0 seconds, got {deadline_s}")
-    if dest.is_file() and sha256_of(dest) == sha256:
+    check_url(url)
+    if not 0 < deadline_s <= MAX_DEADLINE_S:
+        raise ModelSourceError(f"the download deadline must be 0 < seconds <= {MAX_DEADLINE_S:g}, "
+                               f"got {deadline_s}")
+    if is_regular(dest) and sha256_of(dest, follow=False) == sha256:
         return dest
     part = _part(dest)
     try:
@@ -252,15 +329,18 @@ def download(url: str, dest: Path, sha256: str, *, progress: bool = False,
                 try:
                     _transfer(url, dest, part, deadline, progress)
                 except _BadResume as again:  # a 206 to a request without Range
-                    raise ModelFetchError(f"{url}: {again}") from None
+                    raise ModelFetchError(f"{_clip(url)}: {again}") from None
     except OSError as exc:  # network errors are ModelFetchErrors already: this is the local side
         raise ModelFetchError(f"cannot write {clip(str(part))}: {exc.strerror or exc}") from None
-    got = sha256_of(part)
+    try:
+        got = sha256_of(part, follow=False)
+    except OSError as exc:  # replaced by a link meanwhile: not ours to read
+        raise ModelFetchError(f"cannot read {clip(str(part))}: {exc.strerror or exc}") from None
     if got != sha256:
         size = part.stat().st_size
         part.unlink()
-        raise ModelSourceError(f"{url}: checksum mismatch for {dest.name}: SHA-256 {got} ({size} bytes), "
-                              f"expected {sha256}; the download was discarded")
+        raise ModelSourceError(f"{_clip(url)}: checksum mismatch for {dest.name}: SHA-256 {got} ({size} "
+                               f"bytes), expected {sha256}; the download was discarded")
     try:
         commit_file(part, dest)
     except OutputError as exc:

@@ -22,7 +22,7 @@ from pathlib import Path
 from libredgetpu_ros.atomicio import atomic_path
 from libredgetpu_ros.errors import InputError, ModelFetchError, ModelSourceError, OutputError
 from libredgetpu_ros.models.catalogue import CATALOGUE, ModelEntry, ModelFile
-from libredgetpu_ros.models.download import DEADLINE_S, download, sha256_of
+from libredgetpu_ros.models.download import DEADLINE_S, check_url, download, is_regular, sha256_of
 from libredgetpu_ros.textdata import clip
 
 MIRROR_VAR = "LIBREDGETPU_ROS_MODEL_MIRROR"  # base URL serving the catalogue's files by name
@@ -69,9 +69,10 @@ def fetch(name: str, *, mirror: str | None = None, cache: Path | None = None, pr
     for f in e.files:
         url = f"{mirror.rstrip('/')}/{f.name}" if mirror else f.url
         dest = cache / f.name
-        if dest.is_file() and sha256_of(dest) == f.sha256:
+        if is_regular(dest) and sha256_of(dest, follow=False) == f.sha256:  # a link is replaced, not read
             say(f"{f.name}: cached")
             continue
+        check_url(url)  # before it is echoed: a CR/LF in --mirror split the output lines
         say(f"{f.name}: fetching {url}")
         download(url, dest, f.sha256, progress=progress, deadline_s=deadline_s)
     return cache / (e.edgetpu or e.cpu).name
