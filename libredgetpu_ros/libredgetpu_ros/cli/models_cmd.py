@@ -103,14 +103,23 @@ def run(args: argparse.Namespace) -> int:
         print_json({"name": e.name, "file": f.name, "path": str(path)}) if args.json else print(path)
         return 0
     complete = store.import_dir(Path(args.dir), args.names or None, say=say)
+    # Entries this import left incomplete, with the files still missing (e.g. a labels file kept in another
+    # folder: import that folder too, or a common parent).
+    wanted = [store.entry(n) for n in (args.names or store.CATALOGUE)]
+    partial = {e.name: [f.name for f in e.files if store.cached(f) is None]
+               for e in wanted if store.status(e) == "partial"}
+    still = "; ".join(f"{name} still lacks {', '.join(files)}" for name, files in partial.items())
     if not complete:
         raise InputError(f"import: no complete catalogue entry under {args.dir} (each needs its Edge TPU "
                          f"model, CPU twin and labels or sidecar; `libredgetpu-ros models list --json` names "
-                         f"them)")
+                         f"them)" + (f": {still} (import a folder holding them too)" if still else ""))
     if args.json:
-        print_json({"cache": str(store.cache_dir()), "complete": [_entry_files(n) for n in complete]})
+        print_json({"cache": str(store.cache_dir()), "complete": [_entry_files(n) for n in complete],
+                    "partial": partial})
     else:
         print("\n".join(complete))
+        if still:
+            print(f"note: {still}", file=sys.stderr)
     return 0
 
 

@@ -5,6 +5,7 @@ with `infer`. No test touches the internet: every URL is the loopback server's (
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -257,3 +258,18 @@ def test_fetch_path_and_import_json(file_server, cache: Path, served: Path, tmp_
     imported = json.loads(capsys.readouterr().out)
     assert [c["name"] for c in imported["complete"]] == [ENTRY]
     assert all(Path(p).is_file() for p in imported["complete"][0]["files"].values())
+
+
+def test_import_of_a_folder_without_the_labels_names_what_is_missing(
+        cache: Path, fixtures_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`models import fixtures/ssd`: the detector's labels file lives in fixtures/labels; the error names it
+    and the entry; importing that folder then completes the entry."""
+    from libredgetpu_ros.cli.main import main
+
+    assert main(["models", "import", str(fixtures_dir / "ssd")]) == 2
+    err = capsys.readouterr().err
+    assert "ssd_mobilenet_v2_coco still lacks coco_labels_edgetpu_2019.txt" in err, err
+    assert main(["models", "import", str(fixtures_dir / "labels"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert "ssd_mobilenet_v2_coco" in [e["name"] for e in report["complete"]]
+    assert "ssd_mobilenet_v2_coco" not in report["partial"]
