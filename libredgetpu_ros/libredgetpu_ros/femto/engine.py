@@ -14,7 +14,8 @@ Default mode is femtorun-exact (``sim_send_inputs`` / ``sim_recv_outputs`` / ``s
 changes, so a rejected event leaves the engine exactly as it was:
 
 - ``declared-order``: the inputs of an output-producing sequence are written in the order the sequence
-  lists them;
+  lists them (chained outputs, which a sequence produces and another consumes, are not the host's to
+  write: they are left out of that order);
 - ``unread-outputs``: a sequence's first input may not be written again while outputs of its previous firing
   are unread (femtorun allows B, C, B before A is read; the firmware does not);
 - complex sequences are refused at construction (not supported by the SPU library firmware).
@@ -85,7 +86,13 @@ class SequenceEngine:
             if seq.latched:
                 continue  # latched sequences fire on every write: no order to keep
             s = g.index[seq.key]
-            order = tuple(g.index[n] for n, _ in seq.inputs)
+            # The host writes only nodes no sequence produces: a chained output (``first: [P] -> [M]``,
+            # ``second: [M, Q] -> [Y]``) reaches ``second`` inside the SPU when ``first`` fires, so it is
+            # written as far as the order goes and the host's order is the rest (issue 30, failure 11:
+            # ``second`` waited for the host to write M and refused Q for ever).
+            order = tuple(n for n in (g.index[k] for k, _ in seq.inputs) if not g.pred[n])
+            if not order:
+                continue  # fed by chained outputs only: nothing the host writes
             self._order[s] = order
             self._out_edges[s] = tuple(e for e, _ in g.succ[s])
             self._pos[s] = 0

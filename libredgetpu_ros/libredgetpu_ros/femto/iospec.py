@@ -339,9 +339,10 @@ def _describe(data: dict, origin: str, graph: SequenceGraph, simple: tuple) -> I
                                         f"{_short(node)} is not a positive integer")
             sequences.append(SequenceSpec(key=key, index=len(sequences), kind=kind, inputs=ins, outputs=outs))
             for node, _ in ins:
-                if node not in inputs:
-                    warnings.append(f"{section}.{_short(key)}: input {_short(node)} is not declared; the "
-                                    "sequence can never fire")
+                produced = node in outputs and bool(graph.pred[graph.index[node]])
+                if node not in inputs and not produced:  # a chained output arrives when its producer fires
+                    warnings.append(f"{section}.{_short(key)}: input {_short(node)} is neither declared nor "
+                                    "produced by a sequence; the sequence can never fire")
     warnings.extend(graph.problems())
     for key, vec in inputs.items():
         in_output_seq = any(key in dict(s.inputs) for s in sequences if s.outputs)

@@ -68,8 +68,9 @@ class SpuClient:
     def _on_diag(self, msg: Any) -> None:
         for status in msg.status:
             if status.name.startswith(self.fqn):
-                with self.lock:
-                    self.diag.append({kv.key: kv.value for kv in status.values})
+                level = status.level if isinstance(status.level, int) else ord(status.level)
+                with self.lock:  # "_level": the status level (0 OK, 1 WARN, 2 ERROR), beside the values
+                    self.diag.append({"_level": str(level), **{kv.key: kv.value for kv in status.values}})
 
     def call(self, client: Any, request: Any) -> Any:
         assert client.wait_for_service(timeout_sec=self.wait_s), client.srv_name

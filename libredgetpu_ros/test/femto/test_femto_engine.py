@@ -195,3 +195,56 @@ def test_take_ready_serves_what_femtorun_recv_cannot(tmp_path) -> None:
             ours.recv()
         for n in ("A", "M", "P"):  # what recv would have cleared
             theirs.G.edges[next(iter(theirs.G.predecessors(n))), n]["count"] = 0
+
+
+CHAINED_SPEC = """
+inputs:
+  P: {type: input, varname: P, length: 4, precision: 16, padded_length: 4}
+  Q: {type: input, varname: Q, length: 4, precision: 16, padded_length: 4}
+outputs:
+  M: {type: output, varname: M, length: 4, precision: 16, padded_length: 4}
+  Y: {type: output, varname: Y, length: 4, precision: 16, padded_length: 4}
+simple_sequences:
+  first: {type: simple_sequence, inputs: [P], outputs: [M]}
+  second: {type: simple_sequence, inputs: [M, Q], outputs: [Y]}
+complex_sequences: {}
+"""
+
+
+@pytest.mark.parametrize("order", [("P", "Q"), ("Q", "P")])
+def test_strict_counts_a_chained_output_as_written(tmp_path, order) -> None:
+    """Issue 30, failure 11: ``first: [P] -> [M]``, ``second: [M, Q] -> [Y]``. M reaches ``second`` inside the
+    SPU when ``first`` fires; the strict tracker used to wait for the host to write M, refused Q
+    (``declared-order: expected 'M' next``) and every later P (``too-many-inputs``): 1 output of 14. Now
+    strict fires ``second`` in either order, as femtorun's own simulator does (run side by side)."""
+    femtorun = pytest.importorskip("femtorun")
+    path = tmp_path / "chained.yaml"
+    path.write_text(CHAINED_SPEC)
+    spec = load_iospec(path)
+    assert not [w for w in spec.warnings if "never fire" in w]  # `iospec check` used to say second can't
+    theirs = femtorun.IOSpec(str(path))
+    theirs.sim_reset()
+    ours = SequenceEngine(spec, strict=True)
+    produced = []
+    for _ in range(7):
+        for name in order:
+            fired = ours.send(name, atomic=True)
+            theirs.sim_send_inputs([name])
+            if name == "P":
+                assert fired[0] == "first"
+            produced += ours.take_ready()
+        assert fired[-1] == "second"
+        ready = {n for n in ("M", "Y") if theirs.G.edges[next(iter(theirs.G.predecessors(n))), n]["count"]}
+        assert ready == {"M", "Y"}  # femtorun fired both
+        for n in ready:
+            theirs.G.edges[next(iter(theirs.G.predecessors(n))), n]["count"] = 0
+    assert sorted(produced) == ["M"] * 7 + ["Y"] * 7
+    with pytest.raises(SpuSequenceError) as err:  # the host still cannot write M itself
+        ours.send("M")
+    assert err.value.rule == "not-an-input"
+
+
+def test_an_input_neither_declared_nor_produced_still_warns(tmp_path) -> None:
+    path = tmp_path / "orphan.yaml"
+    path.write_text(CHAINED_SPEC.replace("inputs: [M, Q]", "inputs: [N, Q]"))
+    assert any("input 'N' is neither declared nor produced" in w for w in load_iospec(path).warnings)

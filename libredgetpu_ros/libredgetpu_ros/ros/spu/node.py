@@ -12,7 +12,9 @@
   never reordered, and leaves the engine and the runner as they were.
 - ``~/reset`` (std_srvs/Trigger) resets the SPU and drops partial sequences; latched values are sent again.
 - Rejections are logged at most once per cause per ``_LOG_PERIOD_S`` (with the count so far); every one is
-  counted in diagnostics.
+  counted in diagnostics, which stay WARN while the last input was rejected. Counts are of the messages the
+  node received (``inputs_received``): with KEEP_LAST ``qos_depth``, DDS drops a burst it cannot queue
+  before the node sees it.
 - A femtorun-valid spec whose outputs femtorun's ``recv`` cannot serve (an output no sequence produces, one
   with two producers, one that also feeds another sequence) runs: the engine's ``take_ready`` serves every
   output with one producer, chained ones included; outputs without one producer are never published,
@@ -83,6 +85,7 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
         self.last_rejection = self.last_fault = ""
         self.rejected = 0
         self._rejections_at_last_report = 0
+        self._refusing = False  # the last input was rejected: WARN until one is accepted
 
     # ----- lifecycle ------------------------------------------------------------------------------
 
@@ -113,6 +116,7 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
         self.counters = diagnostics.Counters()
         self._log_limit = diagnostics.LogLimiter(_LOG_PERIOD_S)
         self.last_rejection, self.last_fault, self.rejected, self._rejections_at_last_report = "", "", 0, 0
+        self._refusing = False
         self._latched = {}
         for vec in spec.latched_inputs():
             name = LATCHED_PREFIX + vec.name
@@ -232,6 +236,7 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
         engine, runner = self._engine, self._runner
         if engine is None or runner is None:
             return None
+        self._refusing = True  # until this input is accepted
         try:
             q = prepare_input(values, self._inputs[name])
         except IOSpecError as exc:  # its message names the input already; ``what`` adds where it came from
@@ -243,6 +248,7 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
         except SpuSequenceError as exc:
             self._reject(exc.rule, f"{what}: {exc}")
             return None
+        self._refusing = False
         try:
             runner.send(name, q)
         except LibrEdgeTpuError as exc:  # engine and runner disagree now: start both again
@@ -260,9 +266,11 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
         return None
 
     def _on_latched_msg(self, name: str, msg: JointState) -> None:
+        self.counters.add("inputs_received")
         self._write_latched(name, values_of(msg), "topic")
 
     def _on_input(self, name: str, msg: JointState) -> None:
+        self.counters.add("inputs_received")  # what DDS delivered (a fast flood beyond qos_depth is not)
         fired = self._send(name, values_of(msg), f"input {name!r}")
         if not fired:
             return
@@ -322,7 +330,8 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
         spec, runner, cfg = self._spec, self._runner, self._cfg
         values: dict[str, object] = {
             "iospec": spec.origin if spec else "", "runner": runner.name if runner else "",
-            "strict": cfg.strict if cfg else "", "inputs_accepted": self.counters.get("inputs_accepted"),
+            "strict": cfg.strict if cfg else "", "inputs_received": self.counters.get("inputs_received"),
+            "inputs_accepted": self.counters.get("inputs_accepted"), "refusing": self._refusing,
             "outputs_published": self.counters.get("outputs_published"),
             "latched_updates": self.counters.get("latched_updates"),
             "rejected": self.rejected, "resets": self.counters.get("resets"),
@@ -344,8 +353,13 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
         new = total - self._rejections_at_last_report
         self._rejections_at_last_report = total
         faults = self.counters.get("runner_errors") + self.counters.get("sequence_errors")
-        level = diagnostics.WARN if new or faults else diagnostics.OK
-        message = f"{new} input(s) rejected: {self.last_rejection}" if new else "running"
+        level = diagnostics.WARN if new or faults or self._refusing else diagnostics.OK
+        if new:
+            message = f"{new} input(s) rejected: {self.last_rejection}"
+        elif self._refusing:  # a stream the sequence refuses stays WARN until an input is accepted again
+            message = f"inputs refused: the last one was rejected ({self.last_rejection})"
+        else:
+            message = "running"
         status = diagnostics.status(f"{self.get_fully_qualified_name()}: spu", self._runner.name
                                     if self._runner else "", level, message, self.diagnostics_values())
         self._diag_pub.publish(diagnostics.array(self.get_clock().now().to_msg(), [status]))
