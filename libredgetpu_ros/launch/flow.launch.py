@@ -6,9 +6,9 @@
     ros2 launch libredgetpu_ros flow.launch.py fov_deg:=90 backend:=cpu rviz:=true
 
 Without ``params_file`` the installed ``config/flow.yaml`` is used; ``model``, ``backend``, ``fov_deg``,
-``search_range`` and ``image_reliability``, when given, override it. With autostart the launch emits
-configure, then activate once the node reports ``inactive``; without it: ``ros2 lifecycle set /flow
-configure``.
+``search_range``, ``image_reliability`` and ``transport`` (raw | compressed: ``<image>/compressed``), when
+given, override it. With autostart the launch emits configure, then activate once the node reports
+``inactive``; without it: ``ros2 lifecycle set /flow configure``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from libredgetpu_ros.ros.launching import (
     lifecycle_launch,
 )
 
-OVERRIDES = ("model", "backend", "fov_deg", "search_range", "image_reliability")
+OVERRIDES = ("model", "backend", "fov_deg", "search_range", "image_reliability", "transport")
 
 
 def generate_launch_description() -> LaunchDescription:

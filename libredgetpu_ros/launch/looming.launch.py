@@ -6,8 +6,9 @@
     ros2 launch libredgetpu_ros looming.launch.py model:=looming_64x64_3x3 backend:=cpu rviz:=true
 
 Without ``params_file`` the installed ``config/looming.yaml`` is used; ``model`` (the node's ``template``
-parameter), ``backend`` and ``image_reliability``, when given, override it. With autostart the launch
-configures the node, then activates it once it reports ``inactive`` (once, at start).
+parameter), ``backend`` ``image_reliability`` and ``transport`` (raw | compressed: ``<image>/compressed``),
+when given, override it. With autostart the launch configures the node, then activates it once it reports
+``inactive`` (once, at start).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from libredgetpu_ros.ros.launching import (
 )
 from libredgetpu_ros.ros.robotics.params import LOOMING_PARAMS
 
-OVERRIDES = ("model", "backend", "image_reliability")
+OVERRIDES = ("model", "backend", "image_reliability", "transport")
 RENAMED = {"model": "template"}  # launch argument -> the node parameter it sets
 
 

@@ -8,11 +8,11 @@
     libredgetpu-ros models fetch ssd_mobilenet_v2_coco                 # once (offline: models import DIR)
     ros2 launch libredgetpu_ros perception.launch.py task:=detect      # config/perception_detect.yaml
 
-``model``, ``backend``, ``task``, ``labels``, ``image_reliability`` and ``require_accelerator``, when given,
-override the params file (default: the installed ``config/perception_<task>.yaml`` of ``task:=``, PoseNet's
-``perception_pose.yaml`` without one); a model is a catalogue
-name (``libredgetpu-ros models list``) or a path. A model that is not there fails configure with the command
-that fetches it in the log, and the node stays ``unconfigured``.
+``model``, ``backend``, ``task``, ``labels``, ``image_reliability``, ``transport`` (raw | compressed:
+``<image>/compressed``) and ``require_accelerator``, when given, override the params file (default: the
+installed ``config/perception_<task>.yaml`` of ``task:=``, PoseNet's ``perception_pose.yaml`` without one); a
+model is a catalogue name (``libredgetpu-ros models list``) or a path. A model that is not there fails
+configure with the command that fetches it in the log, and the node stays ``unconfigured``.
 
 With autostart the launch emits configure, then activate if that configure succeeded -- once: a later
 configure (after deactivate -> cleanup) leaves the node ``inactive``. Without it, drive it yourself:
@@ -33,7 +33,7 @@ from libredgetpu_ros.ros.launching import (
 )
 from libredgetpu_ros.ros.perception.params import PARAMS
 
-OVERRIDES = ("model", "backend", "task", "labels", "image_reliability", "require_accelerator")
+OVERRIDES = ("model", "backend", "task", "labels", "image_reliability", "transport", "require_accelerator")
 
 
 def params_file(context: LaunchContext) -> str:

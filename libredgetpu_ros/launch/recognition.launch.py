@@ -6,10 +6,10 @@ after `source tools/env.sh`.
     ros2 launch libredgetpu_ros recognition.launch.py database:=/path/places.npz backend:=cpu
 
 Without ``params_file`` the installed ``config/recognition.yaml`` is used; ``model`` (the embedding
-extractor), ``backend``, ``database`` and ``image_reliability``, when given, override it. With autostart
-the launch configures the node, then activates it once it reports ``inactive`` (once, at start); enrol what
-the camera sees with ``ros2 service call /recognition/enroll libredgetpu_ros_interfaces/srv/Enroll
-"{label: kitchen}"``.
+extractor), ``backend``, ``database`` ``image_reliability`` and ``transport`` (raw | compressed:
+``<image>/compressed``), when given, override it. With autostart the launch configures the node, then
+activates it once it reports ``inactive`` (once, at start); enrol what the camera sees with ``ros2 service
+call /recognition/enroll libredgetpu_ros_interfaces/srv/Enroll "{label: kitchen}"``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from libredgetpu_ros.ros.launching import (
 )
 from libredgetpu_ros.ros.recognition.params import RECOGNITION_PARAMS
 
-OVERRIDES = ("model", "backend", "database", "image_reliability")
+OVERRIDES = ("model", "backend", "database", "image_reliability", "transport")
 
 
 def generate_launch_description() -> LaunchDescription:

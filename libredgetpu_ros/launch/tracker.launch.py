@@ -5,10 +5,11 @@
         namespace:=front_camera image:=/front_camera/image_raw autostart:=true
     ros2 launch libredgetpu_ros tracker.launch.py model:=color_red_64x64 color:=green backend:=cpu rviz:=true
 
-Without ``params_file`` the installed ``config/tracker_spot.yaml`` is used; ``model`` (the node's
-``template`` parameter: a *_edgetpu.tflite or a fixture name such as color_red_64x64), ``backend``,
-``module``, ``color``, ``template_patch`` and ``image_reliability``, when given, override it. With autostart
-the launch configures the node, then activates it once it reports ``inactive`` (once, at start).
+Without ``params_file`` the installed ``config/tracker_spot.yaml`` is used; ``model`` (the node's ``template``
+parameter: a *_edgetpu.tflite or a fixture name such as color_red_64x64), ``backend``, ``module``, ``color``,
+``template_patch`` ``image_reliability`` and ``transport`` (raw | compressed: ``<image>/compressed``), when
+given, override it. With autostart the launch configures the node, then activates it once it reports
+``inactive`` (once, at start).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from libredgetpu_ros.ros.launching import (
 )
 from libredgetpu_ros.ros.robotics.params import TRACKER_PARAMS
 
-OVERRIDES = ("model", "backend", "module", "color", "template_patch", "image_reliability")
+OVERRIDES = ("model", "backend", "module", "color", "template_patch", "image_reliability", "transport")
 RENAMED = {"model": "template"}  # launch argument -> the node parameter it sets
 
 

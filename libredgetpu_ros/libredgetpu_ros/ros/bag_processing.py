@@ -61,6 +61,12 @@ class NodeConfig:
             topic = f"{self.name}{topic[1:]}"
         return f"{self.namespace}/{topic}"
 
+    def input_topic(self) -> str:
+        """The camera topic the live node reads (``transport`` compressed: ``<input_topic>/compressed``)."""
+        from libredgetpu_ros.ros.camera.params import input_subscription
+
+        return input_subscription(self.params, self.resolve(self.params.input_topic))[0]
+
     def resolve(self, topic: str) -> str:
         """A topic name as the node resolves it: relative names go into the namespace, then the first
         remapping whose expanded name matches applies (rcl's rule)."""
@@ -260,8 +266,7 @@ class BagProcessor:
                 if conn.msgtype not in types:
                     types.append(conn.msgtype)
             image_topics = {t: types for t, types in all_topics.items() if set(types) & set(IMAGE_TYPES)}
-            chosen = _pick_topics(image_topics, topics, self.config.resolve(self.config.params.input_topic),
-                                  input_bag)
+            chosen = _pick_topics(image_topics, topics, self.config.input_topic(), input_bag)
             total = sum(c.msgcount for c in reader.connections if c.topic in chosen)
         finally:
             reader.close()

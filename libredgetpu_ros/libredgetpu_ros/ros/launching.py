@@ -158,8 +158,14 @@ def rviz(launch_name: str, condition: SomeSubstitutionsType = RVIZ) -> OpaqueFun
 
 
 IMAGE = LaunchConfiguration("image")
-CAMERA_ARGUMENT: ArgumentTable = {"image": ("image_raw", "camera topic remapped onto the node's input topic")}
-# A camera node's raw and compressed inputs follow the one ``image`` argument (image_transport's naming).
+CAMERA_ARGUMENT: ArgumentTable = {
+    "image": ("image_raw", "camera topic remapped onto the node's input topic (the raw one, as "
+                           "image_transport names it)"),
+    "transport": ("", "raw | compressed: compressed reads sensor_msgs/CompressedImage on <image>/compressed "
+                      "(image_transport's naming); '' = the params file's"),
+}
+# A camera node's raw and compressed inputs follow the one ``image`` argument (image_transport's naming). The
+# ``transport`` argument is one of each camera launch file's overrides (the node parameter of that name).
 CAMERA_REMAPPINGS = (("image_raw", IMAGE), ("image_raw/compressed", [IMAGE, "/compressed"]))
 PARAMS_FILE = LaunchConfiguration("params_file")
 

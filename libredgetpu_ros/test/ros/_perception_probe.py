@@ -11,9 +11,12 @@ MODEL = "classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite"
 LABELS = "labels/imagenet_labels.txt"
 
 
-def bringup_classifier(ros_env, fixture_path, input_type: str, topic: str, labels: bool = False):
-    """``bringup`` of a CPU classifier named ``classifier`` in namespace ``cam`` reading ``topic``."""
+def bringup_classifier(ros_env, fixture_path, input_type: str, topic: str, labels: bool = False,
+                       transport: str = ""):
+    """``bringup`` of a CPU classifier named ``classifier`` in namespace ``cam`` reading ``topic`` (the
+    deprecated ``input_type`` when given, else ``transport``)."""
     label_line = f"      labels: {fixture_path(LABELS)}\n" if labels else ""
+    type_line = f"      input_type: {input_type}\n" if input_type else f"      transport: {transport}\n"
     return ros_env.spawn_bringup(
         "nodes:\n"
         "  - type: perception\n"
@@ -24,7 +27,7 @@ def bringup_classifier(ros_env, fixture_path, input_type: str, topic: str, label
         "      backend: cpu\n"
         f"{label_line}"
         f"      input_topic: {topic}\n"
-        f"      input_type: {input_type}\n"
+        f"{type_line}"
         "      score_threshold: 0.0\n"
         "      diagnostics_period: 0.2\n")
 

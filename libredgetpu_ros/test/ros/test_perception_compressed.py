@@ -1,4 +1,5 @@
-"""The perception node on a compressed camera (`input_type: compressed`), across processes over real DDS.
+"""The perception node on a compressed camera (`transport: compressed`, image_transport's naming: it reads
+`<input_topic>/compressed`), across processes over real DDS.
 
 `config/perception_classify.yaml` subscribes to `image_raw/compressed` by default; this checks that path live:
 JPEG and PNG frames in, the same classes as the in-process pipeline on the decoded pixels, received by a plain
@@ -20,7 +21,7 @@ def test_compressed_frames_are_classified_like_the_pipeline(ros_env, fixture_pat
     from libredgetpu_ros.perception.pipeline import PerceptionPipeline
     from sensor_msgs.msg import CompressedImage
 
-    proc = bringup_classifier(ros_env, fixture_path, "compressed", "image_raw/compressed", labels=True)
+    proc = bringup_classifier(ros_env, fixture_path, "", "image_raw", labels=True, transport="compressed")
     probe = Probe(ros_env, proc, CompressedImage, "/cam/image_raw/compressed")
 
     rgb = load_image(fixture_path("images/cat.bmp"))

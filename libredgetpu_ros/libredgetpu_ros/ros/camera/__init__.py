@@ -36,7 +36,8 @@ Subclass API (the perception node, ``ros/perception/node.py``, is the reference 
 
 What the base does, so a subclass does not:
 
-- parameters: one table (own + ``IMAGE_PARAMS``: ``input_topic``, ``input_type`` raw|compressed,
+- parameters: one table (own + ``IMAGE_PARAMS``: ``input_topic``, ``transport`` raw|compressed (reads
+  ``<input_topic>/compressed``, image_transport's naming; ``input_type``: its deprecated predecessor),
   ``image_reliability`` auto|best_effort|reliable, ``max_image_pixels``, ``input_timeout``,
   ``diagnostics_period``) declared with descriptors; choices, ranges and "applied on configure" enforced on
   every set; ``self.params`` is the values dataclass;

@@ -61,7 +61,7 @@ from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.camera import qos as image_qos
 from libredgetpu_ros.ros.camera import report
 from libredgetpu_ros.ros.camera.intake import Frame, FrameStats, Intake
-from libredgetpu_ros.ros.camera.params import ImageParams
+from libredgetpu_ros.ros.camera.params import ImageParams, input_subscription
 from libredgetpu_ros.ros.image_msgs import BadImage, to_rgb
 from libredgetpu_ros.ros.params import ParamTable
 from libredgetpu_ros.ros.services import create_guarded_service
@@ -295,16 +295,18 @@ class CameraNode(LifecycleNode):
     # -- subscription ---------------------------------------------------------------------------------------
 
     def _input_topic(self) -> str:
-        return self.resolve_topic_name(self.params.input_topic)
+        return input_subscription(self.params, self.resolve_topic_name(self.params.input_topic))[0]
 
     def _publisher_reliabilities(self) -> list[str]:
         return image_qos.publisher_reliabilities(self.get_publishers_info_by_topic(self._input_topic()))
 
     def _subscribe(self) -> None:
         p: ImageParams = self.params
-        msg_type = CompressedImage if p.input_type == "compressed" else Image
+        topic, compressed = input_subscription(p, self.resolve_topic_name(p.input_topic))
+        msg_type = CompressedImage if compressed else Image
         reliability, why = image_qos.choose_reliability(p.image_reliability, self._publisher_reliabilities())
-        topic = self._input_topic()
+        if p.input_type:
+            self.get_logger().warning(f"input_type is deprecated: use transport (input_type={p.input_type})")
         events = SubscriptionEventCallbacks(message_lost=self._intake.on_message_lost,
                                             incompatible_qos=self._on_incompatible, matched=self._on_matched)
         self._sub = self.create_subscription(msg_type, topic, self._on_image,
@@ -489,7 +491,7 @@ class CameraNode(LifecycleNode):
         self.get_logger().warning(
             f"no frame on {topic} for {now - self._silence_since:.0f} s ({n_publishers} publisher(s), "
             f"subscribed {self._sub_reliability}); image topics that exist: {', '.join(topics) or 'none'}. "
-            f"Remap {self.params.input_topic} or set input_topic / input_type")
+            f"Remap {self.params.input_topic} or set input_topic / transport")
 
     def _publish_diagnostics(self) -> None:
         if self._diag_pub is None:

@@ -1,4 +1,5 @@
-"""The image parameters every camera node shares, merged with a node's own into one ``ParamTable``."""
+"""The image parameters every camera node shares, merged with a node's own into one ``ParamTable``, and the
+topic and message type they make the node read (:func:`input_subscription`, image_transport's naming)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ class ImageParams:
     """The shared image parameters; a node's values dataclass derives from this one and adds its own."""
 
     input_topic: str
+    transport: str
     input_type: str
     image_reliability: str
     max_image_pixels: int
@@ -22,11 +24,32 @@ class ImageParams:
     diagnostics_period: float
 
 
+TRANSPORTS = ("raw", "compressed")
+DEPRECATED_PARAMS = frozenset({"input_type"})  # accepted for old configs; shipped files leave them out
+
+
+def input_subscription(params: ImageParams, resolved_topic: str) -> tuple[str, bool]:
+    """(topic the node subscribes to, whether it carries CompressedImage) for ``input_topic`` resolved by
+    the node (namespace and remappings applied): with ``transport`` compressed, ``<topic>/compressed`` as
+    image_transport's subscriber does, so remapping the raw topic moves both; a deprecated ``input_type``
+    takes the topic as given."""
+    if params.input_type:
+        return resolved_topic, params.input_type == "compressed"
+    if params.transport == "compressed":
+        return f"{resolved_topic.rstrip('/')}/compressed", True
+    return resolved_topic, False
+
+
 IMAGE_PARAMS: tuple[ParamSpec, ...] = (
-    ParamSpec("input_topic", "image_raw", "Camera topic (remap it, or set e.g. image_raw/compressed).",
+    ParamSpec("input_topic", "image_raw", "Camera topic, the raw one as image_transport names it (remap it; "
+              "transport compressed reads <input_topic>/compressed).", mutability="read_only"),
+    ParamSpec("transport", "raw", "image_transport of the camera: raw reads sensor_msgs/Image on "
+              "input_topic, compressed reads sensor_msgs/CompressedImage (JPEG/PNG) on "
+              "<input_topic>/compressed, decoded within max_image_pixels.", choices=TRANSPORTS,
               mutability="read_only"),
-    ParamSpec("input_type", "raw", "sensor_msgs/Image (raw) or sensor_msgs/CompressedImage (compressed).",
-              choices=("raw", "compressed"), mutability="read_only"),
+    ParamSpec("input_type", "", "Deprecated, use transport: raw or compressed reads input_topic itself as "
+              "that type (e.g. image_raw/compressed); '' (default) follows transport.",
+              choices=("", *TRANSPORTS), mutability="read_only"),
     ParamSpec("image_reliability", "auto", "Reliability of the image subscription: auto matches the "
               "publishers found on the topic (reliable when all of them are, else best_effort; re-checked "
               "when a publisher comes or goes); best_effort or reliable force it (docs/perception_node.md "
