@@ -53,6 +53,8 @@ class LaunchCase:
     set for the launch (both scenarios); ``good_arguments`` / ``broken_arguments``: launch arguments of one
     scenario only (e.g. ``model:=`` over a params file whose model is missing). ``autostart_once``: check
     that autostart does not act again. ``check(result)``: assertions on the first result (what it must hold).
+    ``also``: (message type, topic, latched) of further outputs that must each carry a message (latched:
+    subscribed transient local, for a message published once, like ``label_info``).
     """
 
     launch_file: str
@@ -70,6 +72,7 @@ class LaunchCase:
     broken_arguments: dict[str, str] = field(default_factory=dict)
     autostart_once: bool = False
     check: Callable[[Any], None] | None = None
+    also: tuple[tuple[type, str, bool], ...] = ()
 
 
 def _params_file(key: str, params: dict[str, Any]) -> str:
@@ -157,12 +160,16 @@ class Probe:
         answer = self._call(GetParameters, f"{node}/get_parameters", GetParameters.Request(names=names))
         return {n: parameter_value_to_python(v) for n, v in zip(names, answer.values, strict=True)}
 
-    def wait_for_result(self, msg_type: type, topic: str, publish: Callable[[], None]) -> Any:
-        """Publish inputs until one result arrives on ``topic`` (discovery decides when the first gets in)."""
-        from rclpy.qos import qos_profile_sensor_data
+    def wait_for_result(self, msg_type: type, topic: str, publish: Callable[[], None],
+                        latched: bool = False) -> Any:
+        """Publish inputs until one result arrives on ``topic`` (discovery decides when the first gets in);
+        ``latched``: subscribe reliable + transient local (a message published once, before we joined)."""
+        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 
         got: list[Any] = []
-        sub = self.node.create_subscription(msg_type, topic, got.append, qos_profile_sensor_data)
+        qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                         durability=DurabilityPolicy.TRANSIENT_LOCAL) if latched else qos_profile_sensor_data
+        sub = self.node.create_subscription(msg_type, topic, got.append, qos)
         try:
             deadline = time.monotonic() + WAIT_S
             while not got and time.monotonic() < deadline:
@@ -215,6 +222,8 @@ def launch_tests(case: LaunchCase) -> tuple[Callable[..., Any], type, type]:
             result = self.probe.wait_for_result(msg_type, topic, publish)
             if case.check is not None:
                 case.check(result)
+            for msg_type, topic, latched in case.also:
+                self.probe.wait_for_result(msg_type, topic, publish, latched=latched)
             if case.autostart_once:
                 # A supervisor takes the node down and configures it again: autostart must not activate it
                 # (its handler used to fire on every configure; the supervisor's own activate then failed).
