@@ -5,8 +5,9 @@ private model cache, ``LIBREDGETPU_ROS_MODELS``), then ``perception.launch.py ta
 ``params_file:=`` the launch takes the shipped ``config/perception_detect.yaml`` (catalogue model
 ``ssd_mobilenet_v2_coco``, backend auto -> the CPU twin), the node reaches ``active``, and a photo of a cat
 published on the remapped camera topic comes back as a ``vision_msgs/Detection2DArray`` whose best detection
-is class 16 ("cat") over the cat. The broken launch adds ``require_accelerator:=true``: configure must fail
-saying the model would run on the CPU, and the node stays ``unconfigured``.
+is class 16 ("cat") over the cat; LabelInfo (latched), markers and the annotated image are published too.
+The broken launch adds ``require_accelerator:=true``: configure must fail saying the model would run on the
+CPU, and the node stays ``unconfigured``.
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ def _cat_detected(msg: Any) -> None:
 
 
 def _case() -> LaunchCase:
-    from vision_msgs.msg import Detection2DArray
+    from sensor_msgs.msg import Image
+    from vision_msgs.msg import Detection2DArray, LabelInfo
+    from visualization_msgs.msg import MarkerArray
 
     return LaunchCase(
         launch_file="perception.launch.py",
@@ -70,6 +73,10 @@ def _case() -> LaunchCase:
         environment={"LIBREDGETPU_ROS_MODELS": _cache()},
         broken_arguments={"require_accelerator": "true"},
         check=_cat_detected,
+        # the rest of what the shipped config publishes: the label map (once, latched), boxes as markers and
+        # the annotated frame
+        also=((LabelInfo, "/lt/label_info", True), (MarkerArray, "/lt/markers", False),
+              (Image, "/lt/annotated", False)),
     )
 
 
