@@ -69,9 +69,10 @@ def _identical(a: training.Outcome, b: training.Outcome) -> bool:
 
 
 async def run_one(workload: str, problem: training.Problem, seed: int,
-                  impairment: proxy.Impairment = HARSH) -> ImpairedRun:
-    """One training run through the proxy against a fresh in-process worker; never raises."""
-    core = WorkerCore(WorkerConfig(learning_rate=training.LEARNING_RATE))
+                  impairment: proxy.Impairment = HARSH, key: bytes | None = None) -> ImpairedRun:
+    """One training run through the proxy against a fresh in-process worker (HMAC tags and challenged
+    claims with ``key``); never raises."""
+    core = WorkerCore(WorkerConfig(learning_rate=training.LEARNING_RATE), key=key)
     stop = asyncio.Event()
     ready: asyncio.Future = asyncio.get_running_loop().create_future()
     server = asyncio.ensure_future(serve(core, "127.0.0.1", 0, stop, ready.set_result))
@@ -82,7 +83,7 @@ async def run_one(workload: str, problem: training.Problem, seed: int,
     error, outcome = "", None
     try:
         outcome = await asyncio.wait_for(
-            training.train_remote(front, problem, pipeline=1, retries=HARSH_RETRIES), RUN_DEADLINE_S)
+            training.train_remote(front, problem, pipeline=1, retries=HARSH_RETRIES, key=key), RUN_DEADLINE_S)
     except Exception as exc:  # a run that fails is reported as such, with why
         error = f"{type(exc).__name__}: {exc}"
     seconds = time.monotonic() - t0
@@ -94,8 +95,15 @@ async def run_one(workload: str, problem: training.Problem, seed: int,
                        outcome.retransmissions if outcome else -1, dict(p.stats), core.stats.as_dict(), error)
 
 
-async def run_seeds(seeds: list[int], names: list[str] | None = None) -> list[ImpairedRun]:
-    """Every workload (or ``names``) for every seed, all at once."""
+KEY = b"harsh-network-key"
+
+
+async def run_seeds(seeds: list[int], names: list[str] | None = None,
+                    keyed: tuple[str, ...] = ()) -> list[ImpairedRun]:
+    """Every workload (or ``names``) for every seed, all at once; the ``keyed`` workloads once more with a
+    shared key (their ``workload`` ends in " (HMAC)")."""
     jobs = [run_one(name, problem, seed) for seed in seeds
             for name, problem in workloads(seed).items() if names is None or name in names]
+    jobs += [run_one(f"{name} (HMAC)", workloads(seed)[name], seed, key=KEY) for seed in seeds
+             for name in keyed]
     return list(await asyncio.gather(*jobs))
