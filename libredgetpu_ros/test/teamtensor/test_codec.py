@@ -8,8 +8,16 @@ import zlib
 import numpy as np
 import pytest
 from libredgetpu_ros.errors import ProtocolError
-from libredgetpu_ros.teamtensor import datagrams, packets
-from libredgetpu_ros.teamtensor.model import ModelSpec, conv2d, decode_model, encode_model, linear, plain
+from libredgetpu_ros.teamtensor import datagrams, nn, packets
+from libredgetpu_ros.teamtensor.model import (
+    ModelSpec,
+    conv2d,
+    decode_descriptor,
+    decode_model,
+    encode_model,
+    linear,
+    plain,
+)
 from libredgetpu_ros.teamtensor.tensors import decode_samples, decode_tensor, encode_samples, encode_tensor
 from libredgetpu_ros.teamtensor.wire import DEFAULT_WIRE, LayerCode, Metric, Reader, WireFormat
 
@@ -112,6 +120,30 @@ def test_model_descriptor_round_trip_and_layout():
     back = decode_model(r)
     r.done()
     assert _models_equal(back, model)
+
+
+def test_a_bias_less_descriptor_is_the_seed_framings_only():
+    """The seed's Linear/Conv2D bytes (weights only): decoded with a zero, untrained bias under the seed
+    framing and encoded back the same way (issue 30, failure 10); the reliable framing keeps one layout."""
+    seed = WireFormat(framing="seed")
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    f = np.ones((2, 1, 3, 3), np.float32)
+    desc = (bytes([3, LayerCode.CONV2D]) + bytes.fromhex("00000001" "00000001" "00000004" "00000004")
+            + encode_tensor(f, seed) + bytes([LayerCode.FLATTEN, LayerCode.LINEAR]) + encode_tensor(w, seed)
+            + bytes([1, Metric.MSE]))
+    model = decode_descriptor(Reader(desc, "m"), seed)
+    assert [ly.has_bias for ly in model.layers if ly.trainable] == [False, False]
+    assert not model.layers[2].bias.any() and model.layers[2].bias.shape == (2,)
+    assert encode_model(model, seed) == desc
+    with pytest.raises(ProtocolError):
+        decode_descriptor(Reader(desc, "m"), DEFAULT_WIRE)
+    x, t = np.ones((4, 3), np.float32), np.full((4, 2), 5.0, np.float32)
+    nn.train_step(model := ModelSpec([linear(w)], [Metric.MSE]), x, t, 0.1, 2)
+    assert model.layers[0].bias.any()  # ours trains its bias ...
+    seed_linear = bytes([1, LayerCode.LINEAR]) + encode_tensor(w, seed) + bytes([1, Metric.MSE])
+    seed_model = decode_descriptor(Reader(seed_linear, "m"), seed)
+    nn.train_step(seed_model, x, t, 0.1, 2)
+    assert not seed_model.layers[0].bias.any()  # ... the seed's Linear computes W·x: its bias stays zero
 
 
 def _every_request() -> list[packets.Request]:
