@@ -94,9 +94,29 @@ def _existing_folder(final: Path) -> Path:
     return folder
 
 
+def _final_kind(final: Path) -> int | None:
+    """``final``'s ``lstat`` mode (None: absent); a FIFO, device or socket is refused: the rename would
+    replace it (as root, ``/dev/null`` replaced by a file would be the write)."""
+    import stat
+
+    try:
+        mode = os.lstat(final).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # a name too long, a loop: the temporary beside it could not be made either
+        raise OutputError(f"cannot write {_shown(final)}: {exc.strerror or exc}") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISDIR(mode)):
+        raise OutputError(f"cannot write {_shown(final)}: it is a FIFO, device or socket, not replaced")
+    return mode
+
+
 def _checked_folder(final: Path) -> Path:
+    """The folder of a file to write; ``final`` may be missing, a regular file or a symlink (replaced)."""
+    import stat
+
     folder = _existing_folder(final)
-    if final.is_dir() and not final.is_symlink():
+    mode = _final_kind(final)
+    if mode is not None and stat.S_ISDIR(mode):
         raise OutputError(f"cannot write {_shown(final)}: it is a folder")
     return folder
 
@@ -256,6 +276,7 @@ def _publish(tmp: Path, final: Path) -> None:
 def _atomic_target(path: str | os.PathLike, *, make_folder: bool) -> Iterator[Path]:
     final = Path(path)
     folder = _existing_folder(final)
+    _final_kind(final)
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name[:200]}.", suffix=".tmp", dir=folder))
         if not make_folder:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -190,3 +191,14 @@ def test_commit_file_publishes_a_kept_temporary(tmp_path):
     with pytest.raises(OutputError, match="cannot write"):
         atomicio.commit_file(part, out)  # the temporary is gone: typed, the published file untouched
     assert out.read_bytes() == b"new model"
+
+
+def test_a_fifo_or_device_is_never_replaced(tmp_path):
+    """A write aimed at a FIFO (or, as root, at /dev/null: a service request's path) is refused before
+    anything is written; before, the rename replaced the FIFO / device node with a regular file."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for write in (lambda p: atomic_write_bytes(p, b"x"), lambda p: atomic_path(p).__enter__()):
+        with pytest.raises(OutputError, match="FIFO, device or socket, not replaced"):
+            write(fifo)
+        assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and _leftovers(tmp_path) == []

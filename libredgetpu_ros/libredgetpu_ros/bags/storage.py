@@ -25,7 +25,13 @@ def open_reader(path: str | Path) -> Any:
     from libredgetpu_ros.bags.salvage import unfinished_hint
 
     path = Path(path)
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError as exc:  # a name too long, a loop: nothing to open
+        from libredgetpu_ros.textdata import clip
+
+        raise InputError(f"bag {clip(str(path))} cannot be opened: {exc.strerror or exc}") from None
+    if not exists:
         raise InputError(f"bag {path} does not exist{unfinished_hint(path)}")
     _check_entries(path)
     reader = None

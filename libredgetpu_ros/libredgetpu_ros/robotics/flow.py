@@ -180,7 +180,7 @@ class OpticalFlow(RoboticsModule):
         template.check_sidecar("fused_pool", self.fused_pool)
         template.check_sidecar("num_filters", int(out_shape[3]))
         # the Gabor kernels' zero padding reaches this far into the frame (see KERNEL_RADIUS)
-        kernel_radius = int(template.sidecar.get("ksize", 2 * KERNEL_RADIUS + 1)) // 2
+        kernel_radius = template.int_field("ksize", 2 * KERNEL_RADIUS + 1, 1, 255) // 2
         if not self.fused_pool and not 1 <= pool_factor <= min(self.height, self.width):
             raise ConfigError(f"pool_factor must be in [1, {min(self.height, self.width)}], "
                               f"got {pool_factor}")

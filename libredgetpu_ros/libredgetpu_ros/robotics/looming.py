@@ -97,7 +97,7 @@ class LoomingDetector(RoboticsModule):
         self.template = template
         self.height, self.width, self.channels = template.image_shape
         out = template.output
-        self.zones_per_side = int(template.sidecar.get("zones", 3))
+        self.zones_per_side = template.int_field("zones", 3, 1, 255)
         if int(np.prod(out.shape)) != self.zones_per_side ** 2 or out.dtype != np.uint8:
             raise ModelFormatError(f"{template.compiled_path or template.twin_path}: output {out.name!r} is "
                                    f"{out.dtype} {out.shape}; a {self.zones_per_side}x{self.zones_per_side} "

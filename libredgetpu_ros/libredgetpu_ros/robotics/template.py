@@ -33,7 +33,7 @@ import numpy as np
 from libredgetpu_ros.backends.base import BoundaryInfo, TensorSpec, tensor_spec
 from libredgetpu_ros.errors import BackendError, ConfigError, InputError, ModelFormatError, TextDataError
 from libredgetpu_ros.reparam import ParameterSet, ParameterStore
-from libredgetpu_ros.textdata import load_json_file
+from libredgetpu_ros.textdata import clip_repr, load_json_file
 
 COMPILED_SUFFIX = "_edgetpu.tflite"
 SIDECAR_SUFFIX = "_edgetpu.json"
@@ -177,9 +177,19 @@ class RoboticsTemplate:
         if kind is int and isinstance(value, bool):
             ok = False
         if not ok:
-            raise ModelFormatError(f"{self.sidecar_path}: field {key!r} is {value!r}, expected "
+            raise ModelFormatError(f"{self.sidecar_path}: field {key!r} is {clip_repr(value)}, expected "
                                    f"{kind.__name__}")
         return float(value) if kind is float else value
+
+    def int_field(self, key: str, default: int, low: int, high: int) -> int:
+        """An optional integer sidecar field in ``low..high`` (``default`` when absent); a string, a float,
+        NaN or a value out of range is a ModelFormatError (``int()`` of it raised ValueError, or -3 zones
+        passed the shape check as (-3)^2 = 9)."""
+        value = self.sidecar.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ModelFormatError(f"{self.sidecar_path}: field {key!r} is {clip_repr(value)}, expected an "
+                                   f"integer in {low}..{high}")
+        return value
 
     def check_sidecar(self, key: str, model_value: Any) -> None:
         """Raise ModelFormatError when the sidecar has ``key`` and it disagrees with the model's value."""

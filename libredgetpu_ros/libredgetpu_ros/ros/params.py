@@ -30,6 +30,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from libredgetpu_ros.errors import ConfigError
+from libredgetpu_ros.textdata import clip_repr
 
 Mutability = Literal["runtime", "configure", "read_only"]
 T = TypeVar("T")
@@ -86,11 +87,11 @@ class ParamSpec:
     def check(self, value: Any) -> str | None:
         """Why ``value`` is not acceptable for this parameter, or None. (Ranges are checked by rclpy too.)"""
         if self.choices is not None and value not in self.choices:
-            return f"{self.name}={value!r} is not one of {', '.join(self.choices)}"
+            return f"{self.name}={clip_repr(value)} is not one of {', '.join(self.choices)}"
         if self.range is not None and not isinstance(value, bool) and isinstance(value, int | float):
             lo, hi = self.range
             if not lo <= value <= hi:
-                return f"{self.name}={value!r} is outside [{lo:g}, {hi:g}]"
+                return f"{self.name}={clip_repr(value)} is outside [{lo:g}, {hi:g}]"
         return None
 
 
@@ -194,16 +195,16 @@ def _coerce(value: Any, spec: ParamSpec) -> Any:
     default = spec.default
     if isinstance(default, tuple):
         if isinstance(value, str) or not isinstance(value, Iterable):
-            raise ConfigError(f"parameter {spec.name} must be a list of strings, got {value!r}")
+            raise ConfigError(f"parameter {spec.name} must be a list of strings, got {clip_repr(value)}")
         return tuple(str(v) for v in value)
     if isinstance(default, bool):
         if not isinstance(value, bool):
-            raise ConfigError(f"parameter {spec.name} must be true/false, got {value!r}")
+            raise ConfigError(f"parameter {spec.name} must be true/false, got {clip_repr(value)}")
         return value
     if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if type(value) is not type(default):
-        raise ConfigError(f"parameter {spec.name} must be {type(default).__name__}, got {value!r}")
+        raise ConfigError(f"parameter {spec.name} must be {type(default).__name__}, got {clip_repr(value)}")
     reason = spec.check(value)
     if reason:
         raise ConfigError(f"parameter {reason}")

@@ -345,3 +345,23 @@ def test_looming_on_the_edgetpu_path_with_scripted_device_bytes() -> None:
         assert results[2].ttc_s == pytest.approx(0.0) and results[1].tau == pytest.approx(1.5)
     finally:
         detector.close()
+
+
+@pytest.mark.parametrize("zones", [-3, float("nan"), "3", 3.0, True, 10**30])
+def test_a_bad_zones_field_in_the_sidecar_is_a_typed_error(tmp_path, zones) -> None:
+    """Issue 30 item 5: sidecar ``zones`` -3 passed the shape check ((-3)^2 = 9) and failed later in a
+    reshape, NaN raised ValueError from int(): now a ModelFormatError naming the field (the flow template's
+    ``ksize`` is read the same way)."""
+    import json
+    import shutil
+
+    from libredgetpu_ros.errors import ModelFormatError
+    from libredgetpu_ros.robotics.template import template_files
+
+    _, twin, sidecar = template_files("looming_64x64_3x3")
+    shutil.copy(twin, tmp_path / twin.name)
+    fields = json.loads(sidecar.read_text())
+    (tmp_path / sidecar.name).write_text(json.dumps({**fields, "zones": zones}))
+    template = load_template(tmp_path / twin.name)
+    with pytest.raises(ModelFormatError, match=r"field 'zones' is .*, expected an integer in 1\.\.255"):
+        LoomingDetector(template, backend="cpu")

@@ -61,12 +61,14 @@ from libredgetpu_ros.ros.control.codec import as_float32_buffer, describe_non_fi
 from libredgetpu_ros.ros.control.controller import Controller
 from libredgetpu_ros.ros.control.params import PARAM_TABLE, ControlConfig
 from libredgetpu_ros.ros.lifecycle import StateLoopNode, TeardownOnCleanup
-from libredgetpu_ros.ros.services import create_guarded_service
+from libredgetpu_ros.ros.services import MESSAGE_CHARS, create_guarded_service
 from libredgetpu_ros.ros.spinning import CompanionFault, destroy_entities, run_lifecycle_node_main
+from libredgetpu_ros.textdata import clip, clip_repr
 from libredgetpu_ros_interfaces.msg import CommandStamped
 from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
 
 NODE_NAME = "control_node"
+MAX_REQUEST_ID_CHARS = 256  # set_weights request ids: a UUID or "<name>:<session>:<count>" is < 100
 
 
 class ControlNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
@@ -269,7 +271,13 @@ class ControlNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
         swaps = self._swaps
         if req.engine not in ("", cfg.engine_name):
             resp.accepted = False
-            resp.message = f"unknown engine {req.engine!r}: this node serves {cfg.engine_name!r} (or use '')"
+            resp.message = (f"unknown engine {clip_repr(req.engine)}: this node serves {cfg.engine_name!r} "
+                            "(or use '')")
+            resp.version = int(ctl.engine.version)
+        elif len(req.request_id) > MAX_REQUEST_ID_CHARS:  # ids are recorded (1024 of them) and echoed
+            resp.accepted = False
+            resp.message = (f"request_id of {len(req.request_id)} characters, at most {MAX_REQUEST_ID_CHARS} "
+                            "accepted")
             resp.version = int(ctl.engine.version)
         else:
             with self._swap_lock:
@@ -285,7 +293,7 @@ class ControlNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
         resp.total_ms = (time.perf_counter() - t0) * 1e3
         if not resp.accepted:
             swaps.refused += 1
-            swaps.last_refusal = resp.message
+            swaps.last_refusal = clip(resp.message, MESSAGE_CHARS)
             self.get_logger().warning(f"set_weights refused: {resp.message}")
         elif req.dry_run:
             swaps.dry_runs += 1
@@ -301,7 +309,8 @@ class ControlNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
             resp.success, resp.message = False, "node is not configured"
         elif req.engine not in ("", cfg.engine_name):
             resp.success = False
-            resp.message = f"unknown engine {req.engine!r}: this node serves {cfg.engine_name!r} (or use '')"
+            resp.message = (f"unknown engine {clip_repr(req.engine)}: this node serves {cfg.engine_name!r} "
+                            "(or use '')")
         else:
             ctl.get_weights(resp)
         return resp
