@@ -7,13 +7,18 @@ pixels, and the hypothesis' 3D pose is left empty (a 2D detector has none). Pose
 ``libredgetpu_ros_interfaces/PersonPoseArray``: no standard keypoint message exists.
 
 Everything is in pixels of the input image and carries the input image's header. Markers are drawn in the
-header's frame on the plane z = 0 with the optical-frame convention (x right, y down), scaled by
-``scale`` metres per pixel, so rviz shows them over the camera's image plane.
+header's frame (the optical convention: x right, y down, z forward). Once the camera's intrinsics are known
+(:class:`ImagePlane`, from its CameraInfo) a pixel (u, v) becomes the point at ``depth`` metres that the
+camera projects onto (u, v), so rviz's Camera display overlays the markers exactly on the image and their
+size is that of the pixels at that depth; without intrinsics they lie on the plane z = 0, ``scale`` metres
+per pixel.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -102,13 +107,15 @@ def output_topics(task: str) -> list[tuple[str, type]]:
 
 
 def result_messages(header: Header, rgb: np.ndarray, result: Any, options: Any,
-                    wanted: Callable[[str], bool] | None = None) -> list[tuple[str, Any]]:
+                    wanted: Callable[[str], bool] | None = None,
+                    plane: ImagePlane | None = None) -> list[tuple[str, Any]]:
     """(relative topic, message) for one processed frame, in publishing order.
 
     The one place that decides what a frame produces: the node publishes these and ``process-bag`` writes
     them, so live and offline results are the same messages. ``options`` carries ``publish_markers``,
     ``publish_overlay``, ``publish_annotated`` and ``marker_scale`` (the node's parameters). ``wanted``
-    (topic -> bool; default: all) skips building messages for topics nobody would receive.
+    (topic -> bool; default: all) skips building messages for topics nobody would receive. ``plane``: the
+    camera's image plane for the markers (None: ``marker_scale`` metres per pixel on z = 0).
     """
     def want(topic: str) -> bool:
         return wanted is None or wanted(topic)
@@ -130,7 +137,7 @@ def result_messages(header: Header, rgb: np.ndarray, result: Any, options: Any,
             blended = overlay(rgb, colorize_mask(result.mask))
             out.append(("segmentation_overlay", rgb_to_image(blended, header)))
     if task in ("pose", "detect") and options.publish_markers and want("markers"):
-        out.append(("markers", markers_msg(header, result, scale=options.marker_scale)))
+        out.append(("markers", markers_msg(header, result, scale=options.marker_scale, plane=plane)))
     if options.publish_annotated and want("annotated"):
         from libredgetpu_ros.perception.draw import annotate
 
@@ -150,7 +157,43 @@ def _color(index: int, alpha: float = 1.0) -> ColorRGBA:
     return ColorRGBA(r=float(r), g=float(g), b=float(b), a=alpha)
 
 
-def _points(xy: np.ndarray, scale: float) -> list[Point]:
+@dataclass(frozen=True, slots=True)
+class ImagePlane:
+    """A pinhole camera's intrinsics (pixels) and the depth (m) markers are drawn at: pixel (u, v) -> the
+    optical-frame point ((u - cx) / fx * depth, (v - cy) / fy * depth, depth), which projects onto (u, v)."""
+
+    fx: float
+    fy: float
+    cx: float
+    cy: float
+    depth: float
+
+    @classmethod
+    def from_camera_info(cls, info: Any, width: int, height: int, depth: float) -> ImagePlane:
+        """From a ``sensor_msgs/CameraInfo`` (its K), scaled to a ``width`` x ``height`` frame when the
+        camera's calibration is for another resolution; ValueError for a K that is no pinhole."""
+        fx, cx, fy, cy = (float(info.k[i]) for i in (0, 2, 4, 5))
+        cal_w, cal_h = int(info.width), int(info.height)
+        if not all(math.isfinite(v) for v in (fx, fy, cx, cy)) or fx <= 0 or fy <= 0:
+            raise ValueError(f"CameraInfo K has fx={fx}, fy={fy}, cx={cx}, cy={cy}: not a pinhole camera")
+        if cal_w > 0 and cal_h > 0 and (cal_w, cal_h) != (width, height):
+            sx, sy = width / cal_w, height / cal_h
+            fx, cx, fy, cy = fx * sx, cx * sx, fy * sy, cy * sy
+        return cls(fx, fy, cx, cy, float(depth))
+
+    @property
+    def metres_per_pixel(self) -> float:
+        return self.depth / self.fx
+
+    def points(self, uv: np.ndarray) -> list[Point]:
+        d = self.depth
+        return [Point(x=(float(u) - self.cx) / self.fx * d, y=(float(v) - self.cy) / self.fy * d, z=d)
+                for u, v in uv]
+
+
+def _points(xy: np.ndarray, scale: float, plane: ImagePlane | None = None) -> list[Point]:
+    if plane is not None:
+        return plane.points(xy)
     return [Point(x=float(x) * scale, y=float(y) * scale, z=0.0) for x, y in xy]
 
 
@@ -161,8 +204,9 @@ def _marker(header: Header, ns: str, mid: int, mtype: int, lifetime: Duration) -
 
 
 def markers_msg(header: Header, result: Any, scale: float = 0.001, keypoint_threshold: float = 0.2,
-                lifetime_s: float = 1.0) -> MarkerArray:
-    """DELETEALL, then boxes + labels (LINE_STRIP + TEXT_VIEW_FACING) and skeletons (LINE_LIST + SPHERE_LIST).
+                lifetime_s: float = 1.0, plane: ImagePlane | None = None) -> MarkerArray:
+    """DELETEALL, then boxes + labels (LINE_STRIP + TEXT_VIEW_FACING) and skeletons (LINE_LIST + SPHERE_LIST),
+    on the camera's image ``plane`` when known, else on z = 0 at ``scale`` metres per pixel.
 
     Marker ids are the object's index in the result, so rviz replaces markers in place frame to frame;
     the leading DELETEALL removes objects that disappeared. ``lifetime_s`` clears markers of a stopped node.
@@ -171,6 +215,8 @@ def markers_msg(header: Header, result: Any, scale: float = 0.001, keypoint_thre
     clear = Marker(header=header, action=Marker.DELETEALL)
     out.markers.append(clear)
     lifetime = Duration(sec=int(lifetime_s), nanosec=int((lifetime_s % 1.0) * 1e9))
+    if plane is not None:
+        scale = plane.metres_per_pixel  # sizes in pixels of the image at the plane's depth
     line = 2.0 * scale  # 2 px wide lines
     for i, det in enumerate(result.detections):
         xmin, ymin, xmax, ymax = (float(v) for v in det.box)
@@ -178,11 +224,11 @@ def markers_msg(header: Header, result: Any, scale: float = 0.001, keypoint_thre
         box.scale.x = line
         box.color = _color(int(det.class_id))
         box.points = _points(np.array([[xmin, ymin], [xmax, ymin], [xmax, ymax], [xmin, ymax], [xmin, ymin]]),
-                             scale)
+                             scale, plane)
         text = _marker(header, "labels", i, Marker.TEXT_VIEW_FACING, lifetime)
         text.scale.z = 16.0 * scale
         text.color = box.color
-        text.pose.position.x, text.pose.position.y = xmin * scale, (ymin - 10.0) * scale
+        text.pose.position = _points(np.array([[xmin, ymin - 10.0]]), scale, plane)[0]
         text.text = f"{det.label or det.class_id} {det.score:.2f}"
         out.markers.extend((box, text))
     for i, pose in enumerate(result.poses):
@@ -199,11 +245,11 @@ def markers_msg(header: Header, result: Any, scale: float = 0.001, keypoint_thre
         skel.scale.x = line
         skel.color = _color(i)
         if len(bones):
-            skel.points = _points(by_id[bones.ravel(), :2], scale)
+            skel.points = _points(by_id[bones.ravel(), :2], scale, plane)
         joints = _marker(header, "keypoints", i, Marker.SPHERE_LIST, lifetime)
         joints.scale.x = joints.scale.y = joints.scale.z = 6.0 * scale
         joints.color = _color(i)
-        joints.points = _points(by_id[visible, :2], scale)
+        joints.points = _points(by_id[visible, :2], scale, plane)
         out.markers.extend((skel, joints))
     return out
 

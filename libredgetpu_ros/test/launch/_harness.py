@@ -53,8 +53,9 @@ class LaunchCase:
     set for the launch (both scenarios); ``good_arguments`` / ``broken_arguments``: launch arguments of one
     scenario only (e.g. ``model:=`` over a params file whose model is missing). ``autostart_once``: check
     that autostart does not act again. ``check(result)``: assertions on the first result (what it must hold).
-    ``also``: (message type, topic, latched) of further outputs that must each carry a message (latched:
-    subscribed transient local, for a message published once, like ``label_info``).
+    ``also``: (message type, topic, latched, accept) of further outputs that must each carry a message
+    (latched: subscribed transient local, for a message published once, like ``label_info``; ``accept``:
+    None, or what a message must satisfy to count).
     """
 
     launch_file: str
@@ -72,7 +73,7 @@ class LaunchCase:
     broken_arguments: dict[str, str] = field(default_factory=dict)
     autostart_once: bool = False
     check: Callable[[Any], None] | None = None
-    also: tuple[tuple[type, str, bool], ...] = ()
+    also: tuple[tuple[type, str, bool, Callable[[Any], bool] | None], ...] = ()
 
 
 def _params_file(key: str, params: dict[str, Any]) -> str:
@@ -161,15 +162,20 @@ class Probe:
         return {n: parameter_value_to_python(v) for n, v in zip(names, answer.values, strict=True)}
 
     def wait_for_result(self, msg_type: type, topic: str, publish: Callable[[], None],
-                        latched: bool = False) -> Any:
+                        latched: bool = False, accept: Callable[[Any], bool] | None = None) -> Any:
         """Publish inputs until one result arrives on ``topic`` (discovery decides when the first gets in);
-        ``latched``: subscribe reliable + transient local (a message published once, before we joined)."""
+        ``latched``: subscribe reliable + transient local (a message published once, before we joined);
+        ``accept``: only a message it accepts counts."""
         from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 
         got: list[Any] = []
         qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                          durability=DurabilityPolicy.TRANSIENT_LOCAL) if latched else qos_profile_sensor_data
-        sub = self.node.create_subscription(msg_type, topic, got.append, qos)
+        def take(msg: Any) -> None:
+            if accept is None or accept(msg):
+                got.append(msg)
+
+        sub = self.node.create_subscription(msg_type, topic, take, qos)
         try:
             deadline = time.monotonic() + WAIT_S
             while not got and time.monotonic() < deadline:
@@ -182,16 +188,25 @@ class Probe:
             self.node.destroy_subscription(sub)
 
 
-def camera(node: Any, rgb: Any, topic: str = "/lt/camera") -> Callable[[], None]:
+def camera(node: Any, rgb: Any, topic: str = "/lt/camera", info: Any = None) -> Callable[[], None]:
     """A ``stimulus`` for camera nodes: a publisher on ``topic`` made on ``node`` and a function that
-    publishes ``rgb`` (HxWx3 uint8) as one rgb8 Image of frame ``camera``."""
-    from sensor_msgs.msg import Image
+    publishes ``rgb`` (HxWx3 uint8) as one rgb8 Image of frame ``camera``; with ``info`` (a CameraInfo),
+    that first on ``<topic namespace>/camera_info``, as a camera driver pairs them."""
+    from sensor_msgs.msg import CameraInfo, Image
 
     msg = Image(height=rgb.shape[0], width=rgb.shape[1], encoding="rgb8", step=rgb.shape[1] * 3,
                 data=rgb.tobytes())
     msg.header.frame_id = "camera"
     pub = node.create_publisher(Image, topic, 10)
-    return lambda: pub.publish(msg)
+    if info is None:
+        return lambda: pub.publish(msg)
+    info_pub = node.create_publisher(CameraInfo, topic.rsplit("/", 1)[0] + "/camera_info", 10)
+
+    def publish() -> None:
+        info_pub.publish(info)
+        pub.publish(msg)
+
+    return publish
 
 
 def launch_tests(case: LaunchCase) -> tuple[Callable[..., Any], type, type]:
@@ -222,8 +237,8 @@ def launch_tests(case: LaunchCase) -> tuple[Callable[..., Any], type, type]:
             result = self.probe.wait_for_result(msg_type, topic, publish)
             if case.check is not None:
                 case.check(result)
-            for msg_type, topic, latched in case.also:
-                self.probe.wait_for_result(msg_type, topic, publish, latched=latched)
+            for msg_type, topic, latched, accept in case.also:
+                self.probe.wait_for_result(msg_type, topic, publish, latched=latched, accept=accept)
             if case.autostart_once:
                 # A supervisor takes the node down and configures it again: autostart must not activate it
                 # (its handler used to fire on every configure; the supervisor's own activate then failed).

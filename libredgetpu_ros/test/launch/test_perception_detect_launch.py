@@ -5,9 +5,10 @@ private model cache, ``LIBREDGETPU_ROS_MODELS``), then ``perception.launch.py ta
 ``params_file:=`` the launch takes the shipped ``config/perception_detect.yaml`` (catalogue model
 ``ssd_mobilenet_v2_coco``, backend auto -> the CPU twin), the node reaches ``active``, and a photo of a cat
 published on the remapped camera topic comes back as a ``vision_msgs/Detection2DArray`` whose best detection
-is class 16 ("cat") over the cat; LabelInfo (latched), markers and the annotated image are published too.
-The broken launch adds ``require_accelerator:=true``: configure must fail saying the model would run on the
-CPU, and the node stays ``unconfigured``.
+is class 16 ("cat") over the cat; LabelInfo (latched), markers and the annotated image are published too;
+with the camera's CameraInfo beside the image, the box marker lies on its image plane. The broken launch
+adds ``require_accelerator:=true``: configure must fail saying the model would run on the CPU, and the node
+stays ``unconfigured``.
 """
 
 from __future__ import annotations
@@ -35,11 +36,30 @@ def _cache() -> str:
     return str(folder)
 
 
+# The camera's intrinsics (published beside the image): the markers must lie on its image plane.
+FX, FY, CX, CY, W, H = 400.0, 410.0, 250.0, 175.0, 512, 341
+
+
 def _camera(node: Any) -> Callable[[], None]:
     from libredgetpu_ros.fixtures import fixture
     from libredgetpu_ros.perception.images import load_image
+    from sensor_msgs.msg import CameraInfo
 
-    return camera(node, load_image(fixture("images/cat.bmp")))
+    info = CameraInfo(width=W, height=H, k=[FX, 0.0, CX, 0.0, FY, CY, 0.0, 0.0, 1.0])
+    info.header.frame_id = "camera"
+    return camera(node, load_image(fixture("images/cat.bmp")), info=info)
+
+
+def _box_on_image_plane(msg: Any) -> bool:
+    """The cat's box marker, projected through the camera's pinhole, lands on the cat's box in pixels
+    (LiteRT: x 42..379, y 37..333), at the config's marker_depth (1 m)."""
+    boxes = [m for m in msg.markers if m.ns == "boxes" and m.id == 0 and m.points]
+    if not boxes or boxes[0].points[0].z <= 0:
+        return False  # before the CameraInfo got in: z = 0 plane
+    uv = [(FX * p.x / p.z + CX, FY * p.y / p.z + CY) for p in boxes[0].points]
+    us, vs = [u for u, _ in uv], [v for _, v in uv]
+    return (all(abs(p.z - 1.0) < 1e-9 for p in boxes[0].points) and abs(min(us) - 42) < 3
+            and abs(max(us) - 379) < 3 and abs(min(vs) - 37) < 3 and abs(max(vs) - 333) < 3)
 
 
 def _cat_detected(msg: Any) -> None:
@@ -75,8 +95,9 @@ def _case() -> LaunchCase:
         check=_cat_detected,
         # the rest of what the shipped config publishes: the label map (once, latched), boxes as markers and
         # the annotated frame
-        also=((LabelInfo, "/lt/label_info", True), (MarkerArray, "/lt/markers", False),
-              (Image, "/lt/annotated", False)),
+        also=((LabelInfo, "/lt/label_info", True, None),
+              (MarkerArray, "/lt/markers", False, _box_on_image_plane),
+              (Image, "/lt/annotated", False, None)),
     )
 
 

@@ -90,7 +90,9 @@ def test_bringup_remappings_reach_the_node(ros_env, tmp_path: Path, fixture_path
     try:
         bringup.start()
         node, = bringup.nodes
-        assert [s.topic_name for s in node.subscriptions] == ["/front_camera/color/image_raw"]
+        # the camera's CameraInfo beside its image, as image_transport pairs them (markers' image plane)
+        assert sorted(s.topic_name for s in node.subscriptions) == ["/front_camera/color/camera_info",
+                                                                    "/front_camera/color/image_raw"]
         published = {name for name, _ in node.get_publisher_names_and_types_by_node("perception", "/front")}
         assert "/front/results/classification" in published and "/front/classification" not in published
     finally:

@@ -162,6 +162,42 @@ def test_markers_deleteall_first_stable_ids_and_skeleton_geometry() -> None:
     assert all(m.header.frame_id == "camera_optical" for m in out.markers)
 
 
+def _camera_info(fx: float, fy: float, cx: float, cy: float, width: int, height: int):
+    from sensor_msgs.msg import CameraInfo
+
+    return CameraInfo(width=width, height=height, k=[fx, 0.0, cx, 0.0, fy, cy, 0.0, 0.0, 1.0])
+
+
+def test_markers_on_the_image_plane_project_back_onto_their_pixels() -> None:
+    """With the camera's intrinsics, a marker point is where the pinhole projects it onto the result's pixel
+    (what rviz's Camera display overlays on the image), at marker_depth; sizes are pixels at that depth."""
+    result = PerceptionResult(task="pose", image_size=(640, 480), backend="cpu", poses=[_pose(0.0)],
+                              detections=[Detection(1, "person", 0.9, (10.0, 20.0, 300.0, 460.0))])
+    # calibrated at 1280 x 960: the intrinsics are halved for the 640 x 480 frame
+    info = _camera_info(1100.0, 1000.0, 650.0, 470.0, 1280, 960)
+    plane = conversions.ImagePlane.from_camera_info(info, 640, 480, depth=2.5)
+    assert (plane.fx, plane.fy, plane.cx, plane.cy, plane.depth) == (550.0, 500.0, 325.0, 235.0, 2.5)
+    out = conversions.markers_msg(HEADER, result, plane=plane)
+    by_key = {(m.ns, m.id): m for m in out.markers[1:]}
+
+    def project(points) -> list[tuple[float, float]]:
+        assert all(p.z == pytest.approx(2.5) for p in points)
+        return [(550.0 * p.x / p.z + 325.0, 500.0 * p.y / p.z + 235.0) for p in points]
+
+    np.testing.assert_allclose(project(by_key[("boxes", 0)].points),
+                               [(10, 20), (300, 20), (300, 460), (10, 460), (10, 20)], atol=1e-9)
+    assert by_key[("boxes", 0)].scale.x == pytest.approx(2 * 2.5 / 550.0)  # 2 px wide at 2.5 m
+    assert project([by_key[("labels", 0)].pose.position]) == [pytest.approx((10.0, 10.0))]
+    keypoints = [(k.x, k.y) for k in _pose(0.0).keypoints]
+    np.testing.assert_allclose(project(by_key[("keypoints", 0)].points), keypoints, atol=1e-9)
+    # the same frame calibrated at its own size: used as is
+    same = conversions.ImagePlane.from_camera_info(_camera_info(550, 500, 325, 235, 640, 480), 640, 480, 1.0)
+    assert (same.fx, same.cx) == (550.0, 325.0)
+    for bad in (_camera_info(0.0, 500, 325, 235, 640, 480), _camera_info(float("nan"), 500, 325, 235, 0, 0)):
+        with pytest.raises(ValueError, match="not a pinhole camera"):
+            conversions.ImagePlane.from_camera_info(bad, 640, 480, 1.0)
+
+
 def test_overlay_blend_matches_float_reference() -> None:
     colors = RNG.integers(0, 256, size=RGB.shape, dtype=np.uint8)
     got = conversions.overlay(RGB, colors, alpha=0.5)

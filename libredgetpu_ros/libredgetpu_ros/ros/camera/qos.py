@@ -65,3 +65,7 @@ class QosIncompatibility:
             self.count += change
             kind = event.last_policy_kind
             self.policy = getattr(kind, "name", str(kind)).removeprefix("RMW_QOS_POLICY_")  # "RELIABILITY"
+
+
+# A camera's CameraInfo: the newest only, best effort so that reliable and best-effort publishers both match.
+CAMERA_INFO_QOS = QoSProfile(depth=1, reliability=QoSReliabilityPolicy.BEST_EFFORT)

@@ -35,13 +35,13 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from rclpy.qos import QoSProfile, QoSReliabilityPolicy
 from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
 from libredgetpu_ros.errors import ConfigError
 from libredgetpu_ros.ros.camera import CameraNode, Frame
+from libredgetpu_ros.ros.camera.qos import CAMERA_INFO_QOS
 from libredgetpu_ros.ros.flow.messages import FLOW_OUTPUTS, centre_pixels, flow_messages, stamp_seconds
 from libredgetpu_ros.ros.flow.params import PARAMS
 
@@ -51,7 +51,6 @@ __all__ = ["CAMERA_INFO_QOS", "FlowNode", "centre_pixels", "open_compass", "stam
 _RUNTIME_FLOW = ("temperature", "min_texture", "min_confidence", "min_margin", "max_gap")
 # Reasons a pair has no estimate because of the scene (diagnostics warn when most pairs have one).
 _SCENE_REASONS = ("low_texture", "low_confidence", "ambiguous")
-CAMERA_INFO_QOS = QoSProfile(depth=1, reliability=QoSReliabilityPolicy.BEST_EFFORT)  # matches either
 
 
 def open_compass(p: Any) -> Any:

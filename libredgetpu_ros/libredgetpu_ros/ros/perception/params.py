@@ -37,6 +37,8 @@ class PerceptionParams(ImageParams):
     publish_annotated: bool
     publish_overlay: bool
     marker_scale: float
+    marker_depth: float
+    camera_info_topic: str
 
 
 PARAMS = camera_param_table([
@@ -64,8 +66,14 @@ PARAMS = camera_param_table([
               mutability="runtime"),
     ParamSpec("publish_overlay", False, "Publish the colourised mask blended over the input (segmentation).",
               mutability="runtime"),
-    ParamSpec("marker_scale", 0.001, "Marker size in metres per image pixel (rviz).",
+    ParamSpec("marker_scale", 0.001, "Marker size in metres per image pixel (rviz) until a CameraInfo "
+              "arrives; then markers lie on the camera's image plane at marker_depth.",
               range=(1e-6, 1.0), mutability="runtime"),
+    ParamSpec("marker_depth", 1.0, "Depth in metres of the image plane markers are drawn on once the "
+              "camera's CameraInfo is known (they overlay the image in rviz's Camera display; an object's "
+              "real depth when one is known).", range=(0.01, 1000.0), mutability="runtime"),
+    ParamSpec("camera_info_topic", "", "CameraInfo topic of the camera (markers on its image plane); empty: "
+              "camera_info beside the image topic, as image_transport pairs them.", mutability="read_only"),
 ], PerceptionParams)
 
 # The label map (vision_msgs/LabelInfo) is published once per configure; transient-local keeps it for late
