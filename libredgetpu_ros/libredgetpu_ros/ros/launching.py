@@ -149,7 +149,10 @@ def rviz(launch_name: str, condition: SomeSubstitutionsType = RVIZ) -> OpaqueFun
                     ExecuteProcess(cmd=[executable], output="screen")]
         from libredgetpu_ros.ros.rviz_config import write_namespaced
 
-        config = str(write_namespaced(config, context.launch_configurations.get("namespace", "")))
+        # the camera input as the node's remapping has it (CAMERA_REMAPPINGS: image_raw -> image:=)
+        remappings = {"image_raw": context.launch_configurations.get("image", "")}
+        config = str(write_namespaced(config, context.launch_configurations.get("namespace", ""),
+                                      remappings=remappings))
         frame = context.launch_configurations.get("rviz_fixed_frame", "")
         return [ExecuteProcess(cmd=[executable, "-d", config, *(["-f", frame] if frame else [])],
                                output="screen")]

@@ -2,7 +2,9 @@
 topic relative to the node (``markers``, ``annotated``), the way the node publishes it; ``rviz:=true`` writes
 a copy with every relative topic resolved under the launch's ``namespace`` (``/cam1/markers``), so rviz2 shows
 the node that launch started. Absolute topics in a config are left as written (a user's fixed choice);
-private ``~/`` names are not used by our nodes' outputs and are refused. Run standalone (``rviz2 -d
+private ``~/`` names are not used by our nodes' outputs and are refused. The node's input (``image_raw``,
+e.g. under a Camera display) follows the launch's remapping (``image:=``) as the node's subscription does.
+Run standalone (``rviz2 -d
 share/.../perception.rviz``), rviz2 resolves the relative names in its own root namespace: ``/markers``.
 
 ROS-free apart from where it is used (``ros/launching.py``); every file is written through ``atomicio``.
@@ -52,22 +54,27 @@ def resolve(topic: str, namespace: str) -> str:
     return "/" + "/".join([*parts, topic])
 
 
-def namespaced(config: dict[str, Any], namespace: str) -> dict[str, Any]:
-    """A copy of ``config`` whose relative display topics are resolved under ``namespace``."""
+def namespaced(config: dict[str, Any], namespace: str,
+               remappings: dict[str, str] | None = None) -> dict[str, Any]:
+    """A copy of ``config`` whose display topics are remapped (``remappings``: the node's, by the name in
+    the config) and then resolved under ``namespace``."""
     out = copy.deepcopy(config)
+    remappings = {k: v for k, v in (remappings or {}).items() if v}
     for display in topic_displays(out):
-        display["Topic"]["Value"] = resolve(display["Topic"]["Value"], namespace)
+        topic = display["Topic"]["Value"]
+        display["Topic"]["Value"] = resolve(remappings.get(topic, topic), namespace)
     return out
 
 
-def write_namespaced(source: str | Path, namespace: str, folder: str | Path | None = None) -> Path:
-    """``source`` with its topics resolved under ``namespace``, written to ``folder`` (default: a new
-    temporary folder) under the source's file name; returns the written path."""
+def write_namespaced(source: str | Path, namespace: str, folder: str | Path | None = None,
+                     remappings: dict[str, str] | None = None) -> Path:
+    """``source`` with its topics remapped and resolved under ``namespace`` (:func:`namespaced`), written
+    to ``folder`` (default: a new temporary folder) under the source's file name; returns the path."""
     source = Path(source)
     config = load_yaml_file(source, "rviz config")
     if not isinstance(config, dict):
         raise ConfigError(f"rviz config {clip(source)}: not a YAML map")
     target = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="libredgetpu_ros_rviz_"))
     path = target / source.name
-    atomic_write_text(path, yaml.safe_dump(namespaced(config, namespace), sort_keys=False))
+    atomic_write_text(path, yaml.safe_dump(namespaced(config, namespace, remappings), sort_keys=False))
     return path

@@ -21,6 +21,9 @@ RVIZ_DIR = PKG / "rviz"
 NODES = PKG / "libredgetpu_ros" / "ros"
 DISPLAY_OF = {"MarkerArray": "rviz_default_plugins/MarkerArray", "Marker": "rviz_default_plugins/Marker",
               "Image": "rviz_default_plugins/Image"}
+# Displays of the node's camera input (remapped by the launch like the node's subscription): the Camera
+# display draws the markers over the image.
+INPUT_DISPLAYS = {"image_raw": {"rviz_default_plugins/Camera", "rviz_default_plugins/Image"}}
 # Launch files whose node publishes nothing rviz draws (commands, weights, SPU vectors, metrics,
 # classifications): no config, by design (docs/install.md).
 NOT_SPATIAL = {"control", "spu", "trainer", "reservoir", "recognition"}
@@ -73,6 +76,9 @@ def test_config_matches_its_node(path: Path) -> None:
         topic = display["Topic"]
         # relative to the node, so that the launch can put it under its namespace
         assert not topic["Value"].startswith(("/", "~")), f"{path.name}: {topic['Value']} is not relative"
+        if topic["Value"] in INPUT_DISPLAYS:
+            assert display["Class"] in INPUT_DISPLAYS[topic["Value"]], display["Name"]
+            continue
         name = "/" + topic["Value"]
         assert name in published, f"{path.name}: {name} not published by {path.stem}"
         assert display["Class"] in {DISPLAY_OF.get(t) for t in published[name]}, display["Name"]
@@ -100,7 +106,7 @@ def test_rviz_argument_starts_rviz2_with_the_config_and_frame(tmp_path: Path, mo
     assert cmd[0] == str(fake) and cmd[1] == "-d" and Path(cmd[2]).name == "perception.rviz"
     assert cmd[3:] == ["-f", "front_camera_optical"]
     topics = [d["Topic"]["Value"] for d in topic_displays(yaml.safe_load(Path(cmd[2]).read_text()))]
-    assert topics == ["/markers", "/annotated", "/segmentation_overlay"]  # no namespace: the root
+    assert topics == ["/markers", "/annotated", "/segmentation_overlay", "/image_raw"]  # no namespace: root
     context.launch_configurations["rviz"] = "false"
     assert rviz("perception").execute(context) == []
 
@@ -141,6 +147,14 @@ def test_resolve_rules() -> None:
     assert resolve("markers", "") == "/markers"
     assert resolve("markers", "/a//b/") == "/a/b/markers"
     assert resolve("/tf", "cam1") == "/tf"  # an absolute topic stays the user's choice
+    from libredgetpu_ros.ros.rviz_config import namespaced
+
+    config = {"Visualization Manager": {"Displays": [
+        {"Topic": {"Value": "image_raw"}}, {"Displays": [{"Topic": {"Value": "markers"}}]}]}}
+    out = namespaced(config, "cam1", {"image_raw": "/usb_cam/image_raw"})
+    assert [d["Topic"]["Value"] for d in topic_displays(out)] == ["/usb_cam/image_raw", "/cam1/markers"]
+    relative = namespaced(config, "cam1", {"image_raw": "camera/image"})  # a relative remap: under /cam1
+    assert [d["Topic"]["Value"] for d in topic_displays(relative)] == ["/cam1/camera/image", "/cam1/markers"]
     with pytest.raises(ConfigError, match="private"):
         resolve("~/markers", "cam1")
 
@@ -159,8 +173,9 @@ while :; do sleep 0.2; done
 @pytest.mark.ros
 @pytest.mark.timeout(120)
 def test_ros2_launch_rviz_namespace_hands_rviz2_topics_under_it(ros_env, tmp_path: Path) -> None:
-    """`ros2 launch perception.launch.py rviz:=true namespace:=cam1` (this checkout's launch file, run by
-    path): the config a fake rviz2 receives has every display's topic under /cam1."""
+    """`ros2 launch perception.launch.py rviz:=true namespace:=cam1 image:=/cam1/color/image_raw` (this
+    checkout's launch file, run by path): the config a fake rviz2 receives has every display's topic under
+    /cam1, the Camera display on the camera topic the node reads."""
     record = tmp_path / "rviz_config_seen.rviz"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -173,7 +188,7 @@ def test_ros2_launch_rviz_namespace_hands_rviz2_topics_under_it(ros_env, tmp_pat
     log = tmp_path / "launch.log"
     proc = subprocess.Popen([str(Path(sys.prefix) / "bin" / "ros2"), "launch",
                              str(PKG / "launch" / "perception.launch.py"), "rviz:=true", "namespace:=cam1",
-                             "autostart:=false"],
+                             "image:=/cam1/color/image_raw", "autostart:=false"],
                             env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
@@ -187,4 +202,6 @@ def test_ros2_launch_rviz_namespace_hands_rviz2_topics_under_it(ros_env, tmp_pat
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     topics = [d["Topic"]["Value"] for d in topic_displays(yaml.safe_load(record.read_text()))]
-    assert topics == ["/cam1/markers", "/cam1/annotated", "/cam1/segmentation_overlay"]
+    # the Camera display on the camera topic the node reads (image:=), its markers and images under /cam1
+    assert topics == ["/cam1/markers", "/cam1/annotated", "/cam1/segmentation_overlay",
+                      "/cam1/color/image_raw"]
