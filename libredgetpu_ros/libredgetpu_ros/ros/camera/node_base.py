@@ -63,6 +63,7 @@ from libredgetpu_ros.ros.camera import report
 from libredgetpu_ros.ros.camera.intake import Frame, FrameStats, Intake
 from libredgetpu_ros.ros.camera.params import ImageParams, input_subscription
 from libredgetpu_ros.ros.image_msgs import BadImage, to_rgb
+from libredgetpu_ros.ros.output_qos import output_publisher
 from libredgetpu_ros.ros.params import ParamTable
 from libredgetpu_ros.ros.services import create_guarded_service
 from libredgetpu_ros.ros.spinning import CompanionFault, CompanionGroup, destroy_entities
@@ -185,8 +186,8 @@ class CameraNode(LifecycleNode):
         self._camera.wake()
 
     def output(self, msg_type: Any, topic: str, qos: Any = RESULT_QOS) -> Any:
-        """A lifecycle publisher, destroyed by the base on cleanup."""
-        pub = self.create_lifecycle_publisher(msg_type, topic, qos)
+        """A lifecycle publisher, destroyed by the base on cleanup; QoS overridable (ros/output_qos.py)."""
+        pub = output_publisher(self, msg_type, topic, qos)
         self._outputs.append(pub)
         return pub
 
@@ -209,15 +210,15 @@ class CameraNode(LifecycleNode):
         try:
             self.params = self.PARAMS.read(self)
             self.open_processor()
+            self.create_outputs()  # a ConfigError from qos_overrides fails configure too
         except LibrEdgeTpuError as exc:
             self.get_logger().error(f"configure failed: {exc}")
-            self.close_processor()
+            self._release()
             return TransitionCallbackReturn.FAILURE
         self._configured = True
-        self.create_outputs()
         # Per-frame timings (stamped like the frame's results) for benchmarks and tuning; built only while
         # someone subscribes, after the frame's results went out.
-        self._timing_pub = self.create_lifecycle_publisher(DiagnosticArray, "~/timing", RESULT_QOS)
+        self._timing_pub = output_publisher(self, DiagnosticArray, "~/timing", RESULT_QOS)
         self._diag_pub = self.create_lifecycle_publisher(DiagnosticArray, "/diagnostics", 10)
         self._diag_timer = self.create_timer(self.params.diagnostics_period, self._publish_diagnostics)
         self._intake.reset(stats=True)

@@ -61,6 +61,7 @@ from libredgetpu_ros.ros.control.codec import as_float32_buffer, describe_non_fi
 from libredgetpu_ros.ros.control.controller import Controller
 from libredgetpu_ros.ros.control.params import PARAM_TABLE, ControlConfig
 from libredgetpu_ros.ros.lifecycle import StateLoopNode, TeardownOnCleanup
+from libredgetpu_ros.ros.output_qos import output_publisher
 from libredgetpu_ros.ros.services import MESSAGE_CHARS, create_guarded_service
 from libredgetpu_ros.ros.spinning import CompanionFault, destroy_entities, run_lifecycle_node_main
 from libredgetpu_ros.textdata import clip, clip_repr
@@ -109,8 +110,8 @@ class ControlNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
         cfg, ctl = self._cfg, self._ctl
         self._crash.clear()
         qos = self._qos(cfg)
-        self._cmd_pub = self.create_lifecycle_publisher(Float32MultiArray, "~/command", qos)
-        self._cmd_stamped_pub = self.create_lifecycle_publisher(CommandStamped, "~/command_stamped", qos)
+        self._cmd_pub = output_publisher(self, Float32MultiArray, "~/command", qos)
+        self._cmd_stamped_pub = output_publisher(self, CommandStamped, "~/command_stamped", qos)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._entities = [
             create_guarded_service(self, SetWeights, "~/set_weights", self._on_set_weights),

@@ -32,6 +32,7 @@ from libredgetpu_ros.errors import DeviceNotFoundError, LibrEdgeTpuError
 from libredgetpu_ros.ros import conversions
 from libredgetpu_ros.ros.camera import CameraNode, Frame
 from libredgetpu_ros.ros.camera.qos import CAMERA_INFO_QOS
+from libredgetpu_ros.ros.output_qos import output_publisher
 from libredgetpu_ros.ros.perception.params import LABEL_QOS, PARAMS, pipeline_config
 
 _RUNTIME_OPTIONS = ("score_threshold", "max_results", "top_k")
@@ -187,5 +188,5 @@ class PerceptionNode(CameraNode):
         if msg is None:
             return
         if self._labels_pub is None:
-            self._labels_pub = self.create_publisher(LabelInfo, "label_info", LABEL_QOS)
+            self._labels_pub = output_publisher(self, LabelInfo, "label_info", LABEL_QOS, lifecycle=False)
         self._labels_pub.publish(msg)

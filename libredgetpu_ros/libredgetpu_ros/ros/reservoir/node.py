@@ -39,6 +39,7 @@ from libredgetpu_ros.errors import InputError, LibrEdgeTpuError
 from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.control.codec import JointOrder, describe_non_finite
 from libredgetpu_ros.ros.lifecycle import StateLoopNode, TeardownOnCleanup
+from libredgetpu_ros.ros.output_qos import output_publisher
 from libredgetpu_ros.ros.reservoir.params import PARAM_TABLE, ReservoirNodeConfig
 from libredgetpu_ros.ros.reservoir.states import read_bag_states, state_vector
 from libredgetpu_ros.ros.services import MESSAGE_CHARS, create_guarded_service
@@ -121,7 +122,7 @@ class ReservoirNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
         self._stats = _Stats()
         self._crash.clear()
         mtype = JointState if cfg.state_type == "joint_state" else Float64MultiArray
-        self._pred_pub = self.create_lifecycle_publisher(mtype, "~/prediction", self._qos(cfg))
+        self._pred_pub = output_publisher(self, mtype, "~/prediction", self._qos(cfg))
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._entities = [
             create_guarded_service(self, FitReadout, "~/fit", self._on_fit),

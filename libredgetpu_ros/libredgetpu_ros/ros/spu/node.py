@@ -49,6 +49,7 @@ from libredgetpu_ros.femto.runner import SpuRunner, open_runner
 from libredgetpu_ros.femto.vectors import dequantize, prepare_input
 from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.lifecycle import TeardownOnCleanup
+from libredgetpu_ros.ros.output_qos import output_publisher
 from libredgetpu_ros.ros.services import create_guarded_service
 from libredgetpu_ros.ros.spinning import destroy_entities, run_lifecycle_node_main
 from libredgetpu_ros.ros.spu.io import check_topics, topic_names, values_of, vector_msg
@@ -108,7 +109,7 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
         self._outputs = {v.name: v for v in spec.outputs.values()}
         self._in_topics = in_topics
         qos = QoSProfile(depth=cfg.qos_depth, reliability=ReliabilityPolicy.RELIABLE)
-        self._out_pubs = {name: self.create_lifecycle_publisher(JointState, out_topics[name], qos)
+        self._out_pubs = {name: output_publisher(self, JointState, out_topics[name], qos)
                           for name in self._outputs}
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._entities = [create_guarded_service(self, Trigger, "~/reset", self._on_reset),

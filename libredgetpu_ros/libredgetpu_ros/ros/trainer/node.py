@@ -41,6 +41,7 @@ from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 from libredgetpu_ros.errors import DeviceTimeoutError, LibrEdgeTpuError
 from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.lifecycle import TeardownOnCleanup
+from libredgetpu_ros.ros.output_qos import output_publisher
 from libredgetpu_ros.ros.services import create_guarded_service
 from libredgetpu_ros.ros.spinning import CompanionFault, run_lifecycle_node_main
 from libredgetpu_ros.ros.trainer.params import PARAM_TABLE, TrainerConfig, build_model, pushable
@@ -133,7 +134,7 @@ class TrainerNode(TeardownOnCleanup, LifecycleNode):
         self._x = np.zeros((cfg.batch_size, cfg.input_size), np.float32)
         self._t = np.zeros((cfg.batch_size, cfg.output_size), np.float32)
         self._filled = 0
-        self._metrics_pub = self.create_lifecycle_publisher(Float32MultiArray, "~/metrics", 10)
+        self._metrics_pub = output_publisher(self, Float32MultiArray, "~/metrics", 10)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._push_prefix = f"{self.get_fully_qualified_name()}:{secrets.token_hex(8)}"
         if cfg.push_period > 0 and pushable(cfg):
