@@ -9,6 +9,12 @@
 # test   ruff, then the whole pytest suite in tools/ros_sandbox.sh (localhost-only ROS, private netns), then
 #        the launch_testing tests (test/launch/) through launch_test. Extra pytest arguments:
 #        make test PYTEST_ARGS="-k foo"; only the launch tests: make test-launch
+# test-fast  ruff, then every test not marked `ros` or `slow` (test/conftest.py marks every test using
+#        ros_env or rclpy `ros`), in the same sandbox: the lane to run while working.
+# test-slowest  the 20 slowest test files of the runs so far (seconds per file, recorded by every
+#        `make test` / `make test-fast` in build/test-durations.json).
+# test-pythons  the ROS-free suite on every other CPython pyenv has (3.10, 3.12, 3.13), one venv each
+#        (tools/test_python_versions.sh; PYTHONS="3.10 3.12" picks some).
 # demo   the perception demo (python -m libredgetpu_ros.ros.demo) in the same sandbox.
 # bench  every bench/bench_*.py as a script, in the same sandbox.
 # pictures  docs/images/ rendered again from the fixtures and bench/results/ (tools/pictures.py; a test checks
@@ -42,7 +48,8 @@ NPROC := $(shell nproc 2>/dev/null || echo 2)
 SHARED ?= ../shared
 SHARED_ROS := $(abspath $(SHARED))/ros
 
-.PHONY: help setup prereqs prereqs-test test test-launch lint demo bench pictures tpu-mlir-check clean distclean
+.PHONY: help setup prereqs prereqs-test test test-fast test-slowest test-pythons test-launch lint demo bench \
+        pictures tpu-mlir-check clean distclean
 
 help:
 	@sed -n '/^#/!q; s/^# \{0,1\}//p' Makefile
@@ -131,9 +138,21 @@ lint: setup
 # test/launch/conftest.py keeps the main run from collecting the launch tests, and those run after the suite
 # through `launch_test` (the runner colcon's add_launch_test uses; it works with any pytest), one file at a
 # time, each bounded in time: tools/run_launch_tests.sh. Only the launch tests: make test-launch
+DURATIONS := build/test-durations.json
+PYTEST := LIBREDGETPU_ROS_DURATIONS=$(abspath $(DURATIONS)) PYTHONSAFEPATH=1 $(SANDBOX) $(VPY) -m pytest
 test: prereqs-test lint
-	PYTHONSAFEPATH=1 $(SANDBOX) $(VPY) -m pytest $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 	$(SANDBOX) tools/run_launch_tests.sh
+
+test-fast: prereqs-test lint
+	$(PYTEST) -m "not ros and not slow" $(PYTEST_ARGS)
+
+test-slowest:
+	@python3 tools/slowest_tests.py $(DURATIONS) 20
+
+PYTHONS ?= 3.10 3.12 3.13
+test-pythons: prereqs-test
+	tools/test_python_versions.sh $(PYTHONS)
 
 test-launch: setup
 	$(SANDBOX) tools/run_launch_tests.sh

@@ -1,7 +1,9 @@
-"""Loading the tests' helper modules (``_hostile.py``, ``_control_harness.py``, ``fuzz/harness.py``) by path.
+"""What many test files share: loading helper modules by path, a CLI run in a child process with its memory
+or file size capped, and the CLI's way of failing (one ``error:`` line, exit 2).
 
-pytest runs with ``--import-mode=importlib``, which leaves a test file's folder off ``sys.path``, so a helper
-next to a test is not importable by its bare name. pytest does import every test file and conftest as part
+Helper modules (``_hostile.py``, ``_control_harness.py``, ``fuzz/harness.py``) by path: pytest runs with
+``--import-mode=importlib``, which leaves a test file's folder off ``sys.path``, so a helper next to a test
+is not importable by its bare name. pytest does import every test file and conftest as part
 of the namespace package ``libredgetpu_ros.test``, so they reach this module relatively, the way
 ``fuzz/`` reaches its harness: ``from .._helpers import load_helper``.
 """
@@ -9,9 +11,19 @@ of the namespace package ``libredgetpu_ros.test``, so they reach this module rel
 from __future__ import annotations
 
 import importlib.util
+import os
+import resource
+import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
+
+# The package's command line, as a child process runs it.
+CLI = (sys.executable, "-m", "libredgetpu_ros.cli.main")
+# Child processes: the repository root off sys.path (its ROS package folder would shadow the Python
+# package) and one BLAS / OpenMP thread (the limits below count every thread's stack and arena).
+CHILD_ENV = {"PYTHONSAFEPATH": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 
 def load_helper(path: Path, name: str | None = None) -> ModuleType:
@@ -35,3 +47,49 @@ def load_helper(path: Path, name: str | None = None) -> ModuleType:
             del sys.modules[name]  # a later load retries instead of finding half a module
             raise
     return module
+
+
+def resource_limits(memory: int | None = None, fsize: int | None = None) -> Callable[[], None]:
+    """A ``preexec_fn`` capping the child's address space (RLIMIT_AS) and file size (RLIMIT_FSIZE), in bytes:
+    a read that trusts a header's size fails with MemoryError under the first, a write past the second with
+    EFBIG."""
+    def apply() -> None:
+        if memory is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        if fsize is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+
+    return apply
+
+
+def start_limited(argv: Sequence[str], *, memory: int | None = None, fsize: int | None = None,
+                  **popen: object) -> subprocess.Popen:
+    """``argv`` started under :func:`resource_limits` with :data:`CHILD_ENV` (stdout/stderr piped, bytes)."""
+    return subprocess.Popen(list(argv), env={**os.environ, **CHILD_ENV},
+                            preexec_fn=resource_limits(memory, fsize), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, **popen)
+
+
+def run_limited(argv: Sequence[str], *, memory: int | None = None, fsize: int | None = None,
+                timeout: float = 60.0, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``argv`` run to the end under :func:`resource_limits` with :data:`CHILD_ENV`; text output captured.
+    ``run_limited([sys.executable, "-"], input=code, memory=1 << 30)`` runs a snippet."""
+    return subprocess.run(list(argv), input=input, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **CHILD_ENV}, preexec_fn=resource_limits(memory, fsize),
+                          check=False)
+
+
+def one_error_line(code: int, err: str, *contains: str, max_length: int | None = 1000) -> str:
+    """Assert the CLI's way of failing on bad input: exit code 2, no traceback, stderr exactly one line
+    starting ``error: `` (holding each of ``contains``, shorter than ``max_length``: user text is clipped in
+    messages); return that line."""
+    tail = err[-2000:]
+    assert code == 2, f"exit code {code}, expected 2; stderr: {tail}"
+    assert "Traceback" not in err, tail
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), tail
+    for text in contains:
+        assert text in lines[0], f"{text!r} not in {lines[0]!r}"
+    if max_length is not None:
+        assert len(lines[0]) < max_length, len(lines[0])
+    return lines[0]

@@ -1,9 +1,18 @@
-"""Shared pytest configuration: fixture lookup, the ``hardware`` marker and the ``ros_env`` fixture."""
+"""Shared pytest configuration: fixture lookup, the ``hardware`` and ``ros`` markers, the ``ros_env`` fixture,
+tests that need ROS skipped where ROS is missing, and the durations record of ``make test-slowest``.
+
+``ros`` is set here, not only by hand, so the fast lane (``make test-fast``: ``-m "not ros and not slow"``)
+and the other-Python lane (tools/test_python_versions.sh) can rely on it: a test that uses the ``ros_env``
+fixture (directly or through another fixture) or whose own source mentions ``rclpy`` is marked ``ros``.
+Where rclpy (or a ROS message package) cannot be imported, a test failing on exactly that import is
+reported as skipped with the reason, not as an error.
+"""
 
 from __future__ import annotations
 
 import fcntl
 import importlib.util
+import inspect
 import itertools
 import os
 import signal
@@ -57,13 +66,92 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="run tests marked 'hardware' (needs a real accelerator attached)")
 
 
+# Fixtures that start ROS: a test using one (directly or through another fixture) is a ``ros`` test.
+ROS_FIXTURES = frozenset({"ros_env"})
+# Top-level packages that come with ROS (rclpy, the generated messages, launch): absent on the other Pythons.
+ROS_PACKAGES = frozenset({"rclpy", "rosidl_runtime_py", "rosidl_parser", "rpyutils", "builtin_interfaces",
+                          "std_msgs", "sensor_msgs", "geometry_msgs", "visualization_msgs", "diagnostic_msgs",
+                          "vision_msgs", "lifecycle_msgs", "rcl_interfaces", "composition_interfaces",
+                          "libredgetpu_ros_interfaces", "launch", "launch_ros", "launch_testing",
+                          "ament_index_python", "ros2cli", "rosbag2_py", "unique_identifier_msgs",
+                          "action_msgs", "service_msgs", "type_description_interfaces"})
+
+
+def _starts_ros(item: pytest.Item) -> bool:
+    if ROS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        return True
+    function = getattr(item, "function", None)
+    if function is None:
+        return False
+    try:
+        source = inspect.getsource(function)
+    except (OSError, TypeError):
+        return False
+    return "rclpy" in source
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "ros" not in item.keywords and _starts_ros(item):
+            item.add_marker(pytest.mark.ros)
     if config.getoption("--run-hardware"):
         return
     skip = pytest.mark.skip(reason="needs a real accelerator; run with --run-hardware")
     for item in items:
         if "hardware" in item.keywords:
             item.add_marker(skip)
+
+
+def missing_ros_module(exc: BaseException | None) -> str | None:
+    """The ROS package whose absence raised ``exc`` (a ModuleNotFoundError, possibly chained), else None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] in ROS_PACKAGES:
+            return exc.name
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+_ROS_MISSING = importlib.util.find_spec("rclpy") is None
+
+
+def _skip_when_ros_is_missing(exc: BaseException) -> None:
+    name = missing_ros_module(exc) if _ROS_MISSING else None
+    if name is not None:
+        pytest.skip(f"needs ROS: no module {name!r} for this Python ({sys.version.split()[0]})")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Any:
+    try:
+        return (yield)
+    except Exception as exc:
+        _skip_when_ros_is_missing(exc)
+        raise
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    try:
+        return (yield)
+    except Exception as exc:
+        _skip_when_ros_is_missing(exc)
+        raise
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Any:
+    """A test module that cannot be imported for want of ROS is skipped with the reason, not an error."""
+    report = yield
+    if _ROS_MISSING and report.failed:
+        text = str(report.longrepr)
+        missing = next((n for n in sorted(ROS_PACKAGES) if f"No module named '{n}" in text), None)
+        if missing is not None:
+            report.outcome = "skipped"
+            report.longrepr = (str(collector.path), 0,
+                               f"Skipped: needs ROS: no module {missing!r} for this Python")
+    return report
 
 
 @pytest.fixture(scope="session")
@@ -283,3 +371,37 @@ def ros_env(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.
         details = "\n\n".join(
             f"--- {s.name} (exit {s.proc.returncode}): {s.log_path}\n{_log_tail(s.log_path)}" for s in dead)
         pytest.fail(f"helper process(es) died unexpectedly during the test:\n{details}", pytrace=False)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Seconds per test file (setup + call + teardown of its tests), merged into $LIBREDGETPU_ROS_DURATIONS when
+# set: `make test` / `make test-fast` keep build/test-durations.json, `make test-slowest` lists the top 20.
+# --------------------------------------------------------------------------------------------------------
+
+_file_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    _file_seconds[path] = _file_seconds.get(path, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    target = os.environ.get("LIBREDGETPU_ROS_DURATIONS")
+    if not target or not _file_seconds or session.config.getoption("collectonly"):
+        return
+    import json
+
+    from libredgetpu_ros.atomicio import atomic_write_text
+
+    path = Path(target)
+    try:
+        record = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        record = {}  # a damaged record is rebuilt from this run
+    if not isinstance(record, dict):
+        record = {}
+    # files of this run replace their old entries (a filtered run, -k/-m, records what it ran)
+    record.update({name: round(seconds, 3) for name, seconds in _file_seconds.items()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import io
-import os
-import resource
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from libredgetpu_ros.errors import InputError, WeightsError
 from libredgetpu_ros.npyfile import read_npy, read_npz
+
+from ._helpers import CLI, one_error_line, run_limited
 
 
 def _lying_npy(path: Path, shape: tuple[int, ...], data: bytes = b"\0" * 64) -> Path:
@@ -51,15 +49,8 @@ def test_weights_npy_lying_about_its_shape_is_one_error_line(tmp_path: Path, com
     weights = _lying_npy(tmp_path / "w.npy", (100000, 100000))
     out = "--out", str(tmp_path / ("o.bin" if command[0] == "blob" else "o"))
 
-    def cap() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
-
-    argv = [sys.executable, "-m", "libredgetpu_ros.cli.main", *command, "--weights", str(weights), *out]
-    proc = subprocess.run(argv, env={**os.environ, "PYTHONSAFEPATH": "1", "OPENBLAS_NUM_THREADS": "1"},
-                          preexec_fn=cap, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "header declares" in lines[0], proc.stderr
+    proc = run_limited([*CLI, *command, "--weights", str(weights), *out], memory=2 << 30, timeout=120)
+    one_error_line(proc.returncode, proc.stderr, "header declares")
 
 
 def test_control_node_initial_weights_lying_header_fails_configure_typed(tmp_path: Path) -> None:

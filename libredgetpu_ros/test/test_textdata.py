@@ -8,7 +8,6 @@ regression fails the test instead of taking the machine.
 from __future__ import annotations
 
 import json
-import resource
 import subprocess
 import sys
 import textwrap
@@ -19,6 +18,8 @@ from libredgetpu_ros.errors import InputError, TextDataError
 
 from libredgetpu_ros import textdata
 
+from ._helpers import run_limited
+
 
 def billion_laughs(levels: int = 9, width: int = 10) -> str:
     """The classic YAML alias bomb: ~400 bytes that expand to width**levels nodes."""
@@ -27,14 +28,10 @@ def billion_laughs(levels: int = 9, width: int = 10) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_limited(code: str, timeout_s: float = 30.0, memory_mb: int = 1024) -> subprocess.CompletedProcess:
+def run_code(code: str, timeout_s: float = 30.0, memory_mb: int = 1024) -> subprocess.CompletedProcess:
     """``code`` in a fresh interpreter capped at ``memory_mb`` of address space and ``timeout_s``."""
-    def limit() -> None:
-        soft = memory_mb << 20
-        resource.setrlimit(resource.RLIMIT_AS, (soft, soft))
-
-    return subprocess.run([sys.executable, "-"], input=textwrap.dedent(code), capture_output=True, text=True,
-                          timeout=timeout_s, preexec_fn=limit, check=False)
+    return run_limited([sys.executable, "-"], input=textwrap.dedent(code), timeout=timeout_s,
+                       memory=memory_mb << 20)
 
 
 def test_alias_bomb_refused() -> None:
@@ -59,7 +56,7 @@ def test_recursive_alias_refused() -> None:
                                        '"".join(f"{\' \' * i}k{i}:\\n" for i in range(150))'])  # block style
 def test_deep_nesting_refused(make_text: str) -> None:
     # In a subprocess: on libyaml's composer this nesting is a segfault, not an exception.
-    proc = run_limited(f"""
+    proc = run_code(f"""
         from libredgetpu_ros import textdata
         from libredgetpu_ros.errors import TextDataError
         try:

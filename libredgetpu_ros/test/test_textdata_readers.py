@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from libredgetpu_ros.errors import ConfigError, InputError, ModelFormatError
 
-from .test_textdata import billion_laughs, run_limited
+from .test_textdata import billion_laughs, run_code
 
 DEEP = "x: " + "[" * 3000 + "]" * 3000 + "\n"
 
@@ -16,7 +16,7 @@ DEEP = "x: " + "[" * 3000 + "]" * 3000 + "\n"
 def test_mgk_table_alias_bomb_refused_quickly(tmp_path) -> None:
     table = tmp_path / "table.yaml"
     table.write_text(billion_laughs() + "layers: *a8\n")
-    proc = run_limited(f"""
+    proc = run_code(f"""
         from libredgetpu_ros.ingenic.table import load_table
         from libredgetpu_ros.errors import ConfigError
         try:

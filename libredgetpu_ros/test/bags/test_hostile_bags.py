@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from .._helpers import one_error_line
 from ..fuzz.harness import run_guarded
 
 START_NS = 1_700_000_000_000_000_000
@@ -266,10 +267,7 @@ def test_process_bag_on_a_damaged_summary_is_one_error_line(tmp_path: Path, fixt
     out = subprocess.run([sys.executable, "-m", "libredgetpu_ros.cli.main", "process-bag", str(bag),
                           str(tmp_path / "out"), "--config", str(config)], capture_output=True, text=True,
                          timeout=120)
-    assert out.returncode == 2, out.stderr
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), out.stderr
-    assert mcap.name in lines[0] and "chunk index" in lines[0] and "bag-repair" in lines[0]
+    one_error_line(out.returncode, out.stderr, mcap.name, "chunk index", "bag-repair")
     assert not (tmp_path / "out").exists()
 
 

@@ -16,6 +16,8 @@ from libredgetpu_ros.edgetpu import registers as r
 from libredgetpu_ros.errors import DeviceNotFoundError
 from libredgetpu_ros.formats import load_model
 
+from .._helpers import one_error_line
+
 DEEPLAB = "deeplab/deeplabv3_mnv2_pascal_quant_edgetpu.tflite"
 DENSE = "matmul/dense_256_edgetpu.tflite"
 
@@ -164,9 +166,7 @@ def test_plan_bad_input_exits_2(tmp_path, capsys) -> None:
     assert f"model file {tmp_path} is not a file" in capsys.readouterr().err
     junk = tmp_path / "junk_edgetpu.tflite"
     junk.write_bytes(b"\x10\x00\x00\x00TFL3" + b"\xff" * 40)
-    assert main(["plan", str(junk)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1
+    one_error_line(main(["plan", str(junk)]), capsys.readouterr().err)
 
 
 def test_plan_of_a_cpu_only_model_says_so(fixture_path, capsys) -> None:

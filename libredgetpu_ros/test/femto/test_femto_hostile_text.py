@@ -6,9 +6,6 @@ bombs run through the real CLI in a subprocess with a time and address-space cap
 from __future__ import annotations
 
 import json
-import resource
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +13,8 @@ import yaml
 from libredgetpu_ros.cli.main import main
 from libredgetpu_ros.errors import IOSpecError
 from libredgetpu_ros.femto import load_iospec
+
+from .._helpers import CLI, one_error_line, run_limited
 
 femtorun = pytest.importorskip("femtorun")
 
@@ -46,15 +45,6 @@ def _bomb_iospec(fixture_path, levels: int = 9) -> str:
         " " * 2 + line for line in lol) + "\n", 1).replace("    comments: {}\n", "", 1)
 
 
-def _cli_limited(args: list[str], timeout_s: float = 30.0) -> subprocess.CompletedProcess:
-    def limit() -> None:
-        cap = 1536 << 20
-        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-
-    return subprocess.run([sys.executable, "-m", "libredgetpu_ros.cli.main", *args], capture_output=True,
-                          text=True, timeout=timeout_s, preexec_fn=limit, check=False)
-
-
 def test_alias_bomb_iospec_refused_quickly(fixture_path, tmp_path) -> None:
     spec = tmp_path / "bomb.iospec.yaml"
     spec.write_text(_bomb_iospec(fixture_path))
@@ -62,10 +52,8 @@ def test_alias_bomb_iospec_refused_quickly(fixture_path, tmp_path) -> None:
     with pytest.raises(IOSpecError, match="aliases expand to more than") as info:
         load_iospec(spec)
     assert info.value.kind == "limit"
-    proc = _cli_limited(["iospec", "check", str(spec)])  # before: 48 s, 1.78 GB
-    assert proc.returncode == 2, proc.stderr[-1000:]
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "alias" in lines[0], proc.stderr[-1000:]
+    proc = run_limited([*CLI, "iospec", "check", str(spec)], memory=1536 << 20, timeout=30)  # before: 48 s
+    one_error_line(proc.returncode, proc.stderr, "alias")
 
 
 def test_small_aliases_keep_femtorun_verdict(fixture_path, tmp_path) -> None:

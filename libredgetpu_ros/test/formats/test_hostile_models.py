@@ -20,7 +20,7 @@ from libredgetpu_ros.errors import InputError
 from libredgetpu_ros.formats import load_model
 from libredgetpu_ros.formats.flex import decode_flexbuffer
 
-from .._helpers import load_helper
+from .._helpers import load_helper, one_error_line
 
 HERE = Path(__file__).resolve().parent
 
@@ -58,9 +58,7 @@ def _cli_one_line_exit_2(argv: list[str]) -> None:
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         code = main(argv)
-    lines = err.getvalue().strip().splitlines()
-    if code != 2 or len(lines) != 1 or not lines[0].startswith("error: "):
-        raise AssertionError(f"exit {code}, stderr {lines[:3]}")
+    one_error_line(code, err.getvalue())
 
 
 def _cli_ok(path: Path, cmd: str, tmp_path: Path) -> None:

@@ -12,6 +12,8 @@ from libredgetpu_ros.cli.main import main
 from libredgetpu_ros.errors import ModelFormatError
 from libredgetpu_ros.formats import load_model
 
+from .._helpers import one_error_line
+
 SMALL_TPU = "matmul/dense_256_edgetpu.tflite"  # 100 KB, with an Edge TPU op
 SMALL_CPU = "ssd/ssd_mobilenet_v1_coco_quant_postprocess_head_layers.tflite"  # 16 KB, FlexBuffer custom op
 
@@ -106,9 +108,7 @@ def test_bit_flips_at_many_positions(tpu_bytes):
 def test_cli_inspect_bad_file_prints_one_line_and_returns_2(tmp_path, capsys, cpu_bytes):
     bad = tmp_path / "bad.tflite"
     bad.write_bytes(cpu_bytes[:200])
-    assert main(["inspect", str(bad)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: ") and "bad.tflite" in err[0]
+    one_error_line(main(["inspect", str(bad)]), capsys.readouterr().err, "bad.tflite")
 
 
 def test_cli_inspect_json_on_cpu_and_tpu_models(fixture_path, capsys):

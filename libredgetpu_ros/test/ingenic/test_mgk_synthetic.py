@@ -17,6 +17,8 @@ from libredgetpu_ros.cli.main import main
 from libredgetpu_ros.errors import ConfigError, ModelFormatError
 from libredgetpu_ros.ingenic import load_mgk, load_table, parse_table
 
+from .._helpers import one_error_line
+
 builder = sys.modules["_mgk_builder"]   # loaded by this folder's conftest.py
 HERE = Path(__file__).resolve().parent
 
@@ -161,9 +163,8 @@ def test_weight_offsets_past_the_end_are_refused(synthetic, tmp_path, capsys):
     table, out = tmp_path / "t.yaml", tmp_path / "good.npz"
     table.write_text(yaml.safe_dump(doc))
     out.write_bytes(b"previous good file")
-    assert main(["mgk", "extract", str(synthetic.path), str(out), "--table", str(table)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1 and "past the end" in err
+    code = main(["mgk", "extract", str(synthetic.path), str(out), "--table", str(table)])
+    one_error_line(code, capsys.readouterr().err, "past the end")
     assert out.read_bytes() == b"previous good file"
 
 

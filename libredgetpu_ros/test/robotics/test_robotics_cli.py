@@ -14,6 +14,8 @@ from libredgetpu_ros.formats import load_model
 from libredgetpu_ros.robotics.spot import COLOR_PRESETS, SpotTracker
 from libredgetpu_ros.robotics.template import load_template
 
+from .._helpers import one_error_line
+
 
 def _write(path, rgb) -> str:
     cv2.imwrite(str(path), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR) if rgb.ndim == 3 else rgb)
@@ -89,9 +91,7 @@ def test_pattern_and_looming_json(tmp_path, capsys, fixture_path) -> None:
 def test_bad_input_is_one_error_line_exit_2(tmp_path, capsys, argv, message) -> None:
     image = _write(tmp_path / "img.png", np.zeros((48, 40, 3), np.uint8))
     argv = [image if a == "IMG" else str(tmp_path / "out_edgetpu.tflite") if a == "OUT" else a for a in argv]
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
+    one_error_line(main(argv), capsys.readouterr().err, message)
     assert not (tmp_path / "out_edgetpu.tflite").exists()
 
 

@@ -17,6 +17,8 @@ from .._helpers import load_helper
 HERE = Path(__file__).resolve().parent
 compare = load_helper(HERE / "_bag_compare.py")
 
+pytestmark = pytest.mark.ros  # process-bag runs the nodes' processing and rclpy's serializers
+
 CLASSIFY = "classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite"
 RIHS_UNKNOWN = "RIHS01_" + "ab" * 32
 

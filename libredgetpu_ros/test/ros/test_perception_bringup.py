@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import py_compile
+import importlib.util
+import os
 import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from libredgetpu_ros.errors import ConfigError
@@ -14,9 +16,43 @@ from libredgetpu_ros.errors import ConfigError
 PACKAGE = Path(__file__).resolve().parents[2]  # libredgetpu_ros/ (the ament package)
 
 
-def test_launch_file_compiles() -> None:
-    # A fast syntax check; test/launch/test_perception_launch.py runs the file under launch_testing.
-    py_compile.compile(str(PACKAGE / "launch" / "perception.launch.py"), doraise=True)
+def _launch_module(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name.replace(".", "_"), PACKAGE / "launch" / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(not os.environ.get("AMENT_PREFIX_PATH"), reason="the shipped configs are found through "
+                    "AMENT_PREFIX_PATH: run inside `source tools/env.sh` (make test does)")
+def test_launch_file_declares_its_arguments_and_resolves_params_file_and_overrides() -> None:
+    """What perception.launch.py gives the node for the arguments given, without starting it (the
+    launch_testing run of test/launch/test_perception_launch.py starts it)."""
+    from launch import LaunchContext
+    from launch.actions import DeclareLaunchArgument
+
+    launch = _launch_module("perception.launch.py")
+    declared = {a.name for a in launch.generate_launch_description().entities
+                if isinstance(a, DeclareLaunchArgument)}
+    assert {"params_file", "namespace", "node_name", "autostart", *launch.OVERRIDES} <= declared
+
+    def context(**arguments: str) -> LaunchContext:
+        ctx = LaunchContext()
+        ctx.launch_configurations.update({"params_file": "", "task": "", **{k: "" for k in launch.OVERRIDES}})
+        ctx.launch_configurations.update(arguments)
+        return ctx
+
+    params_file, overrides = launch.parameters(context())
+    assert Path(params_file).name == "perception_pose.yaml" and Path(params_file).is_file()
+    assert overrides == {}
+    params_file, overrides = launch.parameters(context(task="detect", model="ssd_mobilenet_v2_coco",
+                                                       backend="cpu", require_accelerator="false"))
+    assert Path(params_file).name == "perception_detect.yaml" and Path(params_file).is_file()
+    assert overrides == {"task": "detect", "model": "ssd_mobilenet_v2_coco", "backend": "cpu",
+                         "require_accelerator": False}
+    assert launch.parameters(context(params_file="/x/mine.yaml", task="segment"))[0] == "/x/mine.yaml"
+    with pytest.raises(ValueError, match="backend"):
+        launch.parameters(context(backend="gpu"))
 
 
 def test_config_files_hold_exactly_the_node_parameters() -> None:

@@ -8,11 +8,8 @@ as far as the writer can tell), SIGKILL interrupts a real CLI process, RLIMIT_AS
 from __future__ import annotations
 
 import json
-import os
-import resource
 import signal
 import subprocess
-import sys
 import time
 import tracemalloc
 import zipfile
@@ -30,6 +27,8 @@ from libredgetpu_ros.sophgo.parser import load_mlir
 
 from libredgetpu_ros import sophgo as tpul
 
+from .._helpers import CLI, one_error_line, start_limited
+
 pytestmark = pytest.mark.timeout(120)
 
 CASES = ("f32_add_concat_reshape_permute", "f32_conv_bias_relu", "f32_conv_s2_asym_maxpool",
@@ -40,29 +39,13 @@ CASES = ("f32_add_concat_reshape_permute", "f32_conv_bias_relu", "f32_conv_s2_as
 def _cli(args: list[str], *, fsize: int | None = None, memory: int | None = None,
          **popen: object) -> subprocess.Popen:
     """`libredgetpu-ros ARGS` in a child process, optionally with a file-size or address-space limit."""
-    def limits() -> None:
-        if fsize is not None:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))  # writes beyond: EFBIG
-        if memory is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    env = {**os.environ, "PYTHONSAFEPATH": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "libredgetpu_ros.cli.main", *args], env=env,
-                            preexec_fn=limits, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
+    return start_limited([*CLI, *args], memory=memory, fsize=fsize, **popen)
 
 
 def _run_cli(args: list[str], **limits: int) -> tuple[int, str]:
     proc = _cli(args, **limits)
     _, err = proc.communicate(timeout=100)
     return proc.returncode, err.decode(errors="replace")
-
-
-def _one_error_line(code: int, err: str, limit: int = 1000) -> str:
-    assert code == 2, err[-2000:]
-    assert "Traceback" not in err, err[-2000:]
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err[-2000:]
-    assert len(lines[0]) < limit, len(lines[0])
-    return lines[0]
 
 
 def _relu_chain(folder: Path, shape: list[int], pads: int = 0, convs: int = 0) -> tuple[Path, Path]:
@@ -175,7 +158,7 @@ def test_memory_bomb_mlir_is_refused_before_allocating(tmp_path: Path) -> None:
         plan_memory(load_mlir(mlir))
     code, err = _run_cli(["tpulang", "run", str(mlir), str(weights), str(tmp_path / "in.npz"), "--out",
                           str(tmp_path / "out.npz")], memory=1536 << 20)
-    line = _one_error_line(code, err)
+    line = one_error_line(code, err)
     assert "MiB budget" in line and "nothing was allocated" in line
     assert not (tmp_path / "out.npz").exists()
 
@@ -325,14 +308,14 @@ def test_export_and_replay_failing_part_way_keep_the_previous_pair(tmp_path: Pat
     before = _sizes(out)
     assert max(len(v) for v in before.values()) > 64 << 10
     code, err = _run_cli(export, fsize=16 << 10)
-    assert "cannot write" in _one_error_line(code, err) and "File too large" in err
+    assert "cannot write" in one_error_line(code, err) and "File too large" in err
     assert _sizes(out) == before
     case = fixtures_dir / "tpulang" / "f32_mlp_softmax" / "f32_mlp_softmax.json"
     replay = ["tpulang", "replay", str(case), "--out", str(out)]
     assert _run_cli(replay)[0] == 0
     before = _sizes(out)
     code, err = _run_cli(replay, fsize=1 << 10)
-    assert "cannot write" in _one_error_line(code, err)
+    assert "cannot write" in one_error_line(code, err)
     assert _sizes(out) == before
 
 
@@ -350,7 +333,7 @@ def test_run_out_failing_part_way_keeps_the_old_file(tmp_path: Path) -> None:
     out = tmp_path / "out" / "o.npz"
     before = out.read_bytes()
     code, err = _run_cli(args, fsize=8 << 20)  # the 16 MiB input is read; the output fails at 8 MiB
-    assert "cannot write" in _one_error_line(code, err)
+    assert "cannot write" in one_error_line(code, err)
     assert out.read_bytes() == before
     assert [p.name for p in out.parent.iterdir()] == ["o.npz"]  # no temporary left behind
 
@@ -381,7 +364,7 @@ def test_kill_9_mid_write_never_leaves_a_partial_output(tmp_path: Path) -> None:
             stale.unlink()
 
 
-def test_output_folder_that_cannot_be_made_is_one_error_line(tmp_path: Path, fixtures_dir: Path,
+def test_output_folder_that_cannot_be_made_isone_error_line(tmp_path: Path, fixtures_dir: Path,
                                                              capsys) -> None:
     """--out below a regular file. Before: a FileExistsError / NotADirectoryError traceback."""
     blocker = tmp_path / "file"
@@ -393,7 +376,7 @@ def test_output_folder_that_cannot_be_made_is_one_error_line(tmp_path: Path, fix
                  ["export-tpulang", "dense", "--template", "256", "--out", str(blocker / "out")],
                  ["tpulang", "run", str(mlir), str(weights), str(tmp_path / "in.npz"), "--out",
                   str(blocker / "out" / "o.npz")]):
-        line = _one_error_line(main(argv), capsys.readouterr().err)
+        line = one_error_line(main(argv), capsys.readouterr().err)
         assert "cannot make the folder" in line, line
 
 
@@ -406,14 +389,14 @@ def test_replay_with_a_10k_character_case_name(tmp_path: Path, fixtures_dir: Pat
     spec.setdefault("files", {})["weights"] = str(folder / spec.get("files", {}).get("weights", ""))
     case = tmp_path / "big.json"
     case.write_text(json.dumps(spec))
-    line = _one_error_line(*_run_cli(["tpulang", "replay", str(case), "--out", str(tmp_path / "out")]))
+    line = one_error_line(*_run_cli(["tpulang", "replay", str(case), "--out", str(tmp_path / "out")]))
     assert "10000 characters" in line and "longer than the" in line
 
 
-def test_deeply_nested_case_json_is_one_error_line(tmp_path: Path) -> None:
+def test_deeply_nested_case_json_isone_error_line(tmp_path: Path) -> None:
     case = tmp_path / "deep.json"
     case.write_text("[" * 100_000 + "]" * 100_000)
-    line = _one_error_line(*_run_cli(["tpulang", "replay", str(case), "--out", str(tmp_path / "out")]))
+    line = one_error_line(*_run_cli(["tpulang", "replay", str(case), "--out", str(tmp_path / "out")]))
     assert "nested" in line
 
 
@@ -431,5 +414,5 @@ def test_a_huge_op_name_is_not_echoed_whole(tmp_path: Path, fixtures_dir: Path, 
     np.savez(tmp_path / "in.npz", **dict(np.load(folder / f"{case}_in.npz")))
     code = main(["tpulang", "run", str(tmp_path / "m_origin.mlir"), str(folder / module.weight_file),
                  str(tmp_path / "in.npz"), "--out", str(tmp_path / "o.npz")])
-    line = _one_error_line(code, capsys.readouterr().err)
+    line = one_error_line(code, capsys.readouterr().err)
     assert "missing weight" in line and "www" in line

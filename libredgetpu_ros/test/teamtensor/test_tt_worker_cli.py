@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from .._helpers import one_error_line
+
 pytestmark = [pytest.mark.timeout(60)]
 
 CMD = [sys.executable, "-m", "libredgetpu_ros.cli.main", "tt-worker"]
@@ -21,8 +23,7 @@ CMD = [sys.executable, "-m", "libredgetpu_ros.cli.main", "tt-worker"]
                                   ["--key-file", "/nonexistent/tt.key"], ["--session-timeout", "0"]])
 def test_bad_arguments_exit_2_with_one_error_line(args):
     done = subprocess.run([*CMD, *args], capture_output=True, text=True, timeout=30)
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.startswith("error: ") and len(done.stderr.strip().splitlines()) == 1
+    one_error_line(done.returncode, done.stderr)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

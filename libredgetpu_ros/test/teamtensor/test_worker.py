@@ -123,14 +123,51 @@ def test_a_fragmented_request_reassembles_once_from_reordered_duplicated_datagra
     assert np.array_equal(drv.core.queue[0].inputs, batch.inputs)
 
 
-def test_memory_bound_adds_up_its_parts():
-    """docs/teamtensor.md *Memory*: 368 MiB with the defaults; models are counted widened to float32."""
-    mib = 1 << 20
-    assert WorkerConfig().memory_bound() == (4 + 8 + 3) * 16 * mib + 64 * 1024 + 128 * mib
-    half = WireFormat(value_dtype=">f2")  # float16 weights take twice their wire size once decoded
-    assert WorkerConfig().memory_bound(half) == (4 * 2 + 8 + 3) * half.max_packet + 64 * 1024 + 128 * mib
-    small = WorkerConfig(managers=1, memory_budget=mib)
-    assert small.memory_bound() == (1 + 8 + 3) * 16 * mib + 64 * 1024 + mib
+def test_a_worker_filled_to_its_limits_keeps_less_than_its_memory_bound():
+    """docs/teamtensor.md *Memory*: what a worker really keeps (tracemalloc) with every part full -- its
+    models as large as a packet allows, its batch queue, a fragmented packet half received, its stored
+    replies -- stays under ``memory_bound()`` less the training step (none runs: the queue is only filled),
+    and is most of it (the parts were filled). Small packets keep the test small; the bound scales with
+    ``max_packet``."""
+    import gc
+    import tracemalloc
+
+    wire = WireFormat(max_packet=256 * 1024)
+    config = WorkerConfig(managers=2, queue_capacity=3, max_pending=1, memory_budget=16 << 20)
+    rows, cols, samples = 60, 1000, 60  # a 240,000-byte model; 60 samples of 1000 + 60 values: 254,400 bytes
+
+    def fill() -> tuple[WorkerCore, int]:
+        gc.collect()
+        base = tracemalloc.get_traced_memory()[0]
+        core = WorkerCore(config, wire)
+        drv = Driver(core)
+        drv.ask(packets.AssignPipeline(5))
+        for model_id in (1, 2):
+            weights = np.full((rows, cols), 0.5, np.float32)
+            drv.ask(packets.AssignModel(5, model_id, ModelSpec([linear(weights)], [Metric.MSE])))
+        rng = np.random.default_rng(0)
+        for _ in range(config.queue_capacity):
+            drv.ask(packets.Batch(rng.normal(size=(samples, cols)).astype(np.float32),
+                                  rng.normal(size=(samples, rows)).astype(np.float32)))
+        more = packets.Batch(np.zeros((samples, cols), np.float32), np.zeros((samples, rows), np.float32))
+        parts = datagrams.to_datagrams(packets.encode_request(more), 999, session=drv.session)
+        for part in parts[: len(parts) // 2]:  # half a packet: held in reassembly
+            core.handle(drv.peer, part)
+        del weights, more, parts, drv
+        gc.collect()
+        return core, tracemalloc.get_traced_memory()[0] - base
+
+    tracemalloc.start()
+    try:
+        fill()  # once before measuring: the modules and caches the first requests load are not the worker's
+        core, kept = fill()
+    finally:
+        tracemalloc.stop()
+    assert len(core.queue) == config.queue_capacity and len(core.managers) == 2
+    filled = 2 * rows * cols * 4 + config.queue_capacity * samples * (rows + cols) * 4
+    assert filled <= kept <= config.memory_bound(wire) - config.memory_budget, (filled, kept)
+    half = WireFormat(max_packet=wire.max_packet, value_dtype=">f2")  # float16 weights widen to float32
+    assert config.memory_bound(half) - config.memory_bound(wire) == config.managers * wire.max_packet
 
 
 def test_a_diverging_step_is_not_applied_and_the_model_can_still_be_read(drv):
