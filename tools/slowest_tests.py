@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The slowest test files of the last recorded runs: `make test-slowest` (the record: build/test-durations.json,
+"""The slowest test files of the recorded runs: `make test-slowest` (the record: build/test-durations.json,
 seconds per file, merged by test/conftest.py after every `make test` / `make test-fast`)."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ def main(argv: list[str]) -> int:
     try:
         record = json.loads(path.read_text())
     except FileNotFoundError:
-        print(f"no durations recorded yet ({path}): run `make test` or `make test-fast` first", file=sys.stderr)
+        print(f"no durations recorded yet ({path}): run `make test` or `make test-fast` first",
+              file=sys.stderr)
         return 1
     except (OSError, ValueError) as exc:
         print(f"cannot read {path}: {exc}", file=sys.stderr)
