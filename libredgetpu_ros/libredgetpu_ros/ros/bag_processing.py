@@ -119,6 +119,7 @@ def load_node_config(path: str | Path, overrides: dict[str, Any] | None = None,
         raise ConfigError(f"config {path}: expected a bringup file ('nodes:') or a ROS parameters file "
                           f"('/**: ros__parameters: ...')")
     values.update(overrides or {})
+    values.pop("qos_overrides", None)  # the live publishers' QoS (ros/output_qos.py): nothing to do offline
     table = param_table(node_type)
     try:
         typed = {p.name: p.value for p in table.overrides(values)}

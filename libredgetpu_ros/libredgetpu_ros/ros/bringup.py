@@ -154,11 +154,39 @@ def parameter_overrides(cls: type, params: dict[str, Any]) -> list[Any]:
 
     from libredgetpu_ros.ros.params import ParamTable
 
+    params = dict(params)
+    qos = _qos_overrides(params.pop("qos_overrides", None))
     module = importlib.import_module(cls.__module__)
     tables = [v for v in vars(module).values() if isinstance(v, ParamTable)]
     if len(tables) == 1:
-        return tables[0].overrides(params)
-    return [Parameter(k, value=v) for k, v in params.items()]
+        return tables[0].overrides(params) + qos
+    return [Parameter(k, value=v) for k, v in params.items()] + qos
+
+
+def _qos_overrides(value: Any) -> list[Any]:
+    """A ``qos_overrides:`` mapping as in a params file (``/topic: {publisher: {depth: 1, ...}}``, see
+    ros/output_qos.py) as the flat ``qos_overrides./topic.publisher.depth`` parameters a node reads."""
+    from rclpy.parameter import Parameter
+
+    from libredgetpu_ros.ros.output_qos import OVERRIDABLE
+
+    if value is None:
+        return []
+    policies = {p.name.lower() for p in OVERRIDABLE}
+    where = "qos_overrides: expected {/topic: {publisher: {policy: value}}}"
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}, got {value!r}")
+    out = []
+    for topic, entities in value.items():
+        if not isinstance(entities, dict) or set(entities) != {"publisher"} or \
+                not isinstance(entities["publisher"], dict):
+            raise ConfigError(f"{where}; {topic!r} holds {entities!r}")
+        for policy, setting in entities["publisher"].items():
+            if policy not in policies or isinstance(setting, bool) or not isinstance(setting, (str, int)):
+                raise ConfigError(f"qos_overrides of {topic}: {policy}: {setting!r} (policies: "
+                                  f"{', '.join(sorted(policies))})")
+            out.append(Parameter(f"qos_overrides.{topic}.publisher.{policy}", value=setting))
+    return out
 
 
 class Bringup:

@@ -248,8 +248,9 @@ def test_config_formats_resolve_the_node_topics(tmp_path: Path) -> None:
     # A bringup file's remappings: matched on the expanded name, first match wins (rcl's rule).
     path.write_text("nodes:\n  - type: perception\n    namespace: cam\n    remappings:\n"
                     "      image_raw: /front/color/image_raw\n      /cam/poses: people\n"
-                    "    parameters:\n      model: x.tflite\n")
-    node = load_node_config(path)
+                    "    parameters:\n      model: x.tflite\n"
+                    "      qos_overrides: {/cam/people: {publisher: {depth: 1}}}\n")
+    node = load_node_config(path)  # qos_overrides are the live publishers': accepted, unused offline
     assert node.resolve(node.params.input_topic) == "/front/color/image_raw"
     assert node.resolve("poses") == "/cam/people" and node.resolve("labels") == "/cam/labels"
 

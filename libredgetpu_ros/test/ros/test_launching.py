@@ -69,3 +69,47 @@ def test_rviz_true_without_rviz2_says_what_to_do() -> None:
     text = "".join(str(getattr(part, "text", part)) for part in action.msg)
     assert "rviz2 is not installed" in text and "rviz/perception.rviz" in text
     assert rviz("perception").execute(_context(rviz="false")) == []
+
+
+CAMERA_LAUNCH_FILES = ("perception", "tracker", "looming", "flow", "recognition")
+
+
+def _launch_parameters(launch_name: str, **arguments: str) -> dict:
+    """The node parameters a launch file of this checkout passes besides its params file, for ``arguments``
+    over the declared defaults (its node-building OpaqueFunction run on a bare context)."""
+    import importlib.util
+    from pathlib import Path
+
+    from launch.actions import DeclareLaunchArgument, OpaqueFunction
+
+    path = Path(__file__).resolve().parents[2] / "launch" / f"{launch_name}.launch.py"
+    spec = importlib.util.spec_from_file_location(f"launch_{launch_name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    description = module.generate_launch_description()
+    context = _context()
+    for entity in description.entities:
+        if isinstance(entity, DeclareLaunchArgument):
+            context.launch_configurations[entity.name] = "".join(s.perform(context)
+                                                                 for s in entity.default_value)
+    context.launch_configurations.update(arguments)
+    build = next(e for e in description.entities if isinstance(e, OpaqueFunction))
+    node = build._OpaqueFunction__function(context)[0]
+    import yaml
+
+    params = {}
+    for entry in node._Node__parameters:
+        if isinstance(entry, dict):  # launch_ros keeps each value as YAML text
+            params.update({"".join(s.perform(context) for s in k):
+                           yaml.safe_load("".join(s.perform(context) for s in v)) for k, v in entry.items()})
+    return params
+
+
+@pytest.mark.parametrize("launch_name", CAMERA_LAUNCH_FILES)
+def test_every_camera_launch_file_takes_transport(launch_name: str) -> None:
+    """``transport:=compressed`` reaches the node's ``transport`` parameter; unset, the params file's value
+    stays; a value that is not raw / compressed stops the launch naming it."""
+    assert _launch_parameters(launch_name, transport="compressed")["transport"] == "compressed"
+    assert "transport" not in _launch_parameters(launch_name)
+    with pytest.raises(ValueError, match="transport='jpeg' is not one of raw, compressed"):
+        _launch_parameters(launch_name, transport="jpeg")

@@ -97,6 +97,20 @@ def test_bad_bringup_files_are_refused_with_the_reason(tmp_path: Path, text: str
     assert message in str(info.value) and "bringup" in str(info.value)
 
 
+@pytest.mark.parametrize(("qos", "message"), [
+    ("{/x: {subscription: {depth: 1}}}", "expected {/topic: {publisher"),
+    ("{/x: {publisher: {deadline: 5}}}", "qos_overrides of /x: deadline: 5"),
+    ("{/x: {publisher: {depth: [1]}}}", "qos_overrides of /x: depth: [1]"),
+    ("[1]", "expected {/topic"),
+])
+def test_bad_qos_overrides_in_a_bringup_file_are_refused(qos: str, message: str) -> None:
+    import yaml
+    from libredgetpu_ros.ros.bringup import node_class, parameter_overrides
+
+    with pytest.raises(ConfigError, match=message.replace("{", r"\{").replace("[", r"\[")):
+        parameter_overrides(node_class("perception"), {"qos_overrides": yaml.safe_load(qos)})
+
+
 def test_bringup_parameters_are_typed_by_the_node_table(tmp_path: Path, fixture_path) -> None:
     from libredgetpu_ros.ros.bringup import load_config, node_class, parameter_overrides
 
@@ -116,12 +130,15 @@ def test_bringup_remappings_reach_the_node(ros_env, tmp_path: Path, fixture_path
     """A bringup file's ``remappings:`` are the node's own ``-r from:=to`` (resolved in its namespace, as
     under ``ros2 launch``): the active node reads the remapped camera topic and publishes where it says."""
     from libredgetpu_ros.ros.bringup import Bringup, load_config
+    from rclpy.qos import ReliabilityPolicy
 
     model = fixture_path("classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite")
     text = ("nodes:\n  - type: perception\n    namespace: front\n    remappings:\n"
             "      image_raw: /front_camera/color/image_raw\n      classification: results/classification\n"
             f"    parameters:\n      model: {model}\n"
-            "      backend: cpu\n      task: classify\n")
+            "      backend: cpu\n      task: classify\n"
+            "      qos_overrides:\n        /front/results/classification:\n          publisher:\n"
+            "            reliability: best_effort\n            depth: 2\n")
     bringup = Bringup(load_config(_write(tmp_path, text)), context=ros_env.init_rclpy(), log=lambda _: None)
     try:
         bringup.start()
@@ -131,6 +148,11 @@ def test_bringup_remappings_reach_the_node(ros_env, tmp_path: Path, fixture_path
                                                                     "/front_camera/color/image_raw"]
         published = {name for name, _ in node.get_publisher_names_and_types_by_node("perception", "/front")}
         assert "/front/results/classification" in published and "/front/classification" not in published
+        # qos_overrides as in a params file (ros/output_qos.py), on the remapped (resolved) output name
+        qos = {p.topic_name: p.qos_profile for p in node.publishers}
+        assert qos["/front/results/classification"].reliability == ReliabilityPolicy.BEST_EFFORT
+        assert qos["/front/results/classification"].depth == 2
+        assert qos["/front/annotated"].reliability == ReliabilityPolicy.RELIABLE
     finally:
         bringup.stop()
 
