@@ -17,6 +17,7 @@ bounded length. Family-independent.
 from __future__ import annotations
 
 import math
+import tokenize
 import zipfile
 import zlib
 from collections.abc import Collection, Mapping
@@ -45,7 +46,7 @@ def read_header(stream: BinaryIO, where: str,
             shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
         else:
             raise ValueError(f"unsupported .npy version {version}")
-    except (ValueError, EOFError) as exc:
+    except (ValueError, EOFError, SyntaxError, tokenize.TokenError) as exc:  # NumPy tokenizes old headers
         raise error(f"{where}: not a valid .npy header ({clip(exc)})") from None
     if dtype.hasobject:
         raise error(f"{where}: object arrays (pickles) are refused")

@@ -68,3 +68,15 @@ def test_control_node_initial_weights_lying_header_fails_configure_typed(tmp_pat
     np.save(tmp_path / "ok.npy", np.zeros((3, 5), np.float32))
     controller = Controller(ControlConfig(**{**values, "initial_weights": str(tmp_path / "ok.npy")}))
     controller.close()
+
+
+def test_an_unclosed_header_is_typed_not_a_tokenizer_error(tmp_path: Path) -> None:
+    """Found by the ``readout`` fuzz target (issue 30): a header dict cut mid-tuple made NumPy's header
+    parser raise ``tokenize.TokenError`` (an untyped error in ``~/load_readout``'s path)."""
+    import struct
+
+    header = b"{'descr': '<f8', 'fortran_order': False, 'shape': (2, \n"
+    path = tmp_path / "cut.npy"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + bytes(16))
+    with pytest.raises(InputError, match=r"not a valid \.npy header"):
+        read_npy(path)

@@ -136,3 +136,22 @@ def test_retarget_128_red_and_the_result_runs(tmp_path, capsys) -> None:
         cv2.circle(image, (20, 100), 8, (255, 0, 0), -1)
         result = tracker.track(image)
         assert result.x_offset > 0.4 and result.y_offset < -0.4
+
+
+@pytest.mark.timeout(60)  # before: blocked forever opening the FIFO
+@pytest.mark.parametrize("where", ["x.mcap in the bag folder", "metadata.yaml in the bag folder", "the bag"])
+def test_a_fifo_bag_is_one_error_line_not_a_hang(tmp_path, capsys, where) -> None:
+    """Issue 30 item 1: ``robotics spot --bag`` on a bag folder holding a FIFO ``x.mcap`` hung (as the
+    reservoir node's ``~/fit`` did): every entry of a bag is checked as a regular file before opening."""
+    import os
+
+    bag = tmp_path / "bag"
+    if where == "the bag":
+        os.mkfifo(bag)
+    else:
+        bag.mkdir()
+        os.mkfifo(bag / where.split()[0])
+    argv = ["robotics", "spot", "--model", "color_red_64x64", "--backend", "cpu", "--bag", str(bag)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a FIFO, not a regular file" in err[0], err

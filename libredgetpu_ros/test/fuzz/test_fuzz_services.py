@@ -1,0 +1,31 @@
+"""CI fuzzing of what the nodes' services take (``service_targets.py``): readout and embedding database
+files (metadata text or array bytes mutated, 1,000 cases each) and requests to the live services of five
+nodes (their CDR bytes mutated, 1,000 cases); 5 s and 1 GiB per case; only typed ``InputError``s may escape
+the loaders, and no request may reach the service guard's ``internal error``. Long runs: docs/reliability.md
+section 13."""
+
+from __future__ import annotations
+
+import pytest
+
+from .harness import check_budget
+from .service_targets import targets
+
+CASES = 1000
+
+
+@pytest.fixture(scope="module")
+def file_targets(tmp_path_factory):
+    return targets(tmp_path_factory.mktemp("service-seeds"), ["readout", "embedding_db"])
+
+
+@pytest.mark.parametrize("name", ["readout", "embedding_db"])
+def test_learned_state_file_fuzz_budget(file_targets, name):
+    check_budget(file_targets[name], CASES, time_limit_s=5.0, memory_limit_mb=1024,
+                 min_refused=CASES // 10, min_accepted=CASES // 100)
+
+
+@pytest.mark.ros
+def test_service_request_fuzz_budget(tmp_path):
+    check_budget(targets(tmp_path, ["service_requests"])["service_requests"], CASES, time_limit_s=5.0,
+                 memory_limit_mb=1024, min_refused=CASES // 10, min_accepted=CASES // 100)
