@@ -181,11 +181,6 @@ class ParameterStore:
         with self._lock:
             self._targets.append(target)
 
-    def remove_target(self, target: ParameterTarget) -> None:
-        with self._lock:
-            if target in self._targets:
-                self._targets.remove(target)
-
     def publish(self, blobs: Mapping[str, np.ndarray | BlobPatch] | None = None,
                 twin: Mapping[int, np.ndarray] | None = None, payload: Any = _KEEP,
                 meta: Mapping[str, Any] | None = None,

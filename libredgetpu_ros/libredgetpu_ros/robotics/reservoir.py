@@ -194,9 +194,6 @@ class ReservoirComputer:
     def state(self) -> np.ndarray:
         return self._state.copy()
 
-    def reset_state(self) -> None:
-        self._state = np.zeros(self.size)
-
     def set_state(self, state: object) -> None:
         """Restore a state saved with :attr:`state` (shape (N,), finite)."""
         array = np.asarray(state, dtype=np.float64)

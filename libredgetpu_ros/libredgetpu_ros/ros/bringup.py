@@ -27,12 +27,10 @@ from __future__ import annotations
 
 import importlib
 import re
-import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from libredgetpu_ros.errors import ConfigError
@@ -278,15 +276,14 @@ def run(config: str | Path, duration_s: float | None = None, quiet: bool = False
     import rclpy
     from rclpy.signals import SignalHandlerOptions
 
+    from libredgetpu_ros.ros.spinning import SignalStop
+
     specs = load_config(config)
     stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    # Our own handlers: rclpy's would shut the context down before the nodes can be deactivated.
+    # Our own handling: rclpy's would shut the context down before the nodes can be deactivated.
+    signals = SignalStop()
+    signals.requested.add_done_callback(lambda _: stop.set())
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     timer = threading.Timer(duration_s, stop.set) if duration_s else None
     out = sys.stderr if quiet else sys.stdout
 
@@ -304,7 +301,6 @@ def run(config: str | Path, duration_s: float | None = None, quiet: bool = False
         if timer:
             timer.cancel()
         bringup.stop()
-        for s, handler in previous.items():
-            signal.signal(s, handler)
         rclpy.try_shutdown()
+        signals.close()
     return 0

@@ -95,6 +95,16 @@ class ParamSpec:
         return None
 
 
+def best_effort_param(topics: str) -> ParamSpec:
+    """The ``best_effort`` parameter of a companion-style node (control, reservoir): QoS of ``topics``."""
+    return ParamSpec("best_effort", False, f"best-effort QoS for {topics} (reliable otherwise)")
+
+
+# The control, reservoir and SPU nodes' /diagnostics period (the camera nodes' is in ros/camera/params.py).
+DIAGNOSTICS_PERIOD = ParamSpec("diagnostics_period", 1.0, "s between /diagnostics messages",
+                               range=(0.05, 60.0))
+
+
 class ParamTable:
     """A node's parameter table bound to the dataclass that holds its values.
 

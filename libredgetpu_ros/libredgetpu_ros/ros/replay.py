@@ -10,13 +10,11 @@ bag time for nodes running with ``use_sim_time``.
 from __future__ import annotations
 
 import importlib
-import signal
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from libredgetpu_ros.bags.storage import IMAGE_TYPES, Unreadable, open_reader
@@ -240,15 +238,13 @@ def run(bag: str | Path, options: ReplayOptions, linger_s: float = 0.5,
     from rclpy.signals import SignalHandlerOptions
 
     from libredgetpu_ros.ros.environment import ensure_log_dir
+    from libredgetpu_ros.ros.spinning import SignalStop
 
     ensure_log_dir()  # discovery and transport: the environment's (ROS defaults unless set)
     stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
+    signals = SignalStop()  # SIGINT / SIGTERM: a stop request (rclpy installs no handler)
+    signals.requested.add_done_callback(lambda _: stop.set())
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     node = rclpy.create_node("bag_replay")
     replayer = None
     try:
@@ -266,6 +262,5 @@ def run(bag: str | Path, options: ReplayOptions, linger_s: float = 0.5,
         if replayer is not None:
             replayer.close()
         node.destroy_node()
-        for s, handler in previous.items():
-            signal.signal(s, handler)
         rclpy.try_shutdown()
+        signals.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from libredgetpu_ros.matmul.runners import runner_names
-from libredgetpu_ros.ros.params import ParamSpec, ParamTable
+from libredgetpu_ros.ros.params import DIAGNOSTICS_PERIOD, ParamSpec, ParamTable, best_effort_param
 
 BACKENDS = ("auto", *runner_names())
 STATE_TYPES = ("float32_multi_array", "joint_state")
@@ -45,8 +45,8 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("state_queue", 1, "depth of the state subscription: 1 = the latest state wins (states the loop "
               "has not taken yet are replaced, not queued); larger values queue a backlog", range=(1, 1000)),
     ParamSpec("qos_depth", 10, "queue depth of the command publishers", range=(1, 1000)),
-    ParamSpec("best_effort", False, "best-effort QoS for state and commands (reliable otherwise)"),
-    ParamSpec("diagnostics_period", 1.0, "s between /diagnostics messages", range=(0.05, 60.0)),
+    best_effort_param("state and commands"),
+    DIAGNOSTICS_PERIOD,
 )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from libredgetpu_ros.robotics.reservoir import ACTIVATIONS
-from libredgetpu_ros.ros.params import ParamSpec, ParamTable
+from libredgetpu_ros.ros.params import DIAGNOSTICS_PERIOD, ParamSpec, ParamTable, best_effort_param
 
 STATE_TYPES = ("joint_state", "float64_multi_array")
 JOINT_FIELDS = ("position", "velocity", "effort")
@@ -39,8 +39,8 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "configure; empty = none until ~/fit or ~/load_readout"),
     ParamSpec("state_queue", 10, "depth of the state subscription (every state advances the reservoir, so "
               "states are queued, not replaced)", range=(1, 10000)),
-    ParamSpec("best_effort", False, "best-effort QoS for state and prediction (reliable otherwise)"),
-    ParamSpec("diagnostics_period", 1.0, "s between /diagnostics messages", range=(0.05, 60.0)),
+    best_effort_param("state and prediction"),
+    DIAGNOSTICS_PERIOD,
 )
 
 

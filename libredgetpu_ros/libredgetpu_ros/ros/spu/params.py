@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from libredgetpu_ros.femto.runner import RUNNERS
-from libredgetpu_ros.ros.params import ParamSpec, ParamTable
+from libredgetpu_ros.ros.params import DIAGNOSTICS_PERIOD, ParamSpec, ParamTable
 
 LATCHED_PREFIX = "latched."
 
@@ -47,5 +47,5 @@ PARAM_TABLE = ParamTable([
     ParamSpec("fqir", "", "fqir runner: fmot FQIR graph pickle"),
     ParamSpec("strict", True, "reject inputs out of the sequence's declared order (SPU firmware rule)"),
     ParamSpec("qos_depth", 10, "queue depth of streaming input and output topics", range=(1, 1000)),
-    ParamSpec("diagnostics_period", 1.0, "s between /diagnostics messages", range=(0.05, 60.0)),
+    DIAGNOSTICS_PERIOD,
 ], SpuConfig)
