@@ -1,5 +1,5 @@
 """doctor's checks of the ROS environment that rclpy reads when it starts: the RMW implementation, the
-domain id, the Fast DDS profile file and the template folder (issue 30 item 6, issue 33).
+domain id, the Fast DDS profile file and the template folder.
 
 - RMW: rcl checks ``RMW_IMPLEMENTATION`` when its library is loaded (an initializer in librcl, before any
   node exists): the RMW must be loadable (a ``rmw_implementation`` build dlopens ``lib<name>.so``) and be

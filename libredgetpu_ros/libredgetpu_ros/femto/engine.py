@@ -88,8 +88,8 @@ class SequenceEngine:
             s = g.index[seq.key]
             # The host writes only nodes no sequence produces: a chained output (``first: [P] -> [M]``,
             # ``second: [M, Q] -> [Y]``) reaches ``second`` inside the SPU when ``first`` fires, so it is
-            # written as far as the order goes and the host's order is the rest (issue 30, failure 11:
-            # ``second`` waited for the host to write M and refused Q for ever).
+            # written as far as the order goes and the host's order is the rest (else ``second`` would wait
+            # for the host to write M and refuse Q for ever).
             order = tuple(n for n in (g.index[k] for k, _ in seq.inputs) if not g.pred[n])
             if not order:
                 continue  # fed by chained outputs only: nothing the host writes

@@ -25,10 +25,9 @@ Threads:
   thread of its own (for the entry point and ``ros/bringup.py``): a frame never waits behind a lifecycle or
   parameter request or the diagnostics timer, and that executor waits on the group's entities only. Frames
   are processed right in its callback: no hand-off to another thread. The subscription is the node's own,
-  so ``ros2 node info <node>`` lists it. (Until issue 22 it lived on a companion node ``<name>_image``:
-  rclpy lets a node belong to one executor only, so the group's executor reads the node through a view of
-  that group instead of owning it; measured against the companion node, reader -> callback 0.73 -> 0.76 ms
-  p50, within run-to-run noise, docs/perception_node.md "Threads"). A plain rclpy executor (a test's)
+  so ``ros2 node info <node>`` lists it. (rclpy lets a node belong to one executor only, so the group's
+  executor reads the node through a view of that group instead of owning it; its latency against a
+  companion node of its own: docs/perception_node.md "Threads".) A plain rclpy executor (a test's)
   runs the group along with everything else, on its one thread;
 - the main executor (this node): lifecycle and parameter services, the diagnostics timer, the fault's guard
   condition, the re-check of the image reliability when a publisher appears.
@@ -71,7 +70,7 @@ from libredgetpu_ros.ros.spinning import CompanionFault, CompanionGroup, destroy
 _BAD_INPUT_LOG_PERIOD_S = 10.0
 _IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
 # Frames this large travel as many UDP fragments (when they miss shared memory): read best effort from a
-# reliable writer, one lost fragment loses the frame (issue 22: 8 of 91 1080p frames arrived).
+# reliable writer, one lost fragment loses the frame (docs/perception_node.md).
 _FRAGMENTED_BYTES = 1 << 20
 
 # Results are reliable so rviz and loggers (reliable by default) can subscribe; keep only the newest few.

@@ -3,11 +3,10 @@
 REP-2003 asks sensor drivers to publish with the system default QoS (reliable) and subscribers to use the
 sensor-data QoS (best effort), which matches any publisher. For small frames that is right. For large ones
 (1920x1080 rgb8 is 6 MB, fragmented by DDS) a best-effort reader of a reliable writer loses most frames: a
-fragment lost is a frame lost, with no repair (measured in issue 22: 8 of 91 frames at 15 Hz, where a
-reliable reader got 90). So ``auto`` (the default) subscribes reliable when every publisher found on the
-topic is reliable, best effort when any is best effort (a reliable reader cannot match a best-effort writer)
-or none exists yet; the choice is made again when a publisher comes or goes or an incompatible one is
-reported.
+fragment lost is a frame lost, with no repair (measured in docs/perception_node.md). So ``auto`` (the
+default) subscribes reliable when every publisher found on the topic is reliable, best effort when any is
+best effort (a reliable reader cannot match a best-effort writer) or none exists yet; the choice is made
+again when a publisher comes or goes or an incompatible one is reported.
 A reliable reader keeps KEEP_LAST depth :data:`IMAGE_DEPTH`, so a slow node still only holds the newest few
 frames and never slows the camera down beyond what the writer's own history allows.
 """

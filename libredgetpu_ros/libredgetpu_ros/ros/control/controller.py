@@ -24,8 +24,8 @@ REPLY_RECORD_SIZE = 1024  # answers kept per request_id: a retry must come withi
 class ReplyRecord:
     """The answers of the last ``size`` ``set_weights`` calls that carried a ``request_id`` (idempotency).
 
-    A reply can be lost in the middleware although the call was applied (issue 18: 6 in 7,146 calls; see
-    docs/control_node.md). A client that retries with the same ``request_id`` gets the recorded answer,
+    A reply can be lost in the middleware although the call was applied (measured in docs/control_node.md).
+    A client that retries with the same ``request_id`` gets the recorded answer,
     flagged ``replayed``, and the swap is not applied a second time.
     """
 

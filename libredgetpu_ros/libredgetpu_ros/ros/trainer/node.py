@@ -99,7 +99,7 @@ class TrainerNode(TeardownOnCleanup, LifecycleNode):
         self._pushed_version: int | None = None  # batches sent at the read whose weights were pushed last
         # set_weights request ids are "<this prefix>:<version>": the random part differs per configure (and
         # per process), so a new session's pushes never repeat an id the control node answers from its
-        # replay record (issue 30, failure 9: the batch count restarts with every session).
+        # replay record (the batch count restarts with every session, so it alone would repeat ids).
         self._push_prefix = ""
         # Results and faults of the session thread reach the executor through guard conditions: publishing,
         # caching and lifecycle transitions happen there, never on the session thread.
