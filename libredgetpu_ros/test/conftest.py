@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,22 +123,23 @@ def _skip_when_ros_is_missing(exc: BaseException) -> None:
         pytest.skip(f"needs ROS: no module {name!r} for this Python ({sys.version.split()[0]})")
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_setup(item: pytest.Item) -> Any:
+def _skipping_missing_ros() -> Generator[None, Any, Any]:
+    """The body of the setup and call wrappers below."""
     try:
         return (yield)
     except Exception as exc:
         _skip_when_ros_is_missing(exc)
         raise
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Any:
+    return (yield from _skipping_missing_ros())
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
-    try:
-        return (yield)
-    except Exception as exc:
-        _skip_when_ros_is_missing(exc)
-        raise
+    return (yield from _skipping_missing_ros())
 
 
 @pytest.hookimpl(wrapper=True)
