@@ -281,17 +281,10 @@ def run_on_cmodel(root: Path, env: dict[str, str], case: Case, work: Path) -> st
     notes, ours_ok, ref_ok = [], True, True
     for index, feed in enumerate(case.inputs):
         ours = execute(module, arrays, feed)
-        in_npz, out_npz = folder / f"cmodel_in_{index}.npz", folder / f"cmodel_out_{index}.npz"
-        np.savez(in_npz, **{k: feed[k] for k, _ in module.inputs})
-        np.savez(out_npz, **{k: ours[k] for k in module.outputs})
-        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--cmodel-child", str(root),
-                               str(folder / f"{case.name}_{case.mode.lower()}.bmodel"), module.name,
-                               str(in_npz), str(out_npz)], env=env, capture_output=True, text=True,
-                              timeout=STEP_TIMEOUT_S)
-        if proc.returncode != 0:
-            return f"cmodel FAIL: {tool_message(proc.stdout + proc.stderr)}"
-        with np.load(out_npz) as data:
-            theirs = {k: data[k] for k in data.files}
+        theirs = cmodel_outputs(root, env, folder / f"{case.name}_{case.mode.lower()}.bmodel", module, feed,
+                                {k: ours[k] for k in module.outputs}, folder / f"cmodel_{index}")
+        if isinstance(theirs, str):
+            return theirs
         ok, note = compare(ours, theirs)
         ours_ok &= ok
         if case.refs is not None:
@@ -302,6 +295,24 @@ def run_on_cmodel(root: Path, env: dict[str, str], case: Case, work: Path) -> st
     verdict = "= our executor" if ours_ok and ref_ok else (
         "DIFFERS from our executor" if not ours_ok else "= our executor but not the reference")
     return f"cmodel {verdict} on {len(case.inputs)} input(s): {'; '.join(dict.fromkeys(notes))}"
+
+
+def cmodel_outputs(root: Path, env: dict[str, str], bmodel: Path, module, feed: dict, template: dict,
+                   stem: Path) -> dict | str:
+    """The bmodel's outputs on the cmodel for one input set (``template``: arrays of the expected dtypes and
+    shapes, in output order), or a ``cmodel FAIL: ...`` line."""
+    import numpy as np
+
+    in_npz, out_npz = stem.with_name(stem.name + "_in.npz"), stem.with_name(stem.name + "_out.npz")
+    np.savez(in_npz, **{k: feed[k] for k, _ in module.inputs})
+    np.savez(out_npz, **template)
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--cmodel-child", str(root),
+                           str(bmodel), module.name, str(in_npz), str(out_npz)], env=env,
+                          capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
+    if proc.returncode != 0:
+        return f"cmodel FAIL: {tool_message(proc.stdout + proc.stderr)}"
+    with np.load(out_npz) as data:
+        return {k: data[k] for k in data.files}
 
 
 def litert_probabilities(model: Path, images: list) -> list[dict]:

@@ -75,6 +75,15 @@ def _integer_result(acc: np.ndarray, node: OpNode, tx: TensorType, tw: TensorTyp
     shape[channel_axis] = count
     s_w = _per_oc(tw.quant.scales, count, where).astype(np.float64).reshape(shape)
     s_out, zp_out = out_t.quant.scales[0], out_t.quant.zero_points[0]
+    if channel_axis == 1:
+        # tpu-mlir lowers a quantized conv to an int32 conv + a TFLite_LShift requant whose per-channel
+        # multiplier/shift come from QuantizeMultiplier(s_in * s_w[oc] / s_out), the chip's arithmetic
+        # (a float product rounds differently about once in 240 values).
+        pairs = [kernels.quantize_multiplier(tx.quant.scales[0] * float(s) / s_out) for s in s_w.reshape(-1)]
+        m = np.asarray([p[0] for p in pairs], dtype=np.int64).reshape(shape)
+        sh = np.asarray([p[1] for p in pairs], dtype=np.int64).reshape(shape)
+        scaled = kernels.multiply_by_quantized_multiplier(acc, m, sh, "HalfAwayFromZero")
+        return kernels.saturate(scaled + zp_out, out_t.np_dtype)
     real = acc.astype(np.float64) * (tx.quant.scales[0] * s_w / s_out)
     return kernels.saturate(kernels.round_float(real, "HalfAwayFromZero") + zp_out, out_t.np_dtype)
 

@@ -31,18 +31,10 @@ def _maxpool(run: RunState, node: OpNode, args: list) -> np.ndarray:
     # wholly in ceil_mode padding gives (-3.4028235e+38 for float32 on tpu-mlir's bm1684x cmodel).
     low = np.finfo(x.dtype).min if x.dtype.kind == "f" else np.iinfo(x.dtype).min
     y = kernels.pool_taps(x, kernel, stride, pads, extra, out_hw, low, "max")
-    (tx,) = run.operand_types(node)
-    out_q, in_q = node.result.quant, tx.quant
-    # TpuLang's int8 maxpool without scale leaves its result unquantized: the raw maximum, as for equal types.
-    if out_q is None or out_q == in_q:
-        return y.astype(node.result.np_dtype)
-    if in_q is None or in_q.axis is not None or out_q.axis is not None:
-        raise TpuLangError(f"{where_of(node)}: a maxpool from a plain integer or per-channel type to "
-                           f"{out_q} is not supported")
-    # scale=[in, out]: the maximum requantized to the output's scale and zero point (max commutes with it).
-    real = (y.astype(np.float64) - in_q.zero_points[0]) * in_q.scales[0]
-    q = kernels.round_float(real / out_q.scales[0], node.attrs.get("round_mode", "HalfAwayFromZero"))
-    return kernels.saturate(q + out_q.zero_points[0], node.result.np_dtype)
+    # tpu-mlir 1.30.2 lowers a quantized maxpool to a plain max of the raw integers whatever the result's
+    # scale and zero point (scale=[in, out] included): its interpreter and the bm1684x simulator give the
+    # input's maximum unchanged, so this does too (no requantization).
+    return y.astype(node.result.np_dtype)
 
 
 @register("top.AvgPool")
@@ -137,9 +129,26 @@ def _concat(run: RunState, node: OpNode, args: list) -> np.ndarray:
     where = where_of(node)
     axis = getattr(node.attrs.get("axis"), "value", 0)
     shapes.concat_shape([a.shape for a in args], axis, where)
-    if any(t.quant != node.result.quant for t in run.operand_types(node)):
-        raise TpuLangError(f"{where}: concat of differently quantized inputs is not supported")
-    return np.concatenate(args, axis=axis).astype(node.result.np_dtype)
+    out_q = node.result.quant
+    types = run.operand_types(node)
+    if out_q is None or all(t.quant == out_q for t in types):
+        # TpuLang's unquantized result (no dtype given): tpu-mlir concatenates the raw integers whatever
+        # the inputs' scales (its interpreter and the bm1684x simulator alike).
+        return np.concatenate(args, axis=axis).astype(node.result.np_dtype)
+    if out_q.axis is not None or any(t.quant is None or t.quant.axis is not None for t in types):
+        raise TpuLangError(f"{where}: a quantized concat needs per-tensor scales on every input and the "
+                           f"result")
+    # A quantized result: the bm1684x simulator moves each input to the result's scale as
+    # round(q * s_in / s_out) + zp_out, the input's zero point NOT subtracted (measured, int8 and uint8).
+    mode = node.attrs.get("round_mode", "HalfAwayFromZero")
+    parts = []
+    for value, t in zip(args, types, strict=True):
+        if t.quant == out_q:
+            parts.append(value.astype(np.int64))
+            continue
+        scaled = kernels.round_float(value.astype(np.float64) * (t.quant.scales[0] / out_q.scales[0]), mode)
+        parts.append(scaled + out_q.zero_points[0])
+    return kernels.saturate(np.concatenate(parts, axis=axis), node.result.np_dtype)
 
 
 @register("top.Reshape")

@@ -7,6 +7,8 @@ taps or groups, never over pixels.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -176,3 +178,35 @@ def pool_counts(shape_hw: tuple[int, int], kernel: list[int], stride: list[int],
         ones = _pad(ones, [pads[0], pads[1], pads[2] + ceil_extra[0], pads[3] + ceil_extra[1]], 1)
         pads, ceil_extra = [0, 0, 0, 0], (0, 0)
     return pool_taps(ones, kernel, stride, pads, ceil_extra, out_hw, 0, "sum")[0, 0]
+
+
+def quantize_multiplier(real: float) -> tuple[int, int]:
+    """TFLite's ``QuantizeMultiplier`` as tpu-mlir 1.30.2 ports it (``MathUtils.cpp``): ``real ~ m * 2**(shift
+    - 31)`` with ``m`` in [2**30, 2**31), shift clamped to [-31, 30] (below: 0, 0; above: 2**31 - 1, 30)."""
+    if real == 0.0:
+        return 0, 0
+    q, shift = math.frexp(real)
+    fixed = math.floor(abs(q) * (1 << 31) + 0.5) * (1 if q > 0 else -1)  # std::round: half away from zero
+    if fixed == 1 << 31:
+        fixed //= 2
+        shift += 1
+    if shift < -31:
+        return 0, 0
+    if shift > 30:
+        return (1 << 31) - 1, 30
+    return fixed, shift
+
+
+def multiply_by_quantized_multiplier(acc: np.ndarray, multiplier: np.ndarray, shift: np.ndarray,
+                                     mode: str) -> np.ndarray:
+    """tpu-mlir's ``MultiplyByQuantizedMultiplier`` (requant mode ``TFLite_LShift``), which its bm1684x
+    simulator computes too: left shift, ``(v * m) >> 31`` rounded half up, int32 saturation, then the right
+    shift ``-shift`` rounded with ``mode``. The left shift runs in 64 bits and saturates to int32 (tpu-mlir
+    shifts an int32 in C, undefined on overflow: an effective scale >= 1 with huge accumulators)."""
+    v = np.asarray(acc, dtype=np.int64)
+    left = np.maximum(shift, 0)
+    v = np.clip(v << left, -(1 << 31), (1 << 31) - 1)
+    v = round_div(v * multiplier, 1 << 31, "HalfUp")
+    v = np.clip(v, -(1 << 31), (1 << 31) - 1)
+    right = np.maximum(-np.asarray(shift, dtype=np.int64), 0)
+    return round_div(v, np.left_shift(np.int64(1), right), mode)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from libredgetpu_ros.sophgo import shapes
-from libredgetpu_ros.sophgo.graph import Tensor, current_graph
+from libredgetpu_ros.sophgo.graph import Tensor, _as_list, current_graph
 from libredgetpu_ros.sophgo.ir import F64, I64, SI32, AttrValue, TpuLangError, check_dtype
 
 ROUND_MODES = ("HalfAwayFromZero", "HalfUp", "HalfDown", "HalfToEven", "HalfToOdd", "HalfTowardsZero",
@@ -301,11 +301,22 @@ def concat(inputs: list[Tensor], scales: Any = None, zero_points: Any = None, ax
     if len({t.dtype for t in tensors}) > 1:
         raise TpuLangError(f"{where}: inputs mix dtypes {[t.dtype for t in tensors]}")
     shape = shapes.concat_shape([t.shape for t in tensors], int(axis), where)
-    if scales is not None or zero_points is not None:
-        raise TpuLangError(f"{where}: quantized concat (scales/zero_points) is not supported")
+    # TpuLang: scales / zero_points list every input then the result; an input takes its pair (set or
+    # check), the result is unquantized unless ``dtype`` is not "float32" (then it takes the last pair).
+    pairs = []
+    for arg, values in (("scales", scales), ("zero_points", zero_points)):
+        values = [None] * (len(tensors) + 1) if values is None else _as_list(values)
+        if len(values) != len(tensors) + 1:
+            raise TpuLangError(f"{where}: {arg} needs {len(tensors) + 1} values (each input, then the "
+                               f"result), got {len(values)}")
+        pairs.append(values)
+    for i, t in enumerate(tensors):
+        t.quantization(pairs[0][i], pairs[1][i], f"{where} scales/zero_points[{i}]")
     attrs = {"axis": SI32(int(axis)), "do_relu": False, "only_merge": False,
              "round_mode": round_mode_convert(round_mode, where), **_NO_RELU}
-    out = _out(shape, tensors[0].dtype, _name(out_name, "concat"), tensors[0].quant)
+    out = _out(shape, tensors[0].dtype, _name(out_name, "concat"))
+    if dtype != "float32":
+        out.quantization(pairs[0][-1], pairs[1][-1], f"{where} scales/zero_points[-1]")
     return _insert("top.Concat", list(tensors), out, attrs)
 
 

@@ -126,6 +126,12 @@ def pool_shape(x: Sequence[int], kernel: list[int], stride: list[int], pads: lis
 
 def matmul_shape(a: Sequence[int], b: Sequence[int], left_t: bool, right_t: bool, out_t: bool,
                  where: str) -> list[int]:
+    if out_t:
+        # tpu-mlir 1.30.2 ignores the flag: its interpreter and the bm1684x simulator give the untransposed
+        # product (different numbers, even on a non-square result), and without right_transpose its codegen
+        # fails. A graph using it would not compute on the chip what it says: refused.
+        raise _fail(where, "output_transpose=True is not supported: tpu-mlir 1.30.2 ignores it on bm1684x "
+                           "(the deployed chip returns the untransposed product); transpose with permute")
     if len(a) < 2 or len(b) < 2:
         raise _fail(where, f"input {list(a)} and right {list(b)} must both be at least 2-D")
     m, k = (a[-1], a[-2]) if left_t else (a[-2], a[-1])

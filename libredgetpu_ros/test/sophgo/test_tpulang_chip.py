@@ -1,0 +1,118 @@
+"""The executor against the deployed chip: outputs of tpu-mlir 1.30.2's bm1684x simulator recorded in
+``data/bm1684x_cmodel.json`` (``tools/tpu_mlir_record.py``) for the graphs of ``chip_cases.py`` (issue 38),
+plus the refusals where the chip does not compute what the graph says."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from libredgetpu_ros.cli.main import main
+from libredgetpu_ros.sophgo.emitter import emit_mlir, save_module
+from libredgetpu_ros.sophgo.executor import execute
+from libredgetpu_ros.sophgo.ir import TpuLangError
+from libredgetpu_ros.sophgo.parser import parse_mlir
+
+from libredgetpu_ros import sophgo as tpul
+
+HERE = Path(__file__).resolve().parent
+RECORDED = json.loads((HERE / "data" / "bm1684x_cmodel.json").read_text())
+
+
+def _cases():
+    spec = importlib.util.spec_from_file_location("sophgo_chip_cases", HERE / "chip_cases.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module.CASES
+
+
+CASES = _cases()
+
+
+def test_every_case_is_recorded() -> None:
+    assert sorted(RECORDED["cases"]) == sorted(CASES)
+    assert "tpu-mlir 1.30.2" in RECORDED["provenance"]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_executor_equals_the_bm1684x_simulator(name: str) -> None:
+    module, weights, feed = CASES[name]()
+    text = emit_mlir(module)
+    assert emit_mlir(parse_mlir(text)) == text
+    recorded = RECORDED["cases"][name]
+    assert "outputs" in recorded, recorded.get("tpu_mlir_fails")
+    ours = execute(parse_mlir(text), weights, feed)
+    for key, want in recorded["outputs"].items():
+        got = ours[key]
+        assert str(got.dtype) == want["dtype"] and list(got.shape) == want["shape"], key
+        values = np.array([np.nan if v is None else v for v in want["values"]], dtype=want["dtype"])
+        if got.dtype.kind == "f":
+            np.testing.assert_allclose(got.ravel(), values, atol=1e-5, rtol=1e-5, equal_nan=True)
+        else:
+            np.testing.assert_array_equal(got.ravel(), values)
+
+
+def test_int8_maxpool_with_scale_is_the_plain_max_like_the_chip() -> None:
+    """Item 1: the issue's minimal case; requantizing the maximum (the old rule) moved it 76 steps."""
+    module, weights, feed = CASES["maxpool_scale_1x1"]()
+    got = execute(module, weights, feed)["pool"]
+    np.testing.assert_array_equal(got, feed["x"])
+
+
+@pytest.mark.parametrize("op", ["matmul", "matmul_int"])
+def test_output_transpose_is_refused_naming_the_flag(op: str) -> None:
+    """Item 2: tpu-mlir 1.30.2 ignores output_transpose on bm1684x (the chip returns the untransposed
+    product), so a graph asking for it is refused when built."""
+    tpul.init("bm1684x")
+    try:
+        dtype = "float32" if op == "matmul" else "int8"
+        x = tpul.Tensor([2, 3, 8], name="x", dtype=dtype)
+        w = tpul.Tensor(name="w", ttype="coeff", dtype=dtype, data=np.ones((3, 8), dtype))
+        with pytest.raises(TpuLangError, match="output_transpose=True is not supported"):
+            getattr(tpul, op)(x, w, right_transpose=True, output_transpose=True, out_name="y")
+    finally:
+        tpul.deinit()
+
+
+def test_output_transpose_in_a_file_is_refused_by_run(tmp_path: Path, capsys) -> None:
+    """...and a file that carries it (e.g. written by TpuLang) is refused by ``tpulang run``, exit 2."""
+    tpul.init("bm1684x")
+    x = tpul.Tensor([2, 3, 8], name="x")
+    w = tpul.Tensor(name="w", ttype="coeff", data=np.ones((3, 8), np.float32))
+    y = tpul.matmul(x, w, right_transpose=True, out_name="y")
+    module, weights = tpul.build("mmt", [x], [y], quantized=False)
+    tpul.deinit()
+    text = emit_mlir(module).replace("output_transpose = false", "output_transpose = true")
+    assert "output_transpose = true" in text
+    mlir, npz = save_module(parse_mlir(text), weights, tmp_path)
+    np.savez(tmp_path / "in.npz", x=np.ones((2, 3, 8), np.float32))
+    code = main(["tpulang", "run", str(mlir), str(npz), str(tmp_path / "in.npz"), "--out",
+                 str(tmp_path / "out.npz")])
+    assert code == 2
+    assert "output_transpose=True is not supported" in capsys.readouterr().err
+
+
+def test_concat_of_differently_quantized_inputs_prints_tpulangs_unquantized_result() -> None:
+    """Item 3: TpuLang gives the concat result no quantization unless ``dtype`` is given: with none
+    downstream the function returns ``tensor<*xsi8>`` (pretty form); with dtype="int8" the last pair."""
+    module, _, _ = CASES["concat_plain"]()
+    text = emit_mlir(module)
+    assert "return %3 : tensor<*xsi8>" in text and "!quant.uniform<i8:f32, 2.000000e-01:3>" in text
+    module, _, _ = CASES["concat_int8"]()
+    assert "-> tensor<*x!quant.uniform<i8:f32, 7.110000e-02:-7>>" in emit_mlir(module)
+
+
+def test_concat_needs_one_pair_per_input_and_the_result() -> None:
+    tpul.init("bm1684x")
+    try:
+        a = tpul.Tensor([1, 2], name="a", dtype="int8")
+        b = tpul.Tensor([1, 2], name="b", dtype="int8")
+        with pytest.raises(TpuLangError, match="scales needs 3 values"):
+            tpul.concat([a, b], scales=[0.1, 0.2], zero_points=[0, 0, 0], axis=1, dtype="int8")
+    finally:
+        tpul.deinit()
