@@ -101,3 +101,46 @@ def read_regular(path: str | Path, what: str, max_bytes: int, error: type[InputE
     if len(data) > max_bytes:
         raise error(f"{what} {clip(str(path))}: larger than the {max_bytes} bytes accepted")
     return data
+
+
+def walk_files(folder: str | Path, what: str, *, max_depth: int = 32, max_entries: int = 100_000,
+               error: type[InputError] = InputError) -> list[Path]:
+    """Every file under ``folder`` (sub-folders included, sorted), without recursion: ``Path.rglob`` /
+    ``glob("**")`` recurse in Python 3.11 (a 1,100-deep tree was a RecursionError in ``models import`` and
+    the template search). Links to folders are not followed (no cycles); sub-folders that cannot be listed
+    (``/proc``'s) are skipped. A tree deeper than ``max_depth`` or holding more than ``max_entries`` entries
+    is ``error`` naming the folder (``LIBREDGETPU_ROS_TEMPLATES=/proc`` ends there, bounded)."""
+    from libredgetpu_ros.textdata import clip
+
+    root = Path(folder)
+    try:
+        with os.scandir(root):
+            pass
+    except (OSError, ValueError) as exc:
+        raise error(_refusal(root, what, exc)) from None
+    found: list[Path] = []
+    stack: list[tuple[Path, int]] = [(root, 0)]
+    seen = 0
+    while stack:
+        current, depth = stack.pop()
+        try:
+            with os.scandir(current) as entries:
+                listed = list(entries)
+        except OSError:
+            continue
+        seen += len(listed)
+        if seen > max_entries:
+            raise error(f"{what} {clip(str(root))} holds more than {max_entries} entries; name a smaller "
+                        f"folder")
+        for entry in listed:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if depth + 1 > max_depth:
+                        raise error(f"{what} {clip(str(root))} is more than {max_depth} folders deep "
+                                    f"(at {clip(entry.path)})")
+                    stack.append((Path(entry.path), depth + 1))
+                elif entry.is_file():
+                    found.append(Path(entry.path))
+            except OSError:
+                continue
+    return sorted(found)

@@ -75,8 +75,8 @@ class CpuBackend:
         try:
             interpreter = Interpreter(model_content=twin.content, num_threads=self._num_threads)
             interpreter.allocate_tensors()
-        except (RuntimeError, ValueError) as exc:
-            raise BackendError(f"LiteRT cannot load the cut twin {twin.path}: {exc}") from exc
+        except (RuntimeError, ValueError) as exc:  # the user's file: bad input (exit 2), not a backend fault
+            raise ModelFormatError(f"LiteRT cannot load the cut twin {twin.path}: {exc}") from exc
 
         inputs = interpreter.get_input_details()
         outputs = {d["name"]: d for d in interpreter.get_output_details()}

@@ -119,10 +119,10 @@ def _tensor_named(model, name: str):
 
 def cut_twin(boundary: BoundaryInfo, twin_path: Path) -> CutTwin:
     """Read ``twin_path`` and cut it at the boundary's output tensors (checked against the compiled model)."""
-    try:
-        content = Path(twin_path).read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read CPU model {twin_path}: {exc.strerror}") from exc
+    from libredgetpu_ros.formats.tflite import MAX_MODEL_BYTES
+    from libredgetpu_ros.paths import read_regular
+
+    content = read_regular(twin_path, "CPU model", MAX_MODEL_BYTES, ModelFormatError)
     if boundary.cpu_ops_before:
         raise ModelFormatError(f"{boundary.model_path}: CPU ops {list(boundary.cpu_ops_before)} run before "
                                f"the Edge TPU op; the CPU backend only supports models whose Edge TPU op "

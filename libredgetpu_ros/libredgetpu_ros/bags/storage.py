@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from libredgetpu_ros.errors import InputError
+from libredgetpu_ros.errors import InputError, OutputError
 
 STORAGES = ("mcap", "sqlite3")
 IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
@@ -204,20 +204,27 @@ def new_bag(path: str | Path, storage: str) -> Iterator[Any]:
     path = Path(path)
     if path.exists():
         raise InputError(f"output bag {path} already exists: remove it or choose another name")
+    import sqlite3
+
     make_folder(path.parent)  # as rosbags' writer did; a folder that cannot be made is an OutputError
     interrupted: KeyboardInterrupt | None = None
-    with atomic_directory(path) as tmp:
-        inner = tmp / path.name  # rosbags names the data file after its folder: <name>/<name>.mcap
-        writer = open_writer(inner, storage)
-        try:
-            yield writer
-        except KeyboardInterrupt as exc:
-            interrupted = exc
-        finally:
-            writer.close()
-        for entry in inner.iterdir():
-            entry.rename(tmp / entry.name)
-        inner.rmdir()
+    try:
+        with atomic_directory(path) as tmp:
+            inner = tmp / path.name  # rosbags names the data file after its folder: <name>/<name>.mcap
+            writer = open_writer(inner, storage)
+            try:
+                yield writer
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+            finally:
+                writer.close()
+            for entry in inner.iterdir():
+                entry.rename(tmp / entry.name)
+            inner.rmdir()
+    except sqlite3.Error as exc:  # sqlite3's own type for a full disk ("database or disk is full"), EFBIG...
+        from libredgetpu_ros.textdata import clip
+
+        raise OutputError(f"cannot write bag {clip(str(path))}: sqlite3: {clip(exc)}") from exc
     if interrupted is not None:
         raise interrupted
 

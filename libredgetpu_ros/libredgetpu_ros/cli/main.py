@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 
 from libredgetpu_ros import __version__
@@ -64,8 +65,18 @@ def examples_epilog(lines: tuple[str, ...]) -> str:
     return "examples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser reading ``-1e30``, ``-.5`` and ``-inf`` as negative numbers, not options (Python
+    3.11's rule is ``-digits`` or ``-digits.digits``: ``--color -1e30 0 0`` could not be typed). Subparsers
+    inherit the class. Same rule as Python 3.13's (a ``-`` followed by a digit or ``.digit``) plus inf/nan."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._negative_number_matcher = re.compile(r"^-(\.?\d|inf$|nan$|infinity$)", re.IGNORECASE)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="libredgetpu-ros",
         description="Edge TPU perception and control without Google's runtime; CPU fallback via LiteRT. "
                     "ROS nodes: ros2 launch libredgetpu_ros perception.launch.py (docs/perception_node.md).",

@@ -22,7 +22,7 @@ import numpy as np
 from libredgetpu_ros.errors import ModelFormatError
 from libredgetpu_ros.matmul.blob import blob_size, overhead_multipliers, overhead_size, parse_blob
 from libredgetpu_ros.matmul.twin import DenseQuantization
-from libredgetpu_ros.models.templates import base_name, resolve_template
+from libredgetpu_ros.models.templates import MAX_TEMPLATE_BYTES, base_name, resolve_template
 
 if TYPE_CHECKING:
     from libredgetpu_ros.formats.darwinn import Executable
@@ -124,11 +124,11 @@ def load_template(template: int | str | Path, templates_dir: Path | None = None)
 
     compiled_path, uncompiled_path, sidecar_path = template_paths(template, templates_dir)
     sidecar = _read_sidecar(sidecar_path)
-    model = load_model(uncompiled_path)
+    model = load_model(uncompiled_path, MAX_TEMPLATE_BYTES)
     quant, weights = dense_quantization(model, uncompiled_path)
     rows, cols = weights.shape
     _check_sidecar(sidecar, sidecar_path, quant, rows, cols)
-    compiled = load_model(compiled_path)
+    compiled = load_model(compiled_path, MAX_TEMPLATE_BYTES)
     template_obj = DenseTemplate(compiled_path, uncompiled_path, sidecar_path, quant, weights,
                                  np.empty(0, np.uint8), sidecar, compiled)
     overhead = _sidecar_overhead(sidecar, sidecar_path, rows)

@@ -23,6 +23,7 @@ from libredgetpu_ros.atomicio import atomic_path
 from libredgetpu_ros.errors import InputError, ModelFetchError, ModelSourceError, OutputError
 from libredgetpu_ros.models.catalogue import CATALOGUE, ModelEntry, ModelFile
 from libredgetpu_ros.models.download import DEADLINE_S, check_url, download, is_regular, sha256_of
+from libredgetpu_ros.paths import walk_files
 from libredgetpu_ros.textdata import clip
 
 MIRROR_VAR = "LIBREDGETPU_ROS_MODEL_MIRROR"  # base URL serving the catalogue's files by name
@@ -88,9 +89,8 @@ def import_dir(folder: Path, names: list[str] | None = None, *, cache: Path | No
     cache = cache or cache_dir()
     wanted = [entry(n) for n in names] if names else list(CATALOGUE.values())
     by_name: dict[str, Path] = {}
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            by_name.setdefault(path.name, path)
+    for path in walk_files(folder, "import folder"):  # iterative: a 1,100-deep tree was a RecursionError
+        by_name.setdefault(path.name, path)
     done: set[str] = set()
     touched: list[ModelEntry] = []
     for e in wanted:

@@ -23,6 +23,9 @@ from libredgetpu_ros.errors import ConfigError
 from libredgetpu_ros.models.catalogue import CATALOGUE
 
 TEMPLATES_ENV = "LIBREDGETPU_ROS_TEMPLATES"
+# A template's model files (twin and compiled model) are read within this (formats.load_model's max_bytes):
+# the largest shipped template (Dense 1024) is ~1 MB; a 1.5 GiB sparse twin was read whole before.
+MAX_TEMPLATE_BYTES = 64 * 1024 * 1024
 _SUFFIXES = ("_edgetpu.tflite", "_edgetpu.json", ".tflite")
 
 # The templates the shipped configs (config/*.yaml) name, by config; test_templates.py keeps this true.
@@ -58,11 +61,16 @@ def local_folders() -> list[Path]:
     return [f for f in folders if f.is_dir()]
 
 
-def _in_folder(name: str, folder: Path) -> Path | None:
+def find_in_folder(name: str, folder: Path) -> Path | None:
+    """The base path ``.../NAME`` of the first ``NAME.tflite`` in ``folder`` or its sub-folders (sorted), or
+    None; ConfigError when the folder is too deep or too large to search (paths.walk_files)."""
+    from libredgetpu_ros.paths import walk_files
+
     direct = folder / f"{name}.tflite"
     if direct.is_file():
         return folder / name
-    hits = sorted(folder.glob(f"**/{name}.tflite"))
+    wanted = f"{name}.tflite"
+    hits = [p for p in walk_files(folder, "template folder", error=ConfigError) if p.name == wanted]
     return hits[0].with_name(name) if hits else None
 
 
@@ -77,7 +85,7 @@ def find_template(name: str) -> tuple[Path, str] | None:
     if entry is not None and entry.is_template and status(entry) == "cached":
         return cache_dir() / name, "cache"
     for folder in local_folders():
-        found = _in_folder(name, folder)
+        found = find_in_folder(name, folder)
         if found is not None:
             return found, str(folder)
     return None
@@ -98,6 +106,11 @@ def not_found_message(name: str, family: str = "template") -> str:
     from libredgetpu_ros.models.store import cache_dir
 
     looked = ", ".join([f"the model cache ({cache_dir()})"] + [str(f) for f in local_folders()])
+    env = os.environ.get(TEMPLATES_ENV, "")
+    if env and not Path(env).is_dir():  # said, not skipped in silence (doctor warns too)
+        from libredgetpu_ros.textdata import clip
+
+        looked += f"; ${TEMPLATES_ENV} ({clip(env)}) is not a folder and was not searched"
     entry = CATALOGUE.get(name)
     if entry is not None and entry.is_template:
         return (f"{family} {name!r} is not installed (looked in: {looked}): run "

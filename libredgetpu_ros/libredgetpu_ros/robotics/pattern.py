@@ -33,6 +33,7 @@ from libredgetpu_ros.robotics.offsets import OffsetDecoder, TrackResult
 from libredgetpu_ros.robotics.template import RoboticsTemplate, TemplateRunner, load_template
 
 BLOB_NAMES = {"pc_params": "pc", "eo_params": "eo"}
+MAX_OFFSET = 1 << 31  # no parameter blob comes near 2 GiB (the DarwiNN reader caps them well below)
 SELF_RESPONSE_FILL = 0.9  # fraction of the correlation output range the patch's match should reach
 
 
@@ -108,10 +109,11 @@ class PatternTracker(RoboticsModule):
         where = self.template.sidecar_path
         raw = self.template.field("conv_weight_offsets", list)
         count = self.kernel_height * self.kernel_width * self.channels
-        ints = all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in raw)
+        # Bounded before NumPy sees them: 2^63 raised OverflowError in np.array(dtype=intp).
+        ints = all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < MAX_OFFSET for v in raw)
         if len(raw) != count or not ints:
-            raise ModelFormatError(f"{where}: field 'conv_weight_offsets' must hold {count} non-negative "
-                                   f"integers (one per filter value)")
+            raise ModelFormatError(f"{where}: field 'conv_weight_offsets' must hold {count} integers in "
+                                   f"0..{MAX_OFFSET - 1} (one per filter value)")
         offsets = np.array(raw, dtype=np.intp)
         offsets.setflags(write=False)  # one checked array: later patches skip re-checking it
         if np.unique(offsets).size != offsets.size:

@@ -32,6 +32,7 @@ import numpy as np
 
 from libredgetpu_ros.backends.base import BoundaryInfo, TensorSpec, tensor_spec
 from libredgetpu_ros.errors import BackendError, ConfigError, InputError, ModelFormatError, TextDataError
+from libredgetpu_ros.models.templates import MAX_TEMPLATE_BYTES
 from libredgetpu_ros.reparam import ParameterSet, ParameterStore
 from libredgetpu_ros.textdata import clip_repr, load_json_file
 
@@ -67,9 +68,9 @@ def template_files(template: str | Path, folder: Path | None = None) -> tuple[Pa
 
             base = resolve_template(base.name)
         else:
-            hits = sorted(Path(folder).glob(f"**/{base.name}.tflite"))
-            if hits:
-                base = hits[0].with_name(base.name)
+            from libredgetpu_ros.models.templates import find_in_folder
+
+            base = find_in_folder(base.name, Path(folder)) or base
     compiled = base.with_name(base.name + COMPILED_SUFFIX)
     twin = base.with_name(base.name + ".tflite")
     sidecar = base.with_name(base.name + SIDECAR_SUFFIX)
@@ -205,8 +206,8 @@ def load_template(template: str | Path, folder: Path | None = None) -> RoboticsT
     compiled_path, twin_path, sidecar_path = template_files(template, folder)
     sidecar = _read_sidecar(sidecar_path)
     try:
-        twin = load_model(twin_path)
-        compiled = load_model(compiled_path) if compiled_path is not None else None
+        twin = load_model(twin_path, MAX_TEMPLATE_BYTES)
+        compiled = load_model(compiled_path, MAX_TEMPLATE_BYTES) if compiled_path is not None else None
     except OSError as exc:
         raise InputError(f"cannot read template {template}: {exc.strerror or exc}") from exc
     if twin.edgetpu_ops():
