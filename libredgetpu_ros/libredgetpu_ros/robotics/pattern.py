@@ -112,8 +112,8 @@ class PatternTracker(RoboticsModule):
         # Bounded before NumPy sees them: 2^63 raised OverflowError in np.array(dtype=intp).
         ints = all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < MAX_OFFSET for v in raw)
         if len(raw) != count or not ints:
-            raise ModelFormatError(f"{where}: field 'conv_weight_offsets' must hold {count} integers in "
-                                   f"0..{MAX_OFFSET - 1} (one per filter value)")
+            raise ModelFormatError(f"{where}: field 'conv_weight_offsets' must hold {count} non-negative "
+                                   f"integers below {MAX_OFFSET} (one per filter value)")
         offsets = np.array(raw, dtype=np.intp)
         offsets.setflags(write=False)  # one checked array: later patches skip re-checking it
         if np.unique(offsets).size != offsets.size:
