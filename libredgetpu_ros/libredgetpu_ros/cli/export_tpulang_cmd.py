@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 
 HELP = "export the Dense controller or the MobileNet classifier as a TpuLang graph (origin MLIR + weights)"
@@ -19,6 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        "is placed top-left like the control node does; default: the template's")
     dense.add_argument("--bias", type=Path, help="float bias .npy (rows,)")
     dense.add_argument("--batch", type=int, default=1, help="input rows per call (graph input is batch x N)")
+    dense.add_argument("--strict", action="store_true", help="refuse weights outside the template's int8 "
+                       "range (default: clip them and report the count and the largest error on stderr)")
     classifier = sub.add_parser("classifier", help="a uint8 TFLite classifier (e.g. MobileNet v1 CPU twin)")
     classifier.add_argument("model", type=Path, help="the .tflite model (CONV_2D, DEPTHWISE_CONV_2D, "
                             "AVERAGE_POOL_2D, RESHAPE, SOFTMAX)")
@@ -46,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from libredgetpu_ros.errors import ConfigError, not_a_file
     from libredgetpu_ros.sophgo.emitter import save_module
 
+    clipped = None  # dense with --weights/--bias: {"count", "max_error"} of the weights set_weights clipped
     if args.what == "dense":
         from libredgetpu_ros.cli.blob_cmd import _load_npy
         from libredgetpu_ros.matmul import MatMulEngine
@@ -58,7 +62,12 @@ def run(args: argparse.Namespace) -> int:
         if args.weights is not None or args.bias is not None:
             weights = _load_npy(args.weights, "weights") if args.weights else engine.get_weights()[0]
             bias = _load_npy(args.bias, "bias") if args.bias else None
-            engine.set_weights(*_embed(weights, bias, engine.rows, engine.cols))
+            report = engine.set_weights(*_embed(weights, bias, engine.rows, engine.cols))
+            clipped = {"count": report.clipped_count, "max_error": float(report.max_clip_error)}
+            if clipped["count"] and args.strict:
+                raise ConfigError(f"--weights: {clipped['count']} weight(s) outside the template's int8 range "
+                                  f"would be clipped (largest error {clipped['max_error']:.6g}); --strict "
+                                  f"refuses (the control node's clip_policy=refuse does too)")
         module, weights = export_engine(engine, batch=args.batch, name=args.name or engine.template.name)
     else:
         from libredgetpu_ros.sophgo.export_tflite import export_classifier
@@ -72,6 +81,11 @@ def run(args: argparse.Namespace) -> int:
                "inputs": {n: list(t.shape or ()) for n, t in module.inputs}, "outputs": module.outputs,
                "ops": sum(1 for node in module.ops if node.kind not in ("top.Input", "top.Weight")),
                "weight_arrays": len(weights)}
+    if clipped is not None:
+        summary["clipped_weights"] = clipped
+        if clipped["count"]:  # the graph computes with the clipped values: say so, whatever the format
+            print(f"warning: {clipped['count']} weight(s) outside the template's int8 range were clipped "
+                  f"(largest error {clipped['max_error']:.6g}); --strict refuses them", file=sys.stderr)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

@@ -63,6 +63,29 @@ def test_export_dense_with_weights(tmp_path: Path, capsys) -> None:
     np.testing.assert_array_equal(np.load(tmp_path / "y.npz")["y"], engine.matmul(x))
 
 
+def test_export_dense_reports_clipped_weights_and_strict_refuses(tmp_path: Path, capsys) -> None:
+    """Issue 38 item 8: weights beyond the template's int8 range were clipped without a word."""
+    engine = MatMulEngine.from_template(256, backend="cpu")
+    lo, hi = engine.weight_range()
+    small = np.zeros((3, 5), np.float32)
+    small[0, 0], small[2, 4], small[1, 1] = hi[0] + 0.5, lo[2] - 0.25, hi[1] * 0.5  # two outside, one in
+    np.save(tmp_path / "w.npy", small)
+    args = ["export-tpulang", "dense", "--template", "256", "--weights", str(tmp_path / "w.npy"), "--json"]
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    captured = capsys.readouterr()
+    clipped = json.loads(captured.out)["clipped_weights"]
+    assert clipped["count"] == 2 and clipped["max_error"] == pytest.approx(0.5, rel=1e-5)
+    assert "warning: 2 weight(s) outside the template's int8 range were clipped" in captured.err
+    assert main([*args, "--strict", "--out", str(tmp_path / "b")]) == 2
+    assert "2 weight(s) outside the template's int8 range would be clipped" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+    np.save(tmp_path / "w.npy", np.clip(small, lo[:3, None], hi[:3, None]))
+    assert main([*args, "--strict", "--out", str(tmp_path / "c")]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["clipped_weights"] == {"count": 0, "max_error": 0.0}
+    assert "warning" not in captured.err
+
+
 def test_export_classifier(fixture_path, tmp_path: Path, capsys) -> None:
     model = fixture_path("classify/mobilenet_v1_0.25_128_quant.tflite")
     assert main(["export-tpulang", "classifier", str(model), "--out", str(tmp_path), "--name", "mnet",
