@@ -37,6 +37,8 @@ from launch_ros.event_handlers import OnStateTransition
 from launch_ros.events.lifecycle import ChangeState
 from lifecycle_msgs.msg import Transition
 
+from libredgetpu_ros.ros.lifetime import LAUNCH_PID_VAR
+
 PACKAGE = "libredgetpu_ros"
 
 # name -> (default value, description); a None description is launch's own "no description given".
@@ -201,6 +203,8 @@ def lifecycle_launch(executable: str, table: ArgumentTable, parameters: Callable
             parameters=parameters(context),
             remappings=list(remappings),
             output="screen",
+            # The node stops if this launch exits before it watches its parent (ros/lifetime.py).
+            additional_env={LAUNCH_PID_VAR: str(os.getpid())},
         )
         return autostarted(node)
 

@@ -7,9 +7,11 @@ processes"; ros2/launch#666, open). No launch file can change that handler, so t
 parent: Linux's ``PR_SET_PDEATHSIG`` makes the kernel send this process SIGTERM when its parent exits, which
 ``spinning.SignalStop`` turns into the usual teardown (lifecycle ``shutdown``, exit 0).
 
-Not covered: a parent that exits in the instant between the node's start and :func:`stop_with_parent`
-(module imports, under a second), and processes that should outlive their parent on purpose (``node &``
-in a script that exits): set ``LIBREDGETPU_ROS_STOP_WITH_PARENT=0`` for those. No ROS imports.
+A launcher that exits before the node arms this (during its imports, about a second) is caught when the
+launcher said who it is: this package's launch files put their own PID in ``LIBREDGETPU_ROS_LAUNCH_PID``
+(``ros/launching.py``), and a node that finds that process gone stops at once. Launchers that do not (``ros2
+run``, a launch file of yours) leave that window open. Processes that should outlive their parent on purpose
+(``node &`` in a script that exits): set ``LIBREDGETPU_ROS_STOP_WITH_PARENT=0``. No ROS imports.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import signal
 import sys
 
 STOP_WITH_PARENT_VAR = "LIBREDGETPU_ROS_STOP_WITH_PARENT"
+LAUNCH_PID_VAR = "LIBREDGETPU_ROS_LAUNCH_PID"  # the launch process's PID, set by this package's launch files
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -33,4 +36,17 @@ def stop_with_parent(signum: int = signal.SIGTERM) -> bool:
         return False
     prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
     prctl.restype = ctypes.c_int
-    return prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
+    armed = prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
+    launcher = os.environ.get(LAUNCH_PID_VAR, "")
+    if armed and launcher.isdigit() and not _running(int(launcher)):
+        os.kill(os.getpid(), signum)  # the launcher exited before we armed: no death signal will come
+    return armed
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not exited (a zombie waiting to be reaped has)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
