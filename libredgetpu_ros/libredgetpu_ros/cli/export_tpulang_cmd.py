@@ -65,9 +65,9 @@ def run(args: argparse.Namespace) -> int:
             report = engine.set_weights(*_embed(weights, bias, engine.rows, engine.cols))
             clipped = {"count": report.clipped_count, "max_error": float(report.max_clip_error)}
             if clipped["count"] and args.strict:
-                raise ConfigError(f"--weights: {clipped['count']} weight(s) outside the template's int8 range "
-                                  f"would be clipped (largest error {clipped['max_error']:.6g}); --strict "
-                                  f"refuses (the control node's clip_policy=refuse does too)")
+                raise ConfigError(f"--weights: {clipped['count']} weight(s) outside the template's int8 "
+                                  f"range would be clipped (largest error {clipped['max_error']:.6g}); "
+                                  f"--strict refuses (the control node's clip_policy=refuse does too)")
         module, weights = export_engine(engine, batch=args.batch, name=args.name or engine.template.name)
     else:
         from libredgetpu_ros.sophgo.export_tflite import export_classifier
