@@ -112,3 +112,21 @@ def test_replay_json(ros_env, tmp_path: Path, capsys) -> None:
     assert cli.main(["replay", str(bag), "--json"]) == 0
     doc = _json_out(capsys)
     assert (doc["published"], doc["interrupted"], doc["unreadable"]) == (2, False, 0)
+
+
+@pytest.mark.ros
+def test_bringup_json_run_prints_one_document_after_stopping(ros_env, tmp_path: Path, fixture_path) -> None:
+    """``bringup --json`` (run, not --check): progress lines on stderr, the JSON summary alone on stdout."""
+    import subprocess
+    import sys
+
+    config = tmp_path / "robot.yaml"
+    config.write_text(f"nodes:\n  - type: perception\n    namespace: cam\n    parameters:\n"
+                      f"      model: {fixture_path(CLASSIFY)}\n      backend: cpu\n")
+    done = subprocess.run([sys.executable, "-m", "libredgetpu_ros.cli.main", "bringup", str(config),
+                           "--duration", "2", "--json"], env=ros_env.env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(done.stdout)
+    assert doc["exit_code"] == 0 and [n["namespace"] for n in doc["nodes"]] == ["cam"]
+    assert "/cam/perception: active" in done.stderr and "stopping" in done.stderr
