@@ -169,10 +169,13 @@ class ImagePlane:
     depth: float
 
     @classmethod
-    def from_camera_info(cls, info: Any, width: int, height: int, depth: float) -> ImagePlane:
+    def from_camera_info(cls, info: Any, width: int, height: int, depth: float) -> ImagePlane | None:
         """From a ``sensor_msgs/CameraInfo`` (its K), scaled to a ``width`` x ``height`` frame when the
-        camera's calibration is for another resolution; ValueError for a K that is no pinhole."""
+        camera's calibration is for another resolution; None for an uncalibrated camera (K all zero, as
+        CameraInfo marks it), ValueError for a K that is no pinhole."""
         fx, cx, fy, cy = (float(info.k[i]) for i in (0, 2, 4, 5))
+        if fx == fy == cx == cy == 0.0:
+            return None
         cal_w, cal_h = int(info.width), int(info.height)
         if not all(math.isfinite(v) for v in (fx, fy, cx, cy)) or fx <= 0 or fy <= 0:
             raise ValueError(f"CameraInfo K has fx={fx}, fy={fy}, cx={cx}, cy={cy}: not a pinhole camera")

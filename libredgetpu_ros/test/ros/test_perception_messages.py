@@ -193,6 +193,8 @@ def test_markers_on_the_image_plane_project_back_onto_their_pixels() -> None:
     # the same frame calibrated at its own size: used as is
     same = conversions.ImagePlane.from_camera_info(_camera_info(550, 500, 325, 235, 640, 480), 640, 480, 1.0)
     assert (same.fx, same.cx) == (550.0, 325.0)
+    # an uncalibrated camera (K all zero, CameraInfo's convention): no image plane, not an error
+    assert conversions.ImagePlane.from_camera_info(_camera_info(0, 0, 0, 0, 640, 480), 640, 480, 1.0) is None
     for bad in (_camera_info(0.0, 500, 325, 235, 640, 480), _camera_info(float("nan"), 500, 325, 235, 0, 0)):
         with pytest.raises(ValueError, match="not a pinhole camera"):
             conversions.ImagePlane.from_camera_info(bad, 640, 480, 1.0)

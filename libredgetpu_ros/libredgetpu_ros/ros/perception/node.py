@@ -116,8 +116,8 @@ class PerceptionNode(CameraNode):
         self._camera_info = msg
 
     def _image_plane(self, width: int, height: int) -> conversions.ImagePlane | None:
-        """The markers' image plane from the newest CameraInfo; None (and a bad-input count, one warning)
-        for a CameraInfo that is no pinhole camera."""
+        """The markers' image plane from the newest CameraInfo; None without one, for an uncalibrated camera
+        (K all zero), and (with a bad-input count, one warning) for a K that is no pinhole camera."""
         info = self._camera_info
         if info is None or not self.params.publish_markers:
             return None
