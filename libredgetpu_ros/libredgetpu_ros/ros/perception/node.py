@@ -103,6 +103,7 @@ class PerceptionNode(CameraNode):
         if self._info_sub is not None:
             sub, self._info_sub = self._info_sub, None
             self.destroy_camera_subscription(sub)
+        self._camera_info = None  # the camera may change before the next activate
         return super().on_deactivate(state)
 
     def _camera_info_topic(self) -> str:
