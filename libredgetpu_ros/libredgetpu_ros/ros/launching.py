@@ -14,7 +14,9 @@ into a launch file's whole description. Under ``ros/`` because launch_ros import
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -125,6 +127,8 @@ def argument_overrides(context: LaunchContext, params: Any, names: Iterable[str]
 
 
 RVIZ = LaunchConfiguration("rviz")
+# rviz2 ends with the launch too (ros/lifetime.py: launch leaves its processes running on SIGTERM).
+_STOP_WITH_LAUNCH = f"{shlex.quote(sys.executable)} -m libredgetpu_ros.ros.lifetime"
 RVIZ_ARGUMENT: ArgumentTable = {
     "rviz": ("false", "true: also start rviz2 with this launch file's config (share/libredgetpu_ros/rviz/)"),
     "rviz_fixed_frame": ("", "rviz2's fixed frame: the camera's frame_id, which the results carry (empty: "
@@ -148,7 +152,7 @@ def rviz(launch_name: str, condition: SomeSubstitutionsType = RVIZ) -> OpaqueFun
                                 f"another machine of the network with -d {config}")]
         if not os.path.isfile(config):
             return [LogInfo(msg=f"rviz:=true: no rviz config {config}; starting rviz2 without one"),
-                    ExecuteProcess(cmd=[executable], output="screen")]
+                    ExecuteProcess(cmd=[executable], output="screen", prefix=_STOP_WITH_LAUNCH)]
         from libredgetpu_ros.ros.rviz_config import write_namespaced
 
         # the camera input as the node's remapping has it (CAMERA_REMAPPINGS: image_raw -> image:=)
@@ -157,7 +161,7 @@ def rviz(launch_name: str, condition: SomeSubstitutionsType = RVIZ) -> OpaqueFun
                                       remappings=remappings))
         frame = context.launch_configurations.get("rviz_fixed_frame", "")
         return [ExecuteProcess(cmd=[executable, "-d", config, *(["-f", frame] if frame else [])],
-                               output="screen")]
+                               output="screen", prefix=_STOP_WITH_LAUNCH)]
 
     return OpaqueFunction(function=start)
 

@@ -12,6 +12,10 @@ launcher said who it is: this package's launch files put their own PID in ``LIBR
 (``ros/launching.py``), and a node that finds that process gone stops at once. Launchers that do not (``ros2
 run``, a launch file of yours) leave that window open. Processes that should outlive their parent on purpose
 (``node &`` in a script that exits): set ``LIBREDGETPU_ROS_STOP_WITH_PARENT=0``. No ROS imports.
+
+Another program a launch file starts (rviz2) gets the same as a prefix, ``python -m
+libredgetpu_ros.ros.lifetime PROGRAM ARGS...`` (:func:`main`): armed, then replaced by the program, which
+keeps the death signal (execve preserves it for a program that is not set-user-ID).
 """
 
 from __future__ import annotations
@@ -43,6 +47,18 @@ def stop_with_parent(signum: int = signal.SIGTERM) -> bool:
     return armed
 
 
+def main(argv: list[str] | None = None) -> int:
+    """``python -m libredgetpu_ros.ros.lifetime PROGRAM [ARGS...]``: :func:`stop_with_parent`, then exec
+    PROGRAM (found on PATH) in this process; returns only on a usage error (2)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        print("usage: python -m libredgetpu_ros.ros.lifetime PROGRAM [ARGS...]", file=sys.stderr)
+        return 2
+    stop_with_parent()
+    os.execvp(argv[0], argv)
+    return 2  # not reached: execvp replaces this process or raises OSError
+
+
 def _running(pid: int) -> bool:
     """Whether process ``pid`` exists and has not exited (a zombie waiting to be reaped has)."""
     try:
@@ -50,3 +66,7 @@ def _running(pid: int) -> bool:
             return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
     except (OSError, IndexError):
         return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -4,8 +4,9 @@
 (launch_service.py: "using SIGTERM can result in orphaned processes"; ros2/launch#666): before
 ``ros/lifetime.py`` the node went on running, reparented to PID 1. Here one ``ros2 launch`` runs every
 launch file of this package (this checkout's files, each in a namespace of its own, without autostart so no
-model is needed), the node processes it started are read from /proc, the launch gets SIGTERM, and each of
-those processes must be gone within :data:`GONE_S`.
+model is needed; the perception one with ``rviz:=true`` and a stand-in rviz2 that only sleeps), the processes
+it started are read from /proc, the launch gets SIGTERM, and each of them must be gone within
+:data:`GONE_S`.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ FILES = {files!r}
 def generate_launch_description():
     return LaunchDescription([
         GroupAction([IncludeLaunchDescription(PythonLaunchDescriptionSource(path), launch_arguments={{
-            "namespace": "/sigterm_" + name, "autostart": "false"}}.items())], scoped=True)
+            "namespace": "/sigterm_" + name, "autostart": "false",
+            **({{"rviz": "true"}} if name == "perception" else {{}})}}.items())], scoped=True)
         for name, path in FILES.items()])
 '''
 
@@ -86,6 +88,11 @@ def test_sigterm_to_ros2_launch_stops_every_node(ros_env) -> None:
 
     ros2 = shutil.which("ros2")
     assert ros2, "ros2 is not on PATH (run under tools/ros_sandbox.sh after make setup)"
+    fake_rviz = ros_env.work_dir / "bin" / "rviz2"  # the PyPI wheels have no rviz2
+    fake_rviz.parent.mkdir()
+    fake_rviz.write_text("#!/bin/sh\nexec sleep 300\n")
+    fake_rviz.chmod(0o755)
+    ros_env.env["PATH"] = f"{fake_rviz.parent}{os.pathsep}{ros_env.env.get('PATH', '')}"
     launch_file = ros_env.work_dir / "all.launch.py"
     launch_file.write_text(ALL_LAUNCH.format(files={n: str(LAUNCH_DIR / f"{n}.launch.py") for n in NODES}))
     launch = ros_env.spawn([ros2, "launch", str(launch_file)], "launch", expect_exit=True)  # ends by SIGTERM
@@ -100,6 +107,11 @@ def test_sigterm_to_ros2_launch_stops_every_node(ros_env) -> None:
     started = _descendants(launch.pid)
     nodes = {pid for pid in started if "/libredgetpu_ros/" in _cmdline(pid) or "_node" in _cmdline(pid)}
     assert len(nodes) == len(NODES), {pid: _cmdline(pid) for pid in started}
+    deadline = time.monotonic() + 20.0  # rviz2 (the stand-in) is up once it exec'ed its sleep
+    while not any(_cmdline(p).startswith("sleep 300") for p in _descendants(launch.pid)):
+        assert time.monotonic() < deadline, "the stand-in rviz2 did not start"
+        time.sleep(0.1)
+    started = _descendants(launch.pid)
 
     launch.send_signal(signal.SIGTERM)
     launch.wait(timeout=15)
