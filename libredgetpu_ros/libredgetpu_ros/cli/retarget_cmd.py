@@ -3,7 +3,8 @@
 ``retarget MODEL --color R G B -o OUT_edgetpu.tflite`` (spot colour templates) or ``--template PATCH``
 (pattern templates) swaps the values in as the modules do at run time and writes the compiled model with
 the new parameter bytes; an ``OUT`` named ``NAME_edgetpu.tflite`` also gets its twin ``NAME.tflite`` and the
-sidecar, so it loads as a template. Every file is written atomically (libredgetpu_ros.atomicio).
+sidecar, so it loads as a template; the three replace a previous set as one unit (robotics/template_set.py:
+after a kill at any point, the set at OUT loads, old or new).
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from libredgetpu_ros.atomicio import atomic_write_bytes, atomic_write_text
+    from libredgetpu_ros.atomicio import atomic_write_bytes
     from libredgetpu_ros.errors import ConfigError
     from libredgetpu_ros.robotics.retarget import output_names, retarget
     from libredgetpu_ros.robotics.template import load_template
+    from libredgetpu_ros.robotics.template_set import write_set
 
     template = load_template(args.model)
     if args.color is not None:
@@ -52,12 +54,14 @@ def run(args: argparse.Namespace) -> int:
         sidecar_update = {}
     result = retarget(template, module.runner.parameters)
     compiled_path, twin_path, sidecar_path = output_names(args.output)
-    written = [str(compiled_path)]
-    atomic_write_bytes(compiled_path, result.compiled)
-    if twin_path is not None and sidecar_path is not None:
-        atomic_write_bytes(twin_path, result.twin)
-        atomic_write_text(sidecar_path, json.dumps(dict(template.sidecar, **sidecar_update), indent=2) + "\n")
-        written += [str(twin_path), str(sidecar_path)]
+    if twin_path is not None and sidecar_path is not None:  # a template: its three files as one unit
+        sidecar = json.dumps(dict(template.sidecar, **sidecar_update), indent=2) + "\n"
+        files = {compiled_path.name: result.compiled, twin_path.name: result.twin,
+                 sidecar_path.name: sidecar.encode()}
+        written = [str(p) for p in write_set(twin_path.with_suffix(""), files)]
+    else:
+        atomic_write_bytes(compiled_path, result.compiled)
+        written = [str(compiled_path)]
     report = {"source": str(template.compiled_path), "written": written, "changed_bytes": result.changed,
               **details}
     if args.json:

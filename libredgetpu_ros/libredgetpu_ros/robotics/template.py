@@ -34,6 +34,7 @@ from libredgetpu_ros.backends.base import BoundaryInfo, TensorSpec, tensor_spec
 from libredgetpu_ros.errors import BackendError, ConfigError, InputError, ModelFormatError, TextDataError
 from libredgetpu_ros.models.templates import MAX_TEMPLATE_BYTES
 from libredgetpu_ros.reparam import ParameterSet, ParameterStore
+from libredgetpu_ros.robotics.template_set import current_set
 from libredgetpu_ros.textdata import clip_repr, load_json_file
 
 COMPILED_SUFFIX = "_edgetpu.tflite"
@@ -71,6 +72,7 @@ def template_files(template: str | Path, folder: Path | None = None) -> tuple[Pa
             from libredgetpu_ros.models.templates import find_in_folder
 
             base = find_in_folder(base.name, Path(folder)) or base
+    base = current_set(base)  # the staged set while `retarget -o` replaces this one (template_set.py)
     compiled = base.with_name(base.name + COMPILED_SUFFIX)
     twin = base.with_name(base.name + ".tflite")
     sidecar = base.with_name(base.name + SIDECAR_SUFFIX)
