@@ -15,6 +15,8 @@ it for its subclasses).
 
 from __future__ import annotations
 
+import inspect
+import threading
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -41,21 +43,83 @@ def failure_response(srv_type: Any, message: str) -> Any:
 
 def guard(node: Any, srv_type: Any, name: str,
           callback: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-    """``callback`` answering a failure response (see the module docstring) for any exception it raises."""
+    """``callback`` answering a failure response (see the module docstring) for any exception it raises
+    (a coroutine function stays one: rclpy awaits it)."""
+
+    def failed(exc: Exception) -> Any:  # the net: log it whole, answer, keep the node spinning
+        trace = "".join(traceback.format_exception(exc)).rstrip()
+        node.get_logger().error(f"service {name}: unexpected {type(exc).__name__}, request refused, "
+                                f"state unchanged:\n{clip(trace, 8000)}")
+        return failure_response(srv_type, f"internal error ({type(exc).__name__}): {clip(exc)}")
+
+    if inspect.iscoroutinefunction(callback):
+        async def guarded_async(request: Any, response: Any) -> Any:
+            try:
+                return await callback(request, response)
+            except Exception as exc:
+                return failed(exc)
+
+        return guarded_async
 
     def guarded(request: Any, response: Any) -> Any:
         try:
             return callback(request, response)
-        except Exception as exc:  # the net: log it whole, answer, keep the node spinning
-            trace = "".join(traceback.format_exception(exc)).rstrip()
-            node.get_logger().error(f"service {name}: unexpected {type(exc).__name__}, request refused, "
-                                    f"state unchanged:\n{clip(trace, 8000)}")
-            return failure_response(srv_type, f"internal error ({type(exc).__name__}): {clip(exc)}")
+        except Exception as exc:
+            return failed(exc)
 
     return guarded
 
 
+class OffExecutor:
+    """Long work of a service handler on a thread of its own, so the node's executor keeps answering
+    (lifecycle ``get_state``, other services, timers) while it runs: the handler is a coroutine function
+    that ``await``s :meth:`run`; rclpy resumes it when the work is done. One piece of work at a time
+    (:meth:`busy`); :meth:`join` before releasing what the work uses (the node's teardown)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._thread: threading.Thread | None = None
+
+    def busy(self) -> bool:
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    async def run(self, node: Any, work: Callable[[], Any]) -> Any:
+        """``work()``'s result (or its exception, raised here), computed on a new thread."""
+        executor = node.executor
+        if executor is None:  # not spun by an executor (a direct call): nothing to keep answering
+            return work()
+        future = executor.create_future()
+        # set from the thread, a done future schedules its callbacks as a task: that wakes the executor
+        future.add_done_callback(lambda _done: None)
+
+        def target() -> None:
+            try:
+                future.set_result((True, work()))
+            except BaseException as exc:  # handed to the handler, which raises it on the executor
+                future.set_result((False, exc))
+
+        self._thread = threading.Thread(target=target, name=self.name, daemon=True)
+        self._thread.start()
+        ok, value = await future
+        if not ok:
+            raise value
+        return value
+
+    def join(self) -> None:
+        thread = self._thread
+        if thread is not None:
+            thread.join()
+
+
 def create_guarded_service(node: Any, srv_type: Any, name: str, callback: Callable[[Any, Any], Any],
                            **kwargs: Any) -> Any:
-    """``node.create_service`` with ``callback`` behind :func:`guard`."""
+    """``node.create_service`` with ``callback`` behind :func:`guard`. A coroutine function (one that awaits
+    :class:`OffExecutor` work) gets a reentrant callback group of its own unless one is given: in the node's
+    default (mutually exclusive) group no other callback of the node, ``get_state`` included, could start
+    until it returned; reentrant, a second request runs and can be refused while the first is busy."""
+    if inspect.iscoroutinefunction(callback) and kwargs.get("callback_group") is None:
+        from rclpy.callback_groups import ReentrantCallbackGroup
+
+        kwargs["callback_group"] = ReentrantCallbackGroup()
     return node.create_service(srv_type, name, guard(node, srv_type, name, callback), **kwargs)

@@ -181,3 +181,48 @@ def test_bag_replayed_equals_offline(ros_env, tmp_path: Path) -> None:
     assert from_bag.success and from_bag.samples_used == 499 - 50, from_bag.message
     wrong = peer.service(FitReadout, "fit", bag=str(bag), topic="/elsewhere")
     assert not wrong.success and "has no topic '/elsewhere'" in wrong.message
+
+
+def test_a_long_fit_leaves_the_executor_answering(ros_env, tmp_path: Path) -> None:
+    """A fit on a bag of 12,000 states with a Dense(1024) reservoir takes seconds (reading the bag, driving
+    the reservoir, the ridge solve): it runs off the executor, so lifecycle ``get_state`` and the other
+    services are answered meanwhile (before, all of them waited for the fit: the same executor), a second
+    fit is refused while one runs, and the fit's answer comes when it is done."""
+    from libredgetpu_ros.bags.storage import new_bag, reliable_qos
+    from libredgetpu_ros.bags.typestore import typestore
+
+    from libredgetpu_ros_interfaces.srv import FilePath, FitReadout
+
+    series = _series(12_000)
+    store = typestore()
+    names = ("sensor_msgs/msg/JointState", "std_msgs/msg/Header", "builtin_interfaces/msg/Time")
+    joint_t, header_t, time_t = (store.types[n] for n in names)
+    bag = tmp_path / "long_bag"
+    with new_bag(bag, "mcap") as writer:
+        conn = writer.add_connection("/joints", "sensor_msgs/msg/JointState", typestore=store,
+                                     offered_qos_profiles=[reliable_qos(1000)])
+        for i, x in enumerate(series):
+            stamp = 1_000_000_000 + i * 10_000_000
+            header = header_t(stamp=time_t(sec=stamp // 10**9, nanosec=stamp % 10**9), frame_id="arm")
+            msg = joint_t(header=header, name=list(JOINTS), position=np.array(x), velocity=np.zeros(0),
+                          effort=np.zeros(0))
+            writer.write(conn, stamp, bytes(store.serialize_cdr(msg, "sensor_msgs/msg/JointState")))
+
+    _spawn(ros_env, _params(tmp_path, template=1024))
+    peer = Peer(ros_env, "reservoir")
+    peer.wait_s = 120.0  # configure makes a 1024-unit reservoir (spectral radius): slow on a loaded machine
+    assert peer.transition("configure") and peer.transition("activate")
+    peer.wait_s = WAIT_S
+    fit_client = peer.node.create_client(FitReadout, "/reservoir/fit")
+    assert fit_client.wait_for_service(timeout_sec=WAIT_S)
+    fit = fit_client.call_async(FitReadout.Request(bag=str(bag), topic="/joints"))
+    peer.spin_for(0.3)  # the request reaches the node
+    assert peer.state() == "active" and not fit.done(), "get_state waited for the fit"
+    saved = peer.service(FilePath, "save_readout", path=str(tmp_path / "none.npz"))
+    assert not saved.success and "no readout to save" in saved.message and not fit.done()
+    again = peer.service(FitReadout, "fit", bag=str(bag), topic="/joints")
+    assert not again.success and "a fit is running" in again.message
+    peer.wait_for("the fit's answer", fit.done, timeout=240)
+    answer = fit.result()
+    assert answer.success and answer.samples_used == 11_999 - 50, answer.message
+    assert peer.service(FilePath, "save_readout", path=str(tmp_path / "fitted.npz")).success

@@ -5,8 +5,10 @@ a :class:`~libredgetpu_ros.robotics.reservoir.ReservoirComputer` (``W_res x`` on
 or CPU twin); once a readout exists, the prediction of the next state is published on ``~/prediction`` with
 the same message type (a JointState prediction carries the input's header: its stamp and frame).
 
-Services (main executor): ``~/fit`` (FitReadout: the last N buffered states, or a bag's state topic; the
-readout maps each state to the next), ``~/load_readout`` / ``~/save_readout`` (FilePath). A refused fit or
+Services: ``~/fit`` (FitReadout: the last N buffered states, or a bag's state topic; the readout maps each
+state to the next; read and fitted on a thread of its own, ``services.OffExecutor``, so the executor keeps
+answering ``get_state`` and the other services meanwhile; one fit at a time), ``~/load_readout`` /
+``~/save_readout`` (FilePath, main executor). A refused fit or
 load (too few samples, NaN, another reservoir's file) answers ``success: false`` with the reason and keeps the
 previous readout.
 
@@ -42,7 +44,7 @@ from libredgetpu_ros.ros.lifecycle import StateLoopNode, TeardownOnCleanup
 from libredgetpu_ros.ros.output_qos import output_publisher
 from libredgetpu_ros.ros.reservoir.params import PARAM_TABLE, ReservoirNodeConfig
 from libredgetpu_ros.ros.reservoir.states import read_bag_states, state_vector
-from libredgetpu_ros.ros.services import MESSAGE_CHARS, create_guarded_service
+from libredgetpu_ros.ros.services import MESSAGE_CHARS, OffExecutor, create_guarded_service
 from libredgetpu_ros.ros.spinning import CompanionFault, destroy_entities, run_lifecycle_node_main
 from libredgetpu_ros.textdata import clip
 from libredgetpu_ros_interfaces.srv import FilePath, FitReadout
@@ -103,6 +105,7 @@ class ReservoirNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
         self._pred_pub: Any = None
         self._diag_pub: Any = None
         self._crash = CompanionFault(self, "state loop", self._report_crash)
+        self._fitting = OffExecutor("reservoir_fit")
 
     # ----- lifecycle ------------------------------------------------------------------------------
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -149,6 +152,7 @@ class ReservoirNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
         return QoSProfile(depth=10, reliability=reliability)
 
     def teardown(self) -> None:
+        self._fitting.join()  # a running fit uses the engine closed below
         self._drop_subscription()
         destroy_entities(self, self._entities)
         self._entities = []
@@ -210,27 +214,19 @@ class ReservoirNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
         return self._diag_pub
 
     # ----- services (main executor) ---------------------------------------------------------------
-    def _on_fit(self, req: FitReadout.Request, resp: FitReadout.Response) -> FitReadout.Response:
+    async def _on_fit(self, req: FitReadout.Request, resp: FitReadout.Response) -> FitReadout.Response:
         cfg, rc = self._cfg, self._rc
         if cfg is None or rc is None:
             resp.success, resp.message = False, "node is not configured"
             return resp
+        if self._fitting.busy():
+            resp.success, resp.message = False, "a fit is running: call again when it has answered"
+            return resp
+        topic = (req.topic or self.resolve_topic_name(cfg.state_topic)) if req.bag else ""
         try:
-            if req.bag:
-                topic = req.topic or self.resolve_topic_name(cfg.state_topic)
-                states, skipped = read_bag_states(req.bag, topic, cfg.state_type, cfg.joint_field,
-                                                  self._order, cfg.state_size)
-                source = f"bag {clip(req.bag)} ({skipped} messages skipped)"
-            else:
-                with self._buffer_lock:
-                    buffered = list(self._buffer)  # a copy: the loop keeps appending
-                if req.samples:
-                    buffered = buffered[-int(req.samples):]
-                states = np.array(buffered) if buffered else np.zeros((0, cfg.state_size))
-                source = f"the last {len(states)} states"
-            if len(states) < 2:
-                raise InputError(f"fit needs at least 2 states, {source} gave {len(states)}")
-            report = rc.fit(states[:-1], states[1:])
+            # Reading a bag and driving the reservoir over thousands of states takes seconds: off the
+            # executor, which keeps answering get_state, the other services and the diagnostics timer.
+            report, source = await self._fitting.run(self, lambda: self._fit(req, topic, cfg, rc))
         except LibrEdgeTpuError as exc:
             self._stats.refused += 1
             self._stats.last_refusal = clip(exc, MESSAGE_CHARS)  # requests carry paths of any length
@@ -243,6 +239,23 @@ class ReservoirNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
                         f"train NRMSE {report.train_nrmse:.4f}")
         self.get_logger().info(resp.message)
         return resp
+
+    def _fit(self, req: FitReadout.Request, topic: str, cfg: ReservoirNodeConfig, rc: Any) -> tuple[Any, str]:
+        """(FitReport, where the states came from) of a ``~/fit`` request (on the fit's thread)."""
+        if req.bag:
+            states, skipped = read_bag_states(req.bag, topic, cfg.state_type, cfg.joint_field, self._order,
+                                              cfg.state_size)
+            source = f"bag {clip(req.bag)} ({skipped} messages skipped)"
+        else:
+            with self._buffer_lock:
+                buffered = list(self._buffer)  # a copy: the loop keeps appending
+            if req.samples:
+                buffered = buffered[-int(req.samples):]
+            states = np.array(buffered) if buffered else np.zeros((0, cfg.state_size))
+            source = f"the last {len(states)} states"
+        if len(states) < 2:
+            raise InputError(f"fit needs at least 2 states, {source} gave {len(states)}")
+        return rc.fit(states[:-1], states[1:]), source
 
     def _on_load(self, req: FilePath.Request, resp: FilePath.Response) -> FilePath.Response:
         return self._file_op(resp, lambda rc: rc.load_readout(req.path, outputs=rc.config.input_dim),
