@@ -275,6 +275,7 @@ def build_module(name: str, inputs: list[Tensor], outputs: list[Tensor], quantiz
         ranked = tensor.mlir_type(ranked=True)
         ops.append(OpNode("top.Input", tensor.name, (tensor.name,), {"do_preprocess": False}, ranked, index))
     emitted_weights: set[int] = set()
+    tpulang_shaped: set[int] = set()  # op outputs whose TpuLang Tensor.shape is known (ranked in the MLIR)
     shapes = {t.name: tuple(t.shape) for t in inputs}
     for op in graph.ops:
         for operand in op.inputs:
@@ -289,9 +290,13 @@ def build_module(name: str, inputs: list[Tensor], outputs: list[Tensor], quantiz
                                    f"{clip_repr(operand.name)} is not a graph input of compile() and no op "
                                    f"produces it")
         operands = tuple(None if t is None else t.name for t in op.inputs)
-        # TpuLang knows the shape of graph inputs and weights only (an op output's Tensor.shape is []), and
-        # its Cast ops (dequant_int_to_fp, requant_fp_to_int) copy the operand's shape: ranked result there.
-        ranked = op.kind == "top.Cast" and op.inputs[0] is not None and op.inputs[0].id not in produced
+        # TpuLang knows the shape of graph inputs and weights (most op outputs get Tensor.shape []); relu,
+        # softmax, requant_int, requant_fp, dequant_int_to_fp and requant_fp_to_int copy their operand's
+        # shape, so their result is ranked when that shape is known (chains of them included).
+        ranked = (op.kind in _SHAPE_COPYING and op.inputs[0] is not None
+                  and (op.inputs[0].id not in produced or op.inputs[0].id in tpulang_shaped))
+        if ranked:
+            tpulang_shaped.add(op.output.id)
         ops.append(OpNode(op.kind, op.output.name, operands, dict(op.attrs),
                           op.output.mlir_type(ranked=ranked)))
         shapes[op.output.name] = tuple(op.output.shape)
@@ -308,6 +313,10 @@ def build_module(name: str, inputs: list[Tensor], outputs: list[Tensor], quantiz
                     [(t.name, t.mlir_type(ranked=True)) for t in inputs], ops, [t.name for t in outputs])
     module.shapes = shapes
     return module
+
+
+# TpuLang 1.30.2 functions building their output as Tensor(input.shape, ...) (python/transform/TpuLang.py)
+_SHAPE_COPYING = frozenset({"top.Relu", "top.Softmax", "top.RequantInt", "top.RequantFp", "top.Cast"})
 
 
 def weights_of(graph: Graph | None = None) -> dict[str, np.ndarray]:

@@ -157,7 +157,8 @@ def test_requant_then_dequant_with_scale_is_accepted(requant: str) -> None:
     with pytest.raises(TpuLangError, match="already quantized"):
         tpul.dequant_int_to_fp(q, 0.25, 6, out_name="other")
     text, weights = _build(f"{requant}_dequant", [x], [y], quantized=True)
-    assert "-> tensor<*x!quant.uniform<i8:f32, 2.500000e-01:5>>" in _line(text, "q")
+    # TpuLang's requants copy the operand's shape (a graph input here): ranked (issue 38)
+    assert "-> tensor<1x4x!quant.uniform<i8:f32, 2.500000e-01:5>>" in _line(text, "q")
     got = execute(parse_mlir(text), weights, {"x": np.array([[1, 2, -3, 40]], np.int32)})["y"]
     # requant_int rounds 1.5 x then adds 5 (-4.5 -> -5); requant_fp rounds 1.5 x + 5 (0.5 -> 1)
     third = -1.25 if requant == "requant_int" else -1.0
@@ -166,7 +167,8 @@ def test_requant_then_dequant_with_scale_is_accepted(requant: str) -> None:
 
 def test_cast_prints_to_and_a_ranked_result_like_tpulang() -> None:
     """TpuLang's requant_fp_to_int / dequant_int_to_fp build the result Tensor with the operand's shape
-    (known for graph inputs and weights, [] for op results) and the Cast carries to = ""."""
+    (known for graph inputs, weights and the results of shape-copying ops such as relu; [] for other op
+    results) and the Cast carries to = "" (TpuLang's own file: data/tpulang_1.30.2/casts_origin.mlir)."""
     tpul.init("bm1684x")
     x = tpul.Tensor([2, 3], name="x")
     q = tpul.requant_fp_to_int(x, 0.5, 3, 0, "uint8", out_name="q")
@@ -177,8 +179,8 @@ def test_cast_prints_to_and_a_ranked_result_like_tpulang() -> None:
                                      "(tensor<2x3xf32>) -> tensor<2x3x!quant.uniform<u8:f32, "
                                      '5.000000e-01:3>> loc(#loc2)')
     assert _line(text, "y").endswith('{round_mode = "HalfAwayFromZero", to = ""} : '
-                                     "(tensor<*x!quant.uniform<u8:f32, 5.000000e-01:3>>) -> tensor<*xf32> "
-                                     "loc(#loc4)")
+                                     "(tensor<2x3x!quant.uniform<u8:f32, 5.000000e-01:3>>) -> "
+                                     "tensor<2x3xf32> loc(#loc4)")
 
 
 def test_pool_without_kernel_is_tpu_mlirs_global_pool() -> None:

@@ -1,0 +1,15 @@
+#loc = loc(unknown)
+module @casts attributes {module.chip = "ALL", module.platform = "TPULANG", module.state = "TOP_QUANTIZED", module.top_run_mode = "STATIC", module.weight_file = "casts_top_quantized_all_origin_weight.npz"} {
+  func.func @main(%arg0: tensor<2x3xf32> loc(unknown)) -> tensor<2x3xf32> {
+    %0 = "top.None"() : () -> none loc(#loc)
+    %1 = "top.Input"(%arg0) {do_preprocess = false} : (tensor<2x3xf32>) -> tensor<2x3xf32> loc(#loc1)
+    %2 = "top.Cast"(%1) {round_mode = "HalfAwayFromZero", to = ""} : (tensor<2x3xf32>) -> tensor<2x3x!quant.uniform<u8:f32, 5.000000e-01:3>> loc(#loc2)
+    %3 = "top.Relu"(%2) {relu_limit = -1.000000e+00 : f64} : (tensor<2x3x!quant.uniform<u8:f32, 5.000000e-01:3>>) -> tensor<2x3x!quant.uniform<u8:f32, 5.000000e-01:3>> loc(#loc3)
+    %4 = "top.Cast"(%3) {round_mode = "HalfAwayFromZero", to = ""} : (tensor<2x3x!quant.uniform<u8:f32, 5.000000e-01:3>>) -> tensor<2x3xf32> loc(#loc4)
+    return %4 : tensor<2x3xf32> loc(#loc)
+  } loc(#loc)
+} loc(#loc)
+#loc1 = loc("x")
+#loc2 = loc("q")
+#loc3 = loc("r")
+#loc4 = loc("y")
