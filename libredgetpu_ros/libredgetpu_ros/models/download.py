@@ -13,7 +13,8 @@ next resume; a checksum mismatch or a stream over :data:`MAX_BYTES` deletes it.
 Every file has an overall deadline (``deadline_s``, default :data:`DEADLINE_S`, at most
 :data:`MAX_DEADLINE_S`) on top of the per-operation socket timeout: a server that trickles a byte every few
 seconds, in the headers, the TLS handshake or the body, is cut off when it expires (a watchdog shuts down
-every socket of the transfer, registered as soon as it is connected). Only http and https are spoken, on
+every socket of the transfer, registered as soon as it is created), and so is a name resolution that never
+ends (getaddrinfo runs in a thread joined within the deadline). Only http and https are spoken, on
 every hop: a redirect to any other scheme (``ftp://``, ``file://``) is refused, and the opener has no
 handler for them either. ``.part`` and ``dest`` are never followed through a symbolic link: the part is
 opened with ``O_NOFOLLOW`` (a link or any non-regular file there is removed, never written through) and a
@@ -147,6 +148,28 @@ class _Deadline:
             sock.shutdown(socket.SHUT_RDWR)
 
 
+def _resolve(address: tuple[str, int], deadline: _Deadline) -> list[tuple[Any, ...]]:
+    """getaddrinfo within what remains of the deadline (the C resolver has no timeout of its own: a DNS
+    server that never answers held a fetch past --timeout). A resolver still running when the deadline
+    passes is left to finish in its daemon thread."""
+    found: list[Any] = []
+
+    def run() -> None:
+        try:
+            found.append(socket.getaddrinfo(address[0], address[1], 0, socket.SOCK_STREAM))
+        except OSError as exc:
+            found.append(exc)
+
+    worker = threading.Thread(target=run, name="getaddrinfo", daemon=True)
+    worker.start()
+    worker.join(deadline.remaining())
+    if not found:
+        raise TimeoutError(f"resolving {address[0]} did not finish within the deadline")
+    if isinstance(found[0], OSError):
+        raise found[0]
+    return found[0]
+
+
 class _Redirects(urllib.request.HTTPRedirectHandler):
     """urllib's redirects, each hop's URL checked (urllib itself follows http, https and ftp)."""
 
@@ -173,9 +196,22 @@ def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
 
     def watched(base: type[http.client.HTTPConnection]) -> type[http.client.HTTPConnection]:
         def connect(address: Any, timeout: Any = None, source: Any = None) -> socket.socket:
-            sock = socket.create_connection(address, min(TIMEOUT_S, deadline.remaining()), source)
-            deadline.watch(sock)
-            return sock
+            """socket.create_connection, each socket watched from its creation (the connect itself and a
+            TLS handshake are under the deadline) and the name resolution bounded by it too."""
+            last: OSError | None = None
+            for family, kind, proto, _, sockaddr in _resolve(address, deadline):
+                sock = socket.socket(family, kind, proto)
+                deadline.watch(sock)
+                try:
+                    sock.settimeout(min(TIMEOUT_S, deadline.remaining()))
+                    if source:
+                        sock.bind(source)
+                    sock.connect(sockaddr)
+                    return sock
+                except OSError as exc:
+                    last = exc
+                    sock.close()
+            raise last or OSError(f"no address for {address[0]}")
 
         class Watched(base):  # type: ignore[valid-type,misc]
             def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -172,3 +172,25 @@ def test_a_5000_digit_content_length_is_one_error_line(cache: Path,
     last = err.strip().splitlines()[-1]
     assert code == ModelSourceError.exit_code and last.startswith("error: ") and "Content-Length" in last, err
     assert len(last) < 600 and "Traceback" not in err
+
+
+def test_a_resolver_that_never_answers_is_under_the_deadline(cache: Path, capsys: pytest.CaptureFixture[str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C resolver has no timeout: a DNS server that never answers (here getaddrinfo blocking 60 s, as
+    with an unreachable nameserver) held the fetch past --timeout."""
+    release = threading.Event()
+    real = socket.getaddrinfo
+
+    def silent_dns(host, *args, **kwargs):
+        if host == "models.invalid":
+            release.wait(60)
+            raise socket.gaierror("released")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", silent_dns)
+    start = time.monotonic()
+    code, err = _fetch_cli("http://models.invalid", capsys, "--timeout", "1.5")
+    elapsed = time.monotonic() - start
+    release.set()
+    assert code == 1 and "1.5 s deadline" in err, err
+    assert elapsed < 10, elapsed
