@@ -118,10 +118,9 @@ def photo_path(name: str) -> Path:
 def _read(name: str) -> np.ndarray:
     import cv2
 
-    path = photo_path(name)
-    image = cv2.imread(str(path), cv2.IMREAD_COLOR)
-    if image is None:
-        raise InputError(f"photo {name!r} at {path} does not decode")
+    from libredgetpu_ros.imagefile import read_image  # the one image reader (regular file, pixel budget)
+
+    image = read_image(photo_path(name), f"photo {name!r}")
     rgb = cv2.cvtColor(image, cv2.COLOR_BGR2RGB).astype(np.float32)
     rgb.setflags(write=False)
     return rgb
