@@ -229,7 +229,8 @@ def check_templates(m: Machine) -> Check:
     """Whether the templates the shipped configs name (control, trackers, looming, flow, recognition) resolve,
     by the nodes' own resolution (models/templates.py: the model cache, $LIBREDGETPU_ROS_TEMPLATES, the
     fixtures); a robot without them finds out here, not at configure."""
-    from libredgetpu_ros.models.templates import CONFIG_TEMPLATES, find_template
+    from libredgetpu_ros.errors import InputError
+    from libredgetpu_ros.models.templates import CONFIG_TEMPLATES, TEMPLATES_ENV, find_template
 
     find = m.find_template or find_template
     env_problem = doctor_ros.check_templates_env(m.environ)
@@ -237,7 +238,11 @@ def check_templates(m: Machine) -> Check:
     missing: dict[str, list[str]] = {}  # template -> configs naming it
     for config, names in CONFIG_TEMPLATES.items():
         for name in names:
-            found = find(name)
+            try:
+                found = find(name)
+            except InputError as exc:  # a folder the search cannot walk (too deep, too large: /proc)
+                return Check("templates", WARN, f"the template search fails: {exc}",
+                             f"point {TEMPLATES_ENV} at a folder of templates, or unset it")
             if found is None:
                 missing.setdefault(name, []).append(config)
             else:

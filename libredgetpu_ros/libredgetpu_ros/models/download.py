@@ -26,6 +26,7 @@ escaped and cut to a bounded length. ROS-free.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import http.client
 import os
@@ -62,9 +63,13 @@ def _clip(text: object) -> str:
 
 
 def sha256_of(path: Path, follow: bool = True) -> str:
-    """SHA-256 of a file's bytes; ``follow=False``: OSError (ELOOP) if ``path`` is a symbolic link."""
+    """SHA-256 of a regular file's bytes (opened without blocking: a FIFO swapped in is OSError, not a hang);
+    ``follow=False``: OSError (ELOOP) if ``path`` is a symbolic link."""
     digest = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
     with os.fdopen(fd, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)

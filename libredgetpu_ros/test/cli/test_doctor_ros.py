@@ -136,3 +136,17 @@ def test_domain_limit_for_real() -> None:
         results[domain], said[domain] = done.returncode, done.stderr.decode(errors="replace")
     assert "port number is too high" in said[233]
     assert results[232] == 0 and results[233] != 0, (results, said)
+
+
+def test_a_templates_folder_the_search_cannot_walk_is_a_warn(machine: d.Machine, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder deeper than the search walks (here 40 levels): the search's typed error becomes the WARN's
+    detail instead of a traceback out of doctor."""
+    deep = tmp_path / "deep"
+    deep.joinpath(*["d"] * 40).mkdir(parents=True)
+    monkeypatch.setenv("LIBREDGETPU_ROS_TEMPLATES", str(deep))
+    monkeypatch.setenv("LIBREDGETPU_ROS_MODELS", str(tmp_path / "empty_cache"))
+    machine.find_template = None  # the real search
+    machine.environ = {"LIBREDGETPU_ROS_TEMPLATES": str(deep)}
+    check = d.check_templates(machine)
+    assert check.status == d.WARN and "more than 32 folders deep" in check.detail, check
