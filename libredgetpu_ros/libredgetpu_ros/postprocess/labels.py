@@ -7,8 +7,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from libredgetpu_ros.errors import InputError
+from libredgetpu_ros.textdata import clip_repr
 
-_PREFIXED = re.compile(r"^\s*(\d+)\s*[:\s]\s*(\S.*?)\s*$")
+_PREFIXED = re.compile(r"^\s*(\d{1,18})\s*[:\s]\s*(\S.*?)\s*$")  # a longer number is a label, not an id
+MAX_LABEL_FILE_BYTES = 16 << 20  # COCO's file is 1 KB, ImageNet's 30 KB
 # Placeholder lines in plain files (COCO's retired ids); they keep their line number but get no label.
 _GAP_MARKERS = frozenset({"n/a", ""})
 
@@ -20,12 +22,17 @@ def read_labels(path: str | Path) -> dict[int, str]:
     whitespace or a colon the ids are taken from the lines, otherwise the 0-based line number is the id.
     ``n/a`` and empty lines in plain files are gaps: their id is skipped, later ids are unaffected.
     """
+    from libredgetpu_ros.paths import read_regular
+    from libredgetpu_ros.textdata import clip
+
     path = Path(path)
+    data = read_regular(path, "label file", MAX_LABEL_FILE_BYTES)  # a FIFO or a device: refused, never read
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"label file {path}: cannot read ({exc})") from exc
-    return parse_labels(text, source=str(path))
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"label file {clip(str(path))}: not UTF-8 text ({exc.reason} at byte {exc.start})") \
+            from None
+    return parse_labels(text, source=clip(str(path)))
 
 
 def parse_labels(text: str, source: str = "<labels>") -> dict[int, str]:
@@ -40,7 +47,7 @@ def parse_labels(text: str, source: str = "<labels>") -> dict[int, str]:
         for line, match in zip(non_empty, matches, strict=True):
             class_id = int(match.group(1))
             if class_id in labels:
-                raise InputError(f"label file {source}: id {class_id} appears twice (line {line!r})")
+                raise InputError(f"label file {source}: id {class_id} appears twice (line {clip_repr(line)})")
             labels[class_id] = match.group(2)
         return labels
     return {i: line.strip() for i, line in enumerate(lines) if line.strip().lower() not in _GAP_MARKERS}

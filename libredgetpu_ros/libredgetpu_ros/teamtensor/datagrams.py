@@ -140,19 +140,27 @@ class Framer:
         return Sealed(session, rid, view[:cut - TRAILER_IDS.size])
 
 
+MAX_KEY_FILE_BYTES = 64 << 10
+
+
 def read_key(key: str | None, key_file: str | None) -> bytes | None:
     """A shared key given as text or as the first line of a file (UTF-8, surrounding whitespace stripped);
     None when neither is given. Both, an empty key or an unreadable file are a ConfigError."""
     if key and key_file:
         raise ConfigError("give a shared key or a key file, not both")
     if key_file:
+        from libredgetpu_ros.paths import read_regular
+        from libredgetpu_ros.textdata import clip
+
+        # a regular file of at most 64 KiB: a FIFO blocked the trainer's configure, /dev/zero never ended
+        data = read_regular(key_file, "key file", MAX_KEY_FILE_BYTES, ConfigError)
         try:
-            with open(key_file, encoding="utf-8") as f:
-                key = f.readline()
-        except OSError as exc:
-            raise ConfigError(f"key file {key_file}: {exc.strerror}") from exc
+            key = data.decode("utf-8").split("\n", 1)[0]
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"key file {clip(key_file)}: not UTF-8 ({exc.reason} at byte {exc.start})") \
+                from None
         if not key.strip():
-            raise ConfigError(f"key file {key_file}: empty first line")
+            raise ConfigError(f"key file {clip(key_file)}: empty first line")
     if key is None:
         return None
     if not key.strip():

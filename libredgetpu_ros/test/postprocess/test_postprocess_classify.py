@@ -72,5 +72,16 @@ def test_label_formats(fixture_path, tmp_path):
         parse_labels("0 a\n0 b\n")
     with pytest.raises(InputError, match="no labels"):
         parse_labels("\n\n")
-    with pytest.raises(InputError, match="cannot read"):
+    with pytest.raises(InputError, match="does not exist"):
         read_labels(tmp_path / "missing.txt")
+    # Issue 30: a FIFO (the perception node's configure blocked on it), a 5,000-digit id (int() refused it:
+    # ValueError), a repeated line of 100,000 characters (echoed whole).
+    import os
+
+    os.mkfifo(tmp_path / "fifo.txt")
+    with pytest.raises(InputError, match="is a FIFO, not a regular file"):
+        read_labels(tmp_path / "fifo.txt")
+    assert parse_labels("1" * 5000 + " a\n2 b\n")[1] == "2 b"  # not an id: a plain file
+    with pytest.raises(InputError, match="twice") as info:
+        parse_labels("0 " + "x" * 100_000 + "\n0 y\n")
+    assert len(str(info.value)) < 400

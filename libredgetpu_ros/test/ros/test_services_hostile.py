@@ -389,4 +389,41 @@ def test_every_service_survives_hostile_requests(ros_env, tmp_path: Path, kind: 
             for kv in status.values:
                 assert len(kv.value) < DIAG_CHARS, f"{kv.key}: {len(kv.value)} characters"
     assert sup.transition("deactivate") and sup.transition("activate") and sup.state() == "active"
+    configure_with_special_paths(sup, name, paths, counts)
     assert proc.poll() is None
+
+
+def configure_with_special_paths(sup: Hostile, name: str, paths: dict[str, str],
+                                 counts: dict[str, int]) -> None:
+    """Every string parameter set to a FIFO, then to a symlink to /dev/zero, and the node configured with it:
+    configure answers (a read of the path would block or never end), a failure leaves it unconfigured, and
+    with the original values it configures and activates again."""
+    from rcl_interfaces.msg import ParameterType
+    from rcl_interfaces.srv import GetParameters, ListParameters, SetParameters
+    from rclpy.parameter import Parameter
+
+    assert sup.transition("deactivate") and sup.transition("cleanup") and sup.state() == "unconfigured"
+    listed = sup.call_named(ListParameters, f"/{name}/list_parameters", ListParameters.Request()).result.names
+    request = GetParameters.Request(names=listed)
+    values = sup.call_named(GetParameters, f"/{name}/get_parameters", request).values
+    strings = {n: v.string_value for n, v in zip(listed, values, strict=True)
+               if v.type == ParameterType.PARAMETER_STRING}
+
+    def set_string(param: str, value: str) -> bool:
+        request = SetParameters.Request(parameters=[Parameter(param, value=value).to_parameter_msg()])
+        return bool(sup.call_named(SetParameters, f"/{name}/set_parameters", request).results[0].successful)
+
+    for param, original in strings.items():
+        changed = False
+        for kind in ("fifo", "device"):
+            if not set_string(param, paths[kind]):  # read-only (qos_overrides.*) or not a valid value
+                continue
+            changed = True
+            counts["configures"] = counts.get("configures", 0) + 1
+            if sup.transition("configure"):  # not a path, or one read later: fine, as long as it answered
+                assert sup.transition("cleanup")
+            assert sup.state() == "unconfigured", f"{param}={kind}"
+        if changed:
+            assert set_string(param, original)
+    assert sup.transition("configure") and sup.transition("activate") and sup.state() == "active"
+    print(f"{name}: {counts.get('configures', 0)} configures with special paths in string parameters")

@@ -93,3 +93,20 @@ def test_a_keyed_worker_answers_only_the_key_holder(tmp_path):
         asyncio.run(run(worker.address))
     assert worker.stats["rejected"]["integrity"] >= 2
     assert worker.stats["sessions"] == {"claimed": 1, "released": 1}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero"])
+def test_a_key_file_that_is_a_fifo_or_a_device_is_refused(tmp_path, kind):
+    """Issue 30: ``--key-file`` / the trainer's ``auth_key_file`` naming a FIFO blocked (the trainer node's
+    configure went unanswered, found by test/ros/test_services_hostile.py), ``/dev/zero`` read forever."""
+    import os
+
+    path = tmp_path / "key"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    done = subprocess.run([*CMD, "--port", "0", "--key-file", str(path)], capture_output=True, text=True,
+                          timeout=30)
+    one_error_line(done.returncode, done.stderr)
+    assert ("is a FIFO" if kind == "fifo" else "is a device") in done.stderr
