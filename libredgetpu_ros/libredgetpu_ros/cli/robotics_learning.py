@@ -127,6 +127,9 @@ def _reservoir_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--activation", choices=("tanh", "relu", "identity"), default="tanh")
         p.add_argument("--washout", type=int, default=100)
         p.add_argument("--ridge", type=float, default=1e-6)
+        p.add_argument("--passes", type=int, default=1,
+                       help="engine rows per step: 1 = one int8 pass; 3-64 = dithered passes + a low pass, "
+                            "near float64 accuracy at that many times the engine work")
         p.add_argument("--json", action="store_true", help="print JSON instead of text")
     fit.add_argument("--out", type=Path, required=True, help="readout file to write (.npz)")
     predict.add_argument("--readout", type=Path, required=True, help="readout file written by fit")
@@ -176,7 +179,7 @@ def _reservoir_run(args: argparse.Namespace, _images: list[Any]) -> int:
     config = ReservoirConfig(input_dim=series.shape[1], spectral_radius=args.spectral_radius,
                              input_scaling=args.input_scaling, leak_rate=args.leak_rate,
                              activation=args.activation, seed=args.seed, ridge=args.ridge,
-                             washout=args.washout)
+                             washout=args.washout, passes=args.passes)
     inputs, targets = series[:-1], series[1:]
     with MatMulEngine.from_template(args.template, backend=args.backend, device=args.device) as engine:
         rc = ReservoirComputer(engine, config)

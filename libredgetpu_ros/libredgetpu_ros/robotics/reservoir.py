@@ -13,6 +13,14 @@ g``, ``* g`` are exact. The engine's error model then bounds one step: from the 
 differs from the float64 step of the same equations by at most ``a * g * engine.error_bound(x)`` per unit
 (tanh, relu and identity are 1-Lipschitz): :meth:`ReservoirComputer.step_bound`.
 
+``passes`` > 1 (``reservoir_precision.DitheredProduct``) sends each step's state as ``passes`` rows of one
+engine call: a low part that carries the state below the input grid, and dithered copies of the high part
+whose known offsets let the CPU intersect the output roundings. It brings the one-step NRMSE near the float64
+network's at ``passes`` times the engine work (docs/robotics.md, Reservoir precision).
+
+Series are checked before use: NaN/inf, magnitudes above ``MAX_MAGNITUDE`` and constant targets (their
+NRMSE is undefined) are refused with the column and step named.
+
 LibrEdgeTPU's ``reservoir.py`` (public) was read for the facts; the readout here also sees ``[1; u]``, has a
 washout, refuses ill-posed fits (keeping the previous readout) and can be saved and loaded.
 """
@@ -32,11 +40,14 @@ from libredgetpu_ros.atomicio import atomic_open
 from libredgetpu_ros.errors import ConfigError, InputError
 from libredgetpu_ros.matmul import MatMulEngine, fastpath
 from libredgetpu_ros.npyfile import read_npz
+from libredgetpu_ros.robotics.reservoir_precision import DitheredProduct
 from libredgetpu_ros.textdata import clip_repr, load_json
 
 ACTIVATIONS = ("tanh", "relu", "identity")
 READOUT_FORMAT = "libredgetpu_ros.reservoir_readout.v1"
 MAX_READOUT_BYTES = 256 << 20
+MAX_MAGNITUDE = 1e6  # inputs, targets and states beyond this are a sensor fault, not a signal
+MAX_PASSES = 64
 MAX_META_BYTES = 1 << 20  # the metadata JSON (a few hundred characters) as a NumPy string
 
 
@@ -54,6 +65,7 @@ class ReservoirConfig:
     seed: int = 0
     ridge: float = 1e-6
     washout: int = 100
+    passes: int = 1  # engine rows per step: 1 = one int8 pass; >= 3 = DitheredProduct (near float64)
 
     def __post_init__(self) -> None:
         checks = (
@@ -66,6 +78,7 @@ class ReservoirConfig:
             ("density", 0.0 < self.density <= 1.0, "in (0, 1]"),
             ("ridge", 0.0 <= self.ridge <= 1e6, "in [0, 1e6]"),
             ("washout", self.washout >= 0, "an integer >= 0"),
+            ("passes", self.passes == 1 or 3 <= self.passes <= MAX_PASSES, f"1 or in [3, {MAX_PASSES}]"),
         )
         for name, ok, expected in checks:
             value = getattr(self, name)
@@ -132,12 +145,25 @@ def _power_of_two_at_least(value: float) -> float:
 
 
 def nrmse(prediction: np.ndarray, target: np.ndarray) -> float:
-    """Root mean square error over the targets' standard deviation, averaged over output columns."""
+    """Root mean square error over the targets' standard deviation, averaged over output columns. A
+    constant target column has no spread to normalise by: InputError (NRMSE undefined)."""
     prediction = np.asarray(prediction, dtype=np.float64).reshape(len(target), -1)
     target = np.asarray(target, dtype=np.float64).reshape(len(target), -1)
+    check_spread(target, "target")
     std = target.std(axis=0)
-    std[std == 0] = 1.0
     return float(np.mean(np.sqrt(np.mean((prediction - target) ** 2, axis=0)) / std))
+
+
+def check_spread(target: np.ndarray, name: str) -> None:
+    """InputError naming the first column of ``target`` (T, K) that is constant (or has < 2 steps)."""
+    if len(target) < 2:
+        raise InputError(f"{name} has {len(target)} step(s): NRMSE needs a spread")
+    spread = np.ptp(target, axis=0)
+    scale = np.maximum(np.abs(target).max(axis=0), 1.0)
+    flat = np.flatnonzero(spread <= 1e-12 * scale)
+    if flat.size:
+        raise InputError(f"{name} column {int(flat[0])} is constant ({target[0, flat[0]]!r} at every step): "
+                         f"its NRMSE is undefined and a readout fitted to it predicts nothing")
 
 
 class ReservoirComputer:
@@ -169,6 +195,10 @@ class ReservoirComputer:
         self._act = _activation(config.activation)
         self._multipliers = engine.quantization.multipliers()
         self._act_code = ACTIVATIONS.index(config.activation)
+        self._precise = None
+        if config.passes > 1:
+            # tanh states are within 1; relu/identity states beyond it clip a pass, which is then left out
+            self._precise = DitheredProduct(engine, config.passes, config.seed, self._w_res32 / self.gain)
         # Compile (or load from numba's cache) the step now: the first state of a live stream must not wait.
         self._advance(np.zeros(n), np.zeros(m))
         self._lock = threading.Lock()
@@ -199,6 +229,8 @@ class ReservoirComputer:
         array = np.asarray(state, dtype=np.float64)
         if array.shape != (self.size,) or not np.isfinite(array).all():
             raise InputError(f"reservoir state must be {self.size} finite values, got shape {array.shape}")
+        if np.abs(array).max() > MAX_MAGNITUDE:
+            raise InputError(f"reservoir state has |value| {np.abs(array).max():.3g} > {MAX_MAGNITUDE:g}")
         self._state = array.copy()
 
     # -- dynamics --------------------------------------------------------------------------------------
@@ -208,10 +240,17 @@ class ReservoirComputer:
             raise InputError(f"reservoir input has shape {array.shape}; expected ({self.config.input_dim},)")
         if not np.isfinite(array).all():
             raise InputError("reservoir input contains NaN/inf")
+        if np.abs(array).max(initial=0.0) > MAX_MAGNITUDE:
+            raise InputError(f"reservoir input has |value| {np.abs(array).max():.3g} > {MAX_MAGNITUDE:g} "
+                             f"(a sensor fault or wrong units; scale the series)")
         return array
 
     def _advance(self, x: np.ndarray, u: np.ndarray) -> np.ndarray:
         a = self.config.leak_rate
+        if self._precise is not None:
+            h, _ = self._precise(x)
+            pre = self.gain * h + self.input_bias + self.input_weights @ u
+            return (1.0 - a) * x + a * self._act(pre)
         weights = self.engine.twin_weights() if _fused is not None else None
         if weights is not None:  # CPU twin: the whole step in one compiled call (same arithmetic)
             quant, out = self.engine.quantization, np.empty(self.size)
@@ -250,6 +289,8 @@ class ReservoirComputer:
     def step_bound(self, state: object) -> np.ndarray:
         """Per-unit bound on |quantized step - float64 step| from the same ``state`` (int8 error model)."""
         x = np.asarray(state, dtype=np.float64)
+        if self._precise is not None:
+            return self.config.leak_rate * self.gain * self._precise(x)[1]
         return self.config.leak_rate * self.gain * self.engine.error_bound(x).astype(np.float64)
 
     # -- readout ---------------------------------------------------------------------------------------
@@ -266,6 +307,10 @@ class ReservoirComputer:
         if not np.isfinite(array).all():
             row = int(np.argwhere(~np.isfinite(array))[0][0])
             raise InputError(f"{name} contains NaN/inf (first at step {row})")
+        if array.size and np.abs(array).max() > MAX_MAGNITUDE:
+            row = int(np.argwhere(np.abs(array) > MAX_MAGNITUDE)[0][0])
+            raise InputError(f"{name} has |value| {np.abs(array[row]).max():.3g} > {MAX_MAGNITUDE:g} at step "
+                             f"{row} (a sensor fault or wrong units; scale the series)")
         return array
 
     def features(self, inputs: np.ndarray, states: np.ndarray) -> np.ndarray:
@@ -288,6 +333,7 @@ class ReservoirComputer:
         if washout < 0 or samples < features:
             raise InputError(f"fit needs at least {features} samples after the washout of {washout} "
                              f"(1 + inputs + reservoir units), got {max(samples, 0)} of {len(u)} steps")
+        check_spread(y[washout:], "targets")
         states = self._drive(u, np.zeros(self.size))  # from zero; the live state is not disturbed
         x = self.features(u, states)[washout:]
         target = y[washout:]
@@ -387,7 +433,7 @@ class ReservoirComputer:
         for key, value in self.identity().items():
             if key in ("ridge", "washout"):
                 continue  # fitting choices: the reservoir itself is the same
-            if meta.get(key) != value:
+            if meta.get(key, 1 if key == "passes" else None) != value:  # files before passes: one pass
                 raise InputError(f"{path}: readout was fitted for {key}={clip_repr(meta.get(key))}, this "
                                  f"reservoir has {value!r}")
         expected = 1 + self.config.input_dim + self.size

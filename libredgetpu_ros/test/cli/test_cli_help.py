@@ -93,5 +93,6 @@ def test_robotics_reservoir_defaults_are_the_configs() -> None:
 
     args = cli.build_parser().parse_args(["robotics", "reservoir", "fit", "s.csv", "--out", "r.npz"])
     defaults = {f.name: f.default for f in dataclasses.fields(ReservoirConfig)}
-    for name in ("seed", "spectral_radius", "input_scaling", "leak_rate", "activation", "washout", "ridge"):
+    for name in ("seed", "spectral_radius", "input_scaling", "leak_rate", "activation", "washout", "ridge",
+                 "passes"):
         assert getattr(args, name) == defaults[name], name

@@ -78,7 +78,7 @@ def open_reservoir(cfg: ReservoirNodeConfig) -> Any:
         rc = ReservoirComputer(engine, ReservoirConfig(
             input_dim=cfg.state_size, spectral_radius=cfg.spectral_radius, input_scaling=cfg.input_scaling,
             bias_scaling=cfg.bias_scaling, leak_rate=cfg.leak_rate, activation=cfg.activation,
-            density=cfg.density, seed=cfg.seed, ridge=cfg.ridge, washout=cfg.washout))
+            density=cfg.density, seed=cfg.seed, ridge=cfg.ridge, washout=cfg.washout, passes=cfg.passes))
         if cfg.readout:
             rc.load_readout(cfg.readout)
     except BaseException:
