@@ -14,10 +14,11 @@ from pathlib import Path
 
 from libredgetpu_ros.edgetpu import registers as r
 from libredgetpu_ros.edgetpu.transport import Transport
-from libredgetpu_ros.errors import DeviceLostError, FirmwareNotFoundError
+from libredgetpu_ros.errors import DeviceLostError, FirmwareNotFoundError, InputError
 
 FIRMWARE_NAME = "apex_latest_single_ep.bin"
 ENV_VAR = "LIBREDGETPU_FIRMWARE"
+MAX_FIRMWARE_BYTES = 16 * 1024 * 1024
 SOURCE_HINT = (
     f"get {FIRMWARE_NAME} from https://github.com/google-coral/libedgetpu "
     f"(driver/usb/{FIRMWARE_NAME}, Apache-2.0) and copy it into ~/.local/share/libredgetpu/ (or "
@@ -54,8 +55,13 @@ def find_firmware(explicit: Path | None = None) -> Path:
 
 
 def load_firmware(explicit: Path | None = None) -> bytes:
+    from libredgetpu_ros.paths import read_regular
+
     path = find_firmware(explicit)
-    image = path.read_bytes()
+    try:  # a regular file (the real one is ~10 KB): $LIBREDGETPU_FIRMWARE=/dev/zero never ended
+        image = read_regular(path, "firmware file", MAX_FIRMWARE_BYTES)
+    except InputError as exc:
+        raise FirmwareNotFoundError(f"{exc}; {SOURCE_HINT}") from None
     if not image:
         raise FirmwareNotFoundError(f"firmware file {path} is empty; {SOURCE_HINT}")
     return image
