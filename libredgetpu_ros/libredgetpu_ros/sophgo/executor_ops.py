@@ -55,21 +55,44 @@ def _avgpool(run: RunState, node: OpNode, args: list) -> np.ndarray:
     if (in_q is not None and in_q.axis is not None) or (out_q is not None and out_q.axis is not None):
         raise TpuLangError(f"{where_of(node)}: a per-channel quantized avgpool is not supported")
     sums = kernels.pool_taps(x.astype(np.int64), kernel, stride, pads, extra, out_hw, 0, "sum")
+    if in_q is not None and out_q is not None:
+        return _chip_quantized_avgpool(node, x.shape, in_q, out_q, sums, empty, (kernel, stride, pads, extra),
+                                       mode)
     if node.attrs.get("count_include_pad") and in_q is not None and in_q.zero_points[0]:
         # Counted pad cells hold the real value 0, i.e. the zero point.
         real_cells = kernels.pool_counts(x.shape[2:], kernel, stride, pads, extra, out_hw, False)
         sums = sums + in_q.zero_points[0] * (counts - real_cells)
-    raw_type = out_q if out_q is not None else in_q  # an unquantized result keeps the input's raw values
-    zero = raw_type.zero_points[0] if raw_type is not None else 0  # the real value 0
-    if out_q == in_q or out_q is None:  # same type, or TpuLang's unquantized result: the raw values' mean
-        mean = np.where(empty, zero, kernels.round_div(sums, counts, mode))
-        return kernels.saturate(mean, node.result.np_dtype)
-    if in_q is None or out_q is None:
-        raise TpuLangError(f"{where_of(node)}: avgpool between a quantized and a plain integer tensor is not "
+    if out_q is not None:
+        raise TpuLangError(f"{where_of(node)}: avgpool from a plain integer tensor to a quantized one is not "
                            f"supported")
-    real = (sums / counts - in_q.zero_points[0]) * in_q.scales[0]
-    q = kernels.round_float(real / out_q.scales[0], mode) + out_q.zero_points[0]
-    return kernels.saturate(np.where(empty, zero, q), node.result.np_dtype)
+    zero = in_q.zero_points[0] if in_q is not None else 0  # the real value 0 (raw values kept)
+    # TpuLang's unquantized result: the raw values' mean
+    mean = np.where(empty, zero, kernels.round_div(sums, counts, mode))
+    return kernels.saturate(mean, node.result.np_dtype)
+
+
+def _chip_quantized_avgpool(node: OpNode, shape: tuple, in_q, out_q, sums: np.ndarray, empty: np.ndarray,
+                            geometry: tuple, mode: str) -> np.ndarray:
+    """A quantized avgpool as tpu-mlir 1.30.2 deploys it to bm1684x (measured on its simulator: 60 random
+    pools, every value; see docs/sophgo.md). ``sums`` holds the pad cells as raw 0.
+
+    * ``count_include_pad=False`` on a padded window grid (pads, ceil_mode padding, or a stride leaving a
+      remainder, which the backend pads too): the raw integers' mean over the real cells, rounded with
+      ``round_mode``; the scales and zero points are ignored;
+    * otherwise ``round(sum * s_in / (kh * kw * s_out) + zp_out - s_in / s_out * zp_in)`` (tpu-mlir's
+      ``scale`` and ``offset`` attributes), every pad cell a raw 0, not the zero point."""
+    kernel, stride, pads, extra = geometry
+    if in_q.axis is not None or out_q.axis is not None:
+        raise TpuLangError(f"{where_of(node)}: a per-channel quantized avgpool is not supported")
+    padded = any(pads) or any(extra) or any(
+        (shape[2 + i] + pads[i] + pads[i + 2] + extra[i] - kernel[i]) % stride[i] for i in (0, 1))
+    if padded and not node.attrs.get("count_include_pad", False):
+        real = kernels.pool_counts(shape[2:], kernel, stride, pads, extra, sums.shape[2:], False)
+        mean = kernels.round_div(sums, np.maximum(real, 1), mode)
+        return kernels.saturate(np.where(empty, out_q.zero_points[0], mean), node.result.np_dtype)
+    ratio = in_q.scales[0] / out_q.scales[0]
+    value = sums * (ratio / (kernel[0] * kernel[1])) + (out_q.zero_points[0] - ratio * in_q.zero_points[0])
+    return kernels.saturate(kernels.round_float(value, mode), node.result.np_dtype)
 
 
 @register("top.Relu")

@@ -95,6 +95,51 @@ def conv_quant_per_channel() -> Case:
     return module, weights, {"x": x}
 
 
+def _avgpool(name: str, shape: tuple, kernel: list, stride: list, pads: list, include_pad: bool,
+             scale: list, zero_point: list, round_mode: str = "half_away_from_zero") -> Case:
+    tpul.init("bm1684x")
+    x = tpul.Tensor(list(shape), name="x", dtype="int8")
+    y = tpul.avgpool2d(x, kernel, stride, pads, count_include_pad=include_pad, scale=scale,
+                       zero_point=zero_point, round_mode=round_mode, out_name="pool")
+    module, weights = _build(name, [x], [y], True)
+    return module, weights, {"x": _ramp(shape, -128, 128, 71, "int8")}
+
+
+def avgpool_pads_zp() -> Case:
+    """Item 4: zero point -4, pads, count_include_pad False (the chip: the raw mean of the real cells)."""
+    return _avgpool("avgpool_pads_zp", (1, 2, 5, 5), [3, 3], [2, 2], [1, 1, 1, 1], False, [0.1, 0.1],
+                    [-4, -4])
+
+
+def avgpool_pads_counted() -> Case:
+    """count_include_pad True: pad cells are a raw 0 (not the zero point), divided by the kernel size."""
+    return _avgpool("avgpool_pads_counted", (1, 2, 5, 5), [3, 3], [2, 2], [1, 1, 1, 1], True, [0.1, 0.1],
+                    [-4, -4])
+
+
+def avgpool_rescale_one_pad_row() -> Case:
+    """A scale change with one pad row: the chip ignores the scales there (raw mean)."""
+    return _avgpool("avgpool_rescale_pad", (1, 1, 4, 3), [2, 3], [1, 1], [1, 0, 0, 0], False, [0.05, 0.11],
+                    [2, -3])
+
+
+def avgpool_rescale_counted() -> Case:
+    return _avgpool("avgpool_rescale_counted", (1, 1, 4, 3), [2, 3], [1, 1], [1, 0, 0, 0], True,
+                    [0.05, 0.11], [2, -3], "half_to_even")
+
+
+def avgpool_rescale_stride_remainder() -> Case:
+    """No pads, but the stride leaves a remainder (6 - 1) % 2: the backend pads, so the raw-mean rule."""
+    return _avgpool("avgpool_rescale_rem", (1, 1, 5, 6), [3, 1], [1, 2], [0, 0, 0, 0], False, [0.1397, 0.124],
+                    [8, -8])
+
+
+def avgpool_rescale_exact_grid() -> Case:
+    """No pads and an exact window grid: requantized with tpu-mlir's scale and offset."""
+    return _avgpool("avgpool_rescale_grid", (1, 1, 4, 5), [2, 1], [2, 1], [0, 0, 0, 0], False,
+                    [0.1071, 0.1887], [-10, 2])
+
+
 CASES: dict[str, Callable[[], Case]] = {
     "maxpool_scale_1x1": maxpool_scale_1x1,
     "maxpool_scale_padded": maxpool_scale_padded,
@@ -102,4 +147,10 @@ CASES: dict[str, Callable[[], Case]] = {
     "concat_int8": concat_int8,
     "concat_uint8": concat_uint8,
     "conv_quant_pc": conv_quant_per_channel,
+    "avgpool_pads_zp": avgpool_pads_zp,
+    "avgpool_pads_counted": avgpool_pads_counted,
+    "avgpool_rescale_pad": avgpool_rescale_one_pad_row,
+    "avgpool_rescale_counted": avgpool_rescale_counted,
+    "avgpool_rescale_rem": avgpool_rescale_stride_remainder,
+    "avgpool_rescale_grid": avgpool_rescale_exact_grid,
 }
