@@ -133,6 +133,9 @@ class MatMulEngine:
         self.quantization: DenseQuantization = template.quant
         self.backend: str = backend
         self._multipliers = template.quant.multipliers()
+        # numba imported and the kernels compiled or loaded from the cache folder now, when the engine opens:
+        # the first set_weights / matmul costs what the next ones cost (once per process).
+        fastpath.warm_up()
         # The CPU twin's compiled path (numba, float32 sums exact for this shape: twin.exact_float_dtype).
         self._twin_kernel = fastpath.available() and exact_float_dtype(
             template.cols, template.quant.input_zero_point) is np.float32
@@ -146,6 +149,11 @@ class MatMulEngine:
         if self._runner is not None:
             self._runner.upload(blob, 0)
             self._store.add_target(_RunnerTarget(self._runner))
+        # One full-size pass of each hot path, published nowhere: its buffers are the size of the real ones,
+        # so the allocator's first large allocations (page faults) happen here, not in the first swap.
+        self.set_weights(np.zeros((template.rows, template.cols), np.float32), dry_run=True)
+        if self._runner is None:
+            self.matmul(np.zeros(template.cols, np.float32))
 
     @classmethod
     def from_template(cls, template: int | str | Path, backend: Backend = "auto", device: Any = None,

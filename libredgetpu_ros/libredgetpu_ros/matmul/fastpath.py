@@ -4,7 +4,9 @@
 ``quantize.quantize_rows`` + ``blob.build_blob`` take eight NumPy passes over a 1024x1024 float32 matrix
 (~2 ms here); this kernel reads each weight once, in the order it is stored, and writes the int8 value, its
 blob byte and the per-row rounding error in the same loop (~0.3 ms). It is compiled with numba (a LLVM JIT,
-vectorised with AVX2 on x86-64) and cached on disk after the first run.
+vectorised with AVX2 on x86-64) and cached on disk after the first run (:mod:`libredgetpu_ros.jit`: numba
+is imported and the kernels compiled or loaded by :func:`warm_up`, which ``MatMulEngine`` calls when it
+opens, not when this module is imported).
 
 It only covers matrices that need no clipping and hold no NaN/inf: that is what a controller, a reservoir
 readout or an embedding database sends at control rates. Anything else (a clipped entry, NaN/inf, another
@@ -20,9 +22,12 @@ Rounding uses the float32 "magic number" ``(s + 1.5 * 2**23) - 1.5 * 2**23``: ex
 from __future__ import annotations
 
 import logging
+import threading
+from typing import Any
 
 import numpy as np
 
+from libredgetpu_ros import jit
 from libredgetpu_ros.matmul.blob import GROUP_OVERHEAD, GROUP_ROWS, TILE_COLS, blob_size
 from libredgetpu_ros.matmul.quantize import QuantizedWeights
 
@@ -30,12 +35,6 @@ log = logging.getLogger(__name__)
 
 _HALF_BITS = int(np.float32(0.5).view(np.int32))  # errors are >= 0, so their float32 bits order like them
 _FAST_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-
-try:  # optional: without numba every call takes the NumPy path (same results, ~6x slower at N=1024)
-    from numba import njit
-except ImportError:  # pragma: no cover - exercised only where numba is absent
-    njit = None
-
 
 def _kernel(weights, inv_scales, values, blob_words, row_error_bits):  # pragma: no cover - compiled
     """Quantize ``weights`` (rows, cols) row by row into ``values`` and the blob's tile words.
@@ -132,24 +131,50 @@ def _twin(x, weights, in_scale, zp_in, multipliers, zp_out, out_scale, y):  # pr
             y[i, r] = (np.float32(yq[r]) - np.float32(zp_out)) * np.float32(out_scale)
 
 
-_compiled = None
-_dense_compiled = None
-_twin_compiled = None
-if njit is not None:
-    _dense_rows = njit(cache=True, nogil=True, boundscheck=False,
-                       fastmath={"reassoc", "contract"})(_dense_rows)
-    _dense_compiled = njit(cache=True, nogil=True, boundscheck=False)(_dense)
-    _twin_compiled = njit(cache=True, nogil=True, boundscheck=False)(_twin)
-    _tiles = njit(cache=True, nogil=True, boundscheck=False)(_tiles)
-    _compiled = njit(cache=True, nogil=True, boundscheck=False)(_kernel)
-# The compiled twin (x, weights, in_scale, zp_in, multipliers, zp_out, out_scale, y) for other compiled code
-# to call (robotics.reservoir fuses it into its step); None without numba.
-twin_kernel = _twin_compiled
+_compiled: Any = None
+_dense_compiled: Any = None
+_twin_compiled: Any = None
+_compile_lock = threading.Lock()
+_warm = False
+_failed = False
+
+
+def _compile() -> bool:
+    """Import numba and wrap the kernels (once per process); False without numba."""
+    global _compiled, _dense_compiled, _twin_compiled, _dense_rows, _tiles, _failed
+    if _compiled is not None:
+        return True
+    if _failed or not jit.available():
+        return False
+    with _compile_lock:
+        if _compiled is None and not _failed:
+            try:
+                njit = jit.njit
+                njit(cache=True)  # imports numba: a broken install leaves the NumPy paths, logged once
+            except ImportError as exc:  # pragma: no cover - needs a numba that is found but fails to import
+                log.warning("numba cannot be imported (%s): the matmul engine takes its NumPy paths", exc)
+                _failed = True
+                return False
+            # The callees first: the callers' globals name them when they are compiled.
+            _dense_rows = njit(cache=True, nogil=True, boundscheck=False,
+                               fastmath={"reassoc", "contract"})(_dense_rows)
+            _tiles = njit(cache=True, nogil=True, boundscheck=False)(_tiles)
+            _dense_compiled = njit(cache=True, nogil=True, boundscheck=False)(_dense)
+            _twin_compiled = njit(cache=True, nogil=True, boundscheck=False)(_twin)
+            _compiled = njit(cache=True, nogil=True, boundscheck=False)(_kernel)
+    return _compiled is not None
+
+
+def twin_kernel() -> Any:
+    """The compiled twin ``(x, weights, in_scale, zp_in, multipliers, zp_out, out_scale, y)`` for other
+    compiled code to call (robotics.reservoir fuses it into its step), warmed up; None without numba."""
+    warm_up()
+    return _twin_compiled
 
 
 def available() -> bool:
-    """True when the compiled kernel can run (numba is installed)."""
-    return _compiled is not None
+    """True when the compiled kernel can run (numba is installed; not imported by this question)."""
+    return jit.available() and not _failed
 
 
 def quantize_to_blob(weights: object, scales: np.ndarray, overhead: np.ndarray,
@@ -161,7 +186,7 @@ def quantize_to_blob(weights: object, scales: np.ndarray, overhead: np.ndarray,
     than (len(scales), cols) or one that cannot be laid out, NaN/inf, or an entry outside the int8 range
     (that path reports each of them).
     """
-    if _compiled is None or not isinstance(weights, np.ndarray) or weights.ndim != 2:
+    if not isinstance(weights, np.ndarray) or weights.ndim != 2 or not _compile():
         return None
     rows = scales.shape[0]
     if (weights.dtype not in _FAST_DTYPES or weights.shape != (rows, cols) or not weights.flags.c_contiguous
@@ -188,7 +213,7 @@ def dense_uint8(weights: np.ndarray, xq: np.ndarray, input_zero_point: int, mult
 
     Only for shapes where float32 sums are exact (the caller, ``twin.dense_uint8``, checks it).
     """
-    if _dense_compiled is None or weights.dtype != np.int8 or not weights.flags.c_contiguous:
+    if weights.dtype != np.int8 or not weights.flags.c_contiguous or not _compile():
         return None
     out = np.empty((xq.shape[0], weights.shape[0]), dtype=np.uint8)
     _dense_compiled(weights, np.ascontiguousarray(xq, dtype=np.uint8), int(input_zero_point),
@@ -201,7 +226,7 @@ def twin_matmul(x: np.ndarray, weights: np.ndarray, input_scale: float, input_ze
     """float32 (k, rows) = dequantize(Dense(quantize_input(x))) for finite float ``x`` (k, cols), or None
     without numba. Bit-identical to twin.quantize_input + twin.dense_uint8 + twin.dequantize; only for shapes
     where float32 sums are exact (the caller checks twin.exact_float_dtype)."""
-    if _twin_compiled is None or weights.dtype != np.int8 or not weights.flags.c_contiguous:
+    if weights.dtype != np.int8 or not weights.flags.c_contiguous or not _compile():
         return None
     y = np.empty((x.shape[0], weights.shape[0]), dtype=np.float32)
     _twin_compiled(np.ascontiguousarray(x, dtype=np.float64), weights, float(input_scale),
@@ -211,8 +236,11 @@ def twin_matmul(x: np.ndarray, weights: np.ndarray, input_scale: float, input_ze
 
 
 def warm_up() -> None:
-    """Compile (or load from the on-disk cache) the float32 and float64 variants now, not on a first swap."""
-    if _compiled is None:
+    """Import numba and compile (or load from the cache folder) every kernel for the dtypes the engine
+    passes, now rather than on a first swap or matmul. Free after the first call in a process; no-op without
+    numba."""
+    global _warm
+    if _warm or not _compile():
         return
     overhead = np.zeros(GROUP_OVERHEAD, dtype=np.uint8)
     scales = np.ones(GROUP_ROWS, dtype=np.float32)
@@ -221,3 +249,4 @@ def warm_up() -> None:
     weights = np.zeros((GROUP_ROWS, TILE_COLS), np.int8)
     dense_uint8(weights, np.zeros((1, TILE_COLS), np.uint8), 128, scales, 128)
     twin_matmul(np.zeros((1, TILE_COLS)), weights, 1.0, 128, scales, 128, 1.0)
+    _warm = True

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from libredgetpu_ros import jit
 from libredgetpu_ros.atomicio import atomic_open
 from libredgetpu_ros.errors import ConfigError, InputError
 from libredgetpu_ros.matmul import MatMulEngine, fastpath
@@ -124,12 +125,19 @@ def _fused_step(x, u, w_in, bias, gain, leak, act, weights, in_scale, zp_in, mul
         out[r] = (1.0 - leak) * x[r] + leak * pre
 
 
-_fused = None
-if fastpath.twin_kernel is not None:
-    from numba import njit
+_fused: Any = None
+twin_kernel: Any = None  # fastpath's compiled twin, the global _fused_step calls once compiled
 
-    twin_kernel = fastpath.twin_kernel
-    _fused = njit(cache=True, nogil=True, boundscheck=False)(_fused_step)
+
+def _fused_kernel() -> Any:
+    """The compiled step (numba imported and the kernel compiled or loaded now), or None without numba."""
+    global _fused, twin_kernel
+    if _fused is None and fastpath.available():
+        kernel = fastpath.twin_kernel()
+        if kernel is not None:
+            twin_kernel = kernel
+            _fused = jit.njit(cache=True, nogil=True, boundscheck=False)(_fused_step)
+    return _fused
 
 
 def _activation(name: str):
@@ -200,6 +208,7 @@ class ReservoirComputer:
             # tanh states are within 1; relu/identity states beyond it clip a pass, which is then left out
             self._precise = DitheredProduct(engine, config.passes, config.seed, self._w_res32 / self.gain)
         # Compile (or load from numba's cache) the step now: the first state of a live stream must not wait.
+        _fused_kernel()
         self._advance(np.zeros(n), np.zeros(m))
         self._lock = threading.Lock()
         self._state = np.zeros(n)

@@ -1,0 +1,85 @@
+"""numba for the package's compiled kernels: imported on first use, cached in the user's cache folder.
+
+Importing numba costs ~0.25-0.9 s (LLVM and its type system); a module that only *may* need a kernel
+(``matmul`` for every CLI command, ``twin``) must not pay it at import. :func:`available` answers "is numba
+installed" without importing it; :func:`njit` imports it, points the package's kernels at the cache folder
+and returns numba's decorator. Callers compile (or load) their kernels when the object that uses them is
+opened (``MatMulEngine``, ``ReservoirComputer``), so the first real call costs what the next ones cost.
+
+Cache folder: ``$LIBREDGETPU_ROS_NUMBA_CACHE``, else ``$XDG_CACHE_HOME/libredgetpu_ros/numba`` (default
+``~/.cache``). numba's own default is the package's ``__pycache__`` (read-only on an installed system; it then
+falls back to its own user folder). Only kernels defined in this package's files are redirected, through
+numba's cache locator list, so other numba code in the process keeps its own settings; a user's
+``NUMBA_CACHE_DIR`` wins over this folder, as numba documents it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+CACHE_VAR = "LIBREDGETPU_ROS_NUMBA_CACHE"
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_lock = threading.Lock()
+_installed = False
+_available: bool | None = None
+
+
+def cache_dir() -> Path:
+    """Where the package's compiled kernels are cached (module docstring)."""
+    explicit = os.environ.get(CACHE_VAR)
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "libredgetpu_ros" / "numba"
+
+
+def available() -> bool:
+    """True when numba is installed (checked without importing it)."""
+    global _available
+    if _available is None:
+        try:
+            _available = importlib.util.find_spec("numba") is not None
+        except (ImportError, ValueError):  # a broken install: the NumPy paths work without it
+            _available = False
+    return _available
+
+
+def _install_locator() -> None:
+    """Put a locator for this package's kernels in front of numba's list (once per process)."""
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        from numba.core import caching, config
+
+        class PackageCacheLocator(caching.UserProvidedCacheLocator):
+            """numba's user-provided-folder locator, for this package's source files only, in cache_dir()."""
+
+            def __init__(self, py_func: Any, py_file: str) -> None:
+                super().__init__(py_func, py_file)
+                self._cache_path = os.path.join(str(cache_dir()), self.get_suitable_cache_subpath(py_file))
+
+            @classmethod
+            def from_function(cls, py_func: Any, py_file: str) -> Any:
+                if config.CACHE_DIR or not Path(py_file).resolve().is_relative_to(_PACKAGE_DIR):
+                    return None  # the user's NUMBA_CACHE_DIR, or someone else's function: numba decides
+                return super(caching.UserProvidedCacheLocator, cls).from_function(py_func, py_file)
+
+        impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # renamed in numba 0.59
+        impl._locator_classes.insert(0, PackageCacheLocator)
+        _installed = True
+
+
+def njit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
+    """numba's ``njit(**options)``, numba imported now and the package's cache folder in place.
+
+    Raises ImportError without numba (callers check :func:`available` first)."""
+    import numba
+
+    _install_locator()
+    return numba.njit(**options)
