@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from libredgetpu_ros.errors import ConfigError, ModelFormatError, not_a_file
+from libredgetpu_ros.errors import ConfigError, ModelFormatError
 from libredgetpu_ros.ingenic import layouts
 from libredgetpu_ros.ingenic.elf import ElfView, read_elf
 from libredgetpu_ros.ingenic.enums import EnumObservation, fit_enum_tables
@@ -222,16 +222,10 @@ def _observations(table: OffsetTable | None, layers: list[LayerEntry]) -> list[E
 def _read_bytes(model: str | Path | bytes | bytearray | memoryview) -> tuple[bytes, str]:
     if isinstance(model, (bytes, bytearray, memoryview)):
         return bytes(model), "<bytes>"
-    path = Path(model)
-    if not path.is_file():
-        raise ModelFormatError(not_a_file("model", path))
-    if path.stat().st_size > MAX_FILE_BYTES:
-        raise ModelFormatError(f"{path}: {path.stat().st_size} bytes; an .mgk over {MAX_FILE_BYTES} bytes "
-                               "is refused")
-    try:
-        return path.read_bytes(), str(path)
-    except OSError as exc:
-        raise ModelFormatError(f"cannot read model {path}: {exc}") from exc
+    from libredgetpu_ros.paths import read_regular
+
+    path = Path(model)  # a regular file within MAX_FILE_BYTES, checked on the opened file
+    return read_regular(path, "model", MAX_FILE_BYTES, ModelFormatError), str(path)
 
 
 def load_mgk(model: str | Path | bytes | bytearray | memoryview,

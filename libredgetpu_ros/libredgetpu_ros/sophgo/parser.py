@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from libredgetpu_ros.errors import not_a_file
 from libredgetpu_ros.sophgo.ir import NONE_TYPE, Module, OpNode, TensorType, TpuLangError
 from libredgetpu_ros.sophgo.mlir_cursor import Cursor
 from libredgetpu_ros.textdata import clip_repr
@@ -269,13 +268,12 @@ def parse_mlir(text: str, source: str = "<mlir>") -> Module:
 
 
 def load_mlir(path: str | Path) -> Module:
+    from libredgetpu_ros.paths import read_regular
+
     path = Path(path)
-    if not path.is_file():
-        raise TpuLangError(not_a_file("MLIR file", path))
-    if path.stat().st_size > MAX_MLIR_BYTES:
-        raise TpuLangError(f"{path}: larger than {MAX_MLIR_BYTES} bytes")
+    data = read_regular(path, "MLIR file", MAX_MLIR_BYTES, TpuLangError)  # checked on the opened file
     try:
-        text = path.read_text(encoding="utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise TpuLangError(f"{path}: not UTF-8 text ({exc})") from None
     return parse_mlir(text, str(path))
