@@ -265,3 +265,28 @@ def test_looming_bag_replayed_equals_offline(ros_env, tmp_path: Path, capsys) ->
         assert msg.ttc_valid == (entry["ttc_s"] is not None)
         if msg.ttc_valid:
             assert msg.ttc == pytest.approx(entry["ttc_s"], rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("zones", [-3, float("nan")])
+def test_looming_node_refuses_a_sidecar_with_bad_zones(ros_env, tmp_path: Path, zones: float) -> None:
+    """Issue 30 item 5: a looming template whose sidecar says ``zones: -3`` configured ((-3)^2 = 9 passed the
+    shape check) and failed on the first frame; NaN raised ValueError inside configure. Now configure fails
+    with the field named, the node stays up and unconfigured, and configures with a good template."""
+    import json
+    import shutil
+
+    from libredgetpu_ros.robotics.template import template_files
+
+    _, twin, sidecar = template_files("looming_64x64_3x3")
+    bad = tmp_path / "bad"  # not the node's working folder, where a bare template name is looked up first
+    bad.mkdir()
+    shutil.copy(twin, bad / twin.name)
+    (bad / sidecar.name).write_text(json.dumps({**json.loads(sidecar.read_text()), "zones": zones}))
+    proc = _spawn(ros_env, "looming_node", _params(tmp_path, "looming", template=str(bad / twin.name)),
+                  "looming")
+    sup = Supervisor(ros_env, "looming", {})
+    assert not sup.transition("configure") and sup.state() == "unconfigured"
+    sup.spin_for(0.5)
+    assert "field 'zones' is" in (ros_env.work_dir / "looming.log").read_text()
+    assert sup.set_param("template", "looming_64x64_3x3").successful
+    assert sup.transition("configure") and sup.transition("activate") and proc.poll() is None
