@@ -36,6 +36,7 @@ SUBCOMMANDS: list[tuple[str, str]] = [
     ("make-bag", "make_bag_cmd"),
     ("replay", "replay_cmd"),
     ("process-bag", "process_bag_cmd"),
+    ("process-bags", "process_bags_cmd"),
     ("bag-repair", "bag_repair_cmd"),
     ("iospec", "iospec_cmd"),
     ("mgk", "mgk_cmd"),

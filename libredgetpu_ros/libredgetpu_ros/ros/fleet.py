@@ -1,0 +1,268 @@
+"""``process-bags``: many bags through ``process-bag``'s one function, in local worker processes (this
+module) or on a Ray cluster (``ros/fleet_ray.py``).
+
+Every bag is one call of :func:`run_bag`, which runs :func:`bag_processing.process_bag` exactly as the
+single-bag command does, so a bag's output is the same message for message whatever the engine, the worker
+count or the order. A worker holds no state between bags (each call opens and closes its node).
+
+Outputs never appear half-written: ``process_bag`` writes into a staging folder of this run,
+``OUT/.process-bags.<random>.tmp/<n>/<name>`` (itself written through ``new_bag``: a hidden temporary renamed
+into place once closed), and only a finished bag is then renamed onto its final name (``rename_noreplace``:
+an existing output is never replaced, even by a race). An interrupted bag (Ctrl-C, SIGTERM: exit 130) is
+removed from staging; after SIGKILL the staging folder stays, hidden, and holds the only partial bags (its
+workers die with the command: ``PR_SET_PDEATHSIG``). A bag that fails (unreadable, no image topic, a
+device error, a worker that crashed) is reported in its record and the others are processed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+from libredgetpu_ros.errors import LibrEdgeTpuError, OutputError
+
+STAGING_PREFIX = ".process-bags."
+
+
+@dataclass(frozen=True)
+class BagJob:
+    """One bag of a run: what ``process_bag`` needs, plus where its output is staged and published."""
+
+    name: str  # the output's name under the output folder (bags.corpus)
+    input: str
+    output: str  # the final name
+    staging: str  # this bag's own folder in the run's staging folder
+    config: str
+    node_type: str | None = None
+    backend: str | None = None
+    storage: str | None = None
+    topics: tuple[str, ...] | None = None
+
+
+def make_jobs(bags: Iterable[Any], out_dir: Path, staging: Path, config: str | Path, *,
+              node_type: str | None = None, backend: str | None = None, storage: str | None = None,
+              topics: list[str] | None = None) -> list[BagJob]:
+    """A job per ``bags.corpus.CorpusBag``."""
+    return [BagJob(name=bag.name, input=str(bag.input), output=str(bag.output(out_dir)),
+                   staging=str(staging / str(i)), config=str(config), node_type=node_type, backend=backend,
+                   storage=storage, topics=tuple(topics) if topics else None)
+            for i, bag in enumerate(bags)]
+
+
+def rename_noreplace(src: Path, dst: Path) -> None:
+    """Rename ``src`` to ``dst`` unless ``dst`` exists (Linux ``renameat2(RENAME_NOREPLACE)``, one step; a
+    check then ``os.rename`` where the kernel or file system cannot). OutputError when ``dst`` exists."""
+    import ctypes
+    import errno
+
+    from libredgetpu_ros.atomicio import _renameat2, fsync_directory
+
+    renameat2 = _renameat2()
+    done = False
+    if renameat2 is not None:
+        if renameat2(-100, os.fsencode(src), -100, os.fsencode(dst), 1) == 0:  # AT_FDCWD, RENAME_NOREPLACE
+            done = True
+        else:
+            err = ctypes.get_errno()
+            if err == errno.EEXIST:
+                raise OutputError(f"output {dst} already exists: not replaced")
+            if err not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                raise OutputError(f"cannot publish {dst}: {os.strerror(err)}")
+    if not done:
+        if dst.exists():
+            raise OutputError(f"output {dst} already exists: not replaced")
+        try:
+            os.rename(src, dst)
+        except OSError as exc:
+            raise OutputError(f"cannot publish {dst}: {exc.strerror or exc}") from exc
+    fsync_directory(dst.parent)
+
+
+def run_bag(job: BagJob, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Process one bag into its staging folder, then publish it; the bag's record (never raises but for
+    KeyboardInterrupt: the interrupted bag is removed from staging first)."""
+    from libredgetpu_ros.atomicio import make_folder
+    from libredgetpu_ros.ros.bag_processing import process_bag
+
+    begin = time.perf_counter()
+    warnings: list[str] = []
+
+    def note(text: str) -> None:
+        warnings.append(text)
+        if log is not None:
+            log(f"{job.name}: {text}")
+
+    record: dict[str, Any] = {"bag": job.name, "input": job.input, "output": job.output, "status": "error",
+                              "frames": 0, "processed": 0, "written": 0, "failed": 0, "failures": {},
+                              "fps": 0.0, "elapsed_s": 0.0, "setup_s": 0.0, "error": None,
+                              "worker": os.getpid()}
+    final, staged = Path(job.output), Path(job.staging) / Path(job.output).name
+    try:
+        if final.exists():
+            raise OutputError(f"output {final} already exists: not replaced (remove it or choose another "
+                              f"--output-dir)")
+        summary = process_bag(job.input, staged, job.config, backend=job.backend, storage=job.storage,
+                              topics=list(job.topics) if job.topics else None, node_type=job.node_type,
+                              progress=False, log=note)
+        make_folder(final.parent)
+        rename_noreplace(staged, final)
+        done = summary.as_dict()
+        record.update({key: done[key] for key in ("frames", "processed", "written", "failed", "failures",
+                                                  "fps", "elapsed_s", "setup_s", "topics")})
+        record["status"] = "done" if summary.processed or not summary.frames else "failed"
+        if record["status"] == "failed":
+            record["error"] = "no frame could be processed"
+    except KeyboardInterrupt:
+        shutil.rmtree(job.staging, ignore_errors=True)  # a partial bag never reaches its final name
+        raise
+    except LibrEdgeTpuError as exc:
+        record["error"] = str(exc)
+    except Exception as exc:  # a bug or a library's failure on this bag: reported, the corpus goes on
+        record["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        shutil.rmtree(job.staging, ignore_errors=True)
+    record["warnings"] = warnings
+    record["wall_s"] = time.perf_counter() - begin
+    return record
+
+
+def _worker(conn: Connection, quiet: bool) -> None:
+    """A local worker process: bags in, records out, until told to stop (``None``) or its parent dies."""
+    from libredgetpu_ros.ros.environment import ensure_log_dir
+    from libredgetpu_ros.ros.lifetime import stop_with_parent
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interruption does
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    stop_with_parent(signal.SIGKILL)  # never outlives the command (kill -9 of it included)
+    ensure_log_dir()
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:
+            return
+        if job is None:
+            return
+        conn.send(run_bag(BagJob(**job), None if quiet else _say))
+
+
+def _say(text: str) -> None:
+    """A bag's warning, on stderr (stdout is the command's result)."""
+    print(text, file=sys.stderr, flush=True)
+
+
+@dataclass
+class _Worker:
+    process: Any
+    conn: Connection
+    job: BagJob | None = None
+
+
+def run_local(jobs: list[BagJob], workers: int, on_record: Callable[[dict[str, Any]], None], *,
+              quiet: bool = False) -> None:
+    """Run ``jobs`` on ``workers`` processes (1: in this process), calling ``on_record`` per finished bag
+    in completion order. A worker that dies mid-bag (a crash in a native library) fails that bag and is
+    replaced. KeyboardInterrupt: workers killed, then re-raised."""
+    if workers <= 1:
+        for job in jobs:
+            on_record(run_bag(job, None if quiet else _say))
+        return
+    ctx = multiprocessing.get_context("spawn")  # no inherited threads or open libraries
+    pending: deque[BagJob] = deque(jobs)
+    pool: list[_Worker] = []
+
+    def start() -> _Worker:
+        parent, child = ctx.Pipe()
+        process = ctx.Process(target=_worker, args=(child, quiet), daemon=True, name="process-bags")
+        process.start()
+        child.close()
+        return _Worker(process, parent)
+
+    try:
+        pool = [start() for _ in range(min(workers, len(jobs)))]
+        while pending or any(w.job for w in pool):
+            for w in pool:
+                if w.job is None and pending:
+                    w.job = pending.popleft()
+                    w.conn.send(asdict(w.job))
+            busy = [w for w in pool if w.job is not None]
+            ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy])
+            for i, w in enumerate(pool):
+                if w.job is None:
+                    continue
+                if w.conn in ready or w.process.sentinel in ready:
+                    record = _receive(w)
+                    if record is None:  # died: the bag failed, a fresh worker takes the next one
+                        record = _died(w)
+                        w.conn.close()
+                        pool[i] = start()
+                    w.job = None
+                    on_record(record)
+        for w in pool:
+            with contextlib.suppress(OSError):
+                w.conn.send(None)
+        for w in pool:
+            w.process.join(timeout=30)
+    finally:
+        for w in pool:  # interrupted or failed: no worker goes on publishing after the command
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join(timeout=10)
+            w.conn.close()
+
+
+def _receive(w: _Worker) -> dict[str, Any] | None:
+    with contextlib.suppress(EOFError, OSError):
+        if w.conn.poll():
+            return w.conn.recv()
+    return None
+
+
+def _died(w: _Worker) -> dict[str, Any]:
+    assert w.job is not None
+    w.process.join(timeout=10)
+    code = w.process.exitcode
+    how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+    shutil.rmtree(w.job.staging, ignore_errors=True)
+    return {"bag": w.job.name, "input": w.job.input, "output": w.job.output, "status": "error",
+            "frames": 0, "processed": 0, "written": 0, "failed": 0, "failures": {}, "fps": 0.0,
+            "elapsed_s": 0.0, "setup_s": 0.0, "wall_s": 0.0, "warnings": [], "worker": w.process.pid,
+            "error": f"worker process died ({how}) while processing this bag"}
+
+
+@contextlib.contextmanager
+def staging_folder(out_dir: Path) -> Iterator[Path]:
+    """This run's hidden staging folder in ``out_dir``, removed at the end (left only by SIGKILL)."""
+    from libredgetpu_ros.atomicio import make_folder
+
+    make_folder(out_dir)
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, suffix=".tmp", dir=out_dir))
+    except OSError as exc:
+        raise OutputError(f"cannot write into {out_dir}: {exc.strerror or exc}") from exc
+    try:
+        yield staging
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def totals(records: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    """The corpus's totals: bags by status, frames, results, skipped frames, throughput over the run."""
+    frames = sum(r["frames"] for r in records)
+    return {"bags": len(records), "done": sum(r["status"] == "done" for r in records),
+            "failed_bags": sum(r["status"] != "done" for r in records), "frames": frames,
+            "processed": sum(r["processed"] for r in records), "written": sum(r["written"] for r in records),
+            "failed_frames": sum(r["failed"] for r in records), "wall_s": wall_s,
+            "fps": frames / wall_s if wall_s > 0 else 0.0,
+            "bag_seconds": sum(r["wall_s"] for r in records)}
