@@ -132,8 +132,8 @@ def check_rmw(environ: Mapping[str, str], probe=probe_rmw) -> tuple[str, str, st
         return OK, f"RMW {rmw} loads", ""
     return FAIL, (f"RMW_IMPLEMENTATION={clip(rmw, 60)!r}: loading rclpy exits {code}"
                   f"{': ' + said if said else ''}"), (
-        f"unset RMW_IMPLEMENTATION, or set it to an installed RMW (default {DEFAULT_RMW}; "
-        "`ros2 doctor --report` lists the middleware)")
+        f"unset RMW_IMPLEMENTATION (the default is {DEFAULT_RMW}), or install that RMW for this ROS "
+        "distro (apt-get install ros-$ROS_DISTRO-<rmw name with - for _>)")
 
 
 def file_kind(path: Path) -> str | None:
