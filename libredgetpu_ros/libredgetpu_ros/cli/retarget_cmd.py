@@ -39,6 +39,10 @@ def run(args: argparse.Namespace) -> int:
 
         module = SpotTracker(template, backend="none")
         swap = module.set_color(args.color)
+        if swap.clipped and not args.json:
+            from libredgetpu_ros.cli.robotics_cmd import warn_clipped
+
+            warn_clipped(args.color, swap)
         details = {"weights": list(swap.weights), "real": list(swap.color), "clipped": swap.clipped,
                    "scale": swap.scale}
         sidecar_update = {"variant": "color_custom"}

@@ -139,23 +139,35 @@ def _report(module: Any, name: str, results: list[dict[str, Any]]) -> dict[str, 
             "version": module.version, "results": results}
 
 
+def warn_clipped(asked: Any, swap: Any) -> None:
+    """Say on stderr that colour weights were clipped (text mode; --json carries ``clipped``)."""
+    print(f"warning: colour {list(asked)} does not fit the template's filter scale {swap.scale:.6g}: "
+          f"{swap.clipped} weight(s) clipped, the filter is now {[round(v, 4) for v in swap.color]} "
+          f"(int8 {list(swap.weights)})", file=sys.stderr)
+
+
 # -- spot ---------------------------------------------------------------------------------------------------
 def _spot_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--color", nargs=3, type=float, metavar=("R", "G", "B"),
                         help="colour filter weights to swap in first (colour templates; e.g. 1 -0.5 -0.5)")
+    parser.add_argument("--mode", choices=("checked", "libredgetpu"), default="checked",
+                        help="checked: each result says whether it is valid (no offset without one compact "
+                             "target); libredgetpu: its decode alone (default checked)")
 
 
 def _spot_run(args: argparse.Namespace, images: list[Any]) -> dict[str, Any]:
     from libredgetpu_ros.robotics.spot import SpotTracker
     from libredgetpu_ros.robotics.template import load_template
 
-    with SpotTracker(load_template(args.model), **_common(args)) as tracker:
+    with SpotTracker(load_template(args.model), mode=args.mode, **_common(args)) as tracker:
         swap = tracker.set_color(args.color) if args.color else None
         results = [tracker.track(image).to_dict() for image in images]
         report = _report(tracker, "spot", results)
         if swap is not None:
             report["color"] = {"weights": list(swap.weights), "real": list(swap.color),
                                "clipped": swap.clipped}
+            if swap.clipped and not args.json:
+                warn_clipped(args.color, swap)
     return report
 
 
@@ -163,6 +175,9 @@ def _spot_run(args: argparse.Namespace, images: list[Any]) -> dict[str, Any]:
 def _pattern_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--template", metavar="PATCH", required=True,
                         help="image file of the reference patch, exactly the template's kernel size")
+    parser.add_argument("--mode", choices=("normalized", "libredgetpu"), default="normalized",
+                        help="normalized: locally normalised matching with a score and valid flag; "
+                             "libredgetpu: raw correlation (default normalized)")
 
 
 def _pattern_run(args: argparse.Namespace, images: list[Any]) -> dict[str, Any]:
@@ -171,7 +186,7 @@ def _pattern_run(args: argparse.Namespace, images: list[Any]) -> dict[str, Any]:
     from libredgetpu_ros.robotics.template import load_template
 
     patch = load_image(args.template)
-    with PatternTracker(load_template(args.model), **_common(args)) as tracker:
+    with PatternTracker(load_template(args.model), mode=args.mode, **_common(args)) as tracker:
         tracker.set_template(patch)
         return _report(tracker, "pattern", [tracker.track(image).to_dict() for image in images])
 
@@ -183,6 +198,11 @@ def _looming_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ttc-window", type=int, default=5, help="frames the TTC is estimated over (5)")
     parser.add_argument("--ttc-min-samples", type=int, default=3, help="frames before a TTC is given (3)")
     parser.add_argument("--contact-tau", type=float, default=2.0, help="tau taken as contact (2)")
+    parser.add_argument("--ttc-mode", choices=("scale", "libredgetpu"), default="scale",
+                        help="scale: TTC in seconds from the expansion of the image centre, with ttc_valid "
+                             "and ttc_reason; libredgetpu: the tau formula (--ttc-window ...); default scale")
+    parser.add_argument("--max-gap", type=float, default=0.5,
+                        help="seconds between frames beyond which the TTC history restarts (0.5)")
 
 
 def _looming_run(args: argparse.Namespace, images: list[Any]) -> dict[str, Any]:
@@ -190,8 +210,13 @@ def _looming_run(args: argparse.Namespace, images: list[Any]) -> dict[str, Any]:
     from libredgetpu_ros.robotics.template import load_template
 
     _check_fps(args)
+    if not args.max_gap > 0:
+        from libredgetpu_ros.errors import ConfigError
+
+        raise ConfigError(f"--max-gap must be > 0, got {args.max_gap}")
     with LoomingDetector(load_template(args.model), **_common(args), window=args.ttc_window,
-                         min_samples=args.ttc_min_samples, contact_tau=args.contact_tau) as detector:
+                         min_samples=args.ttc_min_samples, contact_tau=args.contact_tau,
+                         ttc_mode=args.ttc_mode, max_gap_s=args.max_gap) as detector:
         results = [detector.detect(image, _stamp(args, i)).to_dict() for i, image in enumerate(images)]
         return _report(detector, "looming", results)
 

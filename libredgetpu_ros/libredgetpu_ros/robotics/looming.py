@@ -8,7 +8,11 @@ Time to contact follows LibrEdgeTPU's ``compute_ttc`` with the frames' own stamp
 (so a bag replay gives what the live run gave): with the tau history over a window, ``rate = (tau_last -
 tau_first) / (t_last - t_first)``; when ``rate > 0`` and ``tau_last > 1``, ``ttc = max(0, (contact_tau -
 tau_last) / rate)`` (``contact_tau`` = 2: the centre twice as dense as the periphery); otherwise there is no
-contact coming and ``ttc_s`` is None (LibrEdgeTPU returns inf)."""
+contact coming and ``ttc_s`` is None (LibrEdgeTPU returns inf). That tau "TTC" is not a time (it stays None
+on natural textures and reads 0 s on a checkerboard 1-5 s away, docs/robotics.md): it is kept as the
+``libredgetpu`` TTC mode. The default ``scale`` mode measures the expansion of the image centre between
+stamped frames and gives a time to contact in seconds with a validity and a reason (robotics/ttc.py). In
+both modes stamps going backwards and gaps over ``max_gap_s`` restart the history."""
 
 from __future__ import annotations
 
@@ -23,20 +27,29 @@ import numpy as np
 from libredgetpu_ros.errors import ConfigError, InputError, ModelFormatError
 from libredgetpu_ros.robotics.base import RoboticsModule
 from libredgetpu_ros.robotics.template import RoboticsTemplate, TemplateRunner, load_template
+from libredgetpu_ros.robotics.ttc import ScaleTtc, TtcSettings
 
 TAU_EPSILON = 1e-6  # LibrEdgeTPU's floor under the periphery mean
+TTC_MODES = ("scale", "libredgetpu")
 
 
 @dataclass(frozen=True, slots=True)
 class LoomingResult:
     zones: np.ndarray  # float32 (zones, zones), row-major from the top-left
     tau: float
-    ttc_s: float | None  # None: not approaching (or too few frames yet)
+    ttc_s: float | None  # None: no time to contact (ttc_reason says why)
     stamp_s: float | None
+    ttc_reason: str = ""  # "ok" with a TTC; else filling, low_texture, poor_fit, not_approaching, no_stamp
+    scale: float | None = None  # scale mode: centre expansion from the reference frame (1: none)
+
+    @property
+    def ttc_valid(self) -> bool:
+        return self.ttc_s is not None
 
     def to_dict(self) -> dict[str, Any]:
         return {"zones": [[float(v) for v in row] for row in self.zones], "tau": self.tau,
-                "ttc_s": self.ttc_s, "stamp_s": self.stamp_s}
+                "ttc_s": self.ttc_s, "ttc_valid": self.ttc_valid, "ttc_reason": self.ttc_reason,
+                "scale": self.scale, "stamp_s": self.stamp_s}
 
 
 def compute_tau(zones: np.ndarray, epsilon: float = TAU_EPSILON) -> float:
@@ -53,13 +66,16 @@ def compute_tau(zones: np.ndarray, epsilon: float = TAU_EPSILON) -> float:
 class TtcEstimator:
     """Time to contact from (stamp, tau) pairs (see the module docstring); stamps must increase."""
 
-    def __init__(self, window: int = 5, min_samples: int = 3, contact_tau: float = 2.0) -> None:
+    def __init__(self, window: int = 5, min_samples: int = 3, contact_tau: float = 2.0,
+                 max_gap_s: float = math.inf) -> None:
         if window < 2 or not 2 <= min_samples <= window:
             raise ConfigError(f"need window >= 2 and 2 <= min_samples <= window, got window={window}, "
                               f"min_samples={min_samples}")
         if not contact_tau > 1:
             raise ConfigError(f"contact_tau must be > 1, got {contact_tau}")
-        self.min_samples, self.contact_tau = min_samples, float(contact_tau)
+        if not max_gap_s > 0:
+            raise ConfigError(f"max_gap_s must be > 0, got {max_gap_s}")
+        self.min_samples, self.contact_tau, self.max_gap_s = min_samples, float(contact_tau), float(max_gap_s)
         self._history: deque[tuple[float, float]] = deque(maxlen=window)
 
     def reset(self) -> None:
@@ -73,8 +89,10 @@ class TtcEstimator:
     def update(self, stamp_s: float, tau: float) -> float | None:
         if not math.isfinite(stamp_s) or not math.isfinite(tau):
             raise InputError(f"stamp {stamp_s} / tau {tau} must be finite")
-        if self._history and stamp_s <= self._history[-1][0]:
-            # time went backwards (bag loop, clock reset): start over rather than divide by a negative span
+        last = self._history[-1][0] if self._history else None
+        if last is not None and (stamp_s <= last or stamp_s - last > self.max_gap_s):
+            # time went backwards (bag loop, clock reset) or the stream stopped: start over rather than divide
+            # by a negative span or trust a rate across the gap
             self._history.clear()
         self._history.append((float(stamp_s), float(tau)))
         if len(self._history) < self.min_samples:
@@ -93,7 +111,11 @@ class LoomingDetector(RoboticsModule):
 
     def __init__(self, template: RoboticsTemplate, backend: str = "auto", device: Any = None,
                  resize: bool = True, window: int = 5, min_samples: int = 3, contact_tau: float = 2.0,
-                 backend_object: Any = None) -> None:
+                 backend_object: Any = None, ttc_mode: str = "scale", max_gap_s: float = 0.5,
+                 ttc_settings: TtcSettings | None = None) -> None:
+        if ttc_mode not in TTC_MODES:
+            raise ConfigError(f"ttc_mode must be one of {', '.join(TTC_MODES)}, got {ttc_mode!r}")
+        self.ttc_mode = ttc_mode
         self.template = template
         self.height, self.width, self.channels = template.image_shape
         out = template.output
@@ -104,13 +126,29 @@ class LoomingDetector(RoboticsModule):
                                    f"looming template gives {self.zones_per_side ** 2} uint8 zones")
         self.resize = resize
         self.runner = TemplateRunner(template, backend, device, backend_object=backend_object)
-        self.ttc = TtcEstimator(window, min_samples, contact_tau)
+        self.ttc = TtcEstimator(window, min_samples, contact_tau, max_gap_s)
+        settings = ttc_settings or TtcSettings()
+        if ttc_settings is None and max_gap_s != settings.max_gap_s:
+            from dataclasses import replace
+
+            settings = replace(settings, max_gap_s=max_gap_s)
+        self.scale_ttc = ScaleTtc(settings)
         self._scale, self._zero = np.float32(out.scale), np.float32(out.zero_point)
 
     @classmethod
     def from_template(cls, size: int = 64, zones: int = 3, folder: Path | None = None,
                       **kwargs: Any) -> LoomingDetector:
         return cls(load_template(f"looming_{size}x{size}_{zones}x{zones}", folder), **kwargs)
+
+    @property
+    def samples(self) -> int:
+        """Frames in the active TTC history now."""
+        return self.scale_ttc.samples if self.ttc_mode == "scale" else self.ttc.samples
+
+    def reset(self) -> None:
+        """Forget the TTC history (both modes)."""
+        self.ttc.reset()
+        self.scale_ttc.reset()
 
     def zones(self, image: object) -> np.ndarray:
         """Zone edge densities (float32, zones x zones) of one frame."""
@@ -124,10 +162,20 @@ class LoomingDetector(RoboticsModule):
 
     def detect(self, image: object, stamp_s: float | None = None) -> LoomingResult:
         """Zones and tau of a frame; with ``stamp_s`` (the frame's time) also the TTC over the history."""
-        zones = self.zones(image)
+        fitted = self.fit(image)
+        outputs, _ = self.runner.run([fitted[None]])
+        zones = self.decode(outputs[self.template.output.name])
         tau = compute_tau(zones)
-        ttc = None if stamp_s is None else self.ttc.update(float(stamp_s), tau)
-        return LoomingResult(zones, tau, ttc, stamp_s)
+        if stamp_s is None:
+            return LoomingResult(zones, tau, None, None, "no_stamp")
+        if self.ttc_mode == "libredgetpu":
+            ttc = self.ttc.update(float(stamp_s), tau)
+            reason = "ok" if ttc is not None else (
+                "filling" if self.ttc.samples < self.ttc.min_samples else "not_approaching")
+            return LoomingResult(zones, tau, ttc, stamp_s, reason)
+        gray = fitted[:, :, 0] if fitted.shape[2] == 1 else fitted.mean(axis=2)
+        estimate = self.scale_ttc.update(gray, float(stamp_s))
+        return LoomingResult(zones, tau, estimate.ttc_s, stamp_s, estimate.reason, estimate.scale)
 
     def details(self) -> dict[str, Any]:
-        return {"zones": self.zones_per_side}
+        return {"zones": self.zones_per_side, "ttc_mode": self.ttc_mode}

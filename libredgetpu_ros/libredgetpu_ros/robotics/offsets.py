@@ -12,7 +12,7 @@ with ``scale`` / ``zp`` from the model's output tensor and ``temperature`` / ``y
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -24,23 +24,50 @@ from libredgetpu_ros.errors import ModelFormatError
 @dataclass(frozen=True, slots=True)
 class TrackResult:
     """Where the target is: offsets from the centre in [-1, 1] (x right, y down), and the parameter version
-    that found it."""
+    that found it.
 
-    x_offset: float
-    y_offset: float
+    ``valid`` says whether a controller may act on it; when it is false ``x_offset`` / ``y_offset`` are None,
+    the servo error is zero and ``reason`` says why (the modules' checks: robotics/spot_validity.py,
+    robotics/ncc.py). ``measured`` keeps what the template's output decodes to either way (LibrEdgeTPU's
+    reading; in the ``libredgetpu`` mode nothing is checked, ``reason`` is "unchecked")."""
+
+    x_offset: float | None
+    y_offset: float | None
     raw: tuple[int, int]  # the int8 outputs the offsets were decoded from
     version: int  # parameter version (colour / template) the frame ran with
+    valid: bool = True
+    reason: str = "unchecked"
+    coverage: float | None = None  # spot: share of the frame the target region covers
+    mass: float | None = None  # spot: share of the softmax mass the device's output kept
+    score: float | None = None  # pattern: normalised correlation at the match, [-1, 1]
+    measured: tuple[float, float] | None = None  # the decoded output, also when not valid
 
     def servo_error(self, gain: float = 1.0) -> tuple[float, float]:
-        """Error to drive to zero: the negated offset times ``gain`` (steer towards the target)."""
+        """Error to drive to zero: the negated offset times ``gain`` (steer towards the target); zero when
+        the result is not valid (no target: no command)."""
+        if not self.valid or self.x_offset is None or self.y_offset is None:
+            return 0.0, 0.0
         return -self.x_offset * gain, -self.y_offset * gain
 
     def direction(self, threshold: float = 0.1) -> str:
+        if not self.valid or self.x_offset is None or self.y_offset is None:
+            return "none"
         return offset_to_direction(self.x_offset, self.y_offset, threshold)
 
+    def invalidated(self, reason: str, **evidence: Any) -> TrackResult:
+        """This result with no offset (not valid, ``reason``), the decoded output kept in ``measured``."""
+        return replace(self, x_offset=None, y_offset=None, valid=False, reason=reason, **evidence)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"x_offset": self.x_offset, "y_offset": self.y_offset, "direction": self.direction(),
-                "raw": list(self.raw), "version": self.version}
+        out = {"x_offset": self.x_offset, "y_offset": self.y_offset, "direction": self.direction(),
+               "valid": self.valid, "reason": self.reason, "raw": list(self.raw), "version": self.version}
+        for key in ("coverage", "mass", "score"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        if not self.valid and self.measured is not None:
+            out["measured"] = list(self.measured)
+        return out
 
 
 def offset_to_direction(x_offset: float, y_offset: float, threshold: float = 0.1) -> str:
@@ -70,8 +97,9 @@ class OffsetDecoder:
         real = (q.astype(np.float32) - self._zero) * self._scale
         x = float(real[0]) * self.temperature
         y = (float(real[1]) - self.y_offset) * self.temperature
-        return TrackResult(x, y, (int(q[0]), int(q[1])), version)
+        return TrackResult(x, y, (int(q[0]), int(q[1])), version, measured=(x, y))
 
     def grid_position(self, result: TrackResult, grid_width: int, grid_height: int) -> tuple[float, float]:
-        """The offsets as (column, row) on the soft-argmax grid (``(n - 1) / 2 * (1 + offset)``)."""
-        return ((grid_width - 1) / 2 * (1 + result.x_offset), (grid_height - 1) / 2 * (1 + result.y_offset))
+        """The decoded output as (column, row) on the soft-argmax grid (``(n - 1) / 2 * (1 + offset)``)."""
+        x, y = result.measured if result.measured is not None else (result.x_offset, result.y_offset)
+        return ((grid_width - 1) / 2 * (1 + x), (grid_height - 1) / 2 * (1 + y))

@@ -19,22 +19,29 @@ the fixtures: the CPU twin runs it, and its Edge TPU path is tested with doubles
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from libredgetpu_ros.backends.base import tensor_spec
-from libredgetpu_ros.errors import ImageError, ModelFormatError, WeightsError
+from libredgetpu_ros.errors import ConfigError, ImageError, ModelFormatError, WeightsError
 from libredgetpu_ros.reparam import device_to_int8, make_patch
+from libredgetpu_ros.robotics import ncc
 from libredgetpu_ros.robotics.base import RoboticsModule
+from libredgetpu_ros.robotics.image import as_uint8
 from libredgetpu_ros.robotics.offsets import OffsetDecoder, TrackResult
 from libredgetpu_ros.robotics.template import RoboticsTemplate, TemplateRunner, load_template
 
 BLOB_NAMES = {"pc_params": "pc", "eo_params": "eo"}
 MAX_OFFSET = 1 << 31  # no parameter blob comes near 2 GiB (the DarwiNN reader caps them well below)
 SELF_RESPONSE_FILL = 0.9  # fraction of the correlation output range the patch's match should reach
+MODES = ("normalized", "libredgetpu")
+PASSES = 2  # device runs per frame in the normalized mode (the second with the first answer blanked)
+REFINE_RADIUS = 3  # template-input pixels around a device answer searched by exact NCC
+MIN_SCORE = 0.6  # normalised correlation below which a match is not valid
+MIN_MARGIN = 0.05  # a second place scoring within this of the best, elsewhere: ambiguous
 
 
 class TemplateSwap(NamedTuple):
@@ -63,7 +70,14 @@ class PatternTracker(RoboticsModule):
 
     def __init__(self, template: RoboticsTemplate, backend: str = "auto", device: Any = None,
                  resize: bool = True, backend_object: Any = None,
-                 blobs: dict[str, np.ndarray] | None = None) -> None:
+                 blobs: dict[str, np.ndarray] | None = None, mode: str = "normalized",
+                 min_score: float = MIN_SCORE, passes: int = PASSES) -> None:
+        if mode not in MODES:
+            raise ConfigError(f"pattern mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if not -1.0 <= min_score <= 1.0 or not 1 <= passes <= 4:
+            raise ConfigError(f"pattern min_score must be in [-1, 1] and passes in 1..4, got {min_score}, "
+                              f"{passes}")
+        self.mode, self.min_score, self.passes = mode, float(min_score), int(passes)
         self.template = template
         self.height, self.width, self.channels = template.image_shape
         self.resize = resize
@@ -153,10 +167,37 @@ class PatternTracker(RoboticsModule):
         return np.clip(np.rint(centred * gain), -128, 127).astype(np.int8), gain
 
     def set_template(self, patch: object) -> TemplateSwap:
-        """Track ``patch`` from the next frame on (no compiler; old template kept on any error)."""
+        """Track ``patch`` from the next frame on (no compiler; old template kept on any error). In the
+        normalized mode the patch is normalised like the search image (robotics/ncc.py) first."""
         t0 = time.perf_counter()
+        array = self.match_channels(patch, "template patch")
+        if self.mode == "normalized":
+            array = self._checked_patch(array)
+            array = ncc.normalize_search(array, self.kernel_height, self.kernel_width)
+        values, gain = self.quantize_patch(array)
+        return self._publish(values, gain, t0)
+
+    def set_template_at(self, image: object, x: int, y: int) -> TemplateSwap:
+        """Track the patch whose top-left corner is (x, y) (template-input pixels) of ``image``; in the
+        normalized mode it is cut from the normalised image, as the search will see it."""
+        t0 = time.perf_counter()
+        patch = self.cut_patch(image, x, y)
+        if self.mode == "normalized":
+            normal = ncc.normalize_search(self.fit(image), self.kernel_height, self.kernel_width)
+            self._checked_patch(patch)  # a flat region is refused on its own pixels
+            patch = normal[y:y + self.kernel_height, x:x + self.kernel_width]
         values, gain = self.quantize_patch(patch)
         return self._publish(values, gain, t0)
+
+    def _checked_patch(self, array: np.ndarray) -> np.ndarray:
+        array = as_uint8(array, "template patch")
+        shaped = array[:, :, None] if array.ndim == 2 else array
+        if shaped.shape != self.patch_shape():
+            raise WeightsError(f"template patch has shape {shaped.shape}; this template takes "
+                               f"{self.patch_shape()} (kh, kw, channels)")
+        if int(shaped.max()) == int(shaped.min()):
+            raise WeightsError("template patch is flat (no contrast): nothing to correlate")
+        return shaped
 
     def set_template_raw(self, values: object) -> TemplateSwap:
         """Write int8 filter values (kh, kw, C) as they are."""
@@ -191,10 +232,46 @@ class PatternTracker(RoboticsModule):
 
     # -- tracking -------------------------------------------------------------------------------------------
     def track(self, image: object) -> PatternMatch:
-        outputs, parameters = self.runner.run([self.prepare(image)])
-        result = self.decoder.decode(outputs[self.template.output.name], parameters.version)
-        col, row = self.decoder.grid_position(result, self.grid_width, self.grid_height)
-        return PatternMatch(result, col + (self.kernel_width - 1) / 2, row + (self.kernel_height - 1) / 2)
+        """Where the patch is. ``libredgetpu`` mode: the template's soft argmax on the frame as it is.
+        ``normalized``: the frame locally normalised, up to ``passes`` device runs (each after blanking the
+        previous answer's neighbourhood), each answer refined by exact NCC on the CPU; the best-scoring one
+        is the match, valid when its score reaches ``min_score`` and no answer elsewhere scores within
+        ``MIN_MARGIN`` of it (robotics/ncc.py)."""
+        fitted = self.fit(image)
+        if self.mode == "libredgetpu":
+            outputs, parameters = self.runner.run([fitted[None]])
+            result = self.decoder.decode(outputs[self.template.output.name], parameters.version)
+            col, row = self.decoder.grid_position(result, self.grid_width, self.grid_height)
+            return PatternMatch(result, col + (self.kernel_width - 1) / 2, row + (self.kernel_height - 1) / 2)
+        kh, kw = self.kernel_height, self.kernel_width
+        normal = ncc.normalize_search(fitted, kh, kw)
+        parameters = self.runner.parameters  # every pass and the refinement on one version
+        weights = parameters.twin[self._filter_index].reshape(self._patch_shape).astype(np.float32)
+        device, best, found_all = None, None, []
+        search = normal
+        for attempt in range(self.passes):
+            outputs, _ = self.runner.run([search[None]], parameters)
+            decoded = self.decoder.decode(outputs[self.template.output.name], parameters.version)
+            device = device or decoded
+            col, row = self.decoder.grid_position(decoded, self.grid_width, self.grid_height)
+            found = ncc.refine(normal, weights, col, row, REFINE_RADIUS)
+            found_all.append(found)
+            if best is None or found[2] > best[2]:
+                best = found
+            if attempt + 1 < self.passes:  # blank the answer (mid-grey is zero after normalisation)
+                search = search.copy()
+                x0, y0 = max(0, round(col) - kw // 2), max(0, round(row) - kh // 2)
+                search[y0:round(row) + kh + kh // 2, x0:round(col) + kw + kw // 2] = 128
+        x, y, score = best
+        offset = (x / ((self.grid_width - 1) / 2) - 1.0, y / ((self.grid_height - 1) / 2) - 1.0)
+        result = replace(device, x_offset=offset[0], y_offset=offset[1], reason="ok", score=score)
+        rivals = [s for fx, fy, s in found_all if max(abs(fx - x), abs(fy - y)) > 2.0]
+        if score < self.min_score:
+            result = result.invalidated("low_score", score=score)
+        elif rivals and max(rivals) > score - MIN_MARGIN:
+            result = result.invalidated("ambiguous", score=score)
+        return PatternMatch(result, x + (kw - 1) / 2, y + (kh - 1) / 2)
 
     def details(self) -> dict[str, Any]:
-        return {"kernel": [self.kernel_width, self.kernel_height], "blob": self.blob_kind}
+        return {"kernel": [self.kernel_width, self.kernel_height], "blob": self.blob_kind, "mode": self.mode,
+                "min_score": self.min_score, "passes": self.passes}

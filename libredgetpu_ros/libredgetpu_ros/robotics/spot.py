@@ -7,12 +7,18 @@ weights with the filter scale of the LOADED model (each colour template was quan
 red, green, blue and yellow, 0.5/127 for cyan and magenta, 0.33/127 for white; sidecars say 1/127 for all),
 so a swap between colours of one scale gives exactly the other template's bytes and otherwise the nearest
 values on the loaded scale (out-of-range weights are clipped and reported).
+
+Two modes: ``checked`` (default) adds to every result whether it is valid, why not, and how much of the frame
+responds (robotics/spot_validity.py: a frame with no target, a target too large for the template's int8
+softmax, two targets, all give no offset and a zero servo error); ``libredgetpu`` is LibrEdgeTPU's decode
+alone (every result "valid", reason "unchecked").
 """
 
 from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -22,6 +28,7 @@ from libredgetpu_ros.errors import ConfigError, ModelFormatError, WeightsError
 from libredgetpu_ros.reparam import device_to_int8, make_patch
 from libredgetpu_ros.robotics.base import RoboticsModule
 from libredgetpu_ros.robotics.offsets import OffsetDecoder, TrackResult
+from libredgetpu_ros.robotics.spot_validity import SpotValidity, ValidityLimits
 from libredgetpu_ros.robotics.template import RoboticsTemplate, TemplateRunner, load_template
 
 # LibrEdgeTPU's colour presets (tracker/templates.py COLOR_FILTER_WEIGHTS): [R, G, B] filter weights.
@@ -30,6 +37,7 @@ COLOR_PRESETS: dict[str, tuple[float, float, float]] = {
     "yellow": (0.5, 0.5, -1.0), "white": (0.33, 0.33, 0.33), "cyan": (-0.5, 0.5, 0.5),
     "magenta": (0.5, -0.5, 0.5),
 }
+MODES = ("checked", "libredgetpu")  # checked: validity per frame; libredgetpu: its decode alone
 FILTER_OFFSETS = np.arange(3, dtype=np.intp)  # PARAMETER_CACHING bytes of the R, G, B filter weights
 FILTER_OFFSETS.setflags(write=False)  # one checked array: later patches skip re-checking it
 
@@ -76,8 +84,12 @@ class SpotTracker(RoboticsModule):
     MODULE = "spot"
 
     def __init__(self, template: RoboticsTemplate, backend: str = "auto", device: Any = None,
-                 resize: bool = True, backend_object: Any = None) -> None:
+                 resize: bool = True, backend_object: Any = None, mode: str = "checked",
+                 limits: ValidityLimits | None = None) -> None:
+        if mode not in MODES:
+            raise ConfigError(f"spot mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.template = template
+        self.mode = mode
         self.height, self.width, self.channels = template.image_shape
         self.resize = resize
         self.variant = str(template.sidecar.get("variant", "color" if self.channels == 3 else "bright"))
@@ -94,6 +106,7 @@ class SpotTracker(RoboticsModule):
             twin_tensors = (self._filter.index,)
         else:
             self.filter_scale = None
+        self.validity = SpotValidity(template, limits) if mode == "checked" else None
         self.runner = TemplateRunner(template, backend, device, twin_tensors=twin_tensors,
                                      backend_object=backend_object)
 
@@ -124,8 +137,19 @@ class SpotTracker(RoboticsModule):
         return tuple(float(v) * self.filter_scale for v in values)
 
     def track(self, image: object) -> TrackResult:
-        outputs, parameters = self.runner.run([self.prepare(image)])
-        return self.decoder.decode(outputs[self.template.output.name], parameters.version)
+        """Where the target is in ``image``; in the ``checked`` mode not valid (offset None, servo error
+        zero, a reason) when the frame has no single compact target (robotics/spot_validity.py)."""
+        fitted = self.fit(image)
+        outputs, parameters = self.runner.run([fitted[None]])
+        result = self.decoder.decode(outputs[self.template.output.name], parameters.version)
+        if self.validity is None:
+            return result
+        # the filter the device ran with: the same parameter set, so a concurrent set_color cannot mix
+        weights = None if self._filter is None else parameters.twin[self._filter.index].reshape(-1)
+        evidence = self.validity.check(fitted, weights, self.filter_scale)
+        if evidence.valid:
+            return replace(result, reason="ok", coverage=evidence.coverage, mass=evidence.mass)
+        return result.invalidated(evidence.reason, coverage=evidence.coverage, mass=evidence.mass)
 
     def set_color(self, rgb: tuple[float, float, float] | list[float]) -> ColorSwap:
         """Swap the colour filter for ``rgb`` weights (e.g. ``COLOR_PRESETS["green"]``) without a compiler."""
@@ -143,4 +167,5 @@ class SpotTracker(RoboticsModule):
                          (time.perf_counter() - t0) * 1e6)
 
     def details(self) -> dict[str, Any]:
-        return {"variant": self.variant, "color": self.color, "filter_scale": self.filter_scale}
+        return {"variant": self.variant, "color": self.color, "filter_scale": self.filter_scale,
+                "mode": self.mode}

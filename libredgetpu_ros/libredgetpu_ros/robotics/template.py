@@ -62,6 +62,12 @@ def template_files(template: str | Path, folder: Path | None = None) -> tuple[Pa
     model cache, ``$LIBREDGETPU_ROS_TEMPLATES`` and the fixtures (models/templates.py: one ConfigError with
     the fetch command when it is nowhere)."""
     path = Path(template)
+    if path.name.endswith(COMPILED_SUFFIX) and not path.is_file():
+        # a compiled file named but absent is an error, never a silent run of the twin beside it
+        from libredgetpu_ros.errors import not_a_file
+
+        raise InputError(not_a_file("compiled template", path) + " (name the twin NAME.tflite to run it on "
+                         "the CPU)")
     base = _base_of(path)
     if not base.parent.joinpath(base.name + ".tflite").is_file() and path.parent == Path("."):
         if folder is None:
@@ -279,9 +285,11 @@ class TemplateRunner:
     def parameters(self) -> ParameterSet:
         return self.store.current
 
-    def run(self, inputs: Sequence[np.ndarray]) -> tuple[dict[str, np.ndarray], ParameterSet]:
-        """One inference on one parameter snapshot: (outputs by tensor name, the set they came from)."""
-        parameters = self.store.current
+    def run(self, inputs: Sequence[np.ndarray],
+            parameters: ParameterSet | None = None) -> tuple[dict[str, np.ndarray], ParameterSet]:
+        """One inference on one parameter snapshot: (outputs by tensor name, the set they came from);
+        ``parameters`` pins the snapshot (a module running several passes per frame keeps one version)."""
+        parameters = self.store.current if parameters is None else parameters
         if self.backend is None:
             raise BackendError(f"template {self.template.name} was opened without a backend (parameters "
                                f"only)")

@@ -98,11 +98,11 @@ class TrackerOffline:
 
     def messages(self, header: Any, rgb: np.ndarray) -> list[tuple[str, Any]]:
         from libredgetpu_ros.ros.robotics.messages import tracker_messages
-        from libredgetpu_ros.ros.robotics.tracker_node import track_fitted
+        from libredgetpu_ros.ros.robotics.tracker_node import track_fitted, tracker_kernel
 
         t = self.tracker
         result = track_fitted(t, t.prepare(rgb)[0])
-        return tracker_messages(header, rgb, result, t.width, t.height, self.params)
+        return tracker_messages(header, rgb, result, t.width, t.height, self.params, kernel=tracker_kernel(t))
 
     def latched(self, header: Any) -> list[tuple[str, Any]]:
         return []
@@ -130,7 +130,7 @@ class LoomingOffline:
 
         d = self.detector
         result = d.detect(rgb, stamp_seconds(header))
-        return looming_messages(header, rgb, result, d.ttc.samples, d.width, d.height, self.params)
+        return looming_messages(header, rgb, result, d.samples, d.width, d.height, self.params)
 
     def latched(self, header: Any) -> list[tuple[str, Any]]:
         return []

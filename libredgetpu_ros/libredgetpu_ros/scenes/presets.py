@@ -25,9 +25,11 @@ KINDS = {"approach": (0.0, 0.0, 1.0), "recede": (0.0, 0.0, -1.0), "lateral": (1.
 def motion_scene(kind: str, texture: np.ndarray, *, size: tuple[int, int] = (64, 64), hfov_deg: float = 60.0,
                  start_m: float = 5.0, speed: float = 1.0, fps: float = 30.0, frames: int = 135,
                  target_m: float | None = None, backdrop: np.ndarray | None = None, noise: float = 2.0,
-                 seed: int = 0, texture_m: float = 2.0, **effects: float) -> list[Frame]:
+                 seed: int = 0, texture_m: float = 2.0, gaps: dict[int, float] | None = None,
+                 **effects: float) -> list[Frame]:
     """See the module docstring: the camera starts ``start_m`` from the target and moves at ``speed`` m/s
-    (a receding scene starts at ``start_m`` and moves away); ``texture_m`` is the wall's texture period."""
+    (a receding scene starts at ``start_m`` and moves away); ``texture_m`` is the wall's texture period;
+    ``gaps`` adds seconds to the stamps before the given frame indices (a stream that stalls)."""
     if kind not in KINDS:
         raise ConfigError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")
     camera = PinholeCamera.from_fov(size[0], size[1], hfov_deg)
@@ -38,7 +40,7 @@ def motion_scene(kind: str, texture: np.ndarray, *, size: tuple[int, int] = (64,
     back = None if target_m is None else Backdrop(natural(seed + 1000, 512) if backdrop is None else backdrop)
     velocity = tuple(speed * c for c in KINDS[kind])
     return render_sequence(camera, [target], frames, fps, Motion(velocity=velocity),
-                           Effects(noise=noise, seed=seed, **effects), backdrop=back)
+                           Effects(noise=noise, seed=seed, **effects), backdrop=back, gaps=gaps)
 
 
 def pan_scene(panorama: np.ndarray, yaw_rate_deg: float, *, size: tuple[int, int] = (64, 64),

@@ -38,7 +38,7 @@ def librEdgetpu_ttc(tau_history: list[float], dt: float, min_samples: int = 3) -
 
 @pytest.fixture(scope="module")
 def looming() -> LoomingDetector:
-    detector = LoomingDetector.from_template(64, backend="cpu", window=5)
+    detector = LoomingDetector.from_template(64, backend="cpu", window=5, ttc_mode="libredgetpu")
     yield detector
     detector.close()
 
@@ -256,8 +256,9 @@ def test_sidecar_offsets_disagreeing_with_the_blob_are_refused() -> None:
 
 @pytest.mark.parametrize(("search", "kernel", "channels"), [(64, 8, 3), (128, 16, 1)])
 def test_pattern_decode_equals_librEdgetpu_formula(search, kernel, channels, fixture_path) -> None:
-    """Random images and a photo: offsets == LibrEdgeTPU's decode of one raw twin output (|d| <= 1e-6)."""
-    tracker = PatternTracker.from_template(search, kernel, channels, backend="cpu")
+    """Random images and a photo: offsets == LibrEdgeTPU's decode of one raw twin output (|d| <= 1e-6), in
+    its mode (frames sent as they are, the soft argmax decoded alone)."""
+    tracker = PatternTracker.from_template(search, kernel, channels, backend="cpu", mode="libredgetpu")
     try:
         image = _photo(fixture_path, search, channels)
         tracker.set_template(tracker.cut_patch(image, *_distinctive(image, kernel)))
@@ -332,7 +333,7 @@ def test_looming_on_the_edgetpu_path_with_scripted_device_bytes() -> None:
     backend = EdgeTpuBackend(transport=RecordingTransport(Scripted(), bus_path="test-looming-xor",
                                                           keep_payloads=False))
     backend.load(template.compiled_path, template.twin_path)
-    detector = LoomingDetector(template, backend_object=backend, window=5)
+    detector = LoomingDetector(template, backend_object=backend, window=5, ttc_mode="libredgetpu")
     try:
         spec = template.output
         results = [detector.detect(np.zeros((64, 64), np.uint8), 10.0 + 0.1 * i) for i in range(5)]

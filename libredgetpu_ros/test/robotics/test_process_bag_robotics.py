@@ -1,14 +1,15 @@
 """Offline == live for the robotics camera nodes: ``process-bag --node-type tracker|looming`` writes what the
 live nodes publish for the same bag.
 
-One bag (a red spot crossing the frame left to right over a textured square that grows: a target to servo
-on and an approach to loom), one ``bringup`` process running a spot tracker (namespace ``servo``, reading the
-absolute ``/cam/image_raw``) and a looming node (namespace ``cam``), one ``replay`` process; this process
-records every output topic serialized. ``process-bag`` on the same bag with the same bringup file must give
-the same messages, matched by header stamp, on the same topics (resolved in each node's namespace), with
-the input's bag timestamps: every field equal, floats within 1e-6 (``_bag_compare``). The looming node's tau
-history and time to contact run on the frames' header stamps, so they match too. The offline bag is decoded
-by rosbags with only the definitions stored in it."""
+One bag (a red spot crossing the frame left to right, lost for two frames and back, over a textured wall the
+camera approaches: a target to servo on and an approach to loom; rendered by the scene kit), one ``bringup``
+process running a spot tracker (namespace ``servo``, reading the absolute ``/cam/image_raw``) and a looming
+node (namespace ``cam``), one ``replay`` process; this process records every output topic serialized.
+``process-bag`` on the same bag with the same bringup file must give the same messages, matched by header
+stamp, on the same topics (resolved in each node's namespace), with the input's bag timestamps: every field
+equal, floats within 1e-6 (``_bag_compare``). The looming node's tau history and time to contact run on the
+frames' header stamps, so they match too. The offline bag is decoded by rosbags with only the definitions
+stored in it."""
 
 from __future__ import annotations
 
@@ -31,35 +32,46 @@ pytestmark = [pytest.mark.ros, pytest.mark.timeout(150)]
 WAIT_S = 60.0
 START_NS = 1_700_000_000_000_000_000
 FRAMES = 7
-TRACKER_TOPICS = ["/servo/offset", "/servo/servo_error", "/servo/markers", "/servo/annotated"]
+TRACKER_TOPICS = ["/servo/offset", "/servo/servo_error", "/servo/target", "/servo/markers",
+                  "/servo/annotated"]
 LOOMING_TOPICS = ["/cam/looming", "/cam/markers", "/cam/annotated"]
 
 
-def _frames() -> list[np.ndarray]:
-    """64x64 RGB: a textured square growing in the centre (looming) and a red spot moving right (tracker)."""
-    import cv2
+LOST = (3, 4)  # frames without the red spot: no offset, zero servo error, an empty target array
 
-    yy, xx = np.mgrid[:64, :64]
+
+def _frames() -> list[np.ndarray]:
+    """64x64 RGB at 5 Hz: a grey textured wall approached at 1 m/s from 3 m (looming) and a red spot moving
+    right near the top (tracker), missing from the frames in LOST."""
+    import cv2
+    from libredgetpu_ros.scenes import presets, textures
+
+    scene = presets.motion_scene("approach", textures.natural(5, 256), start_m=3.0, fps=5.0, frames=FRAMES,
+                                 noise=2.0, seed=5)
     out = []
-    for i in range(FRAMES):
-        half = 2 + i
-        image = (((xx // 4) + (yy // 4)) % 2 * 50 + 100).astype(np.uint8)
-        mask = (np.abs(xx - 31.5) < half) & (np.abs(yy - 31.5) < half)
-        image[mask] = (((xx // 4) + (yy // 4)) % 2 * 90 + 80)[mask]
-        rgb = np.repeat(image[:, :, None], 3, axis=2)
-        cv2.circle(rgb, (8 + 8 * i, 12), 4, (255, 0, 0), -1)
+    for i, frame in enumerate(scene):
+        rgb = frame.image.copy()
+        if i not in LOST:
+            cv2.circle(rgb, (8 + 8 * i, 6), 4, (255, 0, 0), -1)
         out.append(rgb)
     return out
+
+
+def _expected(topic: str) -> int:
+    """Messages each topic gets from the bag: an offset only for frames with a valid target."""
+    return FRAMES - len(LOST) if topic.endswith("/offset") else FRAMES
 
 
 def _types() -> dict[str, type]:
     from geometry_msgs.msg import PointStamped, Vector3Stamped
     from sensor_msgs.msg import Image
+    from vision_msgs.msg import Detection2DArray
     from visualization_msgs.msg import MarkerArray
 
     from libredgetpu_ros_interfaces.msg import Looming
 
     return {"/servo/offset": PointStamped, "/servo/servo_error": Vector3Stamped,
+            "/servo/target": Detection2DArray,
             "/servo/markers": MarkerArray, "/servo/annotated": Image, "/cam/looming": Looming,
             "/cam/markers": MarkerArray, "/cam/annotated": Image}
 
@@ -100,7 +112,7 @@ def _record_live(ros_env: Any, bag: Path, config: Path) -> dict[str, dict[tuple[
     probe.wait_for(lambda: f"{FRAMES} results on each topic (replay exit {replay.poll()}, got "
                    f"{ {t: len(v) for t, v in recorded.items()} })",
                    lambda: replay.poll() is not None and (replay.returncode != 0 or all(
-                       len(v) >= FRAMES for v in recorded.values())))
+                       len(v) >= _expected(t) for t, v in recorded.items())))
     assert replay.returncode == 0, (ros_env.work_dir / "replay.log").read_text()
     out: dict[str, dict[tuple[int, int], Any]] = {}
     for topic, raws in recorded.items():
@@ -147,21 +159,32 @@ def test_tracker_and_looming_bag_replayed_live_equal_process_bag(ros_env, tmp_pa
         offline = _read_offline(tmp_path / node_type)
         assert sorted(offline) == sorted(topics), node_type  # resolved in the node's namespace
         for topic in topics:
-            assert set(live[topic]) == keys and set(offline[topic]) == keys, topic
-            for key in sorted(keys):
+            visible = {k for i, k in enumerate(sorted(keys)) if i not in LOST}
+            want = visible if topic == "/servo/offset" else keys
+            assert set(live[topic]) == want and set(offline[topic]) == want, topic
+            for key in sorted(want):
                 timestamp, off_msg = offline[topic][key]
                 assert timestamp == key[0] * 10**9 + key[1]  # bag time = the input's bag time
                 compare.assert_same_message(compare.plain(live[topic][key]), compare.plain(off_msg),
                                             f"{topic}@{key}")
 
-    # Not vacuous: the spot moves right across the frame, the square looms (tau above 1 and a finite TTC
-    # once the history has enough frames, from the header stamps).
+    # Not vacuous: the spot moves right across the frame and is lost for two frames: no offset then, a zero
+    # servo error, no target (live and offline alike); the wall looms: a TTC in seconds once the history
+    # spans 0.1 s, close to the truth (3 m at 1 m/s: 3 - t), from the header stamps.
     ordered = sorted(keys)
-    xs = [live["/servo/offset"][k].point.x for k in ordered]
+    seen = [k for i, k in enumerate(ordered) if i not in LOST]
+    xs = [live["/servo/offset"][k].point.x for k in seen]
     assert xs[0] < -0.4 and xs[-1] > 0.4 and all(b > a for a, b in itertools.pairwise(xs))
+    for i, key in enumerate(ordered):
+        error, target = live["/servo/servo_error"][key].vector, live["/servo/target"][key]
+        if i in LOST:
+            assert (error.x, error.y) == (0.0, 0.0) and len(target.detections) == 0
+        else:
+            assert error.x != 0.0 and len(target.detections) == 1
     looming = [live["/cam/looming"][k] for k in ordered]
-    assert looming[-1].tau > 1 and any(m.ttc_valid for m in looming)
-    assert [m.frames_in_history for m in looming][:3] == [1, 2, 3]
+    assert [m.ttc_valid for m in looming][:1] == [False] and all(m.ttc_valid for m in looming[2:])
+    for i, m in enumerate(looming[2:], start=2):
+        assert m.ttc == pytest.approx(3.0 - 0.2 * i, rel=0.1)
 
 
 def test_node_type_choice_and_config_errors(tmp_path: Path) -> None:
@@ -241,7 +264,7 @@ def test_process_bag_refused_frames_and_stamps_going_back(tmp_path: Path) -> Non
     with AnyReader([tmp_path / "mixed_out"]) as reader:
         written = sorted((c.topic, t) for c, t, _ in reader.messages())
     assert written == sorted((topic, START_NS + i * 10**8) for i in range(len(small))
-                             for topic in ("/offset", "/servo_error"))
+                             for topic in ("/offset", "/servo_error", "/target"))
 
     looped = [(START_NS + i * 10**8, f) for i, f in enumerate(frames[:4])]
     # played again (ros2 bag play --loop, recorded): bag time goes on, the header stamps go back

@@ -131,19 +131,21 @@ def test_spot_tracker_node_offsets_colour_swap_and_bad_input(ros_env, tmp_path: 
 def test_pattern_tracker_node_takes_the_template_from_a_region(ros_env, tmp_path: Path,
                                                                fixture_path) -> None:
     import cv2
-    from geometry_msgs.msg import PointStamped
+    from geometry_msgs.msg import PointStamped, Vector3Stamped
 
     from libredgetpu_ros_interfaces.srv import SetTemplateRegion
 
     _spawn(ros_env, "tracker_node", _params(tmp_path, "pattern", module="pattern",
                                             template="pattern_64x64_8x8_1ch"), "follower")
-    sup = Supervisor(ros_env, "follower", {"offset": PointStamped})
+    sup = Supervisor(ros_env, "follower", {"offset": PointStamped, "servo_error": Vector3Stamped})
     assert sup.transition("configure") and sup.transition("activate")
     rgb = cv2.cvtColor(cv2.imread(str(fixture_path("images/grace_hopper.bmp"))), cv2.COLOR_BGR2RGB)
     photo = cv2.resize(rgb, (128, 128), interpolation=cv2.INTER_AREA)  # frames are 2x the model input
     gray = cv2.cvtColor(cv2.resize(photo, (64, 64), interpolation=cv2.INTER_AREA), cv2.COLOR_RGB2GRAY)
     _, px, py = max((gray[y:y + 8, x:x + 8].std(), x, y) for y in range(16, 40, 2) for x in range(16, 40, 2))
-    sup.result_for("offset", sup.frame(photo))  # the node has a last frame now
+    # the node has a last frame now (the template's own patch is not in the photo: no valid offset, but a
+    # servo error of zero for every frame)
+    assert sup.result_for("servo_error", sup.frame(photo)).vector.x == 0.0
     answer = sup.service(SetTemplateRegion, "set_template_region", x=2 * px, y=2 * py, width=16, height=16)
     assert answer.success and (answer.patch_x, answer.patch_y) == (px, py) and answer.version == 1
     for dx, dy in ((0, 0), (8, -6), (-10, 4)):  # frame pixels: model-input shifts of dx/2, dy/2
@@ -159,15 +161,14 @@ def test_pattern_tracker_node_takes_the_template_from_a_region(ros_env, tmp_path
     assert sup.state() == "active"
 
 
-def _looming_frames(halves: list[int]) -> list[np.ndarray]:
-    yy, xx = np.mgrid[:64, :64]
-    out = []
-    for half in halves:
-        image = (((xx // 4) + (yy // 4)) % 2 * 50 + 100).astype(np.uint8)
-        mask = (np.abs(xx - 31.5) < half) & (np.abs(yy - 31.5) < half)
-        image[mask] = (((xx // 4) + (yy // 4)) % 2 * 90 + 80)[mask]
-        out.append(np.repeat(image[:, :, None], 3, axis=2))
-    return out
+def _looming_frames(count: int, kind: str = "approach") -> list[np.ndarray]:
+    """64x64 RGB frames of a textured wall 3 m ahead, the camera approaching at 1 m/s (10 Hz) or still
+    (the scene kit, docs/scenes.md)."""
+    from libredgetpu_ros.scenes import presets, textures
+
+    frames = presets.motion_scene(kind, textures.natural(9, 256), start_m=3.0, fps=10.0, frames=count,
+                                  noise=2.0, seed=9)
+    return [f.image for f in frames]
 
 
 def _offline(params: dict[str, Any], frames: list[np.ndarray], stamps: list[float]) -> list[Any]:
@@ -185,7 +186,7 @@ def _offline(params: dict[str, Any], frames: list[np.ndarray], stamps: list[floa
 def _same(live: Any, offline: Any) -> None:
     np.testing.assert_array_equal(np.array(live.zones, np.float32), offline.zones.reshape(-1))
     assert live.tau == pytest.approx(offline.tau, rel=1e-6)
-    assert live.ttc_valid == (offline.ttc_s is not None)
+    assert live.ttc_valid == (offline.ttc_s is not None) == offline.ttc_valid
     if live.ttc_valid:
         assert live.ttc == pytest.approx(offline.ttc_s, rel=1e-5, abs=1e-6)
 
@@ -197,15 +198,20 @@ def test_looming_node_live_equals_offline(ros_env, tmp_path: Path) -> None:
     _spawn(ros_env, "looming_node", _params(tmp_path, "looming", **params), "looming")
     sup = Supervisor(ros_env, "looming", {"looming": Looming})
     assert sup.transition("configure") and sup.transition("activate")
-    frames = _looming_frames([2, 3, 4, 5, 6, 7, 8])
+    frames = _looming_frames(7)
     stamps = [500.0 + 0.1 * i for i in range(len(frames))]
     live = [sup.result_for("looming", sup.frame(f, s)) for f, s in zip(frames, stamps, strict=True)]
     for msg, want in zip(live, _offline(params, frames, stamps), strict=True):
         _same(msg, want)
-    assert live[-1].tau > 1 and any(m.ttc_valid for m in live) and live[-1].zones_per_side == 3
+    assert live[-1].zones_per_side == 3 and not live[0].ttc_valid and all(m.ttc_valid for m in live[2:])
+    for i, msg in enumerate(live[2:], start=2):  # a time in seconds: 3 m at 1 m/s
+        assert msg.ttc == pytest.approx(3.0 - 0.1 * i, rel=0.1)
     static = [sup.result_for("looming", sup.frame(f, 600.0 + 0.1 * i))
-              for i, f in enumerate(_looming_frames([5] * 4))]
+              for i, f in enumerate(_looming_frames(4, "static"))]
     assert not any(m.ttc_valid for m in static)
+    # a 2 s gap in the stream: the history restarts, no TTC until it spans 0.1 s again
+    after = [sup.result_for("looming", sup.frame(f, 602.4 + 0.1 * i)) for i, f in enumerate(frames[:3])]
+    assert [m.frames_in_history for m in after] == [1, 2, 3] and not after[0].ttc_valid
 
 
 def test_looming_bag_replayed_equals_offline(ros_env, tmp_path: Path, capsys) -> None:
@@ -222,7 +228,7 @@ def test_looming_bag_replayed_equals_offline(ros_env, tmp_path: Path, capsys) ->
     from libredgetpu_ros_interfaces.msg import Looming
 
     files = []
-    for i, frame in enumerate(_looming_frames([2, 3, 4, 5, 6, 7])):
+    for i, frame in enumerate(_looming_frames(6)):
         path = tmp_path / f"frame{i}.png"
         cv2.imwrite(str(path), frame)
         files.append(path)

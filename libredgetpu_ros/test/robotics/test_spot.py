@@ -50,9 +50,11 @@ def _photos(fixture_path) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("variant", ["bright", "red", "white"])
 def test_decode_equals_librEdgetpu_formula_on_twin_outputs(variant, fixture_path) -> None:
-    """Random and real images: our offsets == LibrEdgeTPU's decode of one raw twin output, |d| <= 1e-6."""
+    """Random and real images: our offsets == LibrEdgeTPU's decode of one raw twin output, |d| <= 1e-6 (its
+    mode; the checked mode keeps the same reading in ``measured``)."""
     rng = np.random.default_rng(1)
-    tracker = SpotTracker.from_template(64, variant, backend="cpu")
+    tracker = SpotTracker.from_template(64, variant, backend="cpu", mode="libredgetpu")
+    checked = SpotTracker.from_template(64, variant, backend="cpu")
     try:
         spec, dec = tracker.template.output, tracker.decoder
         images = [rng.integers(0, 256, (64, 64, 3), dtype=np.uint8) for _ in range(20)]
@@ -67,10 +69,13 @@ def test_decode_equals_librEdgetpu_formula_on_twin_outputs(variant, fixture_path
             ref = librEdgetpu_decode(device, spec.scale, spec.zero_point, dec.temperature, dec.y_offset)
             assert result.x_offset == pytest.approx(ref[0], abs=1e-6)
             assert result.y_offset == pytest.approx(ref[1], abs=1e-6)
+            assert result.valid and result.reason == "unchecked"
+            assert checked.track(image).measured == (result.x_offset, result.y_offset)
             seen.add(result.raw)
         assert len(seen) > 10  # the scenes really produce different outputs
     finally:
         tracker.close()
+        checked.close()
 
 
 def test_twin_run_equals_litert_on_the_uncompiled_model(red) -> None:
@@ -143,8 +148,9 @@ def test_swapped_twin_equals_the_target_twin(fixture_path) -> None:
         # differs, so compare the decoded offsets to one output LSB
         lsb = swapped.template.output.scale * swapped.decoder.temperature
         for r, g in zip(after, (green.track(i) for i in images), strict=True):
-            assert abs(r.x_offset - g.x_offset) <= 1.01 * lsb + green.template.output.scale * 0.1
-            assert abs(r.y_offset - g.y_offset) <= 1.01 * lsb + green.template.output.scale * 0.1
+            for a, b in zip(r.measured, g.measured, strict=True):
+                assert abs(a - b) <= 1.01 * lsb + green.template.output.scale * 0.1
+            assert (r.valid, r.reason) == (g.valid, g.reason)  # the check runs on the swapped filter
         assert before != [r.raw for r in after]
     finally:
         swapped.close()
@@ -226,7 +232,8 @@ def test_edgetpu_int8_output_xor_and_reupload_per_version() -> None:
             assert result.raw == tuple(int(v) for v in values)
             device = (values.view(np.uint8) ^ 0x80).tobytes()
             ref = librEdgetpu_decode(device, spec.scale, spec.zero_point, dec.temperature, dec.y_offset)
-            assert (result.x_offset, result.y_offset) == pytest.approx(ref, abs=1e-6)
+            assert result.measured == pytest.approx(ref, abs=1e-6)
+            assert not result.valid and result.reason == "no_target"  # a black frame: nothing to follow
         assert [r.version for r in results] == [0, 0, 1, 1]
     finally:
         tracker.close()

@@ -40,7 +40,7 @@ def open_detector(p: Any) -> Any:
                           f"({p.ttc_window})")
     return LoomingDetector(load_template(p.template), backend=p.backend, device=p.device or None,
                            resize=p.resize, window=p.ttc_window, min_samples=p.ttc_min_samples,
-                           contact_tau=p.contact_tau)
+                           contact_tau=p.contact_tau, ttc_mode=p.ttc_mode, max_gap_s=p.max_gap)
 
 
 class LoomingNode(CameraNode):
@@ -84,7 +84,7 @@ class LoomingNode(CameraNode):
         t1 = time.monotonic()
         self._last = result
         pubs = self._pubs
-        for topic, msg in messages.looming_messages(header, rgb, result, detector.ttc.samples, detector.width,
+        for topic, msg in messages.looming_messages(header, rgb, result, detector.samples, detector.width,
                                                     detector.height, self.params,
                                                     wanted=lambda t: pubs[t].get_subscription_count() > 0):
             pubs[topic].publish(msg)
@@ -97,6 +97,7 @@ class LoomingNode(CameraNode):
         if last is not None:
             values["tau"] = round(last.tau, 3)
             values["ttc_s"] = "none" if last.ttc_s is None else round(last.ttc_s, 3)
+            values["ttc_reason"] = last.ttc_reason
         return values
 
     def diagnostic_warnings(self) -> list[str]:

@@ -46,6 +46,7 @@ class _Common(ImageParams):
 @dataclass(frozen=True)
 class TrackerParams(_Common):
     module: str
+    mode: str
     color: str
     template_patch: str
     gain: float
@@ -55,6 +56,9 @@ class TrackerParams(_Common):
 TRACKER_PARAMS = camera_param_table([
     ParamSpec("module", "spot", "spot: bright / colour spot template; pattern: reference patch template.",
               choices=("spot", "pattern")),
+    ParamSpec("mode", "checked", "checked: every result says whether it is valid (spot: one compact target; "
+              "pattern: normalised correlation with a score); no offset and a zero servo error when not. "
+              "libredgetpu: LibrEdgeTPU's decode alone, never checked.", choices=("checked", "libredgetpu")),
     *_COMMON,
     ParamSpec("color", "", "Spot colour templates: filter weights swapped in at configure, 'R G B' (e.g. "
               "'1 -0.5 -0.5') or a preset (red, green, blue, yellow, white, cyan, magenta); empty: the "
@@ -69,6 +73,8 @@ TRACKER_PARAMS = camera_param_table([
 
 @dataclass(frozen=True)
 class LoomingParams(_Common):
+    ttc_mode: str
+    max_gap: float
     ttc_window: int
     ttc_min_samples: int
     contact_tau: float
@@ -77,6 +83,12 @@ class LoomingParams(_Common):
 
 LOOMING_PARAMS = camera_param_table([
     *_COMMON,
+    ParamSpec("ttc_mode", "scale", "scale: time to contact in seconds from the expansion of the image centre "
+              "between stamped frames, with ttc_valid and a reason (robotics/ttc.py); libredgetpu: "
+              "LibrEdgeTPU's tau-rate formula (ttc_window, ttc_min_samples, contact_tau).",
+              choices=("scale", "libredgetpu")),
+    ParamSpec("max_gap", 0.5, "Seconds between frames (header stamps) beyond which the TTC history restarts "
+              "(no TTC until it refills).", range=(0.001, 3600.0)),
     ParamSpec("ttc_window", 5, "Frames in the tau history the time to contact is estimated over.",
               range=(2, 1000)),
     ParamSpec("ttc_min_samples", 3, "Frames needed before a time to contact is given.", range=(2, 1000)),

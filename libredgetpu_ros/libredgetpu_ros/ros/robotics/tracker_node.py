@@ -4,7 +4,9 @@ A :class:`~libredgetpu_ros.ros.camera.CameraNode` (intake, QoS, newest frame, pi
 faults) whose processor is a ``SpotTracker`` or ``PatternTracker`` (``module`` parameter):
 
 - topics (stamped with the frame's header): ``offset`` (geometry_msgs/PointStamped: x right, y down, in
-  [-1, 1] from the image centre), ``servo_error`` (geometry_msgs/Vector3Stamped: ``-gain * offset``),
+  [-1, 1] from the image centre; only for frames with a valid target), ``servo_error``
+  (geometry_msgs/Vector3Stamped: ``-gain * offset``, zero while no valid target), ``target``
+  (vision_msgs/Detection2DArray: one detection when valid, none when not: the stamped valid flag),
   ``markers`` (target and image centre), ``annotated`` (sensor_msgs/Image, off by default);
 - services (created on configure): ``~/set_color`` (libredgetpu_ros_interfaces/SetColor; spot colour
   templates) and ``~/set_template_region`` (SetTemplateRegion: the patch centred on a box of the last
@@ -18,7 +20,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from std_msgs.msg import Header
@@ -31,8 +33,9 @@ from libredgetpu_ros.ros.spinning import run_lifecycle_node_main
 from libredgetpu_ros_interfaces.srv import SetColor, SetTemplateRegion
 
 
-def open_tracker(p: Any) -> Any:
-    """The tracker the node's parameters ask for, with the configured colour / patch swapped in."""
+def open_tracker(p: Any, warn: Callable[[str], Any] | None = None) -> Any:
+    """The tracker the node's parameters ask for, with the configured colour / patch swapped in; ``warn``
+    hears what was substituted (colour weights clipped to the template's range)."""
     from libredgetpu_ros.errors import ConfigError
     from libredgetpu_ros.robotics.template import load_template
 
@@ -43,19 +46,28 @@ def open_tracker(p: Any) -> Any:
     if p.module == "spot":
         from libredgetpu_ros.robotics.spot import SpotTracker
 
-        tracker = SpotTracker(template, **options)
+        tracker = SpotTracker(template, mode=p.mode, **options)
         color = parse_color(p.color)
         if color is not None:
-            tracker.set_color(color)
+            swap = tracker.set_color(color)
+            if swap.clipped and warn is not None:
+                warn(f"colour {list(color)} does not fit the template's filter scale {swap.scale:.6g}: "
+                     f"{swap.clipped} weight(s) clipped, the filter is {[round(v, 4) for v in swap.color]}")
         return tracker
     from libredgetpu_ros.robotics.pattern import PatternTracker
 
-    tracker = PatternTracker(template, **options)
+    tracker = PatternTracker(template, mode="normalized" if p.mode == "checked" else "libredgetpu", **options)
     if p.template_patch:
         from libredgetpu_ros.perception.images import load_image
 
         tracker.set_template(load_image(p.template_patch))  # the tracker makes it grey when it tracks grey
     return tracker
+
+
+def tracker_kernel(tracker: Any) -> tuple[int, int] | None:
+    """The pattern tracker's patch size (width, height) in template-input pixels; None for a spot tracker."""
+    width = getattr(tracker, "kernel_width", None)
+    return None if width is None else (int(width), int(tracker.kernel_height))
 
 
 def track_fitted(tracker: Any, fitted: Any) -> Any:
@@ -77,12 +89,14 @@ class TrackerNode(CameraNode):
         self._pubs: dict[str, Any] = {}
         self._last: tuple[Any, int, int] | None = None  # (template-input image, frame width, frame height)
         self._last_offset: tuple[float, float] | None = None
+        self._last_reason = ""
+        self._not_valid: dict[str, int] = {}  # frames without a valid target, by reason
         self._describe: dict[str, Any] = {}
         super().__init__(node_name, **kwargs)
 
     # -- the camera-node hooks ------------------------------------------------------------------------------
     def open_processor(self) -> None:
-        tracker = open_tracker(self.params)
+        tracker = open_tracker(self.params, warn=self.get_logger().warning)
         with self._lock:
             self._tracker = tracker
         self._describe = tracker.describe()
@@ -110,11 +124,15 @@ class TrackerNode(CameraNode):
         result = track_fitted(tracker, fitted)
         t2 = time.monotonic()
         self._last = (fitted, rgb.shape[1], rgb.shape[0])
-        self._last_offset = (result.x_offset, result.y_offset)
+        self._last_offset = (result.x_offset, result.y_offset) if result.valid else None
+        self._last_reason = result.reason
+        if not result.valid:
+            self._not_valid[result.reason] = self._not_valid.get(result.reason, 0) + 1
         pubs = self._pubs
         for topic, msg in messages.tracker_messages(header, rgb, result, tracker.width, tracker.height,
                                                     self.params,
-                                                    wanted=lambda t: pubs[t].get_subscription_count() > 0):
+                                                    wanted=lambda t: pubs[t].get_subscription_count() > 0,
+                                                    kernel=tracker_kernel(tracker)):
             pubs[topic].publish(msg)
         return {"prepare": (t1 - t0) * 1e3, "track": (t2 - t1) * 1e3,
                 "publish": (time.monotonic() - t2) * 1e3}
@@ -131,6 +149,12 @@ class TrackerNode(CameraNode):
             from libredgetpu_ros.robotics.offsets import offset_to_direction
 
             values["direction"] = offset_to_direction(*self._last_offset, self.params.direction_threshold)
+        elif self._last_reason:
+            values["direction"] = "none"
+        if self._last_reason:
+            values["last_reason"] = self._last_reason
+        for reason, count in sorted(self._not_valid.items()):
+            values[f"not_valid_{reason}"] = count
         return values
 
     def hardware_id(self) -> str:
@@ -168,7 +192,7 @@ class TrackerNode(CameraNode):
         fitted, width, height = last
         try:
             x, y = region_patch_corner(request, width, height, tracker)
-            swap = tracker.set_template(fitted[y:y + tracker.kernel_height, x:x + tracker.kernel_width])
+            swap = tracker.set_template_at(fitted, x, y)
         except LibrEdgeTpuError as exc:
             response.success, response.message = False, str(exc)
             return response

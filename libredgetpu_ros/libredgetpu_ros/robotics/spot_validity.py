@@ -1,0 +1,142 @@
+"""Is there one compact target? The spot tracker's validity, decided on the CPU from the frame it sent.
+
+The spot template ends in ``SOFTMAX -> soft argmax`` over the colour response (``ReLU(w . rgb)``; the bright
+variant: luma). Its softmax takes the response in grey levels (input scale ~1, beta 1), so it is nearly an
+argmax over the cells within a few grey levels of the peak, and its output is int8 with a step of 1/256: a
+cell holding less than 1/512 of the mass rounds to zero. The device therefore answers confidently in three
+cases where no answer exists: a frame with no target (every cell ties: the mass spreads over all of them,
+rounds to zero and the decode reads (0, -1), "up"), a target covering more than ~500 cells (the same
+underflow) and two targets (the soft argmax lands between them).
+
+:class:`SpotValidity` recomputes what the device saw, on the template's input (H x W, 64 x 64 or 128 x 128)
+with the current filter weights: the response quantized as the model does, the softmax and its int8 rounding
+(``mass``: the share of the soft argmax's weight the device kept). From the response it also measures the
+target: the connected region around the peak above half the peak's contrast over the frame's median
+(``coverage``: its share of the cells), and the strongest response outside it (``margin``). Reasons, in the
+order they are tested:
+
+- ``no_target``: the peak is less than ``min_contrast`` grey levels over the median;
+- ``target_too_large``: the median cell itself responds (opponent colour filters, whose weights sum to <= 0:
+  more than half the frame has the colour) or the region covers ``max_coverage`` of the frame or more;
+- ``ambiguous``: another region comes within ``min_margin`` grey levels of the peak;
+- ``spread``: the device kept less than ``min_mass`` of the softmax mass (its offset is pulled towards (0, -1)
+  by the lost share).
+
+Cost: one vectorised pass over the H x W x C input (dot product, rounding, exp, connected components on a
+boolean map); tens of microseconds at 64 x 64 (bench/bench_robotics_validity.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from libredgetpu_ros.backends.base import tensor_spec
+from libredgetpu_ros.errors import ConfigError, ModelFormatError
+
+REASONS = ("ok", "no_target", "target_too_large", "ambiguous", "spread")
+_RING = np.ones((3, 3), np.uint8)  # the target region grown by one cell: its own blurred edge is not a rival
+
+
+@dataclass(frozen=True, slots=True)
+class SpotEvidence:
+    """What the CPU check found in one frame (see the module docstring)."""
+
+    valid: bool
+    reason: str
+    coverage: float  # share of the frame's cells in the target region
+    mass: float  # share of the softmax mass the device's int8 output kept (1: nothing lost)
+    contrast: float  # peak response over the median, grey levels
+    margin: float  # peak response over the strongest response outside the target region, grey levels
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"valid": self.valid, "reason": self.reason, "coverage": self.coverage, "mass": self.mass,
+                "contrast": self.contrast, "margin": self.margin}
+
+
+@dataclass(frozen=True)
+class ValidityLimits:
+    min_contrast: float = 40.0
+    max_coverage: float = 0.25
+    min_margin: float = 20.0
+    min_mass: float = 0.9
+
+    def __post_init__(self) -> None:
+        if not (self.min_contrast > 0 and 0 < self.max_coverage <= 1 and self.min_margin >= 0
+                and 0 < self.min_mass <= 1):
+            raise ConfigError(f"spot validity limits out of range: {self}")
+
+
+class SpotValidity:
+    """The check of one spot template (its quantization read from the twin: conv output and softmax)."""
+
+    def __init__(self, template: Any, limits: ValidityLimits | None = None) -> None:
+        self.limits = limits or ValidityLimits()
+        ops = {op.opcode_name: op for op in template.twin.operators}
+        softmax = ops.get("SOFTMAX")
+        if softmax is None:
+            raise ModelFormatError(f"{template.twin_path}: no SOFTMAX op; not a spot template")
+        src = tensor_spec(template.twin.tensors[softmax.inputs[0]])
+        out = tensor_spec(template.twin.tensors[softmax.outputs[0]])
+        self._in_scale, self._in_zero = float(src.scale), int(src.zero_point)
+        self._out_scale, self._out_zero = float(out.scale), int(out.zero_point)
+        self._beta = float((softmax.builtin_options or {}).get("beta", 1.0))
+        self.height, self.width, self.channels = template.image_shape
+        gy, gx = np.mgrid[0:self.height, 0:self.width]
+        self._gx = (gx.reshape(-1) / ((self.width - 1) / 2.0) - 1.0).astype(np.float64)
+        self._gy = (gy.reshape(-1) / ((self.height - 1) / 2.0) - 1.0).astype(np.float64)
+
+    def response(self, fitted: np.ndarray, weights: np.ndarray | None,
+                 weight_scale: float | None) -> np.ndarray:
+        """The softmax's int8 input (H, W) as the model computes it: luma for the bright variant, else
+        ``ReLU(sum(w * rgb))`` requantized to the conv output's scale (round half away from zero)."""
+        pixels = np.asarray(fitted).reshape(self.height, self.width, self.channels)
+        if weights is None:
+            return (pixels[..., 0].astype(np.int32) - 128).astype(np.int8)
+        real_weights = np.asarray(weights, np.float32).reshape(-1) * np.float32(weight_scale)
+        acc = pixels.astype(np.float32) @ real_weights
+        q = np.floor(np.maximum(acc, 0.0) / np.float32(self._in_scale) + 0.5) + self._in_zero
+        return np.clip(q, -128, 127).astype(np.int8)
+
+    def check(self, fitted: np.ndarray, weights: np.ndarray | None = None,
+              weight_scale: float | None = None) -> SpotEvidence:
+        import cv2
+
+        q = self.response(fitted, weights, weight_scale)
+        real = (q.astype(np.float32) - self._in_zero) * self._in_scale
+        flat = real.reshape(-1)
+        peak, base = float(flat.max()), float(np.median(flat))
+        logits = self._beta * (flat - peak)
+        p = np.exp(logits.astype(np.float64))
+        p /= p.sum()
+        kept = np.clip(np.floor(p / self._out_scale + 0.5) + self._out_zero, -128, 127) - self._out_zero
+        mass = float(kept.sum() * self._out_scale)
+        contrast = peak - base
+        limits = self.limits
+        # an opponent filter (weights summing to <= 0: red, green, ...) responds to the colour, not to light:
+        # a median cell that responds means most of the frame has the colour
+        colour_floor = weights is not None and int(np.sum(weights)) <= 0 and base >= limits.min_contrast
+        if contrast < limits.min_contrast:
+            # a uniform colour frame has no contrast but is all target
+            reason = "target_too_large" if colour_floor else "no_target"
+            return SpotEvidence(False, reason, 1.0 if reason == "target_too_large" else 0.0, mass, contrast,
+                                0.0)
+        above = (real >= base + contrast / 2).astype(np.uint8)
+        _, labels = cv2.connectedComponents(above, connectivity=8)
+        peak_at = int(np.argmax(flat))
+        region = labels.reshape(-1) == labels.reshape(-1)[peak_at]
+        coverage = float(region.mean())
+        grown = cv2.dilate(region.reshape(self.height, self.width).astype(np.uint8), _RING)
+        outside = flat[grown.reshape(-1) == 0]
+        margin = peak - (float(outside.max()) if outside.size else base)
+        if colour_floor or coverage >= limits.max_coverage:
+            reason = "target_too_large"
+        elif margin < limits.min_margin:
+            reason = "ambiguous"
+        elif mass < limits.min_mass:
+            reason = "spread"
+        else:
+            reason = "ok"
+        return SpotEvidence(reason == "ok", reason, coverage, mass, contrast, margin)

@@ -1,0 +1,121 @@
+"""Time to contact in seconds (robotics/ttc.py through LoomingDetector's scale mode) against rendered
+approaches whose truth is known (libredgetpu_ros/scenes, docs/scenes.md): 64x64 looming template on its
+CPU twin, 30 Hz, noise sigma 2, natural textures with and without a background; static, lateral and
+receding scenes; gaps and stamps going backwards."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from libredgetpu_ros.robotics.looming import LoomingDetector
+from libredgetpu_ros.robotics.ttc import ScaleTtc, TtcSettings
+from libredgetpu_ros.scenes import presets, textures
+
+TUNING_TEXTURES = ("natural", "astronaut", "brick", "grace_hopper")
+
+
+def _texture(name: str) -> np.ndarray:
+    return textures.natural(7, 256) if name == "natural" else textures.photo(name, 256, gray=True)
+
+
+@pytest.fixture(scope="module")
+def detector():
+    with LoomingDetector.from_template(64, backend="cpu") as d:
+        yield d
+
+
+def _run(detector: LoomingDetector, frames) -> list:
+    detector.reset()
+    return [detector.detect(f.image, f.stamp_s) for f in frames]
+
+
+def _approach_stats(detector: LoomingDetector, names: tuple[str, ...]) -> tuple[float, float, int]:
+    """(share of frames with truth TTC in [0.5, 3] s that got a TTC, median relative error, frames)."""
+    errors, total = [], 0
+    for name in names:
+        for target_m in (None, 1.5):  # an endless wall / a 1.5 m square in front of a backdrop
+            frames = presets.motion_scene("approach", _texture(name), target_m=target_m, noise=2.0, seed=3)
+            for frame, result in zip(frames, _run(detector, frames), strict=True):
+                if 0.5 <= frame.truth.ttc_s <= 3.0:
+                    total += 1
+                    if result.ttc_s is not None:
+                        assert result.ttc_valid and result.ttc_reason == "ok"
+                        errors.append(abs(result.ttc_s - frame.truth.ttc_s) / frame.truth.ttc_s)
+    return len(errors) / total, float(np.median(errors)), total
+
+
+def test_approach_from_5m_at_1mps_gives_ttc_in_seconds(detector) -> None:
+    share, median, total = _approach_stats(detector, TUNING_TEXTURES)
+    print(f"tuning textures: TTC on {share:.3f} of {total} frames, median relative error {median:.4f}")
+    assert share >= 0.5 and median <= 0.3
+
+
+@pytest.mark.slow
+def test_approach_on_held_out_photos(detector) -> None:
+    share, median, total = _approach_stats(detector, textures.HELD_OUT_PHOTOS)
+    print(f"held-out photos: TTC on {share:.3f} of {total} frames, median relative error {median:.4f}")
+    assert share >= 0.5 and median <= 0.3
+
+
+@pytest.mark.parametrize("kind", ["static", "lateral", "recede"])
+def test_no_contact_coming_gives_no_ttc(detector, kind) -> None:
+    """A finite TTC on at most 2 % of the frames of scenes with no contact coming."""
+    finite = total = 0
+    for name in TUNING_TEXTURES:
+        for target_m in (None, 1.5):
+            start = 1.0 if kind == "recede" else 3.0
+            frames = presets.motion_scene(kind, _texture(name), target_m=target_m, noise=2.0, seed=4,
+                                          start_m=start, frames=60)
+            results = _run(detector, frames)
+            finite += sum(r.ttc_s is not None for r in results)
+            total += len(results)
+            assert all(r.ttc_reason in ("filling", "not_approaching", "poor_fit", "low_texture", "ok")
+                       for r in results)
+    print(f"{kind}: finite TTC on {finite} of {total} frames")
+    assert finite <= 0.02 * total
+
+
+def test_a_gap_gives_no_ttc_until_the_history_refills(detector) -> None:
+    frames = presets.motion_scene("approach", _texture("natural"), noise=2.0, frames=90, gaps={45: 2.0})
+    results = _run(detector, frames)
+    settings = detector.scale_ttc.settings
+    assert results[44].ttc_s is not None  # approaching, history full
+    resumed = frames[45].stamp_s
+    for frame, result in zip(frames[45:], results[45:], strict=True):
+        if frame.stamp_s - resumed < settings.min_span_s:
+            assert result.ttc_s is None and result.ttc_reason == "filling"
+    assert results[-1].ttc_s == pytest.approx(frames[-1].truth.ttc_s, rel=0.1)
+
+
+def test_stamps_going_backwards_restart_the_history(detector) -> None:
+    frames = presets.motion_scene("approach", _texture("natural"), noise=2.0, frames=20)
+    results = _run(detector, frames)
+    assert results[-1].ttc_s is not None
+    again = detector.detect(frames[-1].image, frames[0].stamp_s)  # a bag looped
+    assert again.ttc_s is None and again.ttc_reason == "filling" and detector.samples == 1
+
+
+def test_flat_frames_have_no_texture_and_no_stamp_means_no_ttc(detector) -> None:
+    detector.reset()
+    for i in range(10):
+        result = detector.detect(np.full((64, 64, 3), 90, np.uint8), 0.1 * i)
+    assert result.ttc_s is None and result.ttc_reason == "low_texture"
+    assert detector.detect(np.zeros((64, 64, 3), np.uint8)).ttc_reason == "no_stamp"
+
+
+def test_the_model_ttc_is_span_over_scale_minus_one() -> None:
+    """Noise-free endless wall: every TTC under 3 s within 3 % of the truth once the history spans
+    min_span (further away the expansion over 0.3 s is under 10 %, and the error grows)."""
+    estimator = ScaleTtc(TtcSettings())
+    frames = presets.motion_scene("approach", _texture("natural"), noise=0.0, frames=120)
+    import cv2
+
+    for frame in frames:
+        gray = cv2.resize(frame.gray(), (64, 64), interpolation=cv2.INTER_AREA)
+        estimate = estimator.update(gray, frame.stamp_s)
+        if estimate.span_s is not None and estimate.span_s >= 0.1 and frame.truth.ttc_s <= 3.0:
+            assert estimate.ttc_s == pytest.approx(frame.truth.ttc_s, rel=0.03)
+            assert estimate.ttc_s == pytest.approx(estimate.span_s / (estimate.scale - 1.0))
+    assert math.isfinite(estimate.ttc_s)
