@@ -62,12 +62,6 @@ def template_files(template: str | Path, folder: Path | None = None) -> tuple[Pa
     model cache, ``$LIBREDGETPU_ROS_TEMPLATES`` and the fixtures (models/templates.py: one ConfigError with
     the fetch command when it is nowhere)."""
     path = Path(template)
-    if path.name.endswith(COMPILED_SUFFIX) and not path.is_file():
-        # a compiled file named but absent is an error, never a silent run of the twin beside it
-        from libredgetpu_ros.errors import not_a_file
-
-        raise InputError(not_a_file("compiled template", path) + " (name the twin NAME.tflite to run it on "
-                         "the CPU)")
     base = _base_of(path)
     if not base.parent.joinpath(base.name + ".tflite").is_file() and path.parent == Path("."):
         if folder is None:
@@ -82,6 +76,12 @@ def template_files(template: str | Path, folder: Path | None = None) -> tuple[Pa
     compiled = base.with_name(base.name + COMPILED_SUFFIX)
     twin = base.with_name(base.name + ".tflite")
     sidecar = base.with_name(base.name + SIDECAR_SUFFIX)
+    if path.name.endswith(COMPILED_SUFFIX) and not compiled.is_file():
+        # a compiled file named but absent is an error, never a silent run of the twin beside it
+        from libredgetpu_ros.errors import not_a_file
+
+        raise InputError(not_a_file("compiled template", path) + " (name the twin NAME.tflite to run it on "
+                         "the CPU)")
     missing = [str(p) for p in (twin, sidecar) if not p.is_file()]
     if missing:
         raise ModelFormatError(f"template {str(template)!r} is incomplete: missing {', '.join(missing)} "

@@ -160,3 +160,27 @@ def test_a_fifo_bag_is_one_error_line_not_a_hang(tmp_path, capsys, where) -> Non
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is a FIFO, not a regular file" in err[0], err
+
+
+def test_silent_substitutions_are_said_in_text_mode(tmp_path, capsys) -> None:
+    """Issue 31 item 5: clipped colour weights print a warning on stderr in text mode (robotics spot and
+    retarget), and a --model naming a compiled file that does not exist is an error, not the twin."""
+    from libredgetpu_ros.fixtures import fixture
+
+    image = tmp_path / "frame.png"
+    cv2.imwrite(str(image), np.zeros((64, 64, 3), np.uint8))
+    argv = ["robotics", "spot", "--model", "color_white_64x64", "--backend", "cpu", "--color", "1", "0.5",
+            "-1", str(image)]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "warning:" in captured.err and "clipped" in captured.err and "reason=no_target" in captured.out
+    assert main(["retarget", "color_white_64x64", "--color", "1", "0.5", "-1", "-o",
+                 str(tmp_path / "w_edgetpu.tflite")]) == 0
+    assert "clipped" in capsys.readouterr().err
+    missing = str(fixture("robotics/pattern/pattern_64x64_8x8_1ch.tflite")).replace(".tflite",
+                                                                                       "_edgetpu.tflite")
+    patch = tmp_path / "patch.png"
+    cv2.imwrite(str(patch), (np.arange(64).reshape(8, 8) * 4).astype(np.uint8))
+    assert main(["robotics", "pattern", "--model", missing, "--template", str(patch), str(image)]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "_edgetpu.tflite" in err
