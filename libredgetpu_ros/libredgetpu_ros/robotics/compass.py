@@ -21,6 +21,7 @@ clock, so a replayed bag gives what the live camera gave.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,22 @@ def cylindrical_maps(width: int, height: int, fov_deg: float) -> tuple[np.ndarra
     return map_x.astype(np.float32), map_y.astype(np.float32)
 
 
+def _cylinder_warp(fov_deg: float) -> Callable[[np.ndarray], np.ndarray]:
+    """``gray -> equal-angle columns`` for frames of any size (maps made once per size)."""
+    import cv2
+
+    maps: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+    def warp(gray: np.ndarray) -> np.ndarray:
+        h, w = gray.shape
+        if (w, h) not in maps:
+            maps[(w, h)] = cylindrical_maps(w, h, fov_deg)
+        map_x, map_y = maps[(w, h)]
+        return cv2.remap(gray, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+
+    return warp
+
+
 class VisualCompass(RoboticsModule):
     """Yaw and heading on an :class:`OpticalFlow` (which it owns: ``close()`` closes it, and under the
     ``pinhole`` projection it sets the flow's ``warp``)."""
@@ -126,8 +143,12 @@ class VisualCompass(RoboticsModule):
                 return cv2.remap(gray, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
 
             self.flow.warp = to_cylinder
+            self.flow.fine_warp = _cylinder_warp(self.fov_deg)
         else:
-            self.flow.warp = None
+            # the linear projection is LibrEdgeTPU's conversion on the device's grid: a wide turn is not
+            # one translation, which the refinement at the frame's resolution assumes
+            self.flow.warp = self.flow.fine_warp = None
+            self.flow.refine = False
 
     @property
     def deg_per_grid_step(self) -> float:

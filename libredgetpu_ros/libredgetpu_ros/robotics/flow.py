@@ -21,8 +21,13 @@ Two modes:
   stripes, repeated patterns) rather than a confident wrong motion. Frame-border cells are left out (the
   7×7 kernels see the zero padding there as an edge that does not move).
 
-Motion larger than the grid saturates: the peak sits on the grid's edge (``saturated=True``) and the value
-is the edge (``±search_range`` grid steps), never beyond. One grid step is the pool factor in model-input
+With ``refine`` (default in the normalised mode) the device's best peaks are refined at the frame's own
+resolution (:mod:`robotics.flow_refine`) and the pair is valid when the frames match there (``min_match``),
+no other peak matches as well (a repeating scene: ``ambiguous``) and the refined motion is inside the search
+range (else ``saturated``, not valid): slow motion in camera-sized frames reads true instead of short.
+
+Without it, motion larger than the grid saturates: the peak sits on the grid's edge (``saturated=True``) and
+the value is the edge (``±search_range`` grid steps), never beyond. One grid step is the pool factor in model-input
 pixels; results are given in pixels of the frames passed in (resized to the model's input internally).
 
 Video costs one accelerator call per frame: :meth:`OpticalFlow.step` keeps the features of the previous
@@ -31,16 +36,18 @@ frame for the next pair (LibrEdgeTPU computes both frames of every pair).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import cv2
 import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, ImageError, ModelFormatError
-from libredgetpu_ros.robotics import flow_kernels
+from libredgetpu_ros.robotics import flow_kernels, flow_refine
 from libredgetpu_ros.robotics.base import RoboticsModule
 from libredgetpu_ros.robotics.correlation import CorrelationGrid, Peak, block_sum, refined_peak, soft_argmax
 from libredgetpu_ros.robotics.image import fit_image
@@ -61,6 +68,13 @@ DEFAULT_MIN_MARGIN = 0.1
 # frame's border see the black padding as a strong edge that does not move with the scene. The normalised
 # mode leaves those cells out (with them, photos shifted by 1 grid step read 0.4 steps).
 KERNEL_RADIUS = 3
+# Refinement at the frame's resolution (robotics.flow_refine): a pair is valid when the frames match at the
+# refined displacement with at least this normalised correlation (photos moved 2-12 px: 0.99-1.00 with
+# noise; motion beyond the search range, seeded at the wrong displacement: below it, see docs/robotics.md).
+DEFAULT_MIN_MATCH = 0.9
+MAX_SEEDS = 3  # device peaks refined: the best and up to two others that score nearly as well
+SEED_DROP = 0.25  # another local peak is a seed when within this of the best device score
+ALIAS_MATCH = 0.02  # a second refined displacement matching within this of the best: a repeating scene
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +88,7 @@ class FlowFeatures:
     energy_table: np.ndarray | None
     texture: float
     frame_size: tuple[int, int]
+    fine: flow_refine.FineFrame | None = None  # the frame at the refinement's resolution
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +97,8 @@ class FlowResult:
 
     ``vx``, ``vy``: pixels of the frames given (positive right / down: the scene content moved that way);
     ``vx_grid``, ``vy_grid``: the same in grid steps; ``valid``: an estimate exists; ``reason`` says why not
-    (``low_texture``, ``low_confidence``, ``ambiguous``, ``first_frame``, ``gap``, ``size_changed``,
-    ``stamp``);
+    (``low_texture``, ``low_confidence``, ``ambiguous``, ``saturated``, ``first_frame``, ``gap``,
+    ``size_changed``, ``stamp``);
     ``confidence``: the best normalised correlation (normalised mode) or the soft argmax's largest weight
     (LibrEdgeTPU mode); ``texture``: the flatter frame's grey-level standard deviation; ``saturated``: the
     peak is on the grid's edge (motion may be larger than the grid); ``dt``: seconds between the frames'
@@ -145,7 +160,8 @@ class OpticalFlow(RoboticsModule):
     def __init__(self, runner: TemplateRunner, *, search_range: int = 4, temperature: float = 0.1,
                  pool_factor: int = 4, mode: str = "normalized", min_texture: float = DEFAULT_MIN_TEXTURE,
                  min_confidence: float = DEFAULT_MIN_CONFIDENCE, min_margin: float = DEFAULT_MIN_MARGIN,
-                 max_gap: float = 0.0, kernels: bool = True, resize: bool = True) -> None:
+                 max_gap: float = 0.0, kernels: bool = True, resize: bool = True, refine: bool = True,
+                 min_match: float = DEFAULT_MIN_MATCH) -> None:
         if mode not in MODES:
             raise ConfigError(f"flow mode must be one of {', '.join(MODES)}, got {mode!r}")
         if not temperature > 0.0:
@@ -153,7 +169,8 @@ class OpticalFlow(RoboticsModule):
         for name, value, low, high in (("min_texture", min_texture, 0.0, 255.0),
                                        ("min_confidence", min_confidence, -1.0, 1.0),
                                        ("min_margin", min_margin, 0.0, 2.0),
-                                       ("max_gap", max_gap, 0.0, math.inf)):
+                                       ("max_gap", max_gap, 0.0, math.inf),
+                                       ("min_match", min_match, -1.0, 1.0)):
             if not low <= value <= high:
                 raise ConfigError(f"{name} must be in [{low}, {high}], got {value}")
         if not 1 <= search_range <= 32:
@@ -191,6 +208,10 @@ class OpticalFlow(RoboticsModule):
         self.search_range, self.temperature = int(search_range), float(temperature)
         self.min_texture, self.min_confidence = float(min_texture), float(min_confidence)
         self.min_margin, self.max_gap = float(min_margin), float(max_gap)
+        # sub-grid refinement at the frame's resolution (normalised mode): robotics.flow_refine
+        self.refine, self.min_match = bool(refine and mode == "normalized"), float(min_match)
+        # a remap of the frame at the refinement's resolution (the compass's equal-angle columns)
+        self.fine_warp: Callable[[np.ndarray], np.ndarray] | None = None
         pooled_h, pooled_w = int(out_shape[1]), int(out_shape[2])
         if not self.fused_pool:
             pooled_h, pooled_w = self.height // self.pool_factor, self.width // self.pool_factor
@@ -248,7 +269,19 @@ class OpticalFlow(RoboticsModule):
             model_input = np.clip(np.rint(stretched), 0, 255).astype(np.uint8)
         raw = self.runner.run([model_input.reshape(self._in.shape)])[0][self._out.name]
         self.backend_calls += 1
-        return self.from_feature_map(raw.reshape(self._out.shape[1:]), std, size)
+        features = self.from_feature_map(raw.reshape(self._out.shape[1:]), std, size)
+        if not self.refine:
+            return features
+        return dataclasses.replace(features, fine=self._fine(image))
+
+    def _fine(self, image: np.ndarray) -> flow_refine.FineFrame:
+        """The frame's grey levels at the refinement's resolution (at most FINE_WIDTH wide)."""
+        array = np.asarray(image)
+        if array.ndim == 3 and array.shape[2] == 3:
+            gray = cv2.cvtColor(array, cv2.COLOR_RGB2GRAY)
+        else:
+            gray = array.reshape(array.shape[0], array.shape[1])
+        return flow_refine.fine_frame(gray, self.fine_warp)
 
     def from_feature_map(self, feature_map: np.ndarray, texture: float = math.inf,
                          frame_size: tuple[int, int] | None = None) -> FlowFeatures:
@@ -306,10 +339,14 @@ class OpticalFlow(RoboticsModule):
         if self.kernels:
             peak = Peak(*flow_kernels.normalized_peak(first.pooled, second.pooled, first.energy_table,
                                                       second.energy_table, self.search_range, self._scores))
+            scores = self._scores
         else:
             scores = self.grid.correlate(first.pooled, second.pooled)
             energy_a, energy_b = self.grid.overlap_energies(first.energy_table, second.energy_table)
-            peak = refined_peak(scores / np.sqrt(np.maximum(energy_a * energy_b, 1e-30)))
+            scores = scores / np.sqrt(np.maximum(energy_a * energy_b, 1e-30))
+            peak = refined_peak(scores)
+        if first.fine is not None and second.fine is not None:
+            return self._refined(first, second, scores, peak, texture, dt)
         if peak.score < self.min_confidence:
             return FlowResult.none("low_confidence", texture, dt)
         if peak.margin < self.min_margin:
@@ -317,10 +354,41 @@ class OpticalFlow(RoboticsModule):
         return self._result(peak.dx, peak.dy, True, "", peak.score, texture, peak.saturated, dt,
                             first.frame_size)
 
+    def _refined(self, first: FlowFeatures, second: FlowFeatures, scores: np.ndarray, peak: Peak,
+                 texture: float, dt: float) -> FlowResult:
+        """The device's peaks refined at the frame's resolution (robotics.flow_refine); valid when the best
+        refined displacement matches (``min_match``), no other one matches nearly as well (a repeating
+        scene), and it lies inside the search range (else ``saturated``: the motion may be larger)."""
+        sx, sy = self._px_per_step(first.frame_size)
+        r = self.search_range
+        refined = []
+        for gx, gy in seed_peaks(scores, peak):
+            fit = flow_refine.refine(first.fine, second.fine, gx * sx, gy * sy)
+            if fit is not None:
+                refined.append(fit)
+        if refined and all(fit.aperture for fit in refined):
+            return FlowResult.none("ambiguous", texture, dt)  # stripes: no motion along them
+        refined = [fit for fit in refined if not fit.aperture]
+        if not refined:
+            return FlowResult.none("low_confidence", texture, dt)
+        best = max(refined, key=lambda fit: fit.ncc)
+        gx, gy = best.dx / sx, best.dy / sy
+        if best.ncc < self.min_match:
+            return FlowResult.none("low_confidence", texture, dt)
+        for other in refined:
+            apart = max(abs(other.dx - best.dx) / sx, abs(other.dy - best.dy) / sy)
+            if apart > 0.5 and other.ncc >= best.ncc - ALIAS_MATCH:
+                return FlowResult.none("ambiguous", texture, dt)
+        if max(abs(gx), abs(gy)) > r - 0.5:  # past the grid's last half step: the motion may be larger
+            return FlowResult(best.dx, best.dy, gx, gy, False, "saturated", best.ncc, texture, True, dt)
+        return FlowResult(best.dx, best.dy, gx, gy, True, "", best.ncc, texture, False, dt)
+
+    def _px_per_step(self, frame_size: tuple[int, int]) -> tuple[float, float]:
+        return (self.grid_step * frame_size[0] / self.width, self.grid_step * frame_size[1] / self.height)
+
     def _result(self, gx: float, gy: float, valid: bool, reason: str, confidence: float, texture: float,
                 saturated: bool, dt: float, frame_size: tuple[int, int]) -> FlowResult:
-        sx = self.grid_step * frame_size[0] / self.width
-        sy = self.grid_step * frame_size[1] / self.height
+        sx, sy = self._px_per_step(frame_size)
         return FlowResult(gx * sx, gy * sy, gx, gy, valid, reason, confidence, texture, saturated, dt)
 
     def compute(self, frame_t: np.ndarray, frame_t1: np.ndarray) -> FlowResult:
@@ -354,7 +422,27 @@ class OpticalFlow(RoboticsModule):
         return self.flow(previous, current, dt)
 
     def details(self) -> dict[str, Any]:
-        return {"mode": self.mode, "fused_pool": self.fused_pool, "pool_factor": self.pool_factor,
+        return {"mode": self.mode, "refine": self.refine, "min_match": self.min_match,
+                "fused_pool": self.fused_pool, "pool_factor": self.pool_factor,
                 "grid_step_px": self.grid_step, "search_range": self.search_range,
                 "temperature": self.temperature, "min_texture": self.min_texture,
                 "min_confidence": self.min_confidence, "min_margin": self.min_margin, "kernels": self.kernels}
+
+
+def seed_peaks(scores: np.ndarray, peak: Peak) -> list[tuple[float, float]]:
+    """Where the refinement starts, in grid steps: the device's best peak (sub-grid) and up to
+    ``MAX_SEEDS - 1`` other local maxima of the score grid within ``SEED_DROP`` of it (the candidates a
+    repeating scene or a fine texture confuses)."""
+    r = scores.shape[0] // 2
+    seeds = [(peak.dx, peak.dy)]
+    best_j, best_i = round(peak.dy) + r, round(peak.dx) + r
+    padded = np.pad(scores, 1, constant_values=-np.inf)
+    neighbours = np.max([padded[1 + a:1 + a + scores.shape[0], 1 + b:1 + b + scores.shape[1]]
+                         for a in (-1, 0, 1) for b in (-1, 0, 1) if a or b], axis=0)
+    local = (scores >= neighbours) & (scores >= peak.score - SEED_DROP)
+    for j, i in sorted(zip(*np.nonzero(local), strict=True), key=lambda ji: -scores[ji]):
+        if len(seeds) == MAX_SEEDS:
+            break
+        if max(abs(j - best_j), abs(i - best_i)) > 1:
+            seeds.append((float(i - r), float(j - r)))
+    return seeds

@@ -113,3 +113,34 @@ def libredgetpu_flow(model: Path, search_range: int = 4, temperature: float = 0.
     sidecar = model.with_name(model.name.replace(".tflite", ".json"))
     return TheirFlow(str(model), metadata_path=str(sidecar), search_range=search_range,
                      temperature=temperature, pool_factor=pool_factor)
+
+
+def camera_sequence(name: str, vx: float, vy: float, frames: int = 4, size: tuple[int, int] = (320, 240),
+                    blur: bool = False, noise: float = 1.0, seed: int = 0) -> list[np.ndarray]:
+    """Camera-sized uint8 frames of a scene-kit photo (``libredgetpu_ros.scenes.textures``) or texture array
+    moving ``(vx, vy)`` pixels per frame (bilinear, so sub-pixel motion is real), with sensor noise and
+    optionally the motion's own blur (a line kernel as long as the motion)."""
+    from libredgetpu_ros.scenes import textures
+
+    w, h = size
+    image = textures.photo(name, gray=True) if isinstance(name, str) else name
+    image = np.asarray(image, np.float32)
+    big = cv2.resize(image, (2 * w, 2 * h), interpolation=cv2.INTER_AREA if image.shape[1] > 2 * w
+                     else cv2.INTER_CUBIC)
+    rng = np.random.default_rng(seed)
+    x0, y0 = big.shape[1] / 2 - w / 2, big.shape[0] / 2 - h / 2
+    out = []
+    for k in range(frames):
+        move = np.float32([[1, 0, -x0 + k * vx], [0, 1, -y0 + k * vy]])
+        frame = cv2.warpAffine(big, move, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT)
+        if blur:
+            length = round(max(abs(vx), abs(vy))) | 1
+            kernel = np.zeros((length, length), np.float32)
+            steps = np.linspace(-0.5, 0.5, length)
+            for s in steps:  # a line along the motion
+                kernel[round(length // 2 + s * (length - 1) * vy / max(abs(vx), abs(vy))),
+                       round(length // 2 + s * (length - 1) * vx / max(abs(vx), abs(vy)))] = 1.0
+            frame = cv2.filter2D(frame, -1, kernel / kernel.sum(), borderType=cv2.BORDER_REFLECT)
+        frame = frame + rng.normal(0.0, noise, frame.shape).astype(np.float32)
+        out.append(np.clip(np.rint(frame), 0, 255).astype(np.uint8))
+    return out
