@@ -27,8 +27,8 @@ no other peak matches as well (a repeating scene: ``ambiguous``) and the refined
 range (else ``saturated``, not valid): slow motion in camera-sized frames reads true instead of short.
 
 Without it, motion larger than the grid saturates: the peak sits on the grid's edge (``saturated=True``) and
-the value is the edge (``±search_range`` grid steps), never beyond. One grid step is the pool factor in model-input
-pixels; results are given in pixels of the frames passed in (resized to the model's input internally).
+the value is the edge (``±search_range`` grid steps), never beyond. One grid step is the pool factor in
+model-input pixels; results are given in pixels of the frames passed in (resized to the model's input internally).
 
 Video costs one accelerator call per frame: :meth:`OpticalFlow.step` keeps the features of the previous
 frame for the next pair (LibrEdgeTPU computes both frames of every pair).
