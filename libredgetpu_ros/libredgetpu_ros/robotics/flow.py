@@ -28,7 +28,8 @@ range (else ``saturated``, not valid): slow motion in camera-sized frames reads 
 
 Without it, motion larger than the grid saturates: the peak sits on the grid's edge (``saturated=True``) and
 the value is the edge (``±search_range`` grid steps), never beyond. One grid step is the pool factor in
-model-input pixels; results are given in pixels of the frames passed in (resized to the model's input internally).
+model-input pixels; results are given in pixels of the frames passed in (resized to the model's input
+internally).
 
 Video costs one accelerator call per frame: :meth:`OpticalFlow.step` keeps the features of the previous
 frame for the next pair (LibrEdgeTPU computes both frames of every pair).
