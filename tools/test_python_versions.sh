@@ -70,10 +70,15 @@ for version in "${versions[@]}"; do
     venv="$venvs/$version"
     make_venv "$python" "$venv"
     start=$(date +%s)
-    # -u PYTHONPATH: nothing of the 3.11 venv (rclpy, messages) may leak in; PYTHONSAFEPATH: the repository
-    # root's ROS package folder libredgetpu_ros/ must not shadow the Python package.
-    if env -u PYTHONPATH PYTHONSAFEPATH=1 tools/ros_sandbox.sh "$venv/bin/python" -m pytest -q \
-            -m "$markers" -p no:cacheprovider ${PYTEST_ARGS:-}; then
+    # From the venv's folder, not the repository root, where the ROS package folder libredgetpu_ros/ would
+    # shadow the Python package for child processes (3.11's -P / PYTHONSAFEPATH do not exist in 3.10).
+    # -u PYTHONPATH and this venv first on PATH: nothing of the 3.11 venv (rclpy, messages, its console
+    # scripts) may be used; the sandbox's env.sh still puts the main venv's share/ on AMENT_PREFIX_PATH when
+    # `make setup` built it (the vision_msgs / interfaces .msg files the bag tests read: text, any Python).
+    # shellcheck disable=SC2086
+    if (cd "$venv" && env -u PYTHONPATH PYTHONSAFEPATH=1 "$repo/tools/ros_sandbox.sh" \
+            env PATH="$venv/bin:$PATH" "$venv/bin/python" -m pytest -q -c "$repo/pyproject.toml" \
+            --rootdir "$repo" -m "$markers" -p no:cacheprovider ${PYTEST_ARGS:-} "$repo/libredgetpu_ros/test"); then
         ran+=("$version passed in $(( $(date +%s) - start )) s")
     else
         ran+=("$version FAILED after $(( $(date +%s) - start )) s")

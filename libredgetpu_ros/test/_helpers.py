@@ -19,8 +19,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 
+# This interpreter for a child process. -P (3.11+): from the repository root, the ROS package folder
+# libredgetpu_ros/ would shadow the Python package; Python 3.10 has no -P (tools/test_python_versions.sh
+# runs its tests from another folder instead).
+PYTHON = (sys.executable, "-P") if sys.version_info >= (3, 11) else (sys.executable,)
 # The package's command line, as a child process runs it.
-CLI = (sys.executable, "-m", "libredgetpu_ros.cli.main")
+CLI = (*PYTHON, "-m", "libredgetpu_ros.cli.main")
 # Child processes: the repository root off sys.path (its ROS package folder would shadow the Python
 # package) and one BLAS / OpenMP thread (the limits below count every thread's stack and arena).
 CHILD_ENV = {"PYTHONSAFEPATH": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}

@@ -15,12 +15,13 @@ import ast
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import libredgetpu_ros.errors
 import pytest
+
+from ._helpers import PYTHON
 
 PACKAGE_DIR = Path(libredgetpu_ros.errors.__file__).resolve().parent
 ARCHITECTURE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
@@ -68,7 +69,7 @@ def _layers() -> dict[str, list[str]]:
 def _probe(modules: list[str]) -> dict:
     # -P: keep the working directory off sys.path (at the repository root, the ROS package folder
     # libredgetpu_ros/ would shadow the Python package).
-    proc = subprocess.run([sys.executable, "-P", "-c", _PROBE, ",".join(FORBIDDEN), *modules],
+    proc = subprocess.run([*PYTHON, "-c", _PROBE, ",".join(FORBIDDEN), *modules],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.splitlines()[-1])

@@ -203,7 +203,7 @@ class DataSource:
                     wait = timeout if end is None else min(timeout, max(0.0, end - loop.time()))
                     try:
                         return await asyncio.wait_for(asyncio.shield(pending.future), wait)
-                    except TimeoutError:
+                    except asyncio.TimeoutError:  # not TimeoutError before Python 3.11 (Humble's 3.10)
                         pass
                     if end is not None and loop.time() >= end:
                         break

@@ -63,6 +63,7 @@ def test_empty_machine_warns_and_fails_with_fixes(machine: d.Machine) -> None:
     assert d.worst(list(checks.values())) == d.FAIL
 
 
+@pytest.mark.ros  # the "ros" check probes the real RMW (librcl loaded in a child process)
 def test_ready_machine_is_all_ok(machine: d.Machine, tmp_path: Path) -> None:
     usb_device(machine.sysfs_usb, "2-1", "18d1", "9302", speed="5000")
     rules = tmp_path / "rules"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import subprocess
-import sys
 from pathlib import Path
 
 import libredgetpu_ros.matmul
@@ -13,6 +12,8 @@ import pytest
 from libredgetpu_ros.errors import ConfigError
 from libredgetpu_ros.matmul import MatMulEngine, runners
 from libredgetpu_ros.matmul.twin import dense_uint8
+
+from .._helpers import PYTHON
 
 MATMUL_DIR = Path(libredgetpu_ros.matmul.__file__).resolve().parent
 FAMILIES = ("sophgo", "femto", "ingenic", "teamtensor")
@@ -43,7 +44,7 @@ def test_tpulang_engine_loads_no_sophgo_until_asked():
              "assert not [m for m in sys.modules if m.startswith('libredgetpu_ros.sophgo')]\n"
              "t = MatMulEngine.from_template(256, backend='tpulang')\n"
              "print(type(t._runner).__module__)\n")
-    proc = subprocess.run([sys.executable, "-P", "-c", probe], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([*PYTHON, "-c", probe], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "libredgetpu_ros.sophgo.matmul_runner"
 

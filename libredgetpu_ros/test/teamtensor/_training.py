@@ -38,8 +38,10 @@ class WorkerProcess:
 def worker_process(*args: str, timeout: float = 30.0) -> Iterator[WorkerProcess]:
     """``libredgetpu-ros tt-worker --port 0 --json`` in a child process; SIGTERM and its counters at exit."""
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    # -P: from the repository root, the ROS package folder libredgetpu_ros/ would shadow the Python package.
-    cmd = [sys.executable, "-P", "-m", "libredgetpu_ros.cli.main", "tt-worker", "--port", "0", "--json",
+    # -P: from the repository root, the ROS package folder libredgetpu_ros/ would shadow the Python package
+    # (3.11+; _helpers.PYTHON says the same, but this file is loaded by path and cannot import it).
+    python = [sys.executable, "-P"] if sys.version_info >= (3, 11) else [sys.executable]
+    cmd = [*python, "-m", "libredgetpu_ros.cli.main", "tt-worker", "--port", "0", "--json",
            "--learning-rate", str(LEARNING_RATE), *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             stdin=subprocess.DEVNULL)

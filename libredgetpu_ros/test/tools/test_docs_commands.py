@@ -210,6 +210,7 @@ def test_every_named_subcommand_runs_its_help() -> None:
         assert done.returncode in (0, 1), f"libredgetpu-ros {' '.join(argv)}: {done.stderr[-500:]}"
 
 
+@pytest.mark.ros  # the ros2 CLI's verbs, launch files and executables of this install
 @pytest.mark.parametrize("command", [c for c in of("ros2") if len(c.argv) > 1], ids=str)
 def test_ros2_commands(command: Command) -> None:
     verb = command.argv[1]

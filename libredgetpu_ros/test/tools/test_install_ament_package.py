@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from .._helpers import load_helper
 
 REPO = Path(__file__).resolve().parents[3]
@@ -46,6 +48,7 @@ def test_layout_follows_the_package_and_every_console_script(tmp_path: Path) -> 
     assert sorted(p.name for p in (share / "launch").iterdir()) == ["b.launch.py"]
 
 
+@pytest.mark.ros  # the ROS layout `make setup` gives its venv (ros2 run / launch), not another Python's
 def test_the_venv_holds_every_console_script_in_lib() -> None:
     # What `make setup` did to this venv: `ros2 run libredgetpu_ros X` works for every X of setup.py.
     tool = _tool()

@@ -121,7 +121,8 @@ class TrainerNode(TeardownOnCleanup, LifecycleNode):
                 timeout=cfg.retransmit_timeout, retries=cfg.retries,
                 key=read_key(None, cfg.auth_key_file or None), broadcast=cfg.hello_broadcast)
             count = self._session.start(cfg.connect_timeout)
-        except (LibrEdgeTpuError, TimeoutError, OSError) as exc:
+        # concurrent.futures.TimeoutError is TimeoutError from Python 3.11 on, a class of its own in 3.10
+        except (LibrEdgeTpuError, TimeoutError, concurrent.futures.TimeoutError, OSError) as exc:
             hint = ""
             if isinstance(exc, DeviceTimeoutError):  # the first launch without a worker: say what to do
                 host, port = self._cfg.worker_host, self._cfg.worker_port
