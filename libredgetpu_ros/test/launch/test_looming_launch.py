@@ -41,7 +41,7 @@ def _case() -> LaunchCase:
         params=params,
         expect_params={"ttc_window": 7, "warn_tau": 3.0, "backend": "cpu", "template": "looming_64x64_3x3"},
         broken={},
-        failure_log=f"configure failed: template '{MISSING}' is incomplete",
+        failure_log=f"configure failed: compiled template {MISSING} does not exist",
         result=(Looming, "/lt/looming"),
         stimulus=_camera,
         good_arguments={"model": "looming_64x64_3x3"},

@@ -43,7 +43,7 @@ def _case() -> LaunchCase:
         expect_params={"module": "spot", "color": "green", "gain": 2.5, "backend": "cpu",
                        "template": "color_red_64x64"},
         broken={},
-        failure_log=f"configure failed: template '{MISSING}' is incomplete",
+        failure_log=f"configure failed: compiled template {MISSING} does not exist",
         result=(PointStamped, "/lt/offset"),
         stimulus=_camera,
         good_arguments={"model": "color_red_64x64"},
