@@ -106,10 +106,10 @@ def read_regular(path: str | Path, what: str, max_bytes: int, error: type[InputE
 def walk_files(folder: str | Path, what: str, *, max_depth: int = 32, max_entries: int = 100_000,
                error: type[InputError] = InputError) -> list[Path]:
     """Every file under ``folder`` (sub-folders included, sorted), without recursion: ``Path.rglob`` /
-    ``glob("**")`` recurse in Python 3.11 (a 1,100-deep tree was a RecursionError in ``models import`` and
-    the template search). Links to folders are not followed (no cycles); sub-folders that cannot be listed
-    (``/proc``'s) are skipped. A tree deeper than ``max_depth`` or holding more than ``max_entries`` entries
-    is ``error`` naming the folder (``LIBREDGETPU_ROS_TEMPLATES=/proc`` ends there, bounded)."""
+    ``glob("**")`` recurse in Python 3.11, so a deep enough tree was a RecursionError. Links to folders are
+    not followed (no cycles); sub-folders that cannot be listed (``/proc``'s) are skipped. A tree deeper than
+    ``max_depth`` or holding more than ``max_entries`` entries is ``error`` naming the folder
+    (``LIBREDGETPU_ROS_TEMPLATES=/proc`` ends there, bounded)."""
     from libredgetpu_ros.textdata import clip
 
     root = Path(folder)

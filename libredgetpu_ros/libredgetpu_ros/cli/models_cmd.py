@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
         progress = not args.no_progress and sys.stderr.isatty()  # the bar draws on stderr
         deadline = DEADLINE_S if args.timeout is None else args.timeout
-        if not 0 < deadline <= MAX_DEADLINE_S:  # 1e308 overflowed the watchdog's timer (a thread traceback)
+        if not 0 < deadline <= MAX_DEADLINE_S:  # huge values overflow the watchdog's timer (in its thread)
             raise InputError(f"--timeout must be a positive number of seconds, at most {MAX_DEADLINE_S:g}, "
                              f"got {args.timeout}")
         for name in args.name:

@@ -426,8 +426,8 @@ class TfliteModel:
 def load_model(source: str | Path | bytes | bytearray | memoryview,
                max_bytes: int = MAX_MODEL_BYTES) -> TfliteModel:
     """Parse a ``.tflite`` file (path) or its bytes; raise ModelFormatError on anything malformed. A path
-    must be a regular file of at most ``max_bytes``, checked before reading (paths.read_regular: a 1.5 GiB
-    sparse file was read whole, 1.6 GB and 12-15 s, before being refused)."""
+    must be a regular file of at most ``max_bytes``, checked before reading (paths.read_regular), so a huge
+    or endless file is refused from its size instead of being read whole first."""
     if isinstance(source, (str, Path)):
         from libredgetpu_ros.paths import read_regular
 

@@ -51,7 +51,7 @@ DEADLINE_S = 600.0  # per file, whole transfer: ~10 MB at 17 kB/s; `models fetch
 MAX_DEADLINE_S = 7 * 86400.0  # threading.Timer overflows near 9.2e9 s; a week is already no limit
 SCHEMES = ("http", "https")  # on every hop, redirects included
 MAX_BYTES = 1 << 30  # no catalogue file comes near this; a larger announced size is refused up front
-# At most 19 digits (< 2^63): int() of a 5,000-digit header raised ValueError (Python's 4,300-digit cap).
+# At most 19 digits (< 2^63): int() of a longer header would hit Python's digit limit (a ValueError).
 _CONTENT_RANGE = re.compile(r"bytes ([0-9]{1,19})-([0-9]{1,19})/([0-9]{1,19}|\*)")
 _UNSATISFIED_RANGE = re.compile(r"bytes \*/([0-9]{1,19})")
 _LENGTH = re.compile(r"[0-9]{1,19}")

@@ -89,7 +89,7 @@ def import_dir(folder: Path, names: list[str] | None = None, *, cache: Path | No
     cache = cache or cache_dir()
     wanted = [entry(n) for n in names] if names else list(CATALOGUE.values())
     by_name: dict[str, Path] = {}
-    for path in walk_files(folder, "import folder"):  # iterative: a 1,100-deep tree was a RecursionError
+    for path in walk_files(folder, "import folder"):  # iterative: no RecursionError on a deep tree
         by_name.setdefault(path.name, path)
     done: set[str] = set()
     touched: list[ModelEntry] = []

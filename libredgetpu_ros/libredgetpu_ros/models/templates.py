@@ -24,7 +24,7 @@ from libredgetpu_ros.models.catalogue import CATALOGUE
 
 TEMPLATES_ENV = "LIBREDGETPU_ROS_TEMPLATES"
 # A template's model files (twin and compiled model) are read within this (formats.load_model's max_bytes):
-# the largest shipped template (Dense 1024) is ~1 MB; a 1.5 GiB sparse twin was read whole before.
+# far above the largest shipped template, far below what a huge twin would cost to read whole.
 MAX_TEMPLATE_BYTES = 64 * 1024 * 1024
 _SUFFIXES = ("_edgetpu.tflite", "_edgetpu.json", ".tflite")
 

@@ -123,7 +123,7 @@ class PatternTracker(RoboticsModule):
         where = self.template.sidecar_path
         raw = self.template.field("conv_weight_offsets", list)
         count = self.kernel_height * self.kernel_width * self.channels
-        # Bounded before NumPy sees them: 2^63 raised OverflowError in np.array(dtype=intp).
+        # Bounded before NumPy sees them: past intp's range np.array raises OverflowError.
         ints = all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < MAX_OFFSET for v in raw)
         if len(raw) != count or not ints:
             raise ModelFormatError(f"{where}: field 'conv_weight_offsets' must hold {count} non-negative "

@@ -1,6 +1,6 @@
 """A template's files (compiled model, twin, sidecar) replaced as one unit, so a kill at any point leaves a
-set that loads (issue 30 item 7: `retarget -o` wrote them one at a time; 1 kill -9 in 20 left the new
-compiled model beside the old twin, refused on load, and the previous template was lost).
+set that loads (written one at a time, a kill between two files left a new compiled model beside an old
+twin, and the previous template was lost).
 
 Three names in a folder cannot change in one rename, so the new set is staged and a journal says which set
 is whole while the names are being replaced. In folder ``F`` for template ``NAME``:
