@@ -37,6 +37,7 @@ SUBCOMMANDS: list[tuple[str, str]] = [
     ("replay", "replay_cmd"),
     ("process-bag", "process_bag_cmd"),
     ("process-bags", "process_bags_cmd"),
+    ("compare-bags", "compare_bags_cmd"),
     ("bag-repair", "bag_repair_cmd"),
     ("iospec", "iospec_cmd"),
     ("mgk", "mgk_cmd"),
