@@ -40,6 +40,7 @@ pytestmark = [pytest.mark.ros, pytest.mark.slow, pytest.mark.timeout(420)]
 
 WAIT_S = 20.0
 STANDARD = ("lifecycle_msgs/", "rcl_interfaces/", "type_description_interfaces/")
+READ_ONLY = ("/save", "/save_readout", "/get_weights")  # services that change no state of the node
 DIAG_CHARS = 2000  # the longest /diagnostics value or message accepted (refusals are cut to 400)
 
 
@@ -350,6 +351,7 @@ def test_every_service_survives_hostile_requests(ros_env, tmp_path: Path, kind: 
     print(f"{kind}: services {[(n, t.__name__) for n, t in services]}")
     state = case.snapshot(sup, tmp_path) if case.snapshot else None
     counts = {"requests": 0, "refused": 0, "accepted": 0}
+    version = None  # the last version a response reported (a refused request must leave it)
     t0 = time.monotonic()
     good = case.good()
     for service, srv_type in services:
@@ -366,7 +368,12 @@ def test_every_service_survives_hostile_requests(ros_env, tmp_path: Path, kind: 
             assert len(message) < 2000, f"{service} {label}: a {len(message)}-character message"
             assert "internal error" not in message, f"{service} {label}: {message}"
             assert sup.state() == "active", f"{service} {label}: node left 'active'"
-            if case.snapshot is not None and not service.endswith(("/save", "/save_readout", "/get_weights")):
+            if hasattr(response, "version") and not service.endswith(READ_ONLY):  # weights / template version
+                if version is not None and not ok and not getattr(response, "replayed", False):  # a replay:
+                    # the recorded answer of an earlier call with that request_id, its version then
+                    assert response.version == version, f"{service} {label}: refused, yet version changed"
+                version = response.version if ok or version is None else version
+            if case.snapshot is not None and not service.endswith(READ_ONLY):
                 now = case.snapshot(sup, tmp_path)
                 assert ok or now == state, f"{service} {label}: refused, yet the state changed"
                 state = now
