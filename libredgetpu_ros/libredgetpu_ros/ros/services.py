@@ -10,7 +10,9 @@ node's log, and the node keeps spinning. Handlers change their state in one assi
 leaves the previous good state in place.
 
 Every node makes its services with :func:`create_guarded_service` (the camera-node base's ``service()`` does
-it for its subclasses).
+it for its subclasses). A handler whose work takes seconds (the reservoir's ``~/fit`` on a bag) is a
+coroutine function awaiting :class:`OffExecutor`: the work runs on a thread of its own and the node's
+executor keeps answering ``get_state``, the other services and its timers meanwhile.
 """
 
 from __future__ import annotations

@@ -434,3 +434,28 @@ def configure_with_special_paths(sup: Hostile, name: str, paths: dict[str, str],
             assert set_string(param, original)
     assert sup.transition("configure") and sup.transition("activate") and sup.state() == "active"
     print(f"{name}: {counts.get('configures', 0)} configures with special paths in string parameters")
+
+
+def test_an_unforeseen_exception_in_a_handler_is_answered_and_the_node_runs_on(ros_env,
+                                                                               tmp_path: Path) -> None:
+    """The guard itself (``ros/services.py``): an exception type the handler does not catch (injected:
+    RuntimeError under ``~/set_color``) is answered ``success: false``, ``internal error (RuntimeError)``,
+    logged with its traceback, and the node keeps answering and working; without the guard the request
+    went unanswered and the process ended (the tracker's OverflowError of issue 30)."""
+    from libredgetpu_ros_interfaces.srv import SetColor
+
+    faulty = load_helper(HERE / "_faulty_service_node.py")
+    args = _node("libredgetpu_ros.ros.robotics.tracker_node", "tracker", backend="cpu", module="spot",
+                 template="color_red_64x64")(tmp_path, {})
+    proc = ros_env.spawn([sys.executable, str(HERE / "_faulty_service_node.py"), *args[3:]], "tracker")
+    sup = Hostile(ros_env, "tracker")
+    assert sup.transition("configure") and sup.transition("activate")
+    poisoned = SetColor.Request(r=faulty.POISON_RED, g=0.0, b=0.0)
+    answer = sup.call_named(SetColor, "/tracker/set_color", poisoned)
+    assert not answer.success and answer.message.startswith("internal error (RuntimeError): injected"), answer
+    assert sup.state() == "active" and proc.poll() is None
+    good = sup.call_named(SetColor, "/tracker/set_color", SetColor.Request(r=1.0, g=-0.5, b=-0.5))
+    assert good.success and good.version == 1, good.message
+    sup.spin_for(0.3)
+    log = (ros_env.work_dir / "tracker.log").read_text()
+    assert "service ~/set_color: unexpected RuntimeError" in log and "Traceback" in log
