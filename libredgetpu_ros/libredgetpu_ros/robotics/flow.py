@@ -74,7 +74,7 @@ KERNEL_RADIUS = 3
 # noise; motion beyond the search range, seeded at the wrong displacement: below it, see docs/robotics.md).
 DEFAULT_MIN_MATCH = 0.9
 MAX_SEEDS = 3  # device peaks refined: the best and up to two others that score nearly as well
-SEED_DROP = 0.25  # another local peak is a seed when within this of the best device score
+SEED_DROP = 0.1  # another local peak is a seed when within this of the best device score
 ALIAS_MATCH = 0.02  # a second refined displacement matching within this of the best: a repeating scene
 
 
@@ -437,10 +437,10 @@ def seed_peaks(scores: np.ndarray, peak: Peak) -> list[tuple[float, float]]:
     r = scores.shape[0] // 2
     seeds = [(peak.dx, peak.dy)]
     best_j, best_i = round(peak.dy) + r, round(peak.dx) + r
-    padded = np.pad(scores, 1, constant_values=-np.inf)
-    neighbours = np.max([padded[1 + a:1 + a + scores.shape[0], 1 + b:1 + b + scores.shape[1]]
-                         for a in (-1, 0, 1) for b in (-1, 0, 1) if a or b], axis=0)
-    local = (scores >= neighbours) & (scores >= peak.score - SEED_DROP)
+    grid = scores.astype(np.float32)
+    neighbourhood = cv2.dilate(grid, np.ones((3, 3), np.uint8), borderType=cv2.BORDER_CONSTANT,
+                               borderValue=-np.inf)  # the 3x3 maximum around each cell
+    local = (grid >= neighbourhood) & (grid >= peak.score - SEED_DROP)
     for j, i in sorted(zip(*np.nonzero(local), strict=True), key=lambda ji: -scores[ji]):
         if len(seeds) == MAX_SEEDS:
             break

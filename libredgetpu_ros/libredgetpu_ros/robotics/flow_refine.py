@@ -78,10 +78,10 @@ def fine_gray(gray: np.ndarray) -> tuple[np.ndarray, float]:
     h, w = gray.shape
     scale = max(1.0, w / FINE_WIDTH)
     size = (max(8, round(w / scale)), max(8, round(h / scale)))
-    image = gray.astype(np.float32)
-    if size != (w, h):
+    image = gray
+    if size != (w, h):  # uint8 in: resized as such (faster), made float after
         image = cv2.resize(image, size, interpolation=cv2.INTER_AREA)
-    return image, w / size[0]
+    return image.astype(np.float32), w / size[0]
 
 
 def fine_frame(gray: np.ndarray, warp: Callable[[np.ndarray], np.ndarray] | None = None) -> FineFrame:
@@ -165,7 +165,13 @@ def refine(first: FineFrame, second: FineFrame, dx: float, dy: float) -> Refined
 
 
 def _ncc(a: np.ndarray, b: np.ndarray) -> float:
-    a = a - a.mean()
-    b = b - b.mean()
-    denominator = math.sqrt(float(np.vdot(a, a)) * float(np.vdot(b, b)))
-    return float(np.vdot(a, b)) / denominator if denominator > 0.0 else 0.0
+    """Normalised cross-correlation of two same-size images (zero-mean; 0 for a flat one)."""
+    a = np.ascontiguousarray(a, dtype=np.float32).ravel()
+    b = np.ascontiguousarray(b, dtype=np.float32).ravel()
+    n = a.size
+    sa, sb = float(a.sum(dtype=np.float64)), float(b.sum(dtype=np.float64))
+    var_a = float(np.dot(a, a)) - sa * sa / n
+    var_b = float(np.dot(b, b)) - sb * sb / n
+    if var_a <= 1e-6 * n or var_b <= 1e-6 * n:
+        return 0.0
+    return (float(np.dot(a, b)) - sa * sb / n) / math.sqrt(var_a * var_b)
