@@ -377,7 +377,9 @@ class EmbeddingSimilarity:
     def load(self, path: str | Path) -> int:
         """Replace the database with a saved one (any template size or scale); InputError, old one kept."""
         path = Path(path)
-        labels, vectors = read_database(path)
+        # at most float64 for every slot: a file of more is refused from its header, never read (a 512 MiB
+        # array passed the file budget and was read whole before the capacity check)
+        labels, vectors = read_database(path, self.capacity * self.embedding_dim * 8)
         if vectors.shape[1] != self.embedding_dim:
             raise InputError(f"{path}: holds {vectors.shape[1]}-d embeddings, this database "
                              f"{self.embedding_dim}-d")
@@ -397,11 +399,13 @@ class EmbeddingSimilarity:
         return len(checked)
 
 
-def read_database(path: Path) -> tuple[list[str], np.ndarray]:
-    """(labels, float32 (n, D) vectors) of a database file; InputError naming the problem."""
+def read_database(path: Path, max_vector_bytes: int = MAX_DATABASE_BYTES) -> tuple[list[str], np.ndarray]:
+    """(labels, float32 (n, D) vectors) of a database file, its embeddings array at most ``max_vector_bytes``;
+    InputError naming the problem."""
     # npyfile: every array's size checked against the file before NumPy allocates it; no pickles.
     arrays = read_npz(path, "embedding database file", names=("embeddings", "meta"),
-                      max_bytes=MAX_DATABASE_BYTES, member_bytes={"meta": MAX_META_BYTES})
+                      max_bytes=MAX_DATABASE_BYTES,
+                      member_bytes={"meta": MAX_META_BYTES, "embeddings": max_vector_bytes})
     try:
         vectors = np.asarray(arrays["embeddings"])
         meta: Any = load_json(str(arrays["meta"]), f"{path} meta", max_depth=32)

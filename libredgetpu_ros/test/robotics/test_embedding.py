@@ -259,6 +259,46 @@ def test_huge_metadata_is_refused_before_it_is_decoded(tmp_path):
         assert db.labels == ["keep"]
 
 
+def test_embeddings_beyond_the_capacity_are_refused_before_they_are_read(tmp_path):
+    """A database of 100 MB of embeddings (deflated to ~100 KB) for a 256-entry template: refused from the
+    array's header (at most capacity x D float64), not read whole and then found too large (before: the
+    whole array was read within the 512 MiB file budget, then refused by the capacity check)."""
+    import io
+    import json
+    import zipfile
+
+    from libredgetpu_ros.robotics.embedding import DATABASE_FORMAT
+
+    rows = 100 * 2**20 // (256 * 4)  # 102,400 float32 rows of 256
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False,
+                                                  "shape": (rows, 256)})
+    meta = io.BytesIO()
+    np.save(meta, np.array(json.dumps({"format": DATABASE_FORMAT, "embedding_dim": 256,
+                                       "labels": ["x"] * rows})))
+    path = tmp_path / "wide.npz"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        with archive.open("embeddings.npy", "w", force_zip64=True) as member:
+            member.write(header.getvalue())
+            chunk = bytes(1 << 20)
+            for _ in range(100):
+                member.write(chunk)
+        archive.writestr("meta.npy", meta.getvalue())
+    with MatMulEngine.from_template(256, backend="cpu") as engine:
+        db = EmbeddingSimilarity(engine, 256)
+        db.add("keep", np.random.default_rng(5).normal(size=256))
+        tracemalloc.start()
+        try:
+            with pytest.raises(InputError, match=r"member 'embeddings.npy': 104857600 bytes of array, more "
+                                                 r"than the 524288 accepted"):
+                db.load(path)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 4 << 20, f"{peak} bytes allocated refusing the embeddings"
+        assert db.labels == ["keep"]
+
+
 def test_a_failed_save_leaves_the_old_file_whole(tmp_path, monkeypatch):
     """save() writes through atomicio: a write that fails half-way (disk full) keeps the previous file, no
     temporary is left, and a folder that does not exist is a typed OutputError."""
