@@ -139,8 +139,9 @@ def _process_bag_equals_live(tmp: Path, bag: Path, live: dict[str, dict[tuple[in
             assert timestamp == key[0] * 10**9 + key[1]  # bag time = the input's bag time
             offline.setdefault(conn.topic, {})[key] = msg
     # publish_marker (default true): offline writes the arrow with every twist, as live for a subscriber
-    assert sorted(offline) == ["/flow", "/flow_marker", "/heading"]
+    assert sorted(offline) == ["/flow", "/flow_estimate", "/flow_marker", "/heading"]
     assert len(offline["/heading"]) == FRAMES and set(offline["/flow_marker"]) == set(offline["/flow"])
+    assert set(offline["/flow"]) <= set(offline["/flow_estimate"])  # every pair; the valid ones also on /flow
     for topic, by_stamp in live.items():
         assert set(offline[topic]) == set(by_stamp), topic
         for key, msg in by_stamp.items():

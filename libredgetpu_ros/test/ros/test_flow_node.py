@@ -33,7 +33,7 @@ SPEED = 60.0  # px/s of the scene in 64-pixel frames: 6 px (1.5 grid steps) at 1
 class Supervisor(supervision.LifecycleSupervisor):
     def __init__(self, ros_env: Any) -> None:
         from diagnostic_msgs.msg import DiagnosticArray
-        from geometry_msgs.msg import QuaternionStamped, TwistStamped
+        from geometry_msgs.msg import QuaternionStamped, TwistStamped, TwistWithCovarianceStamped
         from libredgetpu_ros.ros.camera import RESULT_QOS
         from rclpy.qos import qos_profile_sensor_data
         from sensor_msgs.msg import CameraInfo, Image
@@ -45,6 +45,9 @@ class Supervisor(supervision.LifecycleSupervisor):
         self.headings: list[Any] = []
         self.diagnostics: list[dict[str, str]] = []
         self.node.create_subscription(TwistStamped, "flow", self.twists.append, RESULT_QOS)
+        self.estimates: list[Any] = []
+        self.node.create_subscription(TwistWithCovarianceStamped, "flow_estimate", self.estimates.append,
+                                      RESULT_QOS)
         self.node.create_subscription(QuaternionStamped, "heading", self.headings.append, RESULT_QOS)
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 10)
 
@@ -199,6 +202,15 @@ def test_gap_first_frame_and_bad_input_publish_nothing(supervisor: Supervisor) -
     warn = sup.wait_for("a no-estimate WARN", no_estimate_warn)
     assert "low_texture" in warn["_message"]
     assert len(sup.twists) == twists
+    # flow_estimate carries every pair and says what it is: the walls' pairs are "not available" (-1), the
+    # moving scene's were valid with a small stated sigma
+    from libredgetpu_ros.ros.flow.messages import NOT_AVAILABLE, confidence_of
+
+    walls_stamped = [m for m in sup.estimates if m.header.stamp.sec >= 40]
+    assert walls_stamped and all(m.twist.covariance[0] == NOT_AVAILABLE and m.twist.twist.linear.x == 0.0
+                                 for m in walls_stamped)
+    moving = [m for m in sup.estimates if 30 <= m.header.stamp.sec < 40 and m.twist.covariance[0] >= 0]
+    assert moving and all(confidence_of(m.twist.covariance[0], 0.1) > 0.9 for m in moving)
 
 
 def test_field_of_view_from_camera_info(supervisor: Supervisor) -> None:

@@ -11,9 +11,14 @@ Outputs, each with the camera frame's header:
   second of the camera image (right / down; at the image centre), ``angular.z`` the yaw rate in rad/s (REP
   103: positive = turning left). Rates divide by the difference of the two frames' header stamps, never
   the wall clock: a bag replayed at any speed, or a camera at 10 Hz or 30 Hz, gives the same numbers.
-  Published only for a pair with an estimate: a flat, ambiguous or unsure pair, the first frame, a frame
+  Published only for a valid pair: a flat, ambiguous, unsure or saturated pair, the first frame, a frame
   after a gap longer than ``max_gap``, a frame of another size or without a later stamp publishes nothing
   here and is counted in diagnostics by reason;
+- ``flow_estimate`` (``geometry_msgs/TwistWithCovarianceStamped``): every pair with a stamp difference,
+  valid or not, the same values as ``flow`` where there are some; its covariance says what it is (``flow/
+  messages.py``): ``covariance[0] = -1`` no estimate (twist 0), linear variances 1e12 saturated (the motion
+  is at least the twist's: beyond the search range), else the variances of a valid estimate from its
+  confidence (sigma = 0.05 + 20 (1 - confidence) px, per second);
 - ``heading`` (``geometry_msgs/QuaternionStamped``): the integrated heading (rotation about z), every
   processed frame;
 - ``flow_marker`` (``visualization_msgs/Marker``): an arrow 1 m ahead of the camera along the flow
