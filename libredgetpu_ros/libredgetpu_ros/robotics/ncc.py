@@ -17,8 +17,9 @@ position, not the correlation map). Two steps, both O(pixels):
    correlation of the two is ``|t'| |I'| ncc(p)``, so its argmax (the template's softmax over the int8
    correlation is nearly hard: one output step is e^16 at 64 x 64 / 8 x 8) is the NCC peak wherever the
    contrast varies slowly over one kernel;
-2. :func:`refine`: the exact NCC (the formula above, float64) of the device's own int8 filter against the
-   normalised image on the ``(2 r + 1)^2`` positions around the device's answer, the best one with a
+2. :func:`refine`: the exact NCC (the formula above; OpenCV's TM_CCOEFF_NORMED on a small region) of the
+   device's own int8 filter against the normalised image on the ``(2 r + 1)^2`` positions around the
+   device's answer, the best one with a
    parabola fit per axis (sub-pixel) and its score in [-1, 1]. The score is what ``valid`` is decided on;
    a device answer more than ``r`` off shows as a low score rather than a wrong position reported as good.
    The pattern tracker runs the device a second time with the first answer's neighbourhood blanked and
@@ -29,8 +30,6 @@ values for (2) (bench/bench_robotics_validity.py).
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -70,24 +69,21 @@ def normalize_search(image: np.ndarray, kh: int, kw: int, gain: float = NORMAL_G
 
 def ncc_grid(image: np.ndarray, patch: np.ndarray, x0: int, y0: int,
              radius: int) -> tuple[np.ndarray, int, int]:
-    """(scores (rows, cols), first x, first y): exact NCC of ``patch`` at every top-left position within
-    ``radius`` of (x0, y0) that keeps the patch inside the image (-1 where the window is flat)."""
-    img, tpl = _as_float(image).astype(np.float64), _as_float(patch).astype(np.float64)
+    """(scores (rows, cols), first x, first y): exact zero-mean NCC of ``patch`` at every top-left position
+    within ``radius`` of (x0, y0) that keeps the patch inside the image (OpenCV's TM_CCOEFF_NORMED on the
+    small region: per-channel means removed, channels summed; a flat window scores 0 or -1)."""
+    import cv2
+
+    img, tpl = _as_float(image), _as_float(patch)
     kh, kw = tpl.shape[:2]
     h, w = img.shape[:2]
     xa, xb = max(0, x0 - radius), min(w - kw, x0 + radius)
     ya, yb = max(0, y0 - radius), min(h - kh, y0 + radius)
     if xa > xb or ya > yb:
         return np.full((1, 1), -1.0), min(max(x0, 0), w - kw), min(max(y0, 0), h - kh)
-    t = tpl - tpl.mean(axis=(0, 1), keepdims=True)
-    t_norm = math.sqrt(float((t * t).sum()))
-    region = img[ya:yb + kh, xa:xb + kw]
-    windows = np.lib.stride_tricks.sliding_window_view(region, (kh, kw), axis=(0, 1))  # (R, C, ch, kh, kw)
-    windows = windows - windows.mean(axis=(-2, -1), keepdims=True)
-    num = np.einsum("rcqij,ijq->rc", windows, t, optimize=True)
-    energy = np.sqrt(np.einsum("rcqij,rcqij->rc", windows, windows, optimize=True))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        scores = np.where(energy * t_norm > 1e-9, num / (energy * t_norm), -1.0)
+    region = np.ascontiguousarray(img[ya:yb + kh, xa:xb + kw])
+    scores = cv2.matchTemplate(region, np.ascontiguousarray(tpl), cv2.TM_CCOEFF_NORMED).astype(np.float64)
+    scores[~np.isfinite(scores) | (scores > 1.0 + 1e-3)] = -1.0  # a flat window has no correlation
     return scores, xa, ya
 
 

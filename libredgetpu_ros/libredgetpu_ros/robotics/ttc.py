@@ -78,9 +78,8 @@ class TtcEstimate:
 
 
 def _tukey(residual: np.ndarray, scale: float) -> np.ndarray:
-    c = 4.685 * max(scale, 1e-6)
-    u = residual / c
-    return np.where(np.abs(u) < 1.0, (1.0 - u * u) ** 2, 0.0)
+    u = residual * np.float32(1.0 / (4.685 * max(scale, 1e-6)))
+    return np.square(np.maximum(np.float32(1.0) - u * u, np.float32(0.0)))
 
 
 def register_scale(ref: np.ndarray, cur: np.ndarray, half: int, iterations: int = 12,
@@ -91,48 +90,51 @@ def register_scale(ref: np.ndarray, cur: np.ndarray, half: int, iterations: int 
 
     h, w = ref.shape
     cy, cx = (h - 1) / 2.0, (w - 1) / 2.0
-    ys, xs = np.mgrid[-half:half + 1, -half:half + 1].astype(np.float32)
-    template = ref[int(cy - half + 0.5):int(cy - half + 0.5) + 2 * half + 1,
-                   int(cx - half + 0.5):int(cx - half + 0.5) + 2 * half + 1]
-    xs_c = xs + np.float32(int(cx - half + 0.5) + half - cx)  # window pixels relative to the image centre
-    ys_c = ys + np.float32(int(cy - half + 0.5) + half - cy)
-    gx = cv2.Sobel(cur, cv2.CV_32F, 1, 0, ksize=3, scale=1 / 8)
-    gy = cv2.Sobel(cur, cv2.CV_32F, 0, 1, ksize=3, scale=1 / 8)
-    t = template.reshape(-1).astype(np.float64)
+    y0, x0 = int(cy - half + 0.5), int(cx - half + 0.5)
+    template = ref[y0:y0 + 2 * half + 1, x0:x0 + 2 * half + 1]
+    ys, xs = np.mgrid[0:2 * half + 1, 0:2 * half + 1].astype(np.float32)
+    xs_c, ys_c = xs + np.float32(x0 - cx), ys + np.float32(y0 - cy)  # window pixels from the image centre
+    rx, ry = xs_c.reshape(-1), ys_c.reshape(-1)
+    # the image and its gradients as one 3-channel image: one remap per iteration warps all three
+    stack = cv2.merge([cur, cv2.Sobel(cur, cv2.CV_32F, 1, 0, ksize=3, scale=1 / 8),
+                       cv2.Sobel(cur, cv2.CV_32F, 0, 1, ksize=3, scale=1 / 8)])
+    t = template.reshape(-1).astype(np.float32)
     std = float(t.std()) or 1.0
+    ones = np.ones_like(t)
     a, tx, ty, gain, bias = start, 0.0, 0.0, 1.0, 0.0
-    weights = np.ones_like(t)
-    sigma_a, rel, kept = math.inf, math.inf, 0.0
+    scale = None
+    jac = np.empty((t.size, 5), np.float32)
     for _ in range(iterations):
-        mx = (cx + (1 + a) * xs_c + tx).astype(np.float32)
-        my = (cy + (1 + a) * ys_c + ty).astype(np.float32)
-        warped = cv2.remap(cur, mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT).reshape(-1)
-        wx = cv2.remap(gx, mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT).reshape(-1)
-        wy = cv2.remap(gy, mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT).reshape(-1)
-        residual = warped.astype(np.float64) - (gain * t + bias)
-        scale = 1.4826 * float(np.median(np.abs(residual - np.median(residual))))
-        weights = _tukey(residual, max(scale, 0.5))
-        jac = np.stack([wx * xs_c.reshape(-1) + wy * ys_c.reshape(-1), wx, wy, -t, -np.ones_like(t)], axis=1)
+        mx = np.float32(1 + a) * xs_c + np.float32(cx + tx)
+        my = np.float32(1 + a) * ys_c + np.float32(cy + ty)
+        warped = cv2.remap(stack, mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT).reshape(-1, 3)
+        residual = warped[:, 0] - (gain * t + bias)
+        if scale is None:  # robust scale of the first residuals (MAD), kept: the weights' yardstick
+            dev = np.abs(residual - np.median(residual))
+            scale = max(1.4826 * float(np.median(dev)), 0.5)
+        weights = _tukey(residual, scale)
+        wx, wy = warped[:, 1], warped[:, 2]
+        jac[:, 0] = wx * rx + wy * ry
+        jac[:, 1], jac[:, 2], jac[:, 3], jac[:, 4] = wx, wy, -t, -ones
         jw = jac * weights[:, None]
-        normal = jw.T @ jac
+        normal = (jw.T @ jac).astype(np.float64)
         try:
-            step = np.linalg.solve(normal + 1e-9 * np.eye(5), -(jw.T @ residual))
+            step = np.linalg.solve(normal + 1e-9 * np.eye(5), -(jw.T @ residual).astype(np.float64))
         except np.linalg.LinAlgError:
             return 0.0, math.inf, math.inf, 0.0
-        a, tx, ty, gain, bias = a + step[0], tx + step[1], ty + step[2], gain + step[3], bias + step[4]
-        kept = float(weights.mean())
-        dof = max(weights.sum() - 5.0, 1.0)
-        var = float((weights * residual * residual).sum() / dof)
-        try:
-            sigma_a = math.sqrt(max(var * float(np.linalg.inv(normal)[0, 0]), 0.0))
-        except np.linalg.LinAlgError:
-            sigma_a = math.inf
-        rel = math.sqrt(var) / std
-        if abs(step[0]) < 1e-5 and abs(step[1]) < 1e-3 and abs(step[2]) < 1e-3:
-            break
+        a, tx, ty = a + float(step[0]), tx + float(step[1]), ty + float(step[2])
+        gain, bias = gain + float(step[3]), bias + float(step[4])
         if abs(a) > 0.9 or abs(tx) > half or abs(ty) > half:
-            return a, math.inf, math.inf, 0.0
-    return float(a), float(sigma_a), float(rel), kept
+            return float(a), math.inf, math.inf, 0.0
+        if abs(step[0]) < 1e-4 and abs(step[1]) < 1e-2 and abs(step[2]) < 1e-2:
+            break
+    kept = float(weights.mean())
+    var = float((weights * residual * residual).sum() / max(float(weights.sum()) - 5.0, 1.0))
+    try:
+        sigma_a = math.sqrt(max(var * float(np.linalg.inv(normal)[0, 0]), 0.0))
+    except np.linalg.LinAlgError:
+        sigma_a = math.inf
+    return float(a), sigma_a, math.sqrt(var) / std, kept
 
 
 class ScaleTtc:
