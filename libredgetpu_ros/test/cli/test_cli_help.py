@@ -82,8 +82,21 @@ def test_robotics_looming_defaults_are_the_modules() -> None:
 
     args = cli.build_parser().parse_args(["robotics", "looming", "--model", "looming_64x64_3x3", "x.png"])
     defaults = inspect.signature(LoomingDetector.__init__).parameters
-    assert (args.ttc_window, args.ttc_min_samples, args.contact_tau) == tuple(
-        defaults[name].default for name in ("window", "min_samples", "contact_tau"))
+    assert (args.ttc_window, args.ttc_min_samples, args.contact_tau, args.ttc_mode, args.max_gap) == tuple(
+        defaults[name].default for name in ("window", "min_samples", "contact_tau", "ttc_mode", "max_gap_s"))
+
+
+def test_robotics_spot_and_pattern_modes_are_the_modules() -> None:
+    import inspect
+
+    from libredgetpu_ros.robotics.pattern import PatternTracker
+    from libredgetpu_ros.robotics.spot import SpotTracker
+
+    spot = cli.build_parser().parse_args(["robotics", "spot", "--model", "color_red_64x64", "x.png"])
+    assert spot.mode == inspect.signature(SpotTracker.__init__).parameters["mode"].default
+    pattern = cli.build_parser().parse_args(["robotics", "pattern", "--model", "pattern_64x64_8x8_1ch",
+                                             "--template", "p.png", "x.png"])
+    assert pattern.mode == inspect.signature(PatternTracker.__init__).parameters["mode"].default
 
 
 def test_robotics_reservoir_defaults_are_the_configs() -> None:
