@@ -242,6 +242,11 @@ def _flow_arguments(parser: argparse.ArgumentParser) -> None:
                         help="grey-level standard deviation below which a frame has no estimate (4)")
     parser.add_argument("--min-confidence", type=float, default=0.3,
                         help="normalised correlation below which a pair has no estimate (0.3)")
+    parser.add_argument("--no-refine", action="store_true",
+                        help="the device's grid only (no refinement at the images' resolution)")
+    parser.add_argument("--min-match", type=float, default=0.9,
+                        help="refined pairs: the images' correlation at the motion below which there is no "
+                             "estimate (0.9)")
     parser.add_argument("--fps", type=float,
                         help="the images are a sequence at this rate: also report rates (per second)")
 
@@ -251,7 +256,8 @@ def _flow_options(args: argparse.Namespace) -> dict[str, Any]:
     _check_fps(args)
     return dict(backend=args.backend, device=args.device, resize=not args.no_resize, mode=args.mode,
                 search_range=args.search_range, temperature=args.temperature, pool_factor=args.pool_factor,
-                min_texture=args.min_texture, min_confidence=args.min_confidence)
+                min_texture=args.min_texture, min_confidence=args.min_confidence,
+                refine=not args.no_refine, min_match=args.min_match)
 
 
 def _check_fps(args: argparse.Namespace) -> None:

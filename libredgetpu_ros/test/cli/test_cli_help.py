@@ -71,8 +71,10 @@ def test_robotics_flow_defaults_are_the_modules() -> None:
 
     args = cli.build_parser().parse_args(["robotics", "flow", "--model", "gabor_64x64_p4", "x.png"])
     defaults = inspect.signature(OpticalFlow.__init__).parameters
-    for name in ("mode", "search_range", "temperature", "pool_factor", "min_texture", "min_confidence"):
+    for name in ("mode", "search_range", "temperature", "pool_factor", "min_texture", "min_confidence",
+                 "min_match"):
         assert getattr(args, name) == defaults[name].default, name
+    assert (not args.no_refine) == defaults["refine"].default
 
 
 def test_robotics_looming_defaults_are_the_modules() -> None:

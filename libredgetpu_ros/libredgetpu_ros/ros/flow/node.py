@@ -53,9 +53,9 @@ from libredgetpu_ros.ros.flow.params import PARAMS
 __all__ = ["CAMERA_INFO_QOS", "FlowNode", "centre_pixels", "open_compass", "stamp_seconds"]
 
 # Settings of the flow that may change while active (applied under the processor lock).
-_RUNTIME_FLOW = ("temperature", "min_texture", "min_confidence", "min_margin", "max_gap")
+_RUNTIME_FLOW = ("temperature", "min_texture", "min_confidence", "min_margin", "max_gap", "min_match")
 # Reasons a pair has no estimate because of the scene (diagnostics warn when most pairs have one).
-_SCENE_REASONS = ("low_texture", "low_confidence", "ambiguous")
+_SCENE_REASONS = ("low_texture", "low_confidence", "ambiguous", "saturated")
 
 
 def open_compass(p: Any) -> Any:
@@ -66,7 +66,7 @@ def open_compass(p: Any) -> Any:
         p.model, p.fov_deg, p.projection, backend=p.backend, device=p.device or None, mode=p.mode,
         search_range=p.search_range, pool_factor=p.pool_factor, temperature=p.temperature,
         min_texture=p.min_texture, min_confidence=p.min_confidence, min_margin=p.min_margin,
-        max_gap=p.max_gap)
+        max_gap=p.max_gap, refine=p.refine, min_match=p.min_match)
 
 
 class FlowNode(CameraNode):

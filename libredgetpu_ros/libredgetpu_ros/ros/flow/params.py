@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from libredgetpu_ros.robotics.flow import DEFAULT_MIN_CONFIDENCE, DEFAULT_MIN_MARGIN, DEFAULT_MIN_TEXTURE
+from libredgetpu_ros.robotics.flow import (
+    DEFAULT_MIN_CONFIDENCE,
+    DEFAULT_MIN_MARGIN,
+    DEFAULT_MIN_MATCH,
+    DEFAULT_MIN_TEXTURE,
+)
 from libredgetpu_ros.ros.camera import ImageParams, camera_param_table
 from libredgetpu_ros.ros.params import ParamSpec
 
@@ -22,6 +27,8 @@ class FlowParams(ImageParams):
     min_texture: float
     min_confidence: float
     min_margin: float
+    refine: bool
+    min_match: float
     max_gap: float
     fov_deg: float
     use_camera_info: bool
@@ -54,6 +61,11 @@ PARAMS = camera_param_table([
     ParamSpec("min_margin", DEFAULT_MIN_MARGIN, "How far the best score must stand above any other "
               "outside its neighbourhood (repeating scenes give none).", range=(0.0, 2.0),
               mutability="runtime"),
+    ParamSpec("refine", True, "Refine the device's peaks at the frame's resolution (normalized mode, pinhole "
+              "projection): slow motion in camera-sized frames reads true; validity from the match there."),
+    ParamSpec("min_match", DEFAULT_MIN_MATCH, "Refined pairs: normalised correlation of the frames at the "
+              "refined motion below which a pair gives no estimate (motion beyond the search range, a "
+              "changed scene).", range=(-1.0, 1.0), mutability="runtime"),
     ParamSpec("max_gap", 0.5, "Seconds between two frames' stamps beyond which the pair is reset instead "
               "of reporting a jump; 0: never.", range=(0.0, 3600.0), mutability="runtime"),
     ParamSpec("fov_deg", 60.0, "Horizontal field of view in degrees (used until a CameraInfo arrives when "
