@@ -427,9 +427,14 @@ class ReservoirComputer:
         """Load a readout saved by :meth:`save_readout` for the same reservoir (and with ``outputs`` outputs
         when given: a one-step-ahead predictor has one per input); InputError, old one kept."""
         path = Path(path)
-        # npyfile: every array's size checked against the file before NumPy allocates it; no pickles.
+        # npyfile: every array's size checked against the file before NumPy allocates it; no pickles. The
+        # weights at most (K, 1 + M + N) float64 with K <= 65536, or a few times ``outputs`` when it is known
+        # (a wrong K within that reaches the check below, which names it)
+        columns = 1 + self.config.input_dim + self.size
+        weight_bytes = (65536 if outputs is None else max(64, 4 * outputs)) * columns * 8
         arrays = read_npz(path, "reservoir readout file", names=("weights", "meta"),
-                          max_bytes=MAX_READOUT_BYTES, member_bytes={"meta": MAX_META_BYTES})
+                          max_bytes=MAX_READOUT_BYTES,
+                          member_bytes={"meta": MAX_META_BYTES, "weights": weight_bytes})
         try:
             weights = np.array(arrays["weights"], dtype=np.float64)
             meta = load_json(str(arrays["meta"]), f"{path} meta", max_depth=32)  # textdata: depth bounded

@@ -125,3 +125,30 @@ def test_crafted_readouts_and_special_files_are_one_error_line(tmp_path, capsys)
         assert main(["robotics", "reservoir", *args, "--backend", "cpu"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and ("is a FIFO, not a regular file" in err[0] or "is not a file" in err[0]), err
+
+
+def test_readout_weights_far_past_the_outputs_are_refused_before_they_are_read(tmp_path):
+    """A readout of 20,000 outputs (41 MB of weights, deflated to ~40 KB) for a 2-input one-step-ahead
+    predictor: refused from the array's header (at most a few times the expected outputs), not read."""
+    import tracemalloc
+
+    from libredgetpu_ros.errors import InputError
+    from libredgetpu_ros.matmul import MatMulEngine
+    from libredgetpu_ros.robotics.reservoir import READOUT_FORMAT, ReservoirComputer, ReservoirConfig
+
+    with MatMulEngine.from_template(256, backend="cpu") as engine:
+        rc = ReservoirComputer(engine, ReservoirConfig(input_dim=2, seed=0))
+        meta = {"format": READOUT_FORMAT, "samples": 10, "train_nrmse": 0.1, **rc.identity()}
+        path = tmp_path / "wide.npz"
+        np.savez_compressed(path, weights=np.zeros((20_000, 259)), meta=np.array(json.dumps(meta)))
+        tracemalloc.start()
+        try:
+            try:
+                rc.load_readout(path, outputs=2)
+            except InputError as exc:
+                message = str(exc)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert "member 'weights.npy': 41440000 bytes of array, more than the 132608 accepted" in message, message
+    assert peak < 4 << 20, f"{peak} bytes allocated refusing the weights"
