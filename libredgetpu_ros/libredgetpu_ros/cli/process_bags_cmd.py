@@ -68,6 +68,17 @@ def _workers(args: argparse.Namespace) -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+def _on_edgetpu(backend: str) -> bool:
+    """Whether the run's node would open an Edge TPU (``edgetpu``, or ``auto`` with one attached)."""
+    if backend == "edgetpu":
+        return True
+    if backend != "auto":
+        return False
+    from libredgetpu_ros.ros.fleet_ray import edgetpus
+
+    return edgetpus() > 0
+
+
 def _bar(tqdm: Any, total: int, stream: Any, progress: bool | None) -> Any:
     """Progress across the corpus on stderr: bags done, frames so far, failed bags."""
     return tqdm(total=total, unit="bag", desc="process-bags", file=stream,
@@ -92,7 +103,11 @@ def run(args: argparse.Namespace) -> int:
     begin = time.perf_counter()
     workers = _workers(args)
     bags = find_bags(args.inputs)  # bad input (missing, no bags, clashing names) before anything runs
-    load_node_config(args.config, {"backend": args.backend} if args.backend else None, args.node_type)
+    node = load_node_config(args.config, {"backend": args.backend} if args.backend else None, args.node_type)
+    if args.engine == "local" and workers > 1 and _on_edgetpu(getattr(node.params, "backend", "cpu")):
+        say("note: one local worker: the Edge TPU backend opens the first accelerator, which one process "
+            "at a time can own (a second worker would fall back to the CPU twin or fail)")
+        workers = 1
     if args.engine == "ray":
         from libredgetpu_ros.ros.fleet_ray import check_ray
 
@@ -118,9 +133,10 @@ def run(args: argparse.Namespace) -> int:
             if args.engine == "ray":
                 from libredgetpu_ros.ros.fleet_ray import run_ray
 
-                run_ray(jobs, on_record, address=args.ray_address, num_cpus=workers, backend=args.backend)
+                run_ray(jobs, on_record, address=args.ray_address, num_cpus=workers,
+                        backend=getattr(node.params, "backend", None))
             else:
-                run_local(jobs, workers, on_record, quiet=bool(args.json))
+                run_local(jobs, workers, on_record)
         except KeyboardInterrupt:
             interrupted = True
         finally:

@@ -6,9 +6,10 @@ Inputs are read where they are and outputs written where ``--output-dir`` says: 
 on a path every node sees under the same name (a shared file system). The local cluster is bounded and
 private: CPUs as ``--jobs``, an object store of ``OBJECT_STORE_BYTES`` (records are all that travel), no
 dashboard, no usage statistics sent, every service bound to 127.0.0.1. Edge TPUs: a node started here
-declares its accelerators as the custom resource ``edgetpu``, and when the run uses the Edge TPU backend
-each task asks for one (``{"edgetpu": 1}``: one accelerator per concurrent task; a cluster's nodes declare
-theirs with ``ray start --resources '{"edgetpu": N}'``); on the CPU backend tasks ask for one CPU each.
+declares the custom resource ``edgetpu`` (1 when an accelerator is attached: the backend opens the first
+one, so one task at a time per machine), and when the run uses the Edge TPU backend each task asks for it
+(``{"edgetpu": 1}``; a cluster's nodes declare theirs with ``ray start --resources '{"edgetpu": 1}'``); on
+the CPU backend tasks ask for one CPU each.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def check_ray() -> None:
                          f"(make setup installs it) or use --engine local") from None
 
 
-def _edgetpus() -> int:
+def edgetpus() -> int:
+    """Edge TPUs attached to this machine (0 without libusb or permission)."""
     try:
         from libredgetpu_ros.edgetpu.device import list_devices
 
@@ -61,12 +63,14 @@ def _lost(job: BagJob, exc: BaseException) -> dict[str, Any]:
             "error": f"Ray task failed: {type(exc).__name__}: {text}"}
 
 
-def start_local_cluster(num_cpus: int, edgetpus: int) -> None:
-    """``ray.init`` of a private single-node cluster: loopback only, small, no dashboard or telemetry."""
+def start_local_cluster(num_cpus: int, attached: int) -> None:
+    """``ray.init`` of a private single-node cluster: loopback only, small, no dashboard or telemetry; the
+    node declares one ``edgetpu`` when accelerators are attached (the backend opens the first one: one
+    task at a time can own it)."""
     import ray
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # Ray would otherwise report usage over the network
-    ray.init(num_cpus=num_cpus, resources={EDGETPU_RESOURCE: edgetpus} if edgetpus else None,
+    ray.init(num_cpus=num_cpus, resources={EDGETPU_RESOURCE: 1} if attached else None,
              object_store_memory=OBJECT_STORE_BYTES, include_dashboard=False, _node_ip_address="127.0.0.1",
              log_to_driver=True, configure_logging=False, namespace="libredgetpu-ros")
 
@@ -80,15 +84,15 @@ def run_ray(jobs: list[BagJob], on_record: Callable[[dict[str, Any]], None], *, 
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     started = address is None
-    edgetpus = _edgetpus() if backend in (None, "auto", "edgetpu") else 0
+    attached = edgetpus() if backend in (None, "auto", "edgetpu") else 0
     if started:
-        start_local_cluster(num_cpus, edgetpus)
+        start_local_cluster(num_cpus, attached)
     else:
         ray.init(address=address, configure_logging=False, namespace="libredgetpu-ros")
     try:
-        on_tpu = backend == "edgetpu" or (backend in (None, "auto") and edgetpus > 0)
         options: dict[str, Any] = {"num_cpus": 1, "max_retries": 0}
-        if on_tpu and ray.cluster_resources().get(EDGETPU_RESOURCE, 0) > 0:
+        # an Edge TPU run (or auto) on a cluster that declares accelerators: each task holds one
+        if backend in (None, "auto", "edgetpu") and ray.cluster_resources().get(EDGETPU_RESOURCE, 0) > 0:
             options["resources"] = {EDGETPU_RESOURCE: 1}
         task = ray.remote(_ray_bag).options(**options)
         refs = {task.remote(asdict(job)): job for job in jobs}

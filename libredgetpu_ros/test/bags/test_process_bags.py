@@ -193,3 +193,17 @@ def test_kill_9_mid_corpus_leaves_only_whole_outputs(tmp_path: Path, fixture_pat
         assert len(results) == counts[name] * 20, name
     hidden = [p.name for p in out.iterdir() if p.name.startswith(".")]
     assert all(name.startswith(".process-bags.") for name in hidden), hidden
+
+
+def test_edgetpu_backend_runs_one_local_worker(corpus, tmp_path: Path, capsys) -> None:
+    """The Edge TPU backend opens the first accelerator, which one process can own: one worker, said on
+    stderr (here, with no accelerator, the bag then fails with the device error and the run says so)."""
+    _root, inputs, cfg = corpus
+    code = cli.main(["process-bags", "--config", str(cfg), "-o", str(tmp_path / "out"), "--jobs", "2",
+                     "--backend", "edgetpu", "--json", "--no-progress", str(inputs[0]), str(inputs[1])])
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert "one local worker" in captured.err and summary["workers"] == 1
+    if code == 1:  # no accelerator here: each bag reports the device error, none is published
+        assert all(r["status"] == "error" and r["error"] for r in summary["bags"])
+        assert outputs(tmp_path / "out") == {}
