@@ -20,7 +20,8 @@
 # pictures  docs/images/ rendered again from the fixtures and bench/results/ (tools/pictures.py; a test checks
 #        that the committed pictures are current: run this after changing a drawing or a bench result).
 # tpu-mlir-check  our TpuLang exports + fixture cases through Sophgo's tpu-mlir 1.30.2 (native tpuc-opt) to
-#        bm1684x bmodels (not part of `make test`; the 311 MB wheel is unpacked into TPU_MLIR_CACHE).
+#        bm1684x bmodels (not part of `make test`; the 311 MB wheel is unpacked into TPU_MLIR_CACHE), then
+#        random families of graphs (tools/tpu_mlir_families.py), each equal to the bm1684x simulator.
 # clean  build products and caches; `make distclean` also removes .venv.
 
 SHELL := /bin/bash
@@ -171,6 +172,7 @@ pictures: setup
 TPU_MLIR_CACHE ?= $(HOME)/.cache/libredgetpu_ros/tpu_mlir-1.30.2
 tpu-mlir-check: setup
 	$(VPY) tools/tpu_mlir_check.py --cache $(TPU_MLIR_CACHE)
+	$(VPY) tools/tpu_mlir_families.py --cache $(TPU_MLIR_CACHE)
 
 clean:
 	rm -rf build install log out .pytest_cache .ruff_cache .benchmarks $(STAMPS)/interfaces $(STAMPS)/package

@@ -16,7 +16,7 @@ def _pool_geometry(node: OpNode, x: np.ndarray) -> tuple[list[int], list[int], l
         raise TpuLangError(f"{where}: input must be 4-D NCHW, got shape {list(x.shape)}")
     kernel, stride, pads = shapes.pool_window(x.shape, kernel, stride, pads)
     ceil_mode = bool(node.attrs.get("ceil_mode", False))
-    out = shapes.pool_shape(x.shape, kernel, stride, pads, ceil_mode, where)
+    out = shapes.pool_shape(x.shape, kernel, stride, pads, ceil_mode, where, node.kind)
     out_hw = (out[2], out[3])
     full = shapes.pool_pads(x.shape, kernel, stride, pads, ceil_mode)
     extra = (full[2] - pads[2], full[3] - pads[3])
@@ -56,8 +56,8 @@ def _avgpool(run: RunState, node: OpNode, args: list) -> np.ndarray:
         raise TpuLangError(f"{where_of(node)}: a per-channel quantized avgpool is not supported")
     sums = kernels.pool_taps(x.astype(np.int64), kernel, stride, pads, extra, out_hw, 0, "sum")
     if in_q is not None and out_q is not None:
-        return _chip_quantized_avgpool(node, x.shape, in_q, out_q, sums, empty, (kernel, stride, pads, extra),
-                                       mode)
+        geometry = (kernel, stride, pads, extra)
+        return _chip_quantized_avgpool(run, node, x.shape, in_q, out_q, sums, empty, geometry, mode)
     if node.attrs.get("count_include_pad") and in_q is not None and in_q.zero_points[0]:
         # Counted pad cells hold the real value 0, i.e. the zero point.
         real_cells = kernels.pool_counts(x.shape[2:], kernel, stride, pads, extra, out_hw, False)
@@ -71,8 +71,24 @@ def _avgpool(run: RunState, node: OpNode, args: list) -> np.ndarray:
     return kernels.saturate(mean, node.result.np_dtype)
 
 
-def _chip_quantized_avgpool(node: OpNode, shape: tuple, in_q, out_q, sums: np.ndarray, empty: np.ndarray,
-                            geometry: tuple, mode: str) -> np.ndarray:
+def _refuse_fused_requant_relu(run: RunState, node: OpNode) -> None:
+    """requant_int -> relu -> this padded count_include_pad=False avgpool: tpu-mlir 1.30.2's bm1684x
+    deployment gives other numbers than the same graph with the relu also an output (which equal ours),
+    i.e. its fusion of the three is wrong (random seed 6's rand_q21; conv_quant or a graph input before the
+    relu, count_include_pad, or no padding: all equal). Refused rather than run unlike the chip."""
+    relu = run.producer(node.operands[0])
+    if relu is None or relu.kind != "top.Relu" or relu.name in run.module.outputs:
+        return
+    source = run.producer(relu.operands[0])
+    if source is not None and source.kind == "top.RequantInt":
+        raise TpuLangError(f"{where_of(node)}: a padded count_include_pad=False avgpool of relu("
+                           f"{source.name!r}, a requant_int) is not supported: tpu-mlir 1.30.2 deploys that "
+                           f"chain wrong on bm1684x (make the relu a graph output too, or use "
+                           f"count_include_pad=True)")
+
+
+def _chip_quantized_avgpool(run: RunState, node: OpNode, shape: tuple, in_q, out_q, sums: np.ndarray,
+                            empty: np.ndarray, geometry: tuple, mode: str) -> np.ndarray:
     """A quantized avgpool as tpu-mlir 1.30.2 deploys it to bm1684x (measured on its simulator: 60 random
     pools, every value; see docs/sophgo.md). ``sums`` holds the pad cells as raw 0.
 
@@ -87,6 +103,7 @@ def _chip_quantized_avgpool(node: OpNode, shape: tuple, in_q, out_q, sums: np.nd
     padded = any(pads) or any(extra) or any(
         (shape[2 + i] + pads[i] + pads[i + 2] + extra[i] - kernel[i]) % stride[i] for i in (0, 1))
     if padded and not node.attrs.get("count_include_pad", False):
+        _refuse_fused_requant_relu(run, node)
         real = kernels.pool_counts(shape[2:], kernel, stride, pads, extra, sums.shape[2:], False)
         mean = kernels.round_div(sums, np.maximum(real, 1), mode)
         return kernels.saturate(np.where(empty, out_q.zero_points[0], mean), node.result.np_dtype)

@@ -78,7 +78,8 @@ def _pool(node: OpNode, operands: list[Shape]) -> tuple[Shape, int]:
     if len(x) != 4:
         raise TpuLangError(f"{where}: input must be 4-D NCHW, got shape {list(x)}")
     kernel, stride, pads = shapes.pool_window(x, kernel, stride, pads)
-    out = shapes.pool_shape(x, kernel, stride, pads, bool(node.attrs.get("ceil_mode", False)), where)
+    out = shapes.pool_shape(x, kernel, stride, pads, bool(node.attrs.get("ceil_mode", False)), where,
+                            node.kind)
     padded = x[0] * x[1] * (x[2] + pads[0] + pads[2] + stride[0]) * (x[3] + pads[1] + pads[3] + stride[1])
     return tuple(out), _WIDE * (_elements(x) + padded)
 

@@ -42,6 +42,13 @@ class RunState:
         self.module = module
         self.weights = weights
         self.types: dict[str, TensorType] = {}
+        self._producers: dict[str, OpNode] | None = None
+
+    def producer(self, name: str | None) -> OpNode | None:
+        """The op computing value ``name`` (None for the top.None operand or an unknown name)."""
+        if self._producers is None:
+            self._producers = {node.name: node for node in self.module.ops}
+        return None if name is None else self._producers.get(name)
 
     def operand_types(self, node: OpNode) -> list[TensorType | None]:
         return [None if n is None else self.types[n] for n in node.operands]

@@ -163,7 +163,7 @@ def _pool(kind: str, op: str, input: Any, kernel: Any, stride: Any, pad: Any, ce
     stride = shapes.int_list([1, 1] if stride is None else stride, 2, where, "stride", 1)
     pads = shapes.int_list([0, 0, 0, 0] if pad is None else pad, 4, where, "pad", 0)
     shape = shapes.pool_shape(x.shape, *shapes.pool_window(x.shape, kernel, stride, pads), bool(ceil_mode),
-                              where)
+                              where, kind)
     attrs = {"kernel_shape": kernel, "strides": stride, "pads": pads, "ceil_mode": bool(ceil_mode),
              "count_include_pad": bool(count_include_pad), "do_relu": False, "is_adaptive": False,
              "keepdims": True, "pad_value": I64(0), "round_mode": round_mode_convert(round_mode, where),

@@ -111,12 +111,25 @@ def pool_pads(x: Sequence[int], kernel: list[int], stride: list[int], pads: list
 
 
 def pool_shape(x: Sequence[int], kernel: list[int], stride: list[int], pads: list[int], ceil_mode: bool,
-               where: str) -> list[int]:
+               where: str, kind: str | None = None) -> list[int]:
+    """The pool's output shape; with ``kind`` (``top.MaxPool`` / ``top.AvgPool``) the pools tpu-mlir 1.30.2
+    deploys wrong to bm1684x are refused too (see below)."""
     if len(x) != 4:
         raise _fail(where, f"input must be 4-D NCHW, got shape {list(x)}")
     if pads[0] >= kernel[0] or pads[2] >= kernel[0] or pads[1] >= kernel[1] or pads[3] >= kernel[1]:
         raise _fail(where, f"pad {pads} must be smaller than the kernel {kernel}")
     full = pool_pads(x, kernel, stride, pads, ceil_mode)
+    for axis, name in ((0, "height"), (1, "width")):
+        # measured: a maxpool goes wrong with a begin pad, an avgpool with any pad
+        padded = full[axis] > 0 if kind == "top.MaxPool" else full[axis] + full[axis + 2] > 0
+        if kind and kernel[axis] == x[2 + axis] and stride[axis] > 1 and padded:
+            # tpu-mlir 1.30.2's bm1684x backend mis-computes such a pool (a window as wide as the input,
+            # stride > 1, padded): its simulator's values are neither this pool nor any padding of it, while
+            # its Top interpreter agrees with us. Refused rather than deployed wrong (docs/sophgo.md).
+            raise _fail(where, f"a kernel as large as the input's {name} ({kernel[axis]}) with stride "
+                               f"{stride[axis]} > 1 and padding {[full[axis], full[axis + 2]]} is not "
+                               f"supported: tpu-mlir 1.30.2 deploys it wrong on bm1684x (use stride 1 or no "
+                               f"padding there)")
     oh = window_out(x[2], full[0], full[2], kernel[0], stride[0], where, "height")
     ow = window_out(x[3], full[1], full[3], kernel[1], stride[1], where, "width")
     check_size([x[0], x[1], x[2] + full[0] + full[2] + stride[0], x[3] + full[1] + full[3] + stride[1]],

@@ -147,3 +147,50 @@ def test_concat_needs_one_pair_per_input_and_the_result() -> None:
             tpul.concat([a, b], scales=[0.1, 0.2], zero_points=[0, 0, 0], axis=1, dtype="int8")
     finally:
         tpul.deinit()
+
+
+@pytest.mark.parametrize("pool", ["maxpool2d", "avgpool2d"])
+def test_padded_strided_pool_as_wide_as_its_input_is_refused(pool: str) -> None:
+    """Item 6: random seeds 5 and 6's two float pools (kernel [1, 3] on a 3-wide input, stride 2, padded):
+    tpu-mlir's bm1684x backend computes neither that pool nor any padding of it (a sweep of 3x2 sizes,
+    kernels, strides and pads: every such padded, strided, input-wide kernel differs, no other), so it is
+    refused when built; stride 1 or no padding there is accepted."""
+    tpul.init("bm1684x")
+    try:
+        x = tpul.Tensor([1, 1, 6, 3], name="x")
+        with pytest.raises(TpuLangError, match="deploys it wrong on bm1684x"):
+            getattr(tpul, pool)(x, [1, 3], [2, 2], [0, 1, 0, 2], out_name="y")
+        getattr(tpul, pool)(x, [1, 3], [2, 1], [0, 1, 0, 2], out_name="stride_1")
+        getattr(tpul, pool)(x, [1, 3], [2, 2], [0, 0, 0, 0], out_name="unpadded")
+        if pool == "maxpool2d":  # only an end pad: the chip's maxpool is right there (seed 5's rand_40)
+            tpul.maxpool2d(x, [1, 3], [2, 2], [0, 0, 0, 2], out_name="end_pad")
+        else:
+            with pytest.raises(TpuLangError, match="deploys it wrong on bm1684x"):
+                tpul.avgpool2d(x, [1, 3], [2, 2], [0, 0, 0, 2], out_name="end_pad")
+    finally:
+        tpul.deinit()
+
+
+def _requant_relu_avgpool(relu_is_output: bool):
+    tpul.init("bm1684x")
+    try:
+        x = tpul.Tensor([1, 2, 5, 5], name="acc", dtype="int32")
+        rq = tpul.requant_int(x, [23121, 11889], [-8, -19], 6, 2, out_dtype="int8", out_name="rq")
+        r = tpul.relu(rq, out_name="relu")
+        y = tpul.avgpool2d(r, [2, 3], [2, 2], [0, 0, 1, 1], scale=[0.5, 0.5], zero_point=[6, 6],
+                           out_name="pool")
+        module, weights = tpul.build("rq_relu_pool", [x], [r, y] if relu_is_output else [y], quantized=True)
+    finally:
+        tpul.deinit()
+    return module, weights, {"acc": np.arange(-600, 1400, 40, dtype=np.int32).reshape(1, 2, 5, 5)}
+
+
+def test_requant_relu_padded_avgpool_is_refused_unless_the_relu_is_an_output() -> None:
+    """Item 6: random seed 6's rand_q21. tpu-mlir deploys requant_int -> relu -> a padded
+    count_include_pad=False avgpool wrong (the same graph with the relu also an output gives our numbers on
+    its simulator): refused when run, accepted with the relu as an output."""
+    module, weights, feed = _requant_relu_avgpool(False)
+    with pytest.raises(TpuLangError, match="deploys that chain wrong on bm1684x"):
+        execute(module, weights, feed)
+    module, weights, feed = _requant_relu_avgpool(True)
+    assert execute(module, weights, feed)["pool"].shape == (1, 2, 3, 2)

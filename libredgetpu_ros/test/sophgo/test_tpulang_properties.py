@@ -11,12 +11,13 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from libredgetpu_ros.sophgo.emitter import emit_mlir
 from libredgetpu_ros.sophgo.executor import execute
 from libredgetpu_ros.sophgo.kernels import round_div
 from libredgetpu_ros.sophgo.parser import parse_mlir
+from libredgetpu_ros.sophgo.shapes import pool_pads
 
 from libredgetpu_ros import sophgo as tpul
 
@@ -155,6 +156,10 @@ def pool_cases(draw):
     h = draw(st.integers(max(1, kernel[0] - pads[0] - pads[2]), 11))
     w = draw(st.integers(max(1, kernel[1] - pads[1] - pads[3]), 11))
     ceil_mode = draw(st.booleans())  # windows wholly in tpu-mlir's ceil padding included
+    # a padded, strided kernel as large as the input is refused (tpu-mlir deploys it wrong; test_tpulang_chip)
+    full = pool_pads([1, 1, h, w], kernel, stride, pads, ceil_mode)
+    assume(not any(kernel[a] == (h, w)[a] and stride[a] > 1 and full[a] + full[a + 2] for a in (0, 1)))
+    # (a maxpool with only an end pad there is accepted; the avgpool cases share this strategy)
     return draw(st.integers(1, 2)), draw(st.integers(1, 3)), h, w, kernel, stride, pads, ceil_mode, \
         draw(st.booleans()), draw(st.integers(0, 2**31 - 1))
 
