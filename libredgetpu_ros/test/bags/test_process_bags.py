@@ -207,3 +207,36 @@ def test_edgetpu_backend_runs_one_local_worker(corpus, tmp_path: Path, capsys) -
     if code == 1:  # no accelerator here: each bag reports the device error, none is published
         assert all(r["status"] == "error" and r["error"] for r in summary["bags"])
         assert outputs(tmp_path / "out") == {}
+
+
+def test_sigterm_mid_corpus_exits_130_with_whole_outputs_and_a_summary(tmp_path: Path, fixture_path,
+                                                                        ros_env) -> None:
+    """SIGTERM (as Ctrl-C) while the workers are inside bags: exit 130, the finished outputs whole and
+    listed in summary.json (``interrupted``), the bags in progress removed, no staging folder left."""
+    inputs = make_corpus(tmp_path / "in", fixture_path, frames_scale=20)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "libredgetpu_ros.cli.main", "process-bags", "--config",
+                             str(config(tmp_path, fixture_path)), "-o", str(out), "--jobs", "2",
+                             "--no-progress", *map(str, inputs)],
+                            env=ros_env.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (out.is_dir() and any(
+                not p.name.startswith(".") for p in out.iterdir())):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 130, proc.stderr.read().decode()[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["totals"]["not_started"] > 0
+    published = outputs(out)
+    # a worker killed between publishing and reporting leaves a whole output without its record
+    assert {r["bag"] for r in summary["bags"] if r["status"] == "done"} <= set(published)
+    counts = {"a": 2, "b": 2, "r1/c": 3, "r2/c": 4, "r2/d": 2, "e": 4}
+    for name, bag in published.items():
+        assert len(bag_messages(bag)) == counts[name] * 20, name
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
