@@ -3,6 +3,11 @@
 ``run(inputs, parameters)`` takes a ``reparam.ParameterSet``: its PARAMETER_CACHING blob is uploaded under
 the set's key (once per version; ``prepare`` does it when the set is published) and its EXECUTION_ONLY /
 STAND_ALONE blob is streamed with the instructions in place of the compiled one.
+
+The accelerator is shared: a backend that opens a device by selector (or transport) runs through the
+process's ``edgetpu.broker`` for that device (one open per physical accelerator per process, requests of
+every backend scheduled fairly, newest per stream), so a second camera node in the process shares the device
+instead of failing to open it (and ``auto`` never falls back to the CPU for that reason).
 """
 
 from __future__ import annotations
@@ -29,6 +34,13 @@ def edgetpu_available() -> bool:
         return False
 
 
+def _bus_path(selector: Any) -> str:
+    """The bus path of the accelerator ``selector`` (index, bus path or None: the first) names."""
+    from libredgetpu_ros.edgetpu.device import _select, list_devices
+
+    return _select([(info, None) for info in list_devices()], selector)[0].bus_path
+
+
 def _match_layers(layers: Sequence[Any], specs: Sequence[TensorSpec], what: str, where: str) -> list[Any]:
     """Executable layers in the order of the TFLite op's tensors: by name, else by position."""
     by_name = {layer.name: layer for layer in layers}
@@ -49,18 +61,28 @@ class EdgeTpuBackend:
     choice = ""  # why open_backend picked it (backends/__init__)
     fallback = ""
 
-    def __init__(self, device: Any = None, firmware: Path | None = None, transport=None) -> None:
-        """``device``: index, bus path or None (first found) to open; or an open ``EdgeTpuDevice`` to share.
+    def __init__(self, device: Any = None, firmware: Path | None = None, transport=None,
+                 transport_factory=None, stream: str = "", rate_hz: float = 0.0) -> None:
+        """``device``: index, bus path or None (first found), opened through the process's broker of that
+        accelerator (shared with every other backend on it); a ``DeviceBroker`` to share; or an open
+        ``EdgeTpuDevice`` to borrow directly (not closed by this backend).
 
-        A shared device is not closed by this backend: the segments of a pipelined model (SSD's two parts) run
-        on one accelerator, which a second ``open`` would refuse (one owner per device).
+        ``transport`` / ``transport_factory`` replace USB discovery (tests, the simulated accelerator); a
+        factory lets the broker reopen after a fault. ``stream`` names this backend's requests on the broker
+        (default: the model file), ``rate_hz`` its share of the device (0: equal shares).
         """
+        from libredgetpu_ros.edgetpu.broker import DeviceBroker
         from libredgetpu_ros.edgetpu.device import EdgeTpuDevice
 
         self._owns_device = not isinstance(device, EdgeTpuDevice)
-        self._selector = device if self._owns_device else None
+        self._broker: Any = device if isinstance(device, DeviceBroker) else None
+        self._selector = device if self._owns_device and self._broker is None else None
         self._firmware = firmware
-        self._transport = transport
+        if transport_factory is None and transport is not None:
+            transport_factory = lambda: transport  # noqa: E731 (a reopen after a fault gets the same one)
+        self._transport_factory = transport_factory
+        self._stream_name, self._rate_hz = stream, rate_hz
+        self._stream: Any = None
         self._device: Any = None if self._owns_device else device
         self._package: Any = None
         self.boundary: BoundaryInfo | None = None
@@ -72,7 +94,6 @@ class EdgeTpuBackend:
         self._versioned: tuple[Any, Any] | None = None  # (ParameterSet.key, package with its eo/sa blobs)
 
     def load(self, model_path: Path, cpu_model_path: Path | None = None) -> None:
-        from libredgetpu_ros.edgetpu.device import EdgeTpuDevice
         from libredgetpu_ros.formats import load_model
 
         model_path = Path(model_path)
@@ -89,14 +110,42 @@ class EdgeTpuBackend:
                     f"{model_path}: input {spec.name!r} has {nbytes} bytes but its layer "
                     f"{layer.name!r} takes {layer.size_bytes}"
                 )
-        if self._device is None:
-            factory = (lambda: self._transport) if self._transport is not None else None
-            self._device = EdgeTpuDevice.open(self._selector, self._firmware, transport_factory=factory)
+        if self._device is None and self._stream is None:
+            self._open_shared(model_path)
         # only replace the loaded model once everything above succeeded
         self._package, self.boundary = package, boundary
         self._in_layers, self._out_layers = in_layers, out_layers
         self._model_path, self._cpu_model_path = model_path, cpu_model_path
         self._versioned = None
+
+    def _open_shared(self, model_path: Path) -> None:
+        """Join (or open) the process's broker of the selected accelerator and make this backend's stream."""
+        from libredgetpu_ros.edgetpu import broker as brokers
+        from libredgetpu_ros.edgetpu.device import EdgeTpuDevice
+
+        factory, selector, firmware = self._transport_factory, self._selector, self._firmware
+        if self._broker is not None:
+            broker = self._broker.retain()
+        elif factory is not None:
+            transport = factory()
+            first = [transport]  # the first open uses the transport made here, a reopen a fresh one
+
+            def opener() -> Any:
+                made = first.pop() if first else factory()
+                return EdgeTpuDevice.open(transport_factory=lambda: made)
+
+            broker = brokers.shared(transport.bus_path, opener)
+        else:
+            bus_path = _bus_path(selector)
+            broker = brokers.shared(bus_path, lambda: EdgeTpuDevice.open(bus_path, firmware))
+        self._broker = broker
+        self._stream = broker.stream(self._stream_name or model_path.name, self._rate_hz)
+
+    def _call(self, fn: Any, model: Any = None) -> Any:
+        """``fn(device)`` on the shared device (through the broker) or on the borrowed one."""
+        if self._stream is not None:
+            return self._stream.run(fn, model)
+        return fn(self._device)
 
     def _package_for(self, parameters: Any) -> Any:
         """The loaded package with the set's EXECUTION_ONLY / STAND_ALONE parameters in place of its own."""
@@ -119,12 +168,13 @@ class EdgeTpuBackend:
 
     def prepare(self, parameters: Any) -> None:
         """Upload a ``reparam.ParameterSet``'s PARAMETER_CACHING blob before it is published."""
-        if self._device is None or self._package is None:
+        if self._package is None:
             raise BackendError("EdgeTpuBackend.prepare called before load()")
         caching = self._package.parameter_caching
         blob = parameters.blob("pc")
         if caching is not None and blob is not None and parameters.version != 0:
-            self._device.load_parameters(caching, memoryview(blob), cache_key=parameters.key)
+            self._call(lambda dev: dev.load_parameters(caching, memoryview(blob), cache_key=parameters.key),
+                       self._model_path)
 
     def _device_inputs(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         assert self.boundary is not None
@@ -140,16 +190,20 @@ class EdgeTpuBackend:
         """One inference; ``parameters`` (a ``reparam.ParameterSet``) selects the blobs to run with."""
         from libredgetpu_ros.formats.layout import fix_int8_sign, relayout_output
 
-        if self._device is None or self.boundary is None:
+        if self._package is None or self.boundary is None:
             raise BackendError("EdgeTpuBackend.run called before load()")
         start = time.perf_counter()
+        arrays = self._device_inputs(inputs)  # bad input is refused here, before it reaches the device
         if parameters is None or parameters.version == 0:
-            raw = self._device.run(self._package, self._device_inputs(inputs))
+            package = self._package
+            raw = self._call(lambda dev: dev.run(package, arrays), self._model_path)
         else:
             blob = parameters.blob("pc")
-            raw = self._device.run(self._package_for(parameters), self._device_inputs(inputs),
-                                   parameters=None if blob is None else memoryview(blob),
-                                   cache_key=None if blob is None else parameters.key)
+            package = self._package_for(parameters)
+            raw = self._call(lambda dev: dev.run(package, arrays,
+                                                 parameters=None if blob is None else memoryview(blob),
+                                                 cache_key=None if blob is None else parameters.key),
+                             self._model_path)
         self.last_latency_ms = (time.perf_counter() - start) * 1e3
         runnable = self._package.runnable
         by_name = {layer.name: i for i, layer in enumerate(runnable.output_layers)}
@@ -162,11 +216,21 @@ class EdgeTpuBackend:
 
     @property
     def device(self) -> Any:
-        """The open ``EdgeTpuDevice`` (None before ``load``), to share with further segments."""
-        return self._device
+        """What further segments share (None before ``load``): the ``DeviceBroker``, or the borrowed
+        ``EdgeTpuDevice``."""
+        return self._broker if self._stream is not None else self._device
+
+    def shared_status(self) -> dict[str, Any]:
+        """This backend's stream on the shared device (served, superseded, p50/p99, faults) and the
+        device's users, faults and reopens; empty for a borrowed device."""
+        if self._stream is None:
+            return {}
+        broker = self._broker
+        return {**self._stream.stats(), "device_users": broker._refs, "device_faults": broker.faults,
+                "device_reopens": broker.reopens, "device_broken": broker.broken}
 
     def describe(self) -> dict[str, Any]:
-        device = self._device
+        device = self._device if self._stream is None else self._broker.device
         return {
             "backend": self.name,
             "choice": self.choice,
@@ -180,6 +244,11 @@ class EdgeTpuBackend:
         }
 
     def close(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.close()
+            broker, self._broker = self._broker, None
+            broker.release()
         device, self._device = self._device, None
         if device is not None and self._owns_device:
             device.close()

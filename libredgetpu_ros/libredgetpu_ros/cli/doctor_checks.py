@@ -25,6 +25,7 @@ from libredgetpu_ros.cli import doctor_ros
 from libredgetpu_ros.cli.doctor_ros import FAIL, OK, WARN
 from libredgetpu_ros.edgetpu import registers as r
 from libredgetpu_ros.edgetpu.firmware import FIRMWARE_NAME, SOURCE_HINT, firmware_candidates
+from libredgetpu_ros.edgetpu.locks import holders as lock_holders
 from libredgetpu_ros.edgetpu.transport import UDEV_INSTALL_HINT, UDEV_RULE_FILE
 
 _RANK = {OK: 0, WARN: 1, FAIL: 2}
@@ -77,6 +78,8 @@ class Machine:
     # environ -> (exit code, what rcl said) of loading librcl as `import rclpy` does (doctor_ros.probe_rmw)
     probe_rmw: Callable[[Mapping[str, str]], tuple[int, str]] = doctor_ros.probe_rmw
     port_range_file: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    # device lock name (the bus path) -> "pid N (name)" of the process holding it (edgetpu/locks.py)
+    device_holders: Callable[[], dict[str, str]] = lock_holders
 
 
 def _read(path: Path) -> str | None:
@@ -115,6 +118,19 @@ def check_python(m: Machine) -> Check:
         return Check("python", OK, f"Python {version}")
     return Check("python", FAIL, f"Python {version}; the package needs 3.11 or newer",
                  "install python3.11 (Debian 12: apt-get install python3.11 python3.11-venv)")
+
+
+def check_holders(m: Machine, devices: list[UsbDevice]) -> Check:
+    """Which process holds each attached accelerator: only it can use the device (its nodes share it)."""
+    if not devices:
+        return Check("device holder", OK, "not checked: no accelerator attached")
+    held = m.device_holders()
+    busy = [f"{d.sysfs_name} held by {held[d.sysfs_name]}" for d in devices if d.sysfs_name in held]
+    if not busy:
+        return Check("device holder", OK, "no process holds an accelerator")
+    return Check("device holder", OK, "; ".join(busy),
+                 "a node in another process cannot open a held accelerator: run the camera nodes in the "
+                 "holder's process (bringup / cameras.launch.py share one device), or stop the holder")
 
 
 def check_libusb(m: Machine) -> Check:
@@ -338,7 +354,8 @@ def run_checks(m: Machine | None = None, *, frame_sizes: Sequence[tuple[int, int
     devices = find_accelerators(m)
     return [
         check_python(m), check_libusb(m), check_accelerator(devices, require_accelerator),
-        check_link_speed(devices), check_permissions(m, devices), check_udev(m), check_firmware(m, devices),
+        check_link_speed(devices), check_permissions(m, devices), check_holders(m, devices), check_udev(m),
+        check_firmware(m, devices),
         check_models(m), check_templates(m), check_ros(m), check_domain(m), check_discovery(m),
         check_transport(m, frame_sizes),
     ]

@@ -3,17 +3,21 @@
 ``SimulatedAccelerator`` answers like an application-mode accelerator: a register file whose power-state
 field follows the force-sleep requests, output bytes served from a queue in configurable (odd) chunk sizes,
 and an end-of-executable event on 0x82. ``SimulatedBootloader`` answers DFU requests and keeps the image.
+``Timed`` puts a timing model in front of a responder: bulk bytes cost time at the link's rate, each
+executable's end-of-run event costs its compute time (the caller sleeps, as it waits on a real device).
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from itertools import cycle
 
 from libredgetpu_ros.edgetpu import registers as r
 from libredgetpu_ros.edgetpu.registers import Reg
-from libredgetpu_ros.edgetpu.transport import Call
+from libredgetpu_ros.edgetpu.transport import Call, RecordingTransport
 
 # Register contents at power-up chosen so that libedgetpu's read-modify-write steps produce exactly the values
 # geohot/edgetpuxray saw on a real device (scu_ctrl_0 0x000F0059, scu_ctrl_3 0x5085025C, scu_ctrl_2
@@ -91,3 +95,58 @@ class SimulatedBootloader:
         if call.kind == "reset":
             self.reset_called = True
         return None
+
+
+@dataclass(frozen=True)
+class TimingModel:
+    """How long a simulated transfer takes: ``bytes_per_s`` on bulk endpoints (USB 3 moves ~300 MB/s of
+    payload in practice), ``per_call_s`` for any transfer, ``run_s`` of device compute per executable
+    (charged when the host reads the end-of-executable event)."""
+
+    bytes_per_s: float = 300e6
+    per_call_s: float = 20e-6
+    run_s: float = 0.005
+
+    def cost(self, call: Call) -> float:
+        seconds = self.per_call_s
+        if call.kind in ("bulk_write", "bulk_read") and call.endpoint != r.EP_EVENT_IN:
+            seconds += call.length / self.bytes_per_s
+        if call.kind == "bulk_read" and call.endpoint == r.EP_EVENT_IN:
+            seconds += self.run_s
+        return seconds
+
+
+class Timed:
+    """A responder that takes the time ``model`` gives each call before answering like ``inner``."""
+
+    def __init__(self, inner: Callable[[Call], bytes | None], model: TimingModel | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.inner, self.model, self._sleep = inner, model or TimingModel(), sleep
+        self.busy_s = 0.0  # simulated device time so far
+        self._owed = 0.0  # slept in >= 1 ms steps: the OS's sleep granularity would swamp tiny calls
+
+    def __call__(self, call: Call) -> bytes | None:
+        seconds = self.model.cost(call)
+        self.busy_s += seconds
+        self._owed += seconds
+        if self._owed >= 1e-3 or call.endpoint == r.EP_EVENT_IN:
+            owed, self._owed = self._owed, 0.0
+            self._sleep(owed)
+        return self.inner(call)
+
+
+class ZerosAccelerator(SimulatedAccelerator):
+    """An application-mode responder whose output reads are zeros of the asked length (any model runs)."""
+
+    def __call__(self, call: Call) -> bytes | None:
+        if call.kind == "bulk_read" and call.endpoint == r.EP_BULK_IN_OUTPUT:
+            return bytes(call.length)
+        return super().__call__(call)
+
+
+def simulated_transport(bus_path: str = "simulated", timing: TimingModel | None = None) -> RecordingTransport:
+    """A recording transport over a :class:`ZerosAccelerator`, timed by ``timing`` (None: instant)."""
+    responder: Callable[[Call], bytes | None] = ZerosAccelerator()
+    if timing is not None:
+        responder = Timed(responder, timing)
+    return RecordingTransport(responder, bus_path=bus_path, keep_payloads=False)

@@ -204,8 +204,11 @@ class Bringup:
         """Create every node and drive it to active; ConfigError (and everything torn down) on a failure."""
         from rclpy.lifecycle import TransitionCallbackReturn
 
+        from libredgetpu_ros.edgetpu.locks import set_holder_name
         from libredgetpu_ros.ros.spinning import MainMultiThreadedExecutor
 
+        # what another process's open of a device these nodes share names as its holder (edgetpu/locks.py)
+        set_holder_name("bringup: " + ", ".join(f"{s.namespace.rstrip('/')}/{s.name}" for s in self.specs))
         self.executor = MainMultiThreadedExecutor(context=self.context)
         try:
             for spec in self.specs:

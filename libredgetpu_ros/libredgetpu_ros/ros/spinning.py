@@ -202,6 +202,9 @@ def spin_with_companions(node: Any, stop: SignalStop | None = None) -> None:
     threads until ``stop`` is requested (or, without one, the context shuts down); then, in this order,
     ``stop`` is disconnected, the companion executors shut down and their threads joined, the main executor
     shut down: nothing spins when this returns (an exception of the node's own reaches the caller)."""
+    from libredgetpu_ros.edgetpu.locks import set_holder_name
+
+    set_holder_name(node.get_fully_qualified_name())  # named by another process's refused open
     executor = MainExecutor(context=node.context)
     executor.add_node(node)
     companions = CompanionSpinners(node)

@@ -85,6 +85,7 @@ def test_ready_machine_is_all_ok(machine: d.Machine, tmp_path: Path) -> None:
     named = by_name(checks)
     assert "2-1 18d1:9302 (running)" in named["accelerator"].detail
     assert "/dev/bus/usb/002/007" in named["device access"].detail
+    assert named["device holder"].detail == "no process holds an accelerator"
     assert "kilted" in named["ros"].detail
 
 
@@ -97,6 +98,23 @@ def test_bootloader_device_on_usb2_without_access_or_firmware(machine: d.Machine
     assert "udev" in checks["device access"].fix
     # A bootloader-mode device cannot start without firmware: FAIL, not WARN.
     assert checks["firmware"].status == d.FAIL and "bootloader" in checks["firmware"].detail
+
+
+def test_the_holder_of_an_attached_accelerator_is_shown(machine: d.Machine, tmp_path: Path) -> None:
+    """Read from the lock file a real holder wrote (another process's open names it the same way)."""
+    from libredgetpu_ros.edgetpu.locks import DeviceLock, holders, set_holder_name
+
+    usb_device(machine.sysfs_usb, "2-1.4", "18d1", "9302")
+    machine.device_holders = holders
+    set_holder_name("cameras (bringup)")
+    lock = DeviceLock("2-1.4").acquire()
+    try:
+        check = by_name(d.run_checks(machine))["device holder"]
+    finally:
+        lock.release()
+        set_holder_name("")
+    assert check.detail == f"2-1.4 held by pid {os.getpid()} (cameras (bringup))" and "bringup" in check.fix
+    assert by_name(d.run_checks(machine))["device holder"].detail == "no process holds an accelerator"
 
 
 def test_require_accelerator_turns_absence_into_fail(machine: d.Machine) -> None:
@@ -162,8 +180,9 @@ def test_cli_for_real_on_this_machine() -> None:
                            "--frame", "640x480"], capture_output=True, text=True, env=env, timeout=60)
     report = json.loads(done.stdout)
     names = [c["name"] for c in report["checks"]]
-    assert names == ["python", "libusb", "accelerator", "usb link", "device access", "udev rule", "firmware",
-                     "models", "templates", "ros", "domain id", "discovery", "dds transport"]
+    assert names == ["python", "libusb", "accelerator", "usb link", "device access", "device holder",
+                     "udev rule", "firmware", "models", "templates", "ros", "domain id", "discovery",
+                     "dds transport"]
     accelerator = report["checks"][2]
     assert accelerator["status"] in (d.OK, d.WARN) and accelerator["fix"]
     assert done.returncode == (1 if report["status"] == d.FAIL else 0)

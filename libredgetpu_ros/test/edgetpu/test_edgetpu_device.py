@@ -191,7 +191,7 @@ def test_backend_returns_relayouted_outputs_by_tensor_name(fixture_path) -> None
 
 
 def test_segments_share_one_device(fixture_path) -> None:
-    """SSD's two compiled segments run on one accelerator: the second backend borrows the first's device."""
+    """SSD's two compiled segments run on one accelerator: the second backend shares the first's broker."""
     from libredgetpu_ros.backends.edgetpu import EdgeTpuBackend
 
     seg0 = fixture_path("ssd/ssd_mobilenet_v2_coco_quant_postprocess_segment_0_of_2_edgetpu.tflite")
@@ -218,5 +218,5 @@ def test_segments_share_one_device(fixture_path) -> None:
         assert set(out1) == {model1.tensors[i].name for i in model1.edgetpu_ops()[0].outputs}
     finally:
         second.close()
-        assert first.device is not None and first.device.is_open  # the borrower leaves it open
+        assert first.device is not None and first.device.device.is_open  # the sharer leaves it open
         first.close()

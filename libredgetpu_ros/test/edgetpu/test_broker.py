@@ -1,0 +1,255 @@
+"""The shared device: one broker per accelerator per process; fairness, newest frame per stream, model
+switches and parameter caching, a fault reported to every user with one reopen, ``auto`` sharing instead of
+falling back, and a second process refused naming the holder. The device is the real driver over the recording
+transport with a scripted accelerator behind it (``edgetpu/simulated.py``). No timing asserts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+from contextlib import closing, suppress
+
+import numpy as np
+import pytest
+from libredgetpu_ros.edgetpu import broker as brokers
+from libredgetpu_ros.edgetpu.device import EdgeTpuDevice
+from libredgetpu_ros.edgetpu.locks import DeviceLock, holders
+from libredgetpu_ros.edgetpu.simulated import simulated_transport
+from libredgetpu_ros.errors import DeviceError, DeviceLostError
+from libredgetpu_ros.formats import load_model
+
+MNV1 = "classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite"
+SEG0 = "ssd/ssd_mobilenet_v2_coco_quant_postprocess_segment_0_of_2_edgetpu.tflite"
+SEG1 = "ssd/ssd_mobilenet_v2_coco_quant_postprocess_segment_1_of_2_edgetpu.tflite"
+DENSE = "matmul/dense_256_edgetpu.tflite"
+
+
+class Gate:
+    """A job that holds the worker until released, so that the next requests queue up deterministically."""
+
+    def __init__(self) -> None:
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def __call__(self, device):
+        self.entered.set()
+        assert self.release.wait(10)
+        return "gate"
+
+
+def _broker(key: str, opened: list | None = None) -> brokers.DeviceBroker:
+    def opener():
+        device = EdgeTpuDevice.open(transport_factory=lambda: simulated_transport(key))
+        if opened is not None:
+            opened.append(device)
+        return device
+
+    return brokers.shared(key, opener)
+
+
+def _saturate(broker, streams, rounds: int) -> list[str]:
+    """Every stream has a request waiting whenever the worker picks: the order it served them in."""
+    order: list[str] = []
+    gate = Gate()
+    blocker = broker.stream("blocker")
+    blocker.submit(gate)
+    assert gate.entered.wait(10)
+    requests = []
+    for _ in range(rounds):
+        pending = []
+        for s in streams:
+            pending.append(s.submit(lambda dev, name=s.name: order.append(name)))
+        requests.extend(pending)
+        if _ == 0:
+            gate.release.set()
+        for r in pending:
+            with suppress(brokers.Superseded):
+                r.wait(10)
+    blocker.close()
+    return order
+
+
+def test_round_robin_and_rate_weights_share_the_device() -> None:
+    broker = _broker("broker-fair")
+    try:
+        a, b, c = (broker.stream(n) for n in "abc")
+        order = _saturate(broker, [a, b, c], 30)
+        counts = {n: order.count(n) for n in "abc"}
+        assert max(counts.values()) / min(counts.values()) <= 1.2, counts
+        assert order[:3] == ["a", "b", "c"]  # one each before anyone gets a second turn
+        for s in (a, b, c):
+            s.close()
+        # weighted by rate: a 30 Hz stream gets two turns for a 15 Hz one's one when both always wait
+        fast, slow = broker.stream("fast", rate_hz=30.0), broker.stream("slow", rate_hz=15.0)
+        gate = Gate()
+        blocker = broker.stream("blocker")
+        blocker.submit(gate)
+        assert gate.entered.wait(10)
+        order = []
+        done = threading.Event()
+
+        def keep(stream, n):  # each served request resubmits itself: the stream always has one waiting
+            def job(dev):
+                order.append(stream.name)
+                if len(order) >= n:
+                    done.set()
+                elif not done.is_set():
+                    stream.submit(job)
+            return job
+
+        fast.submit(keep(fast, 60))
+        slow.submit(keep(slow, 60))
+        gate.release.set()
+        assert done.wait(10)
+        assert order.count("fast") / order.count("slow") == pytest.approx(2.0, abs=0.15)
+    finally:
+        broker.release()
+
+
+def test_newest_request_per_stream_supersedes_the_waiting_one() -> None:
+    broker = _broker("broker-newest")
+    try:
+        s = broker.stream("camera")
+        gate = Gate()
+        first = s.submit(gate)
+        assert gate.entered.wait(10)
+        older = s.submit(lambda dev: "old")
+        newer = s.submit(lambda dev: "new")
+        with pytest.raises(brokers.Superseded):
+            older.wait(10)
+        gate.release.set()
+        assert first.wait(10) == "gate" and newer.wait(10) == "new"
+        assert s.stats()["superseded"] == 1 and s.stats()["served"] == 2
+    finally:
+        broker.release()
+
+
+def test_a_stopped_stream_does_not_stall_the_others() -> None:
+    broker = _broker("broker-stop")
+    try:
+        quiet, busy = broker.stream("quiet"), broker.stream("busy")
+        quiet.run(lambda dev: None)
+        for _ in range(20):  # the quiet stream never submits again
+            busy.run(lambda dev: None, timeout=10)
+        assert busy.served == 20 and quiet.served == 1
+    finally:
+        broker.release()
+
+
+def test_fault_reaches_every_stream_and_the_device_is_reopened_once() -> None:
+    opened: list = []
+    broker = _broker("broker-fault", opened)
+    heard: dict[str, list] = {"a": [], "b": [], "c": []}
+    try:
+        streams = {n: broker.stream(n, on_fault=lambda what, ok, n=n: heard[n].append(ok)) for n in heard}
+        calls = []
+
+        def flaky(dev):
+            calls.append(dev)
+            if len(calls) == 1:
+                raise DeviceLostError("unplugged mid-transfer")
+            return "ok"
+
+        assert streams["a"].run(flaky, timeout=10) == "ok"  # retried once on the reopened device
+        assert heard == {"a": [True], "b": [True], "c": [True]}
+        assert len(opened) == 2 and calls[1] is opened[1] and broker.reopens == 1
+        assert streams["b"].run(lambda dev: dev is opened[1], timeout=10)
+
+        # reopening fails: every user hears it and every request fails, none hangs
+        broker._opener = lambda: (_ for _ in ()).throw(DeviceError("gone"))
+        with pytest.raises(DeviceLostError, match="reopening failed: gone"):
+            streams["a"].run(lambda dev: (_ for _ in ()).throw(DeviceLostError("again")), timeout=10)
+        assert heard["b"] == [True, False] and heard["c"] == [True, False]
+        with pytest.raises(DeviceLostError):
+            streams["c"].run(lambda dev: None, timeout=10)
+        assert broker.reopens == 1 and broker.faults == 2
+    finally:
+        broker.release()
+
+
+def test_model_switches_count_uploads_by_caching_token(fixture_path) -> None:
+    """SSD's two segments are compiled together (one caching token): switching between them uploads nothing;
+    switching to a model of another token uploads its parameters, each time."""
+    from libredgetpu_ros.backends.edgetpu import EdgeTpuBackend
+
+    backends = {}
+    try:
+        for name, rel in (("seg0", SEG0), ("seg1", SEG1), ("dense", DENSE)):
+            backend = EdgeTpuBackend(transport_factory=lambda: simulated_transport("broker-switch"),
+                                     stream=name)
+            backend.load(fixture_path(rel))
+            backends[name] = backend
+        broker = backends["seg0"].device
+        assert all(b.device is broker for b in backends.values()) and broker._refs == 3
+
+        def run(name):
+            model = load_model(fixture_path({"seg0": SEG0, "seg1": SEG1, "dense": DENSE}[name]))
+            op = model.edgetpu_ops()[0]
+            tensors = [model.tensors[i] for i in op.inputs]
+            backends[name].run([np.zeros(t.shape, t.dtype) for t in tensors])
+
+        for name in ("seg0", "seg1", "seg0", "seg1", "dense", "seg0", "dense"):
+            run(name)
+        name = {str(fixture_path(rel)): key for key, rel in (("seg0", SEG0), ("seg1", SEG1),
+                                                             ("dense", DENSE))}
+        pairs = {(name[s["from"]], name[s["to"]]): (s["count"], s["uploads"])
+                 for s in broker.stats()["switches"]}
+        # first runs are loads, not switches; same token: no upload; another token: an upload every time
+        assert pairs == {("seg1", "seg0"): (1, 0), ("seg0", "seg1"): (1, 0), ("dense", "seg0"): (1, 1),
+                         ("seg0", "dense"): (1, 1)}
+    finally:
+        for backend in backends.values():
+            backend.close()
+    assert "broker-switch" not in brokers.brokers()  # the last user closed it
+
+
+def test_auto_shares_the_busy_device_instead_of_falling_back(fixture_path, monkeypatch) -> None:
+    """Four camera backends with ``backend: auto`` in one process: all on the one accelerator."""
+    from libredgetpu_ros.backends import edgetpu as edgetpu_backend
+    from libredgetpu_ros.backends import open_backend
+
+    monkeypatch.setattr(edgetpu_backend, "edgetpu_available", lambda: True)
+    monkeypatch.setattr(edgetpu_backend, "_bus_path", lambda selector: "broker-auto")
+    monkeypatch.setattr(EdgeTpuDevice, "open", classmethod(
+        lambda cls, selector=None, firmware=None, transport_factory=None, performance="high":
+        cls._start(simulated_transport("broker-auto"), DeviceLock("broker-auto").acquire(), performance)))
+    opened = [open_backend("auto", fixture_path(MNV1)) for _ in range(4)]
+    try:
+        assert [b.name for b in opened] == ["edgetpu"] * 4
+        assert not any(b.fallback for b in opened)
+        assert len({id(b.device) for b in opened}) == 1 and opened[0].device._refs == 4
+        image = np.zeros((128, 128, 3), np.uint8)
+        for b in opened:
+            assert b.run([image])
+        assert [b.shared_status()["served"] for b in opened] == [1, 1, 1, 1]
+    finally:
+        for b in opened:
+            b.close()
+
+
+def test_a_second_process_is_refused_naming_the_holder(tmp_path) -> None:
+    holder = textwrap.dedent("""
+        import sys
+        from libredgetpu_ros.edgetpu.locks import DeviceLock, set_holder_name
+        set_holder_name("front_camera (bringup)")
+        lock = DeviceLock("broker-xproc").acquire()
+        print("held", flush=True)
+        sys.stdin.read()
+        lock.release()
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", holder], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        with pytest.raises(DeviceError) as caught:
+            EdgeTpuDevice.open(transport_factory=lambda: simulated_transport("broker-xproc"))
+        message = str(caught.value)
+        assert f"pid {proc.pid} (front_camera (bringup))" in message and "another process" in message
+        assert holders()["broker-xproc"] == f"pid {proc.pid} (front_camera (bringup))"
+    finally:
+        proc.stdin.close()
+        proc.wait(10)
+    assert "broker-xproc" not in holders()
+    with closing(EdgeTpuDevice.open(transport_factory=lambda: simulated_transport("broker-xproc"))):
+        pass
