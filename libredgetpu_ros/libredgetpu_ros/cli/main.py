@@ -22,6 +22,7 @@ import sys
 
 from libredgetpu_ros import __version__
 from libredgetpu_ros.errors import LibrEdgeTpuError
+from libredgetpu_ros.threads import limit_library_threads
 
 # (subcommand, module) in the order --help lists them.
 SUBCOMMANDS: list[tuple[str, str]] = [
@@ -111,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
+        # BLAS / OpenMP / OpenCV pools (threads.py: $LIBREDGETPU_ROS_LIBRARY_THREADS, default 1) before a
+        # command loads them; commands that open a pipeline apply its own setting too.
+        limit_library_threads()
         return int(args.func(args) or 0)
     except LibrEdgeTpuError as exc:
         print(f"error: {exc}", file=sys.stderr)

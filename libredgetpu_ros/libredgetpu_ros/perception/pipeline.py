@@ -22,6 +22,7 @@ from libredgetpu_ros.perception.images import check_rgb
 from libredgetpu_ros.perception.preprocess import InputTransform
 from libredgetpu_ros.perception.results import PerceptionResult
 from libredgetpu_ros.perception.tasks import HeadOptions, check_task, detect_task, make_head
+from libredgetpu_ros.threads import limit_library_threads
 
 _log = logging.getLogger(__name__)
 
@@ -31,7 +32,9 @@ class PipelineConfig:
     """What to run. ``model`` is one compiled file, or the segments of a pipelined model in order (a list
     or a comma-separated string). ``cpu_model`` is the CPU twin of a single-file model (default: the
     compiled name without ``_edgetpu``). ``None`` options keep the model's defaults; ``cpu_threads`` is
-    LiteRT's thread count on the cpu backend (None: LiteRT's default)."""
+    LiteRT's thread count on the cpu backend (None: LiteRT's default); ``library_threads`` the BLAS / OpenMP /
+    OpenCV pools the CPU tails run on (``threads.limit_library_threads``: None its default, 0 the libraries'
+    own), set process-wide when the pipeline opens."""
 
     model: str | Path | Sequence[str | Path]
     cpu_model: str | Path | None = None
@@ -43,6 +46,7 @@ class PipelineConfig:
     max_results: int | None = None
     top_k: int = 5
     cpu_threads: int | None = None
+    library_threads: int | None = None
 
     def model_paths(self) -> list[Path]:
         if isinstance(self.model, str | Path):
@@ -131,6 +135,8 @@ class PerceptionPipeline:
             if cfg.backend == "auto" and not edgetpu_attached():
                 raise DeviceNotFoundError(f"{no_twin} and no Edge TPU accelerator is attached (checked USB "
                                           "18d1:9302 and 1a6e:089a; see `libredgetpu-ros devices`)")
+        pools = limit_library_threads(cfg.library_threads)
+        log.debug("pipeline: library thread pools %s", pools or "left at the libraries' defaults")
         segments: list[_Segment] = []
         try:
             for path, model, boundary in zip(paths, models, boundaries, strict=True):

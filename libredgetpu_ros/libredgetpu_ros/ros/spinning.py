@@ -383,8 +383,10 @@ def run_lifecycle_node_main(node_factory: Callable[[], Any], args: list[str] | N
     from libredgetpu_ros.ros.environment import ensure_log_dir
     from libredgetpu_ros.ros.lifetime import stop_with_parent
     from libredgetpu_ros.ros.memory import retain_large_allocations
+    from libredgetpu_ros.threads import limit_library_threads
 
     ensure_log_dir()
+    limit_library_threads()  # BLAS / OpenMP / OpenCV pools (threads.py); a node parameter may change it later
     retained = retain_large_allocations() if retain_allocations else False
     stop = SignalStop()  # before rclpy.init: a signal during start-up is a stop request too
     stop_with_parent()  # SIGTERM when the launcher exits (ros2 launch orphans its nodes: lifetime.py)

@@ -48,8 +48,9 @@ def test_pipeline_and_node_parameter(fixture_path) -> None:
     values = PARAMS.defaults() | {"model": str(fixture_path(MODEL)), "backend": "cpu"}
     default = pipeline_config(PARAMS.values_type(**values))
     assert default.cpu_threads == ALL_CORES == len(os.sched_getaffinity(0))
-    config = pipeline_config(PARAMS.values_type(**(values | {"cpu_threads": 3})))
-    assert config.cpu_threads == 3
+    assert default.library_threads == PARAMS.specs["library_threads"].default == 1  # threads.py's default
+    config = pipeline_config(PARAMS.values_type(**(values | {"cpu_threads": 3, "library_threads": 2})))
+    assert config.cpu_threads == 3 and config.library_threads == 2
     with PerceptionPipeline.from_config(config) as pipeline:
         assert pipeline.describe()["segments"][0]["num_threads"] == 3
     with PerceptionPipeline.from_config(PipelineConfig(model=fixture_path(MODEL), backend="cpu")) as pipeline:

@@ -13,6 +13,7 @@ from libredgetpu_ros.errors import ConfigError
 from libredgetpu_ros.ros.camera import RESULT_QOS as RESULT_QOS  # re-exported: the nodes' result QoS
 from libredgetpu_ros.ros.camera import ImageParams, camera_param_table
 from libredgetpu_ros.ros.params import ParamSpec
+from libredgetpu_ros.threads import DEFAULT_LIBRARY_THREADS, MAX_LIBRARY_THREADS
 
 TASKS = ("auto", "pose", "segment", "detect", "classify")
 # LiteRT threads beyond this buy nothing on the boards this runs on; the range keeps a typo from asking 10^6.
@@ -30,6 +31,7 @@ class PerceptionParams(ImageParams):
     task: str
     labels: str
     cpu_threads: int
+    library_threads: int
     score_threshold: float
     max_results: int
     top_k: int
@@ -54,6 +56,9 @@ PARAMS = camera_param_table([
     ParamSpec("labels", "", "Label file (one label per line, or 'id label'); empty: numeric ids."),
     ParamSpec("cpu_threads", 0, "Threads of LiteRT's interpreter on the cpu backend; 0: one per core this "
               "process may use.", range=(0, MAX_CPU_THREADS)),
+    ParamSpec("library_threads", DEFAULT_LIBRARY_THREADS, "Threads of the BLAS / OpenMP / OpenCV pools the "
+              "CPU tails (DeepLab, decoders) run on, process-wide; 0: the libraries' defaults (one per core) "
+              "(threads.py, docs/perception_node.md).", range=(0, MAX_LIBRARY_THREADS)),
     ParamSpec("score_threshold", 0.5, "Minimum score of a pose/detection/class to publish.",
               range=(0.0, 1.0), mutability="runtime"),
     ParamSpec("max_results", 10, "Maximum number of poses/detections per image.",
@@ -92,4 +97,4 @@ def pipeline_config(p: PerceptionParams) -> Any:
     return PipelineConfig(model=p.model, cpu_model=p.cpu_model or None, backend=p.backend,
                           device=p.device or None, task=p.task, labels=p.labels or None,
                           score_threshold=p.score_threshold, max_results=p.max_results, top_k=p.top_k,
-                          cpu_threads=p.cpu_threads or ALL_CORES)
+                          cpu_threads=p.cpu_threads or ALL_CORES, library_threads=p.library_threads)
