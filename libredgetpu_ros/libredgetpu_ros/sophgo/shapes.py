@@ -145,6 +145,11 @@ def matmul_shape(a: Sequence[int], b: Sequence[int], left_t: bool, right_t: bool
         # fails. A graph using it would not compute on the chip what it says: refused.
         raise _fail(where, "output_transpose=True is not supported: tpu-mlir 1.30.2 ignores it on bm1684x "
                            "(the deployed chip returns the untransposed product); transpose with permute")
+    if left_t:
+        # the same for the input: the chip multiplies the untransposed input when the shapes allow it
+        # (measured: 3/3 square cases), tpu-mlir's shape inference fails otherwise (MatMul.cpp:328)
+        raise _fail(where, "input_transpose=True is not supported: tpu-mlir 1.30.2 ignores it on bm1684x "
+                           "(the deployed chip multiplies the untransposed input); transpose with permute")
     if len(a) < 2 or len(b) < 2:
         raise _fail(where, f"input {list(a)} and right {list(b)} must both be at least 2-D")
     m, k = (a[-1], a[-2]) if left_t else (a[-2], a[-1])

@@ -249,8 +249,8 @@ def test_requant_int_matches_exact_fractions(n, c, mul, shift, offset, out_dtype
 
 
 @SETTINGS
-@given(st.integers(1, 3), st.integers(1, 5), st.integers(1, 5), st.integers(1, 5), st.booleans(),
-       st.booleans(), st.just(False), st.booleans(), st.integers(0, 2**31 - 1))  # output_transpose: refused
+@given(st.integers(1, 3), st.integers(1, 5), st.integers(1, 5), st.integers(1, 5), st.just(False),
+       st.booleans(), st.just(False), st.booleans(), st.integers(0, 2**31 - 1))  # in/out transposes: refused
 def test_matmul_f32_transposes_and_batches(b, m, k, n, left_t, right_t, out_t, with_bias, seed) -> None:
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((b, k, m) if left_t else (b, m, k)).astype(np.float32)
