@@ -128,3 +128,28 @@ def test_export_refuses_unsupported_ops(fixture_path, tmp_path: Path, capsys) ->
     model = fixture_path("classify/mobilenet_v2_1.0_224_quant.tflite")  # has ADD
     assert main(["export-tpulang", "classifier", str(model), "--out", str(tmp_path)]) == 2
     assert "not supported by the TpuLang export" in capsys.readouterr().err
+
+
+def test_replay_and_run_a_concat_of_differently_quantized_inputs(tmp_path: Path, capsys) -> None:
+    """Issue 38 item 3: replay accepts concat's scales/zero_points (it refused them) and writes TpuLang's own
+    file byte for byte; ``tpulang run`` runs TpuLang's file (it refused it) with the simulator's numbers."""
+    data = Path(__file__).resolve().parent / "data"
+    tpulang_file = data / "tpulang_1.30.2" / "concat_plain_origin.mlir"
+    spec = {"case": "concat_plain", "mode": "quantized", "weights": [], "outputs": ["cat"],
+            "inputs": [{"name": "a", "shape": [1, 2, 2, 3], "dtype": "int8"},
+                       {"name": "b", "shape": [1, 1, 2, 3], "dtype": "int8"}],
+            "ops": [{"tpulang_func": "concat",
+                     "args": {"inputs": [{"tensor": "a"}, {"tensor": "b"}], "scales": [0.05, 0.2, 0.1],
+                              "zero_points": [0, 3, 0], "axis": 1, "out_name": "cat"}}]}
+    (tmp_path / "concat_plain.json").write_text(json.dumps(spec))
+    assert main(["tpulang", "replay", str(tmp_path / "concat_plain.json"), "--out", str(tmp_path / "r"),
+                 "--json"]) == 0
+    written = json.loads(capsys.readouterr().out)
+    assert Path(written["mlir"]).read_bytes() == tpulang_file.read_bytes()
+    a = (-128 + (np.arange(12) * 53) % 256).reshape(1, 2, 2, 3).astype(np.int8)  # chip_cases' inputs
+    b = (-128 + (np.arange(6) * 97) % 256).reshape(1, 1, 2, 3).astype(np.int8)
+    np.savez(tmp_path / "in.npz", a=a, b=b)
+    assert main(["tpulang", "run", str(tpulang_file), written["weights"], str(tmp_path / "in.npz"), "--out",
+                 str(tmp_path / "out.npz")]) == 0
+    chip = json.loads((data / "bm1684x_cmodel.json").read_text())["cases"]["concat_plain"]["outputs"]["cat"]
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["cat"].ravel(), chip["values"])
