@@ -119,3 +119,31 @@ def test_the_model_ttc_is_span_over_scale_minus_one() -> None:
             assert estimate.ttc_s == pytest.approx(frame.truth.ttc_s, rel=0.03)
             assert estimate.ttc_s == pytest.approx(estimate.span_s / (estimate.scale - 1.0))
     assert math.isfinite(estimate.ttc_s)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("label", "effects"), [
+    ("noise 5", {"noise": 5.0}), ("blur 1.5", {"blur": 1.5}), ("flicker 10 %", {"flicker": 0.1}),
+    ("2 m/s", {"speed": 2.0})])
+def test_ttc_per_condition(detector, label, effects) -> None:
+    """The tolerances docs/robotics.md quotes per condition: approaches on the tuning textures (with and
+    without a backdrop) and the same textures static."""
+    errors, total, finite, still = [], 0, 0, 0
+    for name in TUNING_TEXTURES:
+        for target_m in (None, 1.5):
+            options = {"noise": 2.0, "seed": 3, **effects}
+            frames = presets.motion_scene("approach", _texture(name), target_m=target_m, **options)
+            for frame, result in zip(frames, _run(detector, frames), strict=True):
+                if 0.5 <= frame.truth.ttc_s <= 3.0:
+                    total += 1
+                    if result.ttc_s is not None:
+                        errors.append(abs(result.ttc_s - frame.truth.ttc_s) / frame.truth.ttc_s)
+            options.pop("speed", None)
+            frames = presets.motion_scene("static", _texture(name), target_m=target_m, start_m=3.0, frames=60,
+                                          **options)
+            finite += sum(r.ttc_s is not None for r in _run(detector, frames))
+            still += len(frames)
+    share, median = len(errors) / total, float(np.median(errors))
+    print(f"{label}: TTC on {share:.2f} of {total}, median relative error {median:.3f}, 90th percentile "
+          f"{np.percentile(errors, 90):.3f}; static: finite on {finite} of {still}")
+    assert share >= 0.45 and median <= 0.3 and finite <= 0.02 * still
