@@ -1,10 +1,11 @@
 """Backends run the Edge TPU part of a compiled model: on the accelerator, or on the CPU through LiteRT.
 
 ``open_backend`` picks one. ``auto`` uses the Edge TPU when one is attached and falls back to the CPU twin
-otherwise (and when the accelerator fails to open), logging which it chose and why. The backend it returns
-carries the reason: ``choice`` (why this backend, e.g. "auto: no Edge TPU attached") and ``fallback`` (the
-same text when ``auto`` settled for the CPU although the model is compiled for the Edge TPU, else ""); both
-are in ``describe()``, so a node can show them in its diagnostics.
+otherwise (and when the accelerator fails to open: held by another process), logging which it chose and
+why; an accelerator already open in this process is shared (``edgetpu/broker.py``), never a reason for the
+CPU. The backend it returns carries the reason: ``choice`` (why this backend, e.g. "auto: no Edge TPU
+attached") and ``fallback`` (the same text when ``auto`` settled for the CPU although the model is compiled
+for the Edge TPU, else ""); both are in ``describe()``, so a node can show them in its diagnostics.
 """
 
 from __future__ import annotations
@@ -56,6 +57,15 @@ def _chosen(backend: Backend, choice: str, fallback: bool = False) -> Backend:
     return backend
 
 
+def _open_device(device: Any) -> bool:
+    """True when ``device`` is an accelerator already open in this process (a ``DeviceBroker`` or an
+    ``EdgeTpuDevice``), not a selector to open."""
+    from libredgetpu_ros.edgetpu.broker import DeviceBroker
+    from libredgetpu_ros.edgetpu.device import EdgeTpuDevice
+
+    return isinstance(device, DeviceBroker | EdgeTpuDevice)
+
+
 def _open_edgetpu(module, model_path: Path, cpu_model_path: Path | None, device: str | None) -> Backend:
     backend = module.EdgeTpuBackend(device=device)
     try:
@@ -92,6 +102,9 @@ def open_backend(kind: str, model_path: Path | str, cpu_model_path: Path | str |
 
     if module is None:
         reason = "auto: no Edge TPU backend in this build"
+    elif _open_device(device):  # an accelerator open in this process was handed over: share it
+        log.info("backend: edgetpu for %s (auto: shared accelerator)", model_path.name)
+        return _chosen(_open_edgetpu(module, model_path, cpu_path, device), "auto: shared accelerator")
     elif not module.edgetpu_available():
         reason = "auto: no Edge TPU attached (libredgetpu-ros devices)"
     else:

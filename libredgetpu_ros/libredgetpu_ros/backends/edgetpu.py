@@ -223,10 +223,10 @@ class EdgeTpuBackend:
     def shared_status(self) -> dict[str, Any]:
         """This backend's stream on the shared device (served, superseded, p50/p99, faults) and the
         device's users, faults and reopens; empty for a borrowed device."""
-        if self._stream is None:
+        stream, broker = self._stream, self._broker  # close() may run meanwhile (diagnostics thread)
+        if stream is None or broker is None:
             return {}
-        broker = self._broker
-        return {**self._stream.stats(), "device_users": broker._refs, "device_faults": broker.faults,
+        return {**stream.stats(), "device_users": broker._refs, "device_faults": broker.faults,
                 "device_reopens": broker.reopens, "device_broken": broker.broken}
 
     def describe(self) -> dict[str, Any]:

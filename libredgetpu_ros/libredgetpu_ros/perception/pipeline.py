@@ -211,6 +211,12 @@ class PerceptionPipeline:
                 "segments": [s.backend.describe() for s in self._segments],
                 "labels": len(self.labels) if self.labels else 0}
 
+    def shared_status(self) -> dict[str, Any]:
+        """The first segment's stream on a shared accelerator (``EdgeTpuBackend.shared_status``: served,
+        superseded, p50/p99 ms, faults; the device's users, faults, reopens); empty on the CPU."""
+        status = getattr(self._segments[0].backend, "shared_status", None)
+        return status() if status is not None else {}
+
     def close(self) -> None:
         for seg in self._segments:
             seg.backend.close()

@@ -8,6 +8,7 @@ A bringup file lists nodes::
         namespace: camera           # optional
         remappings:                 # optional: topic or service name -> the name it becomes
           image_raw: /front_camera/image_raw
+        image_topics: [...]         # optional, camera nodes: one node per topic (ros/camera_topics.py)
         parameters:                 # the node's parameters (see docs/perception_node.md)
           model: posenet_mobilenet_v1_075_481_641   # a catalogue name (models fetch / import) or a path
           backend: cpu
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from libredgetpu_ros.errors import ConfigError
+from libredgetpu_ros.ros.camera_topics import expand_image_topics
 
 # type -> (module, class); imported only when a node of that type is configured.
 NODE_TYPES: dict[str, tuple[str, str]] = {
@@ -82,7 +84,7 @@ def load_config(path: str | Path) -> list[NodeSpec]:
         where = f"bringup file {path}, nodes[{i}]"
         if not isinstance(entry, dict):
             raise ConfigError(f"{where}: expected a mapping, got {entry!r}")
-        unknown = set(entry) - {"type", "name", "namespace", "parameters", "remappings"}
+        unknown = set(entry) - {"type", "name", "namespace", "parameters", "remappings", "image_topics"}
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
         kind = entry.get("type")
@@ -98,7 +100,12 @@ def load_config(path: str | Path) -> list[NodeSpec]:
         if not isinstance(params, dict):
             raise ConfigError(f"{where}: 'parameters' must be a mapping, got {params!r}")
         params = {str(k): _substitute(v, path.parent, where) for k, v in params.items()}
-        specs.append(NodeSpec(kind, name, namespace, params, _remappings(entry.get("remappings"), where)))
+        remappings = _remappings(entry.get("remappings"), where)
+        if "image_topics" in entry:  # one node per camera topic, all in this process (ros/camera_topics.py)
+            for ns, own in expand_image_topics(kind, namespace, params, entry["image_topics"], where):
+                specs.append(NodeSpec(kind, name, ns, own, remappings))
+            continue
+        specs.append(NodeSpec(kind, name, namespace, params, remappings))
     names = [f"{s.namespace.strip('/')}/{s.name}" for s in specs]
     if len(set(names)) != len(names):
         raise ConfigError(f"bringup file {path}: duplicate node names {names}")

@@ -146,16 +146,30 @@ class PerceptionNode(CameraNode):
             pubs[topic].publish(msg)
         return {**result.timings, "publish": (time.monotonic() - processed) * 1e3}
 
+    def _shared(self) -> dict[str, Any]:
+        # not under _pipeline_lock, which a frame holds through its inference: counters only, safe to race
+        pipeline = self._pipeline
+        return pipeline.shared_status() if pipeline is not None else {}
+
     def diagnostic_values(self) -> dict[str, object]:
         d = self._describe
-        return {"task": self._task, "backend": d.get("backend", ""), "backend_choice": d.get("choice", ""),
-                "device": d.get("device", ""), "model": self.params.model,
-                "model_running": d.get("running", "")}
+        values: dict[str, object] = {
+            "task": self._task, "backend": d.get("backend", ""), "backend_choice": d.get("choice", ""),
+            "device": d.get("device", ""), "model": self.params.model, "model_running": d.get("running", "")}
+        # this node's stream on the accelerator it shares with the process's other nodes (edgetpu/broker.py)
+        values.update({f"shared_{k}": v for k, v in self._shared().items()})
+        return values
 
     def diagnostic_warnings(self) -> list[str]:
         fallback = self._describe.get("fallback")
-        return [f"running on the CPU, not the accelerator the model is compiled for ({fallback}); "
-                f"require_accelerator: true refuses to start so"] if fallback else []
+        warnings = [f"running on the CPU, not the accelerator the model is compiled for ({fallback}); "
+                    f"require_accelerator: true refuses to start so"] if fallback else []
+        shared = self._shared()
+        if shared.get("faults"):
+            warnings.append(f"device fault on the shared accelerator ({shared['faults']} so far, last: "
+                            f"{shared['last_fault']}); reopened {shared['device_reopens']} time(s) for its "
+                            f"{shared['device_users']} user(s)")
+        return warnings
 
     def hardware_id(self) -> str:
         return str(self._describe.get("device") or self._describe.get("backend") or "cpu")

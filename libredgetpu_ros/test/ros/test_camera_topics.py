@@ -1,0 +1,62 @@
+"""``image_topics`` in a bringup entry: one camera node per topic, each in its own namespace with its own
+parameters (ros/camera_topics.py through bringup.load_config); refused entries name the file and the item."""
+
+from __future__ import annotations
+
+import pytest
+from libredgetpu_ros.errors import ConfigError
+from libredgetpu_ros.ros.bringup import load_config
+
+
+def _load(tmp_path, text: str):
+    path = tmp_path / "cameras.yaml"
+    path.write_text(text)
+    return load_config(path)
+
+
+def test_each_topic_becomes_a_node_in_its_own_namespace(tmp_path) -> None:
+    specs = _load(tmp_path, """
+nodes:
+  - type: perception
+    name: perception
+    namespace: robot
+    image_topics:
+      - /front/image_raw
+      - {topic: /rear/image_raw, image_reliability: best_effort}
+      - {topic: /arm/wrist/color/image_raw, namespace: wrist, transport: compressed}
+    parameters: {model: m_edgetpu.tflite, backend: auto}
+""")
+    assert [(s.type, s.name, s.namespace) for s in specs] == [
+        ("perception", "perception", "/robot/front"), ("perception", "perception", "/robot/rear"),
+        ("perception", "perception", "/robot/wrist")]
+    assert [s.parameters["input_topic"] for s in specs] == ["/front/image_raw", "/rear/image_raw",
+                                                            "/arm/wrist/color/image_raw"]
+    assert specs[1].parameters == {"model": "m_edgetpu.tflite", "backend": "auto",
+                                   "image_reliability": "best_effort", "input_topic": "/rear/image_raw"}
+    assert "image_reliability" not in specs[0].parameters and specs[2].parameters["transport"] == "compressed"
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ("type: control\n    image_topics: [/a/image_raw]", "applies to camera nodes"),
+    ("type: perception\n    image_topics: []", "non-empty list"),
+    ("type: perception\n    image_topics: [/a/image_raw, /a/image_raw]", "would both publish under /a"),
+    ("type: perception\n    image_topics: [image_raw]", "needs a namespace of its own"),
+    ("type: perception\n    image_topics: ['/a/image raw']", "is not a ROS topic name"),
+    ("type: perception\n    image_topics: [{topic: /a/x, input_topic: /b}]", "not input_topic"),
+    ("type: perception\n    image_topics: [/a/x]\n    parameters: {input_topic: /b}",
+     "leave input_topic out"),
+])
+def test_bad_entries_are_refused_naming_the_item(tmp_path, entry: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as caught:
+        _load(tmp_path, f"nodes:\n  - {entry}\n")
+    assert "nodes[0]" in str(caught.value)
+
+
+def test_the_shipped_cameras_bringup_starts_one_node_per_camera() -> None:
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "config" / "cameras.yaml"
+    specs = load_config(path)
+    assert [s.namespace for s in specs] == ["/front", "/rear", "/wrist"]
+    assert {s.parameters["backend"] for s in specs} == {"auto"}
+    assert specs[2].parameters["transport"] == "compressed"
