@@ -96,7 +96,7 @@ def _chip_quantized_avgpool(run: RunState, node: OpNode, shape: tuple, in_q, out
       remainder, which the backend pads too): the raw integers' mean over the real cells, rounded with
       ``round_mode``; the scales and zero points are ignored;
     * otherwise ``round(sum * s_in / (kh * kw * s_out) + zp_out - s_in / s_out * zp_in)`` (tpu-mlir's
-      ``scale`` and ``offset`` attributes), every pad cell a raw 0, not the zero point."""
+      ``scale`` and ``offset`` attributes, in float32), every pad cell a raw 0, not the zero point."""
     kernel, stride, pads, extra = geometry
     if in_q.axis is not None or out_q.axis is not None:
         raise TpuLangError(f"{where_of(node)}: a per-channel quantized avgpool is not supported")
@@ -107,9 +107,12 @@ def _chip_quantized_avgpool(run: RunState, node: OpNode, shape: tuple, in_q, out
         real = kernels.pool_counts(shape[2:], kernel, stride, pads, extra, sums.shape[2:], False)
         mean = kernels.round_div(sums, np.maximum(real, 1), mode)
         return kernels.saturate(np.where(empty, out_q.zero_points[0], mean), node.result.np_dtype)
-    ratio = in_q.scales[0] / out_q.scales[0]
-    value = sums * (ratio / (kernel[0] * kernel[1])) + (out_q.zero_points[0] - ratio * in_q.zero_points[0])
-    return kernels.saturate(kernels.round_float(value, mode), node.result.np_dtype)
+    # tpu-mlir's double attributes, then float32 arithmetic on the chip (a float64 product rounds some
+    # near-ties the other way: 30 * 0.1781 / 0.0702 - 17.61 is 58.5 in float64, 58.500004 on the chip)
+    scale = np.float32(in_q.scales[0] / (kernel[0] * kernel[1] * out_q.scales[0]))
+    offset = np.float32(out_q.zero_points[0] - in_q.scales[0] / out_q.scales[0] * in_q.zero_points[0])
+    value = sums.astype(np.float32) * scale + offset
+    return kernels.saturate(kernels.round_float(value.astype(np.float64), mode), node.result.np_dtype)
 
 
 @register("top.Relu")
