@@ -34,13 +34,6 @@ def edgetpu_available() -> bool:
         return False
 
 
-def _bus_path(selector: Any) -> str:
-    """The bus path of the accelerator ``selector`` (index, bus path or None: the first) names."""
-    from libredgetpu_ros.edgetpu.device import _select, list_devices
-
-    return _select([(info, None) for info in list_devices()], selector)[0].bus_path
-
-
 def _match_layers(layers: Sequence[Any], specs: Sequence[TensorSpec], what: str, where: str) -> list[Any]:
     """Executable layers in the order of the TFLite op's tensors: by name, else by position."""
     by_name = {layer.name: layer for layer in layers}
@@ -120,26 +113,11 @@ class EdgeTpuBackend:
 
     def _open_shared(self, model_path: Path) -> None:
         """Join (or open) the process's broker of the selected accelerator and make this backend's stream."""
-        from libredgetpu_ros.edgetpu import broker as brokers
-        from libredgetpu_ros.edgetpu.device import EdgeTpuDevice
+        from libredgetpu_ros.edgetpu.broker import open_shared
 
-        factory, selector, firmware = self._transport_factory, self._selector, self._firmware
-        if self._broker is not None:
-            broker = self._broker.retain()
-        elif factory is not None:
-            transport = factory()
-            first = [transport]  # the first open uses the transport made here, a reopen a fresh one
-
-            def opener() -> Any:
-                made = first.pop() if first else factory()
-                return EdgeTpuDevice.open(transport_factory=lambda: made)
-
-            broker = brokers.shared(transport.bus_path, opener)
-        else:
-            bus_path = _bus_path(selector)
-            broker = brokers.shared(bus_path, lambda: EdgeTpuDevice.open(bus_path, firmware))
-        self._broker = broker
-        self._stream = broker.stream(self._stream_name or model_path.name, self._rate_hz)
+        self._broker = open_shared(self._broker if self._broker is not None else self._selector,
+                                   self._firmware, self._transport_factory)
+        self._stream = self._broker.stream(self._stream_name or model_path.name, self._rate_hz)
 
     def _call(self, fn: Any, model: Any = None) -> Any:
         """``fn(device)`` on the shared device (through the broker) or on the borrowed one."""

@@ -317,6 +317,28 @@ def shared(key: str, opener: Callable[[], Any]) -> DeviceBroker:
         return broker
 
 
+def open_shared(device: Any = None, firmware: Any = None,
+                transport_factory: Callable[[], Any] | None = None) -> DeviceBroker:
+    """A reference to the process's broker of an Edge TPU: ``device`` is a ``DeviceBroker`` (one more
+    reference), or an index / bus path / None (the first attached) resolved to its bus path and opened on
+    first use; ``transport_factory`` replaces USB (tests, the simulated accelerator: its transport's
+    ``bus_path`` is the key; a reopen after a fault asks the factory for a fresh transport)."""
+    from libredgetpu_ros.edgetpu.device import EdgeTpuDevice, _select, list_devices
+
+    if isinstance(device, DeviceBroker):
+        return device.retain()
+    if transport_factory is not None:
+        first = [transport_factory()]  # the first open uses the transport made here, a reopen a fresh one
+
+        def opener() -> Any:
+            made = first.pop() if first else transport_factory()
+            return EdgeTpuDevice.open(transport_factory=lambda: made)
+
+        return shared(first[0].bus_path, opener)
+    bus_path = _select([(info, None) for info in list_devices()], device)[0].bus_path
+    return shared(bus_path, lambda: EdgeTpuDevice.open(bus_path, firmware))
+
+
 def brokers() -> dict[str, DeviceBroker]:
     """The open brokers of this process by key (for diagnostics and ``doctor``)."""
     with _registry_lock:

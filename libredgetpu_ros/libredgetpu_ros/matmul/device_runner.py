@@ -2,7 +2,8 @@
 
 The device caches the PARAMETER_CACHING blob under ``(parameter_caching_token, version)``: ``load_parameters``
 is a no-op when that key is already resident, so a matmul on a snapshot always runs with its own weights even
-when a swap happened in between (it re-uploads the snapshot's blob if needed).
+when a swap happened in between (it re-uploads the snapshot's blob if needed). The device is the process's
+shared one (``edgetpu/broker.py``): an engine and the camera nodes of one process take turns on it.
 """
 
 from __future__ import annotations
@@ -17,38 +18,53 @@ from libredgetpu_ros.matmul.template import DenseTemplate
 
 
 class EdgeTpuRunner:
-    """One open device and the template's executables; every call holds the device lock."""
+    """A stream on the process's shared device and the template's executables; a call's parameter upload
+    and its inferences run as one request (no other user's run comes in between)."""
 
-    def __init__(self, template: DenseTemplate, device: Any = None) -> None:
-        from libredgetpu_ros.edgetpu.device import EdgeTpuDevice
+    def __init__(self, template: DenseTemplate, device: Any = None, transport_factory: Any = None) -> None:
+        """``device``: index, bus path or None (the first attached), or a ``DeviceBroker`` to share."""
+        from libredgetpu_ros.edgetpu.broker import open_shared
 
         self._caching, self._execution = template.executables
         self._rows = template.rows
-        self._device = EdgeTpuDevice.open(device)
+        self._broker = open_shared(device, transport_factory=transport_factory)
+        self._stream = self._broker.stream(f"matmul {template.name}")
         self._lock = threading.Lock()
 
-    def _ensure(self, blob: np.ndarray, version: int) -> None:
-        self._device.load_parameters(self._caching, parameters=memoryview(blob),
-                                     cache_key=(self._caching.parameter_caching_token, version))
+    def _ensure(self, device: Any, blob: np.ndarray, version: int) -> None:
+        device.load_parameters(self._caching, parameters=memoryview(blob),
+                               cache_key=(self._caching.parameter_caching_token, version))
 
     def upload(self, blob: np.ndarray, version: int) -> None:
         """Make ``blob`` the resident parameters (called by the swap before it publishes the new state)."""
         with self._lock:
-            self._ensure(blob, version)
+            self._stream.run(lambda device: self._ensure(device, blob, version), self._caching.name)
 
     def run(self, blob: np.ndarray, version: int, xq: np.ndarray) -> np.ndarray:
         """uint8 outputs (k, rows) for uint8 inputs (k, cols), one inference per row of ``xq``."""
         out = np.empty((xq.shape[0], self._rows), dtype=np.uint8)
-        with self._lock:
-            self._ensure(blob, version)
+
+        def infer(device: Any) -> np.ndarray:
+            self._ensure(device, blob, version)
             for i, sample in enumerate(xq):
-                raw = self._device.execute(self._execution, [sample.tobytes()])
+                raw = device.execute(self._execution, [sample.tobytes()])
                 values = np.frombuffer(raw[0], dtype=np.uint8)
                 if values.size < self._rows:
                     raise DeviceError(f"Edge TPU returned {values.size} output bytes, expected {self._rows}")
                 out[i] = values[: self._rows]
-        return out
+            return out
+
+        with self._lock:
+            return self._stream.run(infer, self._caching.name)
+
+    @property
+    def device(self) -> Any:
+        """The shared device's broker (to hand to other users in the process)."""
+        return self._broker
 
     def close(self) -> None:
         with self._lock:
-            self._device.close()
+            stream, self._stream = self._stream, None
+            if stream is not None:
+                stream.close()
+                self._broker.release()

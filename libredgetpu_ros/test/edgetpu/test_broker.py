@@ -206,11 +206,11 @@ def test_model_switches_count_uploads_by_caching_token(fixture_path) -> None:
 
 def test_auto_shares_the_busy_device_instead_of_falling_back(fixture_path, monkeypatch) -> None:
     """Four camera backends with ``backend: auto`` in one process: all on the one accelerator."""
-    from libredgetpu_ros.backends import edgetpu as edgetpu_backend
     from libredgetpu_ros.backends import open_backend
+    from libredgetpu_ros.edgetpu import device as device_module
 
-    monkeypatch.setattr(edgetpu_backend, "edgetpu_available", lambda: True)
-    monkeypatch.setattr(edgetpu_backend, "_bus_path", lambda selector: "broker-auto")
+    attached = device_module.DeviceInfo("broker-auto", 0, "running", 0x18D1, 0x9302, "super")
+    monkeypatch.setattr(device_module, "list_devices", lambda: [attached])
     monkeypatch.setattr(EdgeTpuDevice, "open", classmethod(
         lambda cls, selector=None, firmware=None, transport_factory=None, performance="high":
         cls._start(simulated_transport("broker-auto"), DeviceLock("broker-auto").acquire(), performance)))
@@ -253,3 +253,34 @@ def test_a_second_process_is_refused_naming_the_holder(tmp_path) -> None:
     assert "broker-xproc" not in holders()
     with closing(EdgeTpuDevice.open(transport_factory=lambda: simulated_transport("broker-xproc"))):
         pass
+
+
+def test_a_matmul_engine_and_a_camera_model_take_turns_on_one_device(fixture_path) -> None:
+    """The engine's runner is one more stream on the shared device: its weights (another caching token) are
+    re-uploaded after a camera model ran, and a swap's new version is uploaded once."""
+    from libredgetpu_ros.backends.edgetpu import EdgeTpuBackend
+    from libredgetpu_ros.matmul import MatMulEngine
+
+    camera = EdgeTpuBackend(transport_factory=lambda: simulated_transport("broker-matmul"), stream="camera")
+    camera.load(fixture_path(MNV1))
+    broker = camera.device
+    try:
+        engine = MatMulEngine.from_template(fixture_path(DENSE), backend="edgetpu", device=broker)
+        with closing(engine) as eng:
+            streams = set(broker.stats()["streams"])
+            assert broker._refs == 2 and streams == {"camera", f"matmul {eng.template.name}"}
+            x = np.zeros(eng.cols, np.float32)
+            image = np.zeros((128, 128, 3), np.uint8)
+            before = broker.device.uploads
+            eng.matmul(x)
+            camera.run([image])
+            eng.matmul(x)
+            assert broker.device.uploads - before == 2  # the camera model's token evicted the engine's blob
+            eng.set_weights(np.ones((eng.rows, eng.cols), np.float32) * 0.01)
+            before = broker.device.uploads
+            eng.matmul(x)
+            eng.matmul(x)
+            assert broker.device.uploads == before  # the swap uploaded the new version before publishing
+        assert broker._refs == 1
+    finally:
+        camera.close()
