@@ -2,8 +2,8 @@
 (one perception node per camera, one process) on one simulated accelerator: the real driver over the
 recording transport with the timing model (``edgetpu/simulated.py``; no device here). The only test seam: the
 nodes' ``pipeline_config`` gets the process's broker of that accelerator instead of a device name, as
-``EdgeTpuBackend`` would open it. The accelerator fails once, at the end of its ``MULTICAM_FAULT_AT``-th
-executable (0: never).
+``EdgeTpuBackend`` would open it, at the first configure. The accelerator fails once, at the end of its
+``MULTICAM_FAULT_AT``-th executable (0: never).
 
     _multicam_node.py BRINGUP_YAML
 """
@@ -40,19 +40,22 @@ def main(argv: list[str]) -> int:
                                        keep_payloads=False)
         return EdgeTpuDevice.open(transport_factory=lambda: transport)
 
-    broker = brokers.shared("multicam-sim", opener)
+    held: list = []  # the process's reference, taken at the first configure (as a node's own open would be)
     named_config = node_module.pipeline_config
 
     def shared_config(params):
         config = named_config(params)
-        config.device = broker
+        if not held:  # another process holding the device: the DeviceError naming it fails this configure
+            held.append(brokers.shared("multicam-sim", opener))
+        config.device = held[0]
         return config
 
     node_module.pipeline_config = shared_config
     try:
         return cli(["bringup", *argv])
     finally:
-        broker.release()
+        for broker in held:
+            broker.release()
 
 
 if __name__ == "__main__":

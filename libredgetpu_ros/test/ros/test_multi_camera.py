@@ -7,7 +7,9 @@ the two cameras at 15 Hz and the consumers:
   frames' headers; no CPU fallback (diagnostics: edgetpu, "auto: shared accelerator", one device);
 - the device fails once: both nodes' diagnostics report the fault (WARN), the device was reopened exactly
   once, and both streams go on;
-- a camera that stops does not stall the other.
+- a camera that stops does not stall the other;
+- a second bringup process on the same accelerator fails to configure with one error naming the holder
+  (the first process's pid and its nodes).
 No timing asserts: counts of results only.
 """
 
@@ -126,3 +128,34 @@ def test_two_cameras_share_one_accelerator_in_one_process(ros_env, fixture_path)
 
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0, log()
+
+
+def test_a_second_process_fails_to_configure_naming_the_holder(ros_env, fixture_path) -> None:
+    def config(name: str, topic: str) -> Path:
+        path = ros_env.work_dir / f"{name}.yaml"
+        path.write_text(
+            "nodes:\n"
+            "  - type: perception\n"
+            "    name: perception\n"
+            f"    image_topics: [{topic}]\n"
+            "    parameters:\n"
+            f"      model: {fixture_path(MODEL)}\n"
+            "      backend: edgetpu\n"
+            "      task: classify\n")
+        return path
+
+    first = ros_env.spawn([sys.executable, str(NODE), str(config("first", "/cam0/image_raw"))], "first")
+    first_log = ros_env.work_dir / "first.log"
+    deadline = time.monotonic() + 60.0
+    while "/cam0/perception: active" not in first_log.read_text():  # it holds the device from configure on
+        assert time.monotonic() < deadline and first.poll() is None, first_log.read_text()
+        time.sleep(0.1)
+    second = ros_env.spawn([sys.executable, str(NODE), str(config("second", "/cam1/image_raw"))], "second",
+                           expect_exit=True)
+    assert second.wait(timeout=60) != 0
+    log = (ros_env.work_dir / "second.log").read_text()
+    held = [line for line in log.splitlines() if "in use by another process" in line]
+    assert held and f"pid {first.pid} (bringup: /cam0/perception)" in held[0], log
+    assert first.poll() is None  # the holder runs on
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=20) == 0
