@@ -11,8 +11,10 @@ tau_last) / rate)`` (``contact_tau`` = 2: the centre twice as dense as the perip
 contact coming and ``ttc_s`` is None (LibrEdgeTPU returns inf). That tau "TTC" is not a time (it stays None
 on natural textures and reads 0 s on a checkerboard 1-5 s away, docs/robotics.md): it is kept as the
 ``libredgetpu`` TTC mode. The default ``scale`` mode measures the expansion of the image centre between
-stamped frames and gives a time to contact in seconds with a validity and a reason (robotics/ttc.py). In
-both modes stamps going backwards and gaps over ``max_gap_s`` restart the history."""
+stamped frames and gives a time to contact in seconds with a validity and a reason (robotics/ttc.py), and
+its zones (and tau) have the template's border response removed (robotics/looming_border.py: the SAME
+padding makes a frame's own brightness an edge along the top and left zones). In both modes stamps going
+backwards and gaps over ``max_gap_s`` restart the history."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, InputError, ModelFormatError
 from libredgetpu_ros.robotics.base import RoboticsModule
+from libredgetpu_ros.robotics.looming_border import BorderCorrection
 from libredgetpu_ros.robotics.template import RoboticsTemplate, TemplateRunner, load_template
 from libredgetpu_ros.robotics.ttc import ScaleTtc, TtcSettings
 
@@ -133,6 +136,7 @@ class LoomingDetector(RoboticsModule):
 
             settings = replace(settings, max_gap_s=max_gap_s)
         self.scale_ttc = ScaleTtc(settings)
+        self.border = BorderCorrection(template, self.zones_per_side) if ttc_mode == "scale" else None
         self._scale, self._zero = np.float32(out.scale), np.float32(out.zero_point)
 
     @classmethod
@@ -165,6 +169,8 @@ class LoomingDetector(RoboticsModule):
         fitted = self.fit(image)
         outputs, _ = self.runner.run([fitted[None]])
         zones = self.decode(outputs[self.template.output.name])
+        if self.border is not None:  # scale mode: the padding's response along the border taken out
+            zones = self.border.apply(zones, fitted)
         tau = compute_tau(zones)
         if stamp_s is None:
             return LoomingResult(zones, tau, None, None, "no_stamp")

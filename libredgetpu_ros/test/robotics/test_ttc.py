@@ -147,3 +147,21 @@ def test_ttc_per_condition(detector, label, effects) -> None:
     print(f"{label}: TTC on {share:.2f} of {total}, median relative error {median:.3f}, 90th percentile "
           f"{np.percentile(errors, 90):.3f}; static: finite on {finite} of {still}")
     assert share >= 0.45 and median <= 0.3 and finite <= 0.02 * still
+
+
+@pytest.mark.parametrize("size", [64, 128])
+def test_border_response_removed_from_the_zones(size) -> None:
+    """A uniform frame lights the top and left zones through the SAME padding (LibrEdgeTPU's zones: up to 21
+    output levels at white); the scale mode's zones are 0 within half an output level, and the zones away
+    from the top and left border are the device's own."""
+    with LoomingDetector.from_template(size, backend="cpu") as corrected, \
+            LoomingDetector.from_template(size, backend="cpu", ttc_mode="libredgetpu") as raw:
+        level = float(corrected.template.output.scale)
+        for grey in (64, 128, 200, 255):
+            frame = np.full((size, size), grey, np.uint8)
+            assert raw.detect(frame).zones[0, 0] >= level  # the border effect is there
+            assert corrected.detect(frame).zones.max() <= 0.5 * level
+        textured = np.rint(textures.natural(1, size)).astype(np.uint8)
+        a, b = corrected.detect(textured).zones, raw.detect(textured).zones
+        np.testing.assert_array_equal(a[1:, 1:], b[1:, 1:])
+        assert a[0, 0] < 0.8 * b[0, 0]  # the top-left zone holds both border rows: its density was inflated
