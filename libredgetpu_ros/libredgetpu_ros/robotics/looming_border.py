@@ -69,7 +69,7 @@ class BorderCorrection:
 
     def _energy(self, padded: np.ndarray) -> np.ndarray:
         """The device's quantized energy (real units) at the ring pixels of a 1-pixel padded frame."""
-        grads = padded.reshape(-1)[self._gather] @ self._stacked  # (ring, 2): Sobel x, y in real units
+        grads = padded.reshape(-1)[self._gather].astype(np.float64) @ self._stacked  # (ring, 2): Sobel x, y
         total = 0.0
         for i, ((c_scale, c_zero), (s_scale, s_zero)) in enumerate(zip(self._conv_q, self._square_q,
                                                                         strict=True)):
@@ -82,9 +82,11 @@ class BorderCorrection:
 
     def correction(self, fitted: np.ndarray) -> np.ndarray:
         """(zones, zones) float32: what the padding adds to each zone of this frame (subtract it)."""
-        image = np.asarray(fitted, dtype=np.float64).reshape(self.height, self.width)
-        zero = np.pad(image, 1, mode="constant")
-        edge = np.pad(image, 1, mode="edge")
+        import cv2
+
+        image = np.ascontiguousarray(np.asarray(fitted, dtype=np.float32).reshape(self.height, self.width))
+        zero = cv2.copyMakeBorder(image, 1, 1, 1, 1, cv2.BORDER_CONSTANT, value=0.0)
+        edge = cv2.copyMakeBorder(image, 1, 1, 1, 1, cv2.BORDER_REPLICATE)
         diff = self._energy(zero) - self._energy(edge)
         per_zone = np.bincount(self._zone, weights=diff, minlength=self.zones * self.zones)
         return (per_zone / (self.pool * self.pool)).reshape(self.zones, self.zones).astype(np.float32)
