@@ -35,15 +35,15 @@ class Crop:
 
 
 def worst(differences: list[Difference], n: int) -> list[Difference]:
-    """The ``n`` worst differences over tolerance (one per frame and topic)."""
+    """The ``n`` worst differences over tolerance (one per frame, topic and box)."""
     def key(d: Difference) -> tuple[int, float]:
         value = 1.0 - d.value if d.kind in ("mask_agreement", "oks") else abs(d.value)
         return SEVERITY.get(d.kind, 2), value
 
-    seen: set[tuple[str, str, int]] = set()
+    seen: set[tuple[str, str, int, tuple[float, ...] | None]] = set()
     out = []
     for d in sorted((d for d in differences if d.exceeds), key=key, reverse=True):
-        where = (d.bag, d.topic, d.timestamp)
+        where = (d.bag, d.topic, d.timestamp, d.box)
         if where not in seen and d.kind not in ("bag_added", "bag_lost"):
             seen.add(where)
             out.append(d)

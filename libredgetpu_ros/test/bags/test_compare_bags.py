@@ -193,3 +193,47 @@ def test_masks_fields_and_poses() -> None:
     empty = poses(header=header, poses=[])
     out = diff_messages("libredgetpu_ros_interfaces/msg/PersonPoseArray", people(0), empty, Tolerances())
     assert [d.kind for d in out.differences] == ["pose_lost"]
+
+
+def test_detections_end_to_end_a_raised_threshold_loses_exactly_the_low_scores(tmp_path: Path, fixture_path,
+                                                                               capsys) -> None:
+    """SSD MobileNet v2 (CPU twin) on the fixture photos at score thresholds 0.3 and 0.85: compare-bags
+    lists as lost exactly the baseline's detections scoring under 0.85, matches every other one with no
+    score change, and the report crops the lost boxes from the input frames."""
+    import yaml
+    from libredgetpu_ros.compare.report import worst
+
+    bag = tmp_path / "photos"
+    assert cli.main(["make-bag", "--images", str(fixture_path("images/grace_hopper.bmp")),
+                     str(fixture_path("images/test_couple.jpg")), "--out", str(bag), "--rate", "10",
+                     "--start", "100", "--no-progress"]) == 0
+    runs = {}
+    for threshold in (0.3, 0.85):
+        cfg = tmp_path / f"detect_{threshold}.yaml"
+        cfg.write_text(yaml.safe_dump({"/**": {"ros__parameters": {
+            "model": str(fixture_path("ssd/mobilenet_ssd_v2_coco_quant_postprocess_edgetpu.tflite")),
+            "labels": str(fixture_path("labels/coco_labels_edgetpu_2019.txt")), "backend": "cpu",
+            "task": "detect", "score_threshold": threshold}}}))
+        runs[threshold] = tmp_path / f"run_{threshold}"
+        assert cli.main(["process-bags", "--config", str(cfg), "-o", str(runs[threshold]), "--jobs", "1",
+                         "--no-progress", str(bag)]) == 0
+    capsys.readouterr()
+    scores = [h["hypothesis"]["score"] for _t, msgtype, _ts, msg in bag_messages(runs[0.3] / "photos")
+              if msgtype == "vision_msgs/msg/Detection2DArray"
+              for d in msg["detections"] for h in d["results"]]
+    low = sum(s < 0.85 for s in scores)
+    assert low and len(scores) > low, scores
+    report = tmp_path / "detections.html"
+    code, doc = _compare(capsys, str(runs[0.3]), str(runs[0.85]), "--report", str(report))
+    # the latched label map carries the threshold: that change is listed too
+    assert code == 1 and doc["totals"]["exceeding_by_kind"] == {"detection_lost": low, "field_delta": 1}
+    (label_map,) = [d for d in doc["listed"] if d["kind"] == "field_delta"]
+    assert (label_map["topic"], label_map["detail"]) == ("/label_info", "threshold: 0.3 -> 0.85")
+    lost = [d for d in doc["listed"] if d["kind"] == "detection_lost"]
+    assert all(d["topic"] == "/detections" and d["box"] for d in lost)
+    _check_report(report)
+    from libredgetpu_ros.compare.runs import compare_runs
+
+    comparison = compare_runs(runs[0.3], runs[0.85])
+    assert comparison.bags[0].score_deltas == [0.0] * (len(scores) - low)
+    assert len(worst(comparison.exceeding(), 12)) == low + 1
