@@ -198,6 +198,8 @@ def poses(base: Any, cand: Any, tol: Tolerances, out: FrameDiff) -> None:
 def _label_image(msg: Any) -> np.ndarray:
     dtype = np.dtype(LABEL_ENCODINGS[msg.encoding]).newbyteorder(">" if msg.is_bigendian else "<")
     data = np.asarray(msg.data, np.uint8)
+    if msg.step < msg.width * dtype.itemsize or data.size < msg.height * msg.step:
+        raise ValueError(f"label image {msg.width}x{msg.height} step {msg.step} with {data.size} bytes")
     rows = data[: msg.height * msg.step].reshape(msg.height, msg.step)
     return rows[:, : msg.width * dtype.itemsize].copy().view(dtype).reshape(msg.height, msg.width)
 

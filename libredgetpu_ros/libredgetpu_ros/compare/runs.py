@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from libredgetpu_ros.bags.corpus import SUMMARY_NAME, outputs_in
-from libredgetpu_ros.compare.messages import DRAWING_TYPES, Difference, Tolerances, diff_messages
+from libredgetpu_ros.compare.messages import (
+    DRAWING_TYPES,
+    LABEL_ENCODINGS,
+    Difference,
+    Tolerances,
+    diff_messages,
+)
 from libredgetpu_ros.errors import InputError
 
 MAX_SCORE_DELTAS = 200_000  # samples kept for the histogram
@@ -70,7 +76,8 @@ class Comparison:
 
 
 def read_results(bag: Path) -> dict[str, list[tuple[int, str, Any]]]:
-    """topic -> [(timestamp, msgtype, decoded message)] of a result bag, in bag order (drawings skipped)."""
+    """topic -> [(timestamp, msgtype, decoded message)] of a result bag, in bag order (drawings skipped:
+    markers, colour images). The compared messages of one bag are held in memory (masks included)."""
     from libredgetpu_ros.bags.storage import open_reader
     from libredgetpu_ros.bags.typestore import typestore
 
@@ -85,6 +92,8 @@ def read_results(bag: Path) -> dict[str, list[tuple[int, str, Any]]]:
             except Exception as exc:  # rosbags on a damaged payload
                 raise InputError(f"bag {bag}: a {conn.msgtype} on {conn.topic} at {ts} cannot be decoded: "
                                  f"{type(exc).__name__}: {exc}") from None
+            if conn.msgtype == "sensor_msgs/msg/Image" and msg.encoding not in LABEL_ENCODINGS:
+                continue  # an annotated frame or an overlay: a drawing, not kept
             out[conn.topic].append((ts, conn.msgtype, msg))
         return dict(out)
     except InputError:
@@ -135,7 +144,11 @@ def compare_bag(name: str, base_bag: Path | None, cand_bag: Path | None, tol: To
                 result.differences.append(Difference("field_changed", 1.0, True, f"type {btype} -> {ctype}",
                                                      topic=topic, timestamp=ts, bag=name))
                 continue
-            frame = diff_messages(btype, bmsg, cmsg, tol)
+            try:
+                frame = diff_messages(btype, bmsg, cmsg, tol)
+            except (ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+                raise InputError(f"bag {name}: a {btype} on {topic} at {ts} is malformed: "
+                                 f"{type(exc).__name__}: {exc}") from None
             if frame is None:
                 continue
             result.messages["compared"] += 1

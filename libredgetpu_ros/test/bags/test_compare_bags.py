@@ -237,3 +237,22 @@ def test_detections_end_to_end_a_raised_threshold_loses_exactly_the_low_scores(t
     comparison = compare_runs(runs[0.3], runs[0.85])
     assert comparison.bags[0].score_deltas == [0.0] * (len(scores) - low)
     assert len(worst(comparison.exceeding(), 12)) == low + 1
+
+
+def test_a_malformed_mask_is_bad_input(tmp_path: Path, capsys) -> None:
+    """A label image whose data is shorter than height x step (a damaged or foreign results bag): exit 2
+    naming the bag, topic and time, not a traceback."""
+    from libredgetpu_ros.bags.storage import new_bag
+    from libredgetpu_ros.bags.typestore import typestore
+
+    store = typestore()
+    t = store.types
+    header = t["std_msgs/msg/Header"](stamp=t["builtin_interfaces/msg/Time"](sec=1, nanosec=0), frame_id="c")
+    for name, rows in (("good", 10), ("short", 5)):
+        msg = t["sensor_msgs/msg/Image"](header=header, height=10, width=20, encoding="mono8", is_bigendian=0,
+                                         step=20, data=np.zeros(20 * rows, np.uint8))
+        with new_bag(tmp_path / name, "mcap") as writer:
+            conn = writer.add_connection("/segmentation", "sensor_msgs/msg/Image", typestore=store)
+            writer.write(conn, 10**9, bytes(store.serialize_cdr(msg, "sensor_msgs/msg/Image")))
+    assert cli.main(["compare-bags", str(tmp_path / "good"), str(tmp_path / "short")]) == 2
+    assert "/segmentation at 1000000000 is malformed" in capsys.readouterr().err
