@@ -145,7 +145,12 @@ class DeviceBroker:
 
     def stream(self, name: str, rate_hz: float = 0.0, on_fault: FaultCallback | None = None) -> Stream:
         with self._cv:
-            stream = Stream(self, name, rate_hz, on_fault)
+            taken = {s.name for s in self._streams}
+            unique, n = name, 1
+            while unique in taken:  # e.g. several cameras' nodes on one model file: "model.tflite#2"
+                n += 1
+                unique = f"{name}#{n}"
+            stream = Stream(self, unique, rate_hz, on_fault)
             stream.vtime = self._vnow
             self._streams.append(stream)
             return stream
@@ -162,7 +167,7 @@ class DeviceBroker:
     def _submit(self, stream: Stream, request: Request) -> Request:
         with self._cv:
             if self.broken or self._closing or stream.closed:
-                why = self.broken or f"device {self.key} is closed" if not stream.closed else "stream closed"
+                why = "stream closed" if stream.closed else (self.broken or f"device {self.key} is closed")
                 request.finish(error=DeviceLostError(f"{self.key}: {why}"))
                 return request
             old, stream.pending = stream.pending, request

@@ -223,6 +223,9 @@ def test_auto_shares_the_busy_device_instead_of_falling_back(fixture_path, monke
         for b in opened:
             assert b.run([image])
         assert [b.shared_status()["served"] for b in opened] == [1, 1, 1, 1]
+        name = fixture_path(MNV1).name  # one stream per backend, each reported on its own
+        assert sorted(opened[0].device.stats()["streams"]) == sorted([name, f"{name}#2", f"{name}#3",
+                                                                      f"{name}#4"])
     finally:
         for b in opened:
             b.close()
