@@ -103,7 +103,9 @@ def _add(node: OpNode, operands: list[Shape]) -> tuple[Shape, int]:
 
 def _concat(node: OpNode, operands: list[Shape]) -> tuple[Shape, int]:
     axis = getattr(node.attrs.get("axis"), "value", 0)
-    return tuple(shapes.concat_shape(operands, axis, where_of(node))), 0
+    out = tuple(shapes.concat_shape(operands, axis, where_of(node)))
+    # a quantized result requantizes every input in int64/float64 before concatenating (executor_ops)
+    return out, _WIDE * 2 * _elements(out)
 
 
 def _reshape(node: OpNode, operands: list[Shape]) -> tuple[Shape, int]:
