@@ -183,6 +183,7 @@ def test_tracker_and_looming_bag_replayed_live_equal_process_bag(ros_env, tmp_pa
             assert error.x != 0.0 and len(target.detections) == 1
     looming = [live["/cam/looming"][k] for k in ordered]
     assert [m.ttc_valid for m in looming][:1] == [False] and all(m.ttc_valid for m in looming[2:])
+    assert looming[0].ttc_reason == "filling" and all(m.ttc_reason == "ok" for m in looming[2:])
     for i, m in enumerate(looming[2:], start=2):
         assert m.ttc == pytest.approx(3.0 - 0.2 * i, rel=0.1)
 
@@ -280,3 +281,4 @@ def test_process_bag_refused_frames_and_stamps_going_back(tmp_path: Path) -> Non
         msgs = [reader.deserialize(raw, c.msgtype) for c, _, raw in reader.messages()]
     assert [m.frames_in_history for m in msgs] == [1, 2, 3, 4, 1, 2, 3]
     assert msgs[3].ttc_valid and not msgs[4].ttc_valid
+    assert (msgs[3].ttc_reason, msgs[4].ttc_reason) == ("ok", "filling")  # why there is none, in the bag

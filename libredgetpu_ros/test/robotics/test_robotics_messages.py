@@ -25,12 +25,12 @@ def test_tracker_and_looming_messages() -> None:
     gone = messages.tracker_markers(header, None, 64, 64, 0.01)  # no valid target: its sphere deleted
     assert gone.markers[0].action == gone.markers[0].DELETE and len(gone.markers[1].points) == 4
     zones = np.arange(9, dtype=np.float32).reshape(3, 3)
-    result = LoomingResult(zones, 1.7, 0.8, 12.5)
+    result = LoomingResult(zones, 1.7, 0.8, 12.5, "ok")
     msg = messages.looming_msg(header, result, 4)
     assert list(msg.zones) == list(range(9)) and msg.ttc_valid and msg.ttc == pytest.approx(0.8)
-    assert msg.zones_per_side == 3 and msg.frames_in_history == 4
-    none = messages.looming_msg(header, LoomingResult(zones, 0.9, None, 1.0), 1)
-    assert not none.ttc_valid and none.ttc == 0.0
+    assert msg.zones_per_side == 3 and msg.frames_in_history == 4 and msg.ttc_reason == "ok"
+    none = messages.looming_msg(header, LoomingResult(zones, 0.9, None, 1.0, "poor_fit"), 1)
+    assert not none.ttc_valid and none.ttc == 0.0 and none.ttc_reason == "poor_fit"
     cubes = messages.zone_markers(header, zones, 64, 64, 0.01)
     assert len(cubes.markers) == 9 and cubes.markers[8].color.r == pytest.approx(1.0)
     rgb = np.zeros((48, 64, 3), np.uint8)

@@ -187,6 +187,7 @@ def _same(live: Any, offline: Any) -> None:
     np.testing.assert_array_equal(np.array(live.zones, np.float32), offline.zones.reshape(-1))
     assert live.tau == pytest.approx(offline.tau, rel=1e-6)
     assert live.ttc_valid == (offline.ttc_s is not None) == offline.ttc_valid
+    assert live.ttc_reason == offline.ttc_reason and live.ttc_reason
     if live.ttc_valid:
         assert live.ttc == pytest.approx(offline.ttc_s, rel=1e-5, abs=1e-6)
 
@@ -209,9 +210,11 @@ def test_looming_node_live_equals_offline(ros_env, tmp_path: Path) -> None:
     static = [sup.result_for("looming", sup.frame(f, 600.0 + 0.1 * i))
               for i, f in enumerate(_looming_frames(4, "static"))]
     assert not any(m.ttc_valid for m in static)
+    assert {m.ttc_reason for m in static} <= {"filling", "not_approaching", "low_texture", "poor_fit"}
     # a 2 s gap in the stream: the history restarts, no TTC until it spans 0.1 s again
     after = [sup.result_for("looming", sup.frame(f, 602.4 + 0.1 * i)) for i, f in enumerate(frames[:3])]
     assert [m.frames_in_history for m in after] == [1, 2, 3] and not after[0].ttc_valid
+    assert after[0].ttc_reason == "filling"
 
 
 def test_looming_bag_replayed_equals_offline(ros_env, tmp_path: Path, capsys) -> None:
@@ -268,7 +271,7 @@ def test_looming_bag_replayed_equals_offline(ros_env, tmp_path: Path, capsys) ->
         zones = np.array(entry["zones"], np.float32).ravel()
         np.testing.assert_array_equal(np.array(msg.zones, np.float32), zones)
         assert msg.tau == pytest.approx(entry["tau"], rel=1e-6)
-        assert msg.ttc_valid == (entry["ttc_s"] is not None)
+        assert msg.ttc_valid == (entry["ttc_s"] is not None) and msg.ttc_reason == entry["ttc_reason"]
         if msg.ttc_valid:
             assert msg.ttc == pytest.approx(entry["ttc_s"], rel=1e-5, abs=1e-6)
 

@@ -5,7 +5,8 @@
   an echo of the scalar request fields in ``message``;
 - serves ``get_weights`` (GetWeights): returns the stored matrix and bias as received, and per-row
   min/max computed here with NumPy;
-- publishes :func:`detections` on ``detections`` and :func:`poses` on ``poses`` every 50 ms.
+- publishes :func:`detections` on ``detections``, :func:`poses` on ``poses`` and :func:`looming` on
+  ``looming`` every 50 ms.
 
 The builders are shared with the test (which loads this file by path), so both sides agree on what was
 sent; what is under test is everything in between (rosidl C structs, CDR, Fast DDS). It exits by itself
@@ -82,6 +83,19 @@ def poses(stamp_sec: int = 42, stamp_nanosec: int = 7):
     return msg
 
 
+def looming(stamp_sec: int = 2**31 - 1, stamp_nanosec: int = 1):
+    """A Looming message with no TTC and the reason why (a string field beside the numbers)."""
+    from libredgetpu_ros_interfaces.msg import Looming
+
+    values = (0.0, -0.0, 1e-45, 3.4e38, 1 / 3, 2.5, 7.0, 8.0, 9.0)
+    msg = Looming(zones_per_side=3, zones=[float(np.float32(v)) for v in values],
+                  tau=float(np.float32(1.0 / 3.0)), ttc_valid=False, ttc=0.0, ttc_reason="not_approaching/ü",
+                  frames_in_history=2**64 - 1)
+    msg.header.stamp.sec, msg.header.stamp.nanosec = stamp_sec, stamp_nanosec
+    msg.header.frame_id = FRAME_ID
+    return msg
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--lifetime", type=float, default=60.0, help="exit after this many seconds")
@@ -91,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     from rclpy.executors import SingleThreadedExecutor
     from vision_msgs.msg import Detection2DArray
 
-    from libredgetpu_ros_interfaces.msg import PersonPoseArray
+    from libredgetpu_ros_interfaces.msg import Looming, PersonPoseArray
     from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
 
     rclpy.init()
@@ -125,8 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     node.create_service(GetWeights, "get_weights", get_weights)
     det_pub = node.create_publisher(Detection2DArray, "detections", 10)
     pose_pub = node.create_publisher(PersonPoseArray, "poses", 10)
-    det_msg, pose_msg = detections(), poses()
-    node.create_timer(0.05, lambda: (det_pub.publish(det_msg), pose_pub.publish(pose_msg)))
+    looming_pub = node.create_publisher(Looming, "looming", 10)
+    det_msg, pose_msg, looming_msg = detections(), poses(), looming()
+    node.create_timer(0.05, lambda: (det_pub.publish(det_msg), pose_pub.publish(pose_msg),
+                                     looming_pub.publish(looming_msg)))
 
     executor = SingleThreadedExecutor()
     executor.add_node(node)

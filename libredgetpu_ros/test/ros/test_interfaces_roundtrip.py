@@ -1,9 +1,9 @@
 """Our custom interfaces survive a trip between two processes over DDS, bit for bit.
 
 A peer process (``_interfaces_peer.py``) serves SetWeights/GetWeights and publishes Detection2DArray
-(vision_msgs, what the perception node publishes) and PersonPoseArray. This test sends a weight matrix
-with awkward float32 values (signed zero, subnormals, float32 extremes), reads it back, and compares every
-field of every message, including nested arrays.
+(vision_msgs, what the perception node publishes), PersonPoseArray and Looming. This test sends a weight
+matrix with awkward float32 values (signed zero, subnormals, float32 extremes), reads it back, and compares
+every field of every message, including nested arrays.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def test_interfaces_roundtrip_between_processes(ros_env) -> None:
     from rclpy.node import Node
     from vision_msgs.msg import Detection2DArray
 
-    from libredgetpu_ros_interfaces.msg import PersonPoseArray
+    from libredgetpu_ros_interfaces.msg import Looming, PersonPoseArray
     from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
 
     peer_module = load_helper(PEER_PATH)
@@ -72,6 +72,7 @@ def test_interfaces_roundtrip_between_processes(ros_env) -> None:
     received: dict[str, Any] = {}
     node.create_subscription(Detection2DArray, "detections", lambda m: received.setdefault("det", m), 10)
     node.create_subscription(PersonPoseArray, "poses", lambda m: received.setdefault("pose", m), 10)
+    node.create_subscription(Looming, "looming", lambda m: received.setdefault("looming", m), 10)
     set_client = node.create_client(SetWeights, "set_weights")
     get_client = node.create_client(GetWeights, "get_weights")
 
@@ -101,12 +102,14 @@ def test_interfaces_roundtrip_between_processes(ros_env) -> None:
     np.testing.assert_array_equal(np.asarray(weights.weight_min, np.float32), data.min(axis=1))
     np.testing.assert_array_equal(np.asarray(weights.weight_max, np.float32), data.max(axis=1))
 
-    _spin_until(executor, lambda: "det" in received and "pose" in received, DISCOVERY_TIMEOUT_S,
-                "Detection2DArray and PersonPoseArray from the peer", peer)
+    _spin_until(executor, lambda: {"det", "pose", "looming"} <= set(received), DISCOVERY_TIMEOUT_S,
+                "Detection2DArray, PersonPoseArray and Looming from the peer", peer)
     assert _as_plain(received["det"]) == _as_plain(peer_module.detections())
     assert _as_plain(received["pose"]) == _as_plain(peer_module.poses())
     assert [len(d.results) for d in received["det"].detections] == [0, 1, 3]
     assert received["det"].detections[2].bbox.size_y == 2.0**-1074
     assert [len(p.keypoints) for p in received["pose"].poses] == [17, 17]
+    assert _as_plain(received["looming"]) == _as_plain(peer_module.looming())
+    assert received["looming"].ttc_reason == "not_approaching/ü"
 
     node.destroy_node()

@@ -86,7 +86,7 @@ def looming_msg(header: Header, result: Any, frames: int) -> Looming:
     return Looming(header=header, zones_per_side=int(result.zones.shape[0]),
                    zones=[float(v) for v in result.zones.reshape(-1)], tau=float(result.tau),
                    ttc_valid=result.ttc_s is not None, ttc=float(result.ttc_s or 0.0),
-                   frames_in_history=int(frames))
+                   ttc_reason=result.ttc_reason, frames_in_history=int(frames))
 
 
 def tracker_messages(header: Header, rgb: np.ndarray, result: Any, width: int, height: int, options: Any,
