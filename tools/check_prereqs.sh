@@ -30,7 +30,9 @@ command -v cmake >/dev/null || missing+=(cmake)
 command -v g++ >/dev/null || missing+=(g++)
 command -v make >/dev/null || missing+=(make)
 # The Edge TPU driver loads libusb at run time (libusb1 wraps it).
-ldconfig -p 2>/dev/null | grep -q 'libusb-1\.0\.so\.0' || missing+=(libusb-1.0-0)
+# grep without -q reads the whole listing: with -q it exits at the first match, ldconfig dies of SIGPIPE and
+# pipefail turns an installed libusb into a missing one (seen once on a fresh machine).
+ldconfig -p 2>/dev/null | grep 'libusb-1\.0\.so\.0' >/dev/null || missing+=(libusb-1.0-0)
 if [[ $goal == test ]]; then
     command -v ip >/dev/null || missing+=(iproute2)
     command -v unshare >/dev/null || missing+=(util-linux)
