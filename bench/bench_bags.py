@@ -127,7 +127,8 @@ def read_decode_fps(bag: Path) -> tuple[float, float]:
         reader.close()
 
 
-def baseline_fps(config: Path, frames: list[np.ndarray]) -> float:
+def baseline_fps(config: Path, frames: list[np.ndarray]) -> tuple[float, float]:
+    """(frames/s, process CPU ms per frame) of the pipeline alone."""
     from libredgetpu_ros.perception.pipeline import PerceptionPipeline
     from libredgetpu_ros.ros.bag_processing import load_node_config
     from libredgetpu_ros.ros.perception_node import pipeline_config
@@ -135,10 +136,11 @@ def baseline_fps(config: Path, frames: list[np.ndarray]) -> float:
     with PerceptionPipeline.from_config(pipeline_config(load_node_config(config).params)) as pipeline:
         for rgb in frames[:2]:
             pipeline.process(rgb)  # warm-up (LiteRT allocates on the first runs)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for rgb in frames:
             pipeline.process(rgb)
-        return len(frames) / (time.perf_counter() - start)
+        return (len(frames) / (time.perf_counter() - start),
+                (time.process_time() - cpu) / len(frames) * 1e3)
 
 
 def offline_worker(bag: str, config: str, out: str) -> int:
@@ -153,6 +155,7 @@ def offline_worker(bag: str, config: str, out: str) -> int:
     if summary.processed != summary.frames:
         raise RuntimeError(summary.text())
     print(json.dumps({"fps": summary.fps, "wall_s": wall, "frames": summary.frames,
+                      "cpu_ms": summary.cpu_s / summary.frames * 1e3,
                       "package": str(Path(libredgetpu_ros.__file__).parent)}))
     return 0
 
@@ -283,6 +286,11 @@ def write_cost_ms(config: Path, frames: list[np.ndarray], tmp: Path) -> float:
         writer.close()
 
 
+def _spread(values: list[float], digits: int = 2) -> str:
+    """median (min–max)"""
+    return f"{_median(values):.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
+
+
 def _median(values: list[float]) -> float:
     return float(np.median(values))
 
@@ -322,8 +330,11 @@ def main() -> int:
         # Alternate the measurements and keep each one's best (and the median of the per-round ratios):
         # other jobs share the 2 cores, and any single run can land in a busy moment.
         base, off, old, inproc = [], [], [], []
+        base_cpu: list[float] = []
         for i in range(REPEATS):
-            base.append(baseline_fps(config, frames))
+            fps, cpu_ms = baseline_fps(config, frames)
+            base.append(fps)
+            base_cpu.append(cpu_ms)
             off.append(offline_run(bag, config, tmp / f"out_{task}_{i}", env))
             inproc.append(inprocess_run(bag, config, tmp / f"inproc_{task}_{i}"))
             if before_pkg is not None:
@@ -334,6 +345,8 @@ def main() -> int:
         rows.append({"task": task, "base": best, "off": max(r["fps"] for r in off),
                      "off_ratio_median": _median([r["fps"] / b for r, b in zip(off, base, strict=True)]),
                      "off_wall": min(r["wall_s"] for r in off),
+                     "cpu_ratios": [b / r["cpu_ms"] for r, b in zip(off, base_cpu, strict=True)],
+                     "base_cpu": base_cpu, "off_cpu": [r["cpu_ms"] for r in off],
                      "old": max(r["fps"] for r in old) if old else None,
                      "old_ratio_median": _median([r["fps"] / b for r, b in zip(old, base, strict=True)])
                      if old else None,
@@ -416,12 +429,25 @@ def report(rows: list[dict], frames: list[np.ndarray], io_ours: float, io_rosbag
                      f"pipeline {ip['pipeline_ms']:.3f} ms per frame inside the loop (alone: "
                      f"{1e3 / r['base']:.3f}); {ip['other_ms']:.3f} ms per frame outside it (the separate "
                      f"measurements above add up to {1e3 / io_ours + r['write_ms']:.3f}).")
-    lines += ["", "Target: offline within 10% of the pipeline's own throughput:"]
+    lines += ["", "Process CPU time per frame (all threads; the pipeline's loop and process-bag's frame "
+              f"loop, each of the {REPEATS} rounds): with other engineers' jobs holding the 2 cores (load "
+              f"average {os.getloadavg()[0]:.1f} at the end), wall-clock rates measure the scheduler as "
+              "much as the code, so the ratio is read on CPU time:", "",
+              "| config | pipeline CPU ms / frame | offline CPU ms / frame | pipeline / offline (CPU) |",
+              "|---|---|---|---|"]
+    for r in rows:
+        cpu = r["cpu_ratios"]
+        lines.append(f"| {r['task']} | {_spread(r['base_cpu'], 3)} | {_spread(r['off_cpu'], 3)} | "
+                     f"{_spread(cpu, 3)} |")
+    lines += ["", "Targets: offline within 10% of the pipeline's own throughput (wall, issue 26); "
+              ">= 0.95 of it (issue 36, read on CPU time, median of rounds):"]
     for r in rows:
         ratio = r["off"] / r["base"]
         verdict = "met" if ratio >= 0.9 else f"not met, {0.9 - ratio:.3f} short"
+        cpu = _median(r["cpu_ratios"])
         lines.append(f"- {r['task']}: {ratio:.3f} ({verdict}; median of rounds {r['off_ratio_median']:.2f})"
-                     + (f"; before: {r['old'] / r['base']:.2f}." if before else "."))
+                     + (f"; before: {r['old'] / r['base']:.2f}" if before else "")
+                     + f"; CPU {cpu:.3f} ({'met' if cpu >= 0.95 else 'not met'}).")
     lines += ["", NOTES, ""]
     return "\n".join(lines)
 

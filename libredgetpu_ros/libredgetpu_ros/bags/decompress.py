@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import mmap
 import sys
-import zlib
 from typing import Any
+
+from libredgetpu_ros.bags.crc import crc32
 
 MAX_CHUNK_BYTES = 1 << 30  # an uncompressed chunk larger than this is refused (rosbag2 writes ~1 MB chunks)
 # A compressed chunk's records larger than this are refused: while a zstd frame that declares its size is
@@ -49,7 +50,7 @@ def chunk_records(stored: memoryview, compression: str, size: int, crc: int, at:
     records = decompress(stored, compression, size, f"chunk at offset {at}")
     if len(records) != size:
         raise BadRecord(f"chunk at offset {at}: records are {len(records)} bytes, header says {size}")
-    if crc and zlib.crc32(records) != crc:
+    if crc and crc32(records) != crc:
         raise BadRecord(f"chunk at offset {at}: CRC mismatch")
     return records
 

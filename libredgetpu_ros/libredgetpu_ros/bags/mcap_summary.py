@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import mmap
 import struct
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from libredgetpu_ros.bags.crc import crc32
 from libredgetpu_ros.bags.decompress import COMPRESSIONS, BadRecord, check_chunk_size
 from libredgetpu_ros.bags.salvage import MCAP_MAGIC, Cursor, ScanReport, scan_mcap_data
 from libredgetpu_ros.errors import InputError
@@ -134,7 +134,7 @@ def check_mcap_data(data: bytes | memoryview, name: str) -> None:
         raise BadRecord(f"footer: summary start {summary_start} is outside [{data_start}, {footer_at}]")
     if offset_start and not (summary_start or data_start) <= offset_start <= footer_at:
         raise BadRecord(f"footer: summary offset start {offset_start} is outside the summary section")
-    if summary_start and crc and zlib.crc32(data[summary_start:footer_at + 9 + 16]) != crc:
+    if summary_start and crc and crc32(data[summary_start:footer_at + 9 + 16]) != crc:
         raise BadRecord(f"summary section [{summary_start}, {footer_at}): CRC mismatch")
     data_end = summary_start or footer_at
     chunks, schemas, statistics = _summary(data, summary_start, footer_at) if summary_start else ([], 0, None)

@@ -17,7 +17,7 @@ exact size, CRC), the messages then views into the decompressed records; a chunk
 Anything else (per-message compression, unindexed files, sqlite3) is left to rosbags:
 ``message_views`` returns None and the caller uses ``reader.messages``.
 
-The CRCs of uncompressed chunks are computed ahead, in file order, on one worker thread (``zlib.crc32``
+The CRCs of uncompressed chunks are computed ahead, in file order, on one worker thread (``crc32``
 releases the GIL): verifying a 640x480 frame's chunk costs ~0.4 ms, which would otherwise sit in the
 consumer's loop between two inferences.
 """
@@ -28,11 +28,11 @@ import heapq
 import itertools
 import mmap
 import struct
-import zlib
 from collections.abc import Collection, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from libredgetpu_ros.bags.crc import crc32
 from libredgetpu_ros.bags.decompress import COMPRESSIONS, BadRecord, chunk_records
 
 _U32 = struct.Struct("<I")
@@ -113,7 +113,7 @@ def _crc_ok(data: memoryview, chunk: Any) -> bool:
     if base + _CRC_AT + 4 > len(data) or end > len(data):
         return True  # reported by the bounds check of _checked_messages
     crc = _U32.unpack_from(data, base + _CRC_AT)[0]
-    return not crc or zlib.crc32(data[start:end]) == crc
+    return not crc or crc32(data[start:end]) == crc
 
 
 def _chunk_messages(data: memoryview, chunk: Any, channel_map: dict[int, Any],
@@ -148,7 +148,7 @@ def _checked_messages(data: memoryview, chunk: Any, channel_map: dict[int, Any],
     if chunk.compression:  # records in a new buffer, checked before and after decompressing
         data = chunk_records(data[start:end], chunk.compression, chunk.uncompressed_size, crc, base)
         start, end = 0, len(data)
-    elif not (crc_ok.result() if crc_ok is not None else not crc or zlib.crc32(data[start:end]) == crc):
+    elif not (crc_ok.result() if crc_ok is not None else not crc or crc32(data[start:end]) == crc):
         raise BadRecord(f"chunk at offset {base}: CRC mismatch")
     messages: list[tuple[int, int, Any, memoryview]] = []  # (log time, chunk offset, connection, view)
     pos = start

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import struct
 import time
-import zlib
 from typing import Any
 
 from rosbags.rosbag2 import StoragePlugin
 from rosbags.rosbag2.storage_mcap import McapWriter
 from rosbags.rosbag2.storage_sqlite3 import Sqlite3Writer
+
+from libredgetpu_ros.bags.crc import crc32
 
 # Chunk record: opcode (1) + record length (8) + message start, end, uncompressed size (3 x 8) -> the CRC.
 CHUNK_CRC_OFFSET = 1 + 8 + 24
@@ -38,7 +39,7 @@ class CrcMcapWriter(McapWriter):
     """rosbags' MCAP writer with each chunk's CRC filled in and the file flushed after each chunk."""
 
     def close_chunk(self) -> None:
-        crc = zlib.crc32(self.chunk.bio.getbuffer())  # the uncompressed records, before rosbags resets them
+        crc = crc32(self.chunk.bio.getbuffer())  # the uncompressed records, before rosbags resets them
         start = self.bio.tell()
         super().close_chunk()
         end = self.bio.tell()
@@ -57,7 +58,7 @@ class CrcMcapWriter(McapWriter):
             if not summary_start:
                 return
             f.seek(summary_start)
-            crc = zlib.crc32(f.read(footer_at + SUMMARY_CRC_AT - summary_start))
+            crc = crc32(f.read(footer_at + SUMMARY_CRC_AT - summary_start))
             f.write(_U32.pack(crc))  # the file position is now the CRC field
 
 

@@ -143,6 +143,7 @@ class ProcessSummary:
     ignored_topics: dict[str, list[str]] = field(default_factory=dict)
     elapsed_s: float = 0.0  # the frame loop (the steady rate)
     setup_s: float = 0.0  # before it: open the bag, load + warm up the model
+    cpu_s: float = 0.0  # process CPU time of the frame loop, every thread (LiteRT's workers too)
 
     @property
     def fps(self) -> float:
@@ -154,7 +155,7 @@ class ProcessSummary:
                 "frames": self.frames, "processed": self.processed, "written": self.written,
                 "failed": sum(self.failures.values()), "failures": dict(sorted(self.failures.items())),
                 "ignored_topics": self.ignored_topics, "fps": self.fps, "elapsed_s": self.elapsed_s,
-                "setup_s": self.setup_s}
+                "setup_s": self.setup_s, "cpu_s": self.cpu_s}
 
     def text(self) -> str:
         lines = [f"{self.input} -> {self.output}: {self.frames} frames from {', '.join(self.topics)}, "
@@ -248,12 +249,13 @@ class BagProcessor:
             if first is not None:
                 self._latched(writer, node, first.timestamp)
             _warm_up(node, self._out_types.values(), first)
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             summary.setup_s = start - begin
             for frame in itertools.chain([first] if first is not None else [], frames):
                 self._frame(summary, node, writer, frame)
                 bar.update(1)
             summary.elapsed_s = time.perf_counter() - start
+            summary.cpu_s = time.process_time() - cpu_start
         return summary
 
     def _plan(self, input_bag: Path, output_bag: Path,

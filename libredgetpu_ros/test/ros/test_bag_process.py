@@ -166,6 +166,8 @@ def test_mcap_views_and_rosbags_reader_give_the_same_output(ros_env, tmp_path: P
                               progress=False, storage="mcap", topics=topics, log=lambda _: None)
         expected = (8, 3, 6) if bag == "damaged" else (3, 3, 6)
         assert (summary.frames, summary.processed, summary.written) == expected
+        # The frame loop's CPU time (every thread) beside its wall time: the rate a loaded machine can judge.
+        assert summary.cpu_s > 0.0 and summary.as_dict()["cpu_s"] == summary.cpu_s
         with AnyReader([tmp_path / f"out_{storage}"]) as reader:
             # Decoded, not raw: rclpy leaves CDR alignment padding unzeroed (it differs run to run).
             outputs.append([(c.topic, c.msgtype, ts, compare.plain(reader.deserialize(raw, c.msgtype)))
