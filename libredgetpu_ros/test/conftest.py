@@ -15,6 +15,7 @@ import importlib.util
 import inspect
 import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -103,12 +104,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def is_ros_package(module: str) -> bool:
+    """A module of ROS: the packages above, or any interface package (``*_msgs``, ``*_srvs``, ...)."""
+    top = module.split(".")[0]
+    return top in ROS_PACKAGES or top.endswith(("_msgs", "_srvs", "_interfaces"))
+
+
 def missing_ros_module(exc: BaseException | None) -> str | None:
     """The ROS package whose absence raised ``exc`` (a ModuleNotFoundError, possibly chained), else None."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] in ROS_PACKAGES:
+        if isinstance(exc, ModuleNotFoundError) and is_ros_package(exc.name or ""):
             return exc.name
         exc = exc.__cause__ or exc.__context__
     return None
@@ -147,8 +154,8 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Any:
     """A test module that cannot be imported for want of ROS is skipped with the reason, not an error."""
     report = yield
     if _ROS_MISSING and report.failed:
-        text = str(report.longrepr)
-        missing = next((n for n in sorted(ROS_PACKAGES) if f"No module named '{n}" in text), None)
+        named = re.findall(r"No module named '([\w.]+)'", str(report.longrepr))
+        missing = next((name for name in named if is_ros_package(name)), None)
         if missing is not None:
             report.outcome = "skipped"
             report.longrepr = (str(collector.path), 0,
