@@ -8,12 +8,13 @@
         - {topic: /wrist/color/image_raw, namespace: wrist, transport: compressed}
       parameters: {model: mobilenet_v1_0.25_128, backend: auto}   # one model, shared by every stream
 
-Each topic becomes the node ``name`` in a namespace of its own (``namespace`` of the item, else the topic's
-parent namespace: ``/front`` for ``/front/image_raw``), nested under the entry's namespace, reading that
-topic (``input_topic``), with the entry's parameters plus the item's other keys as its own
-(``image_reliability``, ``transport``, ``camera_info_topic``...). Its results, ``~/timing`` and diagnostics
-are its own; the nodes run in one process, so they share one accelerator (``edgetpu/broker.py``). ROS-free:
-used by ``bringup.load_config`` (no ROS import here: bag tools read bringup files too).
+Each topic (a relative one taken in the entry's ``namespace``) becomes the node ``name`` in a namespace of
+its own: the topic's namespace (``/front`` for ``/front/image_raw``), or the item's ``namespace`` (a relative
+one under the entry's), reading that topic (``input_topic``), with the entry's parameters plus the item's
+other keys as its own (``image_reliability``, ``transport``, ``camera_info_topic``...). Its results,
+``~/timing`` and diagnostics are its own; the nodes run in one process, so they share one accelerator
+(``edgetpu/broker.py``). ROS-free: used by ``bringup.load_config`` (no ROS import here: bag tools read
+bringup files too).
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ _TOPIC_RE = re.compile(r"^/?[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*$")
 _SEGMENT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*$")
 
 
-def _item(value: Any, where: str) -> tuple[str, str, dict[str, Any]]:
-    """(topic, namespace or "", parameter overrides) of one ``image_topics`` item."""
+def _item(value: Any, entry_namespace: str, where: str) -> tuple[str, str, dict[str, Any]]:
+    """(topic, the node's absolute namespace, parameter overrides) of one ``image_topics`` item."""
     if isinstance(value, str):
         value = {"topic": value}
     if not isinstance(value, dict) or not isinstance(value.get("topic"), str):
@@ -39,8 +40,13 @@ def _item(value: Any, where: str) -> tuple[str, str, dict[str, Any]]:
     topic = value["topic"].strip()
     if not _TOPIC_RE.match(topic):
         raise ConfigError(f"{where}: topic {topic!r} is not a ROS topic name")
-    namespace = str(value.get("namespace", "") or "").strip("/")
-    if not namespace:
+    if not topic.startswith("/"):  # relative: in the entry's namespace (the node's own would nest it)
+        topic = "/" + "/".join(p for p in (entry_namespace.strip("/"), topic) if p)
+    given = str(value.get("namespace", "") or "")
+    if given:  # relative: under the entry's namespace; absolute: as given
+        namespace = given.strip("/") if given.startswith("/") else "/".join(
+            p for p in (entry_namespace.strip("/"), given.strip("/")) if p)
+    else:  # the camera's own namespace: where its topic is
         parent = topic.strip("/").rsplit("/", 1)
         namespace = parent[0] if len(parent) == 2 else ""
     if not _SEGMENT_RE.match(namespace):
@@ -49,7 +55,7 @@ def _item(value: Any, where: str) -> tuple[str, str, dict[str, Any]]:
     overrides = {str(k): v for k, v in value.items() if k not in ("topic", "namespace")}
     if "input_topic" in overrides:
         raise ConfigError(f"{where}: give the topic as 'topic', not input_topic")
-    return topic, namespace, overrides
+    return topic, "/" + namespace, overrides
 
 
 def expand_image_topics(kind: str, namespace: str, params: dict[str, Any], image_topics: Any,
@@ -67,8 +73,7 @@ def expand_image_topics(kind: str, namespace: str, params: dict[str, Any], image
     out: list[tuple[str, dict[str, Any]]] = []
     seen: dict[str, str] = {}
     for i, value in enumerate(image_topics):
-        topic, own, overrides = _item(value, f"{where}, image_topics[{i}]")
-        full = "/" + "/".join(p for p in (namespace.strip("/"), own) if p)
+        topic, full, overrides = _item(value, namespace, f"{where}, image_topics[{i}]")
         if full in seen:
             raise ConfigError(f"{where}: {seen[full]} and {topic} would both publish under {full}; give one "
                               f"a 'namespace:'")

@@ -127,8 +127,9 @@ def argument_overrides(context: LaunchContext, params: Any, names: Iterable[str]
 
 
 RVIZ = LaunchConfiguration("rviz")
-# rviz2 ends with the launch too (ros/lifetime.py: launch leaves its processes running on SIGTERM).
-_STOP_WITH_LAUNCH = f"{shlex.quote(sys.executable)} -m libredgetpu_ros.ros.lifetime"
+# rviz2 (and the bringup of cameras.launch.py) ends with the launch too (ros/lifetime.py: launch leaves its
+# processes running on SIGTERM).
+STOP_WITH_LAUNCH = f"{shlex.quote(sys.executable)} -m libredgetpu_ros.ros.lifetime"
 RVIZ_ARGUMENT: ArgumentTable = {
     "rviz": ("false", "true: also start rviz2 with this launch file's config (share/libredgetpu_ros/rviz/)"),
     "rviz_fixed_frame": ("", "rviz2's fixed frame: the camera's frame_id, which the results carry (empty: "
@@ -152,7 +153,7 @@ def rviz(launch_name: str, condition: SomeSubstitutionsType = RVIZ) -> OpaqueFun
                                 f"another machine of the network with -d {config}")]
         if not os.path.isfile(config):
             return [LogInfo(msg=f"rviz:=true: no rviz config {config}; starting rviz2 without one"),
-                    ExecuteProcess(cmd=[executable], output="screen", prefix=_STOP_WITH_LAUNCH)]
+                    ExecuteProcess(cmd=[executable], output="screen", prefix=STOP_WITH_LAUNCH)]
         from libredgetpu_ros.ros.rviz_config import write_namespaced
 
         # the camera input as the node's remapping has it (CAMERA_REMAPPINGS: image_raw -> image:=)
@@ -161,7 +162,7 @@ def rviz(launch_name: str, condition: SomeSubstitutionsType = RVIZ) -> OpaqueFun
                                       remappings=remappings))
         frame = context.launch_configurations.get("rviz_fixed_frame", "")
         return [ExecuteProcess(cmd=[executable, "-d", config, *(["-f", frame] if frame else [])],
-                               output="screen", prefix=_STOP_WITH_LAUNCH)]
+                               output="screen", prefix=STOP_WITH_LAUNCH)]
 
     return OpaqueFunction(function=start)
 

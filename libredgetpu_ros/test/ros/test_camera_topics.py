@@ -24,13 +24,18 @@ nodes:
       - /front/image_raw
       - {topic: /rear/image_raw, image_reliability: best_effort}
       - {topic: /arm/wrist/color/image_raw, namespace: wrist, transport: compressed}
+      - {topic: /arm/base/image_raw, namespace: /base}
+      - top/image_raw
     parameters: {model: m_edgetpu.tflite, backend: auto}
 """)
+    # the topic's own namespace; an item's relative namespace (and a relative topic) under the entry's
     assert [(s.type, s.name, s.namespace) for s in specs] == [
-        ("perception", "perception", "/robot/front"), ("perception", "perception", "/robot/rear"),
-        ("perception", "perception", "/robot/wrist")]
-    assert [s.parameters["input_topic"] for s in specs] == ["/front/image_raw", "/rear/image_raw",
-                                                            "/arm/wrist/color/image_raw"]
+        ("perception", "perception", "/front"), ("perception", "perception", "/rear"),
+        ("perception", "perception", "/robot/wrist"), ("perception", "perception", "/base"),
+        ("perception", "perception", "/robot/top")]
+    assert [s.parameters["input_topic"] for s in specs] == [
+        "/front/image_raw", "/rear/image_raw", "/arm/wrist/color/image_raw", "/arm/base/image_raw",
+        "/robot/top/image_raw"]
     assert specs[1].parameters == {"model": "m_edgetpu.tflite", "backend": "auto",
                                    "image_reliability": "best_effort", "input_topic": "/rear/image_raw"}
     assert "image_reliability" not in specs[0].parameters and specs[2].parameters["transport"] == "compressed"

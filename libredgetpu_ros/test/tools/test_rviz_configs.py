@@ -25,8 +25,9 @@ DISPLAY_OF = {"MarkerArray": "rviz_default_plugins/MarkerArray", "Marker": "rviz
 # display draws the markers over the image.
 INPUT_DISPLAYS = {"image_raw": {"rviz_default_plugins/Camera", "rviz_default_plugins/Image"}}
 # Launch files whose node publishes nothing rviz draws (commands, weights, SPU vectors, metrics,
-# classifications): no config, by design (docs/install.md).
-NOT_SPATIAL = {"control", "spu", "trainer", "reservoir", "recognition"}
+# classifications; cameras: one node per camera namespace, whose own launch files have configs): no config,
+# by design (docs/install.md).
+NOT_SPATIAL = {"control", "spu", "trainer", "reservoir", "recognition", "cameras"}
 
 
 def displays(config: dict) -> list[dict]:
