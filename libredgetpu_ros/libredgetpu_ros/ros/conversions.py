@@ -194,7 +194,7 @@ class ImagePlane:
                 for u, v in uv]
 
 
-def _points(xy: np.ndarray, scale: float, plane: ImagePlane | None = None) -> list[Point]:
+def pixel_points(xy: np.ndarray, scale: float, plane: ImagePlane | None = None) -> list[Point]:
     if plane is not None:
         return plane.points(xy)
     return [Point(x=float(x) * scale, y=float(y) * scale, z=0.0) for x, y in xy]
@@ -226,12 +226,13 @@ def markers_msg(header: Header, result: Any, scale: float = 0.001, keypoint_thre
         box = _marker(header, "boxes", i, Marker.LINE_STRIP, lifetime)
         box.scale.x = line
         box.color = _color(int(det.class_id))
-        box.points = _points(np.array([[xmin, ymin], [xmax, ymin], [xmax, ymax], [xmin, ymax], [xmin, ymin]]),
+        box.points = pixel_points(np.array([[xmin, ymin], [xmax, ymin], [xmax, ymax], [xmin, ymax],
+                                            [xmin, ymin]]),
                              scale, plane)
         text = _marker(header, "labels", i, Marker.TEXT_VIEW_FACING, lifetime)
         text.scale.z = 16.0 * scale
         text.color = box.color
-        text.pose.position = _points(np.array([[xmin, ymin - 10.0]]), scale, plane)[0]
+        text.pose.position = pixel_points(np.array([[xmin, ymin - 10.0]]), scale, plane)[0]
         text.text = f"{det.label or det.class_id} {det.score:.2f}"
         out.markers.extend((box, text))
     for i, pose in enumerate(result.poses):
@@ -248,11 +249,11 @@ def markers_msg(header: Header, result: Any, scale: float = 0.001, keypoint_thre
         skel.scale.x = line
         skel.color = _color(i)
         if len(bones):
-            skel.points = _points(by_id[bones.ravel(), :2], scale, plane)
+            skel.points = pixel_points(by_id[bones.ravel(), :2], scale, plane)
         joints = _marker(header, "keypoints", i, Marker.SPHERE_LIST, lifetime)
         joints.scale.x = joints.scale.y = joints.scale.z = 6.0 * scale
         joints.color = _color(i)
-        joints.points = _points(by_id[visible, :2], scale, plane)
+        joints.points = pixel_points(by_id[visible, :2], scale, plane)
         out.markers.extend((skel, joints))
     return out
 

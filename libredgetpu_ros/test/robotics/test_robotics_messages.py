@@ -20,9 +20,10 @@ def test_tracker_and_looming_messages() -> None:
     assert offset.header.frame_id == "cam" and (offset.point.x, offset.point.y) == (-0.25, 0.5)
     error = messages.servo_error_msg(header, (0.5, -1.0))
     assert (error.vector.x, error.vector.y, error.header.stamp.sec) == (0.5, -1.0, 12)
-    markers = messages.tracker_markers(header, (10.0, 20.0), 64, 64, 0.01)
+    canvas = messages.MarkerCanvas(64, 64, 64, 64, 0.01)  # no CameraInfo: metres per template pixel
+    markers = messages.tracker_markers(header, (10.0, 20.0), canvas)
     assert markers.markers[0].pose.position.x == pytest.approx(0.1) and len(markers.markers[1].points) == 4
-    gone = messages.tracker_markers(header, None, 64, 64, 0.01)  # no valid target: its sphere deleted
+    gone = messages.tracker_markers(header, None, canvas)  # no valid target: its sphere deleted
     assert gone.markers[0].action == gone.markers[0].DELETE and len(gone.markers[1].points) == 4
     zones = np.arange(9, dtype=np.float32).reshape(3, 3)
     result = LoomingResult(zones, 1.7, 0.8, 12.5, "ok")
@@ -31,7 +32,7 @@ def test_tracker_and_looming_messages() -> None:
     assert msg.zones_per_side == 3 and msg.frames_in_history == 4 and msg.ttc_reason == "ok"
     none = messages.looming_msg(header, LoomingResult(zones, 0.9, None, 1.0, "poor_fit"), 1)
     assert not none.ttc_valid and none.ttc == 0.0 and none.ttc_reason == "poor_fit"
-    cubes = messages.zone_markers(header, zones, 64, 64, 0.01)
+    cubes = messages.zone_markers(header, zones, canvas)
     assert len(cubes.markers) == 9 and cubes.markers[8].color.r == pytest.approx(1.0)
     rgb = np.zeros((48, 64, 3), np.uint8)
     drawn = messages.annotate_tracker(rgb, (0.5, -0.5))
@@ -59,7 +60,8 @@ def test_tracker_messages_say_when_there_is_no_target() -> None:
     assert list(out) == ["offset", "servo_error", "target", "markers", "annotated"]
     assert (out["servo_error"].vector.x, out["servo_error"].vector.y) == (-1.0, 0.5)
     (det,) = out["target"].detections
-    assert det.bbox.center.position.x == pytest.approx(1.5 * 319 / 2)
+    # offset 0.5: template pixel 1.5 * 63 / 2 = 47.25, the frame's pixel the 320 / 64 resize took it from
+    assert det.bbox.center.position.x == pytest.approx((47.25 + 0.5) * 5 - 0.5)
     assert det.bbox.size_x == pytest.approx((0.01 * 320 * 240) ** 0.5)
     assert det.results[0].hypothesis.score == pytest.approx(0.97)
     lost = good.invalidated("no_target", coverage=0.0, mass=0.0)
@@ -71,3 +73,74 @@ def test_tracker_messages_say_when_there_is_no_target() -> None:
     (det,) = dict(messages.tracker_messages(header, rgb, pattern, 64, 64, _Options(),
                                             kernel=(8, 8)))["target"].detections
     assert (det.bbox.size_x, det.bbox.size_y) == (40.0, 30.0) and det.results[0].hypothesis.score == 0.93
+    # the pattern's offsets span the patch corners 0..56: offset 0 is the corner 28, the patch centre 31.5
+    assert (det.bbox.center.position.x, det.bbox.center.position.y) == (32.0 * 5 - 0.5, 32.0 * 3.75 - 0.5)
+
+
+def _plane(fx: float, fy: float, cx: float, cy: float, depth: float):
+    from libredgetpu_ros.ros.conversions import ImagePlane
+
+    return ImagePlane(fx, fy, cx, cy, depth)
+
+
+def _project(point, plane) -> tuple[float, float]:
+    """The camera's pixel for an optical-frame point (what rviz's Camera display draws it on)."""
+    assert point.z == pytest.approx(plane.depth)
+    return plane.fx * point.x / point.z + plane.cx, plane.fy * point.y / point.z + plane.cy
+
+
+@pytest.mark.parametrize("kernel", [None, (8, 8)])
+def test_tracker_markers_on_the_image_plane_land_on_the_target_pixel(kernel) -> None:
+    """With the camera's intrinsics, the target sphere projects onto the frame pixel the target detection
+    names (template pixels mapped back through the resize), the centre cross onto the frame's centre; sizes
+    are frame pixels at marker_depth."""
+    import cv2
+    from libredgetpu_ros.robotics.offsets import TrackResult
+    from libredgetpu_ros.ros.robotics import messages
+    from std_msgs.msg import Header
+
+    rgb = np.zeros((240, 320, 3), np.uint8)
+    plane = _plane(400.0, 380.0, 161.0, 118.0, 2.0)
+    result = TrackResult(0.5, -0.25, (1, 2), 3, reason="ok", coverage=0.01, mass=0.9, measured=(0.5, -0.25))
+    out = dict(messages.tracker_messages(Header(frame_id="cam"), rgb, result, 64, 64, _Options(),
+                                         kernel=kernel, plane=plane))
+    (det,) = out["target"].detections
+    target, centre = out["markers"].markers
+    u, v = _project(target.pose.position, plane)
+    assert (u, v) == (pytest.approx(det.bbox.center.position.x), pytest.approx(det.bbox.center.position.y))
+    # and that pixel is where the target is in the frame: a dot drawn there, fitted to the template as the
+    # tracker fits frames, peaks at the template pixel the offsets decode to
+    dot = np.zeros((240, 320), np.float32)
+    cv2.circle(dot, (round(u * 16), round(v * 16)), 8 * 16, 1.0, -1, shift=4)
+    small = cv2.resize(dot, (64, 64), interpolation=cv2.INTER_AREA)
+    ys, xs = np.nonzero(small)
+    want = messages.target_pixel(result, 64, 64, kernel)
+    weights = small[ys, xs]
+    centroid = (float((xs * weights).sum() / weights.sum()), float((ys * weights).sum() / weights.sum()))
+    assert centroid == (pytest.approx(want[0], abs=0.1), pytest.approx(want[1], abs=0.1))
+    crosses = [_project(p, plane) for p in centre.points]
+    assert np.mean(crosses, axis=0) == pytest.approx((159.5, 119.5))
+    assert target.scale.x == pytest.approx(4 * 5 * 2.0 / 400.0)  # 4 template pixels = 20 frame pixels
+    # no CameraInfo: the old drawing, template pixels at marker_scale on z = 0
+    flat = dict(messages.tracker_messages(Header(), rgb, result, 64, 64, _Options(), kernel=kernel))
+    sphere = flat["markers"].markers[0].pose.position
+    assert sphere.z == 0.0 and sphere.x == pytest.approx(want[0] * 0.01)
+
+
+def test_zone_markers_on_the_image_plane_land_on_their_zones() -> None:
+    """Each zone's cube projects onto the centre of that zone of the frame, its footprint the zone's."""
+    from libredgetpu_ros.robotics.looming import LoomingResult
+    from libredgetpu_ros.ros.robotics import messages
+    from std_msgs.msg import Header
+
+    rgb = np.zeros((240, 320, 3), np.uint8)
+    plane = _plane(300.0, 310.0, 150.0, 125.0, 3.0)
+    zones = np.arange(9, dtype=np.float32).reshape(3, 3)
+    result = LoomingResult(zones, 1.0, None, 1.0, "filling")
+    out = dict(messages.looming_messages(Header(), rgb, result, 1, 64, 64, _Options(), plane=plane))
+    for cube in out["markers"].markers:
+        row, col = divmod(cube.id, 3)
+        u, v = _project(cube.pose.position, plane)
+        assert (u, v) == (pytest.approx((col + 0.5) * 320 / 3 - 0.5), pytest.approx((row + 0.5) * 80 - 0.5))
+        assert cube.scale.x == pytest.approx(320 / 3 * 0.95 * 3.0 / 300.0)
+        assert cube.scale.y == pytest.approx(80 * 0.95 * 3.0 / 310.0)

@@ -107,6 +107,7 @@ def test_spot_tracker_node_offsets_colour_swap_and_bad_input(ros_env, tmp_path: 
     assert answer.success and answer.version == 1 and list(answer.weights) == [-64, 127, -64]
     both = sup.frame(_spots((24, 63, red), (104, 63, green), size=128))
     assert sup.result_for("offset", both).point.x > 0.4
+    sup.received["/diagnostics"].clear()  # a status sent between the swap and that frame still says left
 
     def diagnostics() -> dict[str, str] | None:  # the node's latest status, once it reports the new colour
         for msg in reversed(sup.received["/diagnostics"]):
@@ -159,6 +160,75 @@ def test_pattern_tracker_node_takes_the_template_from_a_region(ros_env, tmp_path
     outside = sup.service(SetTemplateRegion, "set_template_region", x=120, y=120, width=16, height=16)
     assert not outside.success and "not inside" in outside.message and outside.version == 1
     assert sup.state() == "active"
+
+
+def _on_image_plane(sup: Supervisor, frame: Any, ns: str, k: tuple[float, float, float, float]) -> Any:
+    """Publish the camera's CameraInfo (``ns``/camera_info, beside its image; calibrated at twice the
+    frame's size: the node scales K) and ``frame`` until the node's markers for that frame lie on the image
+    plane (z > 0; without CameraInfo they lie on z = 0)."""
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import CameraInfo
+
+    fx, fy, cx, cy = k
+    info = CameraInfo(header=frame.header, width=2 * frame.width, height=2 * frame.height,
+                      k=[2 * fx, 0.0, 2 * cx, 0.0, 2 * fy, 2 * cy, 0.0, 0.0, 1.0])
+    pub = sup.node.create_publisher(CameraInfo, f"{ns}/camera_info", qos_profile_sensor_data)
+    stamp = (frame.header.stamp.sec, frame.header.stamp.nanosec)
+
+    def placed(msg: Any) -> bool:  # a MarkerArray has no header: its markers carry the frame's
+        drawn = [m for m in msg.markers if m.action == m.ADD and m.type != m.LINE_LIST]
+        return bool(drawn) and all((m.header.stamp.sec, m.header.stamp.nanosec) == stamp
+                                   and m.pose.position.z > 0.1 for m in drawn)
+
+    return sup.wait_for("markers on the image plane",
+                        lambda: next((m for m in sup.received[f"{ns}/markers"] if placed(m)), None),
+                        every=lambda: (pub.publish(info), sup.camera.publish(frame)))
+
+
+def _pixel(point: Any, k: tuple[float, float, float, float]) -> tuple[float, float]:
+    """The camera image's pixel an optical-frame point projects onto (where rviz's Camera display puts it)."""
+    fx, fy, cx, cy = k
+    return fx * point.x / point.z + cx, fy * point.y / point.z + cy
+
+
+def test_tracker_and_looming_markers_on_the_cameras_image_plane(ros_env, tmp_path: Path) -> None:
+    """With the camera's CameraInfo beside its image, the tracker's target sphere projects onto the target's
+    pixel in the camera image (the target detection's centre, on the red disc), the centre cross onto the
+    image centre, and each looming cube onto its zone's centre, at marker_depth; frames are 2x the
+    templates' input (template pixels mapped back through the resize). The tracker runs in a namespace."""
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import Image
+    from vision_msgs.msg import Detection2DArray
+    from visualization_msgs.msg import MarkerArray
+
+    k = (150.0, 140.0, 63.0, 65.0)  # fx, fy, cx, cy of the 128 x 128 frames
+    _spawn(ros_env, "tracker_node", _params(tmp_path, "spot", module="spot", template="color_red_64x64",
+                                            marker_depth=2.5), "tracker", namespace="front")
+    _spawn(ros_env, "looming_node", _params(tmp_path, "looming", template="looming_64x64_3x3"), "looming")
+    tracker = Supervisor(ros_env, "front/tracker", {"/front/markers": MarkerArray,
+                                                    "/front/target": Detection2DArray})
+    tracker.camera = tracker.node.create_publisher(Image, "/front/image_raw", qos_profile_sensor_data)
+    assert tracker.transition("configure") and tracker.transition("activate")
+    frame = tracker.frame(_spots((90, 40, (255, 0, 0)), size=128))
+    target, centre = _on_image_plane(tracker, frame, "/front", k).markers
+    assert target.pose.position.z == pytest.approx(2.5) and target.header.frame_id == "test_camera"
+    (det,) = tracker.result_for("/front/target", frame).detections
+    u, v = _pixel(target.pose.position, k)
+    assert (u, v) == (pytest.approx(det.bbox.center.position.x, abs=1e-3),
+                      pytest.approx(det.bbox.center.position.y, abs=1e-3))
+    assert abs(u - 90) < 3 and abs(v - 40) < 3  # on the disc
+    assert np.mean([_pixel(p, k) for p in centre.points], axis=0) == pytest.approx((63.5, 63.5))
+
+    looming = Supervisor(ros_env, "looming", {"/markers": MarkerArray})
+    assert looming.transition("configure") and looming.transition("activate")
+    frame = looming.frame(_looming_frames(1)[0].repeat(2, 0).repeat(2, 1))
+    cubes = _on_image_plane(looming, frame, "", k).markers
+    assert len(cubes) == 9 and all(c.pose.position.z == pytest.approx(1.0) for c in cubes)  # marker_depth
+    for cube in cubes:
+        row, col = divmod(cube.id, 3)
+        want = ((col + 0.5) * 128 / 3 - 0.5, (row + 0.5) * 128 / 3 - 0.5)
+        assert _pixel(cube.pose.position, k) == (pytest.approx(want[0], abs=1e-3),
+                                                 pytest.approx(want[1], abs=1e-3))
 
 
 def _looming_frames(count: int, kind: str = "approach") -> list[np.ndarray]:

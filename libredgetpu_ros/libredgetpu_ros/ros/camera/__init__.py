@@ -2,7 +2,8 @@
 
 Modules: ``node_base`` (:class:`CameraNode`: lifecycle, image intake, fault handling, diagnostics),
 ``params`` (the shared image parameters), ``qos`` (image subscription reliability), ``intake`` (frame
-arrival, skipped and lost frames), ``report`` (diagnostics and ``~/timing`` messages).
+arrival, skipped and lost frames), ``report`` (diagnostics and ``~/timing`` messages), ``image_plane``
+(markers on the camera's image plane from its CameraInfo: a mixin for nodes that draw markers).
 
 Subclass API (the perception node, ``ros/perception/node.py``, is the reference subclass)::
 

@@ -10,7 +10,7 @@ fault handling, diagnostics), whose processor is a ``PerceptionPipeline``:
   ``on_error`` to ``unconfigured``;
 - cleanup / shutdown / error: close the pipeline (releases the device);
 - while active, the camera's ``sensor_msgs/CameraInfo`` (``camera_info_topic``, on the camera thread, in
-  order with the frames) gives the markers their image plane (``conversions.ImagePlane`` at
+  order with the frames) gives the markers their image plane (``camera/image_plane.py``, at
   ``marker_depth``); before one arrives they lie on z = 0 at ``marker_scale`` metres per pixel.
 
 Runtime parameters (score threshold, result counts) go to the pipeline's ``set_options`` under a lock, so
@@ -24,21 +24,20 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import Header
 from vision_msgs.msg import LabelInfo
 
 from libredgetpu_ros.errors import DeviceNotFoundError, LibrEdgeTpuError
 from libredgetpu_ros.ros import conversions
 from libredgetpu_ros.ros.camera import CameraNode, Frame
-from libredgetpu_ros.ros.camera.qos import CAMERA_INFO_QOS
+from libredgetpu_ros.ros.camera.image_plane import ImagePlaneInput
 from libredgetpu_ros.ros.output_qos import output_publisher
 from libredgetpu_ros.ros.perception.params import LABEL_QOS, PARAMS, pipeline_config
 
 _RUNTIME_OPTIONS = ("score_threshold", "max_results", "top_k")
 
 
-class PerceptionNode(CameraNode):
+class PerceptionNode(ImagePlaneInput, CameraNode):
     """Runs a ``PerceptionPipeline`` on the newest camera frame; see the module docstring."""
 
     PARAMS = PARAMS
@@ -51,8 +50,6 @@ class PerceptionNode(CameraNode):
         self._task = ""
         self._pubs: dict[str, Any] = {}
         self._labels_pub: Any = None
-        self._info_sub: Any = None
-        self._camera_info: CameraInfo | None = None  # the newest, on the camera thread
         super().__init__(node_name, **kwargs)
 
     # -- the camera-node hooks ------------------------------------------------------------------------------
@@ -92,44 +89,6 @@ class PerceptionNode(CameraNode):
             self.destroy_publisher(self._labels_pub)
             self._labels_pub = None
 
-    def on_activate(self, state: Any) -> Any:
-        result = super().on_activate(state)
-        # on the camera thread: CameraInfo and frames in order, never concurrently with process()
-        self._info_sub = self.camera_subscription(CameraInfo, self._camera_info_topic(), self._on_camera_info,
-                                                  CAMERA_INFO_QOS)
-        return result
-
-    def on_deactivate(self, state: Any) -> Any:
-        if self._info_sub is not None:
-            sub, self._info_sub = self._info_sub, None
-            self.destroy_camera_subscription(sub)
-        self._camera_info = None  # the camera may change before the next activate
-        return super().on_deactivate(state)
-
-    def _camera_info_topic(self) -> str:
-        """``camera_info_topic``, or ``camera_info`` in the (remapped) image topic's namespace."""
-        if self.params.camera_info_topic:
-            return self.resolve_topic_name(self.params.camera_info_topic)
-        image = self.resolve_topic_name(self.params.input_topic)
-        return image.rsplit("/", 1)[0] + "/camera_info"
-
-    def _on_camera_info(self, msg: CameraInfo) -> None:
-        self._camera_info = msg
-
-    def _image_plane(self, width: int, height: int) -> conversions.ImagePlane | None:
-        """The markers' image plane from the newest CameraInfo; None without one, for an uncalibrated camera
-        (K all zero), and (with a bad-input count, one warning) for a K that is no pinhole camera."""
-        info = self._camera_info
-        if info is None or not self.params.publish_markers:
-            return None
-        try:
-            return conversions.ImagePlane.from_camera_info(info, width, height, self.params.marker_depth)
-        except ValueError as exc:
-            self._camera_info = None
-            if self.stats.bad_input.add("camera_info") == 1:
-                self.get_logger().warning(f"camera info ignored (markers stay at marker_scale): {exc}")
-            return None
-
     def process(self, rgb: Any, header: Header, frame: Frame) -> Mapping[str, float] | None:
         with self._pipeline_lock:
             if self._pipeline is None:
@@ -139,7 +98,7 @@ class PerceptionNode(CameraNode):
         # Messages for topics nobody subscribes to are not even built (an annotated image costs more than
         # most models); a subscriber that has not matched yet would not have received them anyway.
         pubs = self._pubs
-        plane = self._image_plane(int(rgb.shape[1]), int(rgb.shape[0]))
+        plane = self.image_plane(int(rgb.shape[1]), int(rgb.shape[0]))
         for topic, msg in conversions.result_messages(header, rgb, result, self.params,
                                                       wanted=lambda t: pubs[t].get_subscription_count() > 0,
                                                       plane=plane):

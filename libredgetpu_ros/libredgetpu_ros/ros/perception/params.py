@@ -12,6 +12,7 @@ from rclpy.qos import QoSDurabilityPolicy, QoSHistoryPolicy, QoSProfile, QoSReli
 from libredgetpu_ros.errors import ConfigError
 from libredgetpu_ros.ros.camera import RESULT_QOS as RESULT_QOS  # re-exported: the nodes' result QoS
 from libredgetpu_ros.ros.camera import ImageParams, camera_param_table
+from libredgetpu_ros.ros.camera.image_plane import MARKER_PLANE_PARAMS
 from libredgetpu_ros.ros.params import ParamSpec
 from libredgetpu_ros.threads import DEFAULT_LIBRARY_THREADS, MAX_LIBRARY_THREADS
 
@@ -74,11 +75,7 @@ PARAMS = camera_param_table([
     ParamSpec("marker_scale", 0.001, "Marker size in metres per image pixel (rviz) until a CameraInfo "
               "arrives; then markers lie on the camera's image plane at marker_depth.",
               range=(1e-6, 1.0), mutability="runtime"),
-    ParamSpec("marker_depth", 1.0, "Depth in metres of the image plane markers are drawn on once the "
-              "camera's CameraInfo is known (they overlay the image in rviz's Camera display; an object's "
-              "real depth when one is known).", range=(0.01, 1000.0), mutability="runtime"),
-    ParamSpec("camera_info_topic", "", "CameraInfo topic of the camera (markers on its image plane); empty: "
-              "camera_info beside the image topic, as image_transport pairs them.", mutability="read_only"),
+    *MARKER_PLANE_PARAMS,
 ], PerceptionParams)
 
 # The label map (vision_msgs/LabelInfo) is published once per configure; transient-local keeps it for late

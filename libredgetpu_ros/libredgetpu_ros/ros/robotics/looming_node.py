@@ -3,8 +3,9 @@
 A :class:`~libredgetpu_ros.ros.camera.CameraNode` whose processor is a ``LoomingDetector``:
 
 - ``looming`` (libredgetpu_ros_interfaces/Looming: zones, tau, ttc; no standard message carries them),
-  ``markers`` (a cube per zone, height and colour by density), ``annotated`` (grid, tau, TTC; off by
-  default), all stamped with the frame's header;
+  ``markers`` (a cube per zone, height and colour by density; on the camera's image plane once its
+  CameraInfo arrives: ``camera/image_plane.py``), ``annotated`` (grid, tau, TTC; off by default), all
+  stamped with the frame's header;
 - the time to contact integrates over the frames' header stamps, never the wall clock, so a bag replayed
   into the node gives what processing the bag offline gives; stamps going backwards (a looped bag) restart
   the history;
@@ -23,6 +24,7 @@ from std_msgs.msg import Header
 
 from libredgetpu_ros.errors import ConfigError
 from libredgetpu_ros.ros.camera import CameraNode, Frame
+from libredgetpu_ros.ros.camera.image_plane import ImagePlaneInput
 from libredgetpu_ros.ros.robotics import messages
 from libredgetpu_ros.ros.robotics.params import LOOMING_PARAMS
 from libredgetpu_ros.ros.spinning import run_lifecycle_node_main
@@ -43,7 +45,7 @@ def open_detector(p: Any) -> Any:
                            contact_tau=p.contact_tau, ttc_mode=p.ttc_mode, max_gap_s=p.max_gap)
 
 
-class LoomingNode(CameraNode):
+class LoomingNode(ImagePlaneInput, CameraNode):
     """Looming detection on the newest camera frame; see the module docstring."""
 
     PARAMS = LOOMING_PARAMS
@@ -86,7 +88,8 @@ class LoomingNode(CameraNode):
         pubs = self._pubs
         for topic, msg in messages.looming_messages(header, rgb, result, detector.samples, detector.width,
                                                     detector.height, self.params,
-                                                    wanted=lambda t: pubs[t].get_subscription_count() > 0):
+                                                    wanted=lambda t: pubs[t].get_subscription_count() > 0,
+                                                    plane=self.image_plane(rgb.shape[1], rgb.shape[0])):
             pubs[topic].publish(msg)
         return {"detect": (t1 - t0) * 1e3, "publish": (time.monotonic() - t1) * 1e3}
 

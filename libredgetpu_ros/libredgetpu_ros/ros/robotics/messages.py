@@ -4,14 +4,18 @@
 those and ``process-bag`` (``ros/bag_nodes.py``) writes them, so live and offline results are the same
 messages.
 
-Markers are drawn in the frame's ``frame_id`` with ``scale`` metres per template-input pixel, x right and y
-down as in the image: a sphere at the target and a cross at the image centre (trackers), a cube per zone
-whose height and colour follow its density (looming).
+Markers are drawn in the frame's ``frame_id`` (x right, y down as in the image): a sphere at the target and a
+cross at the image centre (trackers), a cube per zone whose height and colour follow its density (looming).
+Once the camera's intrinsics are known (an ``ImagePlane`` from its CameraInfo, ``ros/camera/image_plane.py``)
+template-input pixels are mapped back to the frame's pixels (:func:`frame_pixels`) and drawn where the camera
+projects them onto those pixels, so rviz's Camera display overlays them on the image; without intrinsics
+they lie on z = 0 at ``scale`` metres per template-input pixel (:class:`MarkerCanvas`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,6 +32,7 @@ from vision_msgs.msg import (
 )
 from visualization_msgs.msg import Marker, MarkerArray
 
+from libredgetpu_ros.ros.conversions import ImagePlane, pixel_points
 from libredgetpu_ros_interfaces.msg import Looming
 
 _LIFETIME = Duration(sec=1)
@@ -53,11 +58,62 @@ def servo_error_msg(header: Header, error: tuple[float, float]) -> Vector3Stampe
     return msg
 
 
-def target_msg(header: Header, result: Any, frame_width: int, frame_height: int, box: tuple[float, float]
+def frame_pixels(xy: Any, width: int, height: int, frame_width: int, frame_height: int) -> np.ndarray:
+    """Template-input pixels (N x 2) -> the frame's pixels: the inverse of the resize that fitted the frame
+    to the template (pixel centres map onto pixel centres: u = (x + 0.5) * frame_width / width - 0.5)."""
+    xy = np.asarray(xy, np.float64).reshape(-1, 2)
+    return (xy + 0.5) * (frame_width / width, frame_height / height) - 0.5
+
+
+def target_pixel(result: Any, width: int, height: int, kernel: tuple[int, int] | None = None
+                 ) -> tuple[float, float]:
+    """Where a valid result's target is, in template-input pixels: the spot's position (its offsets span
+    the pixel centres 0 .. width - 1), or the centre of the pattern's ``kernel``-sized patch (its offsets
+    span the patch corners 0 .. width - kernel width)."""
+    x, y = float(result.x_offset), float(result.y_offset)
+    if kernel is None:
+        return (1 + x) * (width - 1) / 2, (1 + y) * (height - 1) / 2
+    kw, kh = kernel
+    return (1 + x) * (width - kw) / 2 + (kw - 1) / 2, (1 + y) * (height - kh) / 2 + (kh - 1) / 2
+
+
+@dataclass(frozen=True, slots=True)
+class MarkerCanvas:
+    """Where markers given in template-input pixels (``width`` x ``height``) are drawn: on the camera's
+    image ``plane`` at the frame's pixels they map back to, or without one on z = 0 at ``scale`` metres per
+    template pixel."""
+
+    width: int
+    height: int
+    frame_width: int
+    frame_height: int
+    scale: float
+    plane: ImagePlane | None = None
+
+    def points(self, xy: Any) -> list[Point]:
+        xy = np.asarray(xy, np.float64).reshape(-1, 2)
+        if self.plane is None:
+            return pixel_points(xy, self.scale)
+        return self.plane.points(frame_pixels(xy, self.width, self.height, self.frame_width,
+                                              self.frame_height))
+
+    @property
+    def units(self) -> tuple[float, float]:
+        """Metres per template pixel along x and y (a template pixel covers frame / template pixels)."""
+        if self.plane is None:
+            return self.scale, self.scale
+        p = self.plane
+        return (p.depth / p.fx * self.frame_width / self.width,
+                p.depth / p.fy * self.frame_height / self.height)
+
+
+def target_msg(header: Header, result: Any, frame_width: int, frame_height: int, box: tuple[float, float],
+               template: tuple[int, int] | None = None, kernel: tuple[int, int] | None = None
                ) -> Detection2DArray:
     """The stamped valid flag of a tracked frame: one detection (centre in frame pixels, ``box`` its size,
     score: the pattern's normalised correlation, else the spot's kept softmax mass, else 1) when the result
-    is valid, none when it is not."""
+    is valid, none when it is not. ``template``: the template's input size (width, height; default: the
+    frame's), ``kernel`` the pattern's patch size (:func:`target_pixel`)."""
     msg = Detection2DArray(header=header)
     if not result.valid or result.x_offset is None:
         return msg
@@ -66,8 +122,10 @@ def target_msg(header: Header, result: Any, frame_width: int, frame_height: int,
     det.results = [ObjectHypothesisWithPose(hypothesis=ObjectHypothesis(class_id="target",
                                                                         score=float(score)))]
     det.bbox = BoundingBox2D(size_x=float(box[0]), size_y=float(box[1]))
-    det.bbox.center.position.x = (1 + result.x_offset) * (frame_width - 1) / 2
-    det.bbox.center.position.y = (1 + result.y_offset) * (frame_height - 1) / 2
+    width, height = template or (frame_width, frame_height)
+    at = target_pixel(result, width, height, kernel)
+    (u, v), = frame_pixels(at, width, height, frame_width, frame_height)
+    det.bbox.center.position.x, det.bbox.center.position.y = float(u), float(v)
     msg.detections.append(det)
     return msg
 
@@ -91,14 +149,15 @@ def looming_msg(header: Header, result: Any, frames: int) -> Looming:
 
 def tracker_messages(header: Header, rgb: np.ndarray, result: Any, width: int, height: int, options: Any,
                      wanted: Callable[[str], bool] | None = None,
-                     kernel: tuple[int, int] | None = None) -> list[tuple[str, Any]]:
+                     kernel: tuple[int, int] | None = None,
+                     plane: ImagePlane | None = None) -> list[tuple[str, Any]]:
     """(relative topic, message) for one tracked frame, in publishing order: ``offset`` when the result is
     valid (no position when there is no target), ``servo_error`` always (zero when not valid: no command),
     ``target`` always (one detection when valid, none when not: the stamped valid flag); ``markers`` and
     ``annotated`` when ``options`` (the node's parameters: ``gain``, ``publish_markers``,
     ``publish_annotated``, ``marker_scale``) ask for them and ``wanted(topic)`` (default: all) says someone
     receives them. ``width`` x ``height`` is the template's input size, ``kernel`` the pattern's patch
-    size."""
+    size, ``plane`` the camera's image plane for the markers (None: ``marker_scale`` on z = 0)."""
     valid = result.valid and result.x_offset is not None
     out: list[tuple[str, Any]] = []
     if valid:
@@ -106,11 +165,11 @@ def tracker_messages(header: Header, rgb: np.ndarray, result: Any, width: int, h
     out.append(("servo_error", servo_error_msg(header, result.servo_error(options.gain))))
     fw, fh = rgb.shape[1], rgb.shape[0]
     box = target_box(result, fw, fh, kernel, width, height)
-    out.append(("target", target_msg(header, result, fw, fh, box)))
+    out.append(("target", target_msg(header, result, fw, fh, box, (width, height), kernel)))
     if options.publish_markers and (wanted is None or wanted("markers")):
-        at = ((1 + result.x_offset) * (width - 1) / 2, (1 + result.y_offset) * (height - 1) / 2) if valid \
-            else None
-        out.append(("markers", tracker_markers(header, at, width, height, options.marker_scale)))
+        at = target_pixel(result, width, height, kernel) if valid else None
+        canvas = MarkerCanvas(width, height, fw, fh, options.marker_scale, plane)
+        out.append(("markers", tracker_markers(header, at, canvas)))
     if options.publish_annotated and (wanted is None or wanted("annotated")):
         offset = (result.x_offset, result.y_offset) if valid else None
         out.append(("annotated", image_msg(header, annotate_tracker(rgb, offset, result.reason))))
@@ -118,12 +177,14 @@ def tracker_messages(header: Header, rgb: np.ndarray, result: Any, width: int, h
 
 
 def looming_messages(header: Header, rgb: np.ndarray, result: Any, frames: int, width: int, height: int,
-                     options: Any, wanted: Callable[[str], bool] | None = None) -> list[tuple[str, Any]]:
+                     options: Any, wanted: Callable[[str], bool] | None = None,
+                     plane: ImagePlane | None = None) -> list[tuple[str, Any]]:
     """(relative topic, message) for one looming frame: ``looming`` always (``frames``: samples in the tau
     history), ``markers`` / ``annotated`` as :func:`tracker_messages` decides them."""
     out: list[tuple[str, Any]] = [("looming", looming_msg(header, result, frames))]
     if options.publish_markers and (wanted is None or wanted("markers")):
-        out.append(("markers", zone_markers(header, result.zones, width, height, options.marker_scale)))
+        canvas = MarkerCanvas(width, height, rgb.shape[1], rgb.shape[0], options.marker_scale, plane)
+        out.append(("markers", zone_markers(header, result.zones, canvas)))
     if options.publish_annotated and (wanted is None or wanted("annotated")):
         out.append(("annotated", image_msg(header, annotate_looming(rgb, result.zones, result.tau,
                                                                     result.ttc_s))))
@@ -137,36 +198,41 @@ def _marker(header: Header, ns: str, mid: int, mtype: int, rgba: tuple[float, ..
     return m
 
 
-def tracker_markers(header: Header, at: tuple[float, float] | None, width: int, height: int,
-                    scale: float) -> MarkerArray:
+def tracker_markers(header: Header, at: tuple[float, float] | None, canvas: MarkerCanvas) -> MarkerArray:
     """A sphere at ``at`` (template-input pixels; None: no valid target, the sphere is deleted) and a cross
-    at the image centre."""
+    at the image centre, drawn on ``canvas``."""
+    ux, uy = canvas.units
     target = _marker(header, "target", 0, Marker.SPHERE, (1.0, 0.2, 0.1, 0.9))
     if at is None:
         target.action = Marker.DELETE
     else:
-        target.pose.position = Point(x=at[0] * scale, y=at[1] * scale, z=0.0)
-    target.scale.x = target.scale.y = target.scale.z = 4 * scale
+        target.pose.position = canvas.points(at)[0]
+    target.scale.x, target.scale.y, target.scale.z = 4 * ux, 4 * uy, 4 * ux
     centre = _marker(header, "centre", 0, Marker.LINE_LIST, (0.2, 1.0, 0.2, 0.8))
-    cx, cy, arm = (width - 1) / 2 * scale, (height - 1) / 2 * scale, 3 * scale
-    centre.points = [Point(x=cx - arm, y=cy), Point(x=cx + arm, y=cy), Point(x=cx, y=cy - arm),
-                     Point(x=cx, y=cy + arm)]
-    centre.scale.x = scale / 2
+    cx, cy = (canvas.width - 1) / 2, (canvas.height - 1) / 2
+    centre.points = canvas.points([(cx - 3, cy), (cx + 3, cy), (cx, cy - 3), (cx, cy + 3)])
+    centre.scale.x = ux / 2
     return MarkerArray(markers=[target, centre])
 
 
-def zone_markers(header: Header, zones: np.ndarray, width: int, height: int, scale: float) -> MarkerArray:
+def zone_markers(header: Header, zones: np.ndarray, canvas: MarkerCanvas) -> MarkerArray:
+    """A cube per zone centred on it (on the image plane: its centre projects onto the zone's centre),
+    colour by density, and its height (z: away from the image on z = 0, along the view on the plane)."""
     side = zones.shape[0]
     top = float(zones.max()) or 1.0
+    ux, uy = canvas.units
+    cell_w, cell_h = canvas.width / side, canvas.height / side  # template pixels
     out = MarkerArray()
     for row in range(side):
         for col in range(side):
             level = float(zones[row, col]) / top
             m = _marker(header, "zones", row * side + col, Marker.CUBE, (level, 0.3, 1.0 - level, 0.6))
-            cell_w, cell_h = width / side * scale, height / side * scale
-            m.pose.position = Point(x=(col + 0.5) * cell_w, y=(row + 0.5) * cell_h, z=level * 5 * scale)
-            m.scale.x, m.scale.y = cell_w * 0.95, cell_h * 0.95
-            m.scale.z = max(level * 10 * scale, scale / 10)
+            # the zone's centre as a pixel index (pixel i covers [i, i + 1))
+            m.pose.position = canvas.points(((col + 0.5) * cell_w - 0.5, (row + 0.5) * cell_h - 0.5))[0]
+            if canvas.plane is None:
+                m.pose.position.z = level * 5 * ux
+            m.scale.x, m.scale.y = cell_w * ux * 0.95, cell_h * uy * 0.95
+            m.scale.z = max(level * 10 * ux, ux / 10)
             out.markers.append(m)
     return out
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from libredgetpu_ros.errors import ConfigError
 from libredgetpu_ros.ros.camera import ImageParams, camera_param_table
+from libredgetpu_ros.ros.camera.image_plane import MARKER_PLANE_PARAMS
 from libredgetpu_ros.ros.params import ParamSpec
 
 MAX_CPU_THREADS = 64
@@ -22,12 +23,15 @@ _COMMON = [
               range=(1, MAX_CPU_THREADS)),
     ParamSpec("resize", True, "Resize frames to the template's input (false: frames of another size are "
               "refused as bad input)."),
-    ParamSpec("publish_markers", True, "Publish a visualization_msgs/MarkerArray on `markers` (image plane, "
-              "marker_scale metres per template pixel).", mutability="runtime"),
+    ParamSpec("publish_markers", True, "Publish a visualization_msgs/MarkerArray on `markers` (on the "
+              "camera's image plane once its CameraInfo arrives, else marker_scale metres per template "
+              "pixel).", mutability="runtime"),
     ParamSpec("publish_annotated", False, "Publish the frame with the result drawn on `annotated`.",
               mutability="runtime"),
-    ParamSpec("marker_scale", 0.01, "Marker size in metres per template-input pixel (rviz).",
+    ParamSpec("marker_scale", 0.01, "Marker size in metres per template-input pixel (rviz) until a "
+              "CameraInfo arrives; then markers lie on the camera's image plane at marker_depth.",
               range=(1e-6, 1.0), mutability="runtime"),
+    *MARKER_PLANE_PARAMS,
 ]
 
 
@@ -41,6 +45,8 @@ class _Common(ImageParams):
     publish_markers: bool
     publish_annotated: bool
     marker_scale: float
+    marker_depth: float
+    camera_info_topic: str
 
 
 @dataclass(frozen=True)

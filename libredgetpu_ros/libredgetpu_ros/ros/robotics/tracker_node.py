@@ -7,7 +7,8 @@ faults) whose processor is a ``SpotTracker`` or ``PatternTracker`` (``module`` p
   [-1, 1] from the image centre; only for frames with a valid target), ``servo_error``
   (geometry_msgs/Vector3Stamped: ``-gain * offset``, zero while no valid target), ``target``
   (vision_msgs/Detection2DArray: one detection when valid, none when not: the stamped valid flag),
-  ``markers`` (target and image centre), ``annotated`` (sensor_msgs/Image, off by default);
+  ``markers`` (target and image centre; on the camera's image plane once its CameraInfo arrives:
+  ``camera/image_plane.py``), ``annotated`` (sensor_msgs/Image, off by default);
 - services (created on configure): ``~/set_color`` (libredgetpu_ros_interfaces/SetColor; spot colour
   templates) and ``~/set_template_region`` (SetTemplateRegion: the patch centred on a box of the last
   processed frame; pattern templates). A refused swap (NaN, wrong template kind, region outside, flat patch)
@@ -27,6 +28,7 @@ from std_msgs.msg import Header
 
 from libredgetpu_ros.errors import InputError, LibrEdgeTpuError
 from libredgetpu_ros.ros.camera import CameraNode, Frame
+from libredgetpu_ros.ros.camera.image_plane import ImagePlaneInput
 from libredgetpu_ros.ros.robotics import messages
 from libredgetpu_ros.ros.robotics.params import TRACKER_PARAMS, parse_color
 from libredgetpu_ros.ros.spinning import run_lifecycle_node_main
@@ -77,7 +79,7 @@ def track_fitted(tracker: Any, fitted: Any) -> Any:
     return getattr(found, "result", found)  # PatternMatch wraps a TrackResult
 
 
-class TrackerNode(CameraNode):
+class TrackerNode(ImagePlaneInput, CameraNode):
     """Spot / pattern tracking on the newest camera frame; see the module docstring."""
 
     PARAMS = TRACKER_PARAMS
@@ -132,7 +134,8 @@ class TrackerNode(CameraNode):
         for topic, msg in messages.tracker_messages(header, rgb, result, tracker.width, tracker.height,
                                                     self.params,
                                                     wanted=lambda t: pubs[t].get_subscription_count() > 0,
-                                                    kernel=tracker_kernel(tracker)):
+                                                    kernel=tracker_kernel(tracker),
+                                                    plane=self.image_plane(rgb.shape[1], rgb.shape[0])):
             pubs[topic].publish(msg)
         return {"prepare": (t1 - t0) * 1e3, "track": (t2 - t1) * 1e3,
                 "publish": (time.monotonic() - t2) * 1e3}
