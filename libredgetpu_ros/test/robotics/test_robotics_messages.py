@@ -35,11 +35,41 @@ def test_tracker_and_looming_messages() -> None:
     cubes = messages.zone_markers(header, zones, canvas)
     assert len(cubes.markers) == 9 and cubes.markers[8].color.r == pytest.approx(1.0)
     rgb = np.zeros((48, 64, 3), np.uint8)
-    drawn = messages.annotate_tracker(rgb, (0.5, -0.5))
-    assert drawn.any() and not rgb.any()  # drawn on a copy
-    assert messages.annotate_tracker(rgb, None, "no_target")[:8].any()  # the reason written at the top
-    image = messages.image_msg(header, messages.annotate_looming(rgb, zones, 1.7, 0.8))
+    image = messages.image_msg(header, messages.annotate_looming(rgb, result))
     assert (image.width, image.height, image.encoding, image.header.frame_id) == (64, 48, "rgb8", "cam")
+
+
+def test_annotated_images_say_what_is_valid() -> None:
+    """The tracker's picture: a valid result's target circled where its offset points, an invalid one's
+    decoded position only as a thin grey circle and the reason written; the looming picture: the TTC in
+    seconds, or the reason there is none."""
+    from libredgetpu_ros.robotics.looming import LoomingResult
+    from libredgetpu_ros.robotics.offsets import TrackResult
+    from libredgetpu_ros.ros.robotics import messages
+
+    rgb = np.zeros((240, 320, 3), np.uint8)
+    found = TrackResult(0.5, 0.5, raw=(0, 0), version=0, valid=True, reason="ok", measured=(0.5, 0.5))
+    tx, ty = 239, 179  # (1 + 0.5) * (320 - 1) / 2, (1 + 0.5) * (240 - 1) / 2
+
+    def at_target(image: np.ndarray) -> np.ndarray:
+        return image[ty - 12:ty + 13, tx - 12:tx + 13].reshape(-1, 3)
+
+    drawn = messages.annotate_tracker(rgb, found)
+    assert not rgb.any() and (at_target(drawn) == (0, 255, 255)).all(axis=1).any()  # on a copy, circled
+    lost = found.invalidated("ambiguous")
+    unsure = messages.annotate_tracker(rgb, lost)
+    assert not (at_target(unsure) == (0, 255, 255)).all(axis=1).any()  # no confident circle
+    assert (at_target(unsure) == (160, 160, 160)).all(axis=1).any()  # where the output decoded to, grey
+    assert unsure[:20].any() and not (unsure[:20] == drawn[:20]).all()  # "not valid: ambiguous", not "valid"
+    reasons = messages.annotate_tracker(rgb, lost.invalidated("no_target"))
+    assert not (reasons[:20] == unsure[:20]).all()  # the reason is written
+    zones = np.ones((3, 3), np.float32)
+    with_ttc = messages.annotate_looming(rgb, LoomingResult(zones, 1.0, 1.7, 2.0, "ok"))
+    other_ttc = messages.annotate_looming(rgb, LoomingResult(zones, 1.0, 0.9, 2.0, "ok"))
+    filling = messages.annotate_looming(rgb, LoomingResult(zones, 1.0, None, 2.0, "filling"))
+    poor_fit = messages.annotate_looming(rgb, LoomingResult(zones, 1.0, None, 2.0, "poor_fit"))
+    tops = [image[:24] for image in (with_ttc, other_ttc, filling, poor_fit)]
+    assert all(not (a == b).all() for i, a in enumerate(tops) for b in tops[i + 1:])  # each says its own
 
 
 class _Options:

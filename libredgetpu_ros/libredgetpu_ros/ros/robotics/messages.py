@@ -171,8 +171,7 @@ def tracker_messages(header: Header, rgb: np.ndarray, result: Any, width: int, h
         canvas = MarkerCanvas(width, height, fw, fh, options.marker_scale, plane)
         out.append(("markers", tracker_markers(header, at, canvas)))
     if options.publish_annotated and (wanted is None or wanted("annotated")):
-        offset = (result.x_offset, result.y_offset) if valid else None
-        out.append(("annotated", image_msg(header, annotate_tracker(rgb, offset, result.reason))))
+        out.append(("annotated", image_msg(header, annotate_tracker(rgb, result))))
     return out
 
 
@@ -186,8 +185,7 @@ def looming_messages(header: Header, rgb: np.ndarray, result: Any, frames: int, 
         canvas = MarkerCanvas(width, height, rgb.shape[1], rgb.shape[0], options.marker_scale, plane)
         out.append(("markers", zone_markers(header, result.zones, canvas)))
     if options.publish_annotated and (wanted is None or wanted("annotated")):
-        out.append(("annotated", image_msg(header, annotate_looming(rgb, result.zones, result.tau,
-                                                                    result.ttc_s))))
+        out.append(("annotated", image_msg(header, annotate_looming(rgb, result))))
     return out
 
 
@@ -243,9 +241,23 @@ def image_msg(header: Header, rgb: np.ndarray) -> Image:
                  step=rgb.shape[1] * 3, data=rgb.tobytes())
 
 
-def annotate_tracker(rgb: np.ndarray, offset: tuple[float, float] | None, reason: str = "") -> np.ndarray:
-    """The frame with a cross at its centre and a circle where the target is (``offset``), or the reason
-    there is none."""
+def _label(out: np.ndarray, text: str, colour: tuple[int, int, int]) -> None:
+    """``text`` at the frame's top left on a black box (readable over any scene)."""
+    import cv2
+
+    h = out.shape[0]
+    font, scale = cv2.FONT_HERSHEY_SIMPLEX, max(0.3, h / 640)
+    (tw, th), base = cv2.getTextSize(text, font, scale, 1)
+    y = max(12, h // 12)
+    cv2.rectangle(out, (0, y - th - 4), (tw + 8, y + base + 2), (0, 0, 0), -1)
+    cv2.putText(out, text, (4, y), font, scale, colour, 1, cv2.LINE_AA)
+
+
+def annotate_tracker(rgb: np.ndarray, result: Any) -> np.ndarray:
+    """The frame with a cross at its centre and the tracking ``result`` (a ``TrackResult``): valid, a circle
+    where the target is, a line from the centre and "valid" with the offsets; not valid, "not valid" and
+    the reason, with a thin grey circle where the template's output decoded to (``measured``, what a
+    controller must not act on) when there is one."""
     import cv2
 
     out = rgb.copy()
@@ -253,22 +265,30 @@ def annotate_tracker(rgb: np.ndarray, offset: tuple[float, float] | None, reason
     cx, cy = w // 2, h // 2
     size = max(4, min(w, h) // 30)
     cv2.drawMarker(out, (cx, cy), (0, 255, 0), cv2.MARKER_CROSS, size * 2, 1)
-    if offset is None:
-        cv2.putText(out, f"no target: {reason}", (4, max(12, h // 12)), cv2.FONT_HERSHEY_SIMPLEX,
-                    max(0.3, h / 640), (255, 40, 20), 1)
+
+    def pixel(offset: tuple[float, float]) -> tuple[int, int]:
+        return round((1 + offset[0]) * (w - 1) / 2), round((1 + offset[1]) * (h - 1) / 2)
+
+    if not result.valid or result.x_offset is None or result.y_offset is None:
+        if result.measured is not None:
+            cv2.circle(out, pixel(result.measured), size, (160, 160, 160), 1)
+        _label(out, f"not valid: {result.reason}", (255, 40, 20))
         return out
-    tx, ty = round((1 + offset[0]) * (w - 1) / 2), round((1 + offset[1]) * (h - 1) / 2)
-    cv2.circle(out, (tx, ty), size, (255, 40, 20), 2)
+    tx, ty = pixel((result.x_offset, result.y_offset))
+    cv2.circle(out, (tx, ty), size, (0, 255, 255), 2)  # cyan: seen on a red target too
     cv2.line(out, (cx, cy), (tx, ty), (255, 200, 0), 1)
+    _label(out, f"valid  x {result.x_offset:+.2f}  y {result.y_offset:+.2f}", (0, 255, 0))
     return out
 
 
-def annotate_looming(rgb: np.ndarray, zones: np.ndarray, tau: float, ttc_s: float | None) -> np.ndarray:
-    """The frame with the zone grid, the centre zone's outline and tau / TTC."""
+def annotate_looming(rgb: np.ndarray, result: Any) -> np.ndarray:
+    """The frame with the zone grid, the centre zone's outline and the looming ``result`` (a
+    ``LoomingResult``): tau, and the TTC in seconds when there is one, else why not (``ttc_reason``)."""
     import cv2
 
     out = rgb.copy()
     h, w = out.shape[:2]
+    zones, tau = result.zones, result.tau
     side = zones.shape[0]
     for i in range(1, side):
         cv2.line(out, (i * w // side, 0), (i * w // side, h - 1), (255, 255, 0), 1)
@@ -276,6 +296,6 @@ def annotate_looming(rgb: np.ndarray, zones: np.ndarray, tau: float, ttc_s: floa
     c = side // 2
     colour = (255, 40, 20) if tau > 1 else (0, 255, 0)
     cv2.rectangle(out, (c * w // side, c * h // side), ((c + 1) * w // side, (c + 1) * h // side), colour, 2)
-    text = f"tau {tau:.2f}" + (f"  ttc {ttc_s:.2f}s" if ttc_s is not None else "")
-    cv2.putText(out, text, (4, max(12, h // 12)), cv2.FONT_HERSHEY_SIMPLEX, max(0.3, h / 640), colour, 1)
+    ttc = f"ttc {result.ttc_s:.2f} s" if result.ttc_s is not None else f"no ttc: {result.ttc_reason or '?'}"
+    _label(out, f"tau {tau:.2f}  {ttc}", colour)
     return out
