@@ -279,13 +279,13 @@ class BagProcessor:
 
     def _frame(self, summary: ProcessSummary, node: Any, writer: Any, frame: Decoded) -> None:
         """One decoded input frame -> its result messages in ``writer`` (or one counted failure)."""
-        Header, Time, serialize_message = _encoders()  # noqa: N806 (message classes)
+        Header, _, serialize_message = _encoders()  # noqa: N806 (a message class)
         summary.frames += 1
         if frame.cause:
             self._fail(summary, frame.cause, frame.problem)
             return
-        sec, nanosec, frame_id = frame.stamp
-        header = Header(stamp=Time(sec=sec, nanosec=nanosec), frame_id=frame_id)
+        header = Header(frame_id=frame.stamp[2])  # its default stamp filled in: one Time built, not two
+        header.stamp.sec, header.stamp.nanosec = frame.stamp[0], frame.stamp[1]
         try:
             out = node.messages(header, frame.rgb)
         except ImageError as exc:
