@@ -139,6 +139,14 @@ def foreign(path: str) -> bool:
     return any(marker in path for marker in FOREIGN)
 
 
+def installed(path: str) -> Path:
+    """``path`` from the repository root; ``.venv/...`` in the venv running the tests (``make setup``'s, or
+    the one ``LIBREDGETPU_ROS_VENV`` names for a worktree that has none of its own)."""
+    if path.startswith(".venv/"):
+        return Path(sys.prefix) / path.removeprefix(".venv/")
+    return ROOT / path
+
+
 @cache
 def launch_arguments(launch_file: str) -> set[str]:
     from launch.launch_description_sources import get_launch_description_from_python_launch_file
@@ -233,7 +241,7 @@ def test_ros2_commands(command: Command) -> None:
         path = args[i + 1] if arg == "--params-file" and i + 1 < len(args) else (
             arg.split(":=", 1)[1] if arg.startswith("params_file:=") else None)
         if path and not foreign(path) and not ROBOT_SECTION.search(command.heading):
-            assert (ROOT / path).exists(), f"{command}: {path} does not exist from the repository root"
+            assert installed(path).exists(), f"{command}: {path} does not exist from the repository root"
 
 
 @pytest.mark.parametrize("command", of("make"), ids=str)
