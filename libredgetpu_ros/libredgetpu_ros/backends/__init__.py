@@ -2,10 +2,12 @@
 
 ``open_backend`` picks one. ``auto`` uses the Edge TPU when one is attached and falls back to the CPU twin
 otherwise (and when the accelerator fails to open: held by another process), logging which it chose and
-why; an accelerator already open in this process is shared (``edgetpu/broker.py``), never a reason for the
-CPU. The backend it returns carries the reason: ``choice`` (why this backend, e.g. "auto: no Edge TPU
-attached") and ``fallback`` (the same text when ``auto`` settled for the CPU although the model is compiled
-for the Edge TPU, else ""); both are in ``describe()``, so a node can show them in its diagnostics.
+why; a ``device`` named explicitly (an index or "usb:<bus path>", ``edgetpu.device.parse_selector``) must
+exist even for ``auto`` (a pinned node never lands on the CPU because of a typo); an accelerator already
+open in this process is shared (``edgetpu/broker.py``), never a reason for the CPU. The backend it returns
+carries the reason: ``choice`` (why this backend, e.g. "auto: no Edge TPU attached") and ``fallback`` (the
+same text when ``auto`` settled for the CPU although the model is compiled for the Edge TPU, else ""); both
+are in ``describe()``, so a node can show them in its diagnostics.
 """
 
 from __future__ import annotations
@@ -66,8 +68,9 @@ def _open_device(device: Any) -> bool:
     return isinstance(device, DeviceBroker | EdgeTpuDevice)
 
 
-def _open_edgetpu(module, model_path: Path, cpu_model_path: Path | None, device: str | None) -> Backend:
-    backend = module.EdgeTpuBackend(device=device)
+def _open_edgetpu(module, model_path: Path, cpu_model_path: Path | None, device: Any,
+                  rate_hz: float) -> Backend:
+    backend = module.EdgeTpuBackend(device=device, rate_hz=rate_hz)
     try:
         backend.load(model_path, cpu_model_path)
     except BaseException:
@@ -78,15 +81,21 @@ def _open_edgetpu(module, model_path: Path, cpu_model_path: Path | None, device:
 
 def open_backend(kind: str, model_path: Path | str, cpu_model_path: Path | str | None = None,
                  device: Any = None, logger: logging.Logger | None = None,
-                 cpu_threads: int | None = None) -> Backend:
+                 cpu_threads: int | None = None, rate_hz: float = 0.0) -> Backend:
     """A loaded backend of ``kind`` ("auto" | "cpu" | "edgetpu") for the compiled model ``model_path``;
-    ``cpu_threads`` is LiteRT's thread count when the CPU runs it (None: LiteRT's default)."""
+    ``cpu_threads`` is LiteRT's thread count when the CPU runs it (None: LiteRT's default); ``rate_hz`` the
+    backend's weight on a shared accelerator (``edgetpu/broker.py``; 0: an equal share)."""
     log = logger or _log
     if kind not in KINDS:
         raise ConfigError(f"backend must be one of {', '.join(KINDS)}, got {kind!r}")
     model_path = Path(model_path)
     cpu_path = Path(cpu_model_path) if cpu_model_path is not None else None
 
+    pinned = device is not None and not _open_device(device)
+    if pinned:
+        from libredgetpu_ros.edgetpu.device import parse_selector
+
+        pinned = parse_selector(device) is not None  # a malformed one is a ConfigError naming it, any kind
     if kind == "cpu":
         log.info("backend: cpu (requested) for %s", model_path.name)
         return _chosen(_open_cpu(model_path, cpu_path, cpu_threads), "cpu (requested)")
@@ -98,18 +107,23 @@ def open_backend(kind: str, model_path: Path | str, cpu_model_path: Path | str |
 
             raise BackendError("the Edge TPU backend is not part of this build (backends/edgetpu.py missing)")
         log.info("backend: edgetpu (requested) for %s", model_path.name)
-        return _chosen(_open_edgetpu(module, model_path, cpu_path, device), "edgetpu (requested)")
+        return _chosen(_open_edgetpu(module, model_path, cpu_path, device, rate_hz), "edgetpu (requested)")
 
+    if module is not None and pinned:  # a device named in the config exists, or the open fails naming it
+        from libredgetpu_ros.edgetpu.device import select_device
+
+        select_device(device)  # DeviceNotFoundError: "no Edge TPU matches device '3'; attached: 0=usb:..."
     if module is None:
         reason = "auto: no Edge TPU backend in this build"
     elif _open_device(device):  # an accelerator open in this process was handed over: share it
         log.info("backend: edgetpu for %s (auto: shared accelerator)", model_path.name)
-        return _chosen(_open_edgetpu(module, model_path, cpu_path, device), "auto: shared accelerator")
+        backend = _open_edgetpu(module, model_path, cpu_path, device, rate_hz)
+        return _chosen(backend, "auto: shared accelerator")
     elif not module.edgetpu_available():
         reason = "auto: no Edge TPU attached (libredgetpu-ros devices)"
     else:
         try:
-            backend = _open_edgetpu(module, model_path, cpu_path, device)
+            backend = _open_edgetpu(module, model_path, cpu_path, device, rate_hz)
         except DeviceError as exc:
             reason = f"auto: the Edge TPU failed to open: {exc}"
         else:

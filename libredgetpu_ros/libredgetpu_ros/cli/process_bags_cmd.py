@@ -74,9 +74,26 @@ def _on_edgetpu(backend: str) -> bool:
         return True
     if backend != "auto":
         return False
-    from libredgetpu_ros.ros.fleet_ray import edgetpus
+    from libredgetpu_ros.ros.fleet import edgetpus
 
     return edgetpus() > 0
+
+
+def _edgetpu_workers(workers: int, pinned: str) -> tuple[int, list[str] | None]:
+    """Local workers on the Edge TPU: one per accelerator (an accelerator is one process's), worker i on
+    device i; a config pinning its ``device`` keeps it, on one worker."""
+    from libredgetpu_ros.ros.fleet import edgetpus
+
+    attached = edgetpus()
+    if pinned or attached <= 1:
+        why = f"the config pins device {pinned!r}" if pinned else "one accelerator is attached"
+        say(f"note: one local worker: {why}, which one process at a time can own (a second worker would "
+            f"fall back to the CPU twin or fail)")
+        return 1, None
+    if workers > attached:
+        say(f"note: {attached} local workers, one per attached accelerator (worker i on device i)")
+    count = min(workers, attached)
+    return count, [str(i) for i in range(count)]
 
 
 def _bar(tqdm: Any, total: int, stream: Any, progress: bool | None) -> Any:
@@ -104,10 +121,9 @@ def run(args: argparse.Namespace) -> int:
     workers = _workers(args)
     bags = find_bags(args.inputs)  # bad input (missing, no bags, clashing names) before anything runs
     node = load_node_config(args.config, {"backend": args.backend} if args.backend else None, args.node_type)
+    devices = None
     if args.engine == "local" and workers > 1 and _on_edgetpu(getattr(node.params, "backend", "cpu")):
-        say("note: one local worker: the Edge TPU backend opens the first accelerator, which one process "
-            "at a time can own (a second worker would fall back to the CPU twin or fail)")
-        workers = 1
+        workers, devices = _edgetpu_workers(workers, getattr(node.params, "device", ""))
     if args.engine == "ray":
         from libredgetpu_ros.ros.fleet_ray import check_ray
 
@@ -136,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
                 run_ray(jobs, on_record, address=args.ray_address, num_cpus=workers,
                         backend=getattr(node.params, "backend", None))
             else:
-                run_local(jobs, workers, on_record)
+                run_local(jobs, workers, on_record, devices=devices)
         except KeyboardInterrupt:
             interrupted = True
         finally:

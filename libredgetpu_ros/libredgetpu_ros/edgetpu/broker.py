@@ -325,10 +325,13 @@ def shared(key: str, opener: Callable[[], Any]) -> DeviceBroker:
 def open_shared(device: Any = None, firmware: Any = None,
                 transport_factory: Callable[[], Any] | None = None) -> DeviceBroker:
     """A reference to the process's broker of an Edge TPU: ``device`` is a ``DeviceBroker`` (one more
-    reference), or an index / bus path / None (the first attached) resolved to its bus path and opened on
-    first use; ``transport_factory`` replaces USB (tests, the simulated accelerator: its transport's
-    ``bus_path`` is the key; a reopen after a fault asks the factory for a fresh transport)."""
-    from libredgetpu_ros.edgetpu.device import EdgeTpuDevice, _select, list_devices
+    reference), or a selector (``device.parse_selector``: an index, "usb:<bus path>", or None: the first one
+    no other process holds, so one this process shares comes first) resolved to its bus path, one broker
+    per physical device, opened on first use; ``transport_factory`` replaces USB (tests, the simulated
+    accelerator: its transport's ``bus_path`` is the key; a reopen after a fault asks the factory for a
+    fresh transport)."""
+    from libredgetpu_ros.edgetpu.device import EdgeTpuDevice, select_device
+    from libredgetpu_ros.edgetpu.locks import held_elsewhere
 
     if isinstance(device, DeviceBroker):
         return device.retain()
@@ -340,8 +343,17 @@ def open_shared(device: Any = None, firmware: Any = None,
             return EdgeTpuDevice.open(transport_factory=lambda: made)
 
         return shared(first[0].bus_path, opener)
-    bus_path = _select([(info, None) for info in list_devices()], device)[0].bus_path
-    return shared(bus_path, lambda: EdgeTpuDevice.open(bus_path, firmware))
+    taken: set[str] = set()  # auto: devices another process took between the check and the open
+    while True:
+        bus_path = select_device(device, lambda info: info.bus_path in taken
+                                 or held_elsewhere(info.bus_path)).bus_path
+        try:
+            return shared(bus_path, lambda path=bus_path: EdgeTpuDevice.open(path, firmware))
+        except DeviceError:
+            # two processes starting together both saw this one free: the loser takes the next free one
+            if device is not None or bus_path in taken or not held_elsewhere(bus_path):
+                raise
+            taken.add(bus_path)
 
 
 def brokers() -> dict[str, DeviceBroker]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -21,7 +22,7 @@ from libredgetpu_ros.edgetpu import registers as r
 from libredgetpu_ros.edgetpu.chip import ChipDriver
 from libredgetpu_ros.edgetpu.executor import execute as execute_steps
 from libredgetpu_ros.edgetpu.firmware import load_firmware, upload_firmware
-from libredgetpu_ros.edgetpu.locks import DeviceLock
+from libredgetpu_ros.edgetpu.locks import DeviceLock, held_elsewhere
 from libredgetpu_ros.edgetpu.transport import (
     UDEV_INSTALL_HINT,
     Transport,
@@ -30,6 +31,7 @@ from libredgetpu_ros.edgetpu.transport import (
     usb_context,
 )
 from libredgetpu_ros.errors import (
+    ConfigError,
     DeviceError,
     DeviceLostError,
     DeviceNotFoundError,
@@ -97,24 +99,65 @@ def list_devices() -> list[DeviceInfo]:
         context.close()
 
 
-def _select(found: list[tuple[DeviceInfo, Any]], selector: int | str | None) -> tuple[DeviceInfo, Any]:
+USB_PREFIX = "usb:"
+_BUS_PATH = re.compile(r"\d+(-\d+(\.\d+)*)?")
+
+Selector = int | str | None
+
+
+def parse_selector(selector: Selector) -> Selector:
+    """A device selector as the nodes' ``device`` parameter and the CLI's ``--device`` take it: None or ""
+    (auto: the first free one), an index ("0", 0; in bus-path order, as ``libredgetpu-ros devices`` lists
+    them) or a USB bus path ("usb:1-2.3", or "1-2.3" as the driver names it). Returns None, an int or a bus
+    path; anything else is a ``ConfigError`` naming the value."""
+    if selector is None or isinstance(selector, int):
+        if isinstance(selector, int) and selector < 0:
+            raise ConfigError(f"device index must be >= 0, got {selector}")
+        return selector
+    text = str(selector).strip()
+    if not text:
+        return None
+    if text.isdigit():
+        return int(text)
+    path = text[len(USB_PREFIX):] if text.startswith(USB_PREFIX) else text
+    if "-" in path and _BUS_PATH.fullmatch(path):
+        return path
+    raise ConfigError(f"device {selector!r} is neither '' (the first free), an index (0, 1, ...) nor a USB "
+                      f"bus path (usb:1-2.3, as `libredgetpu-ros devices` lists them)")
+
+
+def attached_text(found: Sequence[DeviceInfo]) -> str:
+    """What is attached, for errors: "0=usb:1-2 (running), 1=usb:1-3 (bootloader)" or "none"."""
+    return ", ".join(f"{i.index}={USB_PREFIX}{i.bus_path} ({i.mode})" for i in found) or "none"
+
+
+def _select(found: list[tuple[DeviceInfo, Any]], selector: Selector,
+            skip: Callable[[DeviceInfo], bool] | None = None) -> tuple[DeviceInfo, Any]:
+    """The accelerator ``selector`` names (see :func:`parse_selector`); for auto (None), the first one
+    ``skip`` does not reject (held by another process), else the first one."""
     if not found:
         raise DeviceNotFoundError(
             "no Edge TPU accelerator found (looked for USB 18d1:9302 and 1a6e:089a); "
             "check the cable and `lsusb`"
         )
-    if selector is None:
-        return found[0]
-    if isinstance(selector, int) or (isinstance(selector, str) and selector.isdigit()):
-        index = int(selector)
-        if 0 <= index < len(found):
-            return found[index]
+    wanted = parse_selector(selector)
+    if wanted is None:
+        return next((item for item in found if skip is None or not skip(item[0])), found[0])
+    if isinstance(wanted, int):
+        if wanted < len(found):
+            return found[wanted]
     else:
         for item in found:
-            if item[0].bus_path == selector:
+            if item[0].bus_path == wanted:
                 return item
-    available = ", ".join(f"{i.index}={i.bus_path} ({i.mode})" for i, _ in found)
-    raise DeviceNotFoundError(f"no Edge TPU matches {selector!r}; attached: {available}")
+    raise DeviceNotFoundError(f"no Edge TPU matches device {selector!r}; attached: "
+                              f"{attached_text([info for info, _ in found])}")
+
+
+def select_device(selector: Selector, skip: Callable[[DeviceInfo], bool] | None = None) -> DeviceInfo:
+    """The attached accelerator ``selector`` names (``DeviceNotFoundError`` naming it and listing what is
+    attached when none does; ``ConfigError`` for a malformed selector)."""
+    return _select([(info, None) for info in list_devices()], selector, skip)[0]
 
 
 def _wait_for_running(context: Any, bus_path: str, timeout_s: float) -> tuple[DeviceInfo, Any]:
@@ -191,7 +234,8 @@ class EdgeTpuDevice:
         transport_factory: Callable[[], Transport] | None = None,
         performance: str = "high",
     ) -> EdgeTpuDevice:
-        """Open an accelerator by index or bus path (default: the first one) and initialise it.
+        """Open an accelerator by index or bus path (``parse_selector``; default: the first one no other
+        process holds) and initialise it.
 
         ``transport_factory`` replaces USB discovery (tests, dry runs): it returns an application-mode
         transport.
@@ -201,7 +245,7 @@ class EdgeTpuDevice:
             return cls._start(transport, DeviceLock(transport.bus_path).acquire(), performance)
         context = usb_context()
         try:
-            info, dev = _select(_enumerate(context), selector)
+            info, dev = _select(_enumerate(context), selector, lambda i: held_elsewhere(i.bus_path))
             lock = DeviceLock(info.bus_path).acquire()
             try:
                 if info.mode == "bootloader":
@@ -378,4 +422,5 @@ class EdgeTpuDevice:
         self.close()
 
 
-__all__ = ["UDEV_INSTALL_HINT", "DeviceInfo", "EdgeTpuDevice", "ParameterCache", "list_devices"]
+__all__ = ["UDEV_INSTALL_HINT", "DeviceInfo", "EdgeTpuDevice", "ParameterCache", "list_devices",
+           "parse_selector", "select_device"]

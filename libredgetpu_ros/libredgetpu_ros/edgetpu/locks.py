@@ -50,12 +50,36 @@ def _describe_holder(text: str) -> str:
     return f"pid {pid} ({name})" if name else f"pid {pid}"
 
 
+def lock_path(bus_path: str) -> Path:
+    return lock_dir() / (re.sub(r"[^A-Za-z0-9_.-]", "_", bus_path) + _SUFFIX)
+
+
+def held_elsewhere(bus_path: str) -> bool:
+    """True when another process holds the device's lock right now (auto device selection passes over it)."""
+    with _process_lock:
+        if bus_path in _held:
+            return False
+    try:
+        fd = os.open(lock_path(bus_path), os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:  # no lock file: nobody ever held it
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
 class DeviceLock:
     """Held while a device is open; ``release`` is idempotent."""
 
     def __init__(self, bus_path: str) -> None:
         self.bus_path = bus_path
-        self.path = lock_dir() / (re.sub(r"[^A-Za-z0-9_.-]", "_", bus_path) + _SUFFIX)
+        self.path = lock_path(bus_path)
         self._fd: int | None = None
 
     def acquire(self) -> DeviceLock:

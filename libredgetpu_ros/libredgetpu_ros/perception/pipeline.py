@@ -34,7 +34,9 @@ class PipelineConfig:
     compiled name without ``_edgetpu``). ``None`` options keep the model's defaults; ``cpu_threads`` is
     LiteRT's thread count on the cpu backend (None: LiteRT's default); ``library_threads`` the BLAS / OpenMP /
     OpenCV pools the CPU tails run on (``threads.limit_library_threads``: None its default, 0 the libraries'
-    own), set process-wide when the pipeline opens."""
+    own), set process-wide when the pipeline opens. ``device`` selects the accelerator
+    (``edgetpu.device.parse_selector``), ``device_share_hz`` is this pipeline's weight on it when it is shared
+    (``edgetpu/broker.py``: its expected frame rate; 0 = an equal share)."""
 
     model: str | Path | Sequence[str | Path]
     cpu_model: str | Path | None = None
@@ -47,6 +49,7 @@ class PipelineConfig:
     top_k: int = 5
     cpu_threads: int | None = None
     library_threads: int | None = None
+    device_share_hz: float = 0.0
 
     def model_paths(self) -> list[Path]:
         if isinstance(self.model, str | Path):
@@ -142,10 +145,11 @@ class PerceptionPipeline:
             for path, model, boundary in zip(paths, models, boundaries, strict=True):
                 if segments and segments[0].backend.name == "edgetpu":
                     # later segments share the first one's accelerator (one owner per device)
-                    backend = open_backend("edgetpu", path, device=segments[0].backend.device, logger=log)
+                    backend = open_backend("edgetpu", path, device=segments[0].backend.device, logger=log,
+                                           rate_hz=cfg.device_share_hz)
                 else:
                     backend = open_backend(cfg.backend, path, cfg.cpu_model, device=cfg.device, logger=log,
-                                           cpu_threads=cfg.cpu_threads)
+                                           cpu_threads=cfg.cpu_threads, rate_hz=cfg.device_share_hz)
                 segments.append(_Segment(path, model, boundary, backend))
             pipeline = cls(segments, task, labels, transform, options)
         except BaseException:

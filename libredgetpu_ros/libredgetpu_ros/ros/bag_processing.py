@@ -325,9 +325,11 @@ class BagProcessor:
 def process_bag(input_bag: str | Path, output_bag: str | Path, config: str | Path, *,
                 backend: str | None = None, storage: str | None = None, topics: list[str] | None = None,
                 progress: bool | None = None, log: Callable[[str], None] | None = None,
-                node_type: str | None = None) -> ProcessSummary:
+                node_type: str | None = None, device: str | None = None) -> ProcessSummary:
     """Load ``config`` (bringup or parameters YAML; ``node_type`` picks the node), process ``input_bag``
-    into ``output_bag``."""
-    node = load_node_config(config, {"backend": backend} if backend else None, node_type)
+    into ``output_bag``; ``backend`` / ``device`` (not None) replace the config's."""
+    overrides = {key: value for key, value in (("backend", backend or None), ("device", device))
+                 if value is not None}
+    node = load_node_config(config, overrides or None, node_type)
     return BagProcessor(node, log).run(input_bag, output_bag, topics=topics, storage=storage,
                                        progress=progress)

@@ -25,8 +25,8 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,17 @@ class BagJob:
     backend: str | None = None
     storage: str | None = None
     topics: tuple[str, ...] | None = None
+    device: str | None = None  # replaces the config's `device` (a worker's own accelerator); None: kept
+
+
+def edgetpus() -> int:
+    """Edge TPUs attached to this machine (0 without libusb or permission)."""
+    try:
+        from libredgetpu_ros.edgetpu.device import list_devices
+
+        return len(list_devices())
+    except Exception:  # no libusb, no permission: no accelerator to share out
+        return 0
 
 
 def make_jobs(bags: Iterable[Any], out_dir: Path, staging: Path, config: str | Path, *,
@@ -115,7 +126,7 @@ def run_bag(job: BagJob, log: Callable[[str], None] | None = None) -> dict[str, 
                               f"--output-dir)")
         summary = process_bag(job.input, staged, job.config, backend=job.backend, storage=job.storage,
                               topics=list(job.topics) if job.topics else None, node_type=job.node_type,
-                              progress=False, log=note)
+                              progress=False, log=note, device=job.device)
         make_folder(final.parent)
         rename_noreplace(staged, final)
         done = summary.as_dict()
@@ -170,12 +181,16 @@ class _Worker:
 
 
 def run_local(jobs: list[BagJob], workers: int, on_record: Callable[[dict[str, Any]], None], *,
-              quiet: bool = False) -> None:
+              quiet: bool = False, devices: Sequence[str] | None = None) -> None:
     """Run ``jobs`` on ``workers`` processes (1: in this process), calling ``on_record`` per finished bag
-    in completion order. A worker that dies mid-bag (a crash in a native library) fails that bag and is
-    replaced. KeyboardInterrupt: workers killed, then re-raised."""
+    in completion order. ``devices``: worker i's accelerator (``devices[i]``, e.g. its index: every bag it
+    runs opens that one; a replacement worker keeps it). A worker that dies mid-bag (a crash in a native
+    library) fails that bag and is replaced. KeyboardInterrupt: workers killed, then re-raised."""
+    if devices is not None and len(devices) < workers:
+        raise ValueError(f"{workers} workers but {len(devices)} devices")
     if workers <= 1:
         for job in jobs:
+            job = job if devices is None else replace(job, device=devices[0])
             on_record(run_bag(job, None if quiet else _say))
         return
     ctx = multiprocessing.get_context("spawn")  # no inherited threads or open libraries
@@ -192,9 +207,11 @@ def run_local(jobs: list[BagJob], workers: int, on_record: Callable[[dict[str, A
     try:
         pool = [start() for _ in range(min(workers, len(jobs)))]
         while pending or any(w.job for w in pool):
-            for w in pool:
+            for slot, w in enumerate(pool):
                 if w.job is None and pending:
                     w.job = pending.popleft()
+                    if devices is not None:
+                        w.job = replace(w.job, device=devices[slot])
                     w.conn.send(asdict(w.job))
             busy = [w for w in pool if w.job is not None]
             ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy])

@@ -6,21 +6,22 @@ Inputs are read where they are and outputs written where ``--output-dir`` says: 
 on a path every node sees under the same name (a shared file system). The local cluster is bounded and
 private: CPUs as ``--jobs``, an object store of ``OBJECT_STORE_BYTES`` (records are all that travel), no
 dashboard, no usage statistics sent, every service bound to 127.0.0.1. Edge TPUs: a node started here
-declares the custom resource ``edgetpu`` (1 when an accelerator is attached: the backend opens the first
-one, so one task at a time per machine), and when the run uses the Edge TPU backend each task asks for it
-(``{"edgetpu": 1}``; a cluster's nodes declare theirs with ``ray start --resources '{"edgetpu": 1}'``); on
-the CPU backend tasks ask for one CPU each.
+declares the custom resource ``edgetpu``, one per attached accelerator, and when the run uses the Edge TPU
+backend each task asks for one (``{"edgetpu": 1}``; a cluster's nodes declare theirs with
+``ray start --resources '{"edgetpu": N}'``) and opens the first accelerator of its machine no other process
+holds (the config's ``device`` is replaced by auto: Ray's custom resources carry no instance ids, and a
+machine's device names are its own); on the CPU backend tasks ask for one CPU each.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from libredgetpu_ros.errors import InputError
-from libredgetpu_ros.ros.fleet import BagJob, run_bag
+from libredgetpu_ros.ros.fleet import BagJob, edgetpus, run_bag
 
 RAY_VERSION = "2.60.0"  # the version pinned in requirements.lock.txt (setup.py extra "ray")
 OBJECT_STORE_BYTES = 96 * 1024 * 1024
@@ -34,16 +35,6 @@ def check_ray() -> None:
     except ImportError as exc:
         raise InputError(f"--engine ray needs the ray package ({exc}): pip install 'ray=={RAY_VERSION}' "
                          f"(make setup installs it) or use --engine local") from None
-
-
-def edgetpus() -> int:
-    """Edge TPUs attached to this machine (0 without libusb or permission)."""
-    try:
-        from libredgetpu_ros.edgetpu.device import list_devices
-
-        return len(list_devices())
-    except Exception:  # no libusb, no permission: no accelerator to declare
-        return 0
 
 
 def _ray_bag(job: dict[str, Any]) -> dict[str, Any]:
@@ -65,12 +56,12 @@ def _lost(job: BagJob, exc: BaseException) -> dict[str, Any]:
 
 def start_local_cluster(num_cpus: int, attached: int) -> None:
     """``ray.init`` of a private single-node cluster: loopback only, small, no dashboard or telemetry; the
-    node declares one ``edgetpu`` when accelerators are attached (the backend opens the first one: one
-    task at a time can own it)."""
+    node declares one ``edgetpu`` per attached accelerator (a task holding one opens the first accelerator
+    no other process holds: ``device`` auto)."""
     import ray
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # Ray would otherwise report usage over the network
-    ray.init(num_cpus=num_cpus, resources={EDGETPU_RESOURCE: 1} if attached else None,
+    ray.init(num_cpus=num_cpus, resources={EDGETPU_RESOURCE: attached} if attached else None,
              object_store_memory=OBJECT_STORE_BYTES, include_dashboard=False, _node_ip_address="127.0.0.1",
              log_to_driver=True, configure_logging=False, namespace="libredgetpu-ros")
 
@@ -94,6 +85,10 @@ def run_ray(jobs: list[BagJob], on_record: Callable[[dict[str, Any]], None], *, 
         # an Edge TPU run (or auto) on a cluster that declares accelerators: each task holds one
         if backend in (None, "auto", "edgetpu") and ray.cluster_resources().get(EDGETPU_RESOURCE, 0) > 0:
             options["resources"] = {EDGETPU_RESOURCE: 1}
+            # Ray gives custom resources no instance ids: a task's unit maps to "the first accelerator of
+            # its machine no other process holds" (device auto, which takes the next one when two tasks
+            # open at once), so the tasks running on a machine (at most its edgetpu count) use distinct ones
+            jobs = [replace(job, device="") for job in jobs]
         task = ray.remote(_ray_bag).options(**options)
         refs = {task.remote(asdict(job)): job for job in jobs}
         try:

@@ -100,6 +100,19 @@ def best_effort_param(topics: str) -> ParamSpec:
     return ParamSpec("best_effort", False, f"best-effort QoS for {topics} (reliable otherwise)")
 
 
+# Every accelerator-backed node's `device`: which accelerator it opens (edgetpu.device.parse_selector),
+# checked at configure (a device that does not exist fails it, naming the value and listing what is attached).
+DEVICE_PARAM = ParamSpec("device", "", "Edge TPU to use: '' = the first one no other process holds (one this "
+                         "process already has open is shared), an index ('0', '1': bus-path order, as "
+                         "`libredgetpu-ros devices` lists them) or a USB bus path ('usb:1-2.3'); one that is "
+                         "not attached fails configure, listing those that are.")
+
+# A camera node's weight on an accelerator shared with other nodes of its process (edgetpu/broker.py).
+DEVICE_SHARE_PARAM = ParamSpec("device_share_hz", 0.0, "This node's share of an accelerator it shares with "
+                               "other nodes of its process, as its camera's frame rate: under saturation a "
+                               "30 Hz node is served twice as often as a 15 Hz one; 0 = an equal share.",
+                               range=(0.0, 1000.0))
+
 # The control, reservoir and SPU nodes' /diagnostics period (the camera nodes' is in ros/camera/params.py).
 DIAGNOSTICS_PERIOD = ParamSpec("diagnostics_period", 1.0, "s between /diagnostics messages",
                                range=(0.05, 60.0))

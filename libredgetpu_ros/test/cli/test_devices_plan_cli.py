@@ -101,9 +101,11 @@ def test_select_by_index_and_bus_path(attached) -> None:
     assert device_module._select(found, 1)[0].bus_path == "2-1.4"
     assert device_module._select(found, "1")[0].bus_path == "2-1.4"
     assert device_module._select(found, "2-1.4")[0].index == 1
-    with pytest.raises(DeviceNotFoundError, match=r"'9-9'.*0=1-3 \(bootloader\), 1=2-1.4 \(running\)"):
+    assert device_module._select(found, "usb:2-1.4")[0].index == 1
+    listed = r"0=usb:1-3 \(bootloader\), 1=usb:2-1.4 \(running\)"
+    with pytest.raises(DeviceNotFoundError, match=rf"'9-9'.*{listed}"):
         device_module._select(found, "9-9")
-    with pytest.raises(DeviceNotFoundError, match=r"no Edge TPU matches 5"):
+    with pytest.raises(DeviceNotFoundError, match=r"no Edge TPU matches device 5"):
         device_module._select(found, 5)
     with pytest.raises(DeviceNotFoundError, match="18d1:9302 and 1a6e:089a"):
         device_module._select([], None)

@@ -10,7 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from libredgetpu_ros.matmul.runners import runner_names
-from libredgetpu_ros.ros.params import DIAGNOSTICS_PERIOD, ParamSpec, ParamTable, best_effort_param
+from libredgetpu_ros.ros.params import (
+    DEVICE_PARAM,
+    DIAGNOSTICS_PERIOD,
+    ParamSpec,
+    ParamTable,
+    best_effort_param,
+)
 
 BACKENDS = ("auto", *runner_names())
 STATE_TYPES = ("float32_multi_array", "joint_state")
@@ -26,7 +32,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               range=(64, 16384)),
     ParamSpec("template_path", "", "a dense_N_edgetpu.tflite (beside dense_N.tflite and its .json); "
               "overrides template"),
-    ParamSpec("device", "", "Edge TPU to use (index or USB bus path); empty = the first one"),
+    DEVICE_PARAM,
     ParamSpec("engine_name", "controller", "engine name set_weights/get_weights requests must use (or '')"),
     ParamSpec("state_topic", "state", "state input topic (a relative name resolves in the node namespace)"),
     ParamSpec("state_type", "float32_multi_array", "message type of the state topic", choices=STATE_TYPES),

@@ -12,7 +12,7 @@ from libredgetpu_ros.robotics.flow import (
     DEFAULT_MIN_TEXTURE,
 )
 from libredgetpu_ros.ros.camera import ImageParams, camera_param_table
-from libredgetpu_ros.ros.params import ParamSpec
+from libredgetpu_ros.ros.params import DEVICE_PARAM, ParamSpec
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ PARAMS = camera_param_table([
               "the fixtures) or any of its files."),
     ParamSpec("backend", "auto", "auto prefers an attached Edge TPU; cpu runs the template's twin.",
               choices=("auto", "cpu", "edgetpu")),
-    ParamSpec("device", "", "Edge TPU to open (index or USB bus path); empty: the first one."),
+    DEVICE_PARAM,
     ParamSpec("mode", "normalized", "normalized: contrast-normalised correlation, no estimate without "
               "texture; libredgetpu: LibrEdgeTPU's formulas exactly.", choices=("normalized", "libredgetpu")),
     ParamSpec("search_range", 4, "Half-width of the displacement grid in grid steps (a grid step is the "

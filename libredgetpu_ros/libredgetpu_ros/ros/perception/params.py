@@ -13,7 +13,7 @@ from libredgetpu_ros.errors import ConfigError
 from libredgetpu_ros.ros.camera import RESULT_QOS as RESULT_QOS  # re-exported: the nodes' result QoS
 from libredgetpu_ros.ros.camera import ImageParams, camera_param_table
 from libredgetpu_ros.ros.camera.image_plane import MARKER_PLANE_PARAMS
-from libredgetpu_ros.ros.params import ParamSpec
+from libredgetpu_ros.ros.params import DEVICE_PARAM, DEVICE_SHARE_PARAM, ParamSpec
 from libredgetpu_ros.threads import DEFAULT_LIBRARY_THREADS, MAX_LIBRARY_THREADS
 
 TASKS = ("auto", "pose", "segment", "detect", "classify")
@@ -29,6 +29,7 @@ class PerceptionParams(ImageParams):
     backend: str
     require_accelerator: bool
     device: str
+    device_share_hz: float
     task: str
     labels: str
     cpu_threads: int
@@ -52,7 +53,8 @@ PARAMS = camera_param_table([
               choices=("auto", "cpu", "edgetpu")),
     ParamSpec("require_accelerator", False, "Fail configure unless the model runs on an accelerator (no CPU "
               "fallback), for a robot that needs its speed."),
-    ParamSpec("device", "", "Edge TPU to open (index or USB bus path); empty: the first one."),
+    DEVICE_PARAM,
+    DEVICE_SHARE_PARAM,
     ParamSpec("task", "auto", "What the model does; auto reads it from the model.", choices=TASKS),
     ParamSpec("labels", "", "Label file (one label per line, or 'id label'); empty: numeric ids."),
     ParamSpec("cpu_threads", 0, "Threads of LiteRT's interpreter on the cpu backend; 0: one per core this "
@@ -92,6 +94,7 @@ def pipeline_config(p: PerceptionParams) -> Any:
     if not p.model:
         raise ConfigError("parameter model is empty: set it to a .tflite file")
     return PipelineConfig(model=p.model, cpu_model=p.cpu_model or None, backend=p.backend,
-                          device=p.device or None, task=p.task, labels=p.labels or None,
+                          device=p.device or None, device_share_hz=p.device_share_hz, task=p.task,
+                          labels=p.labels or None,
                           score_threshold=p.score_threshold, max_results=p.max_results, top_k=p.top_k,
                           cpu_threads=p.cpu_threads or ALL_CORES, library_threads=p.library_threads)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from libredgetpu_ros.ros.camera import ImageParams, camera_param_table
-from libredgetpu_ros.ros.params import ParamSpec
+from libredgetpu_ros.ros.params import DEVICE_PARAM, ParamSpec
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ RECOGNITION_PARAMS = camera_param_table([
               "mobilenet_v1_1.0_224_quant_embedding_extractor)."),
     ParamSpec("backend", "auto", "auto prefers an attached Edge TPU (extractor and database); cpu runs the "
               "CPU twins.", choices=("auto", "cpu", "edgetpu")),
-    ParamSpec("device", "", "Edge TPU to open (index or USB bus path); empty: the first one."),
+    DEVICE_PARAM,
     ParamSpec("template", 1024, "Dense(N) template holding the database: N entries of 1024-d at N=1024, "
               "N*N/1024 below.", range=(64, 16384)),
     ParamSpec("database", "", "Database file (from ~/save or `robotics embed --save`) loaded at configure; "

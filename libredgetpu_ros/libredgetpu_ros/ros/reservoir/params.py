@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from libredgetpu_ros.robotics.reservoir import ACTIVATIONS
-from libredgetpu_ros.ros.params import DIAGNOSTICS_PERIOD, ParamSpec, ParamTable, best_effort_param
+from libredgetpu_ros.ros.params import (
+    DEVICE_PARAM,
+    DIAGNOSTICS_PERIOD,
+    ParamSpec,
+    ParamTable,
+    best_effort_param,
+)
 
 STATE_TYPES = ("joint_state", "float64_multi_array")
 JOINT_FIELDS = ("position", "velocity", "effort")
@@ -13,7 +19,7 @@ JOINT_FIELDS = ("position", "velocity", "effort")
 PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("backend", "auto", "where W_res x runs; auto = the Edge TPU if one is attached, else the CPU "
               "twin", choices=("auto", "cpu", "edgetpu")),
-    ParamSpec("device", "", "Edge TPU to use (index or USB bus path); empty = the first one"),
+    DEVICE_PARAM,
     ParamSpec("template", 256, "reservoir size N: Dense(N) template (256, 512, 1024: models fetch dense_N)",
               range=(64, 16384)),
     ParamSpec("state_topic", "state", "state input topic (a relative name resolves in the node namespace)"),

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from libredgetpu_ros.errors import ConfigError
 from libredgetpu_ros.ros.camera import ImageParams, camera_param_table
 from libredgetpu_ros.ros.camera.image_plane import MARKER_PLANE_PARAMS
-from libredgetpu_ros.ros.params import ParamSpec
+from libredgetpu_ros.ros.params import DEVICE_PARAM, ParamSpec
 
 MAX_CPU_THREADS = 64
 
@@ -18,7 +18,7 @@ _COMMON = [
               "$LIBREDGETPU_ROS_TEMPLATES, the fixtures)."),
     ParamSpec("backend", "auto", "auto prefers an attached Edge TPU; cpu runs the template's CPU twin.",
               choices=("auto", "cpu", "edgetpu")),
-    ParamSpec("device", "", "Edge TPU to open (index or USB bus path); empty: the first one."),
+    DEVICE_PARAM,
     ParamSpec("cpu_threads", 1, "LiteRT threads on the cpu backend (the templates are small: 1 is fastest).",
               range=(1, MAX_CPU_THREADS)),
     ParamSpec("resize", True, "Resize frames to the template's input (false: frames of another size are "
