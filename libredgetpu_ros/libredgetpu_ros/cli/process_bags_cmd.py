@@ -86,7 +86,7 @@ def _edgetpu_workers(workers: int, pinned: str) -> tuple[int, list[str] | None]:
 
     attached = edgetpus()
     if pinned or attached <= 1:
-        why = f"the config pins device {pinned!r}" if pinned else "one accelerator is attached"
+        why = f"the config pins device {pinned!r}" if pinned else "at most one accelerator is attached"
         say(f"note: one local worker: {why}, which one process at a time can own (a second worker would "
             f"fall back to the CPU twin or fail)")
         return 1, None

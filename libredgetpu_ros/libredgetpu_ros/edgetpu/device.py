@@ -135,12 +135,13 @@ def _select(found: list[tuple[DeviceInfo, Any]], selector: Selector,
             skip: Callable[[DeviceInfo], bool] | None = None) -> tuple[DeviceInfo, Any]:
     """The accelerator ``selector`` names (see :func:`parse_selector`); for auto (None), the first one
     ``skip`` does not reject (held by another process), else the first one."""
+    wanted = parse_selector(selector)
     if not found:
+        named = "" if wanted is None else f"device {selector!r}: "
         raise DeviceNotFoundError(
-            "no Edge TPU accelerator found (looked for USB 18d1:9302 and 1a6e:089a); "
+            f"{named}no Edge TPU accelerator found (looked for USB 18d1:9302 and 1a6e:089a); "
             "check the cable and `lsusb`"
         )
-    wanted = parse_selector(selector)
     if wanted is None:
         return next((item for item in found if skip is None or not skip(item[0])), found[0])
     if isinstance(wanted, int):

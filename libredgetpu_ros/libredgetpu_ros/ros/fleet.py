@@ -118,7 +118,7 @@ def run_bag(job: BagJob, log: Callable[[str], None] | None = None) -> dict[str, 
     record: dict[str, Any] = {"bag": job.name, "input": job.input, "output": job.output, "status": "error",
                               "frames": 0, "processed": 0, "written": 0, "failed": 0, "failures": {},
                               "fps": 0.0, "elapsed_s": 0.0, "setup_s": 0.0, "error": None,
-                              "worker": os.getpid()}
+                              "worker": os.getpid(), "device": job.device}
     final, staged = Path(job.output), Path(job.staging) / Path(job.output).name
     try:
         if final.exists():
@@ -255,6 +255,7 @@ def _died(w: _Worker) -> dict[str, Any]:
     return {"bag": w.job.name, "input": w.job.input, "output": w.job.output, "status": "error",
             "frames": 0, "processed": 0, "written": 0, "failed": 0, "failures": {}, "fps": 0.0,
             "elapsed_s": 0.0, "setup_s": 0.0, "wall_s": 0.0, "warnings": [], "worker": w.process.pid,
+            "device": w.job.device,
             "error": f"worker process died ({how}) while processing this bag"}
 
 

@@ -209,6 +209,31 @@ def test_edgetpu_backend_runs_one_local_worker(corpus, tmp_path: Path, capsys) -
         assert outputs(tmp_path / "out") == {}
 
 
+def test_several_accelerators_give_each_local_worker_its_own(corpus, tmp_path: Path, capsys,
+                                                             monkeypatch) -> None:
+    """Three accelerators counted by the command (the count is the seam: the workers are spawned processes):
+    two workers, worker i on device i, each bag's record naming its worker's device; here no accelerator is
+    attached, so each pinned bag fails naming its device instead of falling back to the CPU."""
+    from libredgetpu_ros.cli import process_bags_cmd
+    from libredgetpu_ros.ros import fleet
+
+    monkeypatch.setattr(fleet, "edgetpus", lambda: 3)
+    assert process_bags_cmd._edgetpu_workers(8, "") == (3, ["0", "1", "2"])
+    assert process_bags_cmd._edgetpu_workers(8, "usb:1-2") == (1, None)  # a pinned config keeps its device
+    _root, inputs, cfg = corpus
+    code = cli.main(["process-bags", "--config", str(cfg), "-o", str(tmp_path / "out"), "--jobs", "2",
+                     "--backend", "auto", "--json", "--no-progress", *map(str, inputs[:2])])
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["workers"] == 2
+    pairs = {(r["worker"], r["device"]) for r in summary["bags"]}
+    assert {device for _, device in pairs} <= {"0", "1"}
+    # one device per worker, a different one for each worker
+    assert len({w for w, _ in pairs}) == len({d for _, d in pairs}) == len(pairs)
+    if code == 1:  # no accelerator here: the pinned device is missing, said, and no CPU output appears
+        assert all(f"device '{r['device']}'" in r["error"] for r in summary["bags"]), summary["bags"]
+        assert outputs(tmp_path / "out") == {}
+
+
 def test_sigterm_mid_corpus_exits_130_with_whole_outputs_and_a_summary(tmp_path: Path, fixture_path,
                                                                         ros_env) -> None:
     """SIGTERM (as Ctrl-C) while the workers are inside bags: exit 130, the finished outputs whole and
