@@ -34,6 +34,9 @@ ALL_MODELS = [
     SSD_HEAD,
     "ssd/ssd_mobilenet_v2_coco_quant_postprocess_segment_0_of_2_edgetpu.tflite",
     SSD_SEG1,
+    # The single-file detector pair (catalogue entry ssd_mobilenet_v2_coco)
+    "ssd/mobilenet_ssd_v2_coco_quant_postprocess.tflite",
+    "ssd/mobilenet_ssd_v2_coco_quant_postprocess_edgetpu.tflite",
     # LibrEdgeTPU's robotics templates (compiled, their uncompiled twins; docs/robotics.md)
     "robotics/embedding/mobilenet_v1_1.0_224_quant_embedding_extractor.tflite",
     "robotics/embedding/mobilenet_v1_1.0_224_quant_embedding_extractor_edgetpu.tflite",
@@ -85,6 +88,7 @@ CPU_MODELS = [
     "matmul/dense_256.tflite",
     "posenet/posenet_mobilenet_v1_075_481_641_quant.tflite",
     SSD_HEAD,
+    "ssd/mobilenet_ssd_v2_coco_quant_postprocess.tflite",
 ]
 
 
