@@ -171,12 +171,14 @@ def test_masks_fields_and_poses() -> None:
     assert "15: 0.500" in d.detail
     looming = "libredgetpu_ros_interfaces/msg/Looming"
     a = t[looming](header=header, zones_per_side=3, zones=np.ones(9, np.float32), tau=1.5, ttc_valid=True,
-                   ttc=2.0, frames_in_history=5)
+                   ttc=2.0, ttc_reason="ok", frames_in_history=5)
     b = t[looming](header=header, zones_per_side=3, zones=np.ones(9, np.float32), tau=1.25, ttc_valid=False,
-                   ttc=2.0, frames_in_history=5)
+                   ttc=2.0, ttc_reason="not_approaching", frames_in_history=5)
     out = diff_messages(looming, a, b, Tolerances())
     assert sorted((d.kind, d.detail) for d in out.differences) == [
-        ("field_changed", "ttc_valid: True -> False"), ("field_delta", "tau: 1.5 -> 1.25")]
+        ("field_changed", "ttc_reason: 'ok' -> 'not_approaching'"),
+        ("field_changed", "ttc_valid: True -> False"),
+        ("field_delta", "tau: 1.5 -> 1.25")]
     kp = t["libredgetpu_ros_interfaces/msg/Keypoint"]
     person = t["libredgetpu_ros_interfaces/msg/PersonPose"]
     poses = t["libredgetpu_ros_interfaces/msg/PersonPoseArray"]
