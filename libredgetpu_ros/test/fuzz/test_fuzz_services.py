@@ -27,5 +27,13 @@ def test_learned_state_file_fuzz_budget(file_targets, name):
 
 @pytest.mark.ros
 def test_service_request_fuzz_budget(tmp_path):
-    check_budget(targets(tmp_path, ["service_requests"])["service_requests"], CASES, time_limit_s=5.0,
-                 memory_limit_mb=1024, min_refused=CASES // 10, min_accepted=CASES // 100)
+    import rclpy.logging
+
+    # The target's rclpy.init(--log-level fatal) sets rcutils' process-wide default logger level; later tests
+    # in this process read what their nodes log (capfd), so the default level is put back afterwards.
+    default_level = rclpy.logging.get_logger_effective_level("libredgetpu_ros_no_such_logger")
+    try:
+        check_budget(targets(tmp_path, ["service_requests"])["service_requests"], CASES, time_limit_s=5.0,
+                     memory_limit_mb=1024, min_refused=CASES // 10, min_accepted=CASES // 100)
+    finally:
+        rclpy.logging.set_logger_level("", default_level)

@@ -77,7 +77,10 @@ class _RecordingRunner:
         self.closed = True
 
 
-def test_registered_runner_is_used_with_its_device_and_versions():
+def test_registered_runner_is_used_with_its_device_and_versions(monkeypatch):
+    # The registry is process-wide: a copy for this test, so later tests (the control node's backend
+    # choices come from it) do not see "recording-test".
+    monkeypatch.setattr(runners, "_factories", dict(runners._factories))
     runners.register_runner("recording-test", _RecordingRunner)
     rng = np.random.default_rng(0)
     with MatMulEngine.from_template(256, backend="cpu") as twin, \
