@@ -51,7 +51,7 @@ def _case() -> LaunchCase:
         params=params,
         expect_params={"fov_deg": 75.0, "min_confidence": 0.25, "max_gap": 2.0, "backend": "cpu"},
         broken={"model": "/nonexistent/gabor_edgetpu.tflite"},
-        failure_log="configure failed: template",
+        failure_log="configure failed: compiled template /nonexistent/gabor_edgetpu.tflite does not exist",
         result=(TwistStamped, "/lt/flow"),
         stimulus=_camera,
     )
