@@ -26,22 +26,29 @@ EXAMPLES = (
 )
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("input", help="input bag (folder, or its .mcap / .db3 file)")
-    parser.add_argument("output", help="output bag folder to create (must not exist)")
+NODE_TYPES = ("perception", "tracker", "looming", "flow", "recognition")
+
+
+def add_node_options(parser: argparse.ArgumentParser, storage_default: str) -> None:
+    """Which node runs on a bag and how: the options process-bag and process-bags share."""
     parser.add_argument("--config", required=True,
                         help="the node's config: a bringup YAML or a ROS parameters YAML")
-    parser.add_argument("--node-type", choices=("perception", "tracker", "looming", "flow",
-                                                     "recognition"), default=None,
+    parser.add_argument("--node-type", choices=NODE_TYPES, default=None,
                         help="the node to run: a ROS parameters YAML is a perception node's unless given; "
                              "in a bringup YAML, the one node of this type (default: its one camera node "
                              "of these types)")
     parser.add_argument("--backend", choices=("auto", "cpu", "edgetpu"), default=None,
                         help="override the config's backend")
     parser.add_argument("--storage", choices=("mcap", "sqlite3"), default=None,
-                        help="output storage (default: the input's)")
+                        help=f"output storage (default: {storage_default})")
     parser.add_argument("--topics", nargs="+", default=None, metavar="TOPIC",
                         help="image topics to process (default: the node's input topic)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("input", help="input bag (folder, or its .mcap / .db3 file)")
+    parser.add_argument("output", help="output bag folder to create (must not exist)")
+    add_node_options(parser, storage_default="the input's")
     add_json(parser, "print the summary as JSON (frames, processed, written, failures, fps, ...)")
     add_no_progress(parser)
 

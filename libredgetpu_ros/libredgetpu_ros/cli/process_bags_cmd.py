@@ -15,6 +15,7 @@ import argparse
 from typing import Any
 
 from libredgetpu_ros.cli.output import add_json, add_no_progress, print_json, progress, say
+from libredgetpu_ros.cli.process_bag_cmd import add_node_options
 
 HELP = "run process-bag on many bags (bags or folders of bags) in parallel worker processes or on a Ray " \
        "cluster; one output bag per input and a JSON summary"
@@ -31,10 +32,6 @@ EXAMPLES = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("inputs", nargs="+", metavar="INPUT",
                         help="bags (folder, .mcap or .db3) and/or folders of bags (searched below them)")
-    parser.add_argument("--config", required=True,
-                        help="the node's config: a bringup YAML or a ROS parameters YAML (as process-bag)")
-    parser.add_argument("--node-type", choices=("perception", "tracker", "looming", "flow", "recognition"),
-                        default=None, help="the node to run (as process-bag)")
     parser.add_argument("--output-dir", "-o", required=True,
                         help="folder of the output bags and summary.json (created; existing outputs are "
                              "never replaced)")
@@ -46,12 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray-address", default=None, metavar="ADDR",
                         help="a running Ray cluster (host:port or 'auto'); default: a local cluster started "
                              "and stopped by the command, on 127.0.0.1 only")
-    parser.add_argument("--backend", choices=("auto", "cpu", "edgetpu"), default=None,
-                        help="override the config's backend")
-    parser.add_argument("--storage", choices=("mcap", "sqlite3"), default=None,
-                        help="output storage (default: each input's)")
-    parser.add_argument("--topics", nargs="+", default=None, metavar="TOPIC",
-                        help="image topics to process (default: the node's input topic)")
+    add_node_options(parser, storage_default="each input's")
     add_json(parser, "print the summary (per bag and totals) as JSON")
     add_no_progress(parser)
 
