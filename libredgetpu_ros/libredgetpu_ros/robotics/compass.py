@@ -135,15 +135,8 @@ class VisualCompass(RoboticsModule):
                               f"got {fov_deg}")
         self.fov_deg = float(fov_deg)
         if self.projection == "pinhole":
-            import cv2
-
-            map_x, map_y = cylindrical_maps(self.flow.width, self.flow.height, self.fov_deg)
-
-            def to_cylinder(gray: np.ndarray) -> np.ndarray:
-                return cv2.remap(gray, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-
-            self.flow.warp = to_cylinder
-            self.flow.fine_warp = _cylinder_warp(self.fov_deg)
+            # one warp for the device's input and the refinement's frames: its maps are made once per size
+            self.flow.warp = self.flow.fine_warp = _cylinder_warp(self.fov_deg)
         else:
             # the linear projection is LibrEdgeTPU's conversion on the device's grid: a wide turn is not
             # one translation, which the refinement at the frame's resolution assumes
