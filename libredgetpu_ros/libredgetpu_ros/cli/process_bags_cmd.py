@@ -60,23 +60,14 @@ def _workers(args: argparse.Namespace) -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def _on_edgetpu(backend: str) -> bool:
-    """Whether the run's node would open an Edge TPU (``edgetpu``, or ``auto`` with one attached)."""
-    if backend == "edgetpu":
-        return True
-    if backend != "auto":
-        return False
-    from libredgetpu_ros.ros.fleet import edgetpus
-
-    return edgetpus() > 0
-
-
-def _edgetpu_workers(workers: int, pinned: str) -> tuple[int, list[str] | None]:
+def _edgetpu_workers(workers: int, pinned: str, attached: int | None = None) -> tuple[int, list[str] | None]:
     """Local workers on the Edge TPU: one per accelerator (an accelerator is one process's), worker i on
-    device i; a config pinning its ``device`` keeps it, on one worker."""
-    from libredgetpu_ros.ros.fleet import edgetpus
+    device i; a config pinning its ``device`` keeps it, on one worker. ``attached``: the accelerators
+    counted by the caller (counted here when not given)."""
+    if attached is None:
+        from libredgetpu_ros.ros.fleet import edgetpus
 
-    attached = edgetpus()
+        attached = edgetpus()
     if pinned or attached <= 1:
         why = f"the config pins device {pinned!r}" if pinned else "at most one accelerator is attached"
         say(f"note: one local worker: {why}, which one process at a time can own (a second worker would "
@@ -114,8 +105,14 @@ def run(args: argparse.Namespace) -> int:
     bags = find_bags(args.inputs)  # bad input (missing, no bags, clashing names) before anything runs
     node = load_node_config(args.config, {"backend": args.backend} if args.backend else None, args.node_type)
     devices = None
-    if args.engine == "local" and workers > 1 and _on_edgetpu(getattr(node.params, "backend", "cpu")):
-        workers, devices = _edgetpu_workers(workers, getattr(node.params, "device", ""))
+    backend = getattr(node.params, "backend", "cpu")
+    if args.engine == "local" and workers > 1 and backend in ("auto", "edgetpu"):
+        # the node opens an Edge TPU when asked to, or under auto with one attached: one USB enumeration
+        from libredgetpu_ros.ros.fleet import edgetpus
+
+        attached = edgetpus()
+        if backend == "edgetpu" or attached > 0:
+            workers, devices = _edgetpu_workers(workers, getattr(node.params, "device", ""), attached)
     if args.engine == "ray":
         from libredgetpu_ros.ros.fleet_ray import check_ray
 
