@@ -1,7 +1,7 @@
 """Perception node across processes: publish -> result latency, sustained rate, ROS overhead, node RSS.
 
     .venv/bin/python bench/bench_perception_node.py [--seconds 8] [--rate 30] [--models classify,pose,segment]
-                                                    [--baseline REV] [--rounds N] [--out FILE] [--raw F]
+                                [--baseline REV] [--echo] [--rounds N] [--out FILE] [--raw F]
     .venv/bin/python bench/bench_perception_node.py --render F [--out FILE]   (report from saved data)
 
 For each model (MobileNet v1 0.25 classification, PoseNet pose, DeepLab segmentation; CPU backend) it
@@ -24,7 +24,9 @@ with *its own* backend time:
 The receive side is a bare node (no parameter services, no rosout) holding only the result subscription,
 on its own ``SingleThreadedExecutor`` thread: the cheapest rclpy consumer.
 
-With ``--baseline REV`` each row is measured with the node as of git revision REV too (run from an extracted
+With ``--echo`` the classify rows also run ``bench/_echo_node.py`` (a bare node answering each frame with an
+empty result), interleaved: the DDS floor the node's own cost is held to. With ``--baseline REV`` each row
+is measured with the node as of git revision REV too (run from an extracted
 copy; it may not publish ``~/timing``, then the overhead uses the run's mean backend time from /diagnostics),
 interleaved run by run with the working tree's node; ``--rounds N`` repeats the whole interleaved plan N times
 and pools the frames per row. Writes bench/results/perception_node.md (or ``--out``).
@@ -33,51 +35,29 @@ and pools the frames per row. Writes bench/results/perception_node.md (or ``--ou
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import os
-import platform
 import random
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from _perception_node_report import Run, echo_spread, load_raw, merge, report, save_raw
 from _revisions import package_at  # beside this script (run as a script: its folder is on sys.path)
 from libredgetpu_ros.ros.environment import localhost_only_environ
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "perception_node.md"
+ECHO_NODE = ROOT / "bench" / "_echo_node.py"  # the DDS floor: full image in, empty result out (--echo)
 MODELS = {
     "classify": ("classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite", "classification", "Classification"),
     "pose": ("posenet/posenet_mobilenet_v1_075_481_641_quant_decoder_edgetpu.tflite", "poses",
              "PersonPoseArray"),
     "segment": ("deeplab/deeplabv3_mnv2_pascal_quant_edgetpu.tflite", "segmentation", "Image"),
 }
-TARGET_OVERHEAD_P50_MS, TARGET_OVERHEAD_P99_MS, TARGET_RSS_MB, TARGET_AGE_PERIODS = 2.0, 5.0, 400.0, 2.0
-Key = tuple[int, int]
-
-
-@dataclass
-class Run:
-    task: str
-    rate: float
-    node: str  # "current" or a git revision
-    baseline_ms: np.ndarray
-    published: int = 0
-    duration_s: float = 0.0
-    # per result, by frame stamp: (stamp s, arrival in the callback s, arrival at the DDS reader s)
-    arrivals: dict[Key, tuple[float, float, float]] = field(default_factory=dict)
-    timing: dict[Key, dict[str, float]] = field(default_factory=dict)  # the node's ~/timing per frame
-    diags: list[dict[str, str]] = field(default_factory=list)  # one per diagnostics period with results
-    rss_mb: float = 0.0
-    hwm_mb: float = 0.0
-    dropped: int = 0  # frames the node's newest-frame policy dropped (summed over merged rounds)
-    rounds: int = 1
 
 
 def _frame() -> np.ndarray:
@@ -148,10 +128,12 @@ def node_run(run: Run, rgb: np.ndarray, env: dict[str, str], seconds: float, wor
     params = work / f"{run.task}.yaml"
     params.write_text(f"/**:\n  ros__parameters:\n    model: {fixture(model)}\n    backend: cpu\n"
                       f"    task: {run.task}\n    publish_markers: false\n    diagnostics_period: 1.0\n")
-    name = f"bench_{run.task}_{int(run.rate)}hz_{'cur' if run.node == 'current' else 'base'}"
+    echo = run.node == "echo"
+    name = f"bench_{run.task}_{int(run.rate)}hz_{'cur' if run.node == 'current' else run.node[:4]}"
     log = (work / f"{name}.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "libredgetpu_ros.ros.perception_node", "--ros-args",
-                             "-r", f"__node:={name}", "--params-file", str(params)],
+    command = [str(ECHO_NODE)] if echo else ["-m", "libredgetpu_ros.ros.perception_node"]
+    proc = subprocess.Popen([sys.executable, *command, "--ros-args", "-r", f"__node:={name}",
+                             "--params-file", str(params)],
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     # The receive side as cheap as rclpy allows (it is part of the measured latency): the result subscription
     # alone on a bare node (no parameter services, no rosout) with its own executor thread, so each wake-up
@@ -190,14 +172,14 @@ def node_run(run: Run, rgb: np.ndarray, env: dict[str, str], seconds: float, wor
         node.create_subscription(DiagnosticArray, f"/{name}/timing", on_timing, RESULT_QOS)
         node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 10)
         change = node.create_client(ChangeState, f"/{name}/change_state")
-        if not change.wait_for_service(timeout_sec=30.0):
+        if not echo and not change.wait_for_service(timeout_sec=30.0):
             raise RuntimeError(f"node did not come up; see {log.name}")
-        for tid in (Transition.TRANSITION_CONFIGURE, Transition.TRANSITION_ACTIVATE):
+        for tid in () if echo else (Transition.TRANSITION_CONFIGURE, Transition.TRANSITION_ACTIVATE):
             future = change.call_async(ChangeState.Request(transition=Transition(id=tid)))
             executor.spin_until_future_complete(future, timeout_sec=30.0)
             if not (future.done() and future.result().success):
                 raise RuntimeError(f"transition {tid} failed; see {log.name}")
-        deadline = time.monotonic() + 10.0
+        deadline = time.monotonic() + (30.0 if echo else 10.0)
         while (camera.get_subscription_count() < 1 or node.count_publishers(topic) < 1) and \
                 time.monotonic() < deadline:
             executor.spin_once(timeout_sec=0.05)
@@ -236,186 +218,6 @@ def node_run(run: Run, rgb: np.ndarray, env: dict[str, str], seconds: float, wor
         log.close()
 
 
-def save_raw(path: Path, runs: list[Run], rev: str | None, rounds: int) -> None:
-    def plain(r: Run) -> dict:
-        d = dataclasses.asdict(r)
-        d["baseline_ms"] = r.baseline_ms.tolist()
-        d["arrivals"] = [[*k, *v] for k, v in r.arrivals.items()]
-        d["timing"] = [[*k, v] for k, v in r.timing.items()]
-        return d
-
-    path.write_text(json.dumps({"rev": rev, "rounds": rounds, "runs": [plain(r) for r in runs]}))
-
-
-def load_raw(path: Path) -> tuple[list[Run], str | None, int]:
-    data = json.loads(path.read_text())
-    runs = []
-    for d in data["runs"]:
-        d["baseline_ms"] = np.array(d["baseline_ms"])
-        d["arrivals"] = {(a[0], a[1]): tuple(a[2:]) for a in d["arrivals"]}
-        d["timing"] = {(t[0], t[1]): t[2] for t in d["timing"]}
-        runs.append(Run(**d))
-    return runs, data["rev"], data["rounds"]
-
-
-def merge(runs: list[Run]) -> list[Run]:
-    """One run per (model, rate, node): the rounds' frames pooled, counts summed, RSS the largest."""
-    merged: dict[tuple[str, float, str], Run] = {}
-    for r in runs:
-        m = merged.setdefault((r.task, r.rate, r.node), Run(r.task, r.rate, r.node, r.baseline_ms))
-        m.published += r.published
-        m.duration_s += r.duration_s
-        m.arrivals.update(r.arrivals)
-        m.timing.update(r.timing)
-        m.dropped += r.dropped
-        m.diags += r.diags
-        m.rss_mb, m.hwm_mb = max(m.rss_mb, r.rss_mb), max(m.hwm_mb, r.hwm_mb)
-        m.rounds += 1
-    return list(merged.values())
-
-
-def _p(values: np.ndarray, q: float) -> float:
-    return float(np.percentile(values, q)) if len(values) else float("nan")
-
-
-def _diag_mean(run: Run, key: str) -> float:
-    values = [float(d[key]) for d in run.diags if key in d and float(d.get("fps_out", 0)) > 0]
-    return float(np.mean(values)) if values else float("nan")
-
-
-@dataclass
-class Row:
-    """Per-frame arrays of one run (ms), paired by stamp."""
-
-    latency: np.ndarray
-    at_reader: np.ndarray
-    backend: np.ndarray
-    queued: np.ndarray
-    parts: dict[str, np.ndarray]
-    per_frame: bool  # False: the node did not publish ~/timing; backend = the run's diagnostics mean
-
-
-def _row(run: Run) -> Row:
-    keys = sorted(run.arrivals)
-    paired = [k for k in keys if k in run.timing]
-    per_frame = bool(keys) and len(paired) >= 0.9 * len(keys)
-    keys = paired if per_frame else keys
-    latency = np.array([(run.arrivals[k][1] - run.arrivals[k][0]) * 1e3 for k in keys])
-    at_reader = np.array([(run.arrivals[k][2] - run.arrivals[k][0]) * 1e3 for k in keys])
-    if not per_frame:
-        mean = _diag_mean(run, "total_ms")
-        return Row(latency, at_reader, np.full(len(keys), mean), np.zeros(len(keys)),
-                   {"bench take": latency - at_reader}, per_frame=False)
-    t = {name: np.array([run.timing[k].get(name, np.nan) for k in keys])
-         for name in ("total_ms", "queued_ms", "wait_ms", "convert_ms", "publish_ms", "node_ms", "dds_in_ms",
-                      "take_ms")}
-    inline = all("skipped" in run.timing[k] for k in keys)  # the node processes frames in its callback
-    parts = {
-        "dds_in": t["dds_in_ms"],  # camera publish -> the node's DDS reader
-        "take": t["take_ms"],  # the node's reader -> its subscription callback
-        # callback -> processing: the hand-off to a worker thread (nodes up to b049c0c; queueing happened in
-        # its mailbox), or taking the newer frames that queued in the reader (queueing happened there)
-        "hand-off": t["wait_ms"] - (0.0 if inline else t["queued_ms"]),
-        "convert": t["convert_ms"],
-        "publish": t["publish_ms"],
-        # the camera's write (stamp -> DDS source timestamp) and result publish -> our DDS reader
-        # (queueing: in the reader for the inline node, inside node_ms for the worker-thread one)
-        "cam write + dds_out": at_reader - t["node_ms"] - t["dds_in_ms"] - t["take_ms"]
-        - (t["queued_ms"] if inline else 0.0),
-        "bench take": latency - at_reader,  # our reader -> our callback: the consumer's executor
-    }
-    return Row(latency, at_reader, t["total_ms"], t["queued_ms"], parts, per_frame=True)
-
-
-def _fmt_parts(row: Row) -> str:
-    return ", ".join(f"{name} {np.nanmedian(v):.2f} / {np.nanpercentile(v, 99):.2f}"
-                     for name, v in row.parts.items() if len(v))
-
-
-def _pp(values: np.ndarray) -> str:
-    return f"{_p(values, 50):.1f} / {_p(values, 99):.1f}"
-
-
-def report(runs: list[Run], rev: str | None, rounds: int) -> str:
-    lines = [
-        "# Perception node: publish -> result across processes",
-        "",
-        f"`bench/bench_perception_node.py`, {time.strftime('%Y-%m-%d %H:%M')}, {platform.node()} "
-        f"({os.cpu_count()} cores, shared with other jobs; load average {os.getloadavg()[0]:.1f}), CPU "
-        f"backend (LiteRT), 640x480 rgb8 frames, localhost-only Fast DDS, node in its own process; {rounds} "
-        "round(s) per row" + (", nodes interleaved run by run, frames pooled per row" if rev else "") + ".",
-        "",
-        "- latency: result callback in the benchmark process minus the frame's stamp (set just before",
-        "  `publish`, same host clock); *at reader*: the same at the benchmark's DDS reader (rmw's",
-        "  reception time, before this process's executor);",
-        "- backend: that frame's own `total_ms` (pre-process + inference + post-process) from the node's",
-        "  `~/timing`; baseline: `PerceptionPipeline.process` in the benchmark process, back to back;",
-        "- overhead = latency - the frame's backend time; *excl. queueing* also subtracts the time the frame",
-        "  waited for the worker to finish the previous frame (by design when the backend is slower than",
-        "  the camera: the newest frame waits, older ones are dropped);",
-        "- *at reader* overhead: the same at the benchmark's DDS reader, i.e. without the benchmark's own",
-        "  executor (reader -> result callback, the 'bench take' below; any consumer pays its own);",
-        "- the benchmark receives results on a bare node (no parameter services, no rosout) on its own",
-        "  `SingleThreadedExecutor` thread, the cheapest rclpy receive side;",
-        "- split (ms): dds_in (camera publish -> node's DDS reader), take (node's reader -> its callback,",
-        "  after any wait for the previous frame), hand-off (callback -> processing: to the worker thread in",
-        "  nodes up to b049c0c; later nodes process in the callback after taking newer queued frames), image",
-        "  conversion, result messages + publish, cam write + dds_out (the",
-        "  camera's own write, stamp -> DDS source time, plus result write -> the benchmark's reader; below",
-        "  zero when a large result reaches the reader before the node's `publish` returns), bench take (the",
-        "  benchmark's reader -> its callback);",
-        "- paced rows publish at half the baseline rate, so no frame waits for the previous one.",
-        "",
-        "| model | node | input Hz | baseline p50 ms | backend p50 / p99 ms | latency p50 / p99 ms "
-        "| overhead p50 / p99 ms | excl. queueing p50 / p99 ms | at reader, excl. queueing p50 / p99 ms "
-        "| results/s | dropped | max age (periods) | node RSS / peak MB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    verdicts, splits = [], []
-    for r in runs:
-        row = _row(r)
-        over = row.latency - row.backend
-        clean = over - row.queued
-        clean_reader = row.at_reader - row.backend - row.queued
-        period_ms = 1e3 / r.rate
-        max_age = (row.latency.max() / period_ms) if len(row.latency) else float("nan")
-        node = r.node if r.node == "current" else f"`{r.node}`"
-        mark = "" if row.per_frame else " *"
-        lines.append(
-            f"| {r.task} | {node} | {r.rate:.1f} | {_p(r.baseline_ms, 50):.1f} | {_pp(row.backend)}{mark} "
-            f"| {_pp(row.latency)} | {_pp(over)} | {_pp(clean)} | {_pp(clean_reader)} "
-            f"| {len(r.arrivals) / r.duration_s:.1f} | {r.dropped} of {r.published} | {max_age:.2f} "
-            f"| {r.rss_mb:.0f} / {r.hwm_mb:.0f} |")
-        splits.append(f"- {r.task} {node} {r.rate:.1f} Hz: {_fmt_parts(row)}")
-        if r.node == "current":
-            o50, o99 = _p(clean, 50), _p(clean, 99)
-            verdicts.append(
-                f"- {r.task} at {r.rate:.1f} Hz: overhead excl. queueing p50 {o50:.1f} ms (target <= "
-                f"{TARGET_OVERHEAD_P50_MS:g}): {_met(o50 <= TARGET_OVERHEAD_P50_MS)}; p99 {o99:.1f} ms "
-                f"(target <= {TARGET_OVERHEAD_P99_MS:g}): {_met(o99 <= TARGET_OVERHEAD_P99_MS)}; "
-                f"at the benchmark's reader p50 / p99 {_pp(clean_reader)} ms; "
-                f"with queueing p50 / p99 {_pp(over)} ms; max age {max_age:.2f} "
-                f"frame periods (target <= {TARGET_AGE_PERIODS:g}): {_met(max_age <= TARGET_AGE_PERIODS)}"
-                + (f"; node peak RSS {r.hwm_mb:.0f} MB (target <= {TARGET_RSS_MB:g}): "
-                   f"{_met(r.hwm_mb <= TARGET_RSS_MB)}" if r.task == "segment" else ""))
-    if any(not _row(r).per_frame for r in runs):
-        lines += ["", f"\\* the node as of `{rev}` publishes no per-frame timing: backend = the run's mean "
-                  "`total_ms` from /diagnostics, so its overhead p99 includes backend jitter and 'excl. "
-                  "queueing' equals 'overhead'."]
-    lines += ["", "## Where the overhead goes (p50 / p99, ms)", "", *splits,
-              "", "## Targets", "", *verdicts, "",
-              "Rows whose backend is slower than the frame period (pose, segment at 30 Hz) cannot meet the",
-              "age target by design: the node processes the newest frame and drops the rest, so a result",
-              "is one backend time old plus the wait for the frame in flight ('with queueing'). The",
-              "classify row is the one where the camera, not the backend, sets the pace: its overhead is",
-              "the ROS cost alone.", ""]
-    return "\n".join(lines)
-
-
-def _met(ok: bool) -> str:
-    return "met" if ok else "NOT met"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=8.0)
@@ -425,6 +227,9 @@ def main() -> int:
     parser.add_argument("--baseline", help="git revision of the node to compare against (interleaved)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="repeat every run this often (interleaved round by round; frames pooled)")
+    parser.add_argument("--echo", action="store_true",
+                        help="also run bench/_echo_node.py (full image in, empty result out) interleaved "
+                             "with the node on the classify rows: the DDS floor for the node's overhead")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--raw", type=Path, help="also save every run's per-frame data (JSON) here")
     parser.add_argument("--render", type=Path, help="no measuring: write the report from a --raw file")
@@ -460,7 +265,8 @@ def main() -> int:
         paced = 1e3 / (2.0 * float(np.median(base)))
         if paced < args.rate:
             rates.append(paced)
-        plan += [(Run(task, rate, node, base), node_env) for rate in rates for node, node_env in nodes]
+        with_echo = nodes + ([("echo", nodes[-1][1])] if args.echo and task == "classify" else [])
+        plan += [(Run(task, rate, node, base), node_env) for rate in rates for node, node_env in with_echo]
     plan = [(Run(r.task, r.rate, r.node, r.baseline_ms), e) for _ in range(args.rounds) for r, e in plan]
     rclpy.init()
     # Keeps this process's DDS participant alive across runs: destroying the last node tears it down, and
@@ -475,7 +281,8 @@ def main() -> int:
         rclpy.try_shutdown()
     if args.raw:
         save_raw(args.raw, [run for run, _ in plan], rev, args.rounds)
-    text = report(merge([run for run, _ in plan]), rev, args.rounds)
+    spread = echo_spread([run for run, _ in plan], args.rounds) if args.echo else ""
+    text = report(merge([run for run, _ in plan]), rev, args.rounds, spread)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print(text)
