@@ -308,17 +308,28 @@ class DeviceBroker:
 
 _registry_lock = threading.Lock()
 _registry: dict[str, DeviceBroker] = {}
+_opening: dict[str, threading.Lock] = {}  # per device key: one open at a time (one per physical device)
 
 
 def shared(key: str, opener: Callable[[], Any]) -> DeviceBroker:
     """The process's broker of device ``key`` (opened with ``opener`` if none yet), one more reference:
-    call :meth:`DeviceBroker.release` once done."""
+    call :meth:`DeviceBroker.release` once done.
+
+    The open runs outside the registry lock (it uploads firmware and may wait on USB for seconds): nodes of
+    one process opening other devices, or releasing theirs, never wait behind it; a second user of the same
+    device waits for that open and shares its broker."""
     with _registry_lock:
-        broker = _registry.get(key)
-        if broker is None or broker.broken:
-            broker = DeviceBroker(key, opener)  # a DeviceError propagates: nothing registered
+        gate = _opening.setdefault(key, threading.Lock())
+    with gate:
+        with _registry_lock:
+            broker = _registry.get(key)
+            if broker is not None and not broker.broken:
+                broker._refs += 1
+                return broker
+        broker = DeviceBroker(key, opener)  # a DeviceError propagates: nothing registered
+        with _registry_lock:
             _registry[key] = broker
-        broker._refs += 1
+            broker._refs += 1
         return broker
 
 

@@ -287,3 +287,40 @@ def test_a_matmul_engine_and_a_camera_model_take_turns_on_one_device(fixture_pat
         assert broker._refs == 1
     finally:
         camera.close()
+
+
+def test_an_open_in_progress_blocks_neither_other_devices_nor_its_own_second_user() -> None:
+    """A device's open (firmware upload: seconds) runs outside the registry lock: another device opens and is
+    released meanwhile, and a second user of the same device waits for that one open and shares it."""
+    entered, proceed = threading.Event(), threading.Event()
+    opens: list[str] = []
+
+    def slow_opener():
+        opens.append("slow")
+        entered.set()
+        assert proceed.wait(10)
+        return EdgeTpuDevice.open(transport_factory=lambda: simulated_transport("broker-slow"))
+
+    got: dict[str, brokers.DeviceBroker] = {}
+
+    def user(name: str) -> threading.Thread:
+        return threading.Thread(target=lambda: got.setdefault(name, brokers.shared("broker-slow",
+                                                                                   slow_opener)))
+
+    first, second = user("first"), user("second")
+    first.start()
+    try:
+        assert entered.wait(10)
+        second.start()
+        other = _broker("broker-other")  # would wait for the slow open if it ran under the registry lock
+        assert other.stream("x").run(lambda dev: "ran", timeout=10) == "ran"
+        other.release()
+        assert "second" not in got  # still waiting for the first open of its device
+    finally:
+        proceed.set()
+        first.join(10)
+        second.join(10)
+    assert got["first"] is got["second"] and opens == ["slow"]
+    got["first"].release()
+    got["second"].release()
+    assert "broker-slow" not in brokers.brokers()
