@@ -324,3 +324,38 @@ def test_an_open_in_progress_blocks_neither_other_devices_nor_its_own_second_use
     got["first"].release()
     got["second"].release()
     assert "broker-slow" not in brokers.brokers()
+
+
+def test_a_stream_back_from_idle_claims_no_burst() -> None:
+    """A stream that waited while another used the device alone restarts at the virtual time in service: it
+    then shares turns, instead of being owed every turn the other one had meanwhile."""
+    broker = _broker("broker-burst")
+    try:
+        busy, returning = broker.stream("busy"), broker.stream("returning")
+        for _ in range(30):  # 'returning' is idle meanwhile: it must not bank these 30 turns
+            busy.run(lambda dev: None, timeout=10)
+        gate = Gate()
+        blocker = broker.stream("blocker")
+        blocker.submit(gate)
+        assert gate.entered.wait(10)
+        order: list[str] = []
+        done = threading.Event()
+
+        def keep(stream):  # each served request resubmits itself: the stream always has one waiting
+            def job(dev):
+                order.append(stream.name)
+                if len(order) >= 40:
+                    done.set()
+                elif not done.is_set():
+                    stream.submit(job)
+            return job
+
+        busy.submit(keep(busy))
+        returning.submit(keep(returning))
+        gate.release.set()
+        assert done.wait(10)
+        runs = "".join("r" if name == "returning" else "b" for name in order)
+        assert max(len(run) for run in runs.split("b")) <= 2, runs  # no burst of 'returning' turns
+        assert abs(order.count("busy") - order.count("returning")) <= 2, runs
+    finally:
+        broker.release()
