@@ -83,7 +83,8 @@ def tracker() -> np.ndarray:
     frame = spot_scene((220.0, 30.0, 30.0), 22.0, natural(3, 256), start_px=(70.0, -40.0), frames=1)[0]
     with SpotTracker(load_template("color_red_64x64"), backend="cpu") as spot:
         found = spot.track(frame.image)
-    return annotate_tracker(frame.image, found)
+        size = spot.width, spot.height
+    return annotate_tracker(frame.image, found, *size)
 
 
 def looming() -> np.ndarray:

@@ -49,19 +49,27 @@ def test_annotated_images_say_what_is_valid() -> None:
 
     rgb = np.zeros((240, 320, 3), np.uint8)
     found = TrackResult(0.5, 0.5, raw=(0, 0), version=0, valid=True, reason="ok", measured=(0.5, 0.5))
-    tx, ty = 239, 179  # (1 + 0.5) * (320 - 1) / 2, (1 + 0.5) * (240 - 1) / 2
+    # a 64x48 spot template: offset 0.5 is template pixel (1.5 * 63 / 2, 1.5 * 47 / 2) = (47.25, 35.25), frame
+    # pixel ((47.25 + 0.5) * 5 - 0.5, (35.25 + 0.5) * 5 - 0.5)
+    tx, ty = 238, 178
 
-    def at_target(image: np.ndarray) -> np.ndarray:
-        return image[ty - 12:ty + 13, tx - 12:tx + 13].reshape(-1, 3)
+    def at_target(image: np.ndarray, x: int = tx, y: int = ty) -> np.ndarray:
+        return image[y - 12:y + 13, x - 12:x + 13].reshape(-1, 3)
 
-    drawn = messages.annotate_tracker(rgb, found)
+    drawn = messages.annotate_tracker(rgb, found, 64, 48)
     assert not rgb.any() and (at_target(drawn) == (0, 255, 255)).all(axis=1).any()  # on a copy, circled
+    # a pattern's offsets span the patch corners: (1, 1) is the last 16x16 patch, centred on template pixel
+    # (64 - 16 + 7.5, 48 - 16 + 7.5) = (55.5, 39.5), frame (279.5, 199.5); not the frame's corner
+    corner = TrackResult(1.0, 1.0, raw=(0, 0), version=0, valid=True, reason="ok", measured=(1.0, 1.0))
+    patch = messages.annotate_tracker(rgb, corner, 64, 48, kernel=(16, 16))
+    assert (at_target(patch, 280, 200) == (0, 255, 255)).all(axis=1).any()
+    assert not (patch[-8:, -8:] == (0, 255, 255)).all(axis=2).any()
     lost = found.invalidated("ambiguous")
-    unsure = messages.annotate_tracker(rgb, lost)
+    unsure = messages.annotate_tracker(rgb, lost, 64, 48)
     assert not (at_target(unsure) == (0, 255, 255)).all(axis=1).any()  # no confident circle
     assert (at_target(unsure) == (160, 160, 160)).all(axis=1).any()  # where the output decoded to, grey
     assert unsure[:20].any() and not (unsure[:20] == drawn[:20]).all()  # "not valid: ambiguous", not "valid"
-    reasons = messages.annotate_tracker(rgb, lost.invalidated("no_target"))
+    reasons = messages.annotate_tracker(rgb, lost.invalidated("no_target"), 64, 48)
     assert not (reasons[:20] == unsure[:20]).all()  # the reason is written
     zones = np.ones((3, 3), np.float32)
     with_ttc = messages.annotate_looming(rgb, LoomingResult(zones, 1.0, 1.7, 2.0, "ok"))

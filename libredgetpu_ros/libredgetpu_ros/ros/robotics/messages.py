@@ -70,7 +70,12 @@ def target_pixel(result: Any, width: int, height: int, kernel: tuple[int, int] |
     """Where a valid result's target is, in template-input pixels: the spot's position (its offsets span
     the pixel centres 0 .. width - 1), or the centre of the pattern's ``kernel``-sized patch (its offsets
     span the patch corners 0 .. width - kernel width)."""
-    x, y = float(result.x_offset), float(result.y_offset)
+    return offsets_pixel(float(result.x_offset), float(result.y_offset), width, height, kernel)
+
+
+def offsets_pixel(x: float, y: float, width: int, height: int, kernel: tuple[int, int] | None = None
+                  ) -> tuple[float, float]:
+    """Template-input pixel of offsets ``x``, ``y`` (see :func:`target_pixel`)."""
     if kernel is None:
         return (1 + x) * (width - 1) / 2, (1 + y) * (height - 1) / 2
     kw, kh = kernel
@@ -171,7 +176,7 @@ def tracker_messages(header: Header, rgb: np.ndarray, result: Any, width: int, h
         canvas = MarkerCanvas(width, height, fw, fh, options.marker_scale, plane)
         out.append(("markers", tracker_markers(header, at, canvas)))
     if options.publish_annotated and (wanted is None or wanted("annotated")):
-        out.append(("annotated", image_msg(header, annotate_tracker(rgb, result))))
+        out.append(("annotated", image_msg(header, annotate_tracker(rgb, result, width, height, kernel))))
     return out
 
 
@@ -253,11 +258,13 @@ def _label(out: np.ndarray, text: str, colour: tuple[int, int, int]) -> None:
     cv2.putText(out, text, (4, y), font, scale, colour, 1, cv2.LINE_AA)
 
 
-def annotate_tracker(rgb: np.ndarray, result: Any) -> np.ndarray:
+def annotate_tracker(rgb: np.ndarray, result: Any, width: int, height: int,
+                     kernel: tuple[int, int] | None = None) -> np.ndarray:
     """The frame with a cross at its centre and the tracking ``result`` (a ``TrackResult``): valid, a circle
     where the target is, a line from the centre and "valid" with the offsets; not valid, "not valid" and
     the reason, with a thin grey circle where the template's output decoded to (``measured``, what a
-    controller must not act on) when there is one."""
+    controller must not act on) when there is one. ``width`` x ``height`` is the template's input size and
+    ``kernel`` the pattern's patch: the circle is on the frame pixel the markers and the target box use."""
     import cv2
 
     out = rgb.copy()
@@ -267,7 +274,8 @@ def annotate_tracker(rgb: np.ndarray, result: Any) -> np.ndarray:
     cv2.drawMarker(out, (cx, cy), (0, 255, 0), cv2.MARKER_CROSS, size * 2, 1)
 
     def pixel(offset: tuple[float, float]) -> tuple[int, int]:
-        return round((1 + offset[0]) * (w - 1) / 2), round((1 + offset[1]) * (h - 1) / 2)
+        at = frame_pixels(offsets_pixel(offset[0], offset[1], width, height, kernel), width, height, w, h)[0]
+        return round(float(at[0])), round(float(at[1]))
 
     if not result.valid or result.x_offset is None or result.y_offset is None:
         if result.measured is not None:
