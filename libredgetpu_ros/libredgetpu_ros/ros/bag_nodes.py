@@ -23,7 +23,9 @@ as the live node counts it); ``DeviceError`` / ``BackendError`` propagate (the n
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -50,7 +52,7 @@ class OfflineNode(Protocol):
 
 
 class PerceptionOffline:
-    def __init__(self, params: Any) -> None:
+    def __init__(self, params: Any, warn: Any = None) -> None:
         from libredgetpu_ros.perception.pipeline import PerceptionPipeline
         from libredgetpu_ros.ros.conversions import output_topics, result_messages
         from libredgetpu_ros.ros.perception_node import pipeline_config
@@ -79,68 +81,8 @@ class PerceptionOffline:
         self.pipeline.close()
 
 
-class TrackerOffline:
-    def __init__(self, params: Any) -> None:
-        from libredgetpu_ros.ros.robotics.messages import TRACKER_OUTPUTS
-        from libredgetpu_ros.ros.robotics.tracker_node import open_tracker
-
-        self.params = params
-        self.tracker = open_tracker(params)
-        self.out_types = dict(TRACKER_OUTPUTS)
-
-    def warm_up(self, rgb: np.ndarray | None) -> None:
-        from libredgetpu_ros.ros.robotics.tracker_node import track_fitted
-
-        t = self.tracker
-        rgb = rgb if rgb is not None else np.zeros((t.height, t.width, 3), np.uint8)
-        with contextlib.suppress(InputError):  # tracking keeps no state between frames
-            track_fitted(t, t.prepare(rgb)[0])
-
-    def messages(self, header: Any, rgb: np.ndarray) -> list[tuple[str, Any]]:
-        from libredgetpu_ros.ros.robotics.messages import tracker_messages
-        from libredgetpu_ros.ros.robotics.tracker_node import track_fitted, tracker_kernel
-
-        t = self.tracker
-        result = track_fitted(t, t.prepare(rgb)[0])
-        return tracker_messages(header, rgb, result, t.width, t.height, self.params, kernel=tracker_kernel(t))
-
-    def latched(self, header: Any) -> list[tuple[str, Any]]:
-        return []
-
-    def close(self) -> None:
-        self.tracker.close()
-
-
-class LoomingOffline:
-    def __init__(self, params: Any) -> None:
-        from libredgetpu_ros.ros.robotics.looming_node import open_detector
-        from libredgetpu_ros.ros.robotics.messages import LOOMING_OUTPUTS
-
-        self.params = params
-        self.detector = open_detector(params)
-        self.out_types = dict(LOOMING_OUTPUTS)
-
-    def warm_up(self, rgb: np.ndarray | None) -> None:
-        d = self.detector
-        with contextlib.suppress(InputError):  # zones() only: the tau history is left untouched
-            d.zones(rgb if rgb is not None else np.zeros((d.height, d.width, 3), np.uint8))
-
-    def messages(self, header: Any, rgb: np.ndarray) -> list[tuple[str, Any]]:
-        from libredgetpu_ros.ros.robotics.messages import looming_messages, stamp_seconds
-
-        d = self.detector
-        result = d.detect(rgb, stamp_seconds(header))
-        return looming_messages(header, rgb, result, d.samples, d.width, d.height, self.params)
-
-    def latched(self, header: Any) -> list[tuple[str, Any]]:
-        return []
-
-    def close(self) -> None:
-        self.detector.close()
-
-
 class FlowOffline:
-    def __init__(self, params: Any) -> None:
+    def __init__(self, params: Any, warn: Any = None) -> None:
         from libredgetpu_ros.ros.flow.messages import FLOW_OUTPUTS
         from libredgetpu_ros.ros.flow.node import open_compass
 
@@ -173,7 +115,7 @@ class FlowOffline:
 
 
 class RecognitionOffline:
-    def __init__(self, params: Any) -> None:
+    def __init__(self, params: Any, warn: Any = None) -> None:
         from vision_msgs.msg import Classification
 
         from libredgetpu_ros.ros.recognition.node import open_recognizer
@@ -208,18 +150,6 @@ def _perception_params() -> ParamTable:
     return PARAMS
 
 
-def _tracker_params() -> ParamTable:
-    from libredgetpu_ros.ros.robotics.params import TRACKER_PARAMS
-
-    return TRACKER_PARAMS
-
-
-def _looming_params() -> ParamTable:
-    from libredgetpu_ros.ros.robotics.params import LOOMING_PARAMS
-
-    return LOOMING_PARAMS
-
-
 def _flow_params() -> ParamTable:
     from libredgetpu_ros.ros.flow.params import PARAMS
 
@@ -232,13 +162,21 @@ def _recognition_params() -> ParamTable:
     return RECOGNITION_PARAMS
 
 
-# node type (as in bringup's NODE_TYPES) -> (its parameter table, its offline node); tables imported lazily
-OFFLINE_NODES: dict[str, tuple[Any, type]] = {
-    "perception": (_perception_params, PerceptionOffline),
-    "tracker": (_tracker_params, TrackerOffline),
-    "looming": (_looming_params, LoomingOffline),
-    "flow": (_flow_params, FlowOffline),
-    "recognition": (_recognition_params, RecognitionOffline),
+def _lazy(module: str, name: str) -> Callable[[], Any]:
+    return lambda: getattr(importlib.import_module(module), name)
+
+
+_ROBOTICS = "libredgetpu_ros.ros.robotics"
+# node type (as in bringup's NODE_TYPES) -> (its parameter table, its processor: the live node's PROCESSOR);
+# both imported when asked for
+OFFLINE_NODES: dict[str, tuple[Callable[[], ParamTable], Callable[[], type]]] = {
+    "perception": (_perception_params, lambda: PerceptionOffline),
+    "tracker": (_lazy(f"{_ROBOTICS}.params", "TRACKER_PARAMS"),
+                _lazy(f"{_ROBOTICS}.processors", "TrackerProcessor")),
+    "looming": (_lazy(f"{_ROBOTICS}.params", "LOOMING_PARAMS"),
+                _lazy(f"{_ROBOTICS}.processors", "LoomingProcessor")),
+    "flow": (_flow_params, lambda: FlowOffline),
+    "recognition": (_recognition_params, lambda: RecognitionOffline),
 }
 
 
@@ -252,7 +190,16 @@ def param_table(node_type: str) -> ParamTable:
     return OFFLINE_NODES[node_type][0]()
 
 
-def open_offline(node_type: str, params: Any) -> OfflineNode:
-    """The node's processor, opened from its parameters (a ``LibrEdgeTpuError`` if it cannot be)."""
+def processor_class(node_type: str) -> type:
+    """The processor the live node of ``node_type`` runs (its ``PROCESSOR``)."""
     _known(node_type)
-    return OFFLINE_NODES[node_type][1](params)
+    return OFFLINE_NODES[node_type][1]()
+
+
+def open_offline(node_type: str, params: Any) -> OfflineNode:
+    """The node's processor, opened from its parameters (a ``LibrEdgeTpuError`` if it cannot be); what it
+    does otherwise than the live node is logged."""
+    cls: Any = processor_class(node_type)
+    for note in getattr(cls, "offline_notes", lambda p: [])(params):
+        _log.warning("process-bag: %s", note)
+    return cls(params, warn=lambda text: _log.warning("%s", text))

@@ -243,7 +243,8 @@ def _looming_frames(count: int, kind: str = "approach") -> list[np.ndarray]:
 
 def _offline(params: dict[str, Any], frames: list[np.ndarray], stamps: list[float]) -> list[Any]:
     """The node's own detector (open_detector with the node's parameter values) on the same frames/stamps."""
-    from libredgetpu_ros.ros.robotics.looming_node import LoomingNode, open_detector
+    from libredgetpu_ros.ros.robotics.looming_node import LoomingNode
+    from libredgetpu_ros.ros.robotics.processors import open_detector
 
     values = {spec.name: spec.default for spec in LoomingNode.PARAMS.specs.values()} | params
     detector = open_detector(type("P", (), values))

@@ -1,11 +1,14 @@
 """The camera-node base: everything a lifecycle node that takes camera images shares.
 
-Modules: ``node_base`` (:class:`CameraNode`: lifecycle, image intake, fault handling, diagnostics),
-``params`` (the shared image parameters), ``qos`` (image subscription reliability), ``intake`` (frame
-arrival, skipped and lost frames), ``report`` (diagnostics and ``~/timing`` messages), ``image_plane``
-(markers on the camera's image plane from its CameraInfo: a mixin for nodes that draw markers).
+Modules: ``node_base`` (:class:`CameraNode`: lifecycle, the processor, fault handling, diagnostics),
+``processor`` (:class:`CameraProcessor`: what a node does with a frame, without the node; the live node and
+``process-bag`` run the same one), ``image_input`` (the image subscription: reliability, QoS events, the
+no-input warning), ``params`` (the shared image parameters), ``qos`` (image subscription reliability),
+``intake`` (frame arrival, skipped and lost frames), ``report`` (diagnostics and ``~/timing`` messages),
+``image_plane`` (markers on the camera's image plane from its CameraInfo: a mixin for nodes that draw
+markers).
 
-Subclass API (the perception node, ``ros/perception/node.py``, is the reference subclass)::
+Subclass API (the tracker node, ``ros/robotics/tracker_node.py``, is a short complete example)::
 
     @dataclass(frozen=True)
     class SpotParams(ImageParams):          # the shared image fields + one field per own parameter
@@ -14,26 +17,40 @@ Subclass API (the perception node, ``ros/perception/node.py``, is the reference 
     PARAMS = camera_param_table([ParamSpec("threshold", 0.5, "...", range=(0.0, 1.0),
                                            mutability="runtime")], SpotParams)
 
-    class SpotNode(CameraNode):
-        PARAMS = PARAMS                      # declared in __init__, read into self.params on configure
-        DIAGNOSTICS_NAME = "spot"            # /diagnostics status "<node>: spot"
-
-        def open_processor(self): ...        # configure: open from self.params; LibrEdgeTpuError -> FAILURE
-        def close_processor(self): ...       # cleanup/shutdown/error; idempotent, never raises
-        def create_outputs(self):            # configure: publishers, services; destroyed by the base
-            self._pub = self.output(PointStamped, "spot")
-            self.service(Trigger, "~/reset", self._on_reset)
-        def process(self, rgb, header, frame):   # camera thread, newest frame only
-            t0 = time.monotonic(); ...; self._pub.publish(PointStamped(header=header, ...))
-            return {"detect": (time.monotonic() - t0) * 1e3}   # ms per stage; None: nothing done
+    class SpotProcessor(CameraProcessor):   # no rclpy node: process-bag runs it too (ros/bag_nodes.py)
+        def __init__(self, params, warn=None):   # open from the parameters; LibrEdgeTpuError -> FAILURE
+            super().__init__(params, warn)
+            self.finder = open_finder(params)
+            self.out_types = {"spot": PointStamped}   # relative topic -> message class: the publishers
+        def frame(self, header, rgb, wanted=None, plane=None):   # camera thread, newest frame only
+            t0 = time.monotonic(); found = self.finder.find(rgb); t1 = time.monotonic()
+            msgs = [("spot", PointStamped(header=header, ...))]  # wanted(topic): someone reads it
+            return FrameOutput(msgs, {"detect": (t1 - t0) * 1e3, "publish": (time.monotonic() - t1) * 1e3})
+        def warm_up(self, rgb): ...           # offline: first-call costs, no state a later frame sees
+        def latched(self, header): return []  # transient-local messages published once on configure
         def diagnostic_values(self): return {"threshold": self.params.threshold}
         def diagnostic_warnings(self): return []        # extra WARN reasons
         def hardware_id(self): return "cpu"
-        def check_runtime_params(self, changes): return None  # or the reason a runtime change is refused
-        def runtime_params_changed(self, names): ...    # self.params already holds the new values
+        def check_runtime_params(self, changes): return None  # apply, or the reason a change is refused
+        def close(self): self.finder.close()
+
+    class SpotNode(CameraNode):
+        PARAMS = PARAMS                      # declared in __init__, read into self.params on configure
+        PROCESSOR = SpotProcessor            # opened on configure (under a lock), closed on cleanup
+        DIAGNOSTICS_NAME = "spot"            # /diagnostics status "<node>: spot"
+
+        def create_outputs(self):            # a publisher per out_types topic, then the node's services
+            super().create_outputs()
+            self.service(Trigger, "~/reset", self._on_reset)   # destroyed by the base; self.processor
+        def runtime_params_changed(self, names): ...    # self.params and the processor's: the new values
         # another input handled on the camera thread, in order with the frames (on_activate/on_deactivate):
         #   self._info = self.camera_subscription(CameraInfo, "camera_info", self._on_info, qos)
         #   self.destroy_camera_subscription(self._info)
+
+A node publishes, per frame, what its processor's ``frame`` returns (for the topics someone subscribes to,
+markers on the camera's image plane with ``image_plane.ImagePlaneInput``), in that order, and adds the
+publishing time to the processor's ``publish`` stage; its diagnostics values, warnings and hardware id are
+the processor's unless it overrides them (e.g. to add what its services count).
 
 What the base does, so a subclass does not:
 
@@ -50,16 +67,17 @@ What the base does, so a subclass does not:
   events counted and named in diagnostics; after ``input_timeout`` s without a frame a WARN lists the image
   topics that exist;
 - every frame: the newest queued frame only, ``to_rgb`` with the pixel budget (raw or compressed), skipped
-  and lost frames counted (``Intake``); ``process`` gets HxWx3 uint8 RGB and the frame's ``Header`` (copy it
-  into every output); bad input (``InputError``) counted per cause and logged at most every 10 s;
-  ``DeviceError`` / ``BackendError`` or any unexpected exception -> one ERROR status naming the cause, then
-  deactivate -> ``on_error`` -> ``unconfigured`` (``spinning.CompanionFault``);
+  and lost frames counted (``Intake``); the processor's ``frame`` gets HxWx3 uint8 RGB and the frame's
+  ``Header`` (copy it into every output); bad input (``InputError``) counted per cause and logged at most
+  every 10 s; ``DeviceError`` / ``BackendError`` or any unexpected exception -> one ERROR status naming
+  the cause, then deactivate -> ``on_error`` -> ``unconfigured`` (``spinning.CompanionFault``);
 - ``~/timing`` (per frame, only while subscribed): wait, convert, your stages, process, node latency;
   ``/diagnostics`` every ``diagnostics_period``: your values, the subscription's, rates, counters, mean
   stage times, node latency; level ERROR / WARN (your warnings + bad input, transport loss, no input) / OK.
 
 Run a subclass with ``spinning.run_lifecycle_node_main(SpotNode, args, retain_allocations=True)`` (its
-``main()``), and add it to ``bringup.NODE_TYPES`` for ``libredgetpu-ros bringup``.
+``main()``), add it to ``bringup.NODE_TYPES`` for ``libredgetpu-ros bringup`` and its processor to
+``bag_nodes.OFFLINE_NODES`` for ``process-bag``.
 
 Name a subclass's attributes after what they hold, never after rclpy's own (``_services``, ``_timers``,
 ``_subscriptions``, ``_publishers``, ``_clients``, ``_parameters``...): rclpy's ``Node`` keeps its entities in
@@ -70,6 +88,7 @@ recognition node).
 from libredgetpu_ros.ros.camera.intake import Frame, FrameStats, Intake
 from libredgetpu_ros.ros.camera.node_base import RESULT_QOS, CameraNode
 from libredgetpu_ros.ros.camera.params import IMAGE_PARAMS, ImageParams, camera_param_table
+from libredgetpu_ros.ros.camera.processor import CameraProcessor, FrameOutput
 
-__all__ = ["IMAGE_PARAMS", "RESULT_QOS", "CameraNode", "Frame", "FrameStats", "ImageParams", "Intake",
-           "camera_param_table"]
+__all__ = ["IMAGE_PARAMS", "RESULT_QOS", "CameraNode", "CameraProcessor", "Frame", "FrameOutput",
+           "FrameStats", "ImageParams", "Intake", "camera_param_table"]

@@ -3,11 +3,11 @@ for the subclass API).
 
 Lifecycle (the ros2/demos ``lifecycle_py`` rhythm):
 
-- configure: read the parameters, ``open_processor()`` (a ``LibrEdgeTpuError`` -> FAILURE, stays
-  unconfigured, reason logged), ``create_outputs()``, the ``~/timing`` and ``/diagnostics`` publishers and
-  the diagnostics timer;
-- activate: subscribe to the camera with the reliability ``image_reliability`` gives (``camera/qos.py``),
-  enable the publishers;
+- configure: read the parameters, ``open_processor()`` (the class's ``PROCESSOR``, ``camera/processor.py``;
+  a ``LibrEdgeTpuError`` -> FAILURE, stays unconfigured, reason logged), ``create_outputs()``, the
+  ``~/timing`` and ``/diagnostics`` publishers and the diagnostics timer;
+- activate: subscribe to the camera with the reliability ``image_reliability`` gives (``camera/qos.py``,
+  ``camera/image_input.py``), enable the publishers;
 - deactivate: unsubscribe (waiting for a frame in progress), disable the publishers;
 - cleanup / shutdown: ``close_processor()``, every output destroyed;
 - a fault in the camera path drives the node through deactivate -> ErrorProcessing (``on_error`` releases
@@ -46,7 +46,6 @@ from typing import Any, ClassVar
 
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
-from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.exceptions import InvalidHandle
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
@@ -57,10 +56,10 @@ from std_msgs.msg import Header
 
 from libredgetpu_ros.errors import BackendError, DeviceError, ImageError, InputError, LibrEdgeTpuError
 from libredgetpu_ros.ros import diagnostics
-from libredgetpu_ros.ros.camera import qos as image_qos
 from libredgetpu_ros.ros.camera import report
+from libredgetpu_ros.ros.camera.image_input import ImageInput
 from libredgetpu_ros.ros.camera.intake import Frame, FrameStats, Intake
-from libredgetpu_ros.ros.camera.params import ImageParams, input_subscription
+from libredgetpu_ros.ros.camera.processor import PUBLISH_STAGE, CameraProcessor
 from libredgetpu_ros.ros.image_msgs import BadImage, to_rgb
 from libredgetpu_ros.ros.output_qos import output_publisher
 from libredgetpu_ros.ros.params import ParamTable
@@ -68,21 +67,18 @@ from libredgetpu_ros.ros.services import create_guarded_service
 from libredgetpu_ros.ros.spinning import CompanionFault, CompanionGroup, destroy_entities
 
 _BAD_INPUT_LOG_PERIOD_S = 10.0
-_IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
-# Frames this large travel as many UDP fragments (when they miss shared memory): read best effort from a
-# reliable writer, one lost fragment loses the frame (docs/perception_node.md).
-_FRAGMENTED_BYTES = 1 << 20
 
 # Results are reliable so rviz and loggers (reliable by default) can subscribe; keep only the newest few.
 RESULT_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=5,
                         reliability=QoSReliabilityPolicy.RELIABLE)
 
 
-class CameraNode(LifecycleNode):
-    """Lifecycle node that runs ``process`` on the newest camera frame; see the module docstring and the
-    subclass API in ``ros/camera/__init__.py``."""
+class CameraNode(ImageInput, LifecycleNode):
+    """Lifecycle node that runs its ``PROCESSOR`` on the newest camera frame and publishes what it gives;
+    see the module docstring and the subclass API in ``ros/camera/__init__.py``."""
 
     PARAMS: ClassVar[ParamTable]  # camera_param_table(own specs, OwnParams): the subclass sets it
+    PROCESSOR: ClassVar[type[CameraProcessor]]  # what process-bag runs too (ros/bag_nodes.py)
     DIAGNOSTICS_NAME: ClassVar[str] = "camera"  # status name "<node>: <DIAGNOSTICS_NAME>"
 
     def __init__(self, node_name: str, **kwargs: Any) -> None:
@@ -100,37 +96,41 @@ class CameraNode(LifecycleNode):
         self._timing_pub: Any = None
         self._diag_pub: Any = None
         self._diag_timer: Any = None
-        self._sub: Any = None
-        self._sub_reliability = ""  # what the subscription was created with, and why
-        self._sub_reason = ""
+        self._processor: CameraProcessor | None = None
+        self._processor_lock = threading.Lock()  # the processor reference against open / close
+        self._pubs: dict[str, Any] = {}  # relative topic -> publisher, from the processor's out_types
         self._busy = threading.Lock()  # held while a frame is processed
         self._active = False  # frames are processed (set under _busy)
         self._idle_ns = 0  # wall ns the previous frame finished (for ~/timing queued_ms)
         self._intake = Intake(lambda text: self.get_logger().warning(text))
-        self._incompatible = image_qos.QosIncompatibility()
         self._bad_log = diagnostics.LogLimiter(_BAD_INPUT_LOG_PERIOD_S)  # one line per cause per period
-        self._silence_since = 0.0  # monotonic s of the last frame (or activation) while active
-        self._silence_received = 0
-        self._silence_warned = False
-        # A publisher appeared or an incompatible one was reported (rmw event, camera thread): the reliability
-        # is chosen again on the main executor, where the subscription may be replaced.
-        self._recheck = self.create_guard_condition(self._recheck_reliability)
+        self._init_image_input()
         # A fault of the camera path, carried to the main executor (transitions cannot run on the camera
         # thread); while one is latched, frames are ignored.
         self._fault = CompanionFault(self, "camera path", self._report_fault)
 
     # -- the subclass API (see ros/camera/__init__.py) ------------------------------------------------------
 
+    @property
+    def processor(self) -> CameraProcessor | None:
+        """The open ``PROCESSOR`` (configured), else None; services reach its state through it."""
+        return self._processor
+
     def open_processor(self) -> None:
-        """Configure: open what ``process`` needs from ``self.params``; a ``LibrEdgeTpuError`` fails it."""
-        raise NotImplementedError
+        """Configure: ``PROCESSOR`` opened from ``self.params``; a ``LibrEdgeTpuError`` fails configure."""
+        processor = self.PROCESSOR(self.params, warn=self.get_logger().warning)
+        with self._processor_lock:
+            self._processor = processor
 
     def close_processor(self) -> None:
-        """Cleanup / shutdown / error: release what ``open_processor`` opened (idempotent; must not raise)."""
+        """Cleanup / shutdown / error: the processor closed (idempotent; a failure only logged)."""
+        with self._processor_lock:
+            processor, self._processor = self._processor, None
+        self.close_logged(processor, f"the {self.DIAGNOSTICS_NAME} processor")
 
     def close_logged(self, resource: Any, what: str) -> None:
-        """For ``close_processor``: ``resource.close()`` unless it is None; a failure is logged as a warning
-        ("closing <what>: ..."), as releasing must not fail the transition."""
+        """``resource.close()`` unless it is None; a failure is logged as a warning ("closing <what>: ..."),
+        as releasing must not fail the transition."""
         if resource is None:
             return
         try:
@@ -139,35 +139,59 @@ class CameraNode(LifecycleNode):
             self.get_logger().warning(f"closing {what}: {exc}")
 
     def create_outputs(self) -> None:
-        """Configure, after ``open_processor``: make the result publishers with :meth:`output`."""
+        """Configure, after ``open_processor``: a publisher per topic of the processor's ``out_types``; a
+        subclass adds its services (:meth:`service`) after ``super().create_outputs()``."""
+        assert self._processor is not None
+        self._pubs = {topic: self.output(cls, topic) for topic, cls in self._processor.out_types.items()}
 
     def destroy_outputs(self) -> None:
         """Cleanup: destroy publishers not made with :meth:`output` nor services not made with :meth:`service`
         (those are destroyed by the base)."""
 
     def process(self, rgb: Any, header: Header, frame: Frame) -> Mapping[str, float] | None:
-        """Camera thread, one frame: work on ``rgb`` (HxWx3 uint8), publish results stamped with ``header``;
-        return the time per stage in ms (reported in ``~/timing`` and diagnostics as ``<stage>_ms``), or None
-        if nothing was done. Raise ``InputError`` for bad frame data, ``DeviceError`` / ``BackendError``
-        when the processor cannot run any more (the node goes to error processing)."""
-        raise NotImplementedError
+        """Camera thread, one frame: the processor's messages for ``rgb`` (HxWx3 uint8) stamped with
+        ``header``, for the topics someone subscribes to, published in order; its time per stage in ms
+        (``~/timing`` and diagnostics ``<stage>_ms``; the publishing added to its "publish" stage), or None
+        when closed. ``InputError``: bad frame data; ``DeviceError`` / ``BackendError``: error processing."""
+        processor = self._processor
+        if processor is None:
+            return None
+        pubs = self._pubs
+        out = processor.frame(header, rgb, wanted=lambda topic: pubs[topic].get_subscription_count() > 0,
+                              plane=self.image_plane(int(rgb.shape[1]), int(rgb.shape[0])))
+        started = time.monotonic()
+        for topic, msg in out.messages:
+            pubs[topic].publish(msg)
+        for cause in out.bad_input:
+            self._intake.stats.bad_input.add(cause)
+        if PUBLISH_STAGE in out.timings:
+            out.timings[PUBLISH_STAGE] += (time.monotonic() - started) * 1e3
+        return out.timings
+
+    def image_plane(self, width: int, height: int) -> Any:
+        """The markers' image plane for a frame (``camera/image_plane.ImagePlaneInput`` gives one)."""
+        return None
 
     def diagnostic_values(self) -> dict[str, object]:
-        """Key/values put first in the diagnostics status (e.g. task, backend, model)."""
-        return {}
+        """Key/values put first in the diagnostics status: the processor's (task, backend, model...)."""
+        processor = self._processor
+        return {} if processor is None else processor.diagnostic_values()
 
     def diagnostic_warnings(self) -> list[str]:
-        """Reasons for a WARN status besides the intake's own (e.g. an accelerator fallback)."""
-        return []
+        """Reasons for a WARN status besides the intake's own: the processor's (e.g. a CPU fallback)."""
+        processor = self._processor
+        return [] if processor is None else processor.diagnostic_warnings()
 
     def hardware_id(self) -> str:
-        """The diagnostics ``hardware_id`` (device or backend)."""
-        return "cpu"
+        """The diagnostics ``hardware_id`` (device or backend): the processor's."""
+        processor = self._processor
+        return "cpu" if processor is None else processor.hardware_id()
 
     def check_runtime_params(self, changes: dict[str, Any]) -> str | None:
-        """A runtime parameter change (name -> new value, table checks passed): why it is refused, or None.
-        Apply it here when applying can fail (the values become ``self.params`` right after)."""
-        return None
+        """A runtime parameter change (name -> new value, table checks passed): why it is refused, or None;
+        the processor applies it (the values become ``self.params`` and the processor's right after)."""
+        processor = self._processor
+        return None if processor is None else processor.check_runtime_params(changes)
 
     def runtime_params_changed(self, names: set[str]) -> None:
         """After runtime parameters ``names`` changed (``self.params`` holds the new values)."""
@@ -290,57 +314,10 @@ class CameraNode(LifecycleNode):
         names = {p.name for p in params} & self.PARAMS.runtime_names()
         if names:
             self.params = self.PARAMS.read(self)
+            processor = self._processor
+            if processor is not None:
+                processor.params = self.params
             self.runtime_params_changed(names)
-
-    # -- subscription ---------------------------------------------------------------------------------------
-
-    def _input_topic(self) -> str:
-        return input_subscription(self.params, self.resolve_topic_name(self.params.input_topic))[0]
-
-    def _publisher_reliabilities(self) -> list[str]:
-        return image_qos.publisher_reliabilities(self.get_publishers_info_by_topic(self._input_topic()))
-
-    def _subscribe(self) -> None:
-        p: ImageParams = self.params
-        topic, compressed = input_subscription(p, self.resolve_topic_name(p.input_topic))
-        msg_type = CompressedImage if compressed else Image
-        reliability, why = image_qos.choose_reliability(p.image_reliability, self._publisher_reliabilities())
-        if p.input_type:
-            self.get_logger().warning(f"input_type is deprecated: use transport (input_type={p.input_type})")
-        events = SubscriptionEventCallbacks(message_lost=self._intake.on_message_lost,
-                                            incompatible_qos=self._on_incompatible, matched=self._on_matched)
-        self._sub = self.create_subscription(msg_type, topic, self._on_image,
-                                             image_qos.image_qos(reliability), callback_group=self._camera,
-                                             event_callbacks=events)
-        self._camera.wake()
-        self._sub_reliability, self._sub_reason = reliability, why
-        self.get_logger().info(f"active: reading {topic} ({msg_type.__name__}, {reliability}: {why})")
-
-    def _on_matched(self, event: Any) -> None:  # camera thread
-        # A publisher came or went: auto may choose otherwise (reliable again once the last best-effort
-        # publisher left; a reliable reader never sees a best-effort one come: the incompatible event does).
-        if event.current_count_change != 0 and self.params.image_reliability == "auto":
-            self._recheck.trigger()
-
-    def _on_incompatible(self, event: Any) -> None:  # camera thread
-        self._incompatible.on_event(event)
-        if self.params.image_reliability == "auto":
-            self._recheck.trigger()
-        else:
-            self.get_logger().warning(
-                f"a publisher on {self._input_topic()} offers QoS incompatible with this subscription "
-                f"({self._incompatible.policy}; image_reliability={self.params.image_reliability}); its "
-                f"frames never arrive: set image_reliability to auto")
-
-    def _recheck_reliability(self) -> None:
-        """Main executor: subscribe again when ``auto`` now chooses another reliability."""
-        if self._sub is None or self.params.image_reliability != "auto":
-            return
-        wanted, _ = image_qos.choose_reliability("auto", self._publisher_reliabilities())
-        if wanted != self._sub_reliability:
-            old, self._sub = self._sub, None
-            self.destroy_subscription(old)
-            self._subscribe()
 
     # -- release --------------------------------------------------------------------------------------------
 
@@ -353,6 +330,7 @@ class CameraNode(LifecycleNode):
             self.destroy_lifecycle_publisher(pub)
         services, self._made_services = self._made_services, []
         destroy_entities(self, services)
+        self._pubs = {}
         self.destroy_outputs()
         if self._timing_pub is not None:
             self.destroy_lifecycle_publisher(self._timing_pub)
@@ -439,59 +417,6 @@ class CameraNode(LifecycleNode):
         return self._diag_pub
 
     # -- diagnostics ----------------------------------------------------------------------------------------
-
-    def _image_status(self) -> tuple[dict[str, object], list[str]]:
-        """The subscription's diagnostics values and warnings; logs the no-input WARN once per silence."""
-        topic = self._input_topic()
-        publishers = self._publisher_reliabilities()
-        values: dict[str, object] = {
-            "input_topic": topic,
-            "image_reliability": self.params.image_reliability,
-            "subscribed_reliability": self._sub_reliability if self._sub is not None else "",
-            "reliability_choice": self._sub_reason if self._sub is not None else "",
-            "publishers": len(publishers),
-            "publisher_reliability": ",".join(sorted(set(publishers))),
-            "qos_incompatible": self._incompatible.count,
-        }
-        warnings: list[str] = []
-        if self._incompatible.count:
-            values["qos_incompatible_policy"] = self._incompatible.policy
-            warnings.append(f"{self._incompatible.count} incompatible QoS ({self._incompatible.policy}) "
-                            f"with a publisher on {topic}: its frames never arrive (image_reliability="
-                            f"{self.params.image_reliability})")
-        stats = self._intake.stats
-        if (self._sub is not None and self._sub_reliability == "best_effort" and publishers
-                and all(r == "reliable" for r in publishers)
-                and (stats.largest_frame >= _FRAGMENTED_BYTES or stats.lost > stats.received
-                     or not stats.received)):
-            warnings.append(f"reliable publisher(s) on {topic} read by a best_effort subscription "
-                            f"(image_reliability={self.params.image_reliability}; {stats.received} received, "
-                            f"{stats.lost} lost, largest {stats.largest_frame / 1e6:.1f} MB): a lost "
-                            f"fragment loses a large frame; set image_reliability to auto or reliable")
-        if self._sub is not None:
-            self._warn_if_silent(topic, len(publishers))
-        return values, warnings
-
-    def _warn_if_silent(self, topic: str, n_publishers: int) -> None:
-        now, received = time.monotonic(), self._intake.stats.received
-        if received != self._silence_received:
-            self._silence_since, self._silence_received, self._silence_warned = now, received, False
-            return
-        if self._silence_warned or now - self._silence_since < self.params.input_timeout:
-            return
-        self._silence_warned = True
-        own = {name for name, _ in self.get_publisher_names_and_types_by_node(self.get_name(),
-                                                                             self.get_namespace())}
-        # Topics someone publishes: a topic known only from subscriptions (this node's own input among
-        # them) is no camera to remap to.
-        topics = [f"{name} ({types[0].rsplit('/', 1)[-1]})"
-                  for name, types in self.get_topic_names_and_types()
-                  if name not in own and any(t in _IMAGE_TYPES for t in types)
-                  and self.count_publishers(name)]
-        self.get_logger().warning(
-            f"no frame on {topic} for {now - self._silence_since:.0f} s ({n_publishers} publisher(s), "
-            f"subscribed {self._sub_reliability}); image topics that exist: {', '.join(topics) or 'none'}. "
-            f"Remap {self.params.input_topic} or set input_topic / transport")
 
     def _publish_diagnostics(self) -> None:
         if self._diag_pub is None:

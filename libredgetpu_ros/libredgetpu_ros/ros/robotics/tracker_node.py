@@ -1,7 +1,8 @@
 """Servo tracker lifecycle node: camera images in; the target's offset and servo error out (spot or pattern).
 
 A :class:`~libredgetpu_ros.ros.camera.CameraNode` (intake, QoS, newest frame, pixel budget, diagnostics,
-faults) whose processor is a ``SpotTracker`` or ``PatternTracker`` (``module`` parameter):
+faults) whose processor (``robotics/processors.TrackerProcessor``, what ``process-bag`` runs too) is a
+``SpotTracker`` or ``PatternTracker`` (``module`` parameter):
 
 - topics (stamped with the frame's header): ``offset`` (geometry_msgs/PointStamped: x right, y down, in
   [-1, 1] from the image centre; only for frames with a valid target), ``servo_error``
@@ -19,153 +20,39 @@ faults) whose processor is a ``SpotTracker`` or ``PatternTracker`` (``module`` p
 from __future__ import annotations
 
 import sys
-import threading
-import time
-from collections.abc import Callable, Mapping
 from typing import Any
 
-from std_msgs.msg import Header
-
 from libredgetpu_ros.errors import InputError, LibrEdgeTpuError
-from libredgetpu_ros.ros.camera import CameraNode, Frame
+from libredgetpu_ros.ros.camera import CameraNode
 from libredgetpu_ros.ros.camera.image_plane import ImagePlaneInput
-from libredgetpu_ros.ros.robotics import messages
-from libredgetpu_ros.ros.robotics.params import TRACKER_PARAMS, parse_color
+from libredgetpu_ros.ros.robotics.params import TRACKER_PARAMS
+from libredgetpu_ros.ros.robotics.processors import TrackerProcessor
 from libredgetpu_ros.ros.spinning import run_lifecycle_node_main
 from libredgetpu_ros_interfaces.srv import SetColor, SetTemplateRegion
 
 
-def open_tracker(p: Any, warn: Callable[[str], Any] | None = None) -> Any:
-    """The tracker the node's parameters ask for, with the configured colour / patch swapped in; ``warn``
-    hears what was substituted (colour weights clipped to the template's range)."""
-    from libredgetpu_ros.errors import ConfigError
-    from libredgetpu_ros.robotics.template import load_template
-
-    if not p.template:
-        raise ConfigError("parameter template is empty: set it to a robotics template")
-    template = load_template(p.template)
-    options = {"backend": p.backend, "device": p.device or None, "resize": p.resize}
-    if p.module == "spot":
-        from libredgetpu_ros.robotics.spot import SpotTracker
-
-        tracker = SpotTracker(template, mode=p.mode, **options)
-        color = parse_color(p.color)
-        if color is not None:
-            swap = tracker.set_color(color)
-            if swap.clipped and warn is not None:
-                warn(f"colour {list(color)} does not fit the template's filter scale {swap.scale:.6g}: "
-                     f"{swap.clipped} weight(s) clipped, the filter is {[round(v, 4) for v in swap.color]}")
-        return tracker
-    from libredgetpu_ros.robotics.pattern import PatternTracker
-
-    tracker = PatternTracker(template, mode="normalized" if p.mode == "checked" else "libredgetpu", **options)
-    if p.template_patch:
-        from libredgetpu_ros.perception.images import load_image
-
-        tracker.set_template(load_image(p.template_patch))  # the tracker makes it grey when it tracks grey
-    return tracker
-
-
-def tracker_kernel(tracker: Any) -> tuple[int, int] | None:
-    """The pattern tracker's patch size (width, height) in template-input pixels; None for a spot tracker."""
-    width = getattr(tracker, "kernel_width", None)
-    return None if width is None else (int(width), int(tracker.kernel_height))
-
-
-def track_fitted(tracker: Any, fitted: Any) -> Any:
-    """The TrackResult of a frame already fitted to the template (``tracker.prepare(rgb)[0]``); also what
-    offline processing (``ros/bag_nodes.py``) runs."""
-    found = tracker.track(fitted)
-    return getattr(found, "result", found)  # PatternMatch wraps a TrackResult
-
-
 class TrackerNode(ImagePlaneInput, CameraNode):
-    """Spot / pattern tracking on the newest camera frame; see the module docstring."""
+    """Spot / pattern tracking on the newest camera frame (``TrackerProcessor``); see the module docstring."""
 
     PARAMS = TRACKER_PARAMS
+    PROCESSOR = TrackerProcessor
     DIAGNOSTICS_NAME = "tracker"
 
     def __init__(self, node_name: str = "tracker", **kwargs: Any) -> None:
-        self._tracker: Any = None
-        self._lock = threading.Lock()  # the tracker reference against close
-        self._pubs: dict[str, Any] = {}
-        self._last: tuple[Any, int, int] | None = None  # (template-input image, frame width, frame height)
-        self._last_offset: tuple[float, float] | None = None
-        self._last_reason = ""
-        self._not_valid: dict[str, int] = {}  # frames without a valid target, by reason
-        self._describe: dict[str, Any] = {}
         super().__init__(node_name, **kwargs)
 
-    # -- the camera-node hooks ------------------------------------------------------------------------------
-    def open_processor(self) -> None:
-        tracker = open_tracker(self.params, warn=self.get_logger().warning)
-        with self._lock:
-            self._tracker = tracker
-        self._describe = tracker.describe()
-
-    def close_processor(self) -> None:
-        with self._lock:
-            tracker, self._tracker = self._tracker, None
-        self.close_logged(tracker, "the tracker")
-
     def create_outputs(self) -> None:
-        self._pubs = {topic: self.output(cls, topic) for topic, cls in messages.TRACKER_OUTPUTS.items()}
+        super().create_outputs()
         self.service(SetColor, "~/set_color", self._on_set_color)
         self.service(SetTemplateRegion, "~/set_template_region", self._on_set_region)
 
-    def destroy_outputs(self) -> None:
-        self._pubs = {}
-
-    def process(self, rgb: Any, header: Header, frame: Frame) -> Mapping[str, float] | None:
-        tracker = self._tracker
-        if tracker is None:
-            return None
-        t0 = time.monotonic()
-        fitted = tracker.prepare(rgb)[0]
-        t1 = time.monotonic()
-        result = track_fitted(tracker, fitted)
-        t2 = time.monotonic()
-        self._last = (fitted, rgb.shape[1], rgb.shape[0])
-        self._last_offset = (result.x_offset, result.y_offset) if result.valid else None
-        self._last_reason = result.reason
-        if not result.valid:
-            self._not_valid[result.reason] = self._not_valid.get(result.reason, 0) + 1
-        pubs = self._pubs
-        for topic, msg in messages.tracker_messages(header, rgb, result, tracker.width, tracker.height,
-                                                    self.params,
-                                                    wanted=lambda t: pubs[t].get_subscription_count() > 0,
-                                                    kernel=tracker_kernel(tracker),
-                                                    plane=self.image_plane(rgb.shape[1], rgb.shape[0])):
-            pubs[topic].publish(msg)
-        return {"prepare": (t1 - t0) * 1e3, "track": (t2 - t1) * 1e3,
-                "publish": (time.monotonic() - t2) * 1e3}
-
-    def diagnostic_values(self) -> dict[str, object]:
-        tracker = self._tracker
-        values: dict[str, object] = {"module": self.params.module, "template": self.params.template,
-                                     "backend": self._describe.get("backend", "")}
-        if tracker is not None:
-            values["parameters_version"] = tracker.runner.store.version
-            if getattr(tracker, "color", None) is not None:
-                values["color"] = " ".join(f"{v:.3f}" for v in tracker.color)
-        if self._last_offset is not None:
-            from libredgetpu_ros.robotics.offsets import offset_to_direction
-
-            values["direction"] = offset_to_direction(*self._last_offset, self.params.direction_threshold)
-        elif self._last_reason:
-            values["direction"] = "none"
-        if self._last_reason:
-            values["last_reason"] = self._last_reason
-        for reason, count in sorted(self._not_valid.items()):
-            values[f"not_valid_{reason}"] = count
-        return values
-
-    def hardware_id(self) -> str:
-        return str(self._describe.get("device") or self._describe.get("backend") or "cpu")
-
     # -- services (main executor) ---------------------------------------------------------------------------
+    def _tracker(self) -> Any:
+        processor = self.processor
+        return None if processor is None else processor.tracker
+
     def _on_set_color(self, request: Any, response: Any) -> Any:
-        tracker = self._tracker
+        tracker = self._tracker()
         response.version = 0 if tracker is None else tracker.runner.store.version
         if tracker is None or not hasattr(tracker, "set_color"):
             response.success, response.message = False, "this node does not run a spot tracker"
@@ -184,7 +71,8 @@ class TrackerNode(ImagePlaneInput, CameraNode):
         return response
 
     def _on_set_region(self, request: Any, response: Any) -> Any:
-        tracker, last = self._tracker, self._last
+        processor = self.processor
+        tracker, last = self._tracker(), None if processor is None else processor.last
         response.version = 0 if tracker is None else tracker.runner.store.version
         if tracker is None or not hasattr(tracker, "set_template"):
             response.success, response.message = False, "this node does not run a pattern tracker"

@@ -1,0 +1,105 @@
+"""``CameraProcessor``: what a camera node does with one frame, without the node: the one piece the live node
+(``camera/node_base.py``, its ``PROCESSOR``) and ``process-bag`` (``ros/bag_nodes.py``, the registry of
+processors) both run, so that offline results are the live node's by construction.
+
+A processor is opened from the node's parameters (the values dataclass of its ``ParamTable``) and turns a
+decoded frame (HxWx3 uint8 RGB + the frame's ``Header``) into the (relative topic, message) pairs the node
+publishes, in publishing order, plus the time per stage. It holds every state that depends on the frames
+only (a tau history, a frame pair, counters shown in diagnostics); what needs the node (publishers,
+services, CameraInfo subscriptions, the parameter services) stays in the node.
+
+One subclass per node type, next to its node (``ros/robotics/tracker_processor.py``, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from libredgetpu_ros.ros.conversions import ImagePlane
+
+Warn = Callable[[str], Any]
+Wanted = Callable[[str], bool]
+# The stage the node adds its own publishing time to (when the processor reports one): "publish" covers
+# building the messages and publishing them, as it did when the nodes did both in one loop.
+PUBLISH_STAGE = "publish"
+
+
+@dataclass
+class FrameOutput:
+    """One frame's (relative topic, message) pairs in publishing order, its time per stage in ms
+    (``~/timing`` / diagnostics ``<stage>_ms``), and the bad-input causes the node counts for it although
+    it was processed (e.g. a non-finite estimate left unpublished)."""
+
+    messages: list[tuple[str, Any]] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    bad_input: tuple[str, ...] = ()
+
+
+class CameraProcessor:
+    """Base of the per-node-type processors; see the module docstring.
+
+    A subclass sets ``out_types`` (relative topic -> message class: every topic it may publish) and
+    implements ``frame``; the rest has defaults for a processor with no latched output, no diagnostics of
+    its own and nothing to release."""
+
+    out_types: dict[str, type]
+
+    def __init__(self, params: Any, warn: Warn | None = None) -> None:
+        """Open what ``frame`` needs from the node's parameters (a ``LibrEdgeTpuError`` if it cannot be;
+        nothing is left open then); ``warn`` hears what was substituted or ignored."""
+        self.params = params
+        self.warn: Warn = warn or (lambda text: None)
+
+    @classmethod
+    def offline_notes(cls, params: Any) -> list[str]:
+        """What ``process-bag`` does otherwise than the live node with these parameters (logged once)."""
+        return []
+
+    def warm_up(self, rgb: np.ndarray | None) -> None:
+        """Pay the first inference's one-off costs (on ``rgb``, or a blank frame of the input size) without
+        changing any state a later frame sees."""
+
+    def frame(self, header: Any, rgb: np.ndarray, wanted: Wanted | None = None,
+              plane: ImagePlane | None = None) -> FrameOutput:
+        """One frame -> its messages (only the topics ``wanted`` says someone reads, default all the
+        parameters ask for; markers on ``plane`` when given) and timings. Raises ``InputError`` for bad
+        frame data, ``DeviceError`` / ``BackendError`` when it cannot run any more."""
+        raise NotImplementedError
+
+    def messages(self, header: Any, rgb: np.ndarray) -> list[tuple[str, Any]]:
+        """Offline: every message the parameters ask for (as if someone subscribed to every topic)."""
+        return self.frame(header, rgb).messages
+
+    def latched(self, header: Any) -> list[tuple[str, Any]]:
+        """Transient-local messages the node publishes once on configure (stamped with ``header``)."""
+        return []
+
+    def diagnostic_values(self) -> dict[str, object]:
+        """Key/values put first in the node's diagnostics status (task, backend, model, counters...)."""
+        return {}
+
+    def diagnostic_warnings(self) -> list[str]:
+        """Reasons for a WARN status (e.g. an accelerator fallback); may consume a per-period window."""
+        return []
+
+    def hardware_id(self) -> str:
+        """The diagnostics ``hardware_id`` (device or backend)."""
+        return "cpu"
+
+    def check_runtime_params(self, changes: dict[str, Any]) -> str | None:
+        """A runtime parameter change (name -> new value, the table's checks passed): applied to what the
+        processor runs, or why it is refused (nothing changed then)."""
+        return None
+
+    def close(self) -> None:
+        """Release what ``__init__`` opened (idempotent); a ``LibrEdgeTpuError`` is logged by the node."""
+
+
+def described_hardware(describe: dict[str, Any]) -> str:
+    """``hardware_id`` from a ``describe()`` dict: its device, else its backend, else cpu."""
+    return str(describe.get("device") or describe.get("backend") or "cpu")
