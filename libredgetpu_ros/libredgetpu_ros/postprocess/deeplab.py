@@ -4,19 +4,23 @@ from the compiled model's graph with TFLite's quantized arithmetic.
 
 Bit-exact with LiteRT's builtin kernels, and fast: the 1x1 convolutions are float32 BLAS matmuls on the
 zero-point-centred integers (exact: every partial sum stays below 2^24, else float64), with the constant
-image-pooling half of the concatenation multiplied once instead of per pixel, and requantized mostly in
-float32 (``qops.AccumulatorRequantizer``); the last RESIZE_BILINEAR + ARG_MAX pair is fused
-(``resize.resize_bilinear_argmax``: only cells on class boundaries are interpolated).
+image-pooling half of the concatenation multiplied once instead of per pixel (its products join the bias),
+into buffers allocated once per thread; the accumulators are requantized with TFLite's integer arithmetic in
+one compiled pass (``kernels``; without numba mostly in float32, ``qops.AccumulatorRequantizer``);
+the last RESIZE_BILINEAR + ARG_MAX pair is fused (``resize.UpsampleArgmax``: only cells on class boundaries
+are interpolated). A concatenation read only by 1x1 convolutions is never joined (they take its blocks).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from libredgetpu_ros.errors import ModelFormatError
+from libredgetpu_ros.postprocess import kernels
 from libredgetpu_ros.postprocess.graph import (
     TensorSpec,
     model_label,
@@ -25,7 +29,7 @@ from libredgetpu_ros.postprocess.graph import (
     take_outputs,
 )
 from libredgetpu_ros.postprocess.qops import AccumulatorRequantizer, concat_parts, quantize_multiplier, run_op
-from libredgetpu_ros.postprocess.resize import resize_bilinear, resize_bilinear_argmax
+from libredgetpu_ros.postprocess.resize import UpsampleArgmax, resize_bilinear
 
 TAIL_OPS = frozenset({"RESIZE_BILINEAR", "QUANTIZE", "DEQUANTIZE", "CONCATENATION", "RESHAPE", "CONV_2D",
                       "ARG_MAX"})
@@ -43,6 +47,20 @@ class DeepLabTail:
         self._convs = {op.index: _Conv1x1(model, op) for op in ops if op.opcode_name == "CONV_2D"}
         out = model.tensors[self._argmax.outputs[0]]
         self.output_shape = tuple(int(d) for d in out.shape[1:3])
+        # Concatenations whose every reader is a 1x1 convolution: kept as blocks, never joined.
+        self._blocks_only = {
+            op.outputs[0] for op in ops if op.opcode_name == "CONCATENATION"
+            and all(reader.opcode_name == "CONV_2D" for reader in ops if op.outputs[0] in reader.inputs)}
+        final_resize = model.producer(self._argmax.inputs[0])
+        upsampled = final_resize is not None and final_resize.opcode_name == "RESIZE_BILINEAR"
+        self._last = final_resize if upsampled else self._argmax
+        self._upsample: UpsampleArgmax | None = None
+        if self._last is not self._argmax:
+            opts = self._last.builtin_options
+            in_h, in_w = (int(d) for d in model.tensors[self._last.inputs[0]].shape[1:3])
+            self._upsample = UpsampleArgmax(in_h, in_w, *self.output_shape,
+                                            bool(opts.get("align_corners", False)),
+                                            bool(opts.get("half_pixel_centers", False)))
 
     @classmethod
     def from_model(cls, model: Any, boundary_names: list[str] | None = None) -> DeepLabTail:
@@ -71,9 +89,7 @@ class DeepLabTail:
         arrays = take_outputs(outputs, self.specs, "DeepLabTail")
         env: dict[int, np.ndarray] = {i: a[0] for i, a in zip(self._boundary, arrays, strict=True)}
         parts: dict[int, list[np.ndarray]] = {}  # channel blocks of CONCATENATION outputs
-        final_resize = self._model.producer(self._argmax.inputs[0])
-        last = final_resize if final_resize is not None and final_resize.opcode_name == "RESIZE_BILINEAR" \
-            else self._argmax
+        last = self._last
         for op in self._ops[:-1]:
             if op is last:
                 break
@@ -81,16 +97,14 @@ class DeepLabTail:
         return env[last.inputs[0]], last
 
     def logits(self, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
-        """The quantized logits before the final upsampling, (h, w, classes)."""
-        return self._run(outputs)[0]
+        """The quantized logits before the final upsampling, (h, w, classes); a new array."""
+        return self._run(outputs)[0].copy()
 
     def __call__(self, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
-        """(H_in, W_in) class-id map (uint8 when the classes fit)."""
-        logits, last = self._run(outputs)
-        if last.opcode_name == "RESIZE_BILINEAR":
-            opts = last.builtin_options
-            return resize_bilinear_argmax(logits, *self.output_shape, bool(opts.get("align_corners", False)),
-                                          bool(opts.get("half_pixel_centers", False)))
+        """(H_in, W_in) class-id map (uint8 when the classes fit); a new array."""
+        logits, _ = self._run(outputs)
+        if self._upsample is not None:
+            return self._upsample(logits)
         classes = np.argmax(logits, axis=-1)
         return classes.astype(np.uint8) if logits.shape[-1] <= 256 else classes
 
@@ -119,6 +133,8 @@ class DeepLabTail:
                 int(op.builtin_options.get("axis", 0)) % len(out.shape) == len(out.shape) - 1:
             blocks = concat_parts(model, op, [a[None] for a in args])
             parts[op.outputs[0]] = [b[0] for b in blocks]
+            if op.outputs[0] in self._blocks_only:
+                return blocks[0][0]  # a placeholder: the convolutions read ``parts``
             return np.concatenate(blocks, axis=-1)[0]
         if op.opcode_name in ("QUANTIZE", "DEQUANTIZE") and args[0].strides[:2] == (0, 0):
             # Element-wise op on a broadcast tile (the image-pooling branch): compute one pixel only.
@@ -178,12 +194,64 @@ class _Conv1x1:
         elif act != "NONE":
             raise ModelFormatError(f"{where}: fused activation {act} not supported")
         self.low, self.high = low, high
+        # LiteRT's CONV_2D requantizes in ruy (halves of the last shift rounded up, negatives included).
         self.requantize = AccumulatorRequantizer(self.multiplier, self.shift, self.out_zp, low, high,
-                                                 self.dtype)
+                                                 self.dtype, half_up=True)
+        self._kernel = kernels.requantize_kernel(self.dtype)
+        self._shift_params = kernels.shift_params(self.multiplier, self.shift, half_up=True)
+        self._local = threading.local()  # per thread: (input as float32, accumulators, output) buffers
+
+    def _bound(self, first: int, count: int) -> int:
+        """Largest |partial sum| over input channels [first, first + count), per the weights."""
+        return int((self._abs_cumsum[first + count] - self._abs_cumsum[first]).max(initial=0))
+
+    def _buffers(self, pixels: int, channels: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        buffers = getattr(self._local, "buffers", None)
+        if buffers is None or buffers[0].shape != (pixels, channels):
+            out_channels = self.weights_t.shape[1]
+            buffers = (np.empty((pixels, channels), np.float32), np.empty((pixels, out_channels), np.float32),
+                       np.empty((pixels, out_channels), self.dtype))
+            self._local.buffers = buffers
+        return buffers
 
     def __call__(self, parts: list[np.ndarray]) -> np.ndarray:
         """``parts``: the input's channel blocks in order, (h, w, c_i) each; blocks broadcast from one pixel
-        (an image-pooling tile) are multiplied once, not per pixel."""
+        (an image-pooling tile) are multiplied once, not per pixel. The result may be a buffer that the
+        next call on this thread overwrites."""
+        fast = self._fast(parts) if self._kernel is not None else None
+        return fast if fast is not None else self._numpy(parts)
+
+    def _fast(self, parts: list[np.ndarray]) -> np.ndarray | None:
+        """One float32 matmul for the per-pixel block, the constant blocks' exact products added to the bias,
+        the compiled integer requantization; None when the blocks do not fit that (more than one per-pixel
+        block, or partial sums beyond 2^24)."""
+        h, w, _ = parts[0].shape
+        offset = self.bias.copy()
+        pixel_block, first = None, 0
+        for part in parts:
+            c = part.shape[2]
+            if part.strides[0] == 0 and part.strides[1] == 0:  # one pixel's exact products, into the bias
+                exact = np.float32 if self._bound(first, c) < 1 << 24 else np.float64
+                centred = part[0, 0].astype(exact) - exact(self.in_zp)
+                offset += np.rint(centred @ self.weights_t[first:first + c].astype(exact, copy=False)).astype(
+                    np.int64)
+            elif pixel_block is not None or self._bound(first, c) >= 1 << 24:
+                return None
+            else:
+                pixel_block = (first, part)
+            first += c
+        if pixel_block is None:
+            return None
+        first, part = pixel_block
+        c = part.shape[2]
+        x, acc, out = self._buffers(h * w, c)
+        np.subtract(part.reshape(-1, c), np.float32(self.in_zp), out=x)
+        np.matmul(x, self.weights_t[first:first + c], out=acc)
+        self._kernel(acc, offset, *self._shift_params, self.out_zp, self.low, self.high, out)
+        return out.reshape(h, w, -1)
+
+    def _numpy(self, parts: list[np.ndarray]) -> np.ndarray:
+        """The path without numba: per-block matmuls, requantized mostly in float32."""
         h, w, _ = parts[0].shape
         partials, first = [], 0
         for part in parts:
@@ -192,8 +260,7 @@ class _Conv1x1:
             constant = part.strides[0] == 0 and part.strides[1] == 0
             x = part[:1, :1] if constant else part
             centred = x.reshape(-1, c).astype(np.float32) - np.float32(self.in_zp)
-            bound = (self._abs_cumsum[first + c] - self._abs_cumsum[first]).max(initial=0)
-            if bound < 1 << 24:  # integer products summed in float32: exact
+            if self._bound(first, c) < 1 << 24:  # integer products summed in float32: exact
                 partials.append(centred @ weights)
             else:
                 partials.append(np.rint(centred.astype(np.float64) @ weights.astype(np.float64)))

@@ -100,13 +100,15 @@ def quantize_multiplier(real: float) -> tuple[int, int]:
 
 
 def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: np.ndarray | int,
-                                     shift: np.ndarray | int) -> np.ndarray:
+                                     shift: np.ndarray | int, half_up: bool = False) -> np.ndarray:
     """TFLite's MultiplyByQuantizedMultiplier on int64 arrays (``multiplier``/``shift`` scalars or broadcast
     per output channel), for |x << left shift| < 2^31.
 
     SaturatingRoundingDoublingHighMul(a, m) is round-half-up of a*m / 2^31 (its nudge of 1 - 2^30 for
     negative products plus C++'s truncating division is a floor of p + 2^30); RoundingDivideByPOT rounds
     halves away from zero, i.e. up for positives and down for negatives. Both as floor shifts on int64.
+    ``half_up``: the right shift rounds halves up for negatives too, as ruy's requantization (LiteRT's
+    CONV_2D / FULLY_CONNECTED GEMMs) does: it differs from gemmlowp's only on negative exact halves.
     """
     multiplier = np.asarray(multiplier, dtype=np.int64)
     shift = np.asarray(shift, dtype=np.int64)
@@ -115,6 +117,8 @@ def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: np.ndarray | int
     if not right.any():
         return high
     half = (np.int64(1) << right) >> 1  # 0 where right == 0
+    if half_up:
+        return (high + half) >> right
     return (high + half - ((high < 0) & (right > 0))) >> right
 
 
@@ -134,13 +138,13 @@ class AccumulatorRequantizer:
     The fixed-point path rounds twice (to 2^-right, then to 1), so it equals round(acc * real) except where
     acc * real lies within 2^-(right + 1) of a half; float32 adds at most |y| * 2^-22 of error, and values
     beyond +-2^10 clamp whatever their rounding (8-bit outputs). Only elements in that band (a few percent)
-    are recomputed with the exact integer path.
+    are recomputed with the exact integer path. ``half_up``: as :func:`multiply_by_quantized_multiplier`'s.
     """
 
     LIMIT = np.float32(1024.0)
 
     def __init__(self, multiplier: np.ndarray, shift: np.ndarray, zero_point: int, low: int, high: int,
-                 dtype: np.dtype) -> None:
+                 dtype: np.dtype, half_up: bool = False) -> None:
         if np.dtype(dtype).itemsize != 1:
             raise ModelFormatError(f"accumulator requantization to {np.dtype(dtype)} is not supported")
         self.multiplier = np.asarray(multiplier, dtype=np.int64)
@@ -150,6 +154,7 @@ class AccumulatorRequantizer:
         band = np.where(right > 0, np.exp2(-(right + 1.0)), 0.0) + 2.0 ** -10
         self.edge = (0.5 - band).astype(np.float32)
         self.zero_point, self.low, self.high, self.dtype = zero_point, low, high, np.dtype(dtype)
+        self.half_up = half_up
 
     def __call__(self, partials: list[np.ndarray], bias: np.ndarray) -> np.ndarray:
         """``partials``: float32 arrays of exact integer partial sums broadcasting to (N, channels), the
@@ -171,7 +176,7 @@ class AccumulatorRequantizer:
             for p in partials:
                 exact += p[rows if p.shape[0] > 1 else 0, cols].astype(np.int64)
             rounded[rows, cols] = multiply_by_quantized_multiplier(exact, self.multiplier[cols],
-                                                                   self.shift[cols])
+                                                                   self.shift[cols], self.half_up)
         rounded += np.float32(self.zero_point)
         np.minimum(rounded, self.high, out=rounded)
         return np.maximum(rounded, self.low, out=rounded).astype(self.dtype)

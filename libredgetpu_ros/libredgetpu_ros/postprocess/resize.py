@@ -97,6 +97,37 @@ def resize_bilinear(image: np.ndarray, out_h: int, out_w: int, align_corners: bo
     return np.ascontiguousarray(_cast(value, image.dtype).T).reshape(out_h, out_w, c)
 
 
+class UpsampleArgmax:
+    """``resize_bilinear_argmax`` for inputs of one size, the axes and cells computed once; on uint8 inputs
+    (up to 256 classes) it runs the compiled kernel (``kernels.resize_argmax``, the same cell algorithm in
+    one loop) when numba is installed, else the NumPy function."""
+
+    def __init__(self, in_h: int, in_w: int, out_h: int, out_w: int, align_corners: bool,
+                 half_pixel_centers: bool) -> None:
+        from libredgetpu_ros.postprocess import kernels
+
+        self.in_shape, self.out_shape = (in_h, in_w), (out_h, out_w)
+        self._options = (align_corners, half_pixel_centers)
+        ys = _Axis.of(in_h, out_h, align_corners, half_pixel_centers)
+        xs = _Axis.of(in_w, out_w, align_corners, half_pixel_centers)
+        self._plan = (*ys.cells(in_h), ys.frac, *xs.cells(in_w), xs.frac)
+        self._kernel = kernels.resize_argmax_kernel()
+
+    @property
+    def compiled(self) -> bool:
+        return self._kernel is not None
+
+    def __call__(self, image: np.ndarray) -> np.ndarray:
+        """(in_h, in_w, C) -> (out_h, out_w) class ids, a new array."""
+        if image.shape[:2] != self.in_shape:
+            raise ValueError(f"UpsampleArgmax for {self.in_shape} inputs got {image.shape[:2]}")
+        if self._kernel is None or image.dtype != np.uint8 or image.shape[2] > 256:
+            return resize_bilinear_argmax(image, *self.out_shape, *self._options)
+        out = np.empty(self.out_shape, np.uint8)
+        self._kernel(np.ascontiguousarray(image), *self._plan, out)
+        return out
+
+
 def resize_bilinear_argmax(image: np.ndarray, out_h: int, out_w: int, align_corners: bool,
                            half_pixel_centers: bool) -> np.ndarray:
     """``argmax(resize_bilinear(image, ...), axis=-1)`` (first maximum) as uint8 (intp beyond 256 classes),
