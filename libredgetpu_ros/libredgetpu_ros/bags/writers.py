@@ -9,13 +9,15 @@ writer leaves a journal and an empty database. These subclasses change only that
   chunk is on disk and checkable (``bags.salvage`` / ``libredgetpu-ros bag-repair`` recover them). On close,
   the footer's summary CRC is filled in too (rosbags writes 0 there as well).
 - :class:`CommittingSqlite3Writer`: commits every ``COMMIT_EVERY`` messages or ``COMMIT_PERIOD_S`` seconds,
-  so after SIGKILL the database holds what was committed (sqlite rolls the rest back on the next open).
+  so after SIGKILL the database holds what was committed (sqlite rolls the rest back on the next open); its
+  connection may be used by another thread than the one that opened it (one at a time).
 
 :func:`install` puts them into a ``rosbags.rosbag2.Writer`` before ``open()``.
 """
 
 from __future__ import annotations
 
+import sqlite3
 import struct
 import time
 from typing import Any
@@ -67,6 +69,12 @@ class CommittingSqlite3Writer(Sqlite3Writer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # rosbags' connection refuses any thread but its opener's; process-bag writes from its writer thread
+        # (one thread at a time: ros/bag_writer.py). The same database reopened without that check (the
+        # schema is committed: executescript runs outside a transaction).
+        self.conn.close()
+        self.conn = sqlite3.connect(f"file:{self.path}", uri=True, check_same_thread=False)
+        self.cursor = self.conn.cursor()
         self._pending = 0
         self._last_commit = time.monotonic()
 

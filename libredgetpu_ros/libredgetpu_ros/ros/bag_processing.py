@@ -16,9 +16,14 @@ can decode them.
 A frame that cannot be used (truncated CDR, a type that is not an image, an unsupported encoding, ...) is
 counted under a short cause, logged once per cause, and skipped; the bag is processed to the end.
 
-Throughput: raw Images of MCAP bags are read inline without copies, other input in a reader thread
-(``bag_reader``). The one-off costs (model load, first inference, serializer type support, typestore) are
-paid before the clock starts, so ``fps`` is the steady rate and ``setup_s`` says what came before it.
+Throughput: by default (``PIPELINED``) the frame loop runs only the node (header, inference, result
+messages): frames are read and decoded ahead on a reader thread (``bag_reader.FrameReader``; raw Images of
+MCAP bags without copies), and results are serialized and written behind on a writer thread
+(``bag_writer.ResultWriter``), both handing over batches of frames through bounded queues, order kept. An
+exception on either thread is raised by the loop (the command's error). ``pipelined=False`` runs all of it
+in the calling thread; the output is the same (docs/replay_testing.md has the measured rates of both).
+The one-off costs (model load, first inference, serializer type support, typestore) are paid before the
+clock starts, so ``fps`` is the steady rate and ``setup_s`` says what came before it.
 """
 
 from __future__ import annotations
@@ -29,8 +34,8 @@ import logging
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,8 +44,11 @@ from libredgetpu_ros.bags.storage import IMAGE_TYPES, new_bag, open_reader, reli
 from libredgetpu_ros.bags.typestore import typestore
 from libredgetpu_ros.errors import ConfigError, ImageError, InputError
 from libredgetpu_ros.ros.bag_reader import Decoded, FrameReader
+from libredgetpu_ros.ros.bag_writer import ResultWriter, serializer, type_name
 
 _log = logging.getLogger(__name__)
+
+PIPELINED = True  # the default: reader and writer threads around the pipeline (docs/replay_testing.md)
 
 
 @dataclass(frozen=True)
@@ -169,8 +177,22 @@ class ProcessSummary:
         return "\n".join(lines)
 
 
-def _type_name(cls: type) -> str:
-    return f"{cls.__module__.split('.')[0]}/msg/{cls.__name__}"
+@contextmanager
+def _result_writer(writer: Any, resolve: Callable[[str], str], out_types: dict[str, type],
+                   thread: bool) -> Iterator[ResultWriter]:
+    """A :class:`ResultWriter` stopped before the bag closes: on Ctrl-C after writing what is queued (the
+    bag is then published with every processed frame's results, as without the thread), on any other error
+    at once (the bag is discarded)."""
+    results = ResultWriter(writer, resolve, out_types, thread=thread)
+    try:
+        yield results
+    except KeyboardInterrupt:
+        results.close()
+        raise
+    except BaseException:
+        results.close(finish=False)
+        raise
+    results.close()
 
 
 def _warm_up(node: Any, out_types: Iterable[type], first: Decoded | None) -> None:
@@ -179,11 +201,9 @@ def _warm_up(node: Any, out_types: Iterable[type], first: Decoded | None) -> Non
     the model's parameters), on the bag's first frame when it decodes (else a blank one; the node's
     ``warm_up`` leaves no state behind, and that frame is processed again for real), rclpy's type support
     of every output type (loaded on first use, ~60 ms) and the typestore (~0.5 s)."""
-    from rclpy.serialization import serialize_message
-
     node.warm_up(first.rgb if first is not None else None)
     for cls in out_types:
-        serialize_message(cls())
+        serializer(cls)(cls())
     typestore()
 
 
@@ -223,37 +243,42 @@ class BagProcessor:
         self.config = config
         self.log = log or (lambda text: _log.warning("%s", text))
         self._logged: set[str] = set()
-        self._out_types: dict[str, type] = {}
-        self._out_conns: dict[str, Any] = {}
 
     def run(self, input_bag: str | Path, output_bag: str | Path, *, topics: list[str] | None = None,
-            storage: str | None = None, progress: bool | None = None) -> ProcessSummary:
+            storage: str | None = None, progress: bool | None = None,
+            pipelined: bool | None = None) -> ProcessSummary:
+        """``pipelined``: frames read and decoded on a thread ahead of the pipeline and results serialized
+        and written on a thread behind it (True), everything in this thread (False), or the default
+        (None: :data:`PIPELINED`). Same output either way."""
         from tqdm import tqdm
 
         from libredgetpu_ros.ros.bag_nodes import open_offline
 
         begin = time.perf_counter()
+        threads = PIPELINED if pipelined is None else pipelined
         input_bag, output_bag = Path(input_bag), Path(output_bag)
         summary, total = self._plan(input_bag, output_bag, topics)
         with ExitStack() as stack:
             node = open_offline(self.config.node_type, self.config.params)
             stack.callback(node.close)
-            self._out_types = dict(node.out_types)
-            self._out_conns = {}
+            out_types = dict(node.out_types)
             writer = stack.enter_context(new_bag(output_bag, storage or storage_of(input_bag)))
             bar = stack.enter_context(tqdm(total=total, unit="frame", desc="process-bag", file=sys.stderr,
                                            disable=None if progress is None else not progress))
-            frames = iter(stack.enter_context(FrameReader(input_bag, summary.topics,
+            frames = iter(stack.enter_context(FrameReader(input_bag, summary.topics, thread=threads or None,
                                                           max_pixels=self.config.params.max_image_pixels)))
             first = next(frames, None)
             if first is not None:
                 self._latched(writer, node, first.timestamp)
-            _warm_up(node, self._out_types.values(), first)
+            _warm_up(node, out_types.values(), first)
+            results = stack.enter_context(_result_writer(writer, self.config.resolve, out_types, threads))
             start, cpu_start = time.perf_counter(), time.process_time()
             summary.setup_s = start - begin
             for frame in itertools.chain([first] if first is not None else [], frames):
-                self._frame(summary, node, writer, frame)
+                self._frame(summary, node, results, frame)
                 bar.update(1)
+            results.close()  # the last frames' results written: part of the loop's time
+            summary.written = results.written
             summary.elapsed_s = time.perf_counter() - start
             summary.cpu_s = time.process_time() - cpu_start
         return summary
@@ -277,14 +302,13 @@ class BagProcessor:
                                  ignored_topics={t: v for t, v in all_topics.items() if t not in chosen})
         return summary, total
 
-    def _frame(self, summary: ProcessSummary, node: Any, writer: Any, frame: Decoded) -> None:
-        """One decoded input frame -> its result messages in ``writer`` (or one counted failure)."""
-        Header, _, serialize_message = _encoders()  # noqa: N806 (a message class)
+    def _frame(self, summary: ProcessSummary, node: Any, results: ResultWriter, frame: Decoded) -> None:
+        """One decoded input frame -> its result messages to ``results`` (or one counted failure)."""
         summary.frames += 1
         if frame.cause:
             self._fail(summary, frame.cause, frame.problem)
             return
-        header = Header(frame_id=frame.stamp[2])  # its default stamp filled in: one Time built, not two
+        header = _encoders()[0](frame_id=frame.stamp[2])  # its default stamp filled in: one Time, not two
         header.stamp.sec, header.stamp.nanosec = frame.stamp[0], frame.stamp[1]
         try:
             out = node.messages(header, frame.rgb)
@@ -296,14 +320,7 @@ class BagProcessor:
             return
         # DeviceError / BackendError propagate: the model cannot run any more (the node stops too).
         summary.processed += 1
-        for topic, out_msg in out:
-            out_conn = self._out_conns.get(topic)
-            if out_conn is None:
-                out_conn = self._out_conns[topic] = writer.add_connection(
-                    self.config.resolve(topic), _type_name(self._out_types[topic]), typestore=typestore(),
-                    offered_qos_profiles=[reliable_qos(5)])
-            writer.write(out_conn, frame.timestamp, serialize_message(out_msg))
-            summary.written += 1
+        results.write(frame.timestamp, out)
 
     def _latched(self, writer: Any, node: Any, timestamp: int) -> None:
         """What the node publishes on configure, latched (the perception node's label map), at the first
@@ -311,7 +328,7 @@ class BagProcessor:
         Header, Time, serialize_message = _encoders()  # noqa: N806 (message classes)
         header = Header(stamp=Time(sec=timestamp // 10**9, nanosec=timestamp % 10**9))
         for topic, msg in node.latched(header):
-            conn = writer.add_connection(self.config.resolve(topic), _type_name(type(msg)),
+            conn = writer.add_connection(self.config.resolve(topic), type_name(type(msg)),
                                          typestore=typestore(), offered_qos_profiles=[reliable_qos(1, True)])
             writer.write(conn, timestamp, serialize_message(msg))
 

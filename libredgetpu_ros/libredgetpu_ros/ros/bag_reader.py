@@ -1,20 +1,21 @@
 """A bag's camera frames, read and decoded for the pipeline (``process-bag``).
 
-Raw ``Image`` frames of uncompressed indexed MCAP are read inline, without copies: a message is a slice of
-a read-only mmap of the file (``bags.mcap_view``) and a well-formed little-endian Image is viewed in place
+Raw ``Image`` frames of uncompressed indexed MCAP are read without copies: a message is a slice of a
+read-only mmap of the file (``bags.mcap_view``) and a well-formed little-endian Image is viewed in place
 (``bags.cdr_image``), ~0.03 ms per 640x480 frame, so the pipeline reads the pixels from the page cache.
 rosbags' own reader copies every message three times (~0.65 ms per frame, holding the GIL).
 
-Everything else (sqlite3, compressed bags, ``CompressedImage``) is read and decoded in a thread while the
-pipeline runs on the current frame: rosbags' copies and JPEG/PNG decoding (OpenCV, which releases the GIL)
-then overlap inference. The thread is not free: it wakes up while OpenCV's resize runs, and with it
-running, MobileNet's 640x480 -> 128x128 resize took 1.2 ms instead of 0.9 ms (both cores busy); that is
-why zero-copy frames, cheaper to read than that, are read inline.
+:class:`FrameReader` reads on a thread ahead of the consumer (``thread=True``: process-bag's pipelined
+loop, which leaves its own thread to inference), or inline where that is cheap enough (``thread=None``:
+zero-copy frames inline, everything else, sqlite3, compressed bags, ``CompressedImage``, on the thread,
+where rosbags' copies and JPEG/PNG decoding, OpenCV releasing the GIL, overlap inference). The thread hands
+frames over in batches, so it wakes once per batch rather than once per frame.
 
 Also measured and dropped: a reader *process* (rosbags + decoding in a child, pixels through a shared
 memfd ring) was slower than the thread (0.58 vs 0.92 of the pipeline's rate on the classify bag), and
-copying frames out of the mmap into reused buffers in the thread (no page faults for the pipeline) was
-slower than reading them where they are.
+copying frames out of the mmap into reused buffers (no page faults for the pipeline) was slower than
+reading them where they are (measured again with a reused 64-byte-aligned buffer: no faster either,
+bench/results/process_bag.md).
 """
 
 from __future__ import annotations
@@ -153,11 +154,15 @@ def inline(reader: Any, topics: list[str]) -> bool:
 class FrameReader:
     """The decoded frames of ``topics``, in bag order: inline or from a reader thread (module docstring;
     ``thread`` forces the choice). Use inside ``with``, then iterate; an error in the thread is re-raised
-    by the iteration. A bounded queue of ``depth`` frames keeps the thread's memory flat."""
+    by the iteration, after the frames read before it. The thread hands frames over in batches (up to
+    ``BATCH_FRAMES`` frames or ``BATCH_BYTES`` of pixels, so it is woken once a batch, not once a frame)
+    through a queue of ``depth`` batches, which keeps the thread's memory flat."""
 
     _END = object()
+    BATCH_FRAMES = 4
+    BATCH_BYTES = 4 << 20
 
-    def __init__(self, bag: Path, topics: list[str], depth: int = 2, thread: bool | None = None,
+    def __init__(self, bag: Path, topics: list[str], depth: int = 1, thread: bool | None = None,
                  max_pixels: int | None = None) -> None:
         self._bag, self._topics, self._use_thread, self._max_pixels = bag, topics, thread, max_pixels
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
@@ -195,7 +200,7 @@ class FrameReader:
         while (item := self._queue.get()) is not self._END:
             if isinstance(item, BaseException):
                 raise item
-            yield item
+            yield from item
 
     def _put(self, item: Any) -> bool:
         while not self._stop.is_set():
@@ -205,11 +210,19 @@ class FrameReader:
         return False
 
     def _run(self) -> None:
+        batch: list[Decoded] = []
+        size = 0
         try:
             for frame in frames(self._reader, self._topics, max_pixels=self._max_pixels):
-                if not self._put(frame):
-                    return
-        except BaseException as exc:  # surfaced in the consuming thread
-            self._put(exc)
+                batch.append(frame)
+                size += frame.rgb.nbytes if frame.rgb is not None else 0
+                if len(batch) >= self.BATCH_FRAMES or size >= self.BATCH_BYTES:
+                    if not self._put(batch):
+                        return
+                    batch, size = [], 0
+        except BaseException as exc:  # surfaced in the consuming thread, after the frames before it
+            if not batch or self._put(batch):
+                self._put(exc)
             return
-        self._put(self._END)
+        if not batch or self._put(batch):
+            self._put(self._END)

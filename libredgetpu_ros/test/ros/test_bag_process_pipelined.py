@@ -1,0 +1,193 @@
+"""process-bag pipelined (frames read ahead on a reader thread, results serialized and written behind on a
+writer thread) against everything in one thread: the same output bag message for message (raw and JPEG
+frames, damaged frames counted the same, annotated images, mcap and sqlite3 input); an exception on either
+thread is the command's error (never a thread dying silently, never a published output); Ctrl-C publishes
+every processed frame's results, as in one thread."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from .._helpers import load_helper
+from .test_bag_process import _config, _image, _jpeg
+
+HERE = Path(__file__).resolve().parent
+compare = load_helper(HERE / "_bag_compare.py")
+
+pytestmark = pytest.mark.ros  # process-bag runs the nodes' processing and rclpy's serializers
+
+FRAMES = 14  # more than a batch of the reader (4 frames) and of the writer (4 frames), not a multiple
+
+
+def _bag(path: Path, rgb: np.ndarray, jpeg: bytes, storage: str) -> None:
+    """FRAMES camera frames on /image_raw: shifted raw rgb8 / bgr8 frames, a JPEG frame, and damaged ones
+    (truncated CDR, an unsupported encoding) among them."""
+    from libredgetpu_ros.bags.storage import open_writer
+    from libredgetpu_ros.bags.typestore import typestore
+
+    store = typestore()
+    writer = open_writer(path, storage)
+    try:
+        add = writer.add_connection
+        raw = add("/image_raw", "sensor_msgs/msg/Image", typestore=store)
+        comp = add("/image_raw/compressed", "sensor_msgs/msg/CompressedImage", typestore=store)
+        for i in range(FRAMES):
+            ns = (i + 1) * 10**8
+            pixels = np.ascontiguousarray(np.roll(rgb, 23 * i, axis=1))
+            if i == 3:
+                writer.write(raw, ns, _image(store, pixels, ns)[:500])  # truncated CDR
+            elif i == 8:
+                writer.write(raw, ns, _image(store, pixels, ns, encoding="32FC1"))
+            elif i == 10:
+                writer.write(comp, ns, _jpeg(store, jpeg, ns))
+            elif i % 3 == 1:
+                bgr = np.ascontiguousarray(pixels[:, :, ::-1])
+                writer.write(raw, ns, _image(store, bgr, ns, encoding="bgr8"))
+            else:
+                writer.write(raw, ns, _image(store, pixels, ns))
+    finally:
+        writer.close()
+
+
+def _messages(bag: Path) -> list[tuple[str, str, int, Any]]:
+    from rosbags.highlevel import AnyReader
+
+    with AnyReader([bag]) as reader:
+        # Decoded, not raw: rclpy leaves CDR alignment padding unzeroed (it differs run to run).
+        return [(c.topic, c.msgtype, ts, compare.plain(reader.deserialize(raw, c.msgtype)))
+                for c, ts, raw in reader.messages()]
+
+
+def _run(bag: Path, out: Path, config: Path, pipelined: bool) -> Any:
+    from libredgetpu_ros.ros.bag_processing import BagProcessor, load_node_config
+
+    return BagProcessor(load_node_config(config), log=lambda _: None).run(
+        bag, out, topics=["/image_raw", "/image_raw/compressed"], progress=False, pipelined=pipelined)
+
+
+def _no_worker_threads() -> bool:
+    return not [t for t in threading.enumerate() if t.name in ("bag-prefetch", "bag-writer")]
+
+
+@pytest.fixture
+def camera_bag(tmp_path: Path, fixture_path) -> Any:
+    import cv2
+    from libredgetpu_ros.perception.images import load_image
+
+    rgb = load_image(fixture_path("images/cat.bmp"))
+    jpeg = cv2.imencode(".jpg", rgb[:, :, ::-1])[1].tobytes()
+
+    def make(storage: str = "mcap") -> Path:
+        path = tmp_path / f"in_{storage}"
+        _bag(path, rgb, jpeg, storage)
+        return path
+
+    return make
+
+
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_pipelined_and_one_thread_give_the_same_output(ros_env, tmp_path: Path, fixture_path, camera_bag,
+                                                       storage: str) -> None:
+    bag = camera_bag(storage)
+    config = _config(tmp_path, fixture_path, publish_annotated=True)
+    one = _run(bag, tmp_path / "one", config, pipelined=False)
+    piped = _run(bag, tmp_path / "piped", config, pipelined=True)
+    assert _no_worker_threads()
+    counts = (one.frames, one.processed, one.written, dict(one.failures))
+    assert counts == (FRAMES, FRAMES - 2, 2 * (FRAMES - 2), {"corrupt": 1, "encoding": 1})
+    assert (piped.frames, piped.processed, piped.written, dict(piped.failures)) == counts
+    expected = _messages(tmp_path / "one")
+    assert {m[0] for m in expected} == {"/classification", "/annotated"}
+    assert _messages(tmp_path / "piped") == expected
+
+
+def test_an_error_on_the_reader_thread_is_the_commands_error(ros_env, tmp_path: Path, fixture_path,
+                                                             camera_bag, monkeypatch) -> None:
+    from libredgetpu_ros.ros import bag_reader
+
+    bag = camera_bag()
+    config = _config(tmp_path, fixture_path)
+    decode = bag_reader.decode
+    calls = []
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        calls.append(threading.current_thread().name)
+        if len(calls) == 6:
+            raise RuntimeError("reader thread failed at frame 6")
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(bag_reader, "decode", failing)
+    with pytest.raises(RuntimeError, match="reader thread failed at frame 6"):
+        _run(bag, tmp_path / "out", config, pipelined=True)
+    assert set(calls) == {"bag-prefetch"}  # decoded on the reader thread, raised in the caller's
+    assert not (tmp_path / "out").exists()  # an error removes the unfinished output
+    assert _no_worker_threads()
+
+
+def test_an_error_on_the_writer_thread_is_the_commands_error(ros_env, tmp_path: Path, fixture_path,
+                                                             camera_bag, monkeypatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from libredgetpu_ros.cli.main import main
+    from libredgetpu_ros.errors import OutputError
+    from libredgetpu_ros.ros import bag_processing, bag_writer
+
+    bag = camera_bag()
+    config = _config(tmp_path, fixture_path)
+    serializer = bag_writer.serializer
+    where = []
+
+    def failing(cls: type) -> Any:
+        serialize = serializer(cls)
+
+        def call(msg: Any) -> bytes:
+            where.append(threading.current_thread().name)
+            if len(where) == 5:
+                raise OutputError("disk full while writing the 5th result")
+            return serialize(msg)
+
+        return call
+
+    monkeypatch.setattr(bag_writer, "serializer", failing)
+    monkeypatch.setattr(bag_processing, "PIPELINED", True)  # the command's default, stated
+    code = main(["process-bag", str(bag), str(tmp_path / "out"), "--config", str(config), "--no-progress",
+                 "--topics", "/image_raw", "/image_raw/compressed"])
+    assert code == 2
+    assert "disk full while writing the 5th result" in capsys.readouterr().err
+    assert set(where) == {"bag-writer"}
+    assert not (tmp_path / "out").exists()
+    assert _no_worker_threads()
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_ctrl_c_publishes_every_processed_frames_results(ros_env, tmp_path: Path, fixture_path, camera_bag,
+                                                         monkeypatch, pipelined: bool) -> None:
+    """Ctrl-C at the 7th processed frame: the output holds the 6 frames processed before it (results still
+    queued for the writer thread are written first), the same messages as in one thread."""
+    from libredgetpu_ros.ros.bag_nodes import PerceptionOffline
+
+    bag = camera_bag()
+    config = _config(tmp_path, fixture_path)
+    messages = PerceptionOffline.messages
+    calls = []
+
+    def interrupted(self: Any, header: Any, rgb: np.ndarray) -> Any:
+        calls.append(1)
+        if len(calls) == 7:
+            raise KeyboardInterrupt
+        return messages(self, header, rgb)
+
+    monkeypatch.setattr(PerceptionOffline, "messages", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _run(bag, tmp_path / "out", config, pipelined=pipelined)
+    assert _no_worker_threads()
+    got = _messages(tmp_path / "out")
+    assert len([m for m in got if m[0] == "/classification"]) == 6
+    monkeypatch.setattr(PerceptionOffline, "messages", messages)
+    calls.clear()
+    _run(bag, tmp_path / "full", config, pipelined=False)
+    assert got == [m for m in _messages(tmp_path / "full") if m[2] <= got[-1][2]]
