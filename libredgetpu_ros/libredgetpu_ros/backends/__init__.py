@@ -1,31 +1,36 @@
 """Backends run the Edge TPU part of a compiled model: on the accelerator, or on the CPU through LiteRT.
 
-``open_backend`` picks one. ``auto`` uses the Edge TPU when one is attached and falls back to the CPU twin
-otherwise (and when the accelerator fails to open: held by another process), logging which it chose and
-why; a ``device`` named explicitly (an index or "usb:<bus path>", ``edgetpu.device.parse_selector``) must
-exist even for ``auto`` (a pinned node never lands on the CPU because of a typo); an accelerator already
-open in this process is shared (``edgetpu/broker.py``), never a reason for the CPU. The backend it returns
-carries the reason: ``choice`` (why this backend, e.g. "auto: no Edge TPU attached") and ``fallback`` (the
-same text when ``auto`` settled for the CPU although the model is compiled for the Edge TPU, else ""); both
-are in ``describe()``, so a node can show them in its diagnostics.
+One vocabulary for every accelerator runner of the package (these backends and MatMul's runners,
+``matmul/runners.py``): a runner is a ``reparam.ParameterTarget`` (``stage(set)`` before a parameter set is
+published, ``run`` with a set), and ``choose`` is the one place that turns a requested kind into one.
+``auto`` takes the Edge TPU when one is attached and opens, else the CPU (also when the accelerator fails to
+open: held by another process), logging which and why; a ``device`` named explicitly (an index or
+"usb:<bus path>", ``edgetpu.device.parse_selector``) must exist even for ``auto`` (a pinned node never lands
+on the CPU because of a typo); an accelerator already open in this process is shared (``edgetpu/broker.py``),
+never a reason for the CPU; a kind asked for by name ("edgetpu") never falls back. The runner carries the
+reason: ``choice`` (why this runner, e.g. "auto: no Edge TPU attached") and ``fallback`` (the same text when
+``auto`` settled for the CPU, else ""), so a node can show them in its diagnostics.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from libredgetpu_ros.backends.base import Backend, BoundaryInfo, TensorSpec
 from libredgetpu_ros.errors import ConfigError, DeviceError
 
-__all__ = ["Backend", "BackendKind", "BoundaryInfo", "TensorSpec", "edgetpu_attached", "open_backend"]
+__all__ = ["Backend", "BackendKind", "BoundaryInfo", "TensorSpec", "choose", "edgetpu_attached",
+           "open_backend"]
 
 BackendKind = Literal["auto", "cpu", "edgetpu"]
 KINDS: tuple[str, ...] = ("auto", "cpu", "edgetpu")
 
 _log = logging.getLogger(__name__)
+_Runner = TypeVar("_Runner")
 
 
 def _edgetpu_module():
@@ -53,10 +58,10 @@ def _open_cpu(model_path: Path, cpu_model_path: Path | None, cpu_threads: int | 
     return backend
 
 
-def _chosen(backend: Backend, choice: str, fallback: bool = False) -> Backend:
-    backend.choice = choice  # type: ignore[attr-defined]
-    backend.fallback = choice if fallback else ""  # type: ignore[attr-defined]
-    return backend
+def _chosen(runner: _Runner, choice: str, fallback: bool = False) -> _Runner:
+    runner.choice = choice  # type: ignore[attr-defined]
+    runner.fallback = choice if fallback else ""  # type: ignore[attr-defined]
+    return runner
 
 
 def _open_device(device: Any) -> bool:
@@ -79,35 +84,28 @@ def _open_edgetpu(module, model_path: Path, cpu_model_path: Path | None, device:
     return backend
 
 
-def open_backend(kind: str, model_path: Path | str, cpu_model_path: Path | str | None = None,
-                 device: Any = None, logger: logging.Logger | None = None,
-                 cpu_threads: int | None = None, rate_hz: float = 0.0) -> Backend:
-    """A loaded backend of ``kind`` ("auto" | "cpu" | "edgetpu") for the compiled model ``model_path``;
-    ``cpu_threads`` is LiteRT's thread count when the CPU runs it (None: LiteRT's default); ``rate_hz`` the
-    backend's weight on a shared accelerator (``edgetpu/broker.py``; 0: an equal share)."""
+def choose(kind: str, device: Any, open_runner: Callable[[str], _Runner], what: str,
+           logger: logging.Logger | None = None) -> _Runner:
+    """The runner of ``kind`` opened by ``open_runner(name)`` ("cpu", "edgetpu" or, when asked for by name,
+    another family's runner), with ``choice`` and ``fallback`` set (see the module docstring); ``what``
+    names the model in the log line. ``kind`` is checked by the caller (each has its own list of names)."""
     log = logger or _log
-    if kind not in KINDS:
-        raise ConfigError(f"backend must be one of {', '.join(KINDS)}, got {kind!r}")
-    model_path = Path(model_path)
-    cpu_path = Path(cpu_model_path) if cpu_model_path is not None else None
-
+    if kind not in KINDS:  # a family's runner asked for by name: the device means what that family says
+        log.info("backend: %s (requested) for %s", kind, what)
+        return _chosen(open_runner(kind), f"{kind} (requested)")
     pinned = device is not None and not _open_device(device)
     if pinned:
         from libredgetpu_ros.edgetpu.device import parse_selector
 
         pinned = parse_selector(device) is not None  # a malformed one is a ConfigError naming it, any kind
-    if kind == "cpu":
-        log.info("backend: cpu (requested) for %s", model_path.name)
-        return _chosen(_open_cpu(model_path, cpu_path, cpu_threads), "cpu (requested)")
-
     module = _edgetpu_module()
-    if kind == "edgetpu":
-        if module is None:
-            from libredgetpu_ros.errors import BackendError
+    if kind == "edgetpu" and module is None:
+        from libredgetpu_ros.errors import BackendError
 
-            raise BackendError("the Edge TPU backend is not part of this build (backends/edgetpu.py missing)")
-        log.info("backend: edgetpu (requested) for %s", model_path.name)
-        return _chosen(_open_edgetpu(module, model_path, cpu_path, device, rate_hz), "edgetpu (requested)")
+        raise BackendError("the Edge TPU backend is not part of this build (backends/edgetpu.py missing)")
+    if kind != "auto":
+        log.info("backend: %s (requested) for %s", kind, what)
+        return _chosen(open_runner(kind), f"{kind} (requested)")
 
     if module is not None and pinned:  # a device named in the config exists, or the open fails naming it
         from libredgetpu_ros.edgetpu.device import select_device
@@ -116,18 +114,37 @@ def open_backend(kind: str, model_path: Path | str, cpu_model_path: Path | str |
     if module is None:
         reason = "auto: no Edge TPU backend in this build"
     elif _open_device(device):  # an accelerator open in this process was handed over: share it
-        log.info("backend: edgetpu for %s (auto: shared accelerator)", model_path.name)
-        backend = _open_edgetpu(module, model_path, cpu_path, device, rate_hz)
-        return _chosen(backend, "auto: shared accelerator")
+        log.info("backend: edgetpu for %s (auto: shared accelerator)", what)
+        return _chosen(open_runner("edgetpu"), "auto: shared accelerator")
     elif not module.edgetpu_available():
         reason = "auto: no Edge TPU attached (libredgetpu-ros devices)"
     else:
         try:
-            backend = _open_edgetpu(module, model_path, cpu_path, device, rate_hz)
+            runner = open_runner("edgetpu")
         except DeviceError as exc:
             reason = f"auto: the Edge TPU failed to open: {exc}"
         else:
-            log.info("backend: edgetpu for %s (auto: accelerator attached)", model_path.name)
-            return _chosen(backend, "auto: accelerator attached")
-    log.warning("backend: cpu for %s (%s)", model_path.name, reason)
-    return _chosen(_open_cpu(model_path, cpu_path, cpu_threads), reason, fallback=True)
+            log.info("backend: edgetpu for %s (auto: accelerator attached)", what)
+            return _chosen(runner, "auto: accelerator attached")
+    log.warning("backend: cpu for %s (%s)", what, reason)
+    return _chosen(open_runner("cpu"), reason, fallback=True)
+
+
+def open_backend(kind: str, model_path: Path | str, cpu_model_path: Path | str | None = None,
+                 device: Any = None, logger: logging.Logger | None = None,
+                 cpu_threads: int | None = None, rate_hz: float = 0.0) -> Backend:
+    """A loaded backend of ``kind`` ("auto" | "cpu" | "edgetpu", resolved by :func:`choose`) for the
+    compiled model ``model_path``; ``cpu_threads`` is LiteRT's thread count when the CPU runs it (None:
+    LiteRT's default); ``rate_hz`` the backend's weight on a shared accelerator (``edgetpu/broker.py``; 0: an
+    equal share)."""
+    if kind not in KINDS:
+        raise ConfigError(f"backend must be one of {', '.join(KINDS)}, got {kind!r}")
+    model_path = Path(model_path)
+    cpu_path = Path(cpu_model_path) if cpu_model_path is not None else None
+
+    def open_runner(name: str) -> Backend:
+        if name == "cpu":
+            return _open_cpu(model_path, cpu_path, cpu_threads)
+        return _open_edgetpu(_edgetpu_module(), model_path, cpu_path, device, rate_hz)
+
+    return choose(kind, device, open_runner, model_path.name, logger)

@@ -16,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from libredgetpu_ros.errors import InputError, ModelFormatError
+from libredgetpu_ros.reparam.store import ParameterTarget
 
 EDGETPU_OPCODE = "edgetpu-custom-op"
 
@@ -127,15 +128,17 @@ def check_inputs(inputs: Sequence[np.ndarray], specs: Sequence[TensorSpec]) -> l
 
 
 @runtime_checkable
-class Backend(Protocol):
-    """What the perception pipeline needs from a way of running the Edge TPU part of a model."""
+class Backend(ParameterTarget, Protocol):
+    """What the perception pipeline needs from a way of running the Edge TPU part of a model: an
+    accelerator runner (``reparam.ParameterTarget``: ``stage(set)`` before a set is published, ``run`` with
+    a set) chosen by ``choose`` (``name``, ``choice``, ``fallback``)."""
 
     name: str
-    choice: str  # why open_backend picked this backend ("auto: no Edge TPU attached", "cpu (requested)")
+    choice: str  # why choose() picked this backend ("auto: no Edge TPU attached", "cpu (requested)")
     fallback: str  # the same text when auto fell back to the CPU, else ""
 
     def load(self, model_path: Path, cpu_model_path: Path | None = None) -> None:
-        """Prepare ``model_path`` (a compiled ``*_edgetpu.tflite``); ``cpu_model_path`` names its CPU twin."""
+        """Load ``model_path`` (a compiled ``*_edgetpu.tflite``); ``cpu_model_path`` names its CPU twin."""
 
     def run(self, inputs: Sequence[np.ndarray], parameters: Any = None) -> dict[str, np.ndarray]:
         """One inference: Edge TPU op inputs in, op outputs (quantized, keyed by tensor name) out;

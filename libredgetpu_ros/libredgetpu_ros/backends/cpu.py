@@ -126,7 +126,7 @@ class CpuBackend:
             raise BackendError(f"LiteRT cannot load the re-parameterised twin {twin.path}: {exc}") from exc
         return interpreter
 
-    def prepare(self, parameters: Any) -> None:
+    def stage(self, parameters: Any) -> None:
         """Build the interpreter of a ``reparam.ParameterSet`` before it is published (errors refuse it)."""
         if not parameters.twin or parameters.version == 0 or parameters.key in self._versions:
             return
@@ -140,7 +140,7 @@ class CpuBackend:
         """One inference; ``parameters`` (a ``reparam.ParameterSet``) selects the twin values to run with."""
         versioned = parameters is not None and bool(parameters.twin) and parameters.version != 0
         if versioned:
-            self.prepare(parameters)  # no-op when already built
+            self.stage(parameters)  # no-op when already built
         with self._lock:
             interpreter = self._interpreter
             if interpreter is None:

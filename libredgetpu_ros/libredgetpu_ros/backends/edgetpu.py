@@ -1,7 +1,7 @@
 """Edge TPU backend: a compiled model's ``edgetpu-custom-op`` run on a Coral USB accelerator.
 
 ``run(inputs, parameters)`` takes a ``reparam.ParameterSet``: its PARAMETER_CACHING blob is uploaded under
-the set's key (once per version; ``prepare`` does it when the set is published) and its EXECUTION_ONLY /
+the set's key (once per version; ``stage`` does it when the set is published) and its EXECUTION_ONLY /
 STAND_ALONE blob is streamed with the instructions in place of the compiled one.
 
 The accelerator is shared: a backend that opens a device by selector (or transport) runs through the
@@ -135,7 +135,7 @@ class EdgeTpuBackend:
         executables = []
         for exe in self._package.executables:
             kind = BLOB_KIND_OF[exe.type]
-            blob = None if kind == "pc" else parameters.blob(kind)  # "pc" is uploaded, not streamed (prepare)
+            blob = None if kind == "pc" else parameters.blob(kind)  # "pc" is uploaded, not streamed (stage)
             if blob is not None and len(blob) != len(exe.parameters):
                 raise ModelFormatError(f"{self._model_path}: new {kind!r} blob has {len(blob)} "
                                        f"bytes, the executable takes {len(exe.parameters)}")
@@ -144,10 +144,10 @@ class EdgeTpuBackend:
         self._versioned = (parameters.key, package)
         return package
 
-    def prepare(self, parameters: Any) -> None:
+    def stage(self, parameters: Any) -> None:
         """Upload a ``reparam.ParameterSet``'s PARAMETER_CACHING blob before it is published."""
         if self._package is None:
-            raise BackendError("EdgeTpuBackend.prepare called before load()")
+            raise BackendError("EdgeTpuBackend.stage called before load()")
         caching = self._package.parameter_caching
         blob = parameters.blob("pc")
         if caching is not None and blob is not None and parameters.version != 0:

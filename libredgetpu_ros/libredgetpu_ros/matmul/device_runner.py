@@ -1,9 +1,10 @@
 """Runs a Dense template on an Edge TPU through the project's driver, keeping the cached blob in step.
 
-The device caches the PARAMETER_CACHING blob under ``(parameter_caching_token, version)``: ``load_parameters``
-is a no-op when that key is already resident, so a matmul on a snapshot always runs with its own weights even
-when a swap happened in between (it re-uploads the snapshot's blob if needed). The device is the process's
-shared one (``edgetpu/broker.py``): an engine and the camera nodes of one process take turns on it.
+The device caches the PARAMETER_CACHING blob under the parameter set's ``key`` (store id, version):
+``load_parameters`` is a no-op when that key is already resident, so a matmul on a snapshot always runs with
+its own weights even when a swap happened in between (it re-uploads the snapshot's blob if needed), and two
+engines on one template never take each other's weights for their own (their stores differ). The device is
+the process's shared one (``edgetpu/broker.py``): engines and the camera nodes of one process take turns.
 """
 
 from __future__ import annotations
@@ -15,11 +16,17 @@ import numpy as np
 
 from libredgetpu_ros.errors import DeviceError
 from libredgetpu_ros.matmul.template import DenseTemplate
+from libredgetpu_ros.reparam import ParameterSet
 
 
 class EdgeTpuRunner:
-    """A stream on the process's shared device and the template's executables; a call's parameter upload
-    and its inferences run as one request (no other user's run comes in between)."""
+    """The ``edgetpu`` MatMul runner (``matmul/runners.py``): a stream on the process's shared device and the
+    template's executables; a call's parameter upload and its inferences run as one request (no other
+    user's run comes in between)."""
+
+    name = "edgetpu"
+    choice = ""  # set by backends.choose
+    fallback = ""
 
     def __init__(self, template: DenseTemplate, device: Any = None, transport_factory: Any = None) -> None:
         """``device``: index, bus path or None (the first attached), or a ``DeviceBroker`` to share."""
@@ -31,21 +38,21 @@ class EdgeTpuRunner:
         self._stream = self._broker.stream(f"matmul {template.name}")
         self._lock = threading.Lock()
 
-    def _ensure(self, device: Any, blob: np.ndarray, version: int) -> None:
-        device.load_parameters(self._caching, parameters=memoryview(blob),
-                               cache_key=(self._caching.parameter_caching_token, version))
+    def _ensure(self, device: Any, parameters: ParameterSet) -> None:
+        device.load_parameters(self._caching, parameters=memoryview(parameters.blob("pc")),
+                               cache_key=parameters.key)
 
-    def upload(self, blob: np.ndarray, version: int) -> None:
-        """Make ``blob`` the resident parameters (called by the swap before it publishes the new state)."""
+    def stage(self, parameters: ParameterSet) -> None:
+        """Make the set's blob the resident parameters (the store calls it before it publishes the set)."""
         with self._lock:
-            self._stream.run(lambda device: self._ensure(device, blob, version), self._caching.name)
+            self._stream.run(lambda device: self._ensure(device, parameters), self._caching.name)
 
-    def run(self, blob: np.ndarray, version: int, xq: np.ndarray) -> np.ndarray:
+    def run(self, xq: np.ndarray, parameters: ParameterSet) -> np.ndarray:
         """uint8 outputs (k, rows) for uint8 inputs (k, cols), one inference per row of ``xq``."""
         out = np.empty((xq.shape[0], self._rows), dtype=np.uint8)
 
         def infer(device: Any) -> np.ndarray:
-            self._ensure(device, blob, version)
+            self._ensure(device, parameters)
             for i, sample in enumerate(xq):
                 raw = device.execute(self._execution, [sample.tobytes()])
                 values = np.frombuffer(raw[0], dtype=np.uint8)

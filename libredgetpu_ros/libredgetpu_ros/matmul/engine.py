@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from libredgetpu_ros.errors import ConfigError, InputError, WeightsError
+from libredgetpu_ros.backends import choose
+from libredgetpu_ros.errors import BackendError, ConfigError, InputError, WeightsError
 from libredgetpu_ros.matmul import fastpath
 from libredgetpu_ros.matmul.blob import build_blob
 from libredgetpu_ros.matmul.fastpath import quantize_to_blob
@@ -30,21 +31,21 @@ from libredgetpu_ros.matmul.quantize import (
     validate_bias,
     validate_matrix,
 )
-from libredgetpu_ros.matmul.runners import Runner, runner_factory
+from libredgetpu_ros.matmul.runners import Runner, open_runner, runner_factory
 from libredgetpu_ros.matmul.template import DenseTemplate, load_template
 from libredgetpu_ros.matmul.twin import (
     DenseQuantization,
-    dense_uint8,
+    TwinRunner,
     dequantize,
     exact_float_dtype,
     quantize_input,
 )
-from libredgetpu_ros.reparam import ParameterSet, ParameterStore
+from libredgetpu_ros.reparam import ParameterStore
 
 log = logging.getLogger(__name__)
 
-# "auto" (Edge TPU when one is attached, else "cpu") or a runner name of matmul/runners.py: "cpu",
-# "edgetpu", and what the families declare ("tpulang" from sophgo/).
+# "auto" (resolved by backends.choose: the Edge TPU when one is attached and opens, else "cpu") or a runner
+# name of matmul/runners.py: "cpu", "edgetpu", and what the families declare ("tpulang" from sophgo/).
 Backend = str
 # Output rounding: half an output LSB, plus float32 rounding of acc * M (relative 3 * 2**-24 on at most
 # 256 LSB of range, i.e. < 1e-4 LSB), rounded up.
@@ -92,16 +93,6 @@ class _State:
         return w_abs
 
 
-class _RunnerTarget:
-    """The runner as a ``reparam`` target: a new version is uploaded before it is published."""
-
-    def __init__(self, runner: Runner) -> None:
-        self.runner = runner
-
-    def prepare(self, parameters: ParameterSet) -> None:
-        self.runner.upload(parameters.blob("pc"), parameters.version)
-
-
 def _read_only(array: np.ndarray) -> np.ndarray:
     array.setflags(write=False)
     return array
@@ -111,27 +102,19 @@ def _ms(start: float, end: float) -> float:
     return (end - start) * 1e3
 
 
-def _edgetpu_attached() -> bool:
-    try:
-        from libredgetpu_ros.backends.edgetpu import edgetpu_available
-    except ImportError:
-        return False
-    return bool(edgetpu_available())
-
-
 class MatMulEngine:
     """Runtime weight-swapping ``y = W x + b`` on a Dense(N) template (Edge TPU or its CPU twin)."""
 
     def __init__(self, template: DenseTemplate, backend: Backend = "auto", device: Any = None) -> None:
+        """``backend``: "auto" or a runner name (``matmul/runners.py``), resolved by ``backends.choose`` as
+        every accelerator runner is; ``device``: the Edge TPU selector or shared device (what a family's
+        runner makes of it is the family's)."""
         if not isinstance(backend, str):
             raise ConfigError(f"backend must be a runner name, got {backend!r}")
-        if backend == "auto":
-            backend = "edgetpu" if _edgetpu_attached() else "cpu"
-            log.info("MatMulEngine(%s): backend auto -> %s", template.name, backend)
-        factory = runner_factory(backend)  # ConfigError naming the known runners
+        if backend != "auto":
+            runner_factory(backend)  # ConfigError naming the known runners, before any device is opened
         self.template = template
         self.quantization: DenseQuantization = template.quant
-        self.backend: str = backend
         self._multipliers = template.quant.multipliers()
         # numba imported and the kernels compiled or loaded from the cache folder now, when the engine opens:
         # the first set_weights / matmul costs what the next ones cost (once per process).
@@ -144,15 +127,30 @@ class MatMulEngine:
         # The one re-parameterisation mechanism (reparam/): versions of the blob + this engine's payload.
         initial = _State(template.weights, None, np.zeros(template.rows))
         self._store = ParameterStore({"pc": blob}, payload=initial)
-        # None: the integer CPU twin below; else the family's runner (matmul/runners.py registry).
-        self._runner: Runner | None = factory(template, device)
-        if self._runner is not None:
-            self._runner.upload(blob, 0)
-            self._store.add_target(_RunnerTarget(self._runner))
+        opened: list[str] = []
+
+        def open_named(name: str) -> Runner:
+            runner = open_runner(name, template, device)
+            opened.append(name)
+            return runner
+
+        runner = choose(backend, device, open_named, f"MatMul {template.name}", log)
+        self.backend: str = opened[-1]  # the runner that runs: "cpu", "edgetpu", "tpulang", ...
+        self._choice: str = runner.choice  # type: ignore[attr-defined]  (set by choose)
+        self._fallback: str = runner.fallback  # type: ignore[attr-defined]
+        # The runner is a target of the store: it stages (uploads) every version before it is published.
+        self._runner: Runner | None = runner
+        self._twin = isinstance(runner, TwinRunner)  # the integer twin: matmul may fuse it (fastpath)
+        try:
+            runner.stage(self._store.current)
+            self._store.add_target(runner)
+        except BaseException:
+            runner.close()
+            raise
         # One full-size pass of each hot path, published nowhere: its buffers are the size of the real ones,
         # so the allocator's first large allocations (page faults) happen here, not in the first swap.
         self.set_weights(np.zeros((template.rows, template.cols), np.float32), dry_run=True)
-        if self._runner is None:
+        if self._twin:
             self.matmul(np.zeros(template.cols, np.float32))
 
     @classmethod
@@ -173,6 +171,16 @@ class MatMulEngine:
     @property
     def version(self) -> int:
         return self._store.version
+
+    @property
+    def choice(self) -> str:
+        """Why ``backends.choose`` picked the runner ("auto: no Edge TPU attached ...", "cpu (requested)")."""
+        return self._choice
+
+    @property
+    def fallback(self) -> str:
+        """The same text when ``auto`` settled for the CPU, else ""."""
+        return self._fallback
 
     def weight_range(self) -> tuple[np.ndarray, np.ndarray]:
         """Per-row (min, max) representable weights: ``-128 * s_r`` and ``127 * s_r``."""
@@ -268,17 +276,14 @@ class MatMulEngine:
         state = params.payload
         quant = self.quantization
         y = None
-        if self._runner is None and self._twin_kernel:  # quantize + Dense + dequantize in one compiled call
+        if self._twin and self._twin_kernel:  # quantize + Dense + dequantize in one compiled call
             y = fastpath.twin_matmul(batch, state.weights, quant.input_scale, quant.input_zero_point,
                                      self._multipliers, quant.output_zero_point, quant.output_scale)
         if y is None:
-            xq = quantize_input(batch, quant)
-            if self._runner is not None:
-                yq = self._runner.run(params.blob("pc"), params.version, xq)
-            else:
-                # int8 as is for the compiled kernel, else the float copy BLAS sums exactly.
-                weights = state.weights if fastpath.available() else state.dense_float(quant.input_zero_point)
-                yq = dense_uint8(weights, xq, quant, self._multipliers)
+            runner = self._runner
+            if runner is None:
+                raise BackendError(f"MatMulEngine {self.template.name}: matmul after close()")
+            yq = runner.run(quantize_input(batch, quant), params)
             y = dequantize(yq, quant.output_scale, quant.output_zero_point)
         if state.bias is not None:
             y += state.bias
@@ -288,7 +293,7 @@ class MatMulEngine:
         """The active int8 weights when this engine runs the compiled CPU twin (``fastpath.twin_kernel``
         gives the same results as :meth:`matmul` from them), else None. For callers that fuse the twin into
         their own compiled step (``robotics.reservoir``)."""
-        if self._runner is not None or not self._twin_kernel:
+        if not self._twin or not self._twin_kernel:
             return None
         return self._store.current.payload.weights
 
@@ -315,7 +320,8 @@ class MatMulEngine:
         return bound[0] if single else bound
 
     def close(self) -> None:
-        if self._runner is not None:
+        """Release the runner (its device stream); the integer twin holds nothing and keeps working."""
+        if self._runner is not None and not self._twin:
             self._runner.close()
             self._runner = None
 

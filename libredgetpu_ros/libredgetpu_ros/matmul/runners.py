@@ -1,12 +1,15 @@
 """The MatMulEngine's runners by name: a registry that the accelerator families fill.
 
-A runner executes the Dense template for the engine: ``upload(blob, version)`` before a swap publishes,
-``run(blob, version, xq) -> uint8 (k, rows)`` on the snapshot a call took, ``close()``. ``cpu`` (the engine's
-own integer twin, no runner object) and ``edgetpu`` (``matmul.device_runner``, over ``edgetpu/``) are
-matmul's own. Other families declare theirs as entry points of the group ``libredgetpu_ros.matmul_runners``
-in their package's setup.py (``tpulang = libredgetpu_ros.sophgo.matmul_runner:TpuLangRunner``), or call
-:func:`register_runner` at import time; either way ``matmul/`` never imports them, so no import cycle
-runs through the engine (sophgo's exporter imports the engine).
+A runner is an accelerator runner in the package's one vocabulary (``backends/__init__.py``): a
+``reparam.ParameterTarget`` whose ``stage(parameters)`` makes a ``ParameterSet`` (the blob under
+``blob("pc")``, its ``key`` and ``version``) usable before the engine's store publishes it, ``run(xq,
+parameters) -> uint8 (k, rows)`` on the set a call took, ``close()``; ``choose`` sets its ``choice`` and
+``fallback``. ``cpu`` (``matmul.twin.TwinRunner``, the integer twin) and ``edgetpu``
+(``matmul.device_runner``, over ``edgetpu/``) are matmul's own. Other families declare theirs as entry
+points of the group ``libredgetpu_ros.matmul_runners`` in their package's setup.py (``tpulang =
+libredgetpu_ros.sophgo.matmul_runner:open_tpulang_runner``), or call :func:`register_runner` at import time;
+either way ``matmul/`` never imports them, so no import cycle runs through the engine (sophgo's exporter
+imports the engine). :func:`open_runner` refuses a runner that is not a ``ParameterTarget``.
 """
 
 from __future__ import annotations
@@ -14,24 +17,32 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from importlib.metadata import entry_points
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from libredgetpu_ros.errors import ConfigError
 from libredgetpu_ros.matmul.template import DenseTemplate
+from libredgetpu_ros.reparam import ParameterSet, ParameterTarget
 
 ENTRY_POINT_GROUP = "libredgetpu_ros.matmul_runners"
 
 
-class Runner(Protocol):
-    def upload(self, blob: np.ndarray, version: int) -> None: ...
-    def run(self, blob: np.ndarray, version: int, xq: np.ndarray) -> np.ndarray: ...
+@runtime_checkable
+class Runner(ParameterTarget, Protocol):
+    """A MatMul runner (see the module docstring)."""
+
+    def stage(self, parameters: ParameterSet) -> None:
+        """Make the set's blob usable (an upload) before the engine publishes it; raise to refuse it."""
+
+    def run(self, xq: np.ndarray, parameters: ParameterSet) -> np.ndarray:
+        """uint8 outputs (k, rows) for uint8 inputs ``xq`` (k, cols) with the weights of ``parameters``."""
+
     def close(self) -> None: ...
 
 
-# (template, device) -> runner, or None for the engine's own CPU twin.
-RunnerFactory = Callable[[DenseTemplate, Any], "Runner | None"]
+# (template, device) -> runner
+RunnerFactory = Callable[[DenseTemplate, Any], Runner]
 
 _lock = threading.Lock()
 _factories: dict[str, RunnerFactory] = {}
@@ -45,8 +56,10 @@ def register_runner(name: str, factory: RunnerFactory) -> None:
         _factories[name] = factory
 
 
-def _cpu_twin(template: DenseTemplate, device: Any) -> None:
-    return None
+def _cpu_twin(template: DenseTemplate, device: Any) -> Runner:
+    from libredgetpu_ros.matmul.twin import TwinRunner
+
+    return TwinRunner(template.quant)
 
 
 def _edgetpu(template: DenseTemplate, device: Any) -> Runner:
@@ -87,3 +100,18 @@ def runner_factory(name: str) -> RunnerFactory:
                           f"{exc}") from exc
     register_runner(name, factory)
     return factory
+
+
+def open_runner(name: str, template: DenseTemplate, device: Any) -> Runner:
+    """The runner ``name`` for ``template``; a ConfigError (the runner closed) when it is not a
+    ``ParameterTarget`` with ``run`` and ``close``: it would miss the weights a swap publishes."""
+    runner = runner_factory(name)(template, device)
+    missing = [m for m in ("stage", "run", "close") if not callable(getattr(runner, m, None))]
+    if missing:
+        close = getattr(runner, "close", None)
+        if callable(close):
+            close()
+        raise ConfigError(f"MatMul backend {name!r} gives a {type(runner).__name__} without "
+                          f"{', '.join(missing)}: a runner is a reparam.ParameterTarget (stage(parameters), "
+                          f"run(xq, parameters), close(); matmul/runners.py)")
+    return runner

@@ -15,6 +15,7 @@ kernel (Q31 multipliers) differs from it by 1 LSB on a few outputs in ten thousa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -97,3 +98,31 @@ def dense_uint8(weights: np.ndarray, xq: np.ndarray, quant: DenseQuantization,
     scaled = np.rint(acc * m)
     scaled += quant.output_zero_point
     return np.clip(scaled, UINT8_MIN, UINT8_MAX).astype(np.uint8)
+
+
+class TwinRunner:
+    """The ``cpu`` MatMul runner (``matmul/runners.py``): :func:`dense_uint8` on the weights a parameter set
+    carries in its payload (the engine's: ``weights`` int8 (rows, cols) and ``dense_float(zero_point)``,
+    the float copy BLAS sums exactly); nothing to stage. The engine fuses quantize + Dense + dequantize
+    into one compiled call instead when ``fastpath`` can (``MatMulEngine.matmul_versioned``)."""
+
+    name = "cpu"
+    choice = ""  # set by backends.choose
+    fallback = ""
+
+    def __init__(self, quant: DenseQuantization) -> None:
+        self._quant = quant
+        self._multipliers = quant.multipliers()
+
+    def stage(self, parameters: Any) -> None:
+        """Nothing to upload: the twin reads the set's payload when it runs."""
+
+    def run(self, xq: np.ndarray, parameters: Any) -> np.ndarray:
+        """uint8 outputs (k, rows) for uint8 inputs (k, cols) with the set's weights."""
+        state = parameters.payload
+        # int8 as is for the compiled kernel, else the float copy BLAS sums exactly.
+        weights = state.weights if fastpath.available() else state.dense_float(self._quant.input_zero_point)
+        return dense_uint8(weights, xq, self._quant, self._multipliers)
+
+    def close(self) -> None:
+        """Nothing held."""

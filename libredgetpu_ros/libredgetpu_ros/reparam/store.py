@@ -10,21 +10,24 @@ int8 tensors. Changing a constant without ``edgetpu_compiler`` means writing bot
   blob may be given as a :class:`BlobPatch` (base blob + int8 values at byte offsets): it is built into a full
   blob the first time something reads it (an upload), so a swap of a few values costs a few values, and a
   CPU-only run never builds it.
+- :class:`ParameterTarget` is what holds a copy of the parameters (a device, an interpreter): every
+  accelerator runner of the package is one (the ``backends/`` backends and MatMul's runners). Its
+  ``stage(set)`` makes a set usable before it is published.
 - :meth:`ParameterStore.publish` builds the next set from the changed pieces (everything else is shared with
-  the previous set, never copied), lets every registered target prepare it (the Edge TPU backend uploads it,
-  the CPU backend builds its interpreter) and only then makes it current with one reference assignment. A
-  failing target raises before the assignment: the previous set stays current, nothing half-written is ever
+  the previous set, never copied), has every registered target stage it (the Edge TPU uploads it, the CPU
+  backend builds its interpreter) and only then makes it current with one reference assignment. A failing
+  target raises before the assignment: the previous set stays current, nothing half-written is ever
   visible. Readers take ``store.current`` once per inference, so a result always comes from one version.
-- A backend that was not asked to prepare a set notices its ``key`` changed on the next run and catches up
-  there (the Edge TPU re-uploads when the version changes).
+- A target that was not asked to stage a set notices its ``key`` changed on the next run and catches up
+  there (the Edge TPU re-uploads when the key changes).
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Mapping
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -146,11 +149,14 @@ class ParameterSet(NamedTuple):
         return self.store_id, self.version
 
 
+@runtime_checkable
 class ParameterTarget(Protocol):
-    """Something that holds a copy of the parameters (a device, an interpreter) and must follow a publish."""
+    """Something that holds a copy of the parameters (a device, an interpreter) and must follow a publish:
+    every accelerator runner (``backends.Backend``, ``matmul.runners.Runner``)."""
 
-    def prepare(self, parameters: ParameterSet) -> None:
-        """Make ``parameters`` usable; raise to refuse them (then they are not published)."""
+    def stage(self, parameters: ParameterSet) -> None:
+        """Make ``parameters`` usable on this target before they are published (an upload, an interpreter
+        build); raise to refuse them (then they are not published). Staging a set twice is cheap."""
 
 
 class ParameterStore:
@@ -177,18 +183,20 @@ class ParameterStore:
         return self._current.version
 
     def add_target(self, target: ParameterTarget) -> None:
-        """``target.prepare`` runs inside every later publish (before the new set becomes current)."""
+        """``target.stage`` runs inside every later publish (before the new set becomes current); something
+        that is not a :class:`ParameterTarget` is a TypeError (it would never see a new set)."""
+        if not isinstance(target, ParameterTarget):
+            raise TypeError(f"{type(target).__name__} is not a ParameterTarget (it has no stage(parameters))")
         with self._lock:
             self._targets.append(target)
 
     def publish(self, blobs: Mapping[str, np.ndarray | BlobPatch] | None = None,
                 twin: Mapping[int, np.ndarray] | None = None, payload: Any = _KEEP,
-                meta: Mapping[str, Any] | None = None,
-                extra_targets: Iterable[ParameterTarget] = ()) -> ParameterSet:
+                meta: Mapping[str, Any] | None = None) -> ParameterSet:
         """Make a new version from the changed blobs / twin tensors and swap it in; returns it.
 
         A replaced blob or twin tensor must keep its size (the instructions that read it are unchanged);
-        every target prepares the new set first and may refuse it by raising, leaving the old one current.
+        every target stages the new set first and may refuse it by raising, leaving the old one current.
         """
         with self._lock:
             old = self._current
@@ -202,9 +210,7 @@ class ParameterStore:
             new = ParameterSet(self._id, old.version + 1, new_blobs, new_twin,
                                old.payload if payload is _KEEP else payload, meta)
             for target in self._targets:
-                target.prepare(new)
-            for target in extra_targets:
-                target.prepare(new)
+                target.stage(new)
             self._current = new  # the swap: one reference assignment
             return new
 

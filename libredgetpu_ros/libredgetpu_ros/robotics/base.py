@@ -7,8 +7,9 @@ usually a ``template`` (``RoboticsTemplate``) and a ``resize`` flag. This base g
 - ``version``: the parameter version the next frame runs with (0 for a runner that never swaps);
 - ``backend_name`` and ``describe()`` (the runner's description plus ``module``, the input ``size`` and
   ``channels``, and what the module adds in ``details()``);
-- ``fit(image)`` / ``prepare(image)``: a frame as the template's input (resized or refused as ``resize``
-  says; colour made grey where the template takes one channel, see robotics/image.py), and
+- ``fit(image)`` / ``model_input(image)``: a frame as the template's input image / its (1, H, W, C) batch
+  (resized or refused as ``resize`` says; colour made grey where the template takes one channel, see
+  robotics/image.py), and
   ``match_channels(image)``: the same channel rule without a resize (for patches the caller cut itself);
 - ``close()`` and the context manager (``with SpotTracker(...) as tracker:``).
 
@@ -18,6 +19,7 @@ attributes above there.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -56,9 +58,15 @@ class RoboticsModule:
         height, width, channels = self.image_shape
         return fit_image(image, height, width, channels, self.resize, what)
 
-    def prepare(self, image: object) -> np.ndarray:
+    def model_input(self, image: object) -> np.ndarray:
         """The template's input (1, H, W, C) uint8 from a frame."""
         return self.fit(image)[None]
+
+    def prepare(self, image: object) -> np.ndarray:
+        """Deprecated name of :meth:`model_input` ("prepare" is what a parameter target does with a set)."""
+        warnings.warn(f"{type(self).__name__}.prepare(image) is deprecated; use model_input(image) (or "
+                      f"fit(image) for the (H, W, C) image)", DeprecationWarning, stacklevel=2)
+        return self.model_input(image)
 
     def match_channels(self, image: object, what: str = "image") -> np.ndarray:
         """``image`` as uint8 (h, w, C) with the template's channel count, its size kept (RGB -> luma for a

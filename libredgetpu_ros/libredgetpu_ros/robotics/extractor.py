@@ -55,7 +55,7 @@ class EmbeddingExtractor(RoboticsModule):
         shape = self._input.shape
         return int(shape[1]), int(shape[2]), int(shape[3])
 
-    def prepare(self, image: object) -> np.ndarray:
+    def model_input(self, image: object) -> np.ndarray:
         """The model's input from an HxWx3 uint8 RGB frame (the classifiers' area resize)."""
         return self._transform(check_rgb(image))
 
@@ -69,7 +69,7 @@ class EmbeddingExtractor(RoboticsModule):
                 raise InputError(f"region (x={x}, y={y}, w={w}, h={h}) is not inside the {width}x{height} "
                                  f"image")
             rgb = rgb[y:y + h, x:x + w]
-        outputs = self.runner.run([self.prepare(rgb)])
+        outputs = self.runner.run([self.model_input(rgb)])
         return self._output.dequantize(outputs[self._output.name]).reshape(-1)
 
     def details(self) -> dict[str, Any]:

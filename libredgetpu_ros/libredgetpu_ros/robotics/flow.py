@@ -299,8 +299,8 @@ class OpticalFlow(RoboticsModule):
             pooled = np.empty((self.grid.height, self.grid.width, self.channels))
             table = np.empty((self.grid.height + 1, self.grid.width + 1) if normalized else (0, 0))
             factor = 1 if self.fused_pool else self.pool_factor
-            flow_kernels.prepare(np.ascontiguousarray(feature_map), factor, zero, self.margin, normalized,
-                                 pooled, table)
+            flow_kernels.pool_features(np.ascontiguousarray(feature_map), factor, zero, self.margin,
+                                       normalized, pooled, table)
             return FlowFeatures(pooled, table if normalized else None, texture, size)
         if self.fused_pool:
             pooled = feature_map.astype(np.float64) - zero

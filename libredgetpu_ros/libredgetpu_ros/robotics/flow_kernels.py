@@ -28,7 +28,7 @@ except ImportError:  # pragma: no cover - exercised only where numba is absent
 AVAILABLE = njit is not None
 
 
-def _prepare(feature_map, factor, zero, margin, zero_mean, pooled, table):  # pragma: no cover - compiled
+def _pool_features(feature_map, factor, zero, margin, zero_mean, pooled, table):  # pragma: no cover
     """``pooled[y, x, c]``: block sum (``factor``; 1 = none) of ``feature_map - zero`` over the cells
     ``margin`` in from each edge, minus each channel's mean when ``zero_mean``. ``table``: the summed-area
     table (``(h+1)×(w+1)``, zero first row/column) of the per-cell energy ``Σ_c pooled²``; skipped when
@@ -171,12 +171,12 @@ if njit is not None:
     _correlate = njit(cache=True, fastmath=True, nogil=True)(_correlate)
     _box = njit(cache=True, nogil=True, inline="always")(_box)
     _refine = njit(cache=True, nogil=True)(_refine)
-    prepare = njit(cache=True, fastmath=True, nogil=True)(_prepare)
+    pool_features = njit(cache=True, fastmath=True, nogil=True)(_pool_features)
     correlate = _correlate
     normalized_peak = njit(cache=True, nogil=True)(_normalized_peak)
     soft_argmax_peak = njit(cache=True, nogil=True)(_soft_argmax_peak)
 else:  # pragma: no cover
-    prepare = correlate = normalized_peak = soft_argmax_peak = None
+    pool_features = correlate = normalized_peak = soft_argmax_peak = None
 
 
 def warm_up() -> None:
@@ -188,8 +188,8 @@ def warm_up() -> None:
     feat = np.zeros((8, 8, 2), np.uint8)
     pooled = np.zeros((4, 4, 2))
     table = np.zeros((5, 5))
-    prepare(feat, 2, 0, 0, True, pooled, table)
-    prepare(feat, 1, 0, 2, False, pooled, np.zeros((0, 0)))
+    pool_features(feat, 2, 0, 0, True, pooled, table)
+    pool_features(feat, 1, 0, 2, False, pooled, np.zeros((0, 0)))
     scores = np.zeros((3, 3))
     normalized_peak(pooled, pooled, table, table, 1, scores)
     soft_argmax_peak(pooled, pooled, 1, 0.1, np.ones((3, 3)), scores)

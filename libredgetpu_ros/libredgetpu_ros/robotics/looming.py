@@ -156,7 +156,7 @@ class LoomingDetector(RoboticsModule):
 
     def zones(self, image: object) -> np.ndarray:
         """Zone edge densities (float32, zones x zones) of one frame."""
-        outputs, _ = self.runner.run([self.prepare(image)])
+        outputs, _ = self.runner.run([self.model_input(image)])
         return self.decode(outputs[self.template.output.name])
 
     def decode(self, raw: np.ndarray) -> np.ndarray:

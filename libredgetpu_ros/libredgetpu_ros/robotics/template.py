@@ -271,8 +271,7 @@ class TemplateRunner:
         start_blobs = dict(template.blobs() if blobs is None else blobs)
         twin = {int(i): template.twin.buffer_data(template.twin.tensors[i]) for i in twin_tensors}
         self.store = ParameterStore(start_blobs, twin)
-        prepare = getattr(self.backend, "prepare", None)
-        if prepare is not None:
+        if self.backend is not None:  # every backend is a reparam.ParameterTarget (backends/base.py)
             self.store.add_target(self.backend)
 
     @property

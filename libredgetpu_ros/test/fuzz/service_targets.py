@@ -177,7 +177,7 @@ def _nodes(tmp: Path) -> list[Any]:
     spot = made(TrackerNode, "fuzz_spot", module="spot", template="color_red_64x64")
     pattern = made(TrackerNode, "fuzz_pattern", module="pattern", template="pattern_64x64_8x8_1ch")
     rgb = np.random.default_rng(1).integers(0, 256, (64, 64, 3), np.uint8)
-    pattern.processor.last = (pattern.processor.tracker.prepare(rgb)[0], 64, 64)
+    pattern.processor.last = (pattern.processor.tracker.fit(rgb), 64, 64)
     reservoir = made(ReservoirNode, "fuzz_reservoir", template=256, state_size=2, seed=5, washout=20)
     reservoir._rc.fit(_SERIES[:-1], _SERIES[1:])
     reservoir._buffer.extend(_SERIES)

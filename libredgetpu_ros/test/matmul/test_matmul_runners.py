@@ -58,19 +58,19 @@ def test_known_names_and_unknown_name_error():
 
 
 class _RecordingRunner:
-    """A test double of a family's runner: the twin's arithmetic on the int8 weights of each uploaded blob."""
+    """A test double of a family's runner: the twin's arithmetic on the int8 weights of each staged set."""
 
     def __init__(self, template, device):
         from libredgetpu_ros.matmul.blob import parse_blob
 
-        self.template, self.device, self.uploads, self.closed = template, device, [], False
+        self.template, self.device, self.staged, self.closed = template, device, [], False
         self._parse = parse_blob
 
-    def upload(self, blob, version):
-        self.uploads.append(version)
+    def stage(self, parameters):
+        self.staged.append(parameters.version)
 
-    def run(self, blob, version, xq):
-        weights, _ = self._parse(blob, self.template.rows, self.template.cols)
+    def run(self, xq, parameters):
+        weights, _ = self._parse(parameters.blob("pc"), self.template.rows, self.template.cols)
         return dense_uint8(weights, xq, self.template.quant)
 
     def close(self):
@@ -86,12 +86,53 @@ def test_registered_runner_is_used_with_its_device_and_versions(monkeypatch):
     with MatMulEngine.from_template(256, backend="cpu") as twin, \
             MatMulEngine.from_template(256, backend="recording-test", device="dev0") as engine:
         runner = engine._runner
-        assert isinstance(runner, _RecordingRunner) and runner.device == "dev0" and runner.uploads == [0]
+        assert isinstance(runner, _RecordingRunner) and runner.device == "dev0" and runner.staged == [0]
+        assert (engine.backend, engine.choice, engine.fallback) == ("recording-test",
+                                                                    "recording-test (requested)", "")
         weights = rng.uniform(-50, 50, (256, 256)) * engine.quantization.weight_scales[:, None]
         engine.set_weights(weights)
         twin.set_weights(weights)
-        engine.set_weights(weights, dry_run=True)  # a dry run uploads nothing
-        assert runner.uploads == [0, 1]
+        engine.set_weights(weights, dry_run=True)  # a dry run stages nothing
+        assert runner.staged == [0, 1]
         x = rng.uniform(-1, 1, (3, 256))
         assert np.array_equal(engine.matmul(x), twin.matmul(x))
     assert runner.closed
+
+
+class _UploadRunner:
+    """A runner of the old vocabulary (upload(blob, version) / run(blob, version, xq)): no stage()."""
+
+    def __init__(self, template, device):
+        self.closed = False
+
+    def upload(self, blob, version):
+        raise AssertionError("never called")
+
+    def run(self, blob, version, xq):
+        raise AssertionError("never called")
+
+    def close(self):
+        self.closed = True
+
+
+def test_a_runner_outside_the_target_interface_is_refused(monkeypatch):
+    monkeypatch.setattr(runners, "_factories", dict(runners._factories))
+    made = []
+    runners.register_runner("upload-test", lambda t, d: made.append(_UploadRunner(t, d)) or made[-1])
+    with pytest.raises(ConfigError, match=r"'upload-test' gives a _UploadRunner without stage: a runner is "
+                                          r"a reparam.ParameterTarget"):
+        MatMulEngine.from_template(256, backend="upload-test")
+    assert made[0].closed  # refused, and not left holding what it opened
+
+
+@pytest.mark.parametrize("name", ["cpu", "tpulang"])
+def test_every_runner_is_the_stores_target_itself(name):
+    """The runner the engine runs is the target its store stages each version on (no adapter, no second
+    path for the blob): the same object, a ParameterTarget and a Runner."""
+    from libredgetpu_ros.reparam import ParameterTarget
+
+    with MatMulEngine.from_template(256, backend=name) as engine:
+        assert engine._store._targets == [engine._runner]
+        assert isinstance(engine._runner, ParameterTarget) and isinstance(engine._runner, runners.Runner)
+        assert engine._runner.name == engine.backend == name
+        assert (engine.choice, engine.fallback) == (f"{name} (requested)", "")

@@ -64,7 +64,7 @@ def test_looming_decode_and_tau_equal_librEdgetpu(looming, fixture_path) -> None
     images += [cv2.resize(photo, (64, 64), interpolation=cv2.INTER_AREA), _object_scene(6)]
     spec = looming.template.output
     for image in images:
-        outputs, _ = looming.runner.run([looming.prepare(image)])
+        outputs, _ = looming.runner.run([looming.model_input(image)])
         raw = outputs[spec.name].reshape(-1)
         ref_zones = (raw.astype(np.float32) - spec.zero_point) * np.float32(spec.scale)
         zones = looming.zones(image)
@@ -175,10 +175,10 @@ class _Recorder:
     name = "recorder"
 
     def __init__(self) -> None:
-        self.prepared: list = []
+        self.staged: list = []
 
-    def prepare(self, parameters) -> None:
-        self.prepared.append(parameters)
+    def stage(self, parameters) -> None:
+        self.staged.append(parameters)
 
     def run(self, inputs, parameters=None):
         raise AssertionError("not run here")
@@ -203,7 +203,7 @@ def test_template_swap_lands_at_the_sidecar_offsets(search, kernel, channels) ->
     untouched[offsets] = False
     assert not blob[untouched].any()
     np.testing.assert_array_equal(params.twin[template.conv_weights().index].reshape(values.shape), values)
-    assert recorder.prepared == [params]  # the device side saw the new version before it was published
+    assert recorder.staged == [params]  # the device side saw the new version before it was published
 
 
 def test_template_swap_on_the_twin_changes_what_is_found(fixture_path) -> None:
@@ -266,7 +266,7 @@ def test_pattern_decode_equals_librEdgetpu_formula(search, kernel, channels, fix
         rng = np.random.default_rng(6)
         frames = [rng.integers(0, 256, (search, search, channels), dtype=np.uint8) for _ in range(5)]
         for frame in [*frames, image]:
-            outputs, _ = tracker.runner.run([tracker.prepare(frame)])
+            outputs, _ = tracker.runner.run([tracker.model_input(frame)])
             device = outputs[spec.name].reshape(-1).view(np.uint8) ^ 0x80  # what the Edge TPU would return
             vals = (device ^ 0x80).view(np.int8).astype(np.float32)  # LibrEdgeTPU's INT8 branch
             offsets = (vals - spec.zero_point) * np.float32(spec.scale)

@@ -67,7 +67,7 @@ def test_a_refusing_target_publishes_nothing() -> None:
     seen = []
 
     class Target:
-        def prepare(self, parameters) -> None:
+        def stage(self, parameters) -> None:
             seen.append(parameters.version)
             if int(parameters.twin[3][0, 0]) == 9:
                 raise WeightsError("upload failed")
@@ -77,8 +77,21 @@ def test_a_refusing_target_publishes_nothing() -> None:
     good = store.current
     with pytest.raises(WeightsError):
         store.publish(twin={3: np.full((1, 4), 9, np.int8)})
-    assert store.current is good and seen == [1, 2]  # refused set: prepared, never current
+    assert store.current is good and seen == [1, 2]  # refused set: staged, never current
     assert store.publish(twin={3: np.full((1, 4), 5, np.int8)}).version == 2  # refused number reused
+
+
+def test_a_target_outside_the_interface_is_refused() -> None:
+    """Something without stage(parameters) would never see a published set: refused when added."""
+    store = _store()
+
+    class Uploading:
+        def upload(self, blob, version) -> None:
+            raise AssertionError("never called")
+
+    with pytest.raises(TypeError, match="Uploading is not a ParameterTarget"):
+        store.add_target(Uploading())
+    assert store.publish(twin={3: np.ones((1, 4), np.int8)}).version == 1
 
 
 def test_readers_never_see_a_mixed_version() -> None:
@@ -143,7 +156,7 @@ def test_cpu_backend_runs_each_versions_twin_values() -> None:
         assert red.track(image).x_offset < -0.5 and other.track(image).x_offset > 0.5
         old = red.runner.parameters
         red.set_color(COLOR_PRESETS["blue"])
-        outputs = red.runner.backend.run([red.prepare(image)], parameters=old)  # an older snapshot still runs
+        outputs = red.runner.backend.run([red.model_input(image)], parameters=old)  # an older set still runs
         assert red.decoder.decode(next(iter(outputs.values()))).x_offset < -0.5
     finally:
         red.close()

@@ -18,14 +18,14 @@ from libredgetpu_ros.robotics.template import load_template
 
 
 class _Closing:
-    """Backend double that counts close() calls (and answers describe / prepare)."""
+    """Backend double that counts close() calls (and answers describe / stage)."""
 
     name = "closing"
 
     def __init__(self) -> None:
         self.closed = 0
 
-    def prepare(self, parameters) -> None:
+    def stage(self, parameters) -> None:
         pass
 
     def describe(self) -> dict:
@@ -39,7 +39,7 @@ class _Closing:
                                  EmbeddingExtractor])
 def test_every_module_is_a_robotics_module(cls) -> None:
     assert issubclass(cls, RoboticsModule) and cls.MODULE
-    for name in ("close", "__enter__", "__exit__", "describe", "prepare"):
+    for name in ("close", "__enter__", "__exit__", "describe", "model_input"):
         assert name in dir(cls)
     # the tails live in the base only: a module that writes them again brings the copies back
     for name in ("close", "__enter__", "__exit__", "describe"):
@@ -58,6 +58,17 @@ def test_context_manager_closes_and_describe_names_the_module(name, cls, module)
     assert backend.closed == 1
     assert info["module"] == module and info["backend"] == "closing" and info["template"] == name
     assert info["size"] == [64, 64] and info["parameters_version"] == 0
+
+
+def test_model_input_is_the_frame_as_a_batch_and_prepare_is_its_deprecated_name() -> None:
+    """"prepare" names what a parameter target does with a set (reparam.ParameterTarget.stage's old name);
+    the frame -> input step is model_input; the old name still answers, with a DeprecationWarning."""
+    frame = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    with SpotTracker(load_template("bright_64x64"), backend_object=_Closing()) as tracker:
+        batch = tracker.model_input(frame)
+        assert batch.shape == (1, 64, 64, 1) and np.array_equal(batch[0], tracker.fit(frame))  # grey
+        with pytest.warns(DeprecationWarning, match=r"SpotTracker.prepare\(image\) is deprecated"):
+            assert np.array_equal(tracker.prepare(frame), batch)
 
 
 def test_flow_and_compass_describe_through_the_base() -> None:

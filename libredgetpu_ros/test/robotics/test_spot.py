@@ -62,7 +62,7 @@ def test_decode_equals_librEdgetpu_formula_on_twin_outputs(variant, fixture_path
         seen = set()
         for image in images:
             result = tracker.track(image)
-            outputs, _ = tracker.runner.run([tracker.prepare(image)])
+            outputs, _ = tracker.runner.run([tracker.model_input(image)])
             raw = outputs[spec.name].reshape(-1)
             assert tuple(int(v) for v in raw) == result.raw
             device = (raw.view(np.uint8) ^ 0x80).tobytes()  # what the Edge TPU would return
@@ -163,11 +163,11 @@ class _Recorder:
     name = "recorder"
 
     def __init__(self) -> None:
-        self.prepared: list = []
+        self.staged: list = []
         self.runs: list = []
 
-    def prepare(self, parameters) -> None:
-        self.prepared.append(parameters)
+    def stage(self, parameters) -> None:
+        self.staged.append(parameters)
 
     def run(self, inputs, parameters=None):
         self.runs.append(parameters)
@@ -314,7 +314,7 @@ def test_out_of_range_colour_is_clipped_and_reported() -> None:
 
 def test_a_refused_upload_keeps_the_old_colour() -> None:
     class Refusing(_Recorder):
-        def prepare(self, parameters) -> None:
+        def stage(self, parameters) -> None:
             raise WeightsError("device refused")
 
     tracker = SpotTracker(load_template("color_red_64x64"), backend_object=Refusing())

@@ -317,11 +317,10 @@ class ControlNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
         return resp
 
     def _fallback(self) -> str:
-        """Why W·x runs on the CPU although ``backend: auto`` would have taken an accelerator, or ""."""
-        ctl, cfg = self._ctl, self._cfg
-        if ctl is None or cfg is None or cfg.backend != "auto" or ctl.engine.backend == "edgetpu":
-            return ""
-        return "auto: no Edge TPU attached (libredgetpu-ros devices)"
+        """Why W·x runs on the CPU although ``backend: auto`` would have taken an accelerator, or "" (the
+        engine's ``fallback``, from the one auto resolution: ``backends.choose``)."""
+        ctl = self._ctl
+        return "" if ctl is None else ctl.engine.fallback
 
     def _check_accelerator(self) -> None:
         """``require_accelerator``: no engine on the CPU (released before configure fails)."""

@@ -83,7 +83,7 @@ def tracker_kernel(tracker: Any) -> tuple[int, int] | None:
 
 
 def track_fitted(tracker: Any, fitted: Any) -> Any:
-    """The TrackResult of a frame already fitted to the template (``tracker.prepare(rgb)[0]``)."""
+    """The TrackResult of a frame already fitted to the template (``tracker.fit(rgb)``)."""
     found = tracker.track(fitted)
     return getattr(found, "result", found)  # PatternMatch wraps a TrackResult
 
@@ -130,13 +130,13 @@ class TrackerProcessor(_TemplateProcessor):
 
     def warm_up(self, rgb: np.ndarray | None) -> None:
         with contextlib.suppress(InputError):  # tracking keeps no state between frames
-            track_fitted(self.tracker, self.tracker.prepare(self.blank(rgb))[0])
+            track_fitted(self.tracker, self.tracker.fit(self.blank(rgb)))
 
     def frame(self, header: Any, rgb: np.ndarray, wanted: Wanted | None = None,
               plane: Any = None) -> FrameOutput:
         tracker = self.tracker
         t0 = time.monotonic()
-        fitted = tracker.prepare(rgb)[0]
+        fitted = tracker.fit(rgb)
         t1 = time.monotonic()
         result = track_fitted(tracker, fitted)
         t2 = time.monotonic()
