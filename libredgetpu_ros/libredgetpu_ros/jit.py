@@ -18,13 +18,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 CACHE_VAR = "LIBREDGETPU_ROS_NUMBA_CACHE"
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _lock = threading.Lock()
+_compile_lock = threading.Lock()  # compile_kernels: one module compiled by one thread
 _installed = False
 _available: bool | None = None
 
@@ -83,3 +84,33 @@ def njit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
 
     _install_locator()
     return numba.njit(**options)
+
+
+_compiled_modules: set[str] = set()
+_failed_modules: set[str] = set()
+
+
+def compile_kernels(namespace: dict[str, Any], kernels: Sequence[tuple[str, dict[str, Any]]]) -> bool:
+    """Compile a kernel module's functions in place, once per process: ``namespace`` is the module's
+    ``globals()``, ``kernels`` its function names with their ``njit`` options, callees first (numba
+    resolves a kernel's global names when it first compiles, so they must already name compiled code).
+
+    Returns False without numba or when it cannot be imported (the module's NumPy path stays in use);
+    numba is imported here, not when the kernel module is."""
+    module = str(namespace.get("__name__"))
+    if module in _compiled_modules:
+        return True
+    if module in _failed_modules or not available():
+        return False
+    with _compile_lock:
+        if module not in _compiled_modules:
+            try:
+                decorate = njit
+                decorate()
+            except ImportError:  # numba found but broken: the NumPy paths work without it
+                _failed_modules.add(module)
+                return False
+            for name, options in kernels:
+                namespace[name] = decorate(**options)(namespace[name])
+            _compiled_modules.add(module)
+    return True

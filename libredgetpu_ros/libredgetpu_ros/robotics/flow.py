@@ -219,10 +219,9 @@ class OpticalFlow(RoboticsModule):
         self.margin = 0 if mode == "libredgetpu" else -(-kernel_radius // self.grid_step)
         self.grid = CorrelationGrid(pooled_h - 2 * self.margin, pooled_w - 2 * self.margin, self.channels,
                                     self.search_range)
-        # compiled CPU part (robotics.flow_kernels) unless numba is missing or ``kernels=False`` (NumPy)
-        self.kernels = bool(kernels and flow_kernels.AVAILABLE)
-        if self.kernels:
-            flow_kernels.warm_up()
+        # compiled CPU part (robotics.flow_kernels, compiled or loaded now so that the first frame costs
+        # what the next ones cost) unless numba is missing or ``kernels=False`` (NumPy)
+        self.kernels = bool(kernels) and flow_kernels.warm_up()
         self._scores = np.empty((self.grid.side, self.grid.side))
         self._counts = self.grid.overlap_counts.copy()
         self.backend_calls = 0

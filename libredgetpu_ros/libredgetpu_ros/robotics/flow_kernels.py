@@ -10,7 +10,9 @@ Vectorisation needs the inner loop to run over two contiguous slices with a plai
 
 Same arithmetic as the NumPy path: float64 sums, exact for the integer features of the ``libredgetpu`` mode
 whatever the summation order (partial sums stay far below 2**53), and within ~1e-12 relative for the
-normalised mode; ``test_flow_exactness.py`` checks both. Without numba :data:`AVAILABLE` is false and
+normalised mode; ``test_flow_exactness.py`` checks both. numba is imported and the kernels compiled (or
+loaded from the package's cache folder, :mod:`libredgetpu_ros.jit`) by :func:`warm_up`, which the flow calls
+when it opens; without numba :func:`warm_up` returns False and
 :class:`~libredgetpu_ros.robotics.flow.OpticalFlow` takes the NumPy path (same results, slower).
 """
 
@@ -20,15 +22,10 @@ import math
 
 import numpy as np
 
-try:  # optional: without numba the flow runs on robotics.correlation (NumPy), same results
-    from numba import njit
-except ImportError:  # pragma: no cover - exercised only where numba is absent
-    njit = None
-
-AVAILABLE = njit is not None
+from libredgetpu_ros import jit
 
 
-def _pool_features(feature_map, factor, zero, margin, zero_mean, pooled, table):  # pragma: no cover
+def pool_features(feature_map, factor, zero, margin, zero_mean, pooled, table):  # pragma: no cover
     """``pooled[y, x, c]``: block sum (``factor``; 1 = none) of ``feature_map - zero`` over the cells
     ``margin`` in from each edge, minus each channel's mean when ``zero_mean``. ``table``: the summed-area
     table (``(h+1)×(w+1)``, zero first row/column) of the per-cell energy ``Σ_c pooled²``; skipped when
@@ -96,7 +93,7 @@ def _box(table, y0, y1, x0, x1):  # pragma: no cover - compiled
     return table[y1, x1] - table[y0, x1] - table[y1, x0] + table[y0, x0]
 
 
-def _normalized_peak(a, b, table_a, table_b, r, scores):  # pragma: no cover - compiled
+def normalized_peak(a, b, table_a, table_b, r, scores):  # pragma: no cover - compiled
     """Normalised cross-correlation over each overlap into ``scores``, then the peak: ``(dx, dy, score,
     margin, saturated)`` as ``correlation.refined_peak`` computes it."""
     _correlate(a, b, r, scores)
@@ -143,7 +140,7 @@ def _refine(lower, best, upper):  # pragma: no cover - compiled
     return min(0.5, max(-0.5, 0.5 * (lower - upper) / curvature))
 
 
-def _soft_argmax_peak(a, b, r, temperature, counts, scores):  # pragma: no cover - compiled
+def soft_argmax_peak(a, b, r, temperature, counts, scores):  # pragma: no cover - compiled
     """LibrEdgeTPU's scores (raw correlation / overlap count) into ``scores`` and its soft argmax:
     ``(vx, vy, largest weight)``."""
     _correlate(a, b, r, scores)
@@ -166,25 +163,23 @@ def _soft_argmax_peak(a, b, r, temperature, counts, scores):  # pragma: no cover
     return vx / total, vy / total, 1.0 / total
 
 
-if njit is not None:
-    # numba resolves helpers' global names when a kernel first compiles: bind them to compiled versions
-    _correlate = njit(cache=True, fastmath=True, nogil=True)(_correlate)
-    _box = njit(cache=True, nogil=True, inline="always")(_box)
-    _refine = njit(cache=True, nogil=True)(_refine)
-    pool_features = njit(cache=True, fastmath=True, nogil=True)(_pool_features)
-    correlate = _correlate
-    normalized_peak = njit(cache=True, nogil=True)(_normalized_peak)
-    soft_argmax_peak = njit(cache=True, nogil=True)(_soft_argmax_peak)
-else:  # pragma: no cover
-    pool_features = correlate = normalized_peak = soft_argmax_peak = None
+_FAST = {"cache": True, "nogil": True, "fastmath": True}
+_EXACT = {"cache": True, "nogil": True}
+KERNELS = (("_correlate", _FAST), ("_box", dict(_EXACT, inline="always")), ("_refine", _EXACT),
+           ("pool_features", _FAST), ("normalized_peak", _EXACT), ("soft_argmax_peak", _EXACT))
 
 
-def warm_up() -> None:
-    """Compile (or load from numba's cache) every kernel for the dtypes the flow uses, so that the first
-    frame of a stream does not pay for it (measured: 4.2 s compiling, 1.2 s from the cache, most of it
-    importing numba)."""
-    if not AVAILABLE:
-        return
+def available() -> bool:
+    """True when numba is installed (asked without importing it): the kernels can be compiled."""
+    return jit.available()
+
+
+def warm_up() -> bool:
+    """Import numba, compile (or load from the cache folder, libredgetpu_ros.jit) every kernel and run it
+    once for the dtypes the flow uses, so that the first frame of a stream costs what the next ones cost;
+    False without numba (the flow then takes the NumPy path)."""
+    if not jit.compile_kernels(globals(), KERNELS):
+        return False
     feat = np.zeros((8, 8, 2), np.uint8)
     pooled = np.zeros((4, 4, 2))
     table = np.zeros((5, 5))
@@ -193,3 +188,4 @@ def warm_up() -> None:
     scores = np.zeros((3, 3))
     normalized_peak(pooled, pooled, table, table, 1, scores)
     soft_argmax_peak(pooled, pooled, 1, 0.1, np.ones((3, 3)), scores)
+    return True

@@ -22,8 +22,8 @@ order they are tested:
 - ``spread``: the device kept less than ``min_mass`` of the softmax mass (its offset is pulled towards (0, -1)
   by the lost share).
 
-Cost: one vectorised pass over the H x W x C input (dot product, rounding, exp, connected components on a
-boolean map); tens of microseconds at 64 x 64 (bench/bench_robotics_validity.py).
+Cost: one compiled pass over the H x W x C input and a flood fill of the target region
+(robotics/spot_kernels.py; the NumPy path without numba), bench/results/robotics_frames.md.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import numpy as np
 
 from libredgetpu_ros.backends.base import tensor_spec
 from libredgetpu_ros.errors import ConfigError, ModelFormatError
+from libredgetpu_ros.robotics import spot_kernels
 
 REASONS = ("ok", "no_target", "target_too_large", "ambiguous", "spread")
 _RING = np.ones((3, 3), np.uint8)  # the target region grown by one cell: its own blurred edge is not a rival
@@ -72,7 +73,8 @@ class ValidityLimits:
 class SpotValidity:
     """The check of one spot template (its quantization read from the twin: conv output and softmax)."""
 
-    def __init__(self, template: Any, limits: ValidityLimits | None = None) -> None:
+    def __init__(self, template: Any, limits: ValidityLimits | None = None,
+                 kernels: bool = True) -> None:
         self.limits = limits or ValidityLimits()
         ops = {op.opcode_name: op for op in template.twin.operators}
         softmax = ops.get("SOFTMAX")
@@ -84,9 +86,13 @@ class SpotValidity:
         self._out_scale, self._out_zero = float(out.scale), int(out.zero_point)
         self._beta = float((softmax.builtin_options or {}).get("beta", 1.0))
         self.height, self.width, self.channels = template.image_shape
-        gy, gx = np.mgrid[0:self.height, 0:self.width]
-        self._gx = (gx.reshape(-1) / ((self.width - 1) / 2.0) - 1.0).astype(np.float64)
-        self._gy = (gy.reshape(-1) / ((self.height - 1) / 2.0) - 1.0).astype(np.float64)
+        # the real value of each int8 response level, computed as the NumPy path computes it per cell
+        self._real_of = (np.arange(-128, 128).astype(np.float32) - self._in_zero) * self._in_scale
+        self._no_weights = np.zeros(0, np.float32)
+        self._filter_cache: tuple[Any, tuple[np.ndarray, bool]] = (None, (self._no_weights, False))
+        self._in_scale32 = np.float32(self._in_scale)
+        # one compiled pass (robotics/spot_kernels.py), compiled or loaded now; the NumPy path without numba
+        self.kernels = kernels and spot_kernels.warm_up()
 
     def response(self, fitted: np.ndarray, weights: np.ndarray | None,
                  weight_scale: float | None) -> np.ndarray:
@@ -102,6 +108,35 @@ class SpotValidity:
 
     def check(self, fitted: np.ndarray, weights: np.ndarray | None = None,
               weight_scale: float | None = None) -> SpotEvidence:
+        """The evidence of one frame (the template's input as the device got it) with the filter weights the
+        device ran with (None for the bright variant)."""
+        real_weights, opponent = (self._no_weights, False) if weights is None else self._filter(weights,
+                                                                                                 weight_scale)
+        if self.kernels:
+            peak, base, mass, coverage, rival, has_rival = spot_kernels.evidence(
+                np.ascontiguousarray(fitted).reshape(self.height, self.width, self.channels), real_weights,
+                self._in_scale32, self._in_zero, self._real_of, self._beta, self._out_scale,
+                self._out_zero, self.limits.min_contrast)
+            measured = peak, base, mass, coverage, rival if has_rival else None
+        else:
+            measured = self._measure(fitted, weights, weight_scale)
+        return self._decide(*measured, opponent)
+
+    def _filter(self, weights: np.ndarray, weight_scale: float | None) -> tuple[np.ndarray, bool]:
+        """(the real weights as ``response`` makes them (float32), whether the int8 weights sum to <= 0: an
+        opponent filter), kept while the filter stays (a frame costs a 3-byte compare)."""
+        key = (np.asarray(weights).tobytes(), weight_scale)
+        cached_key, values = self._filter_cache  # one tuple: a concurrent swap never mixes two filters
+        if key != cached_key:
+            values = np.asarray(weights, np.float32).reshape(-1) * np.float32(weight_scale), int(
+                np.sum(weights)) <= 0
+            self._filter_cache = key, values
+        return values
+
+    def _measure(self, fitted: np.ndarray, weights: np.ndarray | None,
+                 weight_scale: float | None) -> tuple[float, float, float, float, float | None]:
+        """(peak, median, mass, coverage, rival) in NumPy (the reference of robotics/spot_kernels.py);
+        coverage 0 and rival None when the contrast is below ``min_contrast`` (not measured)."""
         import cv2
 
         q = self.response(fitted, weights, weight_scale)
@@ -114,15 +149,8 @@ class SpotValidity:
         kept = np.clip(np.floor(p / self._out_scale + 0.5) + self._out_zero, -128, 127) - self._out_zero
         mass = float(kept.sum() * self._out_scale)
         contrast = peak - base
-        limits = self.limits
-        # an opponent filter (weights summing to <= 0: red, green, ...) responds to the colour, not to light:
-        # a median cell that responds means most of the frame has the colour
-        colour_floor = weights is not None and int(np.sum(weights)) <= 0 and base >= limits.min_contrast
-        if contrast < limits.min_contrast:
-            # a uniform colour frame has no contrast but is all target
-            reason = "target_too_large" if colour_floor else "no_target"
-            return SpotEvidence(False, reason, 1.0 if reason == "target_too_large" else 0.0, mass, contrast,
-                                0.0)
+        if contrast < self.limits.min_contrast:
+            return peak, base, mass, 0.0, None
         above = (real >= base + contrast / 2).astype(np.uint8)
         _, labels = cv2.connectedComponents(above, connectivity=8)
         peak_at = int(np.argmax(flat))
@@ -130,7 +158,22 @@ class SpotValidity:
         coverage = float(region.mean())
         grown = cv2.dilate(region.reshape(self.height, self.width).astype(np.uint8), _RING)
         outside = flat[grown.reshape(-1) == 0]
-        margin = peak - (float(outside.max()) if outside.size else base)
+        return peak, base, mass, coverage, float(outside.max()) if outside.size else None
+
+    def _decide(self, peak: float, base: float, mass: float, coverage: float, rival: float | None,
+                opponent: bool) -> SpotEvidence:
+        """The reason (module docstring, in its order) from what was measured."""
+        contrast = peak - base
+        limits = self.limits
+        # an opponent filter (weights summing to <= 0: red, green, ...) responds to the colour, not to light:
+        # a median cell that responds means most of the frame has the colour
+        colour_floor = opponent and base >= limits.min_contrast
+        if contrast < limits.min_contrast:
+            # a uniform colour frame has no contrast but is all target
+            reason = "target_too_large" if colour_floor else "no_target"
+            return SpotEvidence(False, reason, 1.0 if reason == "target_too_large" else 0.0, mass, contrast,
+                                0.0)
+        margin = peak - (base if rival is None else rival)
         if colour_floor or coverage >= limits.max_coverage:
             reason = "target_too_large"
         elif margin < limits.min_margin:

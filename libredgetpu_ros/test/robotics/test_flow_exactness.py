@@ -158,7 +158,7 @@ def test_compiled_kernels_equal_the_numpy_path(name: str, fixture_path) -> None:
     """robotics.flow_kernels (numba) against robotics.correlation (NumPy): the same numbers, both modes."""
     from libredgetpu_ros.robotics import flow_kernels
 
-    if not flow_kernels.AVAILABLE:
+    if not flow_kernels.available():
         pytest.skip("numba is not installed: the NumPy path is the only one")
     model = fixture_path(f"robotics/optical_flow/{name}_edgetpu.tflite")
     with OpticalFlow.from_template(model, backend="cpu") as base:

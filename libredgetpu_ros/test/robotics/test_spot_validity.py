@@ -175,3 +175,40 @@ def test_response_equals_the_twins_conv_output(trackers) -> None:
         got = check.response(fitted, weights, tracker.filter_scale)
         assert np.abs(got.astype(int) - expected.astype(int)).max() <= 1
         assert np.mean(got == expected) > 0.99
+
+
+@pytest.mark.parametrize("variant", ["red", "bright", "green", "red_128"])
+def test_compiled_check_equals_the_numpy_check(trackers, variant) -> None:
+    """robotics/spot_kernels.py (one compiled pass) gives the NumPy path's evidence on scenes of every kind:
+    targets, none, two, large ones, uniform frames, noise."""
+    from libredgetpu_ros.robotics import spot_kernels
+
+    if not spot_kernels.warm_up():
+        pytest.skip("numba is not installed: the NumPy path is the only one")
+    tracker = trackers[variant]
+    fast = tracker.validity
+    slow = SpotValidity(tracker.template, fast.limits, kernels=False)
+    assert fast.kernels and not slow.kernels
+    weights = None if tracker._filter is None else tracker.runner.parameters.twin[
+        tracker._filter.index].reshape(-1)
+    colour = VARIANTS.get(variant, VARIANTS["red"])
+    wall = next(iter(_walls(variant.removesuffix("_128")).values()))
+    frames = [np.full((64, 64, 3), value, np.uint8) for value in ((0, 0, 0), (128, 128, 128), colour)]
+    frames += [f.image for f in presets.spot_scene(colour, 12, wall, frames=6)]
+    frames += [f.image for f in presets.spot_scene(colour, 60, wall, frames=2)]  # too large
+    frames += [f.image for f in presets.spot_scene(None, 12, wall, frames=2)]  # no target
+    two = presets.spot_scene(colour, 10, wall, frames=1)[0].image.copy()
+    two[5:15, 5:15] = colour
+    frames.append(two)
+    rng = np.random.default_rng(3)
+    frames += [rng.integers(0, 256, (64, 64, 3), dtype=np.uint8) for _ in range(3)]
+    reasons = set()
+    for frame in frames:
+        fitted = tracker.fit(frame)
+        a = fast.check(fitted, weights, tracker.filter_scale)
+        b = slow.check(fitted, weights, tracker.filter_scale)
+        assert (a.valid, a.reason) == (b.valid, b.reason)
+        assert (a.coverage, a.contrast, a.margin) == (b.coverage, b.contrast, b.margin)
+        assert a.mass == pytest.approx(b.mass, abs=1e-12)
+        reasons.add(a.reason)
+    assert "ok" in reasons and len(reasons) >= 3  # the comparison covered valid and refused frames
