@@ -347,7 +347,7 @@ class ControlNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
             "weights_version": engine.version,
             "controller": f"{ctl.rows}x{ctl.cols} in {engine.rows}x{engine.cols}",
             "engine": ctl.describe(),
-            "backend_choice": self._fallback() or f"{cfg.backend} -> {engine.backend}",
+            "backend_choice": engine.choice,  # backends.choose's reason, as the camera nodes report it
             **stats.values(self._loop, self._swaps),
         }
         if level == diagnostics.OK and self._fallback():
