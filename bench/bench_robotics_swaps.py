@@ -160,8 +160,8 @@ def bench_frames(lib) -> list[str]:
     gray = rng.integers(0, 256, (64, 64), dtype=np.uint8)
     spot_ns = median_ns(lambda: spot.track(rgb), FRAME_REPEATS)
     loom_ns = median_ns(lambda: looming.detect(gray, 1.0), FRAME_REPEATS)
-    raw = spot.runner.run([spot.prepare(rgb)])[0][spot.template.output.name]
-    zones_raw = looming.runner.run([looming.prepare(gray)])[0][looming.template.output.name]
+    raw = spot.runner.run([spot.model_input(rgb)])[0][spot.template.output.name]
+    zones_raw = looming.runner.run([looming.model_input(gray)])[0][looming.template.output.name]
     ours_decode = best_ns(lambda: spot.decoder.decode(raw), REPEATS)
     ours_tau = best_ns(lambda: compute_tau(looming.decode(zones_raw)), REPEATS)
     theirs_decode = theirs_tau = None
