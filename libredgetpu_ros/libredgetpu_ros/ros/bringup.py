@@ -19,9 +19,9 @@ file); ``$(fixture REL)`` (a file of the shared test fixtures) is for the tests 
 configs. ``Bringup`` creates the nodes, drives each to active (configure, then activate; a failed transition
 stops the bringup with the node's reason), spins them on a multi-threaded executor
 (``spinning.MainMultiThreadedExecutor``) and brings them down in reverse order (deactivate, cleanup,
-shutdown). A node's hot path, its ``companion_nodes()`` (the control node's state loop) or
-``companion_groups()`` (the camera nodes' image subscription), gets a single-threaded executor thread of its
-own, as in the node's own ``main``. The ROS environment is the caller's: nothing is forced here.
+shutdown). A node's data path, its ``companion_groups()`` (the control node's state loop, the camera nodes'
+image subscription), gets a single-threaded executor thread of its own, as in the node's own ``main``. The
+ROS environment is the caller's: nothing is forced here.
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ class Bringup:
         self.log = log
         self.nodes: list[Any] = []
         self.executor: Any = None
-        # id(node) -> the executor threads spinning that node's companion nodes (``ros/spinning.py``)
+        # id(node) -> the executor threads spinning that node's companion groups (``ros/spinning.py``)
         self._companions: dict[int, Any] = {}
 
     def start(self) -> None:
@@ -283,34 +283,26 @@ def run(config: str | Path, duration_s: float | None = None, quiet: bool = False
     stderr (stdout is left to a JSON summary)."""
     import sys
 
-    import rclpy
-    from rclpy.signals import SignalHandlerOptions
-
-    from libredgetpu_ros.ros.spinning import SignalStop
+    from libredgetpu_ros.ros.spinning import rclpy_until_signal
 
     specs = load_config(config)
-    stop = threading.Event()
-    # Our own handling: rclpy's would shut the context down before the nodes can be deactivated.
-    signals = SignalStop()
-    signals.requested.add_done_callback(lambda _: stop.set())
-    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
-    timer = threading.Timer(duration_s, stop.set) if duration_s else None
     out = sys.stderr if quiet else sys.stdout
 
     def log(text: str) -> None:
         print(text, file=out, flush=True)
 
-    bringup = Bringup(specs, log=log)
-    try:
-        bringup.start()
-        if timer:
-            timer.start()
-        bringup.spin_until(stop)
-        log("stopping ...")
-    finally:
-        if timer:
-            timer.cancel()
-        bringup.stop()
-        rclpy.try_shutdown()
-        signals.close()
+    # Our own signal handling: rclpy's would shut the context down before the nodes can be deactivated.
+    with rclpy_until_signal() as stop:
+        timer = threading.Timer(duration_s, stop.set) if duration_s else None
+        bringup = Bringup(specs, log=log)
+        try:
+            bringup.start()
+            if timer:
+                timer.start()
+            bringup.spin_until(stop)
+            log("stopping ...")
+        finally:
+            if timer:
+                timer.cancel()
+            bringup.stop()
     return 0

@@ -1,22 +1,235 @@
-"""Lifecycle callbacks the package's nodes share.
+"""``ManagedNode``: the lifecycle skeleton of the control, reservoir, SPU and trainer nodes (the node style:
+docs/architecture.md "Node style"), so that each of them keeps only its own logic in a few hooks.
 
-Every node releases what ``on_configure`` made in one idempotent ``teardown()``; cleanup and shutdown both
-end there. A node that takes states (control, reservoir) also runs its state subscription on a companion
-node (:class:`StateLoopNode`). A node lists these mixins before ``LifecycleNode`` so their definitions win.
+A subclass sets ``PARAMS`` (its ``ParamTable``), ``DIAGNOSTICS_NAME`` (status name ``"<node>: <name>"``) and
+``FAULT_WHAT`` (what a crash of its data path is called), and defines:
+
+- ``open_processor()``: configure, with ``self.cfg`` read (``read_config()``, overridable): open what the node
+  runs (engine, runner, session). An exception of ``CONFIGURE_ERRORS`` fails configure: logged as
+  ``configure failed: <configure_failed_message(exc)>``, everything made so far released, ``unconfigured``;
+- ``create_outputs()``: configure, after ``open_processor``: publishers (:meth:`output`), services
+  (:meth:`service`), timers (:meth:`timer`), released by the base; ``describe()``: the ``configured: ...`` log
+  line;
+- ``create_inputs()``: activate: subscriptions, on the data path (:meth:`data_subscription`) or the main
+  executor (:meth:`subscription`), and timers (:meth:`active_timer`); the base drops them on deactivate;
+- ``close_processor()``: release what ``open_processor`` opened (idempotent; must not raise);
+- ``diagnostic_status()`` -> ``(level, message, values)`` and ``hardware_id()``: the node's ``/diagnostics``
+  status, published every ``diagnostics_period()`` s (None: the node publishes it itself) and once with
+  ERROR when a fault is reported;
+- optionally ``check_parameters(params)`` (a reason to refuse a change the table allows, or None) and
+  ``parameters_changed(params)`` (after a change; the table's ``runtime`` parameters are already in
+  ``self.cfg``).
+
+Lifecycle (the ros2/demos ``lifecycle_py`` rhythm, as ``ros/camera/node_base.py`` for the camera nodes):
+configure opens and creates the outputs, the ``/diagnostics`` publisher and its timer; activate creates the
+inputs; deactivate drops them; cleanup and shutdown release everything (``teardown()``, idempotent). A fault
+of the data path (an exception escaping one of its callbacks, handed over by ``ros/spinning.py``, or one the
+node :meth:`latch`-es itself) goes through ``spinning.CompanionFault``: logged with its traceback, one ERROR
+diagnostics status naming the cause, then deactivate returns ERROR -> ``ErrorProcessing`` -> ``on_error``
+releases everything -> ``unconfigured``, from where a supervisor can configure the node again.
+
+Threads: the data path (:meth:`data_subscription`) is a callback group of the node,
+``spinning.CompanionGroup``, which the node's ``main()`` and ``bringup`` spin on an executor thread of its
+own: a state never waits behind a service call, a parameter request or the diagnostics timer, and
+``ros2 node info`` lists the subscription on the node itself. Everything else runs on the main executor. A
+plain rclpy executor (a test's) runs the group along with the rest, on its one thread.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, ClassVar
 
-from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
+from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.parameter import Parameter
+
+from libredgetpu_ros.errors import LibrEdgeTpuError
+from libredgetpu_ros.ros import diagnostics
+from libredgetpu_ros.ros.output_qos import output_publisher
+from libredgetpu_ros.ros.params import ParamTable
+from libredgetpu_ros.ros.services import create_guarded_service
+from libredgetpu_ros.ros.spinning import CompanionFault, CompanionGroup, destroy_entities
 
 
-class TeardownOnCleanup:
-    """``on_cleanup`` and ``on_shutdown`` call the node's ``teardown()`` and succeed."""
+class ManagedNode(LifecycleNode):
+    """Lifecycle node with the shared skeleton; see the module docstring for the subclass API."""
 
-    def teardown(self) -> None:  # each node defines its own
+    PARAMS: ClassVar[ParamTable]
+    DIAGNOSTICS_NAME: ClassVar[str]
+    FAULT_WHAT: ClassVar[str] = "data path"
+    CONFIGURE_ERRORS: ClassVar[tuple[type[BaseException], ...]] = (LibrEdgeTpuError,)
+    RELEASE_NOTE: ClassVar[str] = "releasing everything"  # what on_error's log line says it does
+
+    def __init__(self, node_name: str, **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        self._data_path = CompanionGroup()  # the data path's callback group (module docstring)
+        self.cfg: Any = None  # the parameters read at configure (runtime ones updated when they change)
+        self._configured = False
+        self._made: list[Any] = []  # services and timers made at configure
+        self._live: list[Any] = []  # subscriptions and timers made at activate
+        self._output_pubs: list[Any] = []  # lifecycle publishers
+        self._diag_pub: Any = None
+        # A fault of the data path, carried to the main executor (transitions cannot run on its thread).
+        self._crash = CompanionFault(self, self.FAULT_WHAT, self._report_fault)
+        self.PARAMS.declare(self)
+        self._table_validator = self.PARAMS.validator(self.is_configured)
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+        self.add_post_set_parameters_callback(self._after_set_parameters)
+
+    # ----- the subclass API --------------------------------------------------------------------------
+
+    def read_config(self) -> Any:
+        """The configuration from the parameters (``ConfigError`` names a bad value)."""
+        return self.PARAMS.read(self)
+
+    def open_processor(self) -> None:
         raise NotImplementedError
+
+    def create_outputs(self) -> None:
+        """Publishers, services and timers of the configured node."""
+
+    def create_inputs(self) -> None:
+        """Subscriptions and timers of the active node."""
+
+    def close_processor(self) -> None:
+        """Release what ``open_processor`` opened (idempotent; must not raise)."""
+
+    def describe(self) -> str:
+        """The ``configured: ...`` log line's text."""
+        return ""
+
+    def configure_failed_message(self, exc: BaseException) -> str:
+        return str(exc)
+
+    def diagnostics_period(self) -> float | None:
+        """Seconds between ``/diagnostics`` statuses; None: the node publishes them itself."""
+        return float(self.cfg.diagnostics_period)
+
+    def diagnostic_status(self) -> tuple[int, str, dict[str, object]]:
+        """(level, message, key/values) of the configured node's status."""
+        raise NotImplementedError
+
+    def hardware_id(self) -> str:
+        return ""
+
+    def check_parameters(self, params: list[Parameter]) -> str | None:
+        """Why a parameter change the table allows is refused, or None."""
+        return None
+
+    def parameters_changed(self, params: list[Parameter]) -> None:
+        """After a parameter change (``self.cfg`` holds the table's runtime values already)."""
+
+    # ----- entities the base releases ----------------------------------------------------------------
+
+    def output(self, msg_type: Any, topic: str, qos: Any) -> Any:
+        """A lifecycle publisher with overridable QoS (``ros/output_qos.py``), destroyed on cleanup."""
+        pub = output_publisher(self, msg_type, topic, qos)
+        self._output_pubs.append(pub)
+        return pub
+
+    def service(self, srv_type: Any, name: str, callback: Any) -> Any:
+        """A service of the configured node (no exception escapes its handler), destroyed on cleanup."""
+        srv = create_guarded_service(self, srv_type, name, callback)
+        self._made.append(srv)
+        return srv
+
+    def timer(self, period_s: float, callback: Any) -> Any:
+        """A timer of the configured node (main executor), destroyed on cleanup."""
+        timer = self.create_timer(period_s, callback)
+        self._made.append(timer)
+        return timer
+
+    def data_subscription(self, msg_type: Any, topic: str, callback: Any, qos: Any, **options: Any) -> Any:
+        """A subscription of the active node on the data path (its own executor thread), dropped on
+        deactivate; logged."""
+        sub = self.create_subscription(msg_type, topic, callback, qos, callback_group=self._data_path,
+                                       **options)
+        self._live.append(sub)
+        self._data_path.wake()  # its executor waits on the group's entities: rebuild its wait set
+        self.get_logger().info(f"active: subscribed to {sub.topic_name}")
+        return sub
+
+    def subscription(self, msg_type: Any, topic: str, callback: Any, qos: Any) -> Any:
+        """A subscription of the active node on the main executor, dropped on deactivate."""
+        sub = self.create_subscription(msg_type, topic, callback, qos)
+        self._live.append(sub)
+        return sub
+
+    def active_timer(self, period_s: float, callback: Any) -> Any:
+        """A timer of the active node (main executor), dropped on deactivate."""
+        timer = self.create_timer(period_s, callback)
+        self._live.append(timer)
+        return timer
+
+    def is_configured(self) -> bool:
+        return self._configured
+
+    def inputs_active(self) -> bool:
+        """Whether the inputs exist (from activate to deactivate)."""
+        return bool(self._live)
+
+    def state_label(self) -> str:
+        """Current lifecycle state: unconfigured, inactive, active, finalized (or a transition state)."""
+        return self._state_machine.current_state[1]
+
+    # ----- faults ------------------------------------------------------------------------------------
+
+    @property
+    def fault(self) -> str | None:
+        """The latched fault (its cause) while the node is on its way to ``on_error``; the data path ignores
+        its input meanwhile."""
+        return self._crash.cause
+
+    def latch(self, cause: str, detail: str = "") -> None:
+        """A fault the node caught itself (any thread): as a crash of the data path."""
+        self._crash.latch(cause, detail)
+
+    def companion_failed(self, companion: Any, exc: BaseException) -> None:
+        """An exception escaped a data-path callback (called on its thread by ``ros/spinning.py``, which then
+        spins on): logged with its traceback, ERROR diagnostics, the node goes to ``on_error``."""
+        self._crash.companion_failed(companion, exc)
+
+    def companion_groups(self) -> list[CompanionGroup]:
+        """Callback groups a host spins on executor threads of their own (``ros/spinning.py``)."""
+        return [self._data_path]
+
+    def _report_fault(self, cause: str) -> Any:
+        """Main executor, once per latched fault: one ERROR status; the publisher is returned so that
+        CompanionFault lets subscribers acknowledge it before teardown destroys the publisher."""
+        self.publish_diagnostics(diagnostics.ERROR, cause)
+        return self._diag_pub
+
+    # ----- lifecycle ---------------------------------------------------------------------------------
+
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._crash.clear()
+        try:
+            self.cfg = self.read_config()
+            self.open_processor()
+            self.create_outputs()  # a ConfigError from qos_overrides fails configure too
+        except self.CONFIGURE_ERRORS as exc:
+            self.get_logger().error(f"configure failed: {self.configure_failed_message(exc)}")
+            self.teardown()
+            return TransitionCallbackReturn.FAILURE
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        period = self.diagnostics_period()
+        if period is not None:
+            self.timer(period, self.publish_diagnostics)
+        self._configured = True
+        self.get_logger().info(f"configured: {self.describe()}")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.create_inputs()
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._drop_live()
+        if self._crash.cause is not None:
+            return TransitionCallbackReturn.ERROR  # -> ErrorProcessing -> on_error
+        return super().on_deactivate(state)
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.teardown()
@@ -26,60 +239,63 @@ class TeardownOnCleanup:
         self.teardown()
         return TransitionCallbackReturn.SUCCESS
 
-
-class StateLoopNode:
-    """The state subscription on its own node, ``<name>_loop``, which the host process spins on its own
-    executor (``companion_nodes``, ros/spinning.py): a state never queues behind a service call, a parameter
-    request or a timer. The loop node has no parameters, no global arguments (the state topic is resolved by
-    this node, its remaps included) and no rosout.
-
-    The node calls :meth:`start_state_loop` in ``__init__`` and :meth:`subscribe_state` in ``on_activate``;
-    deactivate drops the subscription. It has ``_crash`` (a ``spinning.CompanionFault``: a crash of the loop
-    thread) and ``teardown()``: after a crash, deactivate returns ERROR and ``on_error`` tears the node down
-    so it ends ``unconfigured`` and can be configured again (the loop's executor thread keeps running)."""
-
-    _crash: Any
-
-    def start_state_loop(self) -> None:
-        from rclpy.node import Node
-
-        self.loop_node = Node(f"{self.get_name()}_loop", namespace=self.get_namespace(), context=self.context,
-                              use_global_arguments=False, enable_rosout=False, start_parameter_services=False)
-        self._sub: Any = None
-
-    def subscribe_state(self, msg_type: type, topic: str, callback: Any, qos: Any, **options: Any) -> Any:
-        """Subscribe the loop node to ``topic`` (resolved by this node); logged, returned."""
-        topic = self.resolve_topic_name(topic)
-        self._sub = self.loop_node.create_subscription(msg_type, topic, callback, qos, **options)
-        self.get_logger().info(f"active: subscribed to {self._sub.topic_name}")
-        return self._sub
-
-    def _drop_subscription(self) -> None:
-        if self._sub is not None:
-            sub, self._sub = self._sub, None
-            self.loop_node.destroy_subscription(sub)
-
-    def companion_nodes(self) -> list[Any]:
-        """Nodes a host process must spin besides this one, each on its own executor (``ros/spinning.py``):
-        the state loop."""
-        return [self.loop_node]
-
-    def destroy_node(self) -> None:
-        self.loop_node.destroy_node()
-        super().destroy_node()  # type: ignore[misc]
-
-    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._drop_subscription()
-        if self._crash.cause is not None:
-            return TransitionCallbackReturn.ERROR  # -> ErrorProcessing -> on_error
-        return super().on_deactivate(state)  # type: ignore[misc]
-
     def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.get_logger().error(f"error processing (from {state.label}): closing the engine; configure to "
+        self.get_logger().error(f"error processing (from {state.label}): {self.RELEASE_NOTE}; configure to "
                                 "start again")
         self.teardown()
         self._crash.clear()
-        return TransitionCallbackReturn.SUCCESS
+        return TransitionCallbackReturn.SUCCESS  # -> unconfigured
+
+    def teardown(self) -> None:
+        """Drop every entity made at configure / activate and close the processor (idempotent; also what
+        ``run_lifecycle_node_main`` calls for a node stuck in a transition)."""
+        self._drop_live()
+        made, self._made = self._made, []
+        destroy_entities(self, made)
+        outputs, self._output_pubs = self._output_pubs, []
+        for pub in outputs:
+            self.destroy_lifecycle_publisher(pub)
+        if self._diag_pub is not None:
+            pub, self._diag_pub = self._diag_pub, None
+            self.destroy_publisher(pub)
+        self._configured = False
+        self.close_processor()
+
+    def _drop_live(self) -> None:
+        inputs, self._live = self._live, []
+        destroy_entities(self, inputs)
+        if inputs:
+            self._data_path.wake()
+
+    # ----- parameters --------------------------------------------------------------------------------
+
+    def _on_set_parameters(self, params: list[Parameter]) -> SetParametersResult:
+        verdict = self._table_validator(params)
+        if not verdict.successful:
+            return verdict
+        reason = self.check_parameters(params)
+        return SetParametersResult(successful=False, reason=reason) if reason else verdict
+
+    def _after_set_parameters(self, params: list[Parameter]) -> None:
+        runtime = {p.name: p.value for p in params if p.name in self.PARAMS.runtime_names()}
+        if runtime and self.cfg is not None:
+            # One reference swap: a callback on another thread sees the old config or the new one.
+            self.cfg = dataclasses.replace(self.cfg, **runtime)
+        self.parameters_changed(params)
+
+    # ----- diagnostics -------------------------------------------------------------------------------
+
+    def publish_diagnostics(self, level: int | None = None, message: str = "") -> None:
+        """Publish the node's status; ``level`` / ``message`` override its own verdict (a fault report)."""
+        pub = self._diag_pub
+        if pub is None or self.cfg is None:
+            return
+        own_level, own_message, values = self.diagnostic_status()
+        if level is None:
+            level, message = own_level, own_message
+        status = diagnostics.status(f"{self.get_fully_qualified_name()}: {self.DIAGNOSTICS_NAME}",
+                                    self.hardware_id(), level, message, values)
+        pub.publish(diagnostics.array(self.get_clock().now().to_msg(), [status]))
 
 
-__all__ = ["StateLoopNode", "TeardownOnCleanup"]
+__all__ = ["ManagedNode"]

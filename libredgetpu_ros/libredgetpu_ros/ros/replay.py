@@ -235,32 +235,26 @@ def run(bag: str | Path, options: ReplayOptions, linger_s: float = 0.5,
         log: Callable[[str], None] = print) -> ReplaySummary:
     """``libredgetpu-ros replay``: one node, publish, exit. Ctrl-C / SIGTERM stop it cleanly."""
     import rclpy
-    from rclpy.signals import SignalHandlerOptions
 
     from libredgetpu_ros.ros.environment import ensure_log_dir
-    from libredgetpu_ros.ros.spinning import SignalStop
+    from libredgetpu_ros.ros.spinning import rclpy_until_signal
 
     ensure_log_dir()  # discovery and transport: the environment's (ROS defaults unless set)
-    stop = threading.Event()
-    signals = SignalStop()  # SIGINT / SIGTERM: a stop request (rclpy installs no handler)
-    signals.requested.add_done_callback(lambda _: stop.set())
-    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
-    node = rclpy.create_node("bag_replay")
-    replayer = None
-    try:
-        replayer = Replayer(node, bag, options, log)
-        log(f"replaying {bag}: {', '.join(sorted(replayer.publishers))} at x{options.rate:g}"
-            + (" (loop)" if options.loop else ""))
-        summary = replayer.play(stop)
-        if not stop.is_set():
-            stop.wait(linger_s)  # let reliable subscribers fetch the last messages
-        log(f"published {summary.published} messages" + (" (interrupted)" if summary.interrupted else "")
-            + (f"; {summary.unreadable} unreadable (damaged chunk or over the size budget), not published"
-               if summary.unreadable else ""))
-        return summary
-    finally:
-        if replayer is not None:
-            replayer.close()
-        node.destroy_node()
-        rclpy.try_shutdown()
-        signals.close()
+    with rclpy_until_signal() as stop:
+        node = rclpy.create_node("bag_replay")
+        replayer = None
+        try:
+            replayer = Replayer(node, bag, options, log)
+            log(f"replaying {bag}: {', '.join(sorted(replayer.publishers))} at x{options.rate:g}"
+                + (" (loop)" if options.loop else ""))
+            summary = replayer.play(stop)
+            if not stop.is_set():
+                stop.wait(linger_s)  # let reliable subscribers fetch the last messages
+            log(f"published {summary.published} messages" + (" (interrupted)" if summary.interrupted else "")
+                + (f"; {summary.unreadable} unreadable (damaged chunk or over the size budget), not published"
+                   if summary.unreadable else ""))
+            return summary
+        finally:
+            if replayer is not None:
+                replayer.close()
+            node.destroy_node()

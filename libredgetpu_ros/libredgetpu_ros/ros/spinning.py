@@ -1,38 +1,40 @@
-"""Spinning a node together with its companion nodes (its hot path on an executor of its own).
+"""Spinning a node together with its companion callback groups (its data path on an executor of its own).
 
-A node may expose ``companion_nodes()``: plain nodes carrying a hot path (the control node's state loop)
-that must not wait behind the lifecycle and parameter services, timers and diagnostics of the main executor,
-and whose executor wake-ups should walk one entity, not a dozen. Each companion gets its own
-``SingleThreadedExecutor`` thread. Or ``companion_groups()``: :class:`CompanionGroup` callback groups of the
-node itself (the camera nodes' image subscription, so that ``ros2 node info`` lists it on the node): each
-gets its own thread, whose executor sees only that group's entities (:class:`_GroupView`; rclpy lets a node
-belong to one executor only, so the group's executor does not own the node), and the main executors here
-(:class:`MainExecutor`, :class:`MainMultiThreadedExecutor`) skip every ``CompanionGroup``. A plain rclpy
-executor (a test's, a user's) runs those groups like any other: the node works, on one thread.
-Single-threaded everywhere: cheaper per callback
-than the multi-threaded executor; not rclpy's ``EventsExecutor`` (its Kilted wheel busy-loops at 100 % CPU
-on an idle lifecycle node and ignores SIGTERM, measured here).
+A node may expose ``companion_groups()``: :class:`CompanionGroup` callback groups of the node itself that
+carry a hot path (every node's data path: the control node's state loop, the camera nodes' image
+subscription), which must not wait behind the lifecycle and parameter services, timers and diagnostics of
+the main executor, and whose executor wake-ups should walk those entities only. Each group gets its own
+``SingleThreadedExecutor`` thread, whose executor sees only that group's entities (:class:`_GroupView`; rclpy
+lets a node belong to one executor only, so the group's executor does not own the node), and the main
+executors here (:class:`MainExecutor`, :class:`MainMultiThreadedExecutor`) skip every ``CompanionGroup``.
+The entities stay the node's own, so ``ros2 node info`` lists them (docs/architecture.md "Node style"). A
+plain rclpy executor (a test's, a user's) runs those groups like any other: the node works, on one thread.
+Single-threaded everywhere: cheaper per callback than the multi-threaded executor; not rclpy's
+``EventsExecutor`` (its Kilted wheel busy-loops at 100 % CPU on an idle lifecycle node and ignores SIGTERM,
+measured here).
 
 Used by the nodes' ``main()`` (:func:`run_lifecycle_node_main`, which spins with :func:`spin_with_companions`
 and turns SIGINT / SIGTERM into a stop request with :class:`SignalStop`) and ``bringup.py``
 (:class:`CompanionSpinners`).
 
-An exception escaping a companion's callback never ends its thread silently: a node with a
-``companion_failed(companion, exc)`` method is told (on the companion's thread) and the executor spins on, so
-the node can recover; without that method the exception is logged with its traceback on the companion's
-logger and the thread ends. :class:`CompanionFault` is the one implementation of ``companion_failed`` the
-nodes share (control: the state loop; perception: the camera path): it logs the traceback, reports ERROR
-diagnostics and takes the node through lifecycle ``ErrorProcessing`` to ``unconfigured``.
+An exception escaping a group's callback never ends its thread silently: a node with a
+``companion_failed(companion, exc)`` method is told (on the group's thread; ``companion`` is the node) and the
+executor spins on, so the node can recover; without that method the exception is logged with its traceback
+on the node's logger and the thread ends. :class:`CompanionFault` is the one implementation of
+``companion_failed`` the nodes share (``ros/lifecycle.py``, ``ros/camera/node_base.py``): it logs the
+traceback, reports ERROR diagnostics and takes the node through lifecycle ``ErrorProcessing`` to
+``unconfigured``.
 :func:`destroy_entities` is the nodes' shared teardown of the timers, subscriptions and services they made.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import rclpy
@@ -153,8 +155,7 @@ class _GroupExecutor(SingleThreadedExecutor):
 
 
 class CompanionSpinners:
-    """One executor thread per ``node.companion_nodes()`` and per ``node.companion_groups()`` (none if the
-    node has no such method).
+    """One executor thread per ``node.companion_groups()`` (none if the node has no such method).
 
     :meth:`stop` shuts the executors down and joins their threads: call it before destroying the node, as
     tearing down DDS entities under a running executor thread can abort the process.
@@ -164,10 +165,6 @@ class CompanionSpinners:
         self._running: list[tuple[SingleThreadedExecutor, threading.Thread]] = []
         on_fault = getattr(node, "companion_failed", None)
         context = context if context is not None else node.context
-        for companion in getattr(node, "companion_nodes", list)():
-            executor = SingleThreadedExecutor(context=context)
-            executor.add_node(companion)
-            self._start(executor, companion, on_fault, companion.get_name())
         self._groups: list[CompanionGroup] = list(getattr(node, "companion_groups", list)())
         for i, group in enumerate(self._groups):
             executor = _GroupExecutor(node, group, context)
@@ -198,8 +195,8 @@ class CompanionSpinners:
 
 
 def spin_with_companions(node: Any, stop: SignalStop | None = None) -> None:
-    """Spin ``node`` on a main ``SingleThreadedExecutor`` in this thread and its companions on their own
-    threads until ``stop`` is requested (or, without one, the context shuts down); then, in this order,
+    """Spin ``node`` on a main ``SingleThreadedExecutor`` in this thread and its companion groups on their
+    own threads until ``stop`` is requested (or, without one, the context shuts down); then, in this order,
     ``stop`` is disconnected, the companion executors shut down and their threads joined, the main executor
     shut down: nothing spins when this returns (an exception of the node's own reaches the caller)."""
     from libredgetpu_ros.edgetpu.locks import set_holder_name
@@ -288,6 +285,25 @@ class SignalStop:
         os.close(self._write)
 
 
+@contextlib.contextmanager
+def rclpy_until_signal() -> Iterator[threading.Event]:
+    """For a command that runs rclpy until it is done or interrupted (``bringup``, ``replay``): rclpy
+    initialised without its signal handlers, SIGINT / SIGTERM setting the event this yields
+    (:class:`SignalStop`: the command tears down in its own thread, in order); at exit rclpy shuts down, then
+    the previous handlers come back."""
+    stop = threading.Event()
+    signals = SignalStop()  # before rclpy.init: a signal during start-up is a stop request too
+    signals.requested.add_done_callback(lambda _: stop.set())
+    try:
+        rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
+        try:
+            yield stop
+        finally:
+            rclpy.try_shutdown()
+    finally:
+        signals.close()
+
+
 class CompanionFault:
     """Carries a crash of a companion's executor thread to the node's main executor, where the lifecycle
     transition must run (a transition started on the companion's thread would race the main executor's).
@@ -296,7 +312,7 @@ class CompanionFault:
 
     - routes ``companion_failed(companion, exc)`` (the spinner's hook) to :meth:`companion_failed`, and may
       :meth:`latch` a fault it caught itself (the perception node's device failures);
-    - while :attr:`cause` is set, ignores its hot path's input (the node is on its way to ``on_error``);
+    - while :attr:`cause` is set, ignores its data path's input (the node is on its way to ``on_error``);
     - returns ``TransitionCallbackReturn.ERROR`` from ``on_deactivate`` while :attr:`cause` is set (lifecycle
       ``ErrorProcessing`` -> ``on_error`` -> ``unconfigured``) and calls :meth:`clear` in ``on_error`` and
       ``on_configure``.
@@ -369,16 +385,16 @@ def run_lifecycle_node_main(node_factory: Callable[[], Any], args: list[str] | N
     """The ``main()`` of a node process: ROS's discovery and transport as the environment gives them
     (never changed here; only ``ROS_LOG_DIR`` when rcl would have nowhere to log), ``rclpy.init(args)``
     without rclpy's signal handlers (:class:`SignalStop` instead; the parent's exit is a SIGTERM too,
-    ``ros/lifetime.py``), the node and its companions spun
+    ``ros/lifetime.py``), the node and its companion groups spun
     (:func:`spin_with_companions`) until Ctrl-C / SIGTERM, then torn down in the main thread alone; 0.
 
     ``retain_allocations``: keep multi-MB heap blocks for reuse (``ros/memory.py``), for nodes whose messages
     are large (state vectors, weights, camera frames); applied before rclpy so its threads allocate under the
     same rules. Teardown, in this order, once no executor thread runs: a node in a primary state goes through
     its ``shutdown`` transition (the context is still up: a signal no longer shuts it down), any other
-    (stuck in a transition) is released by ``node.teardown()`` (idempotent); the node (with its companions)
-    is destroyed; rclpy shuts down; SIGINT / SIGTERM are ignored from then on (the process exits next). An
-    unexpected exception still propagates after the teardown (a traceback, exit code 1).
+    (stuck in a transition) is released by ``node.teardown()`` (idempotent); the node is destroyed; rclpy
+    shuts down; SIGINT / SIGTERM are ignored from then on (the process exits next). An unexpected exception
+    still propagates after the teardown (a traceback, exit code 1).
     """
     from libredgetpu_ros.ros.environment import ensure_log_dir
     from libredgetpu_ros.ros.lifetime import stop_with_parent

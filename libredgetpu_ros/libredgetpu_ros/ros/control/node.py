@@ -5,7 +5,7 @@ CPU twin) through a :class:`~libredgetpu_ros.ros.control.controller.Controller`.
 ``state_size`` inputs and ``command_size`` outputs occupies the top-left block of the N×N template; the rest
 of the template stays zero, so unused outputs are zero and are not published.
 
-Lifecycle:
+Lifecycle (the shared skeleton, ``ros/lifecycle.py`` ``ManagedNode``):
 
 - ``configure`` opens the engine, loads zero weights (or ``initial_weights``) and creates the publishers
   and the ``~/set_weights`` / ``~/get_weights`` services. Weights can be loaded while inactive: a planner
@@ -13,20 +13,21 @@ Lifecycle:
 - ``activate`` subscribes to the state topic; every state produces one command.
 - ``deactivate`` drops the subscription; ``cleanup`` closes the engine.
 
-Threading: the state path runs on its own executor thread. The state subscription lives on a small helper
-node (``<name>_loop``: no parameters, no rosout) spun by a dedicated executor, so a state never queues behind
-a service call, a parameter request or the diagnostics timer; services, lifecycle and diagnostics run on the
-main executor (both ``SingleThreadedExecutor``: cheaper per callback than the multi-threaded one).
+Threading: the state path runs on its own executor thread. The state subscription is in the node's data-path
+callback group (``spinning.CompanionGroup``), which the node's ``main()`` and ``bringup`` spin on an executor
+of its own, so a state never queues behind a service call, a parameter request or the diagnostics timer;
+services, lifecycle and diagnostics run on the main executor (both ``SingleThreadedExecutor``: cheaper per
+callback than the multi-threaded one). ``ros2 node info`` lists the subscription on the node.
 The loop reads weights through ``MatMulEngine.matmul_versioned``: each output comes from one complete weight
 set (the old one or the new one, never a mix) and carries that set's version. The state subscription keeps
 only the latest ``state_queue`` states: a controller wants the newest state, not a backlog.
 
 Faults: a state the engine refuses (NaN/inf) is dropped, counted and reported (diagnostics WARN with the
 cause); the next good state produces a command. Any other exception in the loop is a crash: the spinner
-(``ros/spinning.py``) hands it to :meth:`ControlNode.companion_failed` (``spinning.CompanionFault``, shared
-with the perception node), which logs it, publishes ERROR diagnostics and takes the node through
-``ErrorProcessing`` (``on_error`` closes the engine, the node ends ``unconfigured`` and can be configured
-again: the loop's executor thread keeps running).
+(``ros/spinning.py``) hands it to ``companion_failed`` (``spinning.CompanionFault``, shared by every node),
+which logs it, publishes ERROR diagnostics and takes the node through ``ErrorProcessing`` (``on_error``
+closes the engine, the node ends ``unconfigured`` and can be configured again: the loop's executor thread
+keeps running).
 
 Memory: :func:`main` has ``ros.memory.retain_large_allocations`` applied before rclpy starts, so the multi-MB
 buffers a full-size ``set_weights`` request passes through are reused from the heap instead of being mapped
@@ -43,27 +44,21 @@ import time
 from typing import Any
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.event_handler import SubscriptionEventCallbacks
-from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
-from rclpy.lifecycle import Node as LifecycleNode
-from rclpy.node import Node
-from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.time import Time
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Header
 
-from libredgetpu_ros.errors import DeviceNotFoundError, InputError, LibrEdgeTpuError
+from libredgetpu_ros.errors import DeviceNotFoundError, InputError
 from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.control import stats
 from libredgetpu_ros.ros.control.codec import as_float32_buffer, describe_non_finite, to_float32_array
 from libredgetpu_ros.ros.control.controller import Controller
 from libredgetpu_ros.ros.control.params import PARAM_TABLE, ControlConfig
-from libredgetpu_ros.ros.lifecycle import StateLoopNode, TeardownOnCleanup
-from libredgetpu_ros.ros.output_qos import output_publisher
-from libredgetpu_ros.ros.services import MESSAGE_CHARS, create_guarded_service
-from libredgetpu_ros.ros.spinning import CompanionFault, destroy_entities, run_lifecycle_node_main
+from libredgetpu_ros.ros.lifecycle import ManagedNode
+from libredgetpu_ros.ros.services import MESSAGE_CHARS
+from libredgetpu_ros.ros.spinning import run_lifecycle_node_main
 from libredgetpu_ros.textdata import clip, clip_repr
 from libredgetpu_ros_interfaces.msg import CommandStamped
 from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
@@ -72,109 +67,82 @@ NODE_NAME = "control_node"
 MAX_REQUEST_ID_CHARS = 256  # set_weights request ids: a UUID or "<name>:<session>:<count>" is < 100
 
 
-class ControlNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
+class ControlNode(ManagedNode):
     """Lifecycle node computing ``y = W·x (+ b)`` per state message with run-time swappable W."""
+
+    PARAMS = PARAM_TABLE
+    DIAGNOSTICS_NAME = "control"
+    FAULT_WHAT = "state loop"
+    RELEASE_NOTE = "closing the engine"
 
     def __init__(self, node_name: str = NODE_NAME, **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
-        PARAM_TABLE.declare(self)
-        self.add_on_set_parameters_callback(PARAM_TABLE.validator(lambda: self._ctl is not None))
-        self.add_post_set_parameters_callback(self._apply_runtime_parameters)
-        self.start_state_loop()  # the state path's own node, spun by its own executor (module docstring)
-        self._cfg: ControlConfig | None = None
         self._ctl: Controller | None = None
         self._loop = stats.LoopStats()
         self._swaps = stats.SwapStats()
         self._verdict = stats.LoopVerdict()
-        self._entities: list[Any] = []  # services and timer created at configure
-        self._diag_pub: Any = None
         self._cmd_pub: Any = None
         self._cmd_stamped_pub: Any = None
         self._plain_out, self._stamped_out = Float32MultiArray(), CommandStamped()  # reused by the loop
         self._swap_lock = threading.Lock()  # one swap at a time even if services move to another group
-        # A crash of the loop thread, carried to the main executor (transitions must run there).
-        self._crash = CompanionFault(self, "state loop", self._report_crash)
 
-    # ----- lifecycle ------------------------------------------------------------------------------
+    # ----- lifecycle hooks (ros/lifecycle.py) -----------------------------------------------------
 
-    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
-        try:
-            cfg = PARAM_TABLE.read(self)
-            # A params file cannot hold a typed empty list, so [""] means "message order" too.
-            self._cfg = dataclasses.replace(cfg, joint_names=tuple(n for n in cfg.joint_names if n))
-            self._ctl = Controller(self._cfg)
-            self._check_accelerator()
-        except LibrEdgeTpuError as exc:
-            self.get_logger().error(f"configure failed: {exc}")
-            return TransitionCallbackReturn.FAILURE
-        cfg, ctl = self._cfg, self._ctl
-        self._crash.clear()
-        qos = self._qos(cfg)
-        self._cmd_pub = output_publisher(self, Float32MultiArray, "~/command", qos)
-        self._cmd_stamped_pub = output_publisher(self, CommandStamped, "~/command_stamped", qos)
-        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self._entities = [
-            create_guarded_service(self, SetWeights, "~/set_weights", self._on_set_weights),
-            create_guarded_service(self, GetWeights, "~/get_weights", self._on_get_weights),
-            self.create_timer(cfg.diagnostics_period, self._publish_diagnostics),
-        ]
+    def read_config(self) -> ControlConfig:
+        cfg = PARAM_TABLE.read(self)
+        # A params file cannot hold a typed empty list, so [""] means "message order" too.
+        return dataclasses.replace(cfg, joint_names=tuple(n for n in cfg.joint_names if n))
+
+    def open_processor(self) -> None:
+        self._ctl = Controller(self.cfg)
+        self._check_accelerator()
+
+    def create_outputs(self) -> None:
+        qos = self._qos(self.cfg)
+        self._cmd_pub = self.output(Float32MultiArray, "~/command", qos)
+        self._cmd_stamped_pub = self.output(CommandStamped, "~/command_stamped", qos)
+        self.service(SetWeights, "~/set_weights", self._on_set_weights)
+        self.service(GetWeights, "~/get_weights", self._on_get_weights)
         self._loop, self._swaps, self._verdict = stats.LoopStats(), stats.SwapStats(), stats.LoopVerdict()
-        self.get_logger().info(
-            f"configured: {ctl.describe()}, controller {ctl.rows}×{ctl.cols} "
-            f"({cfg.state_type} on '{cfg.state_topic}'), weights version {ctl.engine.version}")
-        return TransitionCallbackReturn.SUCCESS
 
-    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        assert self._cfg is not None
-        cfg = self._cfg
+    def describe(self) -> str:
+        cfg, ctl = self.cfg, self._ctl
+        return (f"{ctl.describe()}, controller {ctl.rows}×{ctl.cols} ({cfg.state_type} on "
+                f"'{cfg.state_topic}'), weights version {ctl.engine.version}")
+
+    def create_inputs(self) -> None:
+        cfg = self.cfg
         joint = cfg.state_type == "joint_state"
         qos = QoSProfile(depth=cfg.state_queue, reliability=self._qos(cfg).reliability)
         self._loop.last_state_time = time.monotonic()  # staleness counts from activation
-        self.subscribe_state(JointState if joint else Float32MultiArray, cfg.state_topic,
-                             self._on_joint_state if joint else self._on_float_state, qos,
-                             event_callbacks=SubscriptionEventCallbacks(message_lost=self._on_states_lost))
-        return super().on_activate(state)
-
-    def _apply_runtime_parameters(self, params: list[Parameter]) -> None:
-        """stale_timeout / clip_policy apply immediately (validated already by the table's validator)."""
-        runtime = {p.name: p.value for p in params if p.name in PARAM_TABLE.runtime_names()}
-        if runtime and self._cfg is not None:
-            # One reference swap: a callback on another thread sees the old config or the new one.
-            self._cfg = dataclasses.replace(self._cfg, **runtime)
+        self.data_subscription(JointState if joint else Float32MultiArray, cfg.state_topic,
+                               self._on_joint_state if joint else self._on_float_state, qos,
+                               event_callbacks=SubscriptionEventCallbacks(message_lost=self._on_states_lost))
 
     @staticmethod
     def _qos(cfg: ControlConfig) -> QoSProfile:
         reliability = ReliabilityPolicy.BEST_EFFORT if cfg.best_effort else ReliabilityPolicy.RELIABLE
         return QoSProfile(depth=cfg.qos_depth, reliability=reliability)
 
-    def teardown(self) -> None:
-        """Drop every entity created at configure and close the engine (idempotent)."""
-        self._drop_subscription()
-        destroy_entities(self, self._entities)
-        self._entities = []
-        for pub in (self._cmd_pub, self._cmd_stamped_pub):
-            if pub is not None:
-                self.destroy_lifecycle_publisher(pub)
-        if self._diag_pub is not None:
-            self.destroy_publisher(self._diag_pub)
-        self._cmd_pub = self._cmd_stamped_pub = self._diag_pub = None
+    def close_processor(self) -> None:
+        self._cmd_pub = self._cmd_stamped_pub = None
         if self._ctl is not None:
             ctl, self._ctl = self._ctl, None
             ctl.close()
 
-    # ----- control loop (the loop node's executor thread) -------------------------------------------
+    # ----- control loop (the data path's executor thread) ------------------------------------------
 
     def _on_float_state(self, msg: Float32MultiArray) -> None:
-        if self._crash.cause is not None:  # crashed: on its way to on_error
+        if self.fault is not None:  # crashed: on its way to on_error
             return
         now = self.get_clock().now()
         self._step(np.frombuffer(as_float32_buffer(msg.data), dtype=np.float32), None, now, "")
 
     def _on_joint_state(self, msg: JointState) -> None:
-        if self._crash.cause is not None:  # crashed: on its way to on_error
+        if self.fault is not None:  # crashed: on its way to on_error
             return
         now = self.get_clock().now()
-        cfg, ctl = self._cfg, self._ctl
+        cfg, ctl = self.cfg, self._ctl
         assert cfg is not None and ctl is not None
         values = getattr(msg, cfg.joint_field)
         x = np.frombuffer(values, np.float64) if isinstance(values, array.array) else np.asarray(values)
@@ -199,7 +167,7 @@ class ControlNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
         ``header`` is the state's own header (reused as the command's), or None to stamp with ``now``.
         Runs on the loop thread only, so the two outgoing messages are allocated once and reused.
         """
-        loop, cfg, ctl = self._loop, self._cfg, self._ctl
+        loop, cfg, ctl = self._loop, self.cfg, self._ctl
         assert cfg is not None and ctl is not None
         loop.states += 1
         loop.state_rate.tick()
@@ -248,24 +216,11 @@ class ControlNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
             self._loop.warned.add(key)
             self.get_logger().warning(text)
 
-    # ----- loop crashes ---------------------------------------------------------------------------
-
-    def companion_failed(self, companion: Node, exc: BaseException) -> None:
-        """An exception escaped a loop callback (called on the loop thread by ``ros/spinning.py``, which
-        then spins on). Logged with its traceback, ERROR diagnostics, the node goes to ``on_error``."""
-        self._crash.companion_failed(companion, exc)
-
-    def _report_crash(self, cause: str) -> Any:
-        """Main executor, before on_error: one ERROR status; the publisher is returned so CompanionFault
-        lets subscribers acknowledge it before teardown destroys the publisher."""
-        self._publish_diagnostics(diagnostics.ERROR, cause)
-        return self._diag_pub
-
     # ----- services (main executor) -----------------------------------------------------------------
 
     def _on_set_weights(self, req: SetWeights.Request, resp: SetWeights.Response) -> SetWeights.Response:
         t0 = time.perf_counter()
-        cfg, ctl = self._cfg, self._ctl
+        cfg, ctl = self.cfg, self._ctl
         if ctl is None or cfg is None:
             resp.accepted, resp.message = False, "node is not configured"
             return resp
@@ -305,7 +260,7 @@ class ControlNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
         return resp
 
     def _on_get_weights(self, req: GetWeights.Request, resp: GetWeights.Response) -> GetWeights.Response:
-        cfg, ctl = self._cfg, self._ctl
+        cfg, ctl = self.cfg, self._ctl
         if ctl is None or cfg is None:
             resp.success, resp.message = False, "node is not configured"
         elif req.engine not in ("", cfg.engine_name):
@@ -323,25 +278,22 @@ class ControlNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
         return "" if ctl is None else ctl.engine.fallback
 
     def _check_accelerator(self) -> None:
-        """``require_accelerator``: no engine on the CPU (released before configure fails)."""
-        assert self._cfg is not None and self._ctl is not None
-        if self._cfg.require_accelerator and self._ctl.engine.backend != "edgetpu":
-            runs_on, reason = self._ctl.engine.backend, self._fallback() or f"backend: {self._cfg.backend}"
-            self._ctl.close()
-            self._ctl = None
+        """``require_accelerator``: no engine on the CPU (the failed configure closes it)."""
+        assert self.cfg is not None and self._ctl is not None
+        if self.cfg.require_accelerator and self._ctl.engine.backend != "edgetpu":
+            runs_on, reason = self._ctl.engine.backend, self._fallback() or f"backend: {self.cfg.backend}"
             raise DeviceNotFoundError(f"require_accelerator is true but W·x would run on {runs_on} "
                                       f"({reason})")
 
     # ----- diagnostics ----------------------------------------------------------------------------
 
-    def _publish_diagnostics(self, level: int | None = None, message: str = "") -> None:
-        """One status; ``level``/``message`` override the loop's own verdict (a crash report)."""
-        ctl, cfg, pub = self._ctl, self._cfg, self._diag_pub
-        if pub is None or ctl is None or cfg is None:
-            return
-        active = self._sub is not None
-        verdict = self._verdict.judge(self._loop, active, cfg.stale_timeout)
-        level, message = (level, message) if level is not None else verdict
+    def hardware_id(self) -> str:
+        return self.cfg.device or self.cfg.backend
+
+    def diagnostic_status(self) -> tuple[int, str, dict[str, object]]:
+        ctl, cfg = self._ctl, self.cfg
+        assert ctl is not None
+        level, message = self._verdict.judge(self._loop, self.inputs_active(), cfg.stale_timeout)
         engine = ctl.engine
         values = {
             "weights_version": engine.version,
@@ -353,9 +305,7 @@ class ControlNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
         if level == diagnostics.OK and self._fallback():
             level, message = diagnostics.WARN, (f"running on the CPU ({self._fallback()}); "
                                                 f"require_accelerator: true refuses to start so")
-        status = diagnostics.status(f"{self.get_fully_qualified_name()}: control", cfg.device or cfg.backend,
-                                    level, message, values)
-        pub.publish(diagnostics.array(self.get_clock().now().to_msg(), [status]))
+        return level, message, values
 
 
 def main(args: list[str] | None = None) -> int:

@@ -13,10 +13,12 @@ load (too few samples, NaN, another reservoir's file) answers ``success: false``
 previous readout.
 
 Bad states are dropped and counted as the control node does (its ``JointOrder`` and ``describe_non_finite``):
-NaN/inf values, a wrong number of values, missing joints; diagnostics WARN with the last cause. The state path
-runs on a companion node with its own executor thread (``ros/spinning.py``); an unexpected exception there
-takes the node through ``on_error`` (``spinning.CompanionFault``). The reservoir is deterministic (seeded),
-so a bag replayed into the node gives exactly what running the reservoir over the bag offline gives.
+NaN/inf values, a wrong number of values, missing joints; diagnostics WARN with the last cause. The lifecycle
+is the shared skeleton (``ros/lifecycle.py`` ``ManagedNode``): the state subscription is in the node's
+data-path callback group, spun on an executor thread of its own (``ros/spinning.py``); an unexpected
+exception there takes the node through ``on_error`` (``spinning.CompanionFault``). The reservoir is
+deterministic (seeded), so a bag replayed into the node gives exactly what running the reservoir over the bag
+offline gives.
 """
 
 from __future__ import annotations
@@ -29,10 +31,6 @@ import time
 from typing import Any
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
-from rclpy.lifecycle import Node as LifecycleNode
-from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
@@ -40,12 +38,11 @@ from std_msgs.msg import Float64MultiArray
 from libredgetpu_ros.errors import InputError, LibrEdgeTpuError
 from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.control.codec import JointOrder, describe_non_finite
-from libredgetpu_ros.ros.lifecycle import StateLoopNode, TeardownOnCleanup
-from libredgetpu_ros.ros.output_qos import output_publisher
+from libredgetpu_ros.ros.lifecycle import ManagedNode
 from libredgetpu_ros.ros.reservoir.params import PARAM_TABLE, ReservoirNodeConfig
 from libredgetpu_ros.ros.reservoir.states import read_bag_states, state_vector
-from libredgetpu_ros.ros.services import MESSAGE_CHARS, OffExecutor, create_guarded_service
-from libredgetpu_ros.ros.spinning import CompanionFault, destroy_entities, run_lifecycle_node_main
+from libredgetpu_ros.ros.services import MESSAGE_CHARS, OffExecutor
+from libredgetpu_ros.ros.spinning import run_lifecycle_node_main
 from libredgetpu_ros.textdata import clip
 from libredgetpu_ros_interfaces.srv import FilePath, FitReadout
 
@@ -87,92 +84,80 @@ def open_reservoir(cfg: ReservoirNodeConfig) -> Any:
     return rc
 
 
-class ReservoirNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
+class ReservoirNode(ManagedNode):
     """Echo state network on a state topic; see the module docstring."""
+
+    PARAMS = PARAM_TABLE
+    DIAGNOSTICS_NAME = "reservoir"
+    FAULT_WHAT = "state loop"
+    RELEASE_NOTE = "closing the engine"
 
     def __init__(self, node_name: str = NODE_NAME, **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
-        PARAM_TABLE.declare(self)
-        self.add_on_set_parameters_callback(PARAM_TABLE.validator(lambda: self._rc is not None))
-        self.start_state_loop()
-        self._cfg: ReservoirNodeConfig | None = None
         self._rc: Any = None
         self._order: JointOrder | None = None
         self._buffer: collections.deque[np.ndarray] = collections.deque()
         self._buffer_lock = threading.Lock()  # the loop appends while ~/fit copies
         self._stats = _Stats()
-        self._entities: list[Any] = []
         self._pred_pub: Any = None
-        self._diag_pub: Any = None
-        self._crash = CompanionFault(self, "state loop", self._report_crash)
         self._fitting = OffExecutor("reservoir_fit")
 
-    # ----- lifecycle ------------------------------------------------------------------------------
-    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
-        try:
-            cfg = PARAM_TABLE.read(self)
-            cfg = dataclasses.replace(cfg, joint_names=tuple(n for n in cfg.joint_names if n))
-            if cfg.joint_names and len(cfg.joint_names) != cfg.state_size:
-                raise InputError(f"joint_names lists {len(cfg.joint_names)} joints but state_size is "
-                                 f"{cfg.state_size}")
-            rc = open_reservoir(cfg)
-        except LibrEdgeTpuError as exc:
-            self.get_logger().error(f"configure failed: {exc}")
-            return TransitionCallbackReturn.FAILURE
-        self._cfg, self._rc = cfg, rc
+    # ----- lifecycle hooks (ros/lifecycle.py) -----------------------------------------------------
+    def read_config(self) -> ReservoirNodeConfig:
+        cfg = PARAM_TABLE.read(self)
+        cfg = dataclasses.replace(cfg, joint_names=tuple(n for n in cfg.joint_names if n))
+        if cfg.joint_names and len(cfg.joint_names) != cfg.state_size:
+            raise InputError(f"joint_names lists {len(cfg.joint_names)} joints but state_size is "
+                             f"{cfg.state_size}")
+        return cfg
+
+    def open_processor(self) -> None:
+        cfg = self.cfg
+        self._rc = open_reservoir(cfg)
         self._order = JointOrder(cfg.joint_names) if cfg.joint_names else None
         self._buffer = collections.deque(maxlen=cfg.buffer_size)
         self._stats = _Stats()
-        self._crash.clear()
-        mtype = JointState if cfg.state_type == "joint_state" else Float64MultiArray
-        self._pred_pub = output_publisher(self, mtype, "~/prediction", self._qos(cfg))
-        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self._entities = [
-            create_guarded_service(self, FitReadout, "~/fit", self._on_fit),
-            create_guarded_service(self, FilePath, "~/load_readout", self._on_load),
-            create_guarded_service(self, FilePath, "~/save_readout", self._on_save),
-            self.create_timer(cfg.diagnostics_period, self._publish_diagnostics),
-        ]
-        readout = "none yet" if rc.readout is None else f"loaded from {cfg.readout}"
-        self.get_logger().info(f"configured: reservoir N={rc.size} on {rc.engine.backend}, {cfg.state_size} "
-                               f"inputs ({cfg.state_type} on '{cfg.state_topic}'), readout {readout}")
-        return TransitionCallbackReturn.SUCCESS
 
-    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        assert self._cfg is not None
-        cfg = self._cfg
+    def create_outputs(self) -> None:
+        cfg = self.cfg
+        mtype = JointState if cfg.state_type == "joint_state" else Float64MultiArray
+        self._pred_pub = self.output(mtype, "~/prediction", self._qos(cfg))
+        self.service(FitReadout, "~/fit", self._on_fit)
+        self.service(FilePath, "~/load_readout", self._on_load)
+        self.service(FilePath, "~/save_readout", self._on_save)
+
+    def describe(self) -> str:
+        cfg, rc = self.cfg, self._rc
+        readout = "none yet" if rc.readout is None else f"loaded from {cfg.readout}"
+        return (f"reservoir N={rc.size} on {rc.engine.backend}, {cfg.state_size} inputs ({cfg.state_type} on "
+                f"'{cfg.state_topic}'), readout {readout}")
+
+    def create_inputs(self) -> None:
+        cfg = self.cfg
         mtype = JointState if cfg.state_type == "joint_state" else Float64MultiArray
         qos = QoSProfile(depth=cfg.state_queue, reliability=self._qos(cfg).reliability)
-        self.subscribe_state(mtype, cfg.state_topic, self._on_state, qos)
-        return super().on_activate(state)
+        self.data_subscription(mtype, cfg.state_topic, self._on_state, qos)
 
     @staticmethod
     def _qos(cfg: ReservoirNodeConfig) -> QoSProfile:
         reliability = ReliabilityPolicy.BEST_EFFORT if cfg.best_effort else ReliabilityPolicy.RELIABLE
         return QoSProfile(depth=10, reliability=reliability)
 
-    def teardown(self) -> None:
+    def close_processor(self) -> None:
         self._fitting.join()  # a running fit uses the engine closed below
-        self._drop_subscription()
-        destroy_entities(self, self._entities)
-        self._entities = []
-        if self._pred_pub is not None:
-            self.destroy_lifecycle_publisher(self._pred_pub)
-        if self._diag_pub is not None:
-            self.destroy_publisher(self._diag_pub)
-        self._pred_pub = self._diag_pub = None
+        self._pred_pub = None
         if self._rc is not None:
             rc, self._rc = self._rc, None
             rc.engine.close()
 
-    # ----- the state loop (companion thread) ------------------------------------------------------
+    # ----- the state loop (the data path's thread) ------------------------------------------------------
     def _drop(self, counter: str, reason: str) -> None:
         setattr(self._stats, counter, getattr(self._stats, counter) + 1)
         self._stats.last_drop = reason
 
     def _on_state(self, msg: Any) -> None:
-        cfg, rc, st = self._cfg, self._rc, self._stats
-        if self._crash.cause is not None or cfg is None or rc is None:
+        cfg, rc, st = self.cfg, self._rc, self._stats
+        if self.fault is not None or cfg is None or rc is None:
             return
         st.states += 1
         st.rate.tick()
@@ -198,7 +183,7 @@ class ReservoirNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
             st.predictions += 1
 
     def _prediction(self, msg: Any, y: np.ndarray) -> Any:
-        cfg = self._cfg
+        cfg = self.cfg
         values = np.asarray(y, np.float64).tolist()  # Python floats, without a per-element loop
         if cfg.state_type == "float64_multi_array":
             return Float64MultiArray(data=values)
@@ -206,16 +191,9 @@ class ReservoirNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
         setattr(out, cfg.joint_field, values)
         return out
 
-    def companion_failed(self, companion: Node, exc: BaseException) -> None:
-        self._crash.companion_failed(companion, exc)
-
-    def _report_crash(self, cause: str) -> Any:
-        self._publish_diagnostics(diagnostics.ERROR, cause)
-        return self._diag_pub
-
     # ----- services (main executor) ---------------------------------------------------------------
     async def _on_fit(self, req: FitReadout.Request, resp: FitReadout.Response) -> FitReadout.Response:
-        cfg, rc = self._cfg, self._rc
+        cfg, rc = self.cfg, self._rc
         if cfg is None or rc is None:
             resp.success, resp.message = False, "node is not configured"
             return resp
@@ -280,20 +258,20 @@ class ReservoirNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
         return resp
 
     # ----- diagnostics ----------------------------------------------------------------------------
-    def _publish_diagnostics(self, level: int | None = None, message: str = "") -> None:
-        cfg, rc, pub, st = self._cfg, self._rc, self._diag_pub, self._stats
-        if pub is None or cfg is None or rc is None:
-            return
+    def hardware_id(self) -> str:
+        return self.cfg.device or self.cfg.backend
+
+    def diagnostic_status(self) -> tuple[int, str, dict[str, object]]:
+        cfg, rc, st = self.cfg, self._rc, self._stats
         drops = st.invalid + st.size_mismatch + st.missing_joints
-        if level is None:
-            if drops > st.drops_reported:
-                level, message = diagnostics.WARN, (f"{drops - st.drops_reported} state(s) dropped since the "
-                                                    f"last report: {st.last_drop}")
-            elif rc.readout is None:
-                level, message = diagnostics.OK, "no readout yet: call ~/fit or ~/load_readout"
-            else:
-                level, message = diagnostics.OK, "predicting"
-            st.drops_reported = drops
+        if drops > st.drops_reported:
+            level, message = diagnostics.WARN, (f"{drops - st.drops_reported} state(s) dropped since the "
+                                                f"last report: {st.last_drop}")
+        elif rc.readout is None:
+            level, message = diagnostics.OK, "no readout yet: call ~/fit or ~/load_readout"
+        else:
+            level, message = diagnostics.OK, "predicting"
+        st.drops_reported = drops
         stepped = st.states - drops
         readout = rc.readout
         values = {
@@ -308,9 +286,7 @@ class ReservoirNode(StateLoopNode, TeardownOnCleanup, LifecycleNode):
             "readout_train_nrmse": readout.train_nrmse if readout else float("nan"),
             "fits": st.fits, "refused": st.refused, "last_refusal": st.last_refusal,
         }
-        status = diagnostics.status(f"{self.get_fully_qualified_name()}: reservoir",
-                                    cfg.device or cfg.backend, level, message, values)
-        pub.publish(diagnostics.array(self.get_clock().now().to_msg(), [status]))
+        return level, message, values
 
 
 def main(args: list[str] | None = None) -> int:

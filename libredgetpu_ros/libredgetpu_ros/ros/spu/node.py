@@ -20,23 +20,25 @@
   output with one producer, chained ones included; outputs without one producer are never published,
   named at configure (WARN) and in diagnostics (``never_published``). Any sequence or runner error while
   completing a sequence is counted, the SPU is reset (latched values re-sent) and the next input is served.
-- configure loads the IOSpec and opens the runner; cleanup closes them. One single-threaded executor: the
-  callbacks never run concurrently, so engine and runner need no lock.
+- configure loads the IOSpec and opens the runner; cleanup closes them (the shared skeleton,
+  ``ros/lifecycle.py`` ``ManagedNode``). The input subscriptions are the node's data path: a callback group
+  spun on an executor thread of its own (``ros/spinning.py``), so an input never waits behind ``~/reset``, a
+  parameter request or the diagnostics timer; one lock keeps the engine and the runner consistent between
+  that thread and the main executor (``~/reset``, ``latched.*`` parameters). An exception escaping an input
+  callback takes the node through ``on_error`` (``spinning.CompanionFault``).
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 from functools import partial
 from typing import Any
 
 import numpy as np
 import rclpy
 import rclpy.exceptions
-from diagnostic_msgs.msg import DiagnosticArray
-from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
-from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
-from rclpy.lifecycle import Node as LifecycleNode
+from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
@@ -48,10 +50,8 @@ from libredgetpu_ros.femto.iospec import IOSpec, VectorSpec
 from libredgetpu_ros.femto.runner import SpuRunner, open_runner
 from libredgetpu_ros.femto.vectors import dequantize, prepare_input
 from libredgetpu_ros.ros import diagnostics
-from libredgetpu_ros.ros.lifecycle import TeardownOnCleanup
-from libredgetpu_ros.ros.output_qos import output_publisher
-from libredgetpu_ros.ros.services import create_guarded_service
-from libredgetpu_ros.ros.spinning import destroy_entities, run_lifecycle_node_main
+from libredgetpu_ros.ros.lifecycle import ManagedNode
+from libredgetpu_ros.ros.spinning import run_lifecycle_node_main
 from libredgetpu_ros.ros.spu.io import check_topics, topic_names, values_of, vector_msg
 from libredgetpu_ros.ros.spu.params import LATCHED_PREFIX, PARAM_TABLE, SpuConfig
 from libredgetpu_ros.textdata import clip
@@ -60,27 +60,27 @@ NODE_NAME = "spu"
 _LOG_PERIOD_S = 10.0  # one WARN line per rejection cause per period; diagnostics carry every count
 
 
-class SpuNode(TeardownOnCleanup, LifecycleNode):
+class SpuNode(ManagedNode):
     """Lifecycle node running one SPU program; see the module docstring."""
+
+    PARAMS = PARAM_TABLE
+    DIAGNOSTICS_NAME = "spu"
+    FAULT_WHAT = "input path"
+    RELEASE_NOTE = "closing the runner"
 
     def __init__(self, node_name: str = NODE_NAME, **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
-        PARAM_TABLE.declare(self)
-        self._table_validator = PARAM_TABLE.validator(lambda: self._spec is not None)
-        self.add_on_set_parameters_callback(self._validate_parameters)
-        self.add_post_set_parameters_callback(self._apply_parameters)
-        self._cfg: SpuConfig | None = None
         self._spec: IOSpec | None = None
         self._engine: SequenceEngine | None = None
         self._runner: SpuRunner | None = None
+        # Engine and runner: inputs on the data path's thread, ~/reset and latched parameters on the main one.
+        self._lock = threading.RLock()
         self._inputs: dict[str, VectorSpec] = {}
         self._outputs: dict[str, VectorSpec] = {}
         self._latched: dict[str, np.ndarray] = {}   # latched input -> current real values
         self._in_topics: dict[str, str] = {}
+        self._out_topics: dict[str, str] = {}
         self._out_pubs: dict[str, Any] = {}
-        self._subs: list[Any] = []
-        self._entities: list[Any] = []
-        self._diag_pub: Any = None
         self.counters = diagnostics.Counters()
         self._log_limit = diagnostics.LogLimiter(_LOG_PERIOD_S)
         self.last_rejection = self.last_fault = ""
@@ -88,32 +88,27 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
         self._rejections_at_last_report = 0
         self._refusing = False  # the last input was rejected: WARN until one is accepted
 
-    # ----- lifecycle ------------------------------------------------------------------------------
+    # ----- lifecycle hooks (ros/lifecycle.py) -----------------------------------------------------
 
-    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
-        try:
-            cfg = PARAM_TABLE.read(self)
-            if not cfg.iospec:
-                raise ConfigError("parameter iospec is empty: give the IOSpec YAML of the SPU program")
-            spec = load_iospec(cfg.iospec)
-            engine = SequenceEngine(spec, strict=cfg.strict)
-            in_topics = topic_names(list(spec.inputs.values()), "in")
-            out_topics = topic_names(list(spec.outputs.values()), "out")
-            check_topics(self.resolve_topic_name, in_topics | out_topics)
-            runner = open_runner(cfg.runner, spec, **cfg.runner_options())
-        except LibrEdgeTpuError as exc:
-            self.get_logger().error(f"configure failed: {exc}")
-            return TransitionCallbackReturn.FAILURE
-        self._cfg, self._spec, self._engine, self._runner = cfg, spec, engine, runner
+    def read_config(self) -> SpuConfig:
+        cfg = PARAM_TABLE.read(self)
+        if not cfg.iospec:
+            raise ConfigError("parameter iospec is empty: give the IOSpec YAML of the SPU program")
+        return cfg
+
+    def open_processor(self) -> None:
+        cfg = self.cfg
+        spec = load_iospec(cfg.iospec)
+        engine = SequenceEngine(spec, strict=cfg.strict)
+        in_topics = topic_names(list(spec.inputs.values()), "in")
+        out_topics = topic_names(list(spec.outputs.values()), "out")
+        check_topics(self.resolve_topic_name, in_topics | out_topics)
+        runner = open_runner(cfg.runner, spec, **cfg.runner_options())
+        with self._lock:
+            self._spec, self._engine, self._runner = spec, engine, runner
         self._inputs = {v.name: v for v in spec.inputs.values()}
         self._outputs = {v.name: v for v in spec.outputs.values()}
-        self._in_topics = in_topics
-        qos = QoSProfile(depth=cfg.qos_depth, reliability=ReliabilityPolicy.RELIABLE)
-        self._out_pubs = {name: output_publisher(self, JointState, out_topics[name], qos)
-                          for name in self._outputs}
-        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self._entities = [create_guarded_service(self, Trigger, "~/reset", self._on_reset),
-                          self.create_timer(cfg.diagnostics_period, self._publish_diagnostics)]
+        self._in_topics, self._out_topics = in_topics, out_topics
         self.counters = diagnostics.Counters()
         self._log_limit = diagnostics.LogLimiter(_LOG_PERIOD_S)
         self.last_rejection, self.last_fault, self.rejected, self._rejections_at_last_report = "", "", 0, 0
@@ -131,87 +126,72 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
             else:
                 error = self._write_latched(vec.name, values, "parameter")
             if error:
-                self.get_logger().error(f"configure failed: {name}: {error}")
-                self.teardown()
-                return TransitionCallbackReturn.FAILURE
-        streaming = [v.name for v in spec.streaming_inputs()]
+                raise ConfigError(f"{name}: {error}")
         if engine.unservable:
             self.get_logger().warning(
                 f"outputs {clip(list(engine.unservable))} have no single producing sequence in "
                 f"{spec.origin}: they are never published (femtorun accepts the spec; its recv fails on "
                 "them)")
-        self.get_logger().info(
-            f"configured: {spec.origin} on runner {clip(runner.describe(), 300)}; streaming "
-            f"{clip(streaming)}, latched {clip(list(self._latched))}, outputs {clip(list(self._outputs))}, "
-            f"strict={cfg.strict}")
-        return TransitionCallbackReturn.SUCCESS
 
-    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        assert self._cfg is not None and self._spec is not None
-        streaming_qos = QoSProfile(depth=self._cfg.qos_depth, reliability=ReliabilityPolicy.RELIABLE)
+    def create_outputs(self) -> None:
+        qos = QoSProfile(depth=self.cfg.qos_depth, reliability=ReliabilityPolicy.RELIABLE)
+        self._out_pubs = {name: self.output(JointState, self._out_topics[name], qos)
+                          for name in self._outputs}
+        self.service(Trigger, "~/reset", self._on_reset)
+
+    def describe(self) -> str:
+        spec, runner = self._spec, self._runner
+        streaming = [v.name for v in spec.streaming_inputs()]
+        return (f"{spec.origin} on runner {clip(runner.describe(), 300)}; streaming {clip(streaming)}, "
+                f"latched {clip(list(self._latched))}, outputs {clip(list(self._outputs))}, "
+                f"strict={self.cfg.strict}")
+
+    def create_inputs(self) -> None:
+        assert self._spec is not None
+        streaming_qos = QoSProfile(depth=self.cfg.qos_depth, reliability=ReliabilityPolicy.RELIABLE)
         latched_qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                                  durability=DurabilityPolicy.TRANSIENT_LOCAL)
         for vec in self._spec.streaming_inputs():
-            self._subs.append(self.create_subscription(
-                JointState, self._in_topics[vec.name], partial(self._on_input, vec.name), streaming_qos))
+            self.data_subscription(JointState, self._in_topics[vec.name], partial(self._on_input, vec.name),
+                                   streaming_qos)
         for name in self._latched:
-            self._subs.append(self.create_subscription(
-                JointState, self._in_topics[name], partial(self._on_latched_msg, name), latched_qos))
-        self.get_logger().info(f"active: {[s.topic_name for s in self._subs]}")
-        return super().on_activate(state)
+            self.data_subscription(JointState, self._in_topics[name], partial(self._on_latched_msg, name),
+                                   latched_qos)
 
-    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._drop_subscriptions()
-        return super().on_deactivate(state)
-
-    def _drop_subscriptions(self) -> None:
-        subs, self._subs = self._subs, []
-        for sub in subs:
-            self.destroy_subscription(sub)
-
-    def teardown(self) -> None:
-        """Drop what configure made and close the runner (idempotent)."""
-        self._drop_subscriptions()
-        destroy_entities(self, self._entities)
-        self._entities = []
-        for pub in self._out_pubs.values():
-            self.destroy_lifecycle_publisher(pub)
+    def close_processor(self) -> None:
+        """Close the runner, forget the program and its latched parameters (idempotent)."""
         self._out_pubs = {}
-        if self._diag_pub is not None:
-            self.destroy_publisher(self._diag_pub)
-            self._diag_pub = None
         for name in list(self._latched):
             if self.has_parameter(LATCHED_PREFIX + name):
                 self.undeclare_parameter(LATCHED_PREFIX + name)
         self._latched = {}
-        if self._runner is not None:
+        with self._lock:  # an input in flight on the data path finishes first
             runner, self._runner = self._runner, None
+            self._spec = self._engine = None
+        if runner is not None:
             runner.close()
-        self._spec = self._engine = self._cfg = None
 
     # ----- parameters -----------------------------------------------------------------------------
 
-    def _validate_parameters(self, params: list[Parameter]) -> SetParametersResult:
-        result = self._table_validator(params)
-        if not result.successful:
-            return result
+    def check_parameters(self, params: list[Parameter]) -> str | None:
         for p in params:
             if p.name.startswith(LATCHED_PREFIX):
                 vec = self._inputs.get(p.name[len(LATCHED_PREFIX):])
                 if vec is None:
-                    return SetParametersResult(successful=False, reason=f"{p.name}: no such latched input")
+                    return f"{p.name}: no such latched input"
                 try:
                     prepare_input(np.asarray(p.value, dtype=np.float64), vec)
                 except (IOSpecError, TypeError, ValueError) as exc:
                     self._reject("bad_input", f"{p.name}: {exc}")
-                    return SetParametersResult(successful=False, reason=f"{p.name}: {exc}")
-        return SetParametersResult(successful=True)
+                    return f"{p.name}: {exc}"
+        return None
 
-    def _apply_parameters(self, params: list[Parameter]) -> None:
+    def parameters_changed(self, params: list[Parameter]) -> None:
         for p in params:
             name = p.name[len(LATCHED_PREFIX):]
             if p.name.startswith(LATCHED_PREFIX) and name in self._latched:
-                self._write_latched(name, np.asarray(p.value, dtype=np.float64), "parameter")
+                with self._lock:
+                    self._write_latched(name, np.asarray(p.value, dtype=np.float64), "parameter")
 
     # ----- inputs ---------------------------------------------------------------------------------
 
@@ -267,11 +247,17 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
         return None
 
     def _on_latched_msg(self, name: str, msg: JointState) -> None:
-        self.counters.add("inputs_received")
-        self._write_latched(name, values_of(msg), "topic")
+        with self._lock:
+            self.counters.add("inputs_received")
+            self._write_latched(name, values_of(msg), "topic")
 
     def _on_input(self, name: str, msg: JointState) -> None:
-        self.counters.add("inputs_received")  # what DDS delivered (a fast flood beyond qos_depth is not)
+        """Data path: one input, and the outputs of the sequence it completes."""
+        with self._lock:
+            self.counters.add("inputs_received")  # what DDS delivered (a flood beyond qos_depth is not)
+            self._serve(name, msg)
+
+    def _serve(self, name: str, msg: JointState) -> None:
         fired = self._send(name, values_of(msg), f"input {name!r}")
         if not fired:
             return
@@ -318,17 +304,18 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
         return None
 
     def _on_reset(self, req: Trigger.Request, resp: Trigger.Response) -> Trigger.Response:
-        if self._engine is None:
-            resp.success, resp.message = False, "node is not configured"
-            return resp
-        error = self._reset_spu()
+        with self._lock:
+            if self._engine is None:
+                resp.success, resp.message = False, "node is not configured"
+                return resp
+            error = self._reset_spu()
         resp.success = error is None
         resp.message = error or (f"SPU reset; partial sequences dropped; latched inputs re-sent: "
                                  f"{list(self._latched)}")
         return resp
 
     def diagnostics_values(self) -> dict[str, object]:
-        spec, runner, cfg = self._spec, self._runner, self._cfg
+        spec, runner, cfg = self._spec, self._runner, self.cfg
         values: dict[str, object] = {
             "iospec": spec.origin if spec else "", "runner": runner.name if runner else "",
             "strict": cfg.strict if cfg else "", "inputs_received": self.counters.get("inputs_received"),
@@ -347,9 +334,10 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
         values["last_fault"] = self.last_fault
         return values
 
-    def _publish_diagnostics(self) -> None:
-        if self._diag_pub is None:
-            return
+    def hardware_id(self) -> str:
+        return self._runner.name if self._runner else ""
+
+    def diagnostic_status(self) -> tuple[int, str, dict[str, object]]:
         total = self.rejected
         new = total - self._rejections_at_last_report
         self._rejections_at_last_report = total
@@ -361,9 +349,7 @@ class SpuNode(TeardownOnCleanup, LifecycleNode):
             message = f"inputs refused: the last one was rejected ({self.last_rejection})"
         else:
             message = "running"
-        status = diagnostics.status(f"{self.get_fully_qualified_name()}: spu", self._runner.name
-                                    if self._runner else "", level, message, self.diagnostics_values())
-        self._diag_pub.publish(diagnostics.array(self.get_clock().now().to_msg(), [status]))
+        return level, message, self.diagnostics_values()
 
 
 def main(args: list[str] | None = None) -> int:

@@ -7,10 +7,11 @@ publishes the worker's metrics on ``~/metrics`` and serves the trained weights o
 model is a single Linear layer whose shape matches the control node's controller, the trained weights are
 pushed into ``set_weights`` every ``push_period`` seconds (``push.py``): the online-learning loop.
 
-Lifecycle: ``configure`` connects to the worker (HELLO, pipeline, model upload; failure if it does not
-answer within ``connect_timeout``: the one wait on the network, since its outcome is the transition's) and
-creates publishers, the service and the set_weights client; ``activate`` subscribes and starts the timers;
-``deactivate`` stops them; ``cleanup`` disconnects.
+Lifecycle (the shared skeleton, ``ros/lifecycle.py`` ``ManagedNode``; the samples subscription is its data
+path, on an executor thread of its own): ``configure`` connects to the worker (HELLO, pipeline, model upload;
+failure if it does not answer within ``connect_timeout``: the one wait on the network, since its outcome is
+the transition's) and creates publishers, the service and the set_weights client; ``activate`` subscribes
+and starts the timers; ``deactivate`` stops them; ``cleanup`` disconnects.
 
 No callback waits for the worker. The metrics timer *starts* a read (metrics, and the trained model when a
 push or a ``get_weights`` call wants it) on the session thread and returns; the result comes back to the
@@ -33,18 +34,14 @@ import traceback
 from typing import Any, NamedTuple
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
-from rclpy.lifecycle import Node as LifecycleNode
 from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 
 from libredgetpu_ros.errors import DeviceTimeoutError, LibrEdgeTpuError
 from libredgetpu_ros.ros import diagnostics
-from libredgetpu_ros.ros.lifecycle import TeardownOnCleanup
-from libredgetpu_ros.ros.output_qos import output_publisher
-from libredgetpu_ros.ros.services import create_guarded_service
-from libredgetpu_ros.ros.spinning import CompanionFault, run_lifecycle_node_main
-from libredgetpu_ros.ros.trainer.params import PARAM_TABLE, TrainerConfig, build_model, pushable
+from libredgetpu_ros.ros.lifecycle import ManagedNode
+from libredgetpu_ros.ros.spinning import run_lifecycle_node_main
+from libredgetpu_ros.ros.trainer.params import PARAM_TABLE, build_model, pushable
 from libredgetpu_ros.ros.trainer.push import WeightPusher
 from libredgetpu_ros.ros.trainer.session import Snapshot, TrainingSession
 from libredgetpu_ros.teamtensor.datagrams import read_key
@@ -74,21 +71,24 @@ def _linear_of(snapshot: Snapshot) -> TrainedWeights:
                           snapshot.stats.batches_sent, snapshot.taken)
 
 
-class TrainerNode(TeardownOnCleanup, LifecycleNode):
+class TrainerNode(ManagedNode):
+    PARAMS = PARAM_TABLE
+    DIAGNOSTICS_NAME = "trainer"
+    FAULT_WHAT = "Team Tensor session"
+    RELEASE_NOTE = "disconnected from the worker"
+    # concurrent.futures.TimeoutError is TimeoutError from Python 3.11 on, a class of its own in 3.10
+    CONFIGURE_ERRORS = (LibrEdgeTpuError, TimeoutError, concurrent.futures.TimeoutError, OSError)
+
     def __init__(self, node_name: str = NODE_NAME, **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
-        PARAM_TABLE.declare(self)
-        self.add_on_set_parameters_callback(PARAM_TABLE.validator(lambda: self._session is not None))
-        self._cfg: TrainerConfig | None = None
         self._session: TrainingSession | None = None
-        self._entities: list[Any] = []  # created at configure
-        self._active: list[Any] = []  # subscription and timers, while active
         self._metrics_pub: Any = None
-        self._diag_pub: Any = None
         self._pusher: WeightPusher | None = None
         self._x = np.zeros((0, 0), np.float32)
         self._t = np.zeros((0, 0), np.float32)
         self._filled = 0
+        self._model_layers = 0
+        self._models = 0  # models on the worker, as its HELLO answer said
         self.counters = {"samples": 0, "wrong_size": 0, "pushes_accepted": 0, "pushes_replayed": 0,
                          "pushes_refused": 0, "pushes_skipped": 0, "reads_skipped": 0, "reads_failed": 0}
         self._read: concurrent.futures.Future | None = None  # the read in flight on the session thread
@@ -101,107 +101,74 @@ class TrainerNode(TeardownOnCleanup, LifecycleNode):
         # per process), so a new session's pushes never repeat an id the control node answers from its
         # replay record (the batch count restarts with every session, so it alone would repeat ids).
         self._push_prefix = ""
-        # Results and faults of the session thread reach the executor through guard conditions: publishing,
-        # caching and lifecycle transitions happen there, never on the session thread.
+        # Results of the session thread reach the executor through a guard condition: publishing and caching
+        # happen there, never on the session thread (its faults: ManagedNode.latch).
         self._read_done = self.create_guard_condition(self._on_read_done)
-        self._crash = CompanionFault(self, "Team Tensor session",
-                                     report=lambda cause: self._publish_diagnostics(diagnostics.ERROR, cause))
 
-    # ----- lifecycle ------------------------------------------------------------------------------
+    # ----- lifecycle hooks (ros/lifecycle.py) -----------------------------------------------------
 
-    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._crash.clear()
-        try:
-            cfg = self._cfg = PARAM_TABLE.read(self)
-            model = build_model(cfg)
-            self._session = TrainingSession(
-                (cfg.worker_host, cfg.worker_port), model, pipeline=cfg.pipeline_id, model_id=cfg.model_id,
-                wire=WireFormat(value_dtype=cfg.value_dtype, framing=cfg.framing),
-                max_backlog=cfg.max_backlog, logger=self.get_logger(), on_fault=self._session_failed,
-                timeout=cfg.retransmit_timeout, retries=cfg.retries,
-                key=read_key(None, cfg.auth_key_file or None), broadcast=cfg.hello_broadcast)
-            count = self._session.start(cfg.connect_timeout)
-        # concurrent.futures.TimeoutError is TimeoutError from Python 3.11 on, a class of its own in 3.10
-        except (LibrEdgeTpuError, TimeoutError, concurrent.futures.TimeoutError, OSError) as exc:
-            hint = ""
-            if isinstance(exc, DeviceTimeoutError):  # the first launch without a worker: say what to do
-                host, port = self._cfg.worker_host, self._cfg.worker_port
-                hint = (f"; is a Team Tensor worker running at {host}:{port}? start one "
-                        f"(`libredgetpu-ros tt-worker --host {host} --port {port}`) or point the "
-                        "worker_host / worker_port parameters (launch arguments) at yours")
-            self.get_logger().error(f"configure failed: {type(exc).__name__}: {exc}{hint}")
-            self._close_session()
-            return TransitionCallbackReturn.FAILURE
+    def open_processor(self) -> None:
+        cfg = self.cfg
+        model = build_model(cfg)
+        self._model_layers = len(model.layers)
+        self._session = TrainingSession(
+            (cfg.worker_host, cfg.worker_port), model, pipeline=cfg.pipeline_id, model_id=cfg.model_id,
+            wire=WireFormat(value_dtype=cfg.value_dtype, framing=cfg.framing),
+            max_backlog=cfg.max_backlog, logger=self.get_logger(), on_fault=self._session_failed,
+            timeout=cfg.retransmit_timeout, retries=cfg.retries,
+            key=read_key(None, cfg.auth_key_file or None), broadcast=cfg.hello_broadcast)
+        self._models = self._session.start(cfg.connect_timeout)
+
+    def configure_failed_message(self, exc: BaseException) -> str:
+        hint = ""
+        if isinstance(exc, DeviceTimeoutError):  # the first launch without a worker: say what to do
+            host, port = self.cfg.worker_host, self.cfg.worker_port
+            hint = (f"; is a Team Tensor worker running at {host}:{port}? start one "
+                    f"(`libredgetpu-ros tt-worker --host {host} --port {port}`) or point the "
+                    "worker_host / worker_port parameters (launch arguments) at yours")
+        return f"{type(exc).__name__}: {exc}{hint}"
+
+    def create_outputs(self) -> None:
+        cfg = self.cfg
         self._x = np.zeros((cfg.batch_size, cfg.input_size), np.float32)
         self._t = np.zeros((cfg.batch_size, cfg.output_size), np.float32)
         self._filled = 0
-        self._metrics_pub = output_publisher(self, Float32MultiArray, "~/metrics", 10)
-        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._metrics_pub = self.output(Float32MultiArray, "~/metrics", 10)
         self._push_prefix = f"{self.get_fully_qualified_name()}:{secrets.token_hex(8)}"
         if cfg.push_period > 0 and pushable(cfg):
             self._pusher = WeightPusher(self, cfg.set_weights_service, cfg.engine_name,
                                         (cfg.output_size, cfg.input_size), self.counters)
-        self._entities = [create_guarded_service(self, GetWeights, "~/get_weights", self._on_get_weights)]
-        self.get_logger().info(f"configured: model {cfg.model_id} ({len(model.layers)} layers, "
-                               f"{cfg.objective}) on worker {cfg.worker_host}:{cfg.worker_port}, pipeline "
-                               f"{cfg.pipeline_id} ({count} model(s)); weights "
-                               f"{'pushed to ' + cfg.set_weights_service if self._pusher else 'not pushed'}")
-        return TransitionCallbackReturn.SUCCESS
+        self.service(GetWeights, "~/get_weights", self._on_get_weights)
+
+    def describe(self) -> str:
+        cfg = self.cfg
+        return (f"model {cfg.model_id} ({self._model_layers} layers, {cfg.objective}) on worker "
+                f"{cfg.worker_host}:{cfg.worker_port}, pipeline {cfg.pipeline_id} ({self._models} model(s)); "
+                f"weights {'pushed to ' + cfg.set_weights_service if self._pusher else 'not pushed'}")
+
+    def diagnostics_period(self) -> float | None:
+        return None  # published by the metrics timer (_tick) while active
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        cfg = self._cfg
         if self._session.fault is not None:  # failed while inactive (reported then): start again from scratch
             self.get_logger().error("not activated: the Team Tensor session failed while inactive")
             return TransitionCallbackReturn.ERROR  # -> ErrorProcessing -> on_error -> unconfigured
-        self._active = [
-            self.create_subscription(Float32MultiArray, cfg.samples_topic, self._on_sample, 100),
-            self.create_timer(cfg.metrics_period, self._tick),
-        ]
-        if self._pusher is not None:
-            self._active.append(self.create_timer(cfg.push_period, self._push_weights))
         return super().on_activate(state)
 
-    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._drop(self._active)
-        self._active = []
-        if self._crash.cause is not None:
-            return TransitionCallbackReturn.ERROR  # -> ErrorProcessing -> on_error
-        return super().on_deactivate(state)
+    def create_inputs(self) -> None:
+        cfg = self.cfg
+        self.data_subscription(Float32MultiArray, cfg.samples_topic, self._on_sample, 100)
+        self.active_timer(cfg.metrics_period, self._tick)
+        if self._pusher is not None:
+            self.active_timer(cfg.push_period, self._push_weights)
 
-    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.get_logger().error(f"error processing (from {state.label}): disconnected from the worker; "
-                                "configure to start again")
-        self.teardown()
-        self._crash.clear()
-        return TransitionCallbackReturn.SUCCESS
-
-    def teardown(self) -> None:
-        """Drop every entity and disconnect from the worker (idempotent)."""
-        self._drop(self._active + self._entities)
-        self._active, self._entities = [], []
+    def close_processor(self) -> None:
+        """Disconnect from the worker (idempotent)."""
         if self._pusher is not None:
             self._pusher.destroy()
             self._pusher = None
-        if self._metrics_pub is not None:
-            self.destroy_lifecycle_publisher(self._metrics_pub)
-            self._metrics_pub = None
-        if self._diag_pub is not None:
-            self.destroy_publisher(self._diag_pub)
-            self._diag_pub = None
+        self._metrics_pub = None
         self._read, self._read_error, self._trained, self._pushed_version = None, "", None, None
-        self._close_session()
-
-    def _drop(self, entities: list[Any]) -> None:
-        for entity in entities:
-            if hasattr(entity, "cancel"):
-                entity.cancel()
-                self.destroy_timer(entity)
-            elif hasattr(entity, "topic_name"):
-                self.destroy_subscription(entity)
-            else:
-                self.destroy_service(entity)
-
-    def _close_session(self) -> None:
         if self._session is not None:
             session, self._session = self._session, None
             session.stop()
@@ -211,8 +178,8 @@ class TrainerNode(TeardownOnCleanup, LifecycleNode):
     def _session_failed(self, exc: BaseException) -> None:
         """On the session thread: log with the traceback, hand over to the main executor (CompanionFault:
         diagnostics ERROR, then an active node is deactivated into ErrorProcessing)."""
-        self._crash.latch(f"session thread failed: {type(exc).__name__}: {exc}",
-                          "".join(traceback.format_exception(exc)).rstrip())
+        self.latch(f"session thread failed: {type(exc).__name__}: {exc}",
+                   "".join(traceback.format_exception(exc)).rstrip())
 
     @staticmethod
     def _trigger(guard: Any) -> None:
@@ -222,7 +189,7 @@ class TrainerNode(TeardownOnCleanup, LifecycleNode):
     # ----- samples -> batches ---------------------------------------------------------------------
 
     def _on_sample(self, msg: Float32MultiArray) -> None:
-        cfg, session = self._cfg, self._session
+        cfg, session = self.cfg, self._session
         values = np.frombuffer(msg.data, np.float32) if len(msg.data) else np.zeros(0, np.float32)
         if values.size != cfg.input_size + cfg.output_size:
             self.counters["wrong_size"] += 1
@@ -244,7 +211,7 @@ class TrainerNode(TeardownOnCleanup, LifecycleNode):
         """Metrics timer: report, then start the next read unless the last one is still out."""
         if self._session is None:
             return
-        self._publish_diagnostics()
+        self.publish_diagnostics()
         if self._read is not None:
             self.counters["reads_skipped"] += 1  # the worker is busy (a batch) or silent: no pile-up
             return
@@ -255,7 +222,7 @@ class TrainerNode(TeardownOnCleanup, LifecycleNode):
         want_model = self._weights_wanted or self._pusher is not None or self._trained is None
         self._weights_wanted = False
         self._read_started = time.monotonic()
-        self._read = session.fetch(model=want_model, timeout=self._cfg.read_timeout)
+        self._read = session.fetch(model=want_model, timeout=self.cfg.read_timeout)
         self._read.add_done_callback(lambda _: self._trigger(self._read_done))
 
     def _on_read_done(self) -> None:
@@ -326,29 +293,27 @@ class TrainerNode(TeardownOnCleanup, LifecycleNode):
 
     # ----- diagnostics ----------------------------------------------------------------------------
 
-    def _publish_diagnostics(self, level: int | None = None, message: str = "") -> None:
-        cfg, session, pub = self._cfg, self._session, self._diag_pub
-        if pub is None or cfg is None or session is None:
-            return
+    def hardware_id(self) -> str:
+        return f"teamtensor udp {self.cfg.worker_host}:{self.cfg.worker_port}"
+
+    def diagnostic_status(self) -> tuple[int, str, dict[str, object]]:
+        cfg, session = self.cfg, self._session
+        assert session is not None
         stats = session.stats  # ints written by the session thread: a slightly old value is fine here
-        if level is None:
-            out_for = time.monotonic() - self._read_started if self._read is not None else 0.0
-            if self._read_error:
-                level, message = diagnostics.WARN, f"worker reads fail: {self._read_error}"
-            elif out_for > 2 * cfg.metrics_period:
-                level, message = diagnostics.WARN, f"worker busy or silent: a read is out for {out_for:.1f} s"
-            elif stats.batches_failed:
-                level = diagnostics.WARN
-                message = f"{stats.batches_failed} batch(es) failed, the last: {stats.last_error}"
-            else:
-                level, message = diagnostics.OK, "training" if stats.batches_sent else "waiting for samples"
+        out_for = time.monotonic() - self._read_started if self._read is not None else 0.0
+        if self._read_error:
+            level, message = diagnostics.WARN, f"worker reads fail: {self._read_error}"
+        elif out_for > 2 * cfg.metrics_period:
+            level, message = diagnostics.WARN, f"worker busy or silent: a read is out for {out_for:.1f} s"
+        elif stats.batches_failed:
+            level = diagnostics.WARN
+            message = f"{stats.batches_failed} batch(es) failed, the last: {stats.last_error}"
+        else:
+            level, message = diagnostics.OK, "training" if stats.batches_sent else "waiting for samples"
         values = {"batches_sent": stats.batches_sent, "samples_sent": stats.samples_sent,
                   "batches_dropped": stats.batches_dropped, "batches_failed": stats.batches_failed,
                   **self.counters}
-        status = diagnostics.status(f"{self.get_fully_qualified_name()}: trainer",
-                                    f"teamtensor udp {cfg.worker_host}:{cfg.worker_port}", level, message,
-                                    values)
-        pub.publish(diagnostics.array(self.get_clock().now().to_msg(), [status]))
+        return level, message, values
 
 
 def main(args: list[str] | None = None) -> int:
