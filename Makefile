@@ -10,7 +10,9 @@
 #        the launch_testing tests (test/launch/) through launch_test. Extra pytest arguments:
 #        make test PYTEST_ARGS="-k foo"; only the launch tests: make test-launch
 # test-fast  ruff, then every test not marked `ros` or `slow` (test/conftest.py marks every test using
-#        ros_env or rclpy `ros`), in the same sandbox: the lane to run while working.
+#        ros_env or rclpy `ros`, and the tests of its SLOW_TESTS list `slow`), in the same sandbox, on
+#        FAST_WORKERS (2) pytest-xdist processes, one test file per process at a time: the lane to run while
+#        working. `make test` runs every test, the slow ones included, in one process.
 # test-slowest  the 20 slowest test files of the runs so far (seconds per file, recorded by every
 #        `make test` / `make test-fast` in build/test-durations.json).
 # test-pythons  the ROS-free suite on every other CPython pyenv has (3.10, 3.12, 3.13), one venv each
@@ -145,8 +147,11 @@ test: prereqs-test lint
 	$(PYTEST) $(PYTEST_ARGS)
 	$(SANDBOX) tools/run_launch_tests.sh
 
+# xdist: every test of the fast lane keeps to its tmp_path and binds 127.0.0.1:0; whole files go to one
+# worker (--dist loadfile), so a module's fixtures are built once and its tests keep their order.
+FAST_WORKERS ?= 2
 test-fast: prereqs-test lint
-	$(PYTEST) -m "not ros and not slow" $(PYTEST_ARGS)
+	$(PYTEST) -m "not ros and not slow" -n $(FAST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-slowest:
 	@python3 tools/slowest_tests.py $(DURATIONS) 20

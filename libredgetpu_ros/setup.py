@@ -24,7 +24,7 @@ setup(
     maintainer_email="maintainers@libredgetpu-ros.invalid",
     description="Edge TPU perception and adaptive control for ROS 2 without Google's runtime",
     license="Apache-2.0",
-    extras_require={"test": ["pytest", "hypothesis", "pytest-timeout", "femtorun==4.1.2"],
+    extras_require={"test": ["pytest", "hypothesis", "pytest-timeout", "pytest-xdist", "femtorun==4.1.2"],
                     "ray": ["ray==2.60.0"]},  # process-bags --engine ray (requirements.lock.txt pins it)
     entry_points={
         "console_scripts": [

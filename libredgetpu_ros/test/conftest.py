@@ -63,6 +63,31 @@ from libredgetpu_ros.fixtures import fixture as _fixture  # noqa: E402
 from libredgetpu_ros.fixtures import fixtures_dir as _fixtures_dir  # noqa: E402
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """This pytest process's own device-lock folder (edgetpu/locks.py: ``$XDG_RUNTIME_DIR``).
+
+    Simulated Edge TPUs take the same flock()s as real ones, under names like "simulated" or "broker-auto";
+    in the shared folder, two pytest processes (the xdist workers of `make test-fast`, or two people's runs
+    on one machine) opening the same name at once would see "in use by another process". Each process, an
+    xdist worker too, gets its folder; the child processes a test starts inherit it.
+    """
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="libredgetpu_ros_pytest_run.")
+    previous = os.environ.get("XDG_RUNTIME_DIR")
+    os.environ["XDG_RUNTIME_DIR"] = folder
+
+    def restore() -> None:
+        if previous is None:
+            os.environ.pop("XDG_RUNTIME_DIR", None)
+        else:
+            os.environ["XDG_RUNTIME_DIR"] = previous
+        shutil.rmtree(folder, ignore_errors=True)
+
+    config.add_cleanup(restore)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--run-hardware", action="store_true", default=False,
                      help="run tests marked 'hardware' (needs a real accelerator attached)")
@@ -92,10 +117,81 @@ def _starts_ros(item: pytest.Item) -> bool:
     return "rclpy" in source
 
 
+# Tests marked ``slow`` here rather than in their files: each takes more than ~1 s of CPU (or a subprocess
+# per case, a fuzz budget, a kill-at-every-point loop), so the fast lane leaves them to `make test`, which
+# runs them all. Entries are ``<file under test/>::<function>`` (every parametrization) or
+# ``...::<function>[<id>]`` (that case only); test_conftest_marks.py checks that each still names a test.
+# Chosen from a `make test-fast --durations` run (`make test-slowest` lists the slowest files).
+SLOW_TESTS = frozenset({
+    "edgetpu/test_broker.py::test_a_matmul_engine_and_a_camera_model_take_turns_on_one_device",
+    "femto/test_femto_differential.py::test_loader_fuzz_matches_femtorun",
+    "femto/test_femto_differential.py::test_loader_fuzz_raw_text",
+    "femto/test_femto_hostile_text.py::test_large_iospec_on_the_c_loader_gets_femtorun_verdict",
+    "fuzz/test_fuzz_readers.py::test_reader_fuzz_budget",
+    "fuzz/test_fuzz_services.py::test_learned_state_file_fuzz_budget",
+    "fuzz/test_fuzz_teamtensor.py::test_teamtensor_replayed_claims_fuzz_budget",
+    "fuzz/test_fuzz_text.py::test_text_reader_fuzz_budget",
+    "ingenic/test_mgk_malformed.py::test_every_truncation_of_the_elf_part",
+    "ingenic/test_mgk_malformed.py::test_fuzzed_mutations_give_typed_errors_never_a_traceback_or_hang",
+    "ingenic/test_mgk_synthetic.py::test_fuzzed_tables_parse_or_give_config_errors",
+    "matmul/test_jit_cache.py::test_numba_imported_on_open_and_cached_in_user_folder",
+    "robotics/test_reservoir.py::test_one_step_ahead_prediction_of_known_systems",
+    "robotics/test_retarget_kill.py::test_a_kill_at_any_point_leaves_a_template_that_loads",
+    "robotics/test_spot_validity.py::test_small_targets_on_textured_walls_are_valid_and_right",
+    "robotics/test_ttc.py::test_approach_from_5m_at_1mps_gives_ttc_in_seconds",
+    "robotics/test_ttc.py::test_no_contact_coming_gives_no_ttc",
+    "sophgo/test_tpulang_hardening.py::test_a_huge_op_name_is_not_echoed_whole",
+    "sophgo/test_tpulang_hardening.py::test_export_and_replay_failing_part_way_keep_the_previous_pair",
+    "sophgo/test_tpulang_hardening.py::test_kill_9_mid_write_never_leaves_a_partial_output",
+    "sophgo/test_tpulang_hardening.py::test_unused_npz_array_is_never_loaded",
+    "sophgo/test_tpulang_properties.py::test_conv_f32_matches_loop_reference",
+    "teamtensor/test_codec.py::test_reliable_trailer_layout_and_every_single_byte_corruption_is_caught",
+    "teamtensor/test_end_to_end.py::test_training_converges_and_is_identical_with_and_without_impairment",
+    "teamtensor/test_fuzz.py::test_worker_survives_ten_thousand_invalid_datagrams",
+    "teamtensor/test_worker.py::test_a_worker_filled_to_its_limits_keeps_less_than_its_memory_bound",
+    "test_atomicio.py::test_kill_9_mid_write_never_leaves_a_partial_file",
+    "test_layers.py::test_no_import_cycles",
+    "test_layers.py::test_no_import_goes_up_or_sideways",
+    "test_npyfile.py::test_weights_npy_lying_about_its_shape_is_one_error_line",
+    "tools/test_docs_commands.py::test_every_named_subcommand_runs_its_help",
+    "tools/test_pictures.py::test_committed_picture_is_current[looming]",
+})
+_TEST_DIR = Path(__file__).resolve().parent
+
+
+# What this session collected (before -m/-k deselect anything): ``<file>::<function>`` and the SLOW_TESTS
+# entries that matched a test, for test_conftest_marks.py's check of ``[<id>]`` entries.
+collected_functions: set[str] = set()
+matched_slow: set[str] = set()
+
+
+def _test_function(item: pytest.Item) -> str | None:
+    """``<file under test/>::<function>`` of ``item``; None for an item outside this folder."""
+    try:
+        file = Path(item.path).resolve().relative_to(_TEST_DIR).as_posix()
+    except ValueError:
+        return None
+    return f"{file}::{getattr(item, 'originalname', item.name)}"
+
+
+def listed_slow(item: pytest.Item) -> str | None:
+    """The SLOW_TESTS entry naming ``item`` (its function, or its one parametrized case), else None."""
+    function = _test_function(item)
+    if function is None:
+        return None
+    case = f"{function.rsplit('::', 1)[0]}::{item.name}"
+    return next((entry for entry in (function, case) if entry in SLOW_TESTS), None)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "ros" not in item.keywords and _starts_ros(item):
             item.add_marker(pytest.mark.ros)
+        collected_functions.add(_test_function(item) or "")
+        entry = listed_slow(item)
+        if entry is not None:
+            matched_slow.add(entry)
+            item.add_marker(pytest.mark.slow)
     if config.getoption("--run-hardware"):
         return
     skip = pytest.mark.skip(reason="needs a real accelerator; run with --run-hardware")
@@ -399,6 +495,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     target = os.environ.get("LIBREDGETPU_ROS_DURATIONS")
     if not target or not _file_seconds or session.config.getoption("collectonly"):
         return
+    if hasattr(session.config, "workerinput"):
+        return  # a pytest-xdist worker: the controller gets every report too and writes the record once
     import json
 
     from libredgetpu_ros.atomicio import atomic_write_text

@@ -101,8 +101,11 @@ def test_large_text_uses_the_c_loader_and_gives_pyyaml_values(monkeypatch) -> No
     used = []
     real = textdata._load
     monkeypatch.setattr(textdata, "_load", lambda *a: used.append(a[-1]) or real(*a))
+    # the switch at a smaller size: the same code path, without parsing 400 KB with PyYAML's pure Python
+    monkeypatch.setattr(textdata, "PURE_PYTHON_CHARS", 8 * 1024)
     small = "x: {a: [1, 2.5, null, true, 2024-01-01, 'q']}\n"
-    big = small + "".join(f"k{i}: [{i}, {i}.5, v{i}]\n" for i in range(20_000))
+    big = small + "".join(f"k{i}: [{i}, {i}.5, v{i}]\n" for i in range(600))
+    assert len(small) <= textdata.PURE_PYTHON_CHARS < len(big)
     assert textdata.load_yaml(big) == yaml.safe_load(big)
     assert textdata.load_yaml(small) == yaml.safe_load(small)
     assert used == [textdata._C_LOADER, yaml.SafeLoader]
@@ -111,7 +114,9 @@ def test_large_text_uses_the_c_loader_and_gives_pyyaml_values(monkeypatch) -> No
 def test_c_loader_errors_are_named_by_pyyaml(monkeypatch) -> None:
     # libyaml calls this a ScannerError where PyYAML (femtorun, launch) says ParserError, or the reverse:
     # a large malformed text is parsed again by the pure-Python loader for the verdict.
-    text = "".join(f"k{i}: {i}\n" for i in range(20_000)) + "bad: [1,\n  - 2\n"
+    monkeypatch.setattr(textdata, "PURE_PYTHON_CHARS", 8 * 1024)
+    text = "".join(f"k{i}: {i}\n" for i in range(1_500)) + "bad: [1,\n  - 2\n"
+    assert textdata.PURE_PYTHON_CHARS < len(text) <= textdata.PURE_PYTHON_RECHECK_CHARS
     with pytest.raises(yaml.YAMLError) as pyyaml:
         yaml.safe_load(text)
     with pytest.raises(TextDataError) as ours:
