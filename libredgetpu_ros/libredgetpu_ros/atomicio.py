@@ -42,7 +42,7 @@ from libredgetpu_ros.errors import OutputError
 from libredgetpu_ros.textdata import clip
 
 __all__ = ["atomic_directory", "atomic_open", "atomic_path", "atomic_write_bytes", "atomic_write_text",
-           "commit_file", "fsync_directory", "make_folder"]
+           "commit_file", "fsync_directory", "make_folder", "rename_noreplace"]
 
 
 # errno values of a write that reached the file system and failed: these mean "cannot write the output"
@@ -223,7 +223,10 @@ def _fsync_tree(root: Path) -> None:
         fsync_directory(folder)
 
 
-_RENAME_EXCHANGE = 2    # linux/fs.h
+# renameat2() flags (linux/fs.h)
+_RENAME_NOREPLACE = 1
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
 
 
 @functools.cache
@@ -236,19 +239,41 @@ def _renameat2() -> Any:
     return getattr(libc, "renameat2", None)
 
 
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two existing names in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False when unavailable."""
+def _rename_with(src: Path, dst: Path, flags: int) -> bool:
+    """``renameat2(src, dst, flags)``: True when done, False where the C library, kernel or file system has
+    no such rename; OSError (FileExistsError for RENAME_NOREPLACE onto a name) for any other failure."""
     renameat2 = _renameat2()
     if renameat2 is None:
         return False
-    at_fdcwd = -100
-    result = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE)
-    if result == 0:
+    if renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags) == 0:
         return True
     err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):    # this kernel or file system cannot swap
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
         return False
-    raise OSError(err, os.strerror(err), str(b))
+    raise OSError(err, os.strerror(err), str(dst))
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two existing names in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False when unavailable."""
+    return _rename_with(a, b, _RENAME_EXCHANGE)
+
+
+def rename_noreplace(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Rename ``src`` to ``dst`` unless ``dst`` exists, then sync ``dst``'s folder. One step where the
+    kernel can (``renameat2(RENAME_NOREPLACE)``), else a check then ``os.rename`` (a name appearing between
+    the two is replaced). OutputError when ``dst`` exists or the rename fails."""
+    src, dst = Path(src), Path(dst)
+    try:
+        done = _rename_with(src, dst, _RENAME_NOREPLACE)
+        if not done:
+            if dst.exists() or dst.is_symlink():
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(dst))
+            os.rename(src, dst)
+    except FileExistsError:
+        raise OutputError(f"output {_shown(dst)} already exists: not replaced") from None
+    except OSError as exc:
+        raise OutputError(f"cannot publish {_shown(dst)}: {exc.strerror or exc}") from exc
+    fsync_directory(dst.parent)
 
 
 def _publish(tmp: Path, final: Path) -> None:

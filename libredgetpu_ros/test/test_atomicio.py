@@ -150,6 +150,35 @@ def test_atomic_directory_without_kernel_exchange_sets_the_old_one_aside(tmp_pat
     assert _leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("kernel", ["renameat2", "no renameat2"])
+def test_rename_noreplace_moves_a_folder_and_never_replaces_an_existing_name(tmp_path, monkeypatch, kernel):
+    if kernel == "no renameat2":  # libc or kernel without it: a check, then os.rename
+        monkeypatch.setattr(atomicio, "_renameat2", lambda: None)
+    staged, final = tmp_path / "staged", tmp_path / "out" / "bag"
+    staged.mkdir()
+    (staged / "data.db3").write_bytes(b"new")
+    final.parent.mkdir()
+    atomicio.rename_noreplace(staged, final)
+    assert (final / "data.db3").read_bytes() == b"new" and not staged.exists()
+
+    for existing in (final, tmp_path / "file", tmp_path / "empty"):  # a full folder, a file, an empty folder
+        if existing.name == "file":
+            existing.write_bytes(OLD)
+        elif existing.name == "empty":
+            existing.mkdir()
+        other = tmp_path / f"other-{existing.name}"
+        other.mkdir()
+        with pytest.raises(OutputError, match="already exists: not replaced"):
+            atomicio.rename_noreplace(other, existing)
+        assert other.is_dir()  # nothing moved
+    assert (final / "data.db3").read_bytes() == b"new" and (tmp_path / "file").read_bytes() == OLD
+
+
+def test_rename_noreplace_failure_is_an_output_error(tmp_path):
+    with pytest.raises(OutputError, match=r"cannot publish .*missing-folder"):
+        atomicio.rename_noreplace(tmp_path / "no-such-source", tmp_path / "missing-folder" / "x")
+
+
 _WRITER = textwrap.dedent("""
     import sys
     from libredgetpu_ros.atomicio import atomic_open

@@ -72,39 +72,10 @@ def make_jobs(bags: Iterable[Any], out_dir: Path, staging: Path, config: str | P
             for i, bag in enumerate(bags)]
 
 
-def rename_noreplace(src: Path, dst: Path) -> None:
-    """Rename ``src`` to ``dst`` unless ``dst`` exists (Linux ``renameat2(RENAME_NOREPLACE)``, one step; a
-    check then ``os.rename`` where the kernel or file system cannot). OutputError when ``dst`` exists."""
-    import ctypes
-    import errno
-
-    from libredgetpu_ros.atomicio import _renameat2, fsync_directory
-
-    renameat2 = _renameat2()
-    done = False
-    if renameat2 is not None:
-        if renameat2(-100, os.fsencode(src), -100, os.fsencode(dst), 1) == 0:  # AT_FDCWD, RENAME_NOREPLACE
-            done = True
-        else:
-            err = ctypes.get_errno()
-            if err == errno.EEXIST:
-                raise OutputError(f"output {dst} already exists: not replaced")
-            if err not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-                raise OutputError(f"cannot publish {dst}: {os.strerror(err)}")
-    if not done:
-        if dst.exists():
-            raise OutputError(f"output {dst} already exists: not replaced")
-        try:
-            os.rename(src, dst)
-        except OSError as exc:
-            raise OutputError(f"cannot publish {dst}: {exc.strerror or exc}") from exc
-    fsync_directory(dst.parent)
-
-
 def run_bag(job: BagJob, log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Process one bag into its staging folder, then publish it; the bag's record (never raises but for
     KeyboardInterrupt: the interrupted bag is removed from staging first)."""
-    from libredgetpu_ros.atomicio import make_folder
+    from libredgetpu_ros.atomicio import make_folder, rename_noreplace
     from libredgetpu_ros.ros.bag_processing import process_bag
 
     begin = time.perf_counter()
