@@ -5,9 +5,11 @@ services and lifecycle unanswered), a device (``/dev/zero``: endless bytes; ``/d
 a folder or a symlink to any of those. :func:`open_regular` opens without blocking (``O_NONBLOCK``), checks
 what it opened (``fstat``: the file itself, so a swap after a check cannot slip through) is a regular file
 of at most ``max_bytes``, and only then hands it out (blocking mode restored). :func:`check_regular` is the
-same check for a library that opens the path itself (rosbags, sqlite, zipfile).
+same check for a library that opens the path itself (rosbags, sqlite, zipfile); :func:`file_kind` says what
+is at a path without raising (doctor's reports, "is the cached file a plain file?").
 
-Errors are ``error`` (an ``InputError`` subclass the caller chooses) naming what and where, the path cut.
+Errors are ``error`` (an ``InputError`` subclass, or another of our errors, the caller chooses) naming what
+and where, the path cut.
 """
 
 from __future__ import annotations
@@ -17,23 +19,44 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
-from libredgetpu_ros.errors import InputError
+from libredgetpu_ros.errors import InputError, LibrEdgeTpuError
 
 
-def _kind(mode: int) -> str:
+def mode_kind(mode: int) -> str | None:
+    """None for a regular file's ``st_mode``, else what it is: "a folder", "a FIFO", "a device", "a socket",
+    "a symbolic link" (from ``lstat``) or "not a regular file"."""
+    if stat.S_ISREG(mode):
+        return None
     for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
-                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
+                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISLNK, "a symbolic link")):
         if test(mode):
             return name
     return "not a regular file"
 
 
+def file_kind(path: str | Path, *, follow: bool = True) -> str | None:
+    """None when ``path`` is a regular file, else what is there: "missing", "unreadable (<reason>)" or a
+    :func:`mode_kind`; nothing is opened. ``follow=False``: a symbolic link is "a symbolic link", whatever
+    it points at."""
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return "missing"
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+    except ValueError:  # a NUL byte
+        return "not a valid path"
+    return mode_kind(st.st_mode)
+
+
 def _checked(st: os.stat_result, path: str | Path, what: str, max_bytes: int | None,
-             error: type[InputError]) -> int:
+             error: type[LibrEdgeTpuError]) -> int:
     from libredgetpu_ros.textdata import clip
 
-    if not stat.S_ISREG(st.st_mode):
-        raise error(f"{what} {clip(str(path))} is {_kind(st.st_mode)}, not a regular file")
+    kind = mode_kind(st.st_mode)
+    if kind is not None:
+        raise error(f"{what} {clip(str(path))} is {kind}, not a regular file")
     if max_bytes is not None and st.st_size > max_bytes:
         raise error(f"{what} {clip(str(path))}: {st.st_size} bytes is larger than the {max_bytes} accepted")
     return st.st_size
@@ -53,7 +76,7 @@ def _refusal(path: str | Path, what: str, exc: BaseException) -> str:
 
 
 def check_regular(path: str | Path, what: str, max_bytes: int | None = None,
-                  error: type[InputError] = InputError) -> int:
+                  error: type[LibrEdgeTpuError] = InputError) -> int:
     """The size of ``path`` (symlinks followed) if it is a regular file of at most ``max_bytes``; else
     ``error``. For libraries that open the path themselves: nothing is opened here."""
     try:
@@ -64,14 +87,23 @@ def check_regular(path: str | Path, what: str, max_bytes: int | None = None,
 
 
 def open_regular(path: str | Path, what: str, max_bytes: int | None = None,
-                 error: type[InputError] = InputError) -> BinaryIO:
+                 error: type[LibrEdgeTpuError] = InputError, *, follow: bool = True) -> BinaryIO:
     """``path`` opened for binary reading if it is a regular file of at most ``max_bytes`` (checked on the
-    opened file); else ``error``. Never blocks on a FIFO or a device."""
+    opened file); else ``error``. Never blocks on a FIFO or a device. ``follow=False``: a symbolic link is
+    refused (``O_NOFOLLOW``), not read through."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, flags)
     except (OSError, ValueError) as exc:
         if isinstance(exc, OSError) and not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
-            check_regular(path, what, max_bytes, error)  # a socket (ENXIO): named by its kind
+            if follow:
+                check_regular(path, what, max_bytes, error)  # a socket (ENXIO): named by its kind
+            else:  # a link (ELOOP), a socket: named by what is there
+                from libredgetpu_ros.textdata import clip
+
+                kind = file_kind(path, follow=False)
+                if kind is not None and kind != "missing" and not kind.startswith("unreadable"):
+                    raise error(f"{what} {clip(str(path))} is {kind}, not a regular file") from None
         raise error(_refusal(path, what, exc)) from None
     try:
         _checked(os.fstat(fd), path, what, max_bytes, error)

@@ -16,14 +16,13 @@ domain id, the Fast DDS profile file and the template folder.
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from libredgetpu_ros.paths import file_kind
 from libredgetpu_ros.textdata import clip
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
@@ -136,26 +135,9 @@ def check_rmw(environ: Mapping[str, str], probe=probe_rmw) -> tuple[str, str, st
         "distro (apt-get install ros-$ROS_DISTRO-<rmw name with - for _>)")
 
 
-def file_kind(path: Path) -> str | None:
-    """None for a regular file, else what it is ("missing", "a FIFO", "a folder", ...), never opening it."""
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        return "missing"
-    except OSError as exc:
-        return f"unreadable ({exc.strerror})"
-    if stat.S_ISREG(mode):
-        return None
-    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
 def check_profile_file(path: str) -> tuple[str, str, str] | None:
     """None when FASTDDS_DEFAULT_PROFILES_FILE names a regular file, else (status, detail, fix)."""
-    kind = file_kind(Path(path))
+    kind = file_kind(path)
     if kind is None:
         return None
     fix = "point FASTDDS_DEFAULT_PROFILES_FILE at an XML file, or unset it"
@@ -174,7 +156,7 @@ def check_templates_env(environ: Mapping[str, str]) -> tuple[str, str, str] | No
     value = environ.get(TEMPLATES_ENV, "")
     if not value:
         return None
-    kind = file_kind(Path(value))
+    kind = file_kind(value)
     if kind == "a folder":
         return None
     what = "a file" if kind is None else kind

@@ -26,13 +26,11 @@ escaped and cut to a bounded length. ROS-free.
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import http.client
 import os
 import re
 import socket
-import stat
 import threading
 import time
 import urllib.error
@@ -43,6 +41,7 @@ from typing import Any
 
 from libredgetpu_ros.atomicio import commit_file
 from libredgetpu_ros.errors import ModelFetchError, ModelSourceError, OutputError
+from libredgetpu_ros.paths import file_kind, open_regular
 from libredgetpu_ros.textdata import clip
 
 CHUNK = 1 << 16
@@ -62,26 +61,18 @@ def _clip(text: object) -> str:
     return clip(str(text).encode("unicode_escape", "backslashreplace").decode("ascii"))
 
 
-def sha256_of(path: Path, follow: bool = True) -> str:
-    """SHA-256 of a regular file's bytes (opened without blocking: a FIFO swapped in is OSError, not a hang);
-    ``follow=False``: OSError (ELOOP) if ``path`` is a symbolic link."""
+def sha256_of(path: Path, what: str = "model file", *, follow: bool = True) -> str:
+    """SHA-256 of a regular file's bytes, opened by :func:`paths.open_regular` (a FIFO or device swapped in
+    is refused, never a hang); ``follow=False``: a symbolic link is refused too. ModelFetchError naming
+    ``what`` and ``path`` otherwise."""
     digest = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW))
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(errno.EINVAL, "not a regular file", str(path))
-    with os.fdopen(fd, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
+    with open_regular(path, what, error=ModelFetchError, follow=follow) as f:
+        try:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        except OSError as exc:
+            raise ModelFetchError(f"{what} {clip(str(path))}: cannot read: {exc.strerror or exc}") from None
     return digest.hexdigest()
-
-
-def is_regular(path: Path) -> bool:
-    """``path`` itself (not what a link points at) is a regular file."""
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
 
 
 def check_url(url: str) -> None:
@@ -304,9 +295,10 @@ def _expected_total(response: http.client.HTTPResponse, status: int, offset: int
 def _transfer(url: str, dest: Path, part: Path, deadline: _Deadline, progress: bool) -> None:
     """One request: fill ``part`` (resuming from its size). ``_BadResume`` when the server's reply to a
     resume cannot be appended."""
-    if os.path.lexists(part) and not is_regular(part):  # a link (or anything else) is never written through
+    kind = file_kind(part, follow=False)
+    if kind is not None and kind != "missing":  # a link (or anything else) is never written through
         part.unlink()
-    offset = part.stat().st_size if is_regular(part) else 0
+    offset = part.stat().st_size if kind is None else 0
     response, status, unsatisfied = _open(url, offset, deadline)
     if response is None:  # 416 to a resume: fine only if the part is exactly the file's size
         match = _UNSATISFIED_RANGE.fullmatch(unsatisfied.strip())
@@ -357,7 +349,7 @@ def download(url: str, dest: Path, sha256: str, *, progress: bool = False,
     if not 0 < deadline_s <= MAX_DEADLINE_S:
         raise ModelSourceError(f"the download deadline must be 0 < seconds <= {MAX_DEADLINE_S:g}, "
                                f"got {deadline_s}")
-    if is_regular(dest) and sha256_of(dest, follow=False) == sha256:
+    if file_kind(dest, follow=False) is None and sha256_of(dest, follow=False) == sha256:
         return dest
     part = _part(dest)
     try:
@@ -373,10 +365,7 @@ def download(url: str, dest: Path, sha256: str, *, progress: bool = False,
                     raise ModelFetchError(f"{_clip(url)}: {again}") from None
     except OSError as exc:  # network errors are ModelFetchErrors already: this is the local side
         raise ModelFetchError(f"cannot write {clip(str(part))}: {exc.strerror or exc}") from None
-    try:
-        got = sha256_of(part, follow=False)
-    except OSError as exc:  # replaced by a link meanwhile: not ours to read
-        raise ModelFetchError(f"cannot read {clip(str(part))}: {exc.strerror or exc}") from None
+    got = sha256_of(part, "download", follow=False)  # replaced by a link meanwhile: not ours to read
     if got != sha256:
         size = part.stat().st_size
         part.unlink()

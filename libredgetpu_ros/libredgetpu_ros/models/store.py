@@ -22,8 +22,8 @@ from pathlib import Path
 from libredgetpu_ros.atomicio import atomic_path
 from libredgetpu_ros.errors import InputError, ModelFetchError, ModelSourceError, OutputError
 from libredgetpu_ros.models.catalogue import CATALOGUE, ModelEntry, ModelFile
-from libredgetpu_ros.models.download import DEADLINE_S, check_url, download, is_regular, sha256_of
-from libredgetpu_ros.paths import walk_files
+from libredgetpu_ros.models.download import DEADLINE_S, check_url, download, sha256_of
+from libredgetpu_ros.paths import file_kind, walk_files
 from libredgetpu_ros.textdata import clip
 
 MIRROR_VAR = "LIBREDGETPU_ROS_MODEL_MIRROR"  # base URL serving the catalogue's files by name
@@ -70,7 +70,8 @@ def fetch(name: str, *, mirror: str | None = None, cache: Path | None = None, pr
     for f in e.files:
         url = f"{mirror.rstrip('/')}/{f.name}" if mirror else f.url
         dest = cache / f.name
-        if is_regular(dest) and sha256_of(dest, follow=False) == f.sha256:  # a link is replaced, not read
+        # a link is replaced, not read
+        if file_kind(dest, follow=False) is None and sha256_of(dest, follow=False) == f.sha256:
             say(f"{f.name}: cached")
             continue
         check_url(url)  # before it is echoed: a CR/LF in --mirror split the output lines
@@ -100,11 +101,7 @@ def import_dir(folder: Path, names: list[str] | None = None, *, cache: Path | No
             if f.name in done or f.name not in by_name:
                 continue
             src = by_name[f.name]
-            try:
-                got = sha256_of(src)
-            except OSError as exc:
-                raise ModelFetchError(f"import: cannot read {clip(str(src))}: "
-                                      f"{exc.strerror or exc}") from None
+            got = sha256_of(src, "import: file")
             if got != f.sha256:
                 raise ModelSourceError(f"import: {src}: checksum mismatch for {f.name}: SHA-256 {got}, "
                                       f"expected {f.sha256}; nothing of it was imported")
