@@ -58,10 +58,33 @@ def test_domain_id_check(machine: d.Machine, value: str, status: str, words: str
     assert check.status == d.OK or check.fix
 
 
-def test_domain_limit_is_the_one_fast_dds_enforces() -> None:
-    """232 = the highest domain whose first participant's ports fit in 65535 (measured in
-    test_domain_limit_for_real: 232 starts, 233 does not)."""
-    assert MAX_DDS_DOMAIN == 232
+def _rtps_ports(domain: int, participant: int) -> list[int]:
+    """The four well-known ports of a participant, DDSI-RTPS 2.2 section 9.6.1.1 (PB 7400, DG 250, PG 2,
+    d0 0, d1 10, d2 1, d3 11): metatraffic and user multicast, metatraffic and user unicast."""
+    base = 7400 + 250 * domain
+    return [base + 0, base + 1, base + 10 + 2 * participant, base + 11 + 2 * participant]
+
+
+def test_domain_verdicts_follow_the_rtps_port_mapping(machine: d.Machine) -> None:
+    """Every domain 0..300 against the participants whose ports all fit in 65535, counted from the spec's
+    port mapping: none is a FAIL (232 is the last domain with one, as test_domain_limit_for_real measures),
+    fewer than FEW_PARTICIPANTS a WARN naming that count, more never a FAIL nor a count."""
+    from libredgetpu_ros.cli.doctor_ros import FEW_PARTICIPANTS
+
+    last_usable = None
+    for domain in range(301):
+        fitting = sum(1 for p in range(400) if max(_rtps_ports(domain, p)) <= 65535)
+        machine.environ = {"ROS_DOMAIN_ID": str(domain)}
+        check = d.check_domain(machine)
+        if fitting == 0:
+            assert check.status == d.FAIL and "past 65535" in check.detail, (domain, check)
+            continue
+        last_usable = domain
+        if fitting < FEW_PARTICIPANTS:
+            assert check.status == d.WARN and f"only {fitting} participants" in check.detail, (domain, check)
+        else:
+            assert check.status != d.FAIL and "participants" not in check.detail, (domain, check)
+    assert last_usable == MAX_DDS_DOMAIN == 232
 
 
 def test_zenoh_domains_are_not_port_limited(machine: d.Machine) -> None:
