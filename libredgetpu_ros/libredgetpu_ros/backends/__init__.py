@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from libredgetpu_ros.backend_kinds import BACKEND_KINDS
 from libredgetpu_ros.backends.base import Backend, BoundaryInfo, TensorSpec
 from libredgetpu_ros.errors import ConfigError, DeviceError
 
@@ -27,7 +28,7 @@ __all__ = ["Backend", "BackendKind", "BoundaryInfo", "TensorSpec", "choose", "ed
            "open_backend"]
 
 BackendKind = Literal["auto", "cpu", "edgetpu"]
-KINDS: tuple[str, ...] = ("auto", "cpu", "edgetpu")
+KINDS: tuple[str, ...] = BACKEND_KINDS
 
 _log = logging.getLogger(__name__)
 _Runner = TypeVar("_Runner")

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from libredgetpu_ros.backend_kinds import BACKEND_KINDS
+
 HELP = "run a model on one image (pose / segment / detect / classify) on the Edge TPU or the CPU"
 EXAMPLES = (
     "libredgetpu-ros infer --model mobilenet_v1_0.25_128 --labels mobilenet_v1_0.25_128 --image cat.jpg",
@@ -23,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu-model", help="CPU twin for the CPU backend (default: name without _edgetpu)")
     parser.add_argument("--image", required=True,
                         help="image file (PNG, JPEG, BMP, TIFF, WebP, PNM; at most 4096x4096 pixels)")
-    parser.add_argument("--backend", choices=("auto", "cpu", "edgetpu"), default="auto",
+    parser.add_argument("--backend", choices=BACKEND_KINDS, default="auto",
                         help="auto = the Edge TPU if one is attached, else the CPU (default)")
     parser.add_argument("--device", help="which Edge TPU (index or USB bus path) for the edgetpu backend")
     parser.add_argument("--task", choices=("auto", "pose", "segment", "detect", "classify"), default="auto",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 
+from libredgetpu_ros.backend_kinds import BACKEND_KINDS
 from libredgetpu_ros.cli.output import add_json, add_no_progress, print_json, progress, say
 
 HELP = "run a camera node's processing (perception, tracker, looming, flow, recognition) on every image " \
@@ -37,7 +38,7 @@ def add_node_options(parser: argparse.ArgumentParser, storage_default: str) -> N
                         help="the node to run: a ROS parameters YAML is a perception node's unless given; "
                              "in a bringup YAML, the one node of this type (default: its one camera node "
                              "of these types)")
-    parser.add_argument("--backend", choices=("auto", "cpu", "edgetpu"), default=None,
+    parser.add_argument("--backend", choices=BACKEND_KINDS, default=None,
                         help="override the config's backend")
     parser.add_argument("--storage", choices=("mcap", "sqlite3"), default=None,
                         help=f"output storage (default: {storage_default})")

@@ -16,6 +16,7 @@ import json
 import sys
 from typing import Any
 
+from libredgetpu_ros.backend_kinds import BACKEND_KINDS
 from libredgetpu_ros.cli import robotics_learning
 from libredgetpu_ros.cli.robotics_registry import MODULES, RoboticsCommand, register
 
@@ -41,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="template: a compiled *_edgetpu.tflite, its twin, its sidecar, or a name such as "
                             "color_red_64x64 (model cache first: models fetch NAME; then "
                             "$LIBREDGETPU_ROS_TEMPLATES, the fixtures)")
-        p.add_argument("--backend", choices=("auto", "cpu", "edgetpu"), default="auto",
+        p.add_argument("--backend", choices=BACKEND_KINDS, default="auto",
                        help="auto = the Edge TPU if one is attached, else the CPU twin (default)")
         p.add_argument("--device", help="which Edge TPU (index or USB bus path)")
         p.add_argument("--no-resize", action="store_true",

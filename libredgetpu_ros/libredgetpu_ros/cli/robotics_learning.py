@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from libredgetpu_ros.backend_kinds import BACKEND_KINDS
 from libredgetpu_ros.cli.robotics_registry import RoboticsCommand
 from libredgetpu_ros.errors import InputError
 from libredgetpu_ros.models.template_catalogue import EXTRACTOR
@@ -27,7 +28,7 @@ def _embed_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="embedding extractor (*_edgetpu.tflite; default: the catalogue's "
                                         f"{EXTRACTOR}, found like a template: model cache, "
                                         "$LIBREDGETPU_ROS_TEMPLATES, fixtures)")
-    parser.add_argument("--backend", choices=("auto", "cpu", "edgetpu"), default="auto",
+    parser.add_argument("--backend", choices=BACKEND_KINDS, default="auto",
                         help="extractor and MatMul backend: auto = the Edge TPU if attached, else the CPU "
                              "twin")
     parser.add_argument("--device", help="which Edge TPU (index or USB bus path)")
@@ -118,7 +119,7 @@ def _reservoir_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("series", type=Path, help="CSV (one row per step, numeric columns; a header row is "
                                                  "skipped) or NPZ (array 'series', or the only array)")
         p.add_argument("--template", type=int, default=256, choices=(256, 512, 1024), help="reservoir size N")
-        p.add_argument("--backend", choices=("auto", "cpu", "edgetpu"), default="auto")
+        p.add_argument("--backend", choices=BACKEND_KINDS, default="auto")
         p.add_argument("--device", help="which Edge TPU (index or USB bus path)")
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--spectral-radius", type=float, default=0.9)

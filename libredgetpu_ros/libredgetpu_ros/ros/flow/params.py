@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from libredgetpu_ros.backend_kinds import BACKEND_KINDS
 from libredgetpu_ros.robotics.flow import (
     DEFAULT_MIN_CONFIDENCE,
     DEFAULT_MIN_MARGIN,
@@ -43,7 +44,7 @@ PARAMS = camera_param_table([
               "gabor_128x128_p4, ...; model cache first: models fetch NAME; then $LIBREDGETPU_ROS_TEMPLATES, "
               "the fixtures) or any of its files."),
     ParamSpec("backend", "auto", "auto prefers an attached Edge TPU; cpu runs the template's twin.",
-              choices=("auto", "cpu", "edgetpu")),
+              choices=BACKEND_KINDS),
     DEVICE_PARAM,
     ParamSpec("mode", "normalized", "normalized: contrast-normalised correlation, no estimate without "
               "texture; libredgetpu: LibrEdgeTPU's formulas exactly.", choices=("normalized", "libredgetpu")),

@@ -9,6 +9,7 @@ from typing import Any
 
 from rclpy.qos import QoSDurabilityPolicy, QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy
 
+from libredgetpu_ros.backend_kinds import BACKEND_KINDS
 from libredgetpu_ros.errors import ConfigError
 from libredgetpu_ros.ros.camera import RESULT_QOS as RESULT_QOS  # re-exported: the nodes' result QoS
 from libredgetpu_ros.ros.camera import ImageParams, camera_param_table
@@ -50,7 +51,7 @@ PARAMS = camera_param_table([
               "comma-separated; the cpu backend runs its CPU twin."),
     ParamSpec("cpu_model", "", "CPU twin of the model for the cpu backend; empty: derived from `model`."),
     ParamSpec("backend", "auto", "Inference backend; auto prefers an attached Edge TPU.",
-              choices=("auto", "cpu", "edgetpu")),
+              choices=BACKEND_KINDS),
     ParamSpec("require_accelerator", False, "Fail configure unless the model runs on an accelerator (no CPU "
               "fallback), for a robot that needs its speed."),
     DEVICE_PARAM,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from libredgetpu_ros.backend_kinds import BACKEND_KINDS
 from libredgetpu_ros.ros.camera import ImageParams, camera_param_table
 from libredgetpu_ros.ros.params import DEVICE_PARAM, ParamSpec
 
@@ -26,7 +27,7 @@ RECOGNITION_PARAMS = camera_param_table([
               "empty = the catalogue's MobileNet v1 extractor (1024-d; models fetch "
               "mobilenet_v1_1.0_224_quant_embedding_extractor)."),
     ParamSpec("backend", "auto", "auto prefers an attached Edge TPU (extractor and database); cpu runs the "
-              "CPU twins.", choices=("auto", "cpu", "edgetpu")),
+              "CPU twins.", choices=BACKEND_KINDS),
     DEVICE_PARAM,
     ParamSpec("template", 1024, "Dense(N) template holding the database: N entries of 1024-d at N=1024, "
               "N*N/1024 below.", range=(64, 16384)),

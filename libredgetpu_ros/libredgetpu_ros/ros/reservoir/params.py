@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from libredgetpu_ros.backend_kinds import BACKEND_KINDS
 from libredgetpu_ros.robotics.reservoir import ACTIVATIONS
 from libredgetpu_ros.ros.params import (
     DEVICE_PARAM,
@@ -18,7 +19,7 @@ JOINT_FIELDS = ("position", "velocity", "effort")
 
 PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("backend", "auto", "where W_res x runs; auto = the Edge TPU if one is attached, else the CPU "
-              "twin", choices=("auto", "cpu", "edgetpu")),
+              "twin", choices=BACKEND_KINDS),
     DEVICE_PARAM,
     ParamSpec("template", 256, "reservoir size N: Dense(N) template (256, 512, 1024: models fetch dense_N)",
               range=(64, 16384)),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from libredgetpu_ros.backend_kinds import BACKEND_KINDS
 from libredgetpu_ros.errors import ConfigError
 from libredgetpu_ros.ros.camera import ImageParams, camera_param_table
 from libredgetpu_ros.ros.camera.image_plane import MARKER_PLANE_PARAMS
@@ -17,7 +18,7 @@ _COMMON = [
               "name such as color_red_64x64 (model cache first: models fetch NAME; then "
               "$LIBREDGETPU_ROS_TEMPLATES, the fixtures)."),
     ParamSpec("backend", "auto", "auto prefers an attached Edge TPU; cpu runs the template's CPU twin.",
-              choices=("auto", "cpu", "edgetpu")),
+              choices=BACKEND_KINDS),
     DEVICE_PARAM,
     ParamSpec("cpu_threads", 1, "LiteRT threads on the cpu backend (the templates are small: 1 is fastest).",
               range=(1, MAX_CPU_THREADS)),
