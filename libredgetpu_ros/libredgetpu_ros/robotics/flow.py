@@ -76,6 +76,7 @@ DEFAULT_MIN_MATCH = 0.9
 MAX_SEEDS = 3  # device peaks refined: the best and up to two others that score nearly as well
 SEED_DROP = 0.1  # another local peak is a seed when within this of the best device score
 ALIAS_MATCH = 0.02  # a second refined displacement matching within this of the best: a repeating scene
+_LEVELS = np.arange(256, dtype=np.float32)  # the grey levels, for the contrast stretch's lookup table
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,33 +256,26 @@ class OpticalFlow(RoboticsModule):
 
     def features(self, image: np.ndarray) -> FlowFeatures:
         """Features of one frame (one backend call; none for a frame too flat in the normalised mode)."""
-        gray = self.model_frame(image)
+        # luma once: the refinement's frame, and resized, the model's
+        frame = self.match_channels(image, "frame")[:, :, 0]
+        gray = fit_image(frame, self.height, self.width, 1, resize=self.resize, what="frame")[:, :, 0]
         if self.warp is not None:
             gray = self.warp(gray)
-        size = (int(np.shape(image)[1]), int(np.shape(image)[0]))
-        mean, std = float(gray.mean()), float(gray.std())
+        size = (frame.shape[1], frame.shape[0])
+        mean, std = (float(v[0, 0]) for v in cv2.meanStdDev(gray))  # integer sums: exact mean
         if self.mode == "libredgetpu":
             model_input = gray
         elif std < max(self.min_texture, 1e-3):
             return FlowFeatures(None, None, std, size)
-        else:
-            stretched = (gray.astype(np.float32) - np.float32(mean)) * np.float32(CONTRAST_GAIN / std) + 128.0
-            model_input = np.clip(np.rint(stretched), 0, 255).astype(np.uint8)
+        else:  # each grey level stretched once (float32, rounded, clipped), then looked up per pixel
+            stretched = (_LEVELS - np.float32(mean)) * np.float32(CONTRAST_GAIN / std) + 128.0
+            model_input = cv2.LUT(gray, np.clip(np.rint(stretched), 0, 255).astype(np.uint8))
         raw = self.runner.run([model_input.reshape(self._in.shape)])[0][self._out.name]
         self.backend_calls += 1
         features = self.from_feature_map(raw.reshape(self._out.shape[1:]), std, size)
         if not self.refine:
             return features
-        return dataclasses.replace(features, fine=self._fine(image))
-
-    def _fine(self, image: np.ndarray) -> flow_refine.FineFrame:
-        """The frame's grey levels at the refinement's resolution (at most FINE_WIDTH wide)."""
-        array = np.asarray(image)
-        if array.ndim == 3 and array.shape[2] == 3:
-            gray = cv2.cvtColor(array, cv2.COLOR_RGB2GRAY)
-        else:
-            gray = array.reshape(array.shape[0], array.shape[1])
-        return flow_refine.fine_frame(gray, self.fine_warp)
+        return dataclasses.replace(features, fine=flow_refine.fine_frame(frame, self.fine_warp))
 
     def from_feature_map(self, feature_map: np.ndarray, texture: float = math.inf,
                          frame_size: tuple[int, int] | None = None) -> FlowFeatures:

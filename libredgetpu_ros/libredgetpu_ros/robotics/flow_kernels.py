@@ -163,10 +163,84 @@ def soft_argmax_peak(a, b, r, temperature, counts, scores):  # pragma: no cover 
     return vx / total, vy / total, 1.0 / total
 
 
+# -- the refinement at the frame's resolution (robotics/flow_refine.py) ------------------------------------
+
+NO_OVERLAP, APERTURE, RAN_OUT, CONVERGED = 0, 1, 2, 3  # how lk_level ended
+
+
+def overlap(h, w, dx, dy, border):  # pragma: no cover - compiled
+    """(ok, y0, y1, x0, x1): the rectangle [y0, y1) × [x0, x1) of frame t whose points y land inside frame t+1
+    at y + d, less ``border``; ok False when it is under 8 pixels a side."""
+    x0 = max(border, math.ceil(-dx) + border)
+    x1 = min(w - border, math.floor(w - 1 - dx) - border)
+    y0 = max(border, math.ceil(-dy) + border)
+    y1 = min(h - border, math.floor(h - 1 - dy) - border)
+    return x1 - x0 >= 8 and y1 - y0 >= 8, y0, y1, x0, x1
+
+
+def lk_level(template, grad_x, grad_y, moving, ux, uy, iterations, border, min_det,
+             converged_px):  # pragma: no cover - compiled
+    """Gauss-Newton iterations of the global translation at one level (inverse compositional: the Hessian of
+    ``template``'s gradients over the overlap, the error of ``moving`` sampled at y + u): ``(ux, uy, how)``
+    with ``how`` one of NO_OVERLAP, APERTURE (det <= ``min_det`` · a·c), RAN_OUT, CONVERGED (a step under
+    ``converged_px`` on both axes). A translation samples every pixel with the same bilinear weights, so
+    the warp is a 2×2 stencil over contiguous row slices (vectorised) and no warped image is made."""
+    h, w = template.shape
+    for _ in range(iterations):
+        ok, y0, y1, x0, x1 = overlap(h, w, ux, uy, border)
+        if not ok:
+            return ux, uy, NO_OVERLAP
+        ix, iy = math.floor(ux), math.floor(uy)
+        fx, fy = ux - ix, uy - iy
+        w00, w01, w10, w11 = (1 - fx) * (1 - fy), fx * (1 - fy), (1 - fx) * fy, fx * fy
+        n = x1 - x0
+        a = b = c = ex = ey = 0.0
+        for y in range(y0, y1):
+            m0 = moving[y + iy, x0 + ix:x1 + ix + 1]
+            m1 = moving[y + iy + 1, x0 + ix:x1 + ix + 1]
+            t = template[y, x0:x1]
+            gx = grad_x[y, x0:x1]
+            gy = grad_y[y, x0:x1]
+            for k in range(n):
+                e = w00 * m0[k] + w01 * m0[k + 1] + w10 * m1[k] + w11 * m1[k + 1] - t[k]
+                a += gx[k] * gx[k]
+                b += gx[k] * gy[k]
+                c += gy[k] * gy[k]
+                ex += gx[k] * e
+                ey += gy[k] * e
+        det = a * c - b * b
+        if not det > min_det * max(a * c, 1e-30):
+            return ux, uy, APERTURE
+        step_x = (c * ex - b * ey) / det
+        step_y = (a * ey - b * ex) / det
+        ux, uy = ux - step_x, uy - step_y
+        if abs(step_x) < converged_px and abs(step_y) < converged_px:
+            return ux, uy, CONVERGED
+    return ux, uy, RAN_OUT
+
+
+def shift_box(moving, ux, uy, y0, y1, x0, x1, out):  # pragma: no cover - compiled
+    """``out[y - y0, x - x0]`` = ``moving`` sampled at (x + ux, y + uy), bilinear (the same stencil as
+    lk_level), over the box (which overlap() keeps inside ``moving``)."""
+    ix, iy = math.floor(ux), math.floor(uy)
+    fx, fy = ux - ix, uy - iy
+    w00, w01, w10, w11 = (1 - fx) * (1 - fy), fx * (1 - fy), (1 - fx) * fy, fx * fy
+    n = x1 - x0
+    for y in range(y0, y1):
+        m0 = moving[y + iy, x0 + ix:x1 + ix + 1]
+        m1 = moving[y + iy + 1, x0 + ix:x1 + ix + 1]
+        row = out[y - y0]
+        for k in range(n):
+            row[k] = w00 * m0[k] + w01 * m0[k + 1] + w10 * m1[k] + w11 * m1[k + 1]
+
+
 _FAST = {"cache": True, "nogil": True, "fastmath": True}
 _EXACT = {"cache": True, "nogil": True}
+_SUMS = {"cache": True, "nogil": True, "fastmath": {"reassoc", "contract"}}  # vectorised sums, NaN kept
 KERNELS = (("_correlate", _FAST), ("_box", dict(_EXACT, inline="always")), ("_refine", _EXACT),
-           ("pool_features", _FAST), ("normalized_peak", _EXACT), ("soft_argmax_peak", _EXACT))
+           ("pool_features", _FAST), ("normalized_peak", _EXACT), ("soft_argmax_peak", _EXACT),
+           ("overlap", _EXACT), ("lk_level", _SUMS), ("shift_box", _SUMS))
+_warm = False
 
 
 def available() -> bool:
@@ -178,6 +252,9 @@ def warm_up() -> bool:
     """Import numba, compile (or load from the cache folder, libredgetpu_ros.jit) every kernel and run it
     once for the dtypes the flow uses, so that the first frame of a stream costs what the next ones cost;
     False without numba (the flow then takes the NumPy path)."""
+    global _warm
+    if _warm:
+        return True
     if not jit.compile_kernels(globals(), KERNELS):
         return False
     feat = np.zeros((8, 8, 2), np.uint8)
@@ -188,4 +265,14 @@ def warm_up() -> bool:
     scores = np.zeros((3, 3))
     normalized_peak(pooled, pooled, table, table, 1, scores)
     soft_argmax_peak(pooled, pooled, 1, 0.1, np.ones((3, 3)), scores)
+    image = np.zeros((16, 16), np.float32)
+    overlap(16, 16, 0.5, -0.5, 2)
+    lk_level(image, image, image, image, 0.5, -0.5, 1, 2, 0.05, 0.01)
+    shift_box(image, 0.5, -0.5, 2, 10, 2, 10, np.empty((8, 8), np.float32))
+    _warm = True
     return True
+
+
+def ready() -> bool:
+    """True once warm_up() compiled the kernels (a check for per-call code: no import, no compile)."""
+    return _warm

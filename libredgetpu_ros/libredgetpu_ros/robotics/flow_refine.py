@@ -8,9 +8,11 @@ grey levels, inverse compositional) on the frames at up to ``FINE_WIDTH`` pixels
 displacement, coarse-to-fine over two levels. The device keeps the search (it finds the basin, ±search_range
 grid steps); the refinement only walks the last fraction of a step, so it needs no search of its own.
 
-What is kept per frame (``FineFrame``): the smoothed grey image at each level, its gradients and the
-summed-area tables of the gradient products (the Gauss-Newton matrix of any overlap rectangle in O(1)); a
-pair then costs one bilinear warp of the newer frame and two dot products per iteration.
+What is kept per frame (``FineFrame``): the smoothed grey image at each level and its gradients. A pair costs,
+per iteration, one pass over the overlap: the newer frame sampled at the current translation (the same
+bilinear weights for every pixel: a 2×2 stencil), the error, and the sums of the Gauss-Newton matrix and
+right-hand side (robotics/flow_kernels.py ``lk_level``, compiled; without numba the same steps in OpenCV and
+NumPy, whose warp rounds the sub-pixel shift to 1/32 pixel).
 
 The refinement also says how well the pair matches at the refined displacement: ``ncc``, the normalised
 cross-correlation of the two frames over their overlap at the finest level. Motion beyond the device's search
@@ -20,18 +22,21 @@ a poor match and are reported as such (``robotics.flow`` decides validity).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import cv2
 import numpy as np
 
+from libredgetpu_ros.robotics import flow_kernels, ncc
+
 FINE_WIDTH = 160  # frames are refined at most this wide (320×240 -> 160×120): 0.05-px steps at 320
 LEVELS = 2  # coarse-to-fine levels (each half the previous width)
 ITERATIONS = (4, 4)  # Gauss-Newton iterations per level, coarse first
 SMOOTH_SIGMA = 1.0  # Gaussian blur before gradients (pixels of each level)
 CONVERGED_PX = 0.01  # an update smaller than this (level pixels) ends the level
+BORDER = 2  # pixels of each level left out along its edges (the blur and gradients see the border there)
+MIN_DET = 0.05  # det(H) / (a·c) below this (smallest / largest eigenvalue below ~1/20): an aperture
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +44,6 @@ class _Level:
     image: np.ndarray  # float32 smoothed grey
     gx: np.ndarray  # float32 gradients
     gy: np.ndarray
-    tables: np.ndarray  # float64 (3, h+1, w+1): summed-area tables of gx², gx·gy, gy²
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +71,7 @@ def _level(gray: np.ndarray) -> _Level:
     image = cv2.GaussianBlur(gray, (0, 0), SMOOTH_SIGMA)
     gx = cv2.Sobel(image, cv2.CV_32F, 1, 0, ksize=3, scale=0.125)
     gy = cv2.Sobel(image, cv2.CV_32F, 0, 1, ksize=3, scale=0.125)
-    tables = np.stack([cv2.integral(gx * gx, sdepth=cv2.CV_64F), cv2.integral(gx * gy, sdepth=cv2.CV_64F),
-                       cv2.integral(gy * gy, sdepth=cv2.CV_64F)])
-    return _Level(image, gx, gy, tables)
+    return _Level(image, gx, gy)
 
 
 def fine_gray(gray: np.ndarray) -> tuple[np.ndarray, float]:
@@ -98,21 +100,40 @@ def fine_frame(gray: np.ndarray, warp: Callable[[np.ndarray], np.ndarray] | None
     return FineFrame(tuple(levels), scale)
 
 
-def _overlap(shape: tuple[int, int], dx: float, dy: float, border: int) -> tuple[int, int, int, int] | None:
-    """Rectangle [y0, y1) × [x0, x1) of frame t whose points y land inside frame t+1 at y + d, less border."""
-    h, w = shape
-    x0 = max(border, math.ceil(-dx) + border)
-    x1 = min(w - border, math.floor(w - 1 - dx) - border)
-    y0 = max(border, math.ceil(-dy) + border)
-    y1 = min(h - border, math.floor(h - 1 - dy) - border)
-    if x1 - x0 < 8 or y1 - y0 < 8:
-        return None
-    return y0, y1, x0, x1
+def _lk_level(t: _Level, moving: _Level, ux: float, uy: float, iterations: int) -> tuple[float, float, int]:
+    """``flow_kernels.lk_level`` in OpenCV and NumPy (without numba): the same steps, a warp each."""
+    h, w = t.image.shape
+    for _ in range(iterations):
+        ok, y0, y1, x0, x1 = flow_kernels.overlap(h, w, ux, uy, BORDER)
+        if not ok:
+            return ux, uy, flow_kernels.NO_OVERLAP
+        gx = t.gx[y0:y1, x0:x1].astype(np.float64).ravel()
+        gy = t.gy[y0:y1, x0:x1].astype(np.float64).ravel()
+        a, b, c = float(gx @ gx), float(gx @ gy), float(gy @ gy)
+        det = a * c - b * b
+        if not det > MIN_DET * max(a * c, 1e-30):
+            return ux, uy, flow_kernels.APERTURE
+        error = (_shift(moving.image, ux, uy, (y0, y1, x0, x1)) - t.image[y0:y1, x0:x1]).ravel()
+        ex, ey = float(gx @ error), float(gy @ error)
+        # inverse compositional: T(y + Δ) ≈ W(y)  ->  Δ = H⁻¹ Σ ∇T (W - T); the motion grows by -Δ
+        step_x = (c * ex - b * ey) / det
+        step_y = (a * ey - b * ex) / det
+        ux, uy = ux - step_x, uy - step_y
+        if abs(step_x) < CONVERGED_PX and abs(step_y) < CONVERGED_PX:
+            return ux, uy, flow_kernels.CONVERGED
+    return ux, uy, flow_kernels.RAN_OUT
 
 
-def _box(table: np.ndarray, box: tuple[int, int, int, int]) -> float:
+def _shift(image: np.ndarray, ux: float, uy: float, box: tuple[int, int, int, int]) -> np.ndarray:
+    """``image`` sampled at y + u over the box [y0, y1) × [x0, x1) (bilinear; float32)."""
     y0, y1, x0, x1 = box
-    return float(table[y1, x1] - table[y0, x1] - table[y1, x0] + table[y0, x0])
+    if flow_kernels.ready():
+        out = np.empty((y1 - y0, x1 - x0), np.float32)
+        flow_kernels.shift_box(image, ux, uy, y0, y1, x0, x1, out)
+        return out
+    shift = np.float32([[1, 0, ux + x0], [0, 1, uy + y0]])
+    return cv2.warpAffine(image, shift, (x1 - x0, y1 - y0), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
+                          borderMode=cv2.BORDER_REFLECT)
 
 
 def refine(first: FineFrame, second: FineFrame, dx: float, dy: float) -> Refined | None:
@@ -121,57 +142,27 @@ def refine(first: FineFrame, second: FineFrame, dx: float, dy: float) -> Refined
     (a flat overlap or edges of one orientation: stripes)."""
     scale = first.scale
     ux, uy = dx / scale / 2 ** (LEVELS - 1), dy / scale / 2 ** (LEVELS - 1)  # coarsest level's pixels
+    compiled = flow_kernels.ready()
     converged = False
-    box = None
     for index in range(LEVELS - 1, -1, -1):
         t, moving = first.levels[index], second.levels[index]
         if index < LEVELS - 1:
             ux, uy = 2.0 * ux, 2.0 * uy
-        converged = False
-        for _ in range(ITERATIONS[LEVELS - 1 - index]):
-            box = _overlap(t.image.shape, ux, uy, 2)
-            if box is None:
-                return None
-            y0, y1, x0, x1 = box
-            a, b, c = (_box(t.tables[k], box) for k in range(3))
-            det = a * c - b * b
-            if not det > 0.05 * max(a * c, 1e-30):  # smallest / largest eigenvalue below ~1/20
-                return Refined(dx, dy, -1.0, False, aperture=True)
-            # second sampled at y + u over the box: W(y) = I1(y + u) ≈ T(y) when u is right
-            shift = np.float32([[1, 0, ux + x0], [0, 1, uy + y0]])
-            warped = cv2.warpAffine(moving.image, shift, (x1 - x0, y1 - y0),
-                                    flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
-                                    borderMode=cv2.BORDER_REFLECT)
-            error = warped - t.image[y0:y1, x0:x1]
-            ex = float(np.vdot(t.gx[y0:y1, x0:x1], error))
-            ey = float(np.vdot(t.gy[y0:y1, x0:x1], error))
-            # inverse compositional: T(y + Δ) ≈ W(y)  ->  Δ = H⁻¹ Σ ∇T (W - T); the motion grows by -Δ
-            step_x = (c * ex - b * ey) / det
-            step_y = (a * ey - b * ex) / det
-            ux, uy = ux - step_x, uy - step_y
-            if abs(step_x) < CONVERGED_PX and abs(step_y) < CONVERGED_PX:
-                converged = True
-                break
+        iterations = ITERATIONS[LEVELS - 1 - index]
+        if compiled:
+            ux, uy, how = flow_kernels.lk_level(t.image, t.gx, t.gy, moving.image, ux, uy, iterations, BORDER,
+                                                MIN_DET, CONVERGED_PX)
+        else:
+            ux, uy, how = _lk_level(t, moving, ux, uy, iterations)
+        if how == flow_kernels.NO_OVERLAP:
+            return None
+        if how == flow_kernels.APERTURE:
+            return Refined(dx, dy, -1.0, False, aperture=True)
+        converged = how == flow_kernels.CONVERGED
     t, moving = first.levels[0], second.levels[0]
-    box = _overlap(t.image.shape, ux, uy, 2)
-    if box is None:
+    ok, *box = flow_kernels.overlap(*t.image.shape, ux, uy, BORDER)
+    if not ok:
         return None
     y0, y1, x0, x1 = box
-    shift = np.float32([[1, 0, ux + x0], [0, 1, uy + y0]])
-    warped = cv2.warpAffine(moving.image, shift, (x1 - x0, y1 - y0),
-                            flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_REFLECT)
-    ncc = _ncc(t.image[y0:y1, x0:x1], warped)
-    return Refined(ux * scale, uy * scale, ncc, converged)
-
-
-def _ncc(a: np.ndarray, b: np.ndarray) -> float:
-    """Normalised cross-correlation of two same-size images (zero-mean; 0 for a flat one)."""
-    a = np.ascontiguousarray(a, dtype=np.float32).ravel()
-    b = np.ascontiguousarray(b, dtype=np.float32).ravel()
-    n = a.size
-    sa, sb = float(a.sum(dtype=np.float64)), float(b.sum(dtype=np.float64))
-    var_a = float(np.dot(a, a)) - sa * sa / n
-    var_b = float(np.dot(b, b)) - sb * sb / n
-    if var_a <= 1e-6 * n or var_b <= 1e-6 * n:
-        return 0.0
-    return (float(np.dot(a, b)) - sa * sb / n) / math.sqrt(var_a * var_b)
+    warped = _shift(moving.image, ux, uy, (y0, y1, x0, x1))
+    return Refined(ux * scale, uy * scale, ncc.score(t.image[y0:y1, x0:x1], warped), converged)

@@ -25,11 +25,15 @@ position, not the correlation map). Two steps, both O(pixels):
    The pattern tracker runs the device a second time with the first answer's neighbourhood blanked and
    keeps the better-scoring of the two (robotics/pattern.py).
 
+:func:`score` is the same NCC for one pair of equal-size images (robotics/flow_refine.py's match).
+
 Cost at 64 x 64 with an 8 x 8 kernel: two box filters and a multiply-add for (1), 49 dot products of 64
 values for (2) (bench/bench_robotics_validity.py).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -85,6 +89,21 @@ def ncc_grid(image: np.ndarray, patch: np.ndarray, x0: int, y0: int,
     scores = cv2.matchTemplate(region, np.ascontiguousarray(tpl), cv2.TM_CCOEFF_NORMED).astype(np.float64)
     scores[~np.isfinite(scores) | (scores > 1.0 + 1e-3)] = -1.0  # a flat window has no correlation
     return scores, xa, ya
+
+
+def score(a: np.ndarray, b: np.ndarray) -> float:
+    """The zero-mean NCC of two same-size images over all their pixels (channels together): the value
+    :func:`ncc_grid` gives at one position, computed directly (float64 sums; one window is too small for
+    matchTemplate's setup to pay); 0 when either image is flat. Flow's refinement scores its match with it."""
+    a = np.ascontiguousarray(a, dtype=np.float32).ravel()
+    b = np.ascontiguousarray(b, dtype=np.float32).ravel()
+    n = a.size
+    sa, sb = float(a.sum(dtype=np.float64)), float(b.sum(dtype=np.float64))
+    var_a = float(np.dot(a, a)) - sa * sa / n
+    var_b = float(np.dot(b, b)) - sb * sb / n
+    if var_a <= 1e-6 * n or var_b <= 1e-6 * n:
+        return 0.0
+    return (float(np.dot(a, b)) - sa * sb / n) / math.sqrt(var_a * var_b)
 
 
 def _parabola(minus: float, centre: float, plus: float) -> float:
