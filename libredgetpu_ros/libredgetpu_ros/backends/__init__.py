@@ -86,10 +86,12 @@ def _open_edgetpu(module, model_path: Path, cpu_model_path: Path | None, device:
 
 
 def choose(kind: str, device: Any, open_runner: Callable[[str], _Runner], what: str,
-           logger: logging.Logger | None = None) -> _Runner:
+           logger: logging.Logger | None = None, no_cpu: str = "") -> _Runner:
     """The runner of ``kind`` opened by ``open_runner(name)`` ("cpu", "edgetpu" or, when asked for by name,
     another family's runner), with ``choice`` and ``fallback`` set (see the module docstring); ``what``
-    names the model in the log line. ``kind`` is checked by the caller (each has its own list of names)."""
+    names the model in the log line. ``kind`` is checked by the caller (each has its own list of names).
+    ``no_cpu``: why the CPU cannot run this model (e.g. Edge TPU segments without a CPU twin); then where
+    ``auto`` would fall back to the CPU it raises ``DeviceNotFoundError`` with that and auto's reason."""
     log = logger or _log
     if kind not in KINDS:  # a family's runner asked for by name: the device means what that family says
         log.info("backend: %s (requested) for %s", kind, what)
@@ -127,17 +129,21 @@ def choose(kind: str, device: Any, open_runner: Callable[[str], _Runner], what: 
         else:
             log.info("backend: edgetpu for %s (auto: accelerator attached)", what)
             return _chosen(runner, "auto: accelerator attached")
+    if no_cpu:
+        from libredgetpu_ros.errors import DeviceNotFoundError
+
+        raise DeviceNotFoundError(f"{no_cpu} and {reason.removeprefix('auto: ')}")
     log.warning("backend: cpu for %s (%s)", what, reason)
     return _chosen(open_runner("cpu"), reason, fallback=True)
 
 
 def open_backend(kind: str, model_path: Path | str, cpu_model_path: Path | str | None = None,
                  device: Any = None, logger: logging.Logger | None = None,
-                 cpu_threads: int | None = None, rate_hz: float = 0.0) -> Backend:
+                 cpu_threads: int | None = None, rate_hz: float = 0.0, no_cpu: str = "") -> Backend:
     """A loaded backend of ``kind`` ("auto" | "cpu" | "edgetpu", resolved by :func:`choose`) for the
     compiled model ``model_path``; ``cpu_threads`` is LiteRT's thread count when the CPU runs it (None:
     LiteRT's default); ``rate_hz`` the backend's weight on a shared accelerator (``edgetpu/broker.py``; 0: an
-    equal share)."""
+    equal share); ``no_cpu``: see :func:`choose`."""
     if kind not in KINDS:
         raise ConfigError(f"backend must be one of {', '.join(KINDS)}, got {kind!r}")
     model_path = Path(model_path)
@@ -148,4 +154,4 @@ def open_backend(kind: str, model_path: Path | str, cpu_model_path: Path | str |
             return _open_cpu(model_path, cpu_path, cpu_threads)
         return _open_edgetpu(_edgetpu_module(), model_path, cpu_path, device, rate_hz)
 
-    return choose(kind, device, open_runner, model_path.name, logger)
+    return choose(kind, device, open_runner, model_path.name, logger, no_cpu)

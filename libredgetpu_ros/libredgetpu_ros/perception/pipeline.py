@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from libredgetpu_ros.backends import Backend, BoundaryInfo, edgetpu_attached, open_backend
-from libredgetpu_ros.errors import ConfigError, DeviceNotFoundError, InputError, ModelFormatError, not_a_file
+from libredgetpu_ros.backends import Backend, BoundaryInfo, open_backend
+from libredgetpu_ros.errors import ConfigError, InputError, ModelFormatError, not_a_file
 from libredgetpu_ros.perception.images import check_rgb
 from libredgetpu_ros.perception.preprocess import InputTransform
 from libredgetpu_ros.perception.results import PerceptionResult
@@ -135,9 +135,8 @@ class PerceptionPipeline:
             no_twin = f"{len(paths)}-segment Edge TPU pipelines ({names}) have no CPU twin"
             if cfg.backend == "cpu":
                 raise ConfigError(f"{no_twin}; the cpu backend cannot run them (use backend edgetpu or auto)")
-            if cfg.backend == "auto" and not edgetpu_attached():
-                raise DeviceNotFoundError(f"{no_twin} and no Edge TPU accelerator is attached (checked USB "
-                                          "18d1:9302 and 1a6e:089a; see `libredgetpu-ros devices`)")
+        else:
+            no_twin = ""
         pools = limit_library_threads(cfg.library_threads)
         log.debug("pipeline: library thread pools %s", pools or "left at the libraries' defaults")
         segments: list[_Segment] = []
@@ -149,7 +148,8 @@ class PerceptionPipeline:
                                            rate_hz=cfg.device_share_hz)
                 else:
                     backend = open_backend(cfg.backend, path, cfg.cpu_model, device=cfg.device, logger=log,
-                                           cpu_threads=cfg.cpu_threads, rate_hz=cfg.device_share_hz)
+                                           cpu_threads=cfg.cpu_threads, rate_hz=cfg.device_share_hz,
+                                           no_cpu=no_twin)
                 segments.append(_Segment(path, model, boundary, backend))
             pipeline = cls(segments, task, labels, transform, options)
         except BaseException:

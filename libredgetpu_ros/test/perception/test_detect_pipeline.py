@@ -57,14 +57,27 @@ def test_two_segments_decode_to_anchor_boxes_in_image_pixels(scenario) -> None:
 def test_segments_without_an_accelerator_say_why(fixture_path, monkeypatch) -> None:
     from libredgetpu_ros.backends import edgetpu as edgetpu_backend
     from libredgetpu_ros.cli.main import main
-    from libredgetpu_ros.errors import ConfigError, DeviceNotFoundError
+    from libredgetpu_ros.errors import ConfigError, DeviceError, DeviceNotFoundError
+
+    from libredgetpu_ros import backends
 
     segments = [fixture_path(SEG0), fixture_path(SEG1)]
     with pytest.raises(ConfigError, match="no CPU twin; the cpu backend cannot run them"):
         PerceptionPipeline.from_config(PipelineConfig(model=segments, backend="cpu"))
     monkeypatch.setattr(edgetpu_backend, "edgetpu_available", lambda: False)
-    with pytest.raises(DeviceNotFoundError, match="no Edge TPU accelerator is attached"):
+    with pytest.raises(DeviceNotFoundError, match="have no CPU twin and no Edge TPU attached"):
         PerceptionPipeline.from_config(PipelineConfig(model=segments, backend="auto"))
+    # listed but failing to open: auto's one resolution (backends.choose) says so, no fall back to a CPU
+    # that cannot run the segments
+    monkeypatch.setattr(edgetpu_backend, "edgetpu_available", lambda: True)
+
+    def unplugged(*args, **kwargs):
+        raise DeviceError("USB transfer failed: unplugged")
+
+    monkeypatch.setattr(backends, "_open_edgetpu", unplugged)
+    with pytest.raises(DeviceNotFoundError, match="no CPU twin and the Edge TPU failed to open: USB"):
+        PerceptionPipeline.from_config(PipelineConfig(model=segments, backend="auto"))
+    monkeypatch.setattr(edgetpu_backend, "edgetpu_available", lambda: False)
     image = str(fixture_path("images/cat.bmp"))
     joined = ",".join(str(p) for p in segments)
     assert main(["infer", "--model", joined, "--image", image, "--backend", "cpu"]) == 2
