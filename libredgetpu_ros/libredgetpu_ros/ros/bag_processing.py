@@ -4,7 +4,7 @@ The node is one of ``bag_nodes.OFFLINE_NODES`` (perception, tracker, looming, fl
 from a bringup file or a ROS parameters file (``--node-type``). Frames are decoded and results built by the
 node's own code (``image_msgs.to_rgb``, the node's processor opened from its parameters, and its "result
 -> messages" function: ``conversions.result_messages``, ``robotics.messages.tracker_messages`` /
-``looming_messages``, ``flow.messages.flow_messages``, ``recognition.node.recognition_messages``) and
+``looming_messages``, ``flow.messages.flow_messages``, ``recognition.processor.recognition_messages``) and
 serialized by rclpy, so the output bag holds
 the messages the live node would publish for the same frames, field for field (rclpy leaves CDR alignment
 padding unzeroed, so raw bytes can differ there): same topics (resolved in the node's namespace), same

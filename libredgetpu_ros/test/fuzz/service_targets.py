@@ -182,8 +182,9 @@ def _nodes(tmp: Path) -> list[Any]:
     reservoir._rc.fit(_SERIES[:-1], _SERIES[1:])
     reservoir._buffer.extend(_SERIES)
     recognition = made(RecognitionNode, "fuzz_recognition", template=256)
-    recognition._last_rgb = np.random.default_rng(2).integers(0, 256, (96, 96, 3), np.uint8)
-    recognition._db.add("good", np.random.default_rng(3).normal(size=recognition._db.embedding_dim))
+    recognition.processor.last_rgb = np.random.default_rng(2).integers(0, 256, (96, 96, 3), np.uint8)
+    db = recognition.processor.db
+    db.add("good", np.random.default_rng(3).normal(size=db.embedding_dim))
     control = made(ControlNode, "control_node", template=256)
     return [spot, pattern, reservoir, recognition, control]
 

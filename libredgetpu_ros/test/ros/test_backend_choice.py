@@ -67,11 +67,11 @@ def test_perception_require_accelerator_fails_configure(ros_env, fixture_path, b
     node = _perception(ros_env, fixture_path, backend=backend, require_accelerator=True)
     try:
         assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
-        assert node.state_label() == "unconfigured" and node._pipeline is None
+        assert node.state_label() == "unconfigured" and node.processor is None
         expected = "auto: no Edge TPU" if backend == "auto" else "cpu .requested."
         with pytest.raises(DeviceNotFoundError, match=f"require_accelerator is true .*{expected}"):
             node.open_processor()  # what configure ran: the reason it logged
-        assert node._pipeline is None
+        assert node.processor is None
     finally:
         node.destroy_node()
 

@@ -9,7 +9,16 @@ from __future__ import annotations
 import pytest
 from libredgetpu_ros.errors import ConfigError
 
-CAMERA_NODE_TYPES = ["tracker", "looming"]
+CAMERA_NODE_TYPES = ["perception", "tracker", "looming", "flow", "recognition"]
+
+
+def test_every_camera_node_type_is_in_the_registry() -> None:
+    from libredgetpu_ros.ros.bag_nodes import OFFLINE_NODES
+    from libredgetpu_ros.ros.bringup import NODE_TYPES, node_class
+    from libredgetpu_ros.ros.camera import CameraNode
+
+    camera_types = [kind for kind in NODE_TYPES if issubclass(node_class(kind), CameraNode)]
+    assert camera_types == list(OFFLINE_NODES) == CAMERA_NODE_TYPES
 
 
 @pytest.mark.parametrize("node_type", CAMERA_NODE_TYPES)

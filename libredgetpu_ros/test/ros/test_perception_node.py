@@ -242,7 +242,7 @@ def test_device_lost_while_processing_releases_the_device_and_unconfigures(ros_e
     executor.add_node(camera_node)
     try:
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
-        pipeline = node._pipeline
+        pipeline = node.processor.pipeline
         closed = []
         monkeypatch.setattr(pipeline, "close", lambda: closed.append(True))
 
@@ -258,7 +258,7 @@ def test_device_lost_while_processing_releases_the_device_and_unconfigures(ros_e
             camera.publish(frame)
             executor.spin_once(timeout_sec=0.1)
         assert node.state_label() == "unconfigured"
-        assert closed == [True] and node._pipeline is None
+        assert closed == [True] and node.processor is None
     finally:
         executor.shutdown()
         camera_node.destroy_node()

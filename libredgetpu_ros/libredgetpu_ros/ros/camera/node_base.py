@@ -79,10 +79,10 @@ class CameraNode(ImageInput, LifecycleNode):
 
     PARAMS: ClassVar[ParamTable]  # camera_param_table(own specs, OwnParams): the subclass sets it
     PROCESSOR: ClassVar[type[CameraProcessor]]  # what process-bag runs too (ros/bag_nodes.py)
-    DIAGNOSTICS_NAME: ClassVar[str] = "camera"  # status name "<node>: <DIAGNOSTICS_NAME>"
+    DIAGNOSTICS_NAME: ClassVar[str] = "camera"  # status name "<node>: <DIAGNOSTICS_NAME>"; default node name
 
-    def __init__(self, node_name: str, **kwargs: Any) -> None:
-        super().__init__(node_name, **kwargs)
+    def __init__(self, node_name: str | None = None, **kwargs: Any) -> None:
+        super().__init__(node_name or self.DIAGNOSTICS_NAME, **kwargs)
         # The camera path's callback group, spun by an executor thread of its own (see the module docstring).
         self._camera = CompanionGroup()
         self.PARAMS.declare(self)

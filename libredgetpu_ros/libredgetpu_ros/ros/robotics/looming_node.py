@@ -16,7 +16,6 @@ A :class:`~libredgetpu_ros.ros.camera.CameraNode` whose processor
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from libredgetpu_ros.ros.camera import CameraNode
 from libredgetpu_ros.ros.camera.image_plane import ImagePlaneInput
@@ -31,9 +30,6 @@ class LoomingNode(ImagePlaneInput, CameraNode):
     PARAMS = LOOMING_PARAMS
     PROCESSOR = LoomingProcessor
     DIAGNOSTICS_NAME = "looming"
-
-    def __init__(self, node_name: str = "looming", **kwargs: Any) -> None:
-        super().__init__(node_name, **kwargs)
 
 
 def main(args: list[str] | None = None) -> int:

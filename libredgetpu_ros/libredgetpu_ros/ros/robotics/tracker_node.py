@@ -38,9 +38,6 @@ class TrackerNode(ImagePlaneInput, CameraNode):
     PROCESSOR = TrackerProcessor
     DIAGNOSTICS_NAME = "tracker"
 
-    def __init__(self, node_name: str = "tracker", **kwargs: Any) -> None:
-        super().__init__(node_name, **kwargs)
-
     def create_outputs(self) -> None:
         super().create_outputs()
         self.service(SetColor, "~/set_color", self._on_set_color)

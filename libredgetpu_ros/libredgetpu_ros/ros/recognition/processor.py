@@ -1,0 +1,134 @@
+"""The recognition node's processor (``ros/camera/processor.py``): an ``EmbeddingExtractor`` and an
+``EmbeddingSimilarity`` database (the ``database`` file's, if any) opened from the node's parameters, and the
+open-set decision as ``vision_msgs/Classification``; what the node runs per frame and what ``process-bag
+--node-type recognition`` runs (``ros/bag_nodes.py``; the database is then the file's for the whole bag: the
+live node's ``~/enroll`` / ``~/forget`` calls are not in a camera bag).
+
+The extractor is shared by the camera thread and the node's ``~/enroll`` under one lock (LiteRT
+interpreters are not reentrant); the database swaps its weights atomically, so a frame is matched against
+one database version.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Any
+
+import numpy as np
+from std_msgs.msg import Header
+from vision_msgs.msg import Classification, ObjectHypothesis
+
+from libredgetpu_ros.errors import InputError
+from libredgetpu_ros.ros.camera.processor import CameraProcessor, FrameOutput, Wanted, Warn
+
+# The extractor's input size: the warm-up's blank frame without a first frame.
+_WARM_UP_SIZE = 224
+
+
+def open_recognizer(p: Any) -> tuple[Any, Any]:
+    """(extractor, database) the node's parameters ask for; nothing is left open when it fails."""
+    from libredgetpu_ros.matmul import MatMulEngine
+    from libredgetpu_ros.robotics.embedding import EmbeddingSimilarity
+    from libredgetpu_ros.robotics.extractor import EmbeddingExtractor
+
+    extractor = EmbeddingExtractor(p.model or None, backend=p.backend, device=p.device or None)
+    engine = None
+    try:
+        engine = MatMulEngine.from_template(p.template, backend=p.backend, device=p.device or None)
+        db = EmbeddingSimilarity(engine, extractor.dim)
+        if p.database:
+            db.load(p.database)
+    except BaseException:
+        extractor.close()
+        if engine is not None:
+            engine.close()
+        raise
+    return extractor, db
+
+
+def decide(db: Any, embedding: Any, p: Any) -> Any:
+    """The database's ``Decision`` for one embedding under the node's parameters (``top_k``, ``open_set``,
+    ``open_set_margin``, ``min_score``)."""
+    return db.classify(embedding, top_k=p.top_k, margin=p.open_set_margin if p.open_set else None,
+                       min_score=p.min_score)
+
+
+def classification(header: Header, decision: Any) -> Classification:
+    """Known labels with their cosines; an open-set miss is one ``unknown`` hypothesis scored with the best
+    cosine that fell short; a closed-set miss or an empty database: no hypothesis."""
+    from libredgetpu_ros.robotics.embedding import UNKNOWN
+
+    results = [ObjectHypothesis(class_id=m.label, score=float(m.score)) for m in decision.matches]
+    if not results and decision.label == UNKNOWN:
+        results = [ObjectHypothesis(class_id=UNKNOWN, score=float(decision.score))]
+    return Classification(header=header, results=results)
+
+
+def recognition_messages(header: Header, decision: Any, options: Any) -> list[tuple[str, Any]]:
+    """(relative topic, message) for one frame's open-set decision (``decide``). ``options``: the node's
+    parameters."""
+    return [("classification", classification(header, decision))]
+
+
+class RecognitionProcessor(CameraProcessor):
+    """Recognition of one frame against the enrolled database; see the module docstring."""
+
+    def __init__(self, params: Any, warn: Warn | None = None) -> None:
+        super().__init__(params, warn)
+        self.extractor, self.db = open_recognizer(params)
+        self.out_types = {"classification": Classification}
+        self._embed_lock = threading.Lock()
+        self.last_rgb: np.ndarray | None = None  # the last frame (what ~/enroll enrols)
+        self._last: tuple[str, float] | None = None
+        self._unknown = 0
+
+    def embed(self, rgb: np.ndarray, region: tuple[int, int, int, int] | None = None) -> np.ndarray:
+        """The embedding of ``rgb`` (of ``region``: x, y, width, height, when given)."""
+        with self._embed_lock:
+            return self.extractor.embed(rgb, region=region)
+
+    def warm_up(self, rgb: np.ndarray | None) -> None:
+        blank = np.zeros((_WARM_UP_SIZE, _WARM_UP_SIZE, 3), np.uint8)
+        with contextlib.suppress(InputError):  # embedding keeps no state; the database is not touched
+            self.embed(rgb if rgb is not None else blank)
+
+    def frame(self, header: Any, rgb: np.ndarray, wanted: Wanted | None = None,
+              plane: Any = None) -> FrameOutput:
+        t0 = time.monotonic()
+        embedding = self.embed(rgb)
+        t1 = time.monotonic()
+        decision = decide(self.db, embedding, self.params)
+        t2 = time.monotonic()
+        self.last_rgb = rgb
+        self._last = None if decision.label is None else (decision.label, decision.score)
+        if decision.label is not None and not decision.known:
+            self._unknown += 1
+        return FrameOutput(recognition_messages(header, decision, self.params),
+                           {"embed": (t1 - t0) * 1e3, "match": (t2 - t1) * 1e3})
+
+    def diagnostic_values(self) -> dict[str, object]:
+        from libredgetpu_ros.models.template_catalogue import EXTRACTOR
+
+        db, last, p = self.db, self._last, self.params
+        return {"extractor": p.model or f"{EXTRACTOR} (catalogue default)",
+                "backend": self.extractor.backend_name, "template": f"dense_{p.template}",
+                "entries": len(db), "capacity": db.capacity, "labels": len(set(db.labels)),
+                "threshold": db.threshold(p.open_set_margin if p.open_set else None, p.min_score),
+                "last_label": last[0] if last else "", "last_score": last[1] if last else float("nan"),
+                "unknown": self._unknown}
+
+    def diagnostic_warnings(self) -> list[str]:
+        if len(self.db) == 0:
+            return ["recognition: the database is empty (call ~/enroll or ~/load)"]
+        return []
+
+    def hardware_id(self) -> str:
+        return self.params.device or self.params.backend
+
+    def close(self) -> None:
+        try:
+            self.extractor.close()
+        finally:
+            self.db.engine.close()
