@@ -22,7 +22,7 @@ def main(argv: list[str]) -> int:
     from libredgetpu_ros.edgetpu.simulated import Timed, TimingModel, ZerosAccelerator
     from libredgetpu_ros.edgetpu.transport import RecordingTransport
     from libredgetpu_ros.errors import DeviceLostError
-    from libredgetpu_ros.ros.perception import node as node_module
+    from libredgetpu_ros.ros.perception import processor as node_module  # where the pipeline is opened
 
     fault_at = int(os.environ.get("MULTICAM_FAULT_AT", "0"))
     runs = [0]
