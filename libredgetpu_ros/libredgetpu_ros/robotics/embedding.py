@@ -134,27 +134,22 @@ def open_set_threshold(background: float | None, margin: float | None = DEFAULT_
     return max(float(min_score), bg + margin * (1.0 - bg))
 
 
-def _shown(text: str, limit: int = 40) -> str:
-    """repr of a label cut to ``limit`` characters: error messages never echo a huge string."""
-    return repr(text if len(text) <= limit else text[:limit] + "...")
-
-
 def check_label(label: object) -> str:
     """The NFC form of a valid label: a string of 1..MAX_LABEL_CHARS printable characters (no control,
     line-break or format characters), no surrounding whitespace, not ``UNKNOWN``; InputError otherwise."""
     if not isinstance(label, str):
         raise InputError(f"label must be a string, got {type(label).__name__}")
     if len(label) > MAX_LABEL_CHARS:
-        raise InputError(f"label has {len(label)} characters, at most {MAX_LABEL_CHARS}: {_shown(label)}")
+        raise InputError(f"label has {len(label)} characters, at most {MAX_LABEL_CHARS}: {clip_repr(label)}")
     text = unicodedata.normalize("NFC", label)
     if not text.strip():
         raise InputError(f"label must be a non-empty string of at most {MAX_LABEL_CHARS} characters, "
-                         f"got {_shown(label)}")
+                         f"got {clip_repr(label)}")
     if text != text.strip():
-        raise InputError(f"label {_shown(label)} starts or ends with whitespace")
+        raise InputError(f"label {clip_repr(label)} starts or ends with whitespace")
     bad = next((c for c in text if not c.isprintable()), None)
     if bad is not None:
-        raise InputError(f"label {_shown(label)} holds the non-printable character U+{ord(bad):04X}")
+        raise InputError(f"label {clip_repr(label)} holds the non-printable character U+{ord(bad):04X}")
     if text == UNKNOWN:
         raise InputError(f"label {UNKNOWN!r} is reserved for the open-set answer")
     return text
@@ -367,8 +362,8 @@ class EmbeddingSimilarity:
             slots = [slot for slot, name in enumerate(current.labels) if name == label]
             if not slots:
                 known = sorted(set(self.labels))
-                shown = ", ".join(_shown(k) for k in known[:10]) + (", ..." if len(known) > 10 else "")
-                raise InputError(f"no entry labelled {_shown(label)} (known: [{shown}])")
+                shown = ", ".join(clip_repr(k) for k in known[:10]) + (", ..." if len(known) > 10 else "")
+                raise InputError(f"no entry labelled {clip_repr(label)} (known: [{shown}])")
             labels, normalized, gains = list(current.labels), current.normalized.copy(), current.gains.copy()
             for slot in slots:
                 labels[slot] = None
