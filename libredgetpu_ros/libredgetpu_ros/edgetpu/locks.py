@@ -54,24 +54,30 @@ def lock_path(bus_path: str) -> Path:
     return lock_dir() / (re.sub(r"[^A-Za-z0-9_.-]", "_", bus_path) + _SUFFIX)
 
 
+def _holder_of(path: Path) -> str | None:
+    """What the lock file ``path`` says of its holder when some process holds it right now (a shared flock
+    probe that fails), else None: no file, or nobody holds it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:  # no lock file: nobody ever held it
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.pread(fd, _MAX_HOLDER_BYTES, 0).decode(errors="replace")
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
 def held_elsewhere(bus_path: str) -> bool:
     """True when another process holds the device's lock right now (auto device selection passes over it)."""
     with _process_lock:
         if bus_path in _held:
             return False
-    try:
-        fd = os.open(lock_path(bus_path), os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:  # no lock file: nobody ever held it
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
+    return _holder_of(lock_path(bus_path)) is not None
 
 
 class DeviceLock:
@@ -125,18 +131,7 @@ def holders(directory: Path | None = None) -> dict[str, str]:
     found: dict[str, str] = {}
     folder = directory or lock_dir()
     for path in sorted(folder.glob(f"*{_SUFFIX}")):
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
-            continue
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:  # held by someone
-                text = os.pread(fd, _MAX_HOLDER_BYTES, 0).decode(errors="replace")
-                found[path.name[: -len(_SUFFIX)]] = _describe_holder(text)
-            else:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
+        text = _holder_of(path)
+        if text is not None:
+            found[path.name[: -len(_SUFFIX)]] = _describe_holder(text)
     return found
