@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from libredgetpu_ros.errors import ConfigError
-from libredgetpu_ros.ros.camera_topics import expand_image_topics
+from libredgetpu_ros.ros.camera_topics import REMAP_LEADS, expand_image_topics, is_ros_name
 
 # type -> (module, class); imported only when a node of that type is configured.
 NODE_TYPES: dict[str, tuple[str, str]] = {
@@ -48,8 +48,6 @@ NODE_TYPES: dict[str, tuple[str, str]] = {
     "recognition": ("libredgetpu_ros.ros.recognition.node", "RecognitionNode"),
 }
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
-_NAMESPACE_RE = re.compile(r"^/?([A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*)?$")
-_REMAP_NAME_RE = re.compile(r"^(~/?|/)?[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*$")
 _SUBST_RE = re.compile(r"\$\((fixture|dir)(?:\s+([^)]*))?\)")
 
 
@@ -94,7 +92,7 @@ def load_config(path: str | Path) -> list[NodeSpec]:
         namespace = str(entry.get("namespace", "") or "")
         if not _NAME_RE.match(name):
             raise ConfigError(f"{where}: invalid node name {name!r}")
-        if not _NAMESPACE_RE.match(namespace):
+        if namespace not in ("", "/") and not is_ros_name(namespace, letter_first=True):
             raise ConfigError(f"{where}: invalid namespace {namespace!r}")
         params = entry.get("parameters") or {}
         if not isinstance(params, dict):
@@ -121,7 +119,7 @@ def _remappings(value: Any, where: str) -> dict[str, str]:
     out = {}
     for src, dst in value.items():
         for name in (src, dst):
-            if not isinstance(name, str) or not _REMAP_NAME_RE.match(name):
+            if not is_ros_name(name, REMAP_LEADS):
                 raise ConfigError(f"{where}: remapping {src!r}: {dst!r}: {name!r} is not a ROS name")
         out[src] = dst
     return out

@@ -27,8 +27,22 @@ from libredgetpu_ros.errors import ConfigError
 # node types that read camera images (ros/camera/): the ones image_topics applies to
 CAMERA_TYPES = ("perception", "tracker", "looming", "flow", "recognition")
 MAX_TOPICS = 16
-_TOPIC_RE = re.compile(r"^/?[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*$")
-_SEGMENT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*$")
+# A ROS name as configs give them (rcl's token rule): tokens of letters, digits and "_", none starting with a
+# digit, joined by single "/"s, after a leading "" (relative), "/" (absolute) or, in a remapping, "~" / "~/"
+# (the node's private namespace). Namespaces of camera streams start every token with a letter.
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:/[A-Za-z_][A-Za-z0-9_]*)*")
+_LETTER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*(?:/[A-Za-z][A-Za-z0-9_]*)*")
+TOPIC_LEADS = ("", "/")
+REMAP_LEADS = ("", "/", "~", "~/")
+
+
+def is_ros_name(text: object, leads: tuple[str, ...] = TOPIC_LEADS, *, letter_first: bool = False) -> bool:
+    """``text`` is a ROS name (above) after one of ``leads``; ``letter_first``: every token starts with a
+    letter."""
+    if not isinstance(text, str):
+        return False
+    name = _LETTER_NAME if letter_first else _NAME
+    return any(text.startswith(lead) and name.fullmatch(text, len(lead)) for lead in leads)
 
 
 def _item(value: Any, entry_namespace: str, where: str) -> tuple[str, str, dict[str, Any]]:
@@ -38,7 +52,7 @@ def _item(value: Any, entry_namespace: str, where: str) -> tuple[str, str, dict[
     if not isinstance(value, dict) or not isinstance(value.get("topic"), str):
         raise ConfigError(f"{where}: expected a topic name or a mapping with 'topic', got {value!r}")
     topic = value["topic"].strip()
-    if not _TOPIC_RE.match(topic):
+    if not is_ros_name(topic):
         raise ConfigError(f"{where}: topic {topic!r} is not a ROS topic name")
     if not topic.startswith("/"):  # relative: in the entry's namespace (the node's own would nest it)
         topic = "/" + "/".join(p for p in (entry_namespace.strip("/"), topic) if p)
@@ -49,7 +63,7 @@ def _item(value: Any, entry_namespace: str, where: str) -> tuple[str, str, dict[
     else:  # the camera's own namespace: where its topic is
         parent = topic.strip("/").rsplit("/", 1)
         namespace = parent[0] if len(parent) == 2 else ""
-    if not _SEGMENT_RE.match(namespace):
+    if not is_ros_name(namespace, ("",), letter_first=True):
         raise ConfigError(f"{where}: topic {topic!r} needs a namespace of its own (give 'namespace:'); got "
                           f"{namespace!r}")
     overrides = {str(k): v for k, v in value.items() if k not in ("topic", "namespace")}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from libredgetpu_ros.errors import ConfigError
 from libredgetpu_ros.ros.bringup import load_config
+from libredgetpu_ros.ros.camera_topics import REMAP_LEADS, is_ros_name
 
 
 def _load(tmp_path, text: str):
@@ -65,3 +66,19 @@ def test_the_shipped_cameras_bringup_starts_one_node_per_camera() -> None:
     assert [s.namespace for s in specs] == ["/front", "/rear", "/wrist"]
     assert {s.parameters["backend"] for s in specs} == {"auto"}
     assert specs[2].parameters["transport"] == "compressed"
+
+
+@pytest.mark.parametrize(("text", "topic", "remap", "namespace"), [
+    ("front/image_raw", True, True, True), ("/front/image_raw", True, True, False),
+    ("_private/x", True, True, False), ("~/cmd", False, True, False), ("~cmd", False, True, False),
+    ("a//b", False, False, False), ("a/", False, False, False), ("", False, False, False),
+    ("9lives", False, False, False), ("a/9", False, False, False), ("a-b", False, False, False),
+    ("front\n", False, False, False), ("~", False, False, False), (7, False, False, False),
+])
+def test_one_ros_name_grammar_for_topics_remappings_and_stream_namespaces(text, topic, remap,
+                                                                           namespace) -> None:
+    """The grammar bringup's remappings, image_topics' topics and their namespaces share (one token rule;
+    a trailing newline, which the old `^...$` patterns let through, is no name)."""
+    assert is_ros_name(text) == topic
+    assert is_ros_name(text, REMAP_LEADS) == remap
+    assert is_ros_name(text, ("",), letter_first=True) == namespace
