@@ -10,8 +10,8 @@ A subclass sets ``PARAMS`` (its ``ParamTable``), ``DIAGNOSTICS_NAME`` (status na
 - ``create_outputs()``: configure, after ``open_processor``: publishers (:meth:`output`), services
   (:meth:`service`), timers (:meth:`timer`), released by the base; ``describe()``: the ``configured: ...`` log
   line;
-- ``create_inputs()``: activate: subscriptions, on the data path (:meth:`data_subscription`) or the main
-  executor (:meth:`subscription`), and timers (:meth:`active_timer`); the base drops them on deactivate;
+- ``create_inputs()``: activate: the data path's subscriptions (:meth:`data_subscription`) and timers
+  (:meth:`timer` with ``while_active``); the base drops them on deactivate;
 - ``close_processor()``: release what ``open_processor`` opened (idempotent; must not raise);
 - ``diagnostic_status()`` -> ``(level, message, values)`` and ``hardware_id()``: the node's ``/diagnostics``
   status, published every ``diagnostics_period()`` s (None: the node publishes it itself) and once with
@@ -135,10 +135,11 @@ class ManagedNode(LifecycleNode):
         self._made.append(srv)
         return srv
 
-    def timer(self, period_s: float, callback: Any) -> Any:
-        """A timer of the configured node (main executor), destroyed on cleanup."""
+    def timer(self, period_s: float, callback: Any, *, while_active: bool = False) -> Any:
+        """A timer on the main executor, destroyed on cleanup, or with ``while_active`` (made in
+        ``create_inputs``) on deactivate."""
         timer = self.create_timer(period_s, callback)
-        self._made.append(timer)
+        (self._live if while_active else self._made).append(timer)
         return timer
 
     def data_subscription(self, msg_type: Any, topic: str, callback: Any, qos: Any, **options: Any) -> Any:
@@ -150,18 +151,6 @@ class ManagedNode(LifecycleNode):
         self._data_path.wake()  # its executor waits on the group's entities: rebuild its wait set
         self.get_logger().info(f"active: subscribed to {sub.topic_name}")
         return sub
-
-    def subscription(self, msg_type: Any, topic: str, callback: Any, qos: Any) -> Any:
-        """A subscription of the active node on the main executor, dropped on deactivate."""
-        sub = self.create_subscription(msg_type, topic, callback, qos)
-        self._live.append(sub)
-        return sub
-
-    def active_timer(self, period_s: float, callback: Any) -> Any:
-        """A timer of the active node (main executor), dropped on deactivate."""
-        timer = self.create_timer(period_s, callback)
-        self._live.append(timer)
-        return timer
 
     def is_configured(self) -> bool:
         return self._configured

@@ -158,9 +158,9 @@ class TrainerNode(ManagedNode):
     def create_inputs(self) -> None:
         cfg = self.cfg
         self.data_subscription(Float32MultiArray, cfg.samples_topic, self._on_sample, 100)
-        self.active_timer(cfg.metrics_period, self._tick)
+        self.timer(cfg.metrics_period, self._tick, while_active=True)
         if self._pusher is not None:
-            self.active_timer(cfg.push_period, self._push_weights)
+            self.timer(cfg.push_period, self._push_weights, while_active=True)
 
     def close_processor(self) -> None:
         """Disconnect from the worker (idempotent)."""
