@@ -62,53 +62,72 @@ def _resize_argmax(image, y_start, y_len, y_lo, y_hi, fy, x_start, x_len, x_lo, 
     cell_min = np.empty(classes, np.int32)
     cell_max = np.empty(classes, np.int32)
     contenders = np.empty(classes, np.intp)
+    width = out.shape[1]
+    row_classes = np.empty(width, np.uint8)  # a cell row's decided classes, copied to each of its rows
+    undecided = np.empty(x_start.size, np.bool_)
+    top = np.empty(width, np.int32)  # per pixel of a cell's row: best rounded value and its class
+    winner = np.empty(width, np.uint8)
     one, half = np.float32(1.0), np.float32(0.5)
     for cy in range(y_start.size):
-        r0, r1 = y_lo[cy], y_hi[cy]
+        top_row, bottom_row = image[y_lo[cy]], image[y_hi[cy]]
+        ys, ny = y_start[cy], y_len[cy]
         for cx in range(x_start.size):
             c0, c1 = x_lo[cx], x_hi[cx]
+            p00, p01, p10, p11 = top_row[c0], top_row[c1], bottom_row[c0], bottom_row[c1]
+            for k in range(classes):  # vectorised over the classes
+                a, b, d, e = np.int32(p00[k]), np.int32(p01[k]), np.int32(p10[k]), np.int32(p11[k])
+                cell_min[k] = min(min(a, b), min(d, e))
+                cell_max[k] = max(max(a, b), max(d, e))
             best, floor = 0, np.int32(-1)
             for k in range(classes):
-                a, b = np.int32(image[r0, c0, k]), np.int32(image[r0, c1, k])
-                d, e = np.int32(image[r1, c0, k]), np.int32(image[r1, c1, k])
-                low = min(min(a, b), min(d, e))
-                cell_min[k] = low
-                cell_max[k] = max(max(a, b), max(d, e))
-                if low > floor:  # first maximum of the minima
-                    best, floor = k, low
+                if cell_min[k] > floor:  # first maximum of the minima
+                    best, floor = k, cell_min[k]
             rival = np.int32(-1)
             for k in range(classes):
                 if k != best and cell_max[k] > rival:
                     rival = cell_max[k]
-            ys, ny, xs, nx = y_start[cy], y_len[cy], x_start[cx], x_len[cx]
-            if floor > rival:  # every pixel of the cell: the best class
-                for y in range(ys, ys + ny):
-                    for x in range(xs, xs + nx):
-                        out[y, x] = best
+            row_classes[x_start[cx]:x_start[cx] + x_len[cx]] = best
+            undecided[cx] = floor <= rival
+        for y in range(ys, ys + ny):
+            out[y, :] = row_classes
+        for cx in range(x_start.size):
+            if not undecided[cx]:
                 continue
+            c0, c1, xs, nx = x_lo[cx], x_hi[cx], x_start[cx], x_len[cx]
+            floor = np.int32(-1)
+            for k in range(classes):
+                low = min(min(np.int32(top_row[c0, k]), np.int32(top_row[c1, k])),
+                          min(np.int32(bottom_row[c0, k]), np.int32(bottom_row[c1, k])))
+                floor = max(floor, low)
             count = 0
             for k in range(classes):  # the classes whose largest corner reaches the guaranteed value
-                if cell_max[k] >= floor:
+                high = max(max(np.int32(top_row[c0, k]), np.int32(top_row[c1, k])),
+                           max(np.int32(bottom_row[c0, k]), np.int32(bottom_row[c1, k])))
+                if high >= floor:
                     contenders[count] = k
                     count += 1
             for y in range(ys, ys + ny):
                 wy = fy[y]
                 gy = one - wy
-                for x in range(xs, xs + nx):
-                    wx = fx[x]
-                    gx = one - wx
-                    w00, w01, w10, w11 = gy * gx, gy * wx, wy * gx, wy * wx
-                    winner, top = contenders[0], np.int32(-(1 << 30))
-                    for t in range(count):  # ascending ids: ties keep the lower one
-                        k = contenders[t]
-                        value = np.float32(image[r0, c0, k]) * w00
-                        value = value + np.float32(image[r0, c1, k]) * w01
-                        value = value + np.float32(image[r1, c0, k]) * w10
-                        value = value + np.float32(image[r1, c1, k]) * w11
+                for i in range(nx):
+                    top[i] = -(1 << 30)
+                    winner[i] = contenders[0]
+                for t in range(count):  # ascending ids: a later class wins only when strictly higher
+                    k = contenders[t]
+                    p00, p01 = np.float32(top_row[c0, k]), np.float32(top_row[c1, k])
+                    p10, p11 = np.float32(bottom_row[c0, k]), np.float32(bottom_row[c1, k])
+                    for i in range(nx):  # along the row: vectorised
+                        wx = fx[xs + i]
+                        gx = one - wx
+                        value = p00 * (gy * gx)
+                        value = value + p01 * (gy * wx)
+                        value = value + p10 * (wy * gx)
+                        value = value + p11 * (wy * wx)
                         rounded = np.int32(value + half)  # the kernel's +0.5 and truncation
-                        if rounded > top:
-                            winner, top = k, rounded
-                    out[y, x] = winner
+                        higher = rounded > top[i]
+                        top[i] = rounded if higher else top[i]
+                        winner[i] = k if higher else winner[i]
+                out[y, xs:xs + nx] = winner[:nx]
 
 
 _lock = threading.Lock()
