@@ -17,9 +17,11 @@ exact size, CRC), the messages then views into the decompressed records; a chunk
 Anything else (per-message compression, unindexed files, sqlite3) is left to rosbags:
 ``message_views`` returns None and the caller uses ``reader.messages``.
 
-The CRCs of uncompressed chunks are computed ahead, in file order, on one worker thread (``crc32``
-releases the GIL): verifying a 640x480 frame's chunk costs ~0.4 ms, which would otherwise sit in the
-consumer's loop between two inferences.
+The CRCs of uncompressed chunks are computed ahead, in chunk order, on one worker thread (``crc32``
+releases the GIL), at most ``crc_ahead`` chunks ahead of the walk: far enough that the walk never waits,
+near enough that a bag larger than memory is not read twice (the pages the worker read would be evicted
+before the walk reaches them). ``crc_ahead=0`` verifies each chunk in the walking thread just before its
+messages are parsed: no worker, and the pixels the consumer reads next are then in the cache.
 """
 
 from __future__ import annotations
@@ -45,13 +47,18 @@ _CRC_AT = 9 + 24
 _RECORDS_AT = 9 + 40
 
 
+CRC_AHEAD = 8  # chunks verified ahead of the walk by the worker thread
+
+
 def message_views(reader: Any, connections: Collection[Any], compressed: bool = False,
-                  per_message: bool = False) -> Iterator[tuple[Any, int, memoryview]] | None:
+                  per_message: bool = False,
+                  crc_ahead: int | None = None) -> Iterator[tuple[Any, int, memoryview]] | None:
     """``reader.messages(connections)`` of an opened ``rosbags.rosbag2.Reader`` with memoryviews instead of
     bytes (``None`` for a message of a corrupt chunk, skipped), or None when the bag is not indexed MCAP
     with uncompressed chunks (or, with ``compressed``, zstd/lz4 chunks): then use ``reader.messages``.
     With ``per_message``, a bag in rosbag2's per-message compression mode is walked too: its views are the
-    compressed payloads (``storage.decompressed`` decompresses them)."""
+    compressed payloads (``storage.decompressed`` decompresses them). ``crc_ahead``: see the module doc
+    (None: ``CRC_AHEAD``)."""
     from rosbags.rosbag2.reader import DirectoryReader
     from rosbags.rosbag2.storage_mcap import McapReader
 
@@ -69,7 +76,7 @@ def message_views(reader: Any, connections: Collection[Any], compressed: bool = 
     if any(c.compression not in allowed or (not c.compression and c.compressed_size != c.uncompressed_size)
            for s in storages for c in s.chunks):
         return None
-    return _views(storages, list(connections), directory)
+    return _views(storages, list(connections), directory, CRC_AHEAD if crc_ahead is None else crc_ahead)
 
 
 def match_connection(storage_conn: Any, connections: list[Any]) -> Any:
@@ -79,8 +86,8 @@ def match_connection(storage_conn: Any, connections: list[Any]) -> Any:
                  and (not x.digest or not y.digest or y.digest == x.digest)), None)
 
 
-def _views(storages: list[Any], connections: list[Any],
-           directory: bool) -> Iterator[tuple[Any, int, memoryview]]:
+def _views(storages: list[Any], connections: list[Any], directory: bool,
+           crc_ahead: int) -> Iterator[tuple[Any, int, memoryview]]:
     for storage in storages:
         if directory:
             channel_map = {x.id: conn for x in storage.connections
@@ -93,16 +100,43 @@ def _views(storages: list[Any], connections: list[Any],
             data = memoryview(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ))
         wanted = [chunk for chunk in storage.chunks
                   if any(chunk.channel_count.get(cid, 0) for cid in channel_map)]
-        checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mcap-crc")
+        checks = _AheadChecks(data, wanted, crc_ahead)
         try:
-            chunks = [_chunk_messages(data, chunk, channel_map,
-                                      None if chunk.compression else checker.submit(_crc_ok, data, chunk))
-                      for chunk in wanted]
+            chunks = [_chunk_messages(data, chunk, channel_map, checks) for chunk in wanted]
             for timestamp, offset, connection, view in heapq.merge(*chunks):
                 if offset:  # not a chunk's start marker
                     yield connection, timestamp, view
         finally:  # also when the consumer stops early: drop the checks not started yet
-            checker.shutdown(wait=False, cancel_futures=True)
+            checks.close()
+
+
+class _AheadChecks:
+    """The CRC checks of ``chunks`` on one worker thread, submitted in chunk order and at most ``ahead``
+    beyond the last one asked for (``ahead=0``: no worker, each check made when asked for)."""
+
+    def __init__(self, data: memoryview, chunks: list[Any], ahead: int) -> None:
+        self._data, self._ahead = data, ahead
+        self._todo = iter([c for c in chunks if not c.compression])  # compressed: checked when decompressed
+        self._futures: dict[int, Future] = {}
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mcap-crc") if ahead > 0 else None
+
+    def ok(self, chunk: Any) -> bool:
+        """Whether an uncompressed chunk passes its CRC and bounds checks (``_crc_ok``)."""
+        if self._pool is None:
+            return _crc_ok(self._data, chunk)
+        key = chunk.chunk_start_offset
+        while key not in self._futures or len(self._futures) <= self._ahead:
+            nxt = next(self._todo, None)
+            if nxt is None:
+                break
+            self._futures[nxt.chunk_start_offset] = self._pool.submit(_crc_ok, self._data, nxt)
+        future = self._futures.pop(key, None)
+        # a chunk asked for out of order (chunks overlapping in time) is checked in this thread
+        return future.result() if future is not None else _crc_ok(self._data, chunk)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _crc_ok(data: memoryview, chunk: Any) -> bool:
@@ -117,7 +151,7 @@ def _crc_ok(data: memoryview, chunk: Any) -> bool:
 
 
 def _chunk_messages(data: memoryview, chunk: Any, channel_map: dict[int, Any],
-                    crc_ok: Future | None = None) -> Iterator[tuple[Any, ...]]:
+                    checks: _AheadChecks | None = None) -> Iterator[tuple[Any, ...]]:
     """One chunk's messages in log-time order, after a start marker (so ``heapq.merge`` opens chunks only
     when their time comes, as rosbags does). A corrupt chunk gives one ``start = -1`` entry per message the
     chunk index counts on a wanted channel (at the chunk's start time): reported, never decoded.
@@ -126,7 +160,7 @@ def _chunk_messages(data: memoryview, chunk: Any, channel_map: dict[int, Any],
     yield chunk.message_start_time, 0, None, None
     base = chunk.chunk_start_offset
     try:
-        messages = _checked_messages(data, chunk, channel_map, crc_ok)
+        messages = _checked_messages(data, chunk, channel_map, checks)
     except BadRecord:
         # counts checked against the chunk's message index records when the bag was opened
         # (mcap_summary), and generated one by one: never a list as long as a count says
@@ -138,7 +172,7 @@ def _chunk_messages(data: memoryview, chunk: Any, channel_map: dict[int, Any],
 
 
 def _checked_messages(data: memoryview, chunk: Any, channel_map: dict[int, Any],
-                      crc_ok: Future | None = None) -> list[tuple[Any, ...]]:
+                      checks: _AheadChecks | None = None) -> list[tuple[Any, ...]]:
     base = chunk.chunk_start_offset
     start = base + _RECORDS_AT + len(chunk.compression)
     end = start + chunk.compressed_size  # == uncompressed_size for an uncompressed chunk (message_views)
@@ -148,7 +182,7 @@ def _checked_messages(data: memoryview, chunk: Any, channel_map: dict[int, Any],
     if chunk.compression:  # records in a new buffer, checked before and after decompressing
         data = chunk_records(data[start:end], chunk.compression, chunk.uncompressed_size, crc, base)
         start, end = 0, len(data)
-    elif not (crc_ok.result() if crc_ok is not None else not crc or crc32(data[start:end]) == crc):
+    elif not (checks.ok(chunk) if checks is not None else not crc or crc32(data[start:end]) == crc):
         raise BadRecord(f"chunk at offset {base}: CRC mismatch")
     messages: list[tuple[int, int, Any, memoryview]] = []  # (log time, chunk offset, connection, view)
     pos = start

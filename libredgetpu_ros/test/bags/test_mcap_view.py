@@ -181,3 +181,49 @@ def test_record_overrunning_its_chunk_skips_that_chunk_only(tmp_path: Path) -> N
     finally:
         reader.close()
     _skipped_not_decoded(tmp_path / "bag", clean)
+
+
+def _chunked_bag(path: Path, chunks: int) -> None:
+    """``chunks`` messages of 1.1 MB (one chunk each, rosbags closes a chunk past 1 MiB), real chunk CRCs."""
+    from libredgetpu_ros.bags.storage import open_writer
+
+    writer = open_writer(path, "mcap")
+    try:
+        conn = writer.add_connection("/a", "acme_msgs/msg/Blob", msgdef="uint8[] data", rihs01=RIHS)
+        for i in range(chunks):
+            writer.write(conn, i, bytes([i]) * 1_100_000)
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("ahead", [0, 2])
+def test_chunk_crcs_are_checked_a_bounded_way_ahead(tmp_path: Path, monkeypatch, ahead: int) -> None:
+    """The worker verifies at most ``crc_ahead`` chunks beyond the one the walk is in (a bag larger than
+    memory is not read twice); with 0, each chunk is verified by the walking thread, no worker started."""
+    import threading
+    import time
+
+    from libredgetpu_ros.bags import mcap_view
+
+    _chunked_bag(tmp_path / "bag", 12)
+    checked: list[str] = []
+    crc_ok = mcap_view._crc_ok
+
+    def recorded(data: memoryview, chunk: Any) -> bool:
+        checked.append(threading.current_thread().name)
+        return crc_ok(data, chunk)
+
+    monkeypatch.setattr(mcap_view, "_crc_ok", recorded)
+    reader = _open(tmp_path / "bag")
+    try:
+        views = mcap_view.message_views(reader, reader.connections, crc_ahead=ahead)
+        assert views is not None
+        for i, (_, timestamp, view) in enumerate(views):
+            if i == 0:
+                time.sleep(0.05)  # an unbounded worker would have checked every chunk by now
+            assert timestamp == i and view is not None and view[-1] == i
+            assert len(checked) <= i + 1 + ahead, (i, len(checked))
+    finally:
+        reader.close()
+    assert len(checked) == 12
+    assert all(name.startswith("mcap-crc") for name in checked) if ahead else set(checked) == {"MainThread"}
