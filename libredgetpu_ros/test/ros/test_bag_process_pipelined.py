@@ -168,11 +168,12 @@ def test_ctrl_c_publishes_every_processed_frames_results(ros_env, tmp_path: Path
                                                          monkeypatch, pipelined: bool) -> None:
     """Ctrl-C at the 7th processed frame: the output holds the 6 frames processed before it (results still
     queued for the writer thread are written first), the same messages as in one thread."""
-    from libredgetpu_ros.ros.bag_nodes import PerceptionOffline
+    from libredgetpu_ros.ros.bag_nodes import processor_class
 
     bag = camera_bag()
     config = _config(tmp_path, fixture_path)
-    messages = PerceptionOffline.messages
+    node = processor_class("perception")
+    messages = node.messages
     calls = []
 
     def interrupted(self: Any, header: Any, rgb: np.ndarray) -> Any:
@@ -181,13 +182,13 @@ def test_ctrl_c_publishes_every_processed_frames_results(ros_env, tmp_path: Path
             raise KeyboardInterrupt
         return messages(self, header, rgb)
 
-    monkeypatch.setattr(PerceptionOffline, "messages", interrupted)
+    monkeypatch.setattr(node, "messages", interrupted)
     with pytest.raises(KeyboardInterrupt):
         _run(bag, tmp_path / "out", config, pipelined=pipelined)
     assert _no_worker_threads()
     got = _messages(tmp_path / "out")
     assert len([m for m in got if m[0] == "/classification"]) == 6
-    monkeypatch.setattr(PerceptionOffline, "messages", messages)
+    monkeypatch.setattr(node, "messages", messages)
     calls.clear()
     _run(bag, tmp_path / "full", config, pipelined=False)
     assert got == [m for m in _messages(tmp_path / "full") if m[2] <= got[-1][2]]
