@@ -3,8 +3,9 @@ the ``CameraProcessor`` subclass its live node runs (``PROCESSOR``; ``ros/camera
 results are what the node publishes by construction (``test_camera_processors`` holds the classes equal).
 
 A processor turns one decoded frame (HxWx3 uint8 RGB + the frame's header) into the (relative topic,
-message) pairs the live node would publish for it, in the same order (``messages``); offline every output
-the parameters ask for is written (markers, annotated images), as if someone subscribed to it live:
+message) pairs the live node would publish for it, in the same order (``CameraProcessor.messages``:
+``frame`` without the node's subscriber filter); offline every output the parameters ask for is written
+(markers, annotated images), as if someone subscribed to it live:
 
 - ``perception``: ``perception/processor.py`` (``PerceptionPipeline`` + ``conversions.result_messages``, and
   the latched ``label_info``); ``require_accelerator`` is the live node's only: offline the model runs where
@@ -27,28 +28,15 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from libredgetpu_ros.errors import ConfigError
 from libredgetpu_ros.ros.params import ParamTable
 
+if TYPE_CHECKING:
+    from libredgetpu_ros.ros.camera.processor import CameraProcessor
+
 _log = logging.getLogger(__name__)
-
-
-class OfflineNode(Protocol):
-    """What ``bag_processing`` uses of a processor (``camera.processor.CameraProcessor``)."""
-
-    out_types: dict[str, type]  # relative topic -> message class, every topic the node may publish
-
-    def warm_up(self, rgb: np.ndarray | None) -> None: ...
-
-    def messages(self, header: Any, rgb: np.ndarray) -> list[tuple[str, Any]]: ...
-
-    def latched(self, header: Any) -> list[tuple[str, Any]]: ...
-
-    def close(self) -> None: ...
 
 
 def _lazy(module: str, name: str) -> Callable[[], Any]:
@@ -56,7 +44,7 @@ def _lazy(module: str, name: str) -> Callable[[], Any]:
 
 
 # node type (as in bringup's NODE_TYPES) -> (its parameter table, its processor: the live node's PROCESSOR)
-OFFLINE_NODES: dict[str, tuple[Callable[[], ParamTable], Callable[[], type]]] = {
+OFFLINE_NODES: dict[str, tuple[Callable[[], ParamTable], Callable[[], type[CameraProcessor]]]] = {
     "perception": (_lazy("perception.params", "PARAMS"),
                    _lazy("perception.processor", "PerceptionProcessor")),
     "tracker": (_lazy("robotics.params", "TRACKER_PARAMS"), _lazy("robotics.processors", "TrackerProcessor")),
@@ -77,13 +65,13 @@ def param_table(node_type: str) -> ParamTable:
     return OFFLINE_NODES[node_type][0]()
 
 
-def processor_class(node_type: str) -> type:
+def processor_class(node_type: str) -> type[CameraProcessor]:
     """The processor the live node of ``node_type`` runs (its ``PROCESSOR``)."""
     _known(node_type)
     return OFFLINE_NODES[node_type][1]()
 
 
-def open_offline(node_type: str, params: Any) -> OfflineNode:
+def open_offline(node_type: str, params: Any) -> CameraProcessor:
     """The node's processor, opened from its parameters (a ``LibrEdgeTpuError`` if it cannot be); what it
     does otherwise than the live node, and what it substitutes, is logged."""
     cls: Any = processor_class(node_type)
