@@ -6,9 +6,11 @@ running the complete CPU model (TFLite_Detection_PostProcess included) as the or
   scores within 0.02 (the same input tensor goes to both).
 - Edge TPU: the real driver runs the compiled single-file model over the recording transport double with a
   scripted accelerator behind it (never presented as a device). The scripted device answers with the bytes an
-  accelerator sends for the boundary tensors (LiteRT's boundary values, tiled into the output layers' layout);
-  the pipeline must read them back through the DMA schedule, untile them and decode them to LiteRT's
-  detections. The parameters are uploaded once (parameter caching), not on every frame.
+  accelerator sends for the boundary tensors: LiteRT's boundary values placed where libedgetpu's
+  ``OutputLayerInformation::Relayout`` reads them (its x-tile walk, written here from libedgetpu's algorithm,
+  not with formats/layout.py, so a wrong untiling in our code cannot cancel out); the pipeline must read them
+  back through the DMA schedule, untile them and decode them to LiteRT's detections. The parameters are
+  uploaded once (parameter caching), not on every frame.
 """
 
 from __future__ import annotations
@@ -106,13 +108,51 @@ def test_cpu_fallback_equals_litert_full_model(cpu_pipeline, fixture_path, photo
     assert all(d.label == labels[str(d.class_id)] for d in result.detections)
 
 
+def _device_bytes_libedgetpu_reads(dense: np.ndarray, layer) -> bytes:
+    """The output buffer that libedgetpu's ``OutputLayerInformation::Relayout`` (one execution, no shape
+    info: these layers) turns into ``dense``, by inverting its walk: the x coordinates split into tiles where
+    ``x_coordinate_to_linear_tile_id_map`` changes; for each y and tile, the first cell is at
+    ``GetBufferIndex(y, first x, 0)`` and the next cells follow ``z_bytes_padded`` apart, the distance from
+    x=0 to x=1 (from y=0 to y=1 when x_dim is 1). Padding bytes are 0."""
+    lay = layer.output_layout
+    assert lay is not None and not layer.slices and layer.execution_count_per_inference == 1
+
+    def buffer_index(y: int, x: int) -> int:  # GetBufferIndex(y, x, z=0), in elements
+        tile = int(lay.y_coordinate_to_linear_tile_id_map[y]) + int(lay.x_coordinate_to_linear_tile_id_map[x])
+        return (int(lay.linearized_tile_byte_offset[tile])
+                + int(lay.y_coordinate_to_local_y_offset[y]) * int(lay.x_coordinate_to_local_y_row_size[x])
+                + int(lay.x_coordinate_to_local_byte_offset[x]))
+
+    y_dim, x_dim, size = layer.y_dim, layer.x_dim, layer.element_size
+    z_bytes = layer.z_dim * size
+    cells = np.asarray(dense, np.uint8).reshape(y_dim, x_dim, z_bytes)
+    step = buffer_index(0, 1) - buffer_index(0, 0) if x_dim > 1 else buffer_index(1, 0) - buffer_index(0, 0)
+    z_bytes_padded = step * size
+    assert z_bytes_padded >= z_bytes
+    tile_ids = [int(t) for t in lay.x_coordinate_to_linear_tile_id_map[:x_dim]]
+    tiles, first = [], 0
+    for x in range(1, x_dim):
+        if tile_ids[x] != tile_ids[first]:
+            tiles.append((first, x - first))
+            first = x
+    tiles.append((first, x_dim - first))
+    out = bytearray(layer.size_bytes)
+    for y in range(y_dim):
+        for first, count in tiles:
+            start = buffer_index(y, first) * size
+            for k in range(count):
+                at = start + k * z_bytes_padded
+                assert at + z_bytes <= len(out), f"{layer.name}: ({y}, {first + k}) outside the layer"
+                out[at:at + z_bytes] = cells[y, first + k].tobytes()
+    return bytes(out)
+
+
 def _scripted_device(fixture_path, boundary: dict[str, np.ndarray]):
     """An open EdgeTpuDevice whose accelerator answers every run of the compiled model's executable with
-    ``boundary`` (name -> tensor) tiled into the output layers' layout, in DMA-hint order."""
+    ``boundary`` (name -> tensor) laid out as libedgetpu reads the output layers, in DMA-hint order."""
     from libredgetpu_ros.edgetpu.device import EdgeTpuDevice
     from libredgetpu_ros.edgetpu.transport import RecordingTransport
     from libredgetpu_ros.formats import load_model
-    from libredgetpu_ros.formats.layout import tile_output
 
     model = load_model(fixture_path(COMPILED))
     package = model.darwinn(model.edgetpu_ops()[0])
@@ -121,8 +161,7 @@ def _scripted_device(fixture_path, boundary: dict[str, np.ndarray]):
     layers = {layer.name: layer for layer in exe.output_layers}
     assert sorted(layers) == sorted(boundary)
     order = [h.layer_name for h in exe.dma_hints if h.kind == "descriptor" and h.buffer_type == "output"]
-    answer = b"".join(tile_output(boundary[name], layers[name], layers[name].size_bytes).tobytes()
-                      for name in order)
+    answer = b"".join(_device_bytes_libedgetpu_reads(boundary[name], layers[name]) for name in order)
     (input_layer,) = exe.input_layers
     sim = ScriptedAccelerator({input_layer.size_bytes: answer})
     recorder: list[RecordingTransport] = []
