@@ -37,7 +37,6 @@ frame for the next pair (LibrEdgeTPU computes both frames of every pair).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -272,15 +271,15 @@ class OpticalFlow(RoboticsModule):
             model_input = cv2.LUT(gray, np.clip(np.rint(stretched), 0, 255).astype(np.uint8))
         raw = self.runner.run([model_input.reshape(self._in.shape)])[0][self._out.name]
         self.backend_calls += 1
-        features = self.from_feature_map(raw.reshape(self._out.shape[1:]), std, size)
-        if not self.refine:
-            return features
-        return dataclasses.replace(features, fine=flow_refine.fine_frame(frame, self.fine_warp))
+        fine = flow_refine.fine_frame(frame, self.fine_warp) if self.refine else None
+        return self.from_feature_map(raw.reshape(self._out.shape[1:]), std, size, fine)
 
     def from_feature_map(self, feature_map: np.ndarray, texture: float = math.inf,
-                         frame_size: tuple[int, int] | None = None) -> FlowFeatures:
+                         frame_size: tuple[int, int] | None = None,
+                         fine: flow_refine.FineFrame | None = None) -> FlowFeatures:
         """What is kept of a frame, from the template's raw uint8 output ``h×w×C`` (for feature maps
-        computed elsewhere, e.g. to compare with LibrEdgeTPU on the same maps)."""
+        computed elsewhere, e.g. to compare with LibrEdgeTPU on the same maps); ``fine``: the frame at the
+        refinement's resolution, when refining."""
         expected = tuple(self._out.shape[1:])
         if feature_map.shape != expected or feature_map.dtype != np.uint8:
             raise ImageError(f"feature map must be uint8 {expected}, got {feature_map.dtype} "
@@ -294,7 +293,7 @@ class OpticalFlow(RoboticsModule):
             factor = 1 if self.fused_pool else self.pool_factor
             flow_kernels.pool_features(np.ascontiguousarray(feature_map), factor, zero, self.margin,
                                        normalized, pooled, table)
-            return FlowFeatures(pooled, table if normalized else None, texture, size)
+            return FlowFeatures(pooled, table if normalized else None, texture, size, fine)
         if self.fused_pool:
             pooled = feature_map.astype(np.float64) - zero
         else:
@@ -302,12 +301,12 @@ class OpticalFlow(RoboticsModule):
             if zero:
                 pooled -= zero * self.pool_factor * self.pool_factor
         if not normalized:
-            return FlowFeatures(pooled, None, texture, size)
+            return FlowFeatures(pooled, None, texture, size, fine)
         if self.margin:
             pooled = pooled[self.margin:-self.margin, self.margin:-self.margin]
         pooled -= pooled.mean(axis=(0, 1))
         table = self.grid.energy_table(np.einsum("yxc,yxc->yx", pooled, pooled))
-        return FlowFeatures(pooled, table, texture, size)
+        return FlowFeatures(pooled, table, texture, size, fine)
 
     # -- a pair ----------------------------------------------------------------------------------------
 
@@ -429,6 +428,8 @@ def seed_peaks(scores: np.ndarray, peak: Peak) -> list[tuple[float, float]]:
     repeating scene or a fine texture confuses)."""
     r = scores.shape[0] // 2
     seeds = [(peak.dx, peak.dy)]
+    if peak.margin > SEED_DROP + 1e-6:  # every score outside the peak's 3x3 is too low to seed (the float32
+        return seeds  # comparison below cannot differ by more than the 1e-6 kept)
     best_j, best_i = round(peak.dy) + r, round(peak.dx) + r
     grid = scores.astype(np.float32)
     neighbourhood = cv2.dilate(grid, np.ones((3, 3), np.uint8), borderType=cv2.BORDER_CONSTANT,

@@ -11,7 +11,8 @@ device computes there (the int8 Sobel, its quantization, the squares and their s
 own scales, read from the twin) once with the padding the device uses and once with the border pixels
 repeated, and subtracts the difference, pooled like the device, from each zone. A uniform frame then has
 zones of 0 (within half an output level, the device's own rounding of the pool), and the interior of any
-frame is unchanged. Cost: a few NumPy operations on ~250 pixels.
+frame is unchanged. Cost: one compiled loop over the ring pixels (robotics/looming_kernels.py; the NumPy
+operations here without numba), bench/results/robotics_frames.md.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ import numpy as np
 
 from libredgetpu_ros.backends.base import tensor_spec
 from libredgetpu_ros.errors import ModelFormatError
+from libredgetpu_ros.robotics import looming_kernels
 
 
 class BorderCorrection:
     """Per-zone correction of one looming template (see the module docstring)."""
 
-    def __init__(self, template: Any, zones_per_side: int) -> None:
+    def __init__(self, template: Any, zones_per_side: int, kernels: bool = True) -> None:
         twin = template.twin
         ops = list(twin.operators)
         convs = [op for op in ops if op.opcode_name == "CONV_2D"]
@@ -66,6 +68,11 @@ class BorderCorrection:
         taps = [(dy, dx) for dy in range(3) for dx in range(3)]
         self._gather = np.stack([(rows + dy) * (self.width + 2) + cols + dx for dy, dx in taps], axis=1)
         self._stacked = np.stack([k.reshape(-1) for k in self._kernels], axis=1)  # (9, 2)
+        # the compiled loop over the ring pixels (robotics/looming_kernels.py), compiled or loaded now
+        self.kernels = kernels and looming_kernels.warm_up()
+        self._rows, self._cols = rows.astype(np.int64), cols.astype(np.int64)
+        self._conv_array, self._square_array = np.array(self._conv_q, float), np.array(self._square_q, float)
+        self._sum_array = np.array(self._sum_q, float)
 
     def _energy(self, padded: np.ndarray) -> np.ndarray:
         """The device's quantized energy (real units) at the ring pixels of a 1-pixel padded frame."""
@@ -82,6 +89,13 @@ class BorderCorrection:
 
     def correction(self, fitted: np.ndarray) -> np.ndarray:
         """(zones, zones) float32: what the padding adds to each zone of this frame (subtract it)."""
+        image = np.asarray(fitted)
+        if self.kernels and image.dtype == np.uint8:  # the template's input (other dtypes: NumPy below)
+            per_zone = np.empty(self.zones * self.zones)
+            looming_kernels.border_correction(image.reshape(self.height, self.width), self._rows,
+                                              self._cols, self._zone, self._stacked, self._conv_array,
+                                              self._square_array, self._sum_array, self.pool, per_zone)
+            return per_zone.reshape(self.zones, self.zones).astype(np.float32)
         import cv2
 
         image = np.ascontiguousarray(np.asarray(fitted, dtype=np.float32).reshape(self.height, self.width))

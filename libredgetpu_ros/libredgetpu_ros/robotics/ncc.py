@@ -33,8 +33,6 @@ values for (2) (bench/bench_robotics_validity.py).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 NORMAL_GAIN = 40.0  # grey levels per local standard deviation (+-3.2 sigma fits in uint8 around 128)
@@ -92,18 +90,20 @@ def ncc_grid(image: np.ndarray, patch: np.ndarray, x0: int, y0: int,
 
 
 def score(a: np.ndarray, b: np.ndarray) -> float:
-    """The zero-mean NCC of two same-size images over all their pixels (channels together): the value
-    :func:`ncc_grid` gives at one position, computed directly (float64 sums; one window is too small for
-    matchTemplate's setup to pay); 0 when either image is flat. Flow's refinement scores its match with it."""
-    a = np.ascontiguousarray(a, dtype=np.float32).ravel()
-    b = np.ascontiguousarray(b, dtype=np.float32).ravel()
-    n = a.size
-    sa, sb = float(a.sum(dtype=np.float64)), float(b.sum(dtype=np.float64))
-    var_a = float(np.dot(a, a)) - sa * sa / n
-    var_b = float(np.dot(b, b)) - sb * sb / n
-    if var_a <= 1e-6 * n or var_b <= 1e-6 * n:
+    """The zero-mean NCC of two same-size one-channel images over all their pixels: the value
+    :func:`ncc_grid` gives at one position, computed directly (OpenCV's means and standard deviations,
+    float64 sums; one window is too small for matchTemplate's setup to pay); 0 when either image is flat.
+    Flow's refinement scores its match with it."""
+    import cv2
+
+    a, b = np.asarray(a, dtype=np.float32), np.asarray(b, dtype=np.float32)
+    mean_a, std_a = cv2.meanStdDev(a)
+    mean_b, std_b = cv2.meanStdDev(b)
+    sa, sb = float(std_a[0, 0]), float(std_b[0, 0])
+    if sa * sa <= 1e-6 or sb * sb <= 1e-6:
         return 0.0
-    return (float(np.dot(a, b)) - sa * sb / n) / math.sqrt(var_a * var_b)
+    cross = float(cv2.mean(cv2.multiply(a, b))[0])
+    return (cross - float(mean_a[0, 0]) * float(mean_b[0, 0])) / (sa * sb)
 
 
 def _parabola(minus: float, centre: float, plus: float) -> float:

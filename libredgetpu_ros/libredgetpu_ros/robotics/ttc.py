@@ -23,8 +23,8 @@ A TTC is reported only with enough evidence, else ``ttc_s`` is None and ``reason
 
 Stamps going backwards and gaps longer than ``max_gap_s`` clear the history (no TTC until it refills).
 Everything runs on the frame's stamps, never the wall clock, so a bag replay gives what the live run gave.
-Cost: one remap, two Sobel passes and a 6 x 6 solve per iteration over a window of ~1,400 pixels at 64 x 64
-(bench/bench_robotics_validity.py).
+Cost: per iteration one pass over a window of ~1,500 pixels at 64 x 64 (warp, weights, a 5 x 5 solve;
+compiled in robotics/looming_kernels.py, the NumPy path here without numba), bench/results/robotics_frames.md.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, InputError
+from libredgetpu_ros.robotics import looming_kernels
 
 REASONS = ("ok", "filling", "low_texture", "poor_fit", "not_approaching")
 
@@ -140,8 +141,10 @@ def register_scale(ref: np.ndarray, cur: np.ndarray, half: int, iterations: int 
 class ScaleTtc:
     """The estimator over a stamped frame sequence (see the module docstring)."""
 
-    def __init__(self, settings: TtcSettings | None = None) -> None:
+    def __init__(self, settings: TtcSettings | None = None, kernels: bool = True) -> None:
         self.settings = settings or TtcSettings()
+        # the registration compiled (robotics/looming_kernels.py), compiled or loaded now; NumPy without numba
+        self.kernels = kernels and looming_kernels.warm_up()
         self._history: deque[tuple[float, np.ndarray]] = deque()
         self._last_a = 0.0
 
@@ -177,7 +180,13 @@ class ScaleTtc:
         gy = cv2.Sobel(window, cv2.CV_32F, 0, 1, ksize=3, scale=1 / 8)
         if float(np.mean(gx * gx + gy * gy)) < st.min_texture:
             return TtcEstimate(None, "low_texture", None, span, None)
-        a, sigma, rel, kept = register_scale(ref, image, half, st.iterations, self._last_a)
+        if self.kernels:
+            grad_x = cv2.Sobel(image, cv2.CV_32F, 1, 0, ksize=3, scale=1 / 8)
+            grad_y = cv2.Sobel(image, cv2.CV_32F, 0, 1, ksize=3, scale=1 / 8)
+            a, sigma, rel, kept = looming_kernels.register_scale(ref, image, grad_x, grad_y, half,
+                                                                 st.iterations, self._last_a)
+        else:
+            a, sigma, rel, kept = register_scale(ref, image, half, st.iterations, self._last_a)
         scale = 1.0 + a
         if not math.isfinite(sigma) or rel > st.max_residual or kept < 0.5:
             self._last_a = 0.0

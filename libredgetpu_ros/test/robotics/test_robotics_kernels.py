@@ -1,4 +1,4 @@
-"""The robotics modules' compiled kernels (flow_kernels, spot_kernels) go through ``libredgetpu_ros.jit``:
+"""The robotics modules' compiled kernels (flow, spot, looming) go through ``libredgetpu_ros.jit``:
 numba is imported when a module opens, not when it is imported, and the kernels are cached in the user's cache
 folder, never in the package folder (read-only when installed). A fresh interpreter per case: whether numba
 is imported and where its cache goes are per-process."""
@@ -20,13 +20,17 @@ PACKAGE = Path(libredgetpu_ros.__file__).resolve().parent
 _CHILD = """
 import json, sys
 import libredgetpu_ros.robotics.compass, libredgetpu_ros.robotics.flow, libredgetpu_ros.robotics.spot
+import libredgetpu_ros.robotics.looming
 imported_early = "numba" in sys.modules
 from libredgetpu_ros.robotics.flow import OpticalFlow
+from libredgetpu_ros.robotics.looming import LoomingDetector
 from libredgetpu_ros.robotics.spot import SpotTracker
 flow = OpticalFlow.from_template("gabor_64x64_p4", backend="cpu")
 spot = SpotTracker.from_template(64, "red", backend="cpu")
+looming = LoomingDetector.from_template(64, backend="cpu")
 print(json.dumps({"early": imported_early, "late": "numba" in sys.modules,
-                  "kernels": [flow.kernels, spot.validity.kernels]}))
+                  "kernels": [flow.kernels, spot.validity.kernels, looming.border.kernels,
+                              looming.scale_ttc.kernels]}))
 """
 
 
@@ -40,11 +44,11 @@ def test_kernels_compiled_on_open_and_cached_in_the_user_folder(tmp_path: Path) 
                               timeout=600)
         assert done.returncode == 0, done.stderr[-2000:]
         out = json.loads(done.stdout.strip().splitlines()[-1])
-        assert out == {"early": False, "late": True, "kernels": [True, True]}
+        assert out == {"early": False, "late": True, "kernels": [True] * 4}
         if _ == 0:
             files = {p.name for p in tmp_path.rglob("*.nbi")}
-            for kernel in ("flow_kernels.pool_features", "flow_kernels.normalized_peak",
-                           "spot_kernels.evidence"):
+            for kernel in ("flow_kernels.pool_features", "flow_kernels.lk_level", "spot_kernels.evidence",
+                           "looming_kernels.border_correction", "looming_kernels.register_scale"):
                 assert any(name.startswith(f"{kernel}-") for name in files), files
             compiled = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.nbc")}
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.nbc")} == compiled
