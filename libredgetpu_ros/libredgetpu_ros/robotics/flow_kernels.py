@@ -234,12 +234,61 @@ def shift_box(moving, ux, uy, y0, y1, x0, x1, out):  # pragma: no cover - compil
             row[k] = w00 * m0[k] + w01 * m0[k + 1] + w10 * m1[k] + w11 * m1[k + 1]
 
 
+def _pad101(image, r, out):  # pragma: no cover - compiled
+    """``out`` = ``image`` with ``r`` pixels of OpenCV's default border (reflect 101) on every side."""
+    h, w = image.shape
+    for y in range(h + 2 * r):
+        sy = y - r
+        sy = -sy if sy < 0 else (2 * h - sy - 2 if sy >= h else sy)
+        src, dst = image[sy], out[y, r:r + w]
+        for x in range(w):
+            dst[x] = src[x]
+        for k in range(1, r + 1):
+            out[y, r - k] = src[k]
+            out[y, r + w - 1 + k] = src[w - 1 - k]
+
+
+def fine_level(gray, taps, image, grad_x, grad_y):  # pragma: no cover - compiled
+    """One level of robotics/flow_refine.py: ``image`` = ``gray`` blurred by the separable ``taps``
+    (cv2.GaussianBlur's kernel), ``grad_x``, ``grad_y`` = its 3×3 Sobel / 8, both with OpenCV's default
+    border (reflect 101), in float32 as OpenCV computes them (sums in another order: ~1e-7 apart)."""
+    h, w = gray.shape
+    r = taps.size // 2
+    padded = np.empty((h + 2 * r, w + 2 * r), np.float32)
+    _pad101(gray, r, padded)
+    across = np.zeros((h + 2 * r, w), np.float32)  # the horizontal pass, on every padded row
+    for y in range(h + 2 * r):
+        row = across[y]
+        for k in range(taps.size):
+            c, src = taps[k], padded[y, k:k + w]  # slices and range indices: the loops vectorise
+            for x in range(w):
+                row[x] += c * src[x]
+    for y in range(h):
+        out = image[y]
+        out[:] = 0.0
+        for k in range(taps.size):
+            c, src = taps[k], across[y + k]
+            for x in range(w):
+                out[x] += c * src[x]
+    edge = np.empty((h + 2, w + 2), np.float32)
+    _pad101(image, 1, edge)
+    two, eighth = np.float32(2.0), np.float32(0.125)
+    for y in range(h):
+        ul, um, ur = edge[y, 0:w], edge[y, 1:w + 1], edge[y, 2:w + 2]
+        ml, mr = edge[y + 1, 0:w], edge[y + 1, 2:w + 2]
+        dl, dm, dr = edge[y + 2, 0:w], edge[y + 2, 1:w + 1], edge[y + 2, 2:w + 2]
+        gx, gy = grad_x[y], grad_y[y]
+        for x in range(w):
+            gx[x] = ((ur[x] - ul[x]) + two * (mr[x] - ml[x]) + (dr[x] - dl[x])) * eighth
+            gy[x] = ((dl[x] - ul[x]) + two * (dm[x] - um[x]) + (dr[x] - ur[x])) * eighth
+
 _FAST = {"cache": True, "nogil": True, "fastmath": True}
 _EXACT = {"cache": True, "nogil": True}
 _SUMS = {"cache": True, "nogil": True, "fastmath": {"reassoc", "contract"}}  # vectorised sums, NaN kept
 KERNELS = (("_correlate", _FAST), ("_box", dict(_EXACT, inline="always")), ("_refine", _EXACT),
            ("pool_features", _FAST), ("normalized_peak", _EXACT), ("soft_argmax_peak", _EXACT),
-           ("overlap", _EXACT), ("lk_level", _SUMS), ("shift_box", _SUMS))
+           ("overlap", _EXACT), ("lk_level", _SUMS), ("shift_box", _SUMS), ("_pad101", _EXACT),
+           ("fine_level", _SUMS))
 _warm = False
 
 
@@ -269,6 +318,7 @@ def warm_up() -> bool:
     overlap(16, 16, 0.5, -0.5, 2)
     lk_level(image, image, image, image, 0.5, -0.5, 1, 2, 0.05, 0.01)
     shift_box(image, 0.5, -0.5, 2, 10, 2, 10, np.empty((8, 8), np.float32))
+    fine_level(image, np.ones(9, np.float32), image.copy(), image.copy(), image.copy())
     _warm = True
     return True
 

@@ -37,6 +37,8 @@ SMOOTH_SIGMA = 1.0  # Gaussian blur before gradients (pixels of each level)
 CONVERGED_PX = 0.01  # an update smaller than this (level pixels) ends the level
 BORDER = 2  # pixels of each level left out along its edges (the blur and gradients see the border there)
 MIN_DET = 0.05  # det(H) / (a·c) below this (smallest / largest eigenvalue below ~1/20): an aperture
+# cv2.GaussianBlur's float32 kernel at SMOOTH_SIGMA (size round(8 sigma + 1), odd): the compiled level's
+_TAPS = cv2.getGaussianKernel(round(SMOOTH_SIGMA * 8 + 1) | 1, SMOOTH_SIGMA, cv2.CV_32F).ravel()
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,11 @@ class Refined:
 
 
 def _level(gray: np.ndarray) -> _Level:
+    """A level's smoothed image and gradients (float32 ``gray`` in); compiled when numba is there."""
+    if flow_kernels.ready() and min(gray.shape) > _TAPS.size // 2:
+        image, gx, gy = (np.empty(gray.shape, np.float32) for _ in range(3))
+        flow_kernels.fine_level(np.ascontiguousarray(gray, dtype=np.float32), _TAPS, image, gx, gy)
+        return _Level(image, gx, gy)
     image = cv2.GaussianBlur(gray, (0, 0), SMOOTH_SIGMA)
     gx = cv2.Sobel(image, cv2.CV_32F, 1, 0, ksize=3, scale=0.125)
     gy = cv2.Sobel(image, cv2.CV_32F, 0, 1, ksize=3, scale=0.125)

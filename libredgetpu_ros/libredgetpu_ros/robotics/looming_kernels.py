@@ -229,9 +229,35 @@ def register_scale(ref, cur, grad_x, grad_y, half, iterations, start):  # pragma
     return a, sigma_a, math.sqrt(var) / std, kept / n
 
 
+def _reflect101(i, n):  # pragma: no cover - compiled
+    """Index ``i`` (at most one pixel outside) folded into [0, n): OpenCV's default border, reflect 101."""
+    if i < 0:
+        return -i
+    return 2 * n - i - 2 if i >= n else i
+
+
+def window_texture(image, y0, x0, side):  # pragma: no cover - compiled
+    """Mean of gx² + gy² over the ``side``² window at (y0, x0), the gradients ``cv2.Sobel(window, ksize=3,
+    scale=1/8)`` of the window alone (its border reflected, OpenCV's default), as ttc.py measured it."""
+    total = 0.0
+    for j in range(side):
+        ym, yp = _reflect101(j - 1, side) + y0, _reflect101(j + 1, side) + y0
+        for i in range(side):
+            xm, xp = _reflect101(i - 1, side) + x0, _reflect101(i + 1, side) + x0
+            y, x = y0 + j, x0 + i
+            gx = ((image[ym, xp] - image[ym, xm]) + 2.0 * (image[y, xp] - image[y, xm])
+                  + (image[yp, xp] - image[yp, xm])) / 8.0
+            gy = ((image[yp, xm] - image[ym, xm]) + 2.0 * (image[yp, x] - image[ym, x])
+                  + (image[yp, xp] - image[ym, xp])) / 8.0
+            total += gx * gx + gy * gy
+    return total / (side * side)
+
+
 _EXACT = {"cache": True, "nogil": True}
 KERNELS = (("_requantize", dict(_EXACT, inline="always")), ("border_correction", _EXACT),
-           ("_reflect", dict(_EXACT, inline="always")), ("_solve", _EXACT), ("register_scale", _EXACT))
+           ("_reflect", dict(_EXACT, inline="always")), ("_solve", _EXACT),
+           ("register_scale", dict(_EXACT, fastmath={"reassoc", "contract"})),
+           ("_reflect101", dict(_EXACT, inline="always")), ("window_texture", _EXACT))
 
 
 def warm_up() -> bool:
@@ -244,4 +270,5 @@ def warm_up() -> bool:
                       np.ones(2), 1, np.zeros(1))
     image = np.zeros((16, 16), np.float32)
     register_scale(image, image, image, image, 4, 1, 0.0)
+    window_texture(image, 2, 2, 9)
     return True

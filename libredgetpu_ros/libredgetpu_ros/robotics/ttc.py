@@ -175,10 +175,14 @@ class ScaleTtc:
             return TtcEstimate(None, "filling", None, span if len(self._history) > 1 else None, None)
         half = max(4, int(st.window_frac * min(image.shape) / 2))
         cy, cx = image.shape[0] // 2, image.shape[1] // 2
-        window = ref[cy - half:cy + half + 1, cx - half:cx + half + 1]
-        gx = cv2.Sobel(window, cv2.CV_32F, 1, 0, ksize=3, scale=1 / 8)
-        gy = cv2.Sobel(window, cv2.CV_32F, 0, 1, ksize=3, scale=1 / 8)
-        if float(np.mean(gx * gx + gy * gy)) < st.min_texture:
+        if self.kernels:
+            texture = looming_kernels.window_texture(ref, cy - half, cx - half, 2 * half + 1)
+        else:
+            window = ref[cy - half:cy + half + 1, cx - half:cx + half + 1]
+            gx = cv2.Sobel(window, cv2.CV_32F, 1, 0, ksize=3, scale=1 / 8)
+            gy = cv2.Sobel(window, cv2.CV_32F, 0, 1, ksize=3, scale=1 / 8)
+            texture = float(np.mean(gx * gx + gy * gy))
+        if texture < st.min_texture:
             return TtcEstimate(None, "low_texture", None, span, None)
         if self.kernels:
             grad_x = cv2.Sobel(image, cv2.CV_32F, 1, 0, ksize=3, scale=1 / 8)

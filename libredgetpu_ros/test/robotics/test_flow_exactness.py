@@ -209,3 +209,20 @@ def test_compiled_refinement_equals_the_opencv_one(monkeypatch) -> None:
             assert fast.ncc == pytest.approx(slow.ncc, abs=2e-3)
             assert (fast.dx, fast.dy) == pytest.approx((dx, dy), abs=0.1)  # and both read the truth
     assert results[True][-1].aperture
+
+
+@pytest.mark.parametrize("shape", [(64, 64), (120, 160), (8, 8), (9, 13)])
+def test_compiled_fine_level_equals_opencv(shape) -> None:
+    """flow_kernels.fine_level (blur and Sobel of a refinement level) gives OpenCV's GaussianBlur and Sobel
+    (its default border) to float32 rounding, down to the smallest level size (8 pixels)."""
+    import cv2
+    from libredgetpu_ros.robotics import flow_kernels, flow_refine
+
+    if not flow_kernels.warm_up():
+        pytest.skip("numba is not installed: OpenCV makes the levels")
+    gray = np.random.default_rng(shape[1]).integers(0, 256, shape).astype(np.float32)
+    level = flow_refine._level(gray)
+    blurred = cv2.GaussianBlur(gray, (0, 0), flow_refine.SMOOTH_SIGMA)
+    np.testing.assert_allclose(level.image, blurred, atol=1e-4)
+    np.testing.assert_allclose(level.gx, cv2.Sobel(blurred, cv2.CV_32F, 1, 0, ksize=3, scale=0.125), atol=1e-4)
+    np.testing.assert_allclose(level.gy, cv2.Sobel(blurred, cv2.CV_32F, 0, 1, ksize=3, scale=0.125), atol=1e-4)
