@@ -182,7 +182,8 @@ class SpuNode(ManagedNode):
                 try:
                     prepare_input(np.asarray(p.value, dtype=np.float64), vec)
                 except (IOSpecError, TypeError, ValueError) as exc:
-                    self._reject("bad_input", f"{p.name}: {exc}")
+                    with self._lock:  # the counters are the data path's too
+                        self._reject("bad_input", f"{p.name}: {exc}")
                     return f"{p.name}: {exc}"
         return None
 
