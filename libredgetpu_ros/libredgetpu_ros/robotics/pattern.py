@@ -32,6 +32,7 @@ from libredgetpu_ros.robotics import ncc
 from libredgetpu_ros.robotics.base import RoboticsModule
 from libredgetpu_ros.robotics.image import as_uint8
 from libredgetpu_ros.robotics.offsets import OffsetDecoder, TrackResult
+from libredgetpu_ros.robotics.pattern_validity import PatternEvidence, PatternLimits, PatternValidity
 from libredgetpu_ros.robotics.template import RoboticsTemplate, TemplateRunner, load_template
 
 BLOB_NAMES = {"pc_params": "pc", "eo_params": "eo"}
@@ -40,8 +41,7 @@ SELF_RESPONSE_FILL = 0.9  # fraction of the correlation output range the patch's
 MODES = ("normalized", "libredgetpu")
 PASSES = 2  # device runs per frame in the normalized mode (the second with the first answer blanked)
 REFINE_RADIUS = 3  # template-input pixels around a device answer searched by exact NCC
-MIN_SCORE = 0.6  # normalised correlation below which a match is not valid
-MIN_MARGIN = 0.05  # a second place scoring within this of the best, elsewhere: ambiguous
+MIN_SCORE = PatternLimits.min_score  # normalised correlation below which the patch is not in the frame
 
 
 class TemplateSwap(NamedTuple):
@@ -58,9 +58,13 @@ class PatternMatch:
     result: TrackResult
     x: float  # patch centre, template-input pixels
     y: float
+    evidence: PatternEvidence | None = None  # the CPU check (normalized mode; robotics/pattern_validity.py)
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.result.to_dict(), x=self.x, y=self.y)
+        out = dict(self.result.to_dict(), x=self.x, y=self.y)
+        if self.evidence is not None:
+            out.update(peak=self.evidence.peak, rival=self.evidence.rival, distance=self.evidence.distance)
+        return out
 
 
 class PatternTracker(RoboticsModule):
@@ -71,13 +75,15 @@ class PatternTracker(RoboticsModule):
     def __init__(self, template: RoboticsTemplate, backend: str = "auto", device: Any = None,
                  resize: bool = True, backend_object: Any = None,
                  blobs: dict[str, np.ndarray] | None = None, mode: str = "normalized",
-                 min_score: float = MIN_SCORE, passes: int = PASSES) -> None:
+                 min_score: float = MIN_SCORE, passes: int = PASSES,
+                 limits: PatternLimits | None = None) -> None:
         if mode not in MODES:
             raise ConfigError(f"pattern mode must be one of {', '.join(MODES)}, got {mode!r}")
         if not -1.0 <= min_score <= 1.0 or not 1 <= passes <= 4:
             raise ConfigError(f"pattern min_score must be in [-1, 1] and passes in 1..4, got {min_score}, "
                               f"{passes}")
         self.mode, self.min_score, self.passes = mode, float(min_score), int(passes)
+        self.validity = PatternValidity(replace(limits or PatternLimits(), min_score=self.min_score))
         self.template = template
         self.height, self.width, self.channels = template.image_shape
         self.resize = resize
@@ -235,8 +241,8 @@ class PatternTracker(RoboticsModule):
         """Where the patch is. ``libredgetpu`` mode: the template's soft argmax on the frame as it is.
         ``normalized``: the frame locally normalised, up to ``passes`` device runs (each after blanking the
         previous answer's neighbourhood), each answer refined by exact NCC on the CPU; the best-scoring one
-        is the match, valid when its score reaches ``min_score`` and no answer elsewhere scores within
-        ``MIN_MARGIN`` of it (robotics/ncc.py)."""
+        is the match, valid when the frame's whole NCC map agrees that it is the patch's one clear place
+        (robotics/pattern_validity.py: ``low_score``, ``device_miss``, ``ambiguous``)."""
         fitted = self.fit(image)
         if self.mode == "libredgetpu":
             outputs, parameters = self.runner.run([fitted[None]])
@@ -247,7 +253,7 @@ class PatternTracker(RoboticsModule):
         normal = ncc.normalize_search(fitted, kh, kw)
         parameters = self.runner.parameters  # every pass and the refinement on one version
         weights = parameters.twin[self._filter_index].reshape(self._patch_shape).astype(np.float32)
-        device, best, found_all = None, None, []
+        device, best = None, None
         search = normal
         for attempt in range(self.passes):
             outputs, _ = self.runner.run([search[None]], parameters)
@@ -255,7 +261,6 @@ class PatternTracker(RoboticsModule):
             device = device or decoded
             col, row = self.decoder.grid_position(decoded, self.grid_width, self.grid_height)
             found = ncc.refine(normal, weights, col, row, REFINE_RADIUS)
-            found_all.append(found)
             if best is None or found[2] > best[2]:
                 best = found
             if attempt + 1 < self.passes:  # blank the answer (mid-grey is zero after normalisation)
@@ -265,13 +270,12 @@ class PatternTracker(RoboticsModule):
         x, y, score = best
         offset = (x / ((self.grid_width - 1) / 2) - 1.0, y / ((self.grid_height - 1) / 2) - 1.0)
         result = replace(device, x_offset=offset[0], y_offset=offset[1], reason="ok", score=score)
-        rivals = [s for fx, fy, s in found_all if max(abs(fx - x), abs(fy - y)) > 2.0]
-        if score < self.min_score:
-            result = result.invalidated("low_score", score=score)
-        elif rivals and max(rivals) > score - MIN_MARGIN:
-            result = result.invalidated("ambiguous", score=score)
-        return PatternMatch(result, x + (kw - 1) / 2, y + (kh - 1) / 2)
+        evidence = self.validity.check(normal, weights, x, y)
+        if not evidence.valid:
+            result = result.invalidated(evidence.reason, score=score)
+        return PatternMatch(result, x + (kw - 1) / 2, y + (kh - 1) / 2, evidence)
 
     def details(self) -> dict[str, Any]:
         return {"kernel": [self.kernel_width, self.kernel_height], "blob": self.blob_kind, "mode": self.mode,
-                "min_score": self.min_score, "passes": self.passes}
+                "min_score": self.min_score, "passes": self.passes,
+                "min_ratio": self.validity.limits.min_ratio}

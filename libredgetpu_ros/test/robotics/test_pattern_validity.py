@@ -1,0 +1,88 @@
+"""A valid pattern answer is a right one: per condition, on rendered scenes of the held-out photos.
+
+Scenes (test/robotics/_pattern_scenes.py): a photo-textured square sliding across a backdrop, the template a
+patch of it cut from frame 0, its true place in frames 1-6 known from the renderer. The validity limits
+(robotics/pattern_validity.py) were tuned on seeds 0-29 with the tuning photos; these tests use seeds
+``EVAL_SEED`` (1000) onwards with the held-out photos (``textures.HELD_OUT_PHOTOS``), fixed.
+
+Required per condition: valid-but-wrong (valid while the patch is absent or more than 2 px from the answer)
+on at most 1 % of the frames, and valid on at least the share of the hits (answers within 2 px) measured
+when the limits were set, less a margin (docs/robotics.md quotes the printed figures). The previous check
+(score >= 0.6 and no rival among the device's two answers within 0.05) gave 3-41 % valid-but-wrong here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from libredgetpu_ros.robotics.pattern import PatternTracker
+from libredgetpu_ros.robotics.pattern_validity import PatternLimits, PatternValidity
+from libredgetpu_ros.scenes import textures
+
+from .._helpers import load_helper
+
+scenes = load_helper(Path(__file__).with_name("_pattern_scenes.py"))
+
+MAX_WRONG = 0.01
+# (search, kernel, channels, condition, scenes, least valid-on-hit share)
+CASES = [
+    (64, 8, 1, "clean", 40, 0.4),
+    (64, 8, 3, "clean", 40, 0.4),
+    (64, 16, 1, "clean", 40, 0.7),
+    (128, 16, 1, "clean", 20, 0.7),
+    (128, 32, 1, "clean", 12, 0.75),
+    (64, 8, 1, "noise", 40, 0.1),
+    (64, 16, 1, "noise", 40, 0.45),
+    (64, 8, 1, "clutter", 40, 0.3),
+    (64, 16, 1, "clutter", 40, 0.75),
+    (64, 8, 1, "absent", 40, None),
+    (64, 16, 1, "absent", 40, None),
+    (64, 8, 1, "occlusion", 40, None),
+    (64, 16, 1, "occlusion", 40, None),
+]
+
+
+@pytest.mark.parametrize(("search", "kernel", "channels", "condition", "count", "least"), CASES,
+                         ids=[f"{s}-{k}x{k}-{c}ch-{cond}" for s, k, c, cond, _, _ in CASES])
+def test_valid_but_wrong_at_most_1_percent(search, kernel, channels, condition, count, least) -> None:
+    with PatternTracker.from_template(search, kernel, channels, backend="cpu") as tracker:
+        tally = scenes.measure(tracker, condition, count, scenes.EVAL_SEED, textures.HELD_OUT_PHOTOS)
+    print(f"{search}/{kernel}x{kernel}/{channels}ch {condition}: {tally.line()}")
+    assert tally.wrong_rate <= MAX_WRONG, tally.line()
+    if least is not None:
+        assert tally.hits >= 0.3 * tally.present, tally.line()  # the scenes are findable at all
+        assert tally.valid_on_hit >= least, tally.line()
+
+
+def test_a_repetitive_patch_is_ambiguous_and_a_unique_one_is_valid() -> None:
+    """A checkerboard patch matches every other square: ``ambiguous``, with no offset; one square of it made
+    distinct becomes the one clear place."""
+    board = np.kron((np.indices((8, 8)).sum(axis=0) % 2) * 150 + 50, np.ones((8, 8))).astype(np.uint8)
+    with PatternTracker.from_template(64, 8, 1, backend="cpu") as tracker:
+        tracker.set_template_at(board, 20, 20)
+        match = tracker.track(board)
+        assert not match.result.valid and match.result.reason == "ambiguous"
+        assert match.result.x_offset is None and match.result.servo_error() == (0.0, 0.0)
+        assert match.evidence is not None and match.evidence.rival > 0.9
+        marked = board.copy()
+        marked[23:27, 21:25] = 255  # a bright mark inside one square
+        tracker.set_template_at(marked, 20, 20)
+        found = tracker.track(marked)
+        assert found.result.valid and found.result.reason == "ok", found.to_dict()
+        assert abs(found.x - 23.5) <= 0.5 and abs(found.y - 23.5) <= 0.5
+
+
+def test_a_device_answer_off_the_peak_is_a_device_miss() -> None:
+    """The check itself: the device's answer away from the frame's NCC peak is refused whatever it scored."""
+    rng = np.random.default_rng(5)
+    frame = rng.integers(0, 256, (64, 64, 1)).astype(np.uint8)
+    patch = frame[30:38, 12:20].astype(np.float32)
+    check = PatternValidity()
+    assert check.check(frame, patch, 12.0, 30.0).valid
+    missed = check.check(frame, patch, 40.0, 10.0)
+    assert not missed.valid and missed.reason == "device_miss" and missed.distance >= 20
+    other = rng.integers(0, 256, (8, 8, 1)).astype(np.float32)  # noise that is not in the frame
+    absent = check.check(frame, other, 12.0, 30.0)
+    assert not absent.valid and absent.reason == "low_score" and absent.peak < PatternLimits.min_score
