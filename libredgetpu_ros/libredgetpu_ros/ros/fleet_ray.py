@@ -5,7 +5,8 @@ starts and stops.
 Inputs are read where they are and outputs written where ``--output-dir`` says: on a cluster both must be
 on a path every node sees under the same name (a shared file system). The local cluster is bounded and
 private: CPUs as ``--jobs``, an object store of ``OBJECT_STORE_BYTES`` (records are all that travel), no
-dashboard, no usage statistics sent, every service bound to 127.0.0.1. Edge TPUs: a node started here
+dashboard, usage statistics off, every service bound to 127.0.0.1 (``local_cluster`` says how), and never a
+cluster found through ``RAY_ADDRESS`` or a ``ray start`` on the machine. Edge TPUs: a node started here
 declares the custom resource ``edgetpu``, one per attached accelerator, and when the run uses the Edge TPU
 backend each task asks for one (``{"edgetpu": 1}``; a cluster's nodes declare theirs with
 ``ray start --resources '{"edgetpu": N}'``) and opens the first accelerator of its machine no other process
@@ -16,16 +17,33 @@ machine's device names are its own); on the CPU backend tasks ask for one CPU ea
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 from typing import Any
 
-from libredgetpu_ros.errors import InputError
+from libredgetpu_ros.errors import InputError, LibrEdgeTpuError
 from libredgetpu_ros.ros.fleet import BagJob, edgetpus, run_bag
 
 RAY_VERSION = "2.60.0"  # the version pinned in requirements.lock.txt (setup.py extra "ray")
 OBJECT_STORE_BYTES = 96 * 1024 * 1024
 EDGETPU_RESOURCE = "edgetpu"
+LOOPBACK = "127.0.0.1"
+# Set for the local cluster's life (its processes inherit them). Ray's switch for "this machine only" (named
+# for the platforms where it is the default): with it on, a node asked for 127.0.0.1 takes instead the
+# address of the interface that routes to 8.8.8.8 (a UDP connect, which sends nothing), every Ray process
+# that looks its node up without one given (the runtime-env agent) does the same, and Ray binds its gRPC
+# servers to 0.0.0.0 / :: whenever the node's address is not loopback. Usage statistics: only a
+# dashboard head reports them, and a ray.init cluster's never does; off all the same. The dashboard head
+# (started even without a dashboard, for usage statistics) asks the cloud metadata services which cloud
+# it runs in (HTTP to 169.254.169.254 and metadata.google.internal) whether statistics are on or not: an
+# HTTP proxy at a closed loopback port makes every HTTP request of the cluster's processes, which have
+# none to make (the tasks read and write files), fail on this machine, names unresolved; Ray's own gRPC
+# ignores these variables (grpc_enable_http_proxy is off) and loopback is never proxied.
+CLOSED_PROXY = "http://127.0.0.1:9"
+LOCAL_ONLY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
+                  **dict.fromkeys(("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"), CLOSED_PROXY),
+                  **dict.fromkeys(("no_proxy", "NO_PROXY"), "127.0.0.1,localhost,::1")}
 
 
 def check_ray() -> None:
@@ -54,33 +72,68 @@ def _lost(job: BagJob, exc: BaseException) -> dict[str, Any]:
             "error": f"Ray task failed: {type(exc).__name__}: {text}"}
 
 
-def start_local_cluster(num_cpus: int, attached: int) -> None:
-    """``ray.init`` of a private single-node cluster: loopback only, small, no dashboard or telemetry; the
-    node declares one ``edgetpu`` per attached accelerator (a task holding one opens the first accelerator
-    no other process holds: ``device`` auto)."""
+@contextmanager
+def local_cluster(num_cpus: int, attached: int) -> Iterator[None]:
+    """A private single-node cluster (``ray.init``), shut down on exit: loopback only, small, no dashboard or
+    telemetry; the node declares one ``edgetpu`` per attached accelerator (a task holding one opens the
+    first accelerator no other process holds: ``device`` auto). ``address="local"``: always a new cluster,
+    never the one ``RAY_ADDRESS`` or a ``ray start`` on this machine points to."""
+    import ray
+    from ray._private import ray_constants
+
+    if not hasattr(ray_constants, "ENABLE_RAY_CLUSTER"):  # the switch below is read from there
+        raise LibrEdgeTpuError(f"ray {ray.__version__} cannot be kept to 127.0.0.1 the way ray {RAY_VERSION} "
+                               f"is: install ray=={RAY_VERSION}, or use --engine local or --ray-address")
+    saved_env = {name: os.environ.get(name) for name in LOCAL_ONLY_ENV}
+    saved_switch = ray_constants.ENABLE_RAY_CLUSTER
+    os.environ.update(LOCAL_ONLY_ENV)  # the processes Ray starts read it when they import ray
+    ray_constants.ENABLE_RAY_CLUSTER = False  # this one imported ray already (check_ray)
+    try:
+        ray.init(address="local", num_cpus=num_cpus,
+                 resources={EDGETPU_RESOURCE: attached} if attached else None,
+                 object_store_memory=OBJECT_STORE_BYTES, include_dashboard=False, _node_ip_address=LOOPBACK,
+                 log_to_driver=True, configure_logging=False, namespace="libredgetpu-ros")
+        try:
+            node_ip = ray.util.get_node_ip_address()
+            if node_ip != LOOPBACK:  # Ray bound its services to every interface: stop here
+                raise LibrEdgeTpuError(f"the local Ray cluster took the address {node_ip}, not {LOOPBACK}: "
+                                       "stopped; use --engine local or a cluster of your own (--ray-address)")
+            yield
+        finally:
+            ray.shutdown()
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved_switch
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextmanager
+def _connected(address: str) -> Iterator[None]:
+    """This process as a driver of a running cluster: the cluster's own settings (addresses, usage
+    statistics) are left as its ``ray start`` made them; on exit only this driver disconnects."""
     import ray
 
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # Ray would otherwise report usage over the network
-    ray.init(num_cpus=num_cpus, resources={EDGETPU_RESOURCE: attached} if attached else None,
-             object_store_memory=OBJECT_STORE_BYTES, include_dashboard=False, _node_ip_address="127.0.0.1",
-             log_to_driver=True, configure_logging=False, namespace="libredgetpu-ros")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(address=address, configure_logging=False, namespace="libredgetpu-ros")
+    try:
+        yield
+    finally:
+        ray.shutdown()
 
 
 def run_ray(jobs: list[BagJob], on_record: Callable[[dict[str, Any]], None], *, address: str | None,
             num_cpus: int, backend: str | None = None) -> None:
-    """Run ``jobs`` as Ray tasks, calling ``on_record`` per finished bag; the local cluster (no ``address``)
-    is shut down at the end. KeyboardInterrupt: the tasks in flight are cancelled (their workers killed),
-    then re-raised."""
+    """Run ``jobs`` as Ray tasks, calling ``on_record`` per finished bag, on the cluster at ``address`` or
+    on a local one (no ``address``, or ``"local"``) shut down at the end. KeyboardInterrupt: the tasks in
+    flight are cancelled (their workers killed), then re-raised."""
     import ray
 
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    started = address is None
     attached = edgetpus() if backend in (None, "auto", "edgetpu") else 0
-    if started:
-        start_local_cluster(num_cpus, attached)
-    else:
-        ray.init(address=address, configure_logging=False, namespace="libredgetpu-ros")
-    try:
+    # "local" is Ray's word for a new cluster on this machine: ours, bounded and on 127.0.0.1
+    with local_cluster(num_cpus, attached) if address in (None, "local") else _connected(address):
         options: dict[str, Any] = {"num_cpus": 1, "max_retries": 0}
         # an Edge TPU run (or auto) on a cluster that declares accelerators: each task holds one
         if backend in (None, "auto", "edgetpu") and ray.cluster_resources().get(EDGETPU_RESOURCE, 0) > 0:
@@ -105,5 +158,3 @@ def run_ray(jobs: list[BagJob], on_record: Callable[[dict[str, Any]], None], *, 
             for ref in refs:
                 ray.cancel(ref, force=True)
             raise
-    finally:
-        ray.shutdown()  # stops the local cluster; from a running one, only this driver disconnects

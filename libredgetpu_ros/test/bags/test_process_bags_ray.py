@@ -1,7 +1,8 @@
 """``process-bags --engine ray`` on a real local Ray cluster, started and stopped by the command (2 CPUs, a
 96 MiB object store, no dashboard, 127.0.0.1 only; the test bounds it to 300 s): the corpus of
 test_process_bags.py gives the same outputs as ``--jobs 1``, message for message, the broken bag is
-reported and the rest processed, and no Ray process outlives the command."""
+reported and the rest processed, no Ray process looked its address up through 8.8.8.8 (Ray's logs, in
+a private RAY_TMPDIR; test_ray_network.py has the sockets), and no Ray process outlives the command."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from .test_process_bags import bag_messages, config, make_corpus, outputs
+from .test_ray_network import no_address_probe, ray_temp_dir
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -42,8 +44,11 @@ def test_ray_engine_gives_the_local_outputs(tmp_path: Path, fixture_path, ros_en
     began = time.time() - 1
     command = [sys.executable, "-m", "libredgetpu_ros.cli.main", "process-bags", "--engine", "ray", "--jobs",
                "2", "--config", str(cfg), "-o", str(remote), "--json", "--no-progress", *map(str, inputs)]
-    done = subprocess.run(command, env=ros_env.env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1, done.stderr[-3000:]
+    with ray_temp_dir() as ray_tmp:
+        done = subprocess.run(command, env={**ros_env.env, "RAY_TMPDIR": str(ray_tmp)}, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 1, done.stderr[-3000:]
+        no_address_probe(done.stderr, ray_tmp)
     summary = json.loads(done.stdout)
     assert summary["engine"] == "ray" and summary["totals"]["done"] == 6
     (broken,) = [r for r in summary["bags"] if r["status"] != "done"]
