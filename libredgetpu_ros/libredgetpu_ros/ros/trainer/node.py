@@ -74,7 +74,7 @@ def _linear_of(snapshot: Snapshot) -> TrainedWeights:
 class TrainerNode(ManagedNode):
     PARAMS = PARAM_TABLE
     DIAGNOSTICS_NAME = "trainer"
-    FAULT_WHAT = "Team Tensor session"
+    FAULT_WHAT = "samples path"  # the session thread's own faults are latched as "session thread failed"
     RELEASE_NOTE = "disconnected from the worker"
     # concurrent.futures.TimeoutError is TimeoutError from Python 3.11 on, a class of its own in 3.10
     CONFIGURE_ERRORS = (LibrEdgeTpuError, TimeoutError, concurrent.futures.TimeoutError, OSError)
