@@ -62,8 +62,8 @@ class PatternMatch:
 
     def to_dict(self) -> dict[str, Any]:
         out = dict(self.result.to_dict(), x=self.x, y=self.y)
-        if self.evidence is not None:
-            out.update(peak=self.evidence.peak, rival=self.evidence.rival, distance=self.evidence.distance)
+        if self.evidence is not None:  # the check's figures: why the answer is (not) valid
+            out.update({k: v for k, v in self.evidence.to_dict().items() if k not in ("valid", "reason")})
         return out
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from libredgetpu_ros.errors import ConfigError
 from libredgetpu_ros.robotics.pattern import PatternTracker
 from libredgetpu_ros.robotics.pattern_validity import PatternLimits, PatternValidity
 from libredgetpu_ros.scenes import textures
@@ -86,3 +87,21 @@ def test_a_device_answer_off_the_peak_is_a_device_miss() -> None:
     other = rng.integers(0, 256, (8, 8, 1)).astype(np.float32)  # noise that is not in the frame
     absent = check.check(frame, other, 12.0, 30.0)
     assert not absent.valid and absent.reason == "low_score" and absent.peak < PatternLimits.min_score
+
+
+@pytest.mark.parametrize("change", [{"min_score": 1.5}, {"min_ratio": 0.5}, {"min_spread_ratio": 0.0},
+                                    {"max_distance": -1.0}, {"rival_radius": 0}, {"floor": 0.0}])
+def test_limits_out_of_range_are_refused(change) -> None:
+    with pytest.raises(ConfigError, match="pattern validity limits"):
+        PatternLimits(**change)
+
+
+def test_the_json_result_carries_the_evidence() -> None:
+    """What `robotics pattern --json` prints: the check's figures beside valid / reason."""
+    rng = np.random.default_rng(7)
+    frame = rng.integers(0, 256, (64, 64, 1)).astype(np.uint8)
+    with PatternTracker.from_template(64, 8, 1, backend="cpu") as tracker:
+        tracker.set_template_at(frame, 30, 12)
+        found = tracker.track(frame).to_dict()
+    assert found["valid"] and found["reason"] == "ok" and abs(found["x"] - 33.5) <= 0.5
+    assert found["peak"] > 0.99 and found["rival"] < 0.7 and found["distance"] <= 0.5 and "spread" in found
