@@ -15,8 +15,10 @@ Thread CPU time (``_timing``), BLAS, OpenCV and LiteRT single-threaded; ``ROUNDS
 ``CALLS`` calls, each figure the median of the round medians with the lowest and highest round median in
 brackets (the machine is shared: the spread says how much of a figure is waiting for a core).
 
-    python bench/bench_robotics_frames.py                   # writes bench/results/robotics_frames.md
-    python bench/bench_robotics_frames.py --out before.md   # e.g. with PYTHONPATH on an older checkout
+    python bench/bench_robotics_frames.py --out before.md   # with PYTHONPATH on an older checkout, then
+    python bench/bench_robotics_frames.py --before before.md   # writes bench/results/robotics_frames.md
+
+``--before`` adds that run's ratios as a column (the same script on the same machine, a separate run).
 """
 
 from __future__ import annotations
@@ -65,8 +67,7 @@ def cell(s: Stats) -> str:
     return f"{s[0]:.1f} ({s[1]:.1f}–{s[2]:.1f})"
 
 
-def scenes() -> dict[str, list[np.ndarray]]:
-    size = (64, 64)
+def scenes(size: tuple[int, int] = (64, 64)) -> dict[str, list[np.ndarray]]:
     wall = textures.natural(3, 256, color=True)
     spot = [f.image for f in presets.spot_scene((230, 30, 30), 12 * size[0] / 320, wall, size=size,
                                                 velocity_px=(300, 0), frames=8)]
@@ -143,6 +144,22 @@ def compass_case(frames: list[np.ndarray]) -> tuple[dict, dict]:
                                   "frame": over(frames, compass.step)}
 
 
+def before_cells(path: Path | None) -> tuple[str, dict[str, str]]:
+    """(revision, {module: "CPU part / invoke" cell, (module, piece): µs cell}) of an earlier run's file."""
+    if path is None:
+        return "", {}
+    text = path.read_text(encoding="utf-8")
+    rev = text.split("` at ", 1)[1].split(";", 1)[0] if "` at " in text else "before"
+    cells: dict = {}
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.strip("|").split("|")]
+        if len(parts) == 5 and parts[4].endswith(")") and "x (" in parts[4]:
+            cells[parts[0]] = parts[4].split(" ")[0]
+        elif len(parts) == 3 and parts[2][:1].isdigit():
+            cells[(parts[0], parts[1])] = parts[2].split(" ")[0]
+    return rev, cells
+
+
 def revision() -> str:
     try:
         import libredgetpu_ros
@@ -157,9 +174,11 @@ def revision() -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--before", type=Path, help="an earlier run's results file: its ratios as a column")
     args = parser.parse_args()
     cv2.setNumThreads(1)
     frames = scenes()
+    camera = scenes((320, 240))
     cases = [("spot red_64 (checked)", lambda: spot_case("red", frames["spot"])),
              ("spot bright_64 (checked)", lambda: spot_case("bright", frames["spot"])),
              ("looming 64, scale TTC", lambda: looming_case("scale", frames["approach"])),
@@ -167,7 +186,10 @@ def main() -> int:
              ("flow gabor_64x64_p4, refined", lambda: flow_case("gabor_64x64_p4", True, frames["lateral"])),
              ("flow gabor_64x64_p4, refine=False",
               lambda: flow_case("gabor_64x64_p4", False, frames["lateral"])),
-             ("compass gabor_64x64_p4 (pinhole, refined)", lambda: compass_case(frames["pan"]))]
+             ("compass gabor_64x64_p4 (pinhole, refined)", lambda: compass_case(frames["pan"])),
+             ("flow gabor_64x64_p4, refined, 320×240 frames",
+              lambda: flow_case("gabor_64x64_p4", True, camera["lateral"]))]
+    rev, before = before_cells(args.before)
     rows, pieces = [], []
     for label, make in cases:
         opened, candidates = make()
@@ -175,11 +197,14 @@ def main() -> int:
         invoke, frame = result["invoke"], result["frame"]
         part = frame[0] - invoke[0]
         share = part / invoke[0]
-        verdict = "met" if share <= TARGET else "not met"
-        rows.append(f"| {label} | {cell(invoke)} | {cell(frame)} | {part:.1f} | {share:.2f}x ({verdict}) |")
+        verdict = "—" if "320×240" in label else "met" if share <= TARGET else "not met"
+        earlier = f" {before.get(label, '—')} |" if before else ""
+        rows.append(f"| {label} | {cell(invoke)} | {cell(frame)} | {part:.1f} | {share:.2f}x ({verdict}) |"
+                    f"{earlier}")
         for name, stats in result.items():
             if name not in ("invoke", "frame"):
-                pieces.append(f"| {label} | {name} | {cell(stats)} |")
+                earlier = f" {before.get((label, name), '—')} |" if before else ""
+                pieces.append(f"| {label} | {name} | {cell(stats)} |{earlier}")
         for module in opened.values():
             module.close()
     lines = ["# Robotics frames at 64×64: the CPU part against a bare LiteRT invoke (issue 36)", "",
@@ -188,9 +213,11 @@ def main() -> int:
              f"{ROUNDS} interleaved rounds of {CALLS} calls (lowest–highest round median in brackets); "
              f"LiteRT, BLAS and OpenCV on one thread; a shared, loaded machine (2 cores, ~8 jobs).", "",
              "| module | bare invoke (same interpreter, same input) | whole frame | CPU part | CPU part / "
-             "invoke (target ≤ 0.25x) |", "|---|---:|---:|---:|---:|", *rows, "",
+             "invoke (target ≤ 0.25x) |" + (f" before ({rev}, separate run) |" if before else ""),
+             "|---|---:|---:|---:|---:|" + ("---:|" if before else ""), *rows, "",
              "Pieces of the CPU part, timed alone on the same frames:", "",
-             "| module | piece | µs |", "|---|---|---:|", *pieces]
+             "| module | piece | µs |" + (f" before ({rev}) |" if before else ""),
+             "|---|---|---:|" + ("---:|" if before else ""), *pieces]
     write_report(args.out, lines)
     return 0
 
