@@ -201,11 +201,8 @@ class EdgeTpuBackend:
     def shared_status(self) -> dict[str, Any]:
         """This backend's stream on the shared device (served, superseded, p50/p99, faults) and the
         device's users, faults and reopens; empty for a borrowed device."""
-        stream, broker = self._stream, self._broker  # close() may run meanwhile (diagnostics thread)
-        if stream is None or broker is None:
-            return {}
-        return {**stream.stats(), "device_users": broker._refs, "device_faults": broker.faults,
-                "device_reopens": broker.reopens, "device_broken": broker.broken}
+        stream = self._stream  # close() may run meanwhile (diagnostics thread)
+        return {} if stream is None else stream.status()
 
     def describe(self) -> dict[str, Any]:
         device = self._device if self._stream is None else self._broker.device

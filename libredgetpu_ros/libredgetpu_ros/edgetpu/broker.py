@@ -75,7 +75,8 @@ class Stream:
     def __init__(self, broker: DeviceBroker, name: str, rate_hz: float,
                  on_fault: FaultCallback | None) -> None:
         self.broker, self.name = broker, name
-        self.weight = float(rate_hz) if rate_hz > 0 else 1.0
+        self.rate_hz = float(rate_hz) if rate_hz > 0 else 0.0  # as configured (0: an equal share)
+        self.weight = self.rate_hz or 1.0
         self.on_fault = on_fault
         self.vtime = 0.0
         self.pending: Request | None = None
@@ -113,10 +114,17 @@ class Stream:
     def close(self) -> None:
         self.broker._close_stream(self)
 
+    def status(self) -> dict[str, Any]:
+        """:meth:`stats` plus the device's users, faults and reopens: what a user's diagnostics show."""
+        broker = self.broker
+        return {**self.stats(), "device_users": broker._refs, "device_faults": broker.faults,
+                "device_reopens": broker.reopens, "device_broken": broker.broken}
+
     def stats(self) -> dict[str, Any]:
         lat = sorted(self.latencies_ms)
         pick = (lambda q: round(lat[min(len(lat) - 1, int(q * len(lat)))], 3)) if lat else (lambda q: None)
-        return {"served": self.served, "superseded": self.superseded, "p50_ms": pick(0.5),
+        return {"stream": self.name, "rate_hz": self.rate_hz, "served": self.served,
+                "superseded": self.superseded, "p50_ms": pick(0.5),
                 "p99_ms": pick(0.99), "faults": self.faults, "last_fault": self.last_fault}
 
 

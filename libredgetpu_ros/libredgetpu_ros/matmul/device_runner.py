@@ -28,14 +28,17 @@ class EdgeTpuRunner:
     choice = ""  # set by backends.choose
     fallback = ""
 
-    def __init__(self, template: DenseTemplate, device: Any = None, transport_factory: Any = None) -> None:
-        """``device``: index, bus path or None (the first attached), or a ``DeviceBroker`` to share."""
+    def __init__(self, template: DenseTemplate, device: Any = None, transport_factory: Any = None,
+                 rate_hz: float = 0.0) -> None:
+        """``device``: index, bus path or None (the first attached), or a ``DeviceBroker`` to share;
+        ``rate_hz``: this engine's weight on the shared device (its stream's, ``edgetpu/broker.py``; 0 = an
+        equal share)."""
         from libredgetpu_ros.edgetpu.broker import open_shared
 
         self._caching, self._execution = template.executables
         self._rows = template.rows
         self._broker = open_shared(device, transport_factory=transport_factory)
-        self._stream = self._broker.stream(f"matmul {template.name}")
+        self._stream = self._broker.stream(f"matmul {template.name}", rate_hz)
         self._lock = threading.Lock()
 
     def _ensure(self, device: Any, parameters: ParameterSet) -> None:
@@ -63,6 +66,12 @@ class EdgeTpuRunner:
 
         with self._lock:
             return self._stream.run(infer, self._caching.name)
+
+    def shared_status(self) -> dict[str, Any]:
+        """This runner's stream on the shared device and the device's users, faults and reopens (the
+        camera backends' ``shared_status``); {} once closed."""
+        stream = self._stream  # close() may run meanwhile (diagnostics thread)
+        return {} if stream is None else stream.status()
 
     @property
     def device(self) -> Any:

@@ -105,10 +105,13 @@ def _ms(start: float, end: float) -> float:
 class MatMulEngine:
     """Runtime weight-swapping ``y = W x + b`` on a Dense(N) template (Edge TPU or its CPU twin)."""
 
-    def __init__(self, template: DenseTemplate, backend: Backend = "auto", device: Any = None) -> None:
+    def __init__(self, template: DenseTemplate, backend: Backend = "auto", device: Any = None,
+                 rate_hz: float = 0.0) -> None:
         """``backend``: "auto" or a runner name (``matmul/runners.py``), resolved by ``backends.choose`` as
         every accelerator runner is; ``device``: the Edge TPU selector or shared device (what a family's
-        runner makes of it is the family's)."""
+        runner makes of it is the family's); ``rate_hz``: the engine's weight on an Edge TPU shared with
+        other users of the process (``edgetpu/broker.py``; the nodes' ``device_share_hz``; 0 = an equal
+        share)."""
         if not isinstance(backend, str):
             raise ConfigError(f"backend must be a runner name, got {backend!r}")
         if backend != "auto":
@@ -130,7 +133,7 @@ class MatMulEngine:
         opened: list[str] = []
 
         def open_named(name: str) -> Runner:
-            runner = open_runner(name, template, device)
+            runner = open_runner(name, template, device, rate_hz)
             opened.append(name)
             return runner
 
@@ -155,9 +158,9 @@ class MatMulEngine:
 
     @classmethod
     def from_template(cls, template: int | str | Path, backend: Backend = "auto", device: Any = None,
-                      templates_dir: Path | None = None) -> MatMulEngine:
+                      templates_dir: Path | None = None, rate_hz: float = 0.0) -> MatMulEngine:
         """Load ``dense_N`` (an int N, a name or a path to one of its files) and open the backend."""
-        return cls(load_template(template, templates_dir), backend=backend, device=device)
+        return cls(load_template(template, templates_dir), backend=backend, device=device, rate_hz=rate_hz)
 
     # -- shape and state ------------------------------------------------------------------------------
     @property
@@ -181,6 +184,12 @@ class MatMulEngine:
     def fallback(self) -> str:
         """The same text when ``auto`` settled for the CPU, else ""."""
         return self._fallback
+
+    def shared_status(self) -> dict[str, Any]:
+        """The runner's stream on a shared Edge TPU (``edgetpu/broker.py``: name, ``rate_hz``, served,
+        latency, faults; the device's users), {} for a runner on no shared device."""
+        status = getattr(self._runner, "shared_status", None)
+        return status() if callable(status) else {}
 
     def weight_range(self) -> tuple[np.ndarray, np.ndarray]:
         """Per-row (min, max) representable weights: ``-128 * s_r`` and ``127 * s_r``."""

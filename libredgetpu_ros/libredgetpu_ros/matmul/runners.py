@@ -9,7 +9,10 @@ parameters) -> uint8 (k, rows)`` on the set a call took, ``close()``; ``choose``
 points of the group ``libredgetpu_ros.matmul_runners`` in their package's setup.py (``tpulang =
 libredgetpu_ros.sophgo.matmul_runner:open_tpulang_runner``), or call :func:`register_runner` at import time;
 either way ``matmul/`` never imports them, so no import cycle runs through the engine (sophgo's exporter
-imports the engine). :func:`open_runner` refuses a runner that is not a ``ParameterTarget``.
+imports the engine). :func:`open_runner` refuses a runner that is not a ``ParameterTarget``. A runner on the
+process's shared Edge TPU (``edgetpu``: a stream of ``edgetpu/broker.py``) is registered with
+``weighted=True``: its factory also takes ``rate_hz``, the engine's weight on that device (the nodes'
+``device_share_hz``; 0 = an equal share); the others never see it.
 """
 
 from __future__ import annotations
@@ -46,14 +49,21 @@ RunnerFactory = Callable[[DenseTemplate, Any], Runner]
 
 _lock = threading.Lock()
 _factories: dict[str, RunnerFactory] = {}
+_weighted: set[str] = set()  # runners whose factory takes rate_hz (a stream on a shared device)
 
 
-def register_runner(name: str, factory: RunnerFactory) -> None:
-    """Make ``factory`` the runner called ``name`` (a later registration of the same name replaces it)."""
+def register_runner(name: str, factory: RunnerFactory, *, weighted: bool = False) -> None:
+    """Make ``factory`` the runner called ``name`` (a later registration of the same name replaces it);
+    ``weighted``: it runs on a device shared through ``edgetpu/broker.py`` and its factory takes the keyword
+    ``rate_hz`` (see the module docstring)."""
     if not name or name == "auto":
         raise ConfigError(f"runner name {name!r} is reserved or empty")
     with _lock:
         _factories[name] = factory
+        if weighted:
+            _weighted.add(name)
+        else:
+            _weighted.discard(name)
 
 
 def _cpu_twin(template: DenseTemplate, device: Any) -> Runner:
@@ -62,14 +72,14 @@ def _cpu_twin(template: DenseTemplate, device: Any) -> Runner:
     return TwinRunner(template.quant)
 
 
-def _edgetpu(template: DenseTemplate, device: Any) -> Runner:
+def _edgetpu(template: DenseTemplate, device: Any, rate_hz: float = 0.0) -> Runner:
     from libredgetpu_ros.matmul.device_runner import EdgeTpuRunner
 
-    return EdgeTpuRunner(template, device)
+    return EdgeTpuRunner(template, device, rate_hz=rate_hz)
 
 
 register_runner("cpu", _cpu_twin)
-register_runner("edgetpu", _edgetpu)
+register_runner("edgetpu", _edgetpu, weighted=True)
 
 
 def _declared() -> dict[str, Any]:
@@ -102,10 +112,14 @@ def runner_factory(name: str) -> RunnerFactory:
     return factory
 
 
-def open_runner(name: str, template: DenseTemplate, device: Any) -> Runner:
-    """The runner ``name`` for ``template``; a ConfigError (the runner closed) when it is not a
-    ``ParameterTarget`` with ``run`` and ``close``: it would miss the weights a swap publishes."""
-    runner = runner_factory(name)(template, device)
+def open_runner(name: str, template: DenseTemplate, device: Any, rate_hz: float = 0.0) -> Runner:
+    """The runner ``name`` for ``template`` (``rate_hz``: its weight on a shared device, for a runner
+    registered ``weighted``); a ConfigError (the runner closed) when it is not a ``ParameterTarget`` with
+    ``run`` and ``close``: it would miss the weights a swap publishes."""
+    factory = runner_factory(name)
+    with _lock:
+        weighted = name in _weighted
+    runner = factory(template, device, rate_hz=rate_hz) if weighted else factory(template, device)
     missing = [m for m in ("stage", "run", "close") if not callable(getattr(runner, m, None))]
     if missing:
         close = getattr(runner, "close", None)

@@ -11,10 +11,15 @@ usually a ``template`` (``RoboticsTemplate``) and a ``resize`` flag. This base g
   (resized or refused as ``resize`` says; colour made grey where the template takes one channel, see
   robotics/image.py), and
   ``match_channels(image)``: the same channel rule without a resize (for patches the caller cut itself);
+- ``shared_status()``: the module's stream on an Edge TPU it shares with other users of its process
+  (``edgetpu/broker.py``: stream name, ``rate_hz``, served, superseded, latency, faults; the device's users),
+  {} on the CPU;
 - ``close()`` and the context manager (``with SpotTracker(...) as tracker:``).
 
 Modules keep their own ``__init__`` (each checks its template before opening a device) and set the
-attributes above there.
+attributes above there. Each takes ``device`` (the accelerator selector, or a ``DeviceBroker`` to share) and
+``rate_hz`` (its weight on that accelerator when other users of the process share it: the camera nodes'
+``device_share_hz``; 0 = an equal share) and hands both to its runner (``TemplateRunner``, ``open_backend``).
 """
 
 from __future__ import annotations
@@ -84,6 +89,12 @@ class RoboticsModule:
         info.update(module=self.MODULE, size=[width, height], channels=channels)
         info.update(self.details())
         return info
+
+    def shared_status(self) -> dict[str, Any]:
+        """The runner's stream on a shared Edge TPU (``EdgeTpuBackend.shared_status``), {} on the CPU."""
+        backend = getattr(self.runner, "backend", self.runner)  # a TemplateRunner's, or the opened backend
+        status = getattr(backend, "shared_status", None)
+        return status() if callable(status) else {}
 
     def close(self) -> None:
         self.runner.close()

@@ -37,9 +37,9 @@ class EmbeddingExtractor(RoboticsModule):
     MODULE = "extractor"
 
     def __init__(self, model: str | Path | None = None, backend: str = "auto",
-                 cpu_model: str | Path | None = None, device: Any = None) -> None:
+                 cpu_model: str | Path | None = None, device: Any = None, rate_hz: float = 0.0) -> None:
         self.model_path = Path(model) if model is not None else default_model()
-        self.runner = open_backend(backend, self.model_path, cpu_model, device)
+        self.runner = open_backend(backend, self.model_path, cpu_model, device, rate_hz=rate_hz)
         boundary = self.runner.boundary
         if len(boundary.inputs) != 1 or len(boundary.outputs) != 1:
             self.runner.close()

@@ -76,7 +76,7 @@ class PatternTracker(RoboticsModule):
                  resize: bool = True, backend_object: Any = None,
                  blobs: dict[str, np.ndarray] | None = None, mode: str = "normalized",
                  min_score: float = MIN_SCORE, passes: int = PASSES,
-                 limits: PatternLimits | None = None) -> None:
+                 limits: PatternLimits | None = None, rate_hz: float = 0.0) -> None:
         if mode not in MODES:
             raise ConfigError(f"pattern mode must be one of {', '.join(MODES)}, got {mode!r}")
         if not -1.0 <= min_score <= 1.0 or not 1 <= passes <= 4:
@@ -108,7 +108,7 @@ class PatternTracker(RoboticsModule):
                                      template.field("y_offset"))
         self._budget = self._response_budget()
         self.runner = TemplateRunner(template, backend, device, twin_tensors=(self._filter_index,),
-                                     backend_object=backend_object, blobs=blobs)
+                                     backend_object=backend_object, blobs=blobs, rate_hz=rate_hz)
         self.offsets, self.blob_kind = self._offsets(self.runner.parameters.blobs)
 
     @classmethod

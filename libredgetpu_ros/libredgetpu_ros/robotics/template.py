@@ -13,7 +13,8 @@ API (for every module in this folder):
   (``TensorSpec``), ``sidecar`` (dict), ``blobs()`` (the compiled parameter blobs by kind ``"pc"`` /
   ``"eo"`` / ``"sa"``), ``conv_weights(n)`` (the twin tensor of the n-th CONV_2D's filter),
   ``field(key)`` (a sidecar-only value, checked), ``check_sidecar(key, model_value)``.
-- :class:`TemplateRunner(template, backend="auto", device=None)`: one loaded backend (Edge TPU or CPU twin)
+- :class:`TemplateRunner(template, backend="auto", device=None, rate_hz=0.0)`: one loaded backend (Edge TPU
+  or CPU twin; ``rate_hz`` its weight on an accelerator shared in the process, ``edgetpu/broker.py``)
   and a :class:`~libredgetpu_ros.reparam.ParameterStore` holding the parameters; ``run(inputs)`` ->
   ``(outputs by tensor name, ParameterSet)`` from one snapshot; ``publish(blobs=..., twin=...)`` swaps in
   new parameters atomically (uploaded / rebuilt before they become current). Modules that never swap
@@ -255,19 +256,22 @@ class TemplateRunner:
     ``twin_tensors`` names the twin tensors swaps may change (their current values start the store);
     ``backend="none"`` opens nothing (parameters only: ``retarget`` swaps and writes files, never runs);
     ``backend_object`` replaces opening one (tests pass a double that records what it is given), and
-    ``blobs`` the compiled blobs to start from (only for such doubles when no compiled model exists).
+    ``blobs`` the compiled blobs to start from (only for such doubles when no compiled model exists);
+    ``rate_hz`` the module's share of an Edge TPU other users of the process share (its broker stream's
+    weight, the nodes' ``device_share_hz``; 0: an equal share).
     """
 
     def __init__(self, template: RoboticsTemplate, backend: str = "auto", device: Any = None, *,
                  twin_tensors: Sequence[int] = (), backend_object: Any = None,
-                 blobs: Mapping[str, np.ndarray] | None = None, cpu_threads: int | None = 1) -> None:
+                 blobs: Mapping[str, np.ndarray] | None = None, cpu_threads: int | None = 1,
+                 rate_hz: float = 0.0) -> None:
         self.template = template
         if backend_object is not None:
             self.backend = backend_object
         elif backend == "none":
             self.backend = None
         else:
-            self.backend = _open(template, backend, device, cpu_threads)
+            self.backend = _open(template, backend, device, cpu_threads, rate_hz)
         start_blobs = dict(template.blobs() if blobs is None else blobs)
         twin = {int(i): template.twin.buffer_data(template.twin.tensors[i]) for i in twin_tensors}
         self.store = ParameterStore(start_blobs, twin)
@@ -311,7 +315,8 @@ class TemplateRunner:
             self.backend.close()
 
 
-def _open(template: RoboticsTemplate, backend: str, device: Any, cpu_threads: int | None) -> Any:
+def _open(template: RoboticsTemplate, backend: str, device: Any, cpu_threads: int | None,
+          rate_hz: float) -> Any:
     from libredgetpu_ros.backends import KINDS, open_backend
 
     if backend not in KINDS:
@@ -327,4 +332,4 @@ def _open(template: RoboticsTemplate, backend: str, device: Any, cpu_threads: in
         cpu.load(template.twin_path)
         return cpu
     return open_backend(backend, template.compiled_path, template.twin_path, device=device,
-                        cpu_threads=cpu_threads)
+                        cpu_threads=cpu_threads, rate_hz=rate_hz)

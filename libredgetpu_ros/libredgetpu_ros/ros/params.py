@@ -107,10 +107,12 @@ DEVICE_PARAM = ParamSpec("device", "", "Edge TPU to use: '' = the first one no o
                          "`libredgetpu-ros devices` lists them) or a USB bus path ('usb:1-2.3'); one that is "
                          "not attached fails configure, listing those that are.")
 
-# A camera node's weight on an accelerator shared with other nodes of its process (edgetpu/broker.py).
+# Every Edge TPU node's weight on an accelerator shared with other nodes of its process (edgetpu/broker.py:
+# its stream's rate_hz), passed where it opens its backend / engine; applied on configure like `device`.
 DEVICE_SHARE_PARAM = ParamSpec("device_share_hz", 0.0, "This node's share of an accelerator it shares with "
-                               "other nodes of its process, as its camera's frame rate: under saturation a "
-                               "30 Hz node is served twice as often as a 15 Hz one; 0 = an equal share.",
+                               "other nodes of its process, as its rate (a camera node's frame rate, the "
+                               "control node's state rate): under saturation a 30 Hz node is served twice as "
+                               "often as a 15 Hz one; 0 = an equal share.",
                                range=(0.0, 1000.0))
 
 # The control, reservoir and SPU nodes' /diagnostics period (the camera nodes' is in ros/camera/params.py).

@@ -100,6 +100,22 @@ class CameraProcessor:
         """Release what ``__init__`` opened (idempotent); a ``LibrEdgeTpuError`` is logged by the node."""
 
 
+def shared_values(status: dict[str, Any], prefix: str = "shared_") -> dict[str, object]:
+    """Diagnostics key/values of a stream on an accelerator shared with the process's other nodes
+    (``edgetpu/broker.py``, a backend's / module's / engine's ``shared_status()``: its name, ``rate_hz`` (the
+    node's ``device_share_hz``), served, superseded, latency, faults, the device's users); {} on the CPU."""
+    return {f"{prefix}{key}": value for key, value in status.items()}
+
+
+def shared_warnings(status: dict[str, Any]) -> list[str]:
+    """A WARN reason when the shared accelerator of ``status`` (``shared_values``) had a fault."""
+    if not status.get("faults"):
+        return []
+    return [f"device fault on the shared accelerator ({status['faults']} so far, last: "
+            f"{status['last_fault']}); reopened {status['device_reopens']} time(s) for its "
+            f"{status['device_users']} user(s)"]
+
+
 def described_hardware(describe: dict[str, Any]) -> str:
     """``hardware_id`` from a ``describe()`` dict: its device, else its backend, else cpu."""
     return str(describe.get("device") or describe.get("backend") or "cpu")

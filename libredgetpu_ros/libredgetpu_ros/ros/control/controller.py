@@ -57,7 +57,8 @@ class Controller:
 
         template: int | str = cfg.template_path or cfg.template
         self.engine: Any = MatMulEngine.from_template(template, backend=cfg.backend,
-                                                      device=cfg.device or None)
+                                                      device=cfg.device or None,
+                                                      rate_hz=cfg.device_share_hz)
         try:
             self._setup(cfg, template)
         except BaseException:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from libredgetpu_ros.matmul.runners import runner_names
 from libredgetpu_ros.ros.params import (
     DEVICE_PARAM,
+    DEVICE_SHARE_PARAM,
     DIAGNOSTICS_PERIOD,
     ParamSpec,
     ParamTable,
@@ -33,6 +34,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("template_path", "", "a dense_N_edgetpu.tflite (beside dense_N.tflite and its .json); "
               "overrides template"),
     DEVICE_PARAM,
+    DEVICE_SHARE_PARAM,
     ParamSpec("engine_name", "controller", "engine name set_weights/get_weights requests must use (or '')"),
     ParamSpec("state_topic", "state", "state input topic (a relative name resolves in the node namespace)"),
     ParamSpec("state_type", "float32_multi_array", "message type of the state topic", choices=STATE_TYPES),
@@ -63,6 +65,7 @@ class ControlConfig:
     template: int
     template_path: str
     device: str
+    device_share_hz: float
     engine_name: str
     state_topic: str
     state_type: str

@@ -13,7 +13,7 @@ from libredgetpu_ros.robotics.flow import (
     DEFAULT_MIN_TEXTURE,
 )
 from libredgetpu_ros.ros.camera import ImageParams, camera_param_table
-from libredgetpu_ros.ros.params import DEVICE_PARAM, ParamSpec
+from libredgetpu_ros.ros.params import DEVICE_PARAM, DEVICE_SHARE_PARAM, ParamSpec
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class FlowParams(ImageParams):
     model: str
     backend: str
     device: str
+    device_share_hz: float
     mode: str
     search_range: int
     pool_factor: int
@@ -46,6 +47,7 @@ PARAMS = camera_param_table([
     ParamSpec("backend", "auto", "auto prefers an attached Edge TPU; cpu runs the template's twin.",
               choices=BACKEND_KINDS),
     DEVICE_PARAM,
+    DEVICE_SHARE_PARAM,
     ParamSpec("mode", "normalized", "normalized: contrast-normalised correlation, no estimate without "
               "texture; libredgetpu: LibrEdgeTPU's formulas exactly.", choices=("normalized", "libredgetpu")),
     ParamSpec("search_range", 4, "Half-width of the displacement grid in grid steps (a grid step is the "

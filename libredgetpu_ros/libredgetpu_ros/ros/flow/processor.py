@@ -25,6 +25,8 @@ from libredgetpu_ros.ros.camera.processor import (
     Wanted,
     Warn,
     described_hardware,
+    shared_values,
+    shared_warnings,
 )
 from libredgetpu_ros.ros.flow.messages import FLOW_OUTPUTS, flow_messages, stamp_seconds
 
@@ -39,7 +41,8 @@ def open_compass(p: Any) -> Any:
     from libredgetpu_ros.robotics.compass import VisualCompass
 
     return VisualCompass.from_template(
-        p.model, p.fov_deg, p.projection, backend=p.backend, device=p.device or None, mode=p.mode,
+        p.model, p.fov_deg, p.projection, backend=p.backend, device=p.device or None,
+        rate_hz=p.device_share_hz, mode=p.mode,
         search_range=p.search_range, pool_factor=p.pool_factor, temperature=p.temperature,
         min_texture=p.min_texture, min_confidence=p.min_confidence, min_margin=p.min_margin,
         max_gap=p.max_gap, refine=p.refine, min_match=p.min_match)
@@ -138,6 +141,8 @@ class FlowProcessor(CameraProcessor):
             "saturated": saturated, "last_confidence": round(self._last_confidence, 3)}
         for reason in (*_SCENE_REASONS, "first_frame", "gap", "size_changed", "stamp", "unstamped"):
             values[f"no_estimate_{reason}"] = reasons[reason]
+        # this node's stream on the accelerator it shares with the process's other nodes (counters only)
+        values.update(shared_values(self.compass.shared_status()))
         return values
 
     def diagnostic_warnings(self) -> list[str]:
@@ -145,11 +150,12 @@ class FlowProcessor(CameraProcessor):
             period, self._period = self._period, Counter()
         pairs = sum(n for reason, n in period.items() if reason != "first_frame")
         scene = sum(period[r] for r in _SCENE_REASONS)
+        warnings = shared_warnings(self.compass.shared_status())
         if pairs and scene * 2 > pairs:
             detail = ", ".join(f"{r} {period[r]}" for r in _SCENE_REASONS if period[r])
-            return [f"no motion estimate for {scene} of {pairs} frame pairs ({detail}): the scene lacks "
-                    f"texture or repeats; nothing is published on flow for them"]
-        return []
+            warnings.append(f"no motion estimate for {scene} of {pairs} frame pairs ({detail}): the scene "
+                            f"lacks texture or repeats; nothing is published on flow for them")
+        return warnings
 
     def hardware_id(self) -> str:
         return described_hardware(self._describe)

@@ -24,6 +24,8 @@ from libredgetpu_ros.ros.camera.processor import (
     Wanted,
     Warn,
     described_hardware,
+    shared_values,
+    shared_warnings,
 )
 from libredgetpu_ros.ros.perception.params import pipeline_config
 
@@ -87,19 +89,14 @@ class PerceptionProcessor(CameraProcessor):
             "task": self.task, "backend": d["backend"], "backend_choice": d["choice"], "device": d["device"],
             "model": self.params.model, "model_running": d["running"]}
         # this node's stream on the accelerator it shares with the process's other nodes (edgetpu/broker.py)
-        values.update({f"shared_{k}": v for k, v in self._shared().items()})
+        values.update(shared_values(self._shared()))
         return values
 
     def diagnostic_warnings(self) -> list[str]:
         fallback = self._describe["fallback"]
         warnings = [f"running on the CPU, not the accelerator the model is compiled for ({fallback}); "
                     f"require_accelerator: true refuses to start so"] if fallback else []
-        shared = self._shared()
-        if shared.get("faults"):
-            warnings.append(f"device fault on the shared accelerator ({shared['faults']} so far, last: "
-                            f"{shared['last_fault']}); reopened {shared['device_reopens']} time(s) for its "
-                            f"{shared['device_users']} user(s)")
-        return warnings
+        return warnings + shared_warnings(self._shared())
 
     def hardware_id(self) -> str:
         return described_hardware(self._describe)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from libredgetpu_ros.backend_kinds import BACKEND_KINDS
 from libredgetpu_ros.ros.camera import ImageParams, camera_param_table
-from libredgetpu_ros.ros.params import DEVICE_PARAM, ParamSpec
+from libredgetpu_ros.ros.params import DEVICE_PARAM, DEVICE_SHARE_PARAM, ParamSpec
 
 
 @dataclass(frozen=True)
@@ -14,6 +14,7 @@ class RecognitionParams(ImageParams):
     model: str
     backend: str
     device: str
+    device_share_hz: float
     template: int
     database: str
     top_k: int
@@ -29,6 +30,7 @@ RECOGNITION_PARAMS = camera_param_table([
     ParamSpec("backend", "auto", "auto prefers an attached Edge TPU (extractor and database); cpu runs the "
               "CPU twins.", choices=BACKEND_KINDS),
     DEVICE_PARAM,
+    DEVICE_SHARE_PARAM,
     ParamSpec("template", 1024, "Dense(N) template holding the database: N entries of 1024-d at N=1024, "
               "N*N/1024 below.", range=(64, 16384)),
     ParamSpec("database", "", "Database file (from ~/save or `robotics embed --save`) loaded at configure; "

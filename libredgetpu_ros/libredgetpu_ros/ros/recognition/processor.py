@@ -21,7 +21,14 @@ from std_msgs.msg import Header
 from vision_msgs.msg import Classification, ObjectHypothesis
 
 from libredgetpu_ros.errors import InputError
-from libredgetpu_ros.ros.camera.processor import CameraProcessor, FrameOutput, Wanted, Warn
+from libredgetpu_ros.ros.camera.processor import (
+    CameraProcessor,
+    FrameOutput,
+    Wanted,
+    Warn,
+    shared_values,
+    shared_warnings,
+)
 
 # The extractor's input size: the warm-up's blank frame without a first frame.
 _WARM_UP_SIZE = 224
@@ -33,10 +40,13 @@ def open_recognizer(p: Any) -> tuple[Any, Any]:
     from libredgetpu_ros.robotics.embedding import EmbeddingSimilarity
     from libredgetpu_ros.robotics.extractor import EmbeddingExtractor
 
-    extractor = EmbeddingExtractor(p.model or None, backend=p.backend, device=p.device or None)
+    # both on one accelerator: two streams of the node, each with its device_share_hz (edgetpu/broker.py)
+    extractor = EmbeddingExtractor(p.model or None, backend=p.backend, device=p.device or None,
+                                   rate_hz=p.device_share_hz)
     engine = None
     try:
-        engine = MatMulEngine.from_template(p.template, backend=p.backend, device=p.device or None)
+        engine = MatMulEngine.from_template(p.template, backend=p.backend, device=p.device or None,
+                                            rate_hz=p.device_share_hz)
         db = EmbeddingSimilarity(engine, extractor.dim)
         if p.database:
             db.load(p.database)
@@ -117,12 +127,17 @@ class RecognitionProcessor(CameraProcessor):
                 "entries": len(db), "capacity": db.capacity, "labels": len(set(db.labels)),
                 "threshold": db.threshold(p.open_set_margin if p.open_set else None, p.min_score),
                 "last_label": last[0] if last else "", "last_score": last[1] if last else float("nan"),
-                "unknown": self._unknown}
+                "unknown": self._unknown,
+                # the extractor's and the database engine's streams on the accelerator the process shares
+                **shared_values(self.extractor.shared_status(), "shared_extractor_"),
+                **shared_values(self.db.engine.shared_status(), "shared_database_")}
 
     def diagnostic_warnings(self) -> list[str]:
+        warnings = shared_warnings(self.extractor.shared_status()) or shared_warnings(
+            self.db.engine.shared_status())  # one device: its fault reaches both streams, said once
         if len(self.db) == 0:
-            return ["recognition: the database is empty (call ~/enroll or ~/load)"]
-        return []
+            warnings.append("recognition: the database is empty (call ~/enroll or ~/load)")
+        return warnings
 
     def hardware_id(self) -> str:
         return self.params.device or self.params.backend

@@ -9,7 +9,7 @@ from libredgetpu_ros.backend_kinds import BACKEND_KINDS
 from libredgetpu_ros.errors import ConfigError
 from libredgetpu_ros.ros.camera import ImageParams, camera_param_table
 from libredgetpu_ros.ros.camera.image_plane import MARKER_PLANE_PARAMS
-from libredgetpu_ros.ros.params import DEVICE_PARAM, ParamSpec
+from libredgetpu_ros.ros.params import DEVICE_PARAM, DEVICE_SHARE_PARAM, ParamSpec
 
 MAX_CPU_THREADS = 64
 
@@ -20,6 +20,7 @@ _COMMON = [
     ParamSpec("backend", "auto", "auto prefers an attached Edge TPU; cpu runs the template's CPU twin.",
               choices=BACKEND_KINDS),
     DEVICE_PARAM,
+    DEVICE_SHARE_PARAM,
     ParamSpec("cpu_threads", 1, "LiteRT threads on the cpu backend (the templates are small: 1 is fastest).",
               range=(1, MAX_CPU_THREADS)),
     ParamSpec("resize", True, "Resize frames to the template's input (false: frames of another size are "
@@ -41,6 +42,7 @@ class _Common(ImageParams):
     template: str
     backend: str
     device: str
+    device_share_hz: float
     cpu_threads: int
     resize: bool
     publish_markers: bool

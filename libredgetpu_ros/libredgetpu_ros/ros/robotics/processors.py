@@ -23,6 +23,8 @@ from libredgetpu_ros.ros.camera.processor import (
     Wanted,
     Warn,
     described_hardware,
+    shared_values,
+    shared_warnings,
 )
 from libredgetpu_ros.ros.robotics import messages
 from libredgetpu_ros.ros.robotics.params import parse_color
@@ -40,7 +42,8 @@ def open_tracker(p: Any, warn: Warn | None = None) -> Any:
 
     _require_template(p, "robotics")
     template = load_template(p.template)
-    options = {"backend": p.backend, "device": p.device or None, "resize": p.resize}
+    options = {"backend": p.backend, "device": p.device or None, "rate_hz": p.device_share_hz,
+               "resize": p.resize}
     if p.module == "spot":
         from libredgetpu_ros.robotics.spot import SpotTracker
 
@@ -72,8 +75,9 @@ def open_detector(p: Any) -> Any:
         raise ConfigError(f"ttc_min_samples ({p.ttc_min_samples}) must not exceed ttc_window "
                           f"({p.ttc_window})")
     return LoomingDetector(load_template(p.template), backend=p.backend, device=p.device or None,
-                           resize=p.resize, window=p.ttc_window, min_samples=p.ttc_min_samples,
-                           contact_tau=p.contact_tau, ttc_mode=p.ttc_mode, max_gap_s=p.max_gap)
+                           rate_hz=p.device_share_hz, resize=p.resize, window=p.ttc_window,
+                           min_samples=p.ttc_min_samples, contact_tau=p.contact_tau, ttc_mode=p.ttc_mode,
+                           max_gap_s=p.max_gap)
 
 
 def tracker_kernel(tracker: Any) -> tuple[int, int] | None:
@@ -106,7 +110,12 @@ class _TemplateProcessor(CameraProcessor):
         return described_hardware(self._describe)
 
     def _values(self) -> dict[str, object]:
-        return {"template": self.params.template, "backend": self._describe.get("backend", "")}
+        # with this node's stream on the accelerator it shares with the process's other nodes
+        return {"template": self.params.template, "backend": self._describe.get("backend", ""),
+                **shared_values(self.module.shared_status())}
+
+    def diagnostic_warnings(self) -> list[str]:
+        return shared_warnings(self.module.shared_status())
 
     def close(self) -> None:
         self.module.close()
@@ -207,7 +216,8 @@ class LoomingProcessor(_TemplateProcessor):
         return values
 
     def diagnostic_warnings(self) -> list[str]:
+        warnings = super().diagnostic_warnings()
         last = self.last
         if last is not None and last.tau > self.params.warn_tau:
-            return [f"looming: tau {last.tau:.2f} above warn_tau {self.params.warn_tau:g}"]
-        return []
+            warnings.append(f"looming: tau {last.tau:.2f} above warn_tau {self.params.warn_tau:g}")
+        return warnings

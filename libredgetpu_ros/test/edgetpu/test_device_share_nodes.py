@@ -1,0 +1,186 @@
+"""``device_share_hz`` on every node that can run on an Edge TPU (tracker, looming, flow, recognition,
+control; the perception node's is in ``test_device_select.py``): the same parameter in each node's table,
+and through each node's own opening path (its processor or controller, from its parameters) it reaches the
+broker as the weight of the node's stream on the shared accelerator: a 30 Hz node gets two turns for a 15 Hz
+one's one while both always wait. Diagnostics show each node's stream by name with its share.
+
+Three accelerators are enumerated by a scripted libusb device list; opening one runs the real driver over the
+recording transport with a scripted accelerator behind it (``edgetpu/simulated.py``). No real hardware.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+from .test_broker import Gate
+from .test_device_select import three  # noqa: F401  (the fixture: three scripted accelerators)
+
+TRACKER = "robotics/tracker/bright_128x128_edgetpu.tflite"
+LOOMING = "robotics/looming/looming_64x64_3x3_edgetpu.tflite"
+FLOW = "robotics/optical_flow/gabor_64x64_p4_edgetpu.tflite"
+DENSE = "matmul/dense_256_edgetpu.tflite"
+EXTRACTOR = "robotics/embedding/mobilenet_v1_1.0_224_quant_embedding_extractor_edgetpu.tflite"
+
+
+def _tables() -> dict[str, Any]:
+    from libredgetpu_ros.ros.control.params import PARAM_TABLE
+    from libredgetpu_ros.ros.flow.params import PARAMS as FLOW_PARAMS
+    from libredgetpu_ros.ros.perception.params import PARAMS as PERCEPTION_PARAMS
+    from libredgetpu_ros.ros.recognition.params import RECOGNITION_PARAMS
+    from libredgetpu_ros.ros.robotics.params import LOOMING_PARAMS, TRACKER_PARAMS
+
+    return {"perception": PERCEPTION_PARAMS, "tracker": TRACKER_PARAMS, "looming": LOOMING_PARAMS,
+            "flow": FLOW_PARAMS, "recognition": RECOGNITION_PARAMS, "control": PARAM_TABLE}
+
+
+def test_every_edge_tpu_node_has_the_device_share_parameter() -> None:
+    from libredgetpu_ros.ros.params import DEVICE_SHARE_PARAM
+
+    for node, table in _tables().items():
+        spec = table.specs.get("device_share_hz")
+        assert spec is DEVICE_SHARE_PARAM, node  # one definition: default, range, text, when applied
+        assert table.defaults()["device_share_hz"] == 0.0
+        assert spec.mutability == "configure"  # fixed while configured, like `device`
+        described = spec.descriptor().floating_point_range[0]
+        assert (described.from_value, described.to_value) == (0.0, 1000.0), node
+        assert spec.check(1000.5) and spec.check(-1.0) and spec.check(30.0) is None
+        assert "| `device_share_hz` | float | `0.0` | [0, 1000] | configure |" in table.markdown_table(), node
+        values = table.values_type(**{**table.defaults(), "device_share_hz": 30.0})
+        assert values.device_share_hz == 30.0
+
+
+def _params(table: Any, **values: Any) -> Any:
+    return table.values_type(**{**table.defaults(), "backend": "edgetpu", "device": "1", **values})
+
+
+def _served_ratio(streams: list[Any], rounds: int = 90) -> float:
+    """Served turns of streams[0] per turn of streams[1] while each always has a request waiting."""
+    broker = streams[0].broker
+    gate, order, done = Gate(), [], threading.Event()
+    blocker = broker.stream("blocker")
+    blocker.submit(gate)
+    assert gate.entered.wait(10)
+
+    def keep(stream: Any, label: int) -> Any:  # each served request resubmits itself: one always waits
+        def job(dev: Any) -> None:
+            order.append(label)
+            if len(order) >= rounds:
+                done.set()
+            elif not done.is_set():
+                stream.submit(job)
+        return job
+
+    for label, stream in enumerate(streams):
+        stream.submit(keep(stream, label))
+    gate.release.set()
+    assert done.wait(10)
+    blocker.close()
+    return order.count(0) / order.count(1)
+
+
+def test_tracker_and_looming_nodes_weigh_their_turns(three, fixture_path) -> None:  # noqa: F811
+    """A tracker node at device_share_hz 30 and a looming node at 15 on accelerator "1", opened as the nodes
+    (and process-bag) open them: their processors from their parameters."""
+    from libredgetpu_ros.ros.robotics.params import LOOMING_PARAMS, TRACKER_PARAMS
+    from libredgetpu_ros.ros.robotics.processors import LoomingProcessor, TrackerProcessor
+
+    tracker = TrackerProcessor(_params(TRACKER_PARAMS, template=str(fixture_path(TRACKER)),
+                                       device_share_hz=30.0))
+    try:
+        looming = LoomingProcessor(_params(LOOMING_PARAMS, template=str(fixture_path(LOOMING)),
+                                           device_share_hz=15.0))
+        try:
+            streams = [p.module.runner.backend._stream for p in (tracker, looming)]
+            broker = streams[0].broker
+            assert streams[1].broker is broker and broker.key == "91-2" and broker._refs == 2
+            assert [s.weight for s in streams] == [30.0, 15.0]
+            assert _served_ratio(streams) == pytest.approx(2.0, abs=0.15)
+            # each node's diagnostics name its own stream and show its share
+            tracker_diag, looming_diag = tracker.diagnostic_values(), looming.diagnostic_values()
+            assert tracker_diag["shared_stream"] == fixture_path(TRACKER).name
+            assert looming_diag["shared_stream"] == fixture_path(LOOMING).name
+            assert (tracker_diag["shared_rate_hz"], looming_diag["shared_rate_hz"]) == (30.0, 15.0)
+            assert tracker_diag["shared_device_users"] == 2
+            image = np.zeros((96, 128, 3), np.uint8)  # and both modules still run on the device
+            tracker.warm_up(image)
+            looming.warm_up(image)
+            assert tracker.diagnostic_values()["shared_served"] > tracker_diag["shared_served"]
+            assert looming.diagnostic_values()["shared_served"] > looming_diag["shared_served"]
+        finally:
+            looming.close()
+    finally:
+        tracker.close()
+
+
+def test_two_trackers_on_one_template_get_their_own_streams(three, fixture_path) -> None:  # noqa: F811
+    """Two tracker nodes of one process on the same template: one stream each, told apart by name."""
+    from libredgetpu_ros.ros.robotics.params import TRACKER_PARAMS
+    from libredgetpu_ros.ros.robotics.processors import TrackerProcessor
+
+    opened = [TrackerProcessor(_params(TRACKER_PARAMS, template=str(fixture_path(TRACKER)),
+                                       device_share_hz=share)) for share in (30.0, 0.0)]
+    try:
+        name = fixture_path(TRACKER).name
+        diag = [p.diagnostic_values() for p in opened]
+        assert [d["shared_stream"] for d in diag] == [name, f"{name}#2"]
+        assert [d["shared_rate_hz"] for d in diag] == [30.0, 0.0]  # 0: an equal share (weight 1)
+        assert [p.module.runner.backend._stream.weight for p in opened] == [30.0, 1.0]
+    finally:
+        for p in opened:
+            p.close()
+
+
+def test_control_engines_weigh_their_turns(three, fixture_path) -> None:  # noqa: F811
+    """Two control nodes' engines (device_share_hz 30 and 15) opened by the node's own Controller."""
+    from libredgetpu_ros.ros.control.controller import Controller
+    from libredgetpu_ros.ros.control.params import PARAM_TABLE
+
+    controllers = []
+    try:
+        for share in (30.0, 15.0):
+            controllers.append(Controller(_params(PARAM_TABLE, template_path=str(fixture_path(DENSE)),
+                                                  device_share_hz=share)))
+        engines = [c.engine for c in controllers]
+        assert [e.backend for e in engines] == ["edgetpu", "edgetpu"]
+        streams = [e._runner._stream for e in engines]
+        assert streams[1].broker is streams[0].broker and streams[0].broker.key == "91-2"
+        assert [s.weight for s in streams] == [30.0, 15.0]
+        assert _served_ratio(streams) == pytest.approx(2.0, abs=0.15)
+        status = engines[0].shared_status()
+        assert (status["stream"], status["rate_hz"]) == ("matmul dense_256", 30.0)
+        assert engines[1].shared_status()["stream"] == "matmul dense_256#2"
+        assert engines[0].matmul(np.zeros(engines[0].cols, np.float32)).shape == (engines[0].rows,)
+    finally:
+        for c in controllers:
+            c.close()
+
+
+def test_flow_and_recognition_nodes_pass_their_share(three, fixture_path) -> None:  # noqa: F811
+    """The flow node's optical flow and the recognition node's extractor and database engine: each stream
+    carries the node's device_share_hz."""
+    from libredgetpu_ros.ros.flow.params import PARAMS as FLOW_PARAMS
+    from libredgetpu_ros.ros.flow.processor import FlowProcessor
+    from libredgetpu_ros.ros.recognition.params import RECOGNITION_PARAMS
+    from libredgetpu_ros.ros.recognition.processor import RecognitionProcessor
+
+    flow = FlowProcessor(_params(FLOW_PARAMS, model=str(fixture_path(FLOW)), device_share_hz=20.0))
+    try:
+        assert flow.compass.flow.runner.backend._stream.weight == 20.0
+        assert flow.diagnostic_values()["shared_rate_hz"] == 20.0
+        recognition = RecognitionProcessor(_params(RECOGNITION_PARAMS, model=str(fixture_path(EXTRACTOR)),
+                                                   template=256, device_share_hz=5.0))
+        try:
+            streams = [recognition.extractor.runner._stream, recognition.db.engine._runner._stream]
+            assert {id(s.broker) for s in streams} == {id(flow.compass.flow.runner.backend._stream.broker)}
+            assert [s.weight for s in streams] == [5.0, 5.0]
+            diag = recognition.diagnostic_values()
+            assert (diag["shared_extractor_rate_hz"], diag["shared_database_rate_hz"]) == (5.0, 5.0)
+            assert diag["shared_database_stream"] == "matmul dense_256"
+        finally:
+            recognition.close()
+    finally:
+        flow.close()
