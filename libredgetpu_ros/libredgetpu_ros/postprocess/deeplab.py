@@ -5,7 +5,9 @@ from the compiled model's graph with TFLite's quantized arithmetic.
 Bit-exact with LiteRT's builtin kernels, and fast: the 1x1 convolutions are float32 BLAS matmuls on the
 zero-point-centred integers (exact: every partial sum stays below 2^24, else float64), with the constant
 image-pooling half of the concatenation multiplied once instead of per pixel (its products join the bias),
-into buffers allocated once per thread; the accumulators are requantized with TFLite's integer arithmetic in
+into buffers reused from call to call (a pool of workspaces, one per concurrent call; the first is made and
+touched when the tail is built, with one run on zeros, so the first frame costs what the next ones cost); the
+accumulators are requantized with TFLite's integer arithmetic in
 one compiled pass (``kernels``; without numba mostly in float32, ``qops.AccumulatorRequantizer``);
 the last RESIZE_BILINEAR + ARG_MAX pair is fused (``resize.UpsampleArgmax``: only cells on class boundaries
 are interpolated). A concatenation read only by 1x1 convolutions is never joined (they take its blocks).
@@ -14,7 +16,8 @@ are interpolated). A concatenation read only by 1x1 convolutions is never joined
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -61,6 +64,9 @@ class DeepLabTail:
             self._upsample = UpsampleArgmax(in_h, in_w, *self.output_shape,
                                             bool(opts.get("align_corners", False)),
                                             bool(opts.get("half_pixel_centers", False)))
+        self._free: list[dict[int, Any]] = []  # workspaces (conv buffers by op) not in use by a call
+        self._free_lock = threading.Lock()
+        self({s.name: np.zeros(s.shape, s.dtype) for s in self.specs})  # warm-up: BLAS, kernels, buffers
 
     @classmethod
     def from_model(cls, model: Any, boundary_names: list[str] | None = None) -> DeepLabTail:
@@ -84,8 +90,21 @@ class DeepLabTail:
     def input_names(self) -> list[str]:
         return [s.name for s in self.specs]
 
-    def _run(self, outputs: Mapping[str, np.ndarray]) -> tuple[np.ndarray, Any]:
-        """Every op up to the final upsample (or ARG_MAX); returns that op's input and the op."""
+    @contextmanager
+    def _workspace(self) -> Iterator[dict[int, Any]]:
+        """A free workspace (or a new one) for one call, returned to the pool when the call is done with the
+        arrays in it."""
+        with self._free_lock:
+            workspace = self._free.pop() if self._free else {}
+        try:
+            yield workspace
+        finally:
+            with self._free_lock:
+                self._free.append(workspace)
+
+    def _run(self, outputs: Mapping[str, np.ndarray], workspace: dict[int, Any]) -> tuple[np.ndarray, Any]:
+        """Every op up to the final upsample (or ARG_MAX); returns that op's input (maybe a buffer of
+        ``workspace``) and the op."""
         arrays = take_outputs(outputs, self.specs, "DeepLabTail")
         env: dict[int, np.ndarray] = {i: a[0] for i, a in zip(self._boundary, arrays, strict=True)}
         parts: dict[int, list[np.ndarray]] = {}  # channel blocks of CONCATENATION outputs
@@ -93,24 +112,28 @@ class DeepLabTail:
         for op in self._ops[:-1]:
             if op is last:
                 break
-            env[op.outputs[0]] = self._eval(op, env, parts)
+            env[op.outputs[0]] = self._eval(op, env, parts, workspace)
         return env[last.inputs[0]], last
 
     def logits(self, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
         """The quantized logits before the final upsampling, (h, w, classes); a new array."""
-        return self._run(outputs)[0].copy()
+        with self._workspace() as workspace:
+            return self._run(outputs, workspace)[0].copy()
 
     def __call__(self, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
         """(H_in, W_in) class-id map (uint8 when the classes fit); a new array."""
-        logits, _ = self._run(outputs)
-        if self._upsample is not None:
-            return self._upsample(logits)
-        classes = np.argmax(logits, axis=-1)
-        return classes.astype(np.uint8) if logits.shape[-1] <= 256 else classes
+        with self._workspace() as workspace:
+            logits, _ = self._run(outputs, workspace)
+            if self._upsample is not None:
+                return self._upsample(logits)
+            classes = np.argmax(logits, axis=-1)
+            return classes.astype(np.uint8) if logits.shape[-1] <= 256 else classes
 
     def reference(self, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
         """The class map the slow way (every channel upsampled, then argmax): the check for ``__call__``."""
-        logits, last = self._run(outputs)
+        with self._workspace() as workspace:
+            logits, last = self._run(outputs, workspace)
+            logits = logits.copy()
         if last.opcode_name == "RESIZE_BILINEAR":
             opts = last.builtin_options
             logits = resize_bilinear(logits, *self.output_shape, bool(opts.get("align_corners", False)),
@@ -118,7 +141,8 @@ class DeepLabTail:
         classes = np.argmax(logits, axis=-1)
         return classes.astype(np.uint8) if logits.shape[-1] <= 256 else classes
 
-    def _eval(self, op: Any, env: dict[int, np.ndarray], parts: dict[int, list[np.ndarray]]) -> np.ndarray:
+    def _eval(self, op: Any, env: dict[int, np.ndarray], parts: dict[int, list[np.ndarray]],
+              workspace: dict[int, Any]) -> np.ndarray:
         model = self._model
         out = model.tensors[op.outputs[0]]
         if op.opcode_name == "RESIZE_BILINEAR":
@@ -127,7 +151,8 @@ class DeepLabTail:
                                    bool(opts.get("align_corners", False)),
                                    bool(opts.get("half_pixel_centers", False)))
         if op.opcode_name == "CONV_2D":
-            return self._convs[op.index](parts.get(op.inputs[0], [env[op.inputs[0]]]))
+            buffers = workspace.setdefault(op.index, {})
+            return self._convs[op.index](parts.get(op.inputs[0], [env[op.inputs[0]]]), buffers)
         args = [env[i] for i in op.inputs if i in env]
         if op.opcode_name == "CONCATENATION" and \
                 int(op.builtin_options.get("axis", 0)) % len(out.shape) == len(out.shape) - 1:
@@ -199,29 +224,29 @@ class _Conv1x1:
                                                  self.dtype, half_up=True)
         self._kernel = kernels.requantize_kernel(self.dtype)
         self._shift_params = kernels.shift_params(self.multiplier, self.shift, half_up=True)
-        self._local = threading.local()  # per thread: (input as float32, accumulators, output) buffers
 
     def _bound(self, first: int, count: int) -> int:
         """Largest |partial sum| over input channels [first, first + count), per the weights."""
         return int((self._abs_cumsum[first + count] - self._abs_cumsum[first]).max(initial=0))
 
-    def _buffers(self, pixels: int, channels: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        buffers = getattr(self._local, "buffers", None)
-        if buffers is None or buffers[0].shape != (pixels, channels):
+    def _buffers(self, workspace: dict[str, np.ndarray], pixels: int,
+                 channels: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(input as float32, accumulators, output) arrays of ``workspace``, made on first use."""
+        if workspace.get("x") is None or workspace["x"].shape != (pixels, channels):
             out_channels = self.weights_t.shape[1]
-            buffers = (np.empty((pixels, channels), np.float32), np.empty((pixels, out_channels), np.float32),
-                       np.empty((pixels, out_channels), self.dtype))
-            self._local.buffers = buffers
-        return buffers
+            workspace.update(x=np.empty((pixels, channels), np.float32),
+                             acc=np.empty((pixels, out_channels), np.float32),
+                             out=np.empty((pixels, out_channels), self.dtype))
+        return workspace["x"], workspace["acc"], workspace["out"]
 
-    def __call__(self, parts: list[np.ndarray]) -> np.ndarray:
+    def __call__(self, parts: list[np.ndarray], workspace: dict[str, np.ndarray]) -> np.ndarray:
         """``parts``: the input's channel blocks in order, (h, w, c_i) each; blocks broadcast from one pixel
-        (an image-pooling tile) are multiplied once, not per pixel. The result may be a buffer that the
-        next call on this thread overwrites."""
-        fast = self._fast(parts) if self._kernel is not None else None
+        (an image-pooling tile) are multiplied once, not per pixel. The result may be an array of
+        ``workspace``, which the caller owns until it is done with it."""
+        fast = self._fast(parts, workspace) if self._kernel is not None else None
         return fast if fast is not None else self._numpy(parts)
 
-    def _fast(self, parts: list[np.ndarray]) -> np.ndarray | None:
+    def _fast(self, parts: list[np.ndarray], workspace: dict[str, np.ndarray]) -> np.ndarray | None:
         """One float32 matmul for the per-pixel block, the constant blocks' exact products added to the bias,
         the compiled integer requantization; None when the blocks do not fit that (more than one per-pixel
         block, or partial sums beyond 2^24)."""
@@ -244,7 +269,7 @@ class _Conv1x1:
             return None
         first, part = pixel_block
         c = part.shape[2]
-        x, acc, out = self._buffers(h * w, c)
+        x, acc, out = self._buffers(workspace, h * w, c)
         np.subtract(part.reshape(-1, c), np.float32(self.in_zp), out=x)
         np.matmul(x, self.weights_t[first:first + c], out=acc)
         self._kernel(acc, offset, *self._shift_params, self.out_zp, self.low, self.high, out)

@@ -82,8 +82,9 @@ def test_numpy_path_equals_compiled_path(tail_and_reference, fixture_path, monke
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_threads_share_one_tail(tail_and_reference):
-    """Each thread has its own intermediate buffers: two threads running one tail on different images at the
-    same time each get their own image's class map, and results are new arrays (a later call leaves them)."""
+    """Each concurrent call takes its own workspace of intermediate buffers from the tail's pool: two threads
+    running one tail on different images at the same time each get their own image's class map, and results
+    are new arrays (a later call leaves them)."""
     tail, cases = tail_and_reference
     expected = [tail(boundary) for _, boundary, _ in cases[:2]]
     kept = [m.copy() for m in expected]
@@ -100,6 +101,7 @@ def test_threads_share_one_tail(tail_and_reference):
     for thread in threads:
         thread.join()
     assert not errors
+    assert 1 <= len(tail._free) <= 3  # the warm-up's workspace, plus one per call that overlapped another
     for mask, copy in zip(expected, kept, strict=True):
         np.testing.assert_array_equal(mask, copy)
 
