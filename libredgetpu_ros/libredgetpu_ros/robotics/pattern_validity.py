@@ -25,9 +25,9 @@ refinement) and decides, in this order:
 - ``device_miss``: the device's refined answer is more than ``max_distance`` pixels from the peak: the
   device locked onto a lookalike and its position would be confidently wrong.
 
-The limits were tuned on rendered scenes (test/robotics/_pattern_scenes.py: seeds 0-79 of the tuning
-photos, and two rounds of failure analysis on held-out-photo seeds 1000-1049 and 2000-2039) and are
-checked on seeds from 3000 with the held-out photos (test/robotics/test_pattern_validity.py). Cost: one
+The limits were tuned on rendered scenes (test/robotics/_pattern_scenes.py: the tuning photos, and two
+rounds of failure analysis on held-out-photo seeds 1000-1049 and 2000-2039) and are checked on seeds
+from 3000 with the held-out photos (test/robotics/test_pattern_validity.py; docs/robotics.md). Cost: one
 matchTemplate over the frame and a 3 x 3 dilation for the local maxima (bench/bench_pattern_validity.py).
 """
 

@@ -16,8 +16,9 @@ kernel-sized patch of the square cut from frame 0 (``set_template_at``, as the n
   from one side.
 
 Each scene's random choices come from its seed; the photo is ``photos[seed % len(photos)]``. The validity
-limits (robotics/pattern_validity.py) were tuned on seeds 0-29 with the tuning photos
-(``textures.TUNING_PHOTOS``); the tests evaluate seeds from ``EVAL_SEED`` on with the held-out photos.
+limits (robotics/pattern_validity.py) were tuned with the tuning photos (``textures.TUNING_PHOTOS``) and
+two failure analyses on held-out-photo seeds 1000-1049 and 2000-2039; the tests evaluate seeds from
+``EVAL_SEED`` on with the held-out photos.
 """
 
 from __future__ import annotations
