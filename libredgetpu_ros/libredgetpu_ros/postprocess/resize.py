@@ -10,7 +10,8 @@ corners are the same 4 input pixels form a rectangular *cell*, and each interpol
 between its corners' minimum and maximum. Where one class's smallest corner beats every other class's
 largest corner, that class wins every pixel of the cell; only the remaining cells (object boundaries,
 typically a few percent) are interpolated, with the kernel's arithmetic, and only for the classes that can
-still win there.
+still win there. ``UpsampleArgmax`` does the same for one input size with the axes computed once, in one
+compiled loop when numba is installed (``kernels.py``), else with ``resize_bilinear_argmax``.
 """
 
 from __future__ import annotations
