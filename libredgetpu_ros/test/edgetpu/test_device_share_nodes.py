@@ -1,8 +1,9 @@
 """``device_share_hz`` on every node that can run on an Edge TPU (tracker, looming, flow, recognition,
-control; the perception node's is in ``test_device_select.py``): the same parameter in each node's table,
-and through each node's own opening path (its processor or controller, from its parameters) it reaches the
-broker as the weight of the node's stream on the shared accelerator: a 30 Hz node gets two turns for a 15 Hz
-one's one while both always wait. Diagnostics show each node's stream by name with its share.
+control, reservoir; the perception node's is in ``test_device_select.py``): the same parameter in each node's
+table, and through each node's own opening path (its processor, controller or ``open_reservoir``, from its
+parameters) it reaches the broker as the weight of the node's stream on the shared accelerator: a 30 Hz node
+gets two turns for a 15 Hz one's one while both always wait. Diagnostics show each node's stream by name with
+its share.
 
 Three accelerators are enumerated by a scripted libusb device list; opening one runs the real driver over the
 recording transport with a scripted accelerator behind it (``edgetpu/simulated.py``). No real hardware.
@@ -31,10 +32,12 @@ def _tables() -> dict[str, Any]:
     from libredgetpu_ros.ros.flow.params import PARAMS as FLOW_PARAMS
     from libredgetpu_ros.ros.perception.params import PARAMS as PERCEPTION_PARAMS
     from libredgetpu_ros.ros.recognition.params import RECOGNITION_PARAMS
+    from libredgetpu_ros.ros.reservoir.params import PARAM_TABLE as RESERVOIR_PARAMS
     from libredgetpu_ros.ros.robotics.params import LOOMING_PARAMS, TRACKER_PARAMS
 
     return {"perception": PERCEPTION_PARAMS, "tracker": TRACKER_PARAMS, "looming": LOOMING_PARAMS,
-            "flow": FLOW_PARAMS, "recognition": RECOGNITION_PARAMS, "control": PARAM_TABLE}
+            "flow": FLOW_PARAMS, "recognition": RECOGNITION_PARAMS, "control": PARAM_TABLE,
+            "reservoir": RESERVOIR_PARAMS}
 
 
 def test_every_edge_tpu_node_has_the_device_share_parameter() -> None:
@@ -134,12 +137,15 @@ def test_two_trackers_on_one_template_get_their_own_streams(three, fixture_path)
             p.close()
 
 
-def test_control_engines_weigh_their_turns(three, fixture_path) -> None:  # noqa: F811
-    """Two control nodes' engines (device_share_hz 30 and 15) opened by the node's own Controller."""
+def test_control_and_reservoir_engines_weigh_their_turns(three, fixture_path) -> None:  # noqa: F811
+    """Two control nodes' engines (device_share_hz 30 and 15) opened by the node's own Controller, and a
+    reservoir node's engine (its open_reservoir) at 10 beside them."""
     from libredgetpu_ros.ros.control.controller import Controller
     from libredgetpu_ros.ros.control.params import PARAM_TABLE
+    from libredgetpu_ros.ros.reservoir.node import open_reservoir
+    from libredgetpu_ros.ros.reservoir.params import PARAM_TABLE as RESERVOIR_PARAMS
 
-    controllers = []
+    controllers, reservoir = [], None
     try:
         for share in (30.0, 15.0):
             controllers.append(Controller(_params(PARAM_TABLE, template_path=str(fixture_path(DENSE)),
@@ -154,7 +160,13 @@ def test_control_engines_weigh_their_turns(three, fixture_path) -> None:  # noqa
         assert (status["stream"], status["rate_hz"]) == ("matmul dense_256", 30.0)
         assert engines[1].shared_status()["stream"] == "matmul dense_256#2"
         assert engines[0].matmul(np.zeros(engines[0].cols, np.float32)).shape == (engines[0].rows,)
+        reservoir = open_reservoir(_params(RESERVOIR_PARAMS, template=256, device_share_hz=10.0))
+        status = reservoir.engine.shared_status()
+        assert (status["stream"], status["rate_hz"]) == ("matmul dense_256#3", 10.0)
+        assert status["device_users"] == 3
     finally:
+        if reservoir is not None:
+            reservoir.engine.close()
         for c in controllers:
             c.close()
 

@@ -70,7 +70,8 @@ def open_reservoir(cfg: ReservoirNodeConfig) -> Any:
     from libredgetpu_ros.matmul import MatMulEngine
     from libredgetpu_ros.robotics.reservoir import ReservoirComputer, ReservoirConfig
 
-    engine = MatMulEngine.from_template(cfg.template, backend=cfg.backend, device=cfg.device or None)
+    engine = MatMulEngine.from_template(cfg.template, backend=cfg.backend, device=cfg.device or None,
+                                        rate_hz=cfg.device_share_hz)
     try:
         rc = ReservoirComputer(engine, ReservoirConfig(
             input_dim=cfg.state_size, spectral_radius=cfg.spectral_radius, input_scaling=cfg.input_scaling,

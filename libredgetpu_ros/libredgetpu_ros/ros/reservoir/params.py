@@ -8,6 +8,7 @@ from libredgetpu_ros.backend_kinds import BACKEND_KINDS
 from libredgetpu_ros.robotics.reservoir import ACTIVATIONS
 from libredgetpu_ros.ros.params import (
     DEVICE_PARAM,
+    DEVICE_SHARE_PARAM,
     DIAGNOSTICS_PERIOD,
     ParamSpec,
     ParamTable,
@@ -21,6 +22,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("backend", "auto", "where W_res x runs; auto = the Edge TPU if one is attached, else the CPU "
               "twin", choices=BACKEND_KINDS),
     DEVICE_PARAM,
+    DEVICE_SHARE_PARAM,
     ParamSpec("template", 256, "reservoir size N: Dense(N) template (256, 512, 1024: models fetch dense_N)",
               range=(64, 16384)),
     ParamSpec("state_topic", "state", "state input topic (a relative name resolves in the node namespace)"),
@@ -57,6 +59,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
 class ReservoirNodeConfig:
     backend: str
     device: str
+    device_share_hz: float
     template: int
     state_topic: str
     state_type: str
