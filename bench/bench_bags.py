@@ -44,28 +44,27 @@ NOTES = """Notes. The 2 cores are shared with other jobs (other helpers' tests a
 ratios move by +-10-15% from run to run, hence best-of and median columns (a ratio above 1 is noise).
 Live classification is capped by its input (60 fps camera), not by the node.
 
-How `process-bag` keeps up (`ros/bag_reader.py`, `bags/mcap_view.py`): raw Images of an uncompressed
-indexed mcap are read in the pipeline's own thread without copies (a message is a slice of a read-only
-mmap; the Image is viewed in place), so a frame costs the pipeline plus the two per-frame costs above.
+How `process-bag` keeps up (`ros/bag_reader.py`, `ros/bag_writer.py`, `bags/mcap_view.py`): raw Images of
+an uncompressed indexed mcap are read without copies (a message is a slice of a read-only mmap; the Image
+is viewed in place). The figures above predate the pipelined loop (commit 1549f7c: frames read and decoded
+on a reader thread ahead of the pipeline, results serialized and written on a writer thread behind it,
+batched hand-overs); its own measurements, pipelined and one-thread side by side, are in
+`bench/results/process_bag.md` (`bench/bench_process_bag.py`). Before it, the loop ran in one thread:
 rosbags' reader copies each ~1 MB message three times under the GIL (0.1-0.65 ms per frame depending on
-the allocator's state; 0.57 of the pipeline's rate when used inline, 0.54 before); a reader thread slowed
-OpenCV's resize by ~0.3 ms per frame on busy cores; a reader process with a shared-memory ring was slower
-still (0.58). Other input (sqlite3, compressed bags, CompressedImage) is read and decoded in a thread.
-One-off costs are paid before the loop's clock (`setup`, in the wall time): the first inference (~25 ms
-for MobileNet), rclpy's type support per output type (~60 ms), the typestore.
+the allocator's state; 0.57 of the pipeline's rate when used inline, 0.54 before); a reader process with
+a shared-memory ring was slower still (0.58). One-off costs are paid before the loop's clock (`setup`, in
+the wall time): the first inference (~25 ms for MobileNet), rclpy's type support per output type
+(~60 ms), the typestore.
 
-Where the classify loop's last ~10% goes (the in-bench-process run above, pipeline calls timed): inference
-inside the loop costs what it costs alone (within 1-2%: the mmap'ed pixels' first touch is not measurable
-any more); the gap is the per-frame Python around it (read, Image view, Header, result messages, rclpy
-serialization, mcap write), which runs cache-cold between inferences: ~0.12 ms per frame in the loop vs
-~0.06 ms measured on its own (hence the computed ceiling above is optimistic). No GC pass ran in the loop
-(one gen-0 collection per 90 frames), tqdm is off without a terminal, and in scratch runs the real CLI loop
-in a fresh process matched an instrumented copy of it within noise. Per-frame imports were removed. A writer
-thread (serialize + write overlapping the next inference) measured +0-5% in scratch runs, within noise,
-so it was not adopted. This bag carries chunk CRCs (make-bag writes them, as `ros2 bag` does); they are
-verified ahead on a worker thread (ISA-L): ~0.09 ms of CPU per 640x480 chunk read from memory (~11 us when
-cached). The worker starts with the first frame and, on a bag this short, is done during the warm-up, so that
-CPU is not in the loop's `cpu_s`; on a long bag it runs alongside the loop and adds ~0.09 ms per frame."""
+Where the one-thread classify loop's last ~10% went (the in-bench-process run above, pipeline calls
+timed): the per-frame Python around inference (read, Image view, Header, result messages, rclpy
+serialization, mcap write) ran cache-cold between inferences: ~0.12 ms per frame in the loop vs ~0.06 ms
+measured on its own. No GC pass ran in the loop (one gen-0 collection per 90 frames) and tqdm is off
+without a terminal. This bag carries chunk CRCs (make-bag writes them, as `ros2 bag` does); they are
+verified ahead on a worker thread (ISA-L, at most 8 chunks ahead): ~0.08 ms of CPU per 640x480 chunk
+read from memory (~11 us when cached). On a bag this short the worker was done during the warm-up, so
+that CPU was not in the loop's `cpu_s` here; the bounded look-ahead now puts it in the loop, as on a long
+bag."""
 
 IMAGES = ["images/cat.bmp", "images/grace_hopper.bmp", "images/test_couple.jpg"]
 

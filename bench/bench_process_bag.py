@@ -1,0 +1,311 @@
+"""process-bag's steady rate against the pipeline alone on the same frames (classify and pose), pipelined
+(reader and writer threads, the default) and in one thread, in wall-clock frames/s and in CPU time per frame.
+
+Per round, interleaved (the 2 cores are shared with other jobs: every variant meets the same load):
+
+1. **pipeline**: ``PerceptionPipeline.process`` alone on the bag's frames, decoded beforehand into memory
+   (each frame its own copy), after 2 warm-up frames (the baseline);
+2. **pipeline, bag views**: the same pipeline fed by ``FrameReader`` inline (zero-copy views into the mapped
+   bag, read and decoded between inferences) and **copied into an aligned buffer**: each view copied into
+   one reused 64-byte-aligned array first (is the pipeline slower on frames that come from the bag?);
+3. **process-bag pipelined** / **one thread**: ``BagProcessor.run`` end to end on the bag (read, decode,
+   pipeline, result messages, serialization, mcap write), its summary's steady rate (after model load and
+   warm-up) and ``cpu_s`` (process CPU time of the frame loop, every thread).
+
+Wall rates are frames / wall time of the loop; CPU is the process's CPU time (every thread: LiteRT's
+worker, the reader, writer and chunk-CRC threads) per frame. One more run of the pipeline alone and of
+pipelined process-bag per task, with ``/proc/self/task/*/schedstat`` sampled, splits that CPU by thread (not
+in the rounds: the sampler costs CPU).
+
+Run (network-isolated, one benchmark at a time):
+``flock /tmp/libredgetpu_heavy.lock tools/ros_sandbox.sh .venv/bin/python bench/bench_process_bag.py``
+-> bench/results/process_bag.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import write_report
+from bench_bags import _bringup, _camera_frames, _frames  # the bag, the configs and the decoded frames
+
+RESULTS = Path(__file__).resolve().parent / "results" / "process_bag.md"
+FRAMES = {"classify": 300, "pose": 45}  # ~0.5 s of loop each at this machine's rates
+VARIANTS = ("pipeline", "views", "aligned copy", "pipelined", "one thread")
+
+
+def _loop(pipeline: Any, frames: Iterable[np.ndarray]) -> tuple[float, float, int]:
+    """(wall s, process CPU s, frames) of ``pipeline.process`` over ``frames``."""
+    n = 0
+    start, cpu = time.perf_counter(), time.process_time()
+    for rgb in frames:
+        pipeline.process(rgb)
+        n += 1
+    return time.perf_counter() - start, time.process_time() - cpu, n
+
+
+def _aligned(shape: tuple[int, ...]) -> np.ndarray:
+    raw = np.empty(int(np.prod(shape)) + 64, np.uint8)
+    start = (-raw.ctypes.data) % 64
+    return raw[start:start + int(np.prod(shape))].reshape(shape)
+
+
+def pipeline_runs(config: Path, bag: Path, frames: list[np.ndarray], topic: str) -> dict[str, tuple]:
+    """The pipeline alone on frames in memory, on the bag's views, and on views copied into one buffer."""
+    from libredgetpu_ros.perception.pipeline import PerceptionPipeline
+    from libredgetpu_ros.ros.bag_processing import load_node_config
+    from libredgetpu_ros.ros.bag_reader import FrameReader
+    from libredgetpu_ros.ros.perception_node import pipeline_config
+
+    out = {}
+    with PerceptionPipeline.from_config(pipeline_config(load_node_config(config).params)) as pipeline:
+        for rgb in frames[:2]:
+            pipeline.process(rgb)  # warm-up (LiteRT allocates on the first runs)
+        out["pipeline"] = _loop(pipeline, frames)
+        with FrameReader(bag, [topic], thread=False) as reader:
+            out["views"] = _loop(pipeline, (f.rgb for f in reader))
+        buffer = _aligned(frames[0].shape)
+
+        def copied(reader: FrameReader) -> Iterable[np.ndarray]:
+            for f in reader:
+                np.copyto(buffer, f.rgb)
+                yield buffer
+
+        with FrameReader(bag, [topic], thread=False) as reader:
+            out["aligned copy"] = _loop(pipeline, copied(reader))
+    return out
+
+
+def bag_run(config: Path, bag: Path, out: Path, pipelined: bool,
+            on_frame: Callable[[int], None] | None = None) -> tuple[float, float, int]:
+    from libredgetpu_ros.ros.bag_processing import BagProcessor, load_node_config
+
+    shutil.rmtree(out, ignore_errors=True)
+    processor = BagProcessor(load_node_config(config), log=lambda _: None)
+    if on_frame is not None:
+        frame = processor._frame
+
+        def counted(summary: Any, *args: Any) -> None:
+            on_frame(summary.frames)
+            frame(summary, *args)
+
+        processor._frame = counted  # type: ignore[method-assign]
+    summary = processor.run(bag, out, progress=False, pipelined=pipelined)
+    if summary.processed != summary.frames:
+        raise RuntimeError(summary.text())
+    return summary.elapsed_s, summary.cpu_s, summary.frames
+
+
+class ThreadCpu:
+    """CPU ns per thread over a region: ``/proc/self/task/*/schedstat`` sampled every 5 ms by a thread of
+    its own (threads that end inside the region keep their last sample), named by their Python names."""
+
+    def __init__(self) -> None:
+        self.last: dict[int, int] = {}
+        self.base: dict[int, int] = {}
+        self.names: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="sampler", daemon=True)
+
+    def sample(self) -> None:
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/schedstat") as f:
+                    self.last[int(tid)] = int(f.read().split()[0])
+            except OSError:
+                pass
+        for t in threading.enumerate():
+            if t.native_id is not None:
+                self.names.setdefault(t.native_id, t.name)
+
+    def start_region(self) -> None:
+        self.sample()
+        self.base = dict(self.last)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            time.sleep(0.005)
+
+    def __enter__(self) -> ThreadCpu:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+    def split(self, frames: int) -> dict[str, float]:
+        """ms per frame by thread (LiteRT's worker has no Python name: "LiteRT (native)")."""
+        out: dict[str, float] = {}
+        for tid, ns in self.last.items():
+            name = self.names.get(tid, "LiteRT (native)")
+            name = {"MainThread": "main", "bag-prefetch": "reader (read + decode)",
+                    "bag-writer": "writer (serialize + write)"}.get(
+                name, "chunk CRC" if name.startswith("mcap-crc") else name)
+            if name not in ("sampler", "tqdm_monitor") and ns > self.base.get(tid, 0):
+                out[name] = out.get(name, 0.0) + (ns - self.base.get(tid, 0)) / frames / 1e6
+        return out
+
+
+def thread_split(config: Path, bag: Path, out: Path, frames: list[np.ndarray]) -> dict[str, dict[str, float]]:
+    """CPU ms per frame by thread of the pipeline alone and of one pipelined process-bag run (not in the
+    rounds: the sampler costs CPU)."""
+    from libredgetpu_ros.perception.pipeline import PerceptionPipeline
+    from libredgetpu_ros.ros.bag_processing import load_node_config
+    from libredgetpu_ros.ros.perception_node import pipeline_config
+
+    with PerceptionPipeline.from_config(pipeline_config(load_node_config(config).params)) as pipeline:
+        for rgb in frames[:2]:
+            pipeline.process(rgb)
+        with ThreadCpu() as alone:
+            alone.start_region()
+            _, _, n = _loop(pipeline, frames)
+    with ThreadCpu() as piped:
+        _, _, m = bag_run(config, bag, out, True, lambda i: piped.start_region() if i == 0 else None)
+    return {"pipeline alone": alone.split(n), "process-bag, pipelined": piped.split(m)}
+
+
+def parallel_speedup(size: int = 400, repeats: int = 12) -> float:
+    """How much two threads of GIL-free work (OpenBLAS matmuls, one BLAS thread each) gain over one, right
+    now: 2.0 on two free cores, 1.0 when the machine gives this process one core's worth."""
+    a = np.random.default_rng(0).random((size, size))
+
+    def work() -> None:
+        for _ in range(repeats):
+            a @ a
+
+    start = time.perf_counter()
+    work()
+    work()
+    serial = time.perf_counter() - start
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return serial / (time.perf_counter() - start)
+
+
+def _ratios(runs: list[tuple], base: list[tuple]) -> tuple[list[float], list[float]]:
+    """Per round: (variant fps / pipeline fps, pipeline CPU per frame / variant CPU per frame)."""
+    pairs = list(zip(runs, base, strict=True))
+    return ([(n / w) / (bn / bw) for (w, _, n), (bw, _, bn) in pairs],
+            [(bc / bn) / (c / n) for (_, c, n), (_, bc, bn) in pairs])
+
+
+TARGET = 0.95  # issues 35 / 36: process-bag(s) >= 0.95 x the pipeline alone, classify and pose
+
+
+def _spread(values: list[float], digits: int = 2) -> str:
+    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--size", default="640x480")
+    parser.add_argument("--tasks", nargs="+", default=list(FRAMES), choices=list(FRAMES))
+    args = parser.parse_args()
+
+    from libredgetpu_ros.bags.make import MakeBagOptions, make_bag
+    from libredgetpu_ros.threads import limit_library_threads
+
+    limit_library_threads(1)  # as the CLI does; the speed-up probe then runs one BLAS thread per thread
+    load_start = os.getloadavg()
+    speedups = [statistics.median(parallel_speedup() for _ in range(3))]
+    rows: dict[str, dict[str, list[tuple[float, float, int]]]] = {}
+    splits: dict[str, dict[str, dict[str, float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench_process_bag_") as tmp_name:
+        tmp = Path(tmp_name)
+        images = _camera_frames(tmp, args.size)
+        for task in args.tasks:
+            bag = tmp / f"camera_{task}"
+            loops = -(-FRAMES[task] // len(images))
+            make_bag(images, bag, MakeBagOptions(topic="/cam/image_raw", rate=10.0, loop=loops, start_ns=0),
+                     progress=False)
+            frames = _frames(bag)
+            config = _bringup(tmp, task)
+            runs = rows[task] = {v: [] for v in VARIANTS}
+            for i in range(args.rounds):
+                for name, run in pipeline_runs(config, bag, frames, "/cam/image_raw").items():
+                    runs[name].append(run)
+                order = (True, False) if i % 2 == 0 else (False, True)  # neither always runs first
+                for pipelined in order:
+                    runs["pipelined" if pipelined else "one thread"].append(
+                        bag_run(config, bag, tmp / "out", pipelined))
+                print(f"{task} round {i + 1}: " + ", ".join(
+                    f"{v} {r[-1][2] / r[-1][0]:.0f} fps" for v, r in runs.items()), flush=True)
+            splits[task] = thread_split(config, bag, tmp / "out", frames)
+            del frames
+    speedups.append(statistics.median(parallel_speedup() for _ in range(3)))
+    report(args, rows, splits, load_start, os.getloadavg(), speedups)
+    return 0
+
+
+def report(args: argparse.Namespace, rows: dict, splits: dict, load_start: tuple, load_end: tuple,
+           speedups: list[float]) -> None:
+    lines = ["# process-bag against the pipeline alone: pipelined and in one thread", "",
+             f"`bench/bench_process_bag.py`, {time.strftime('%Y-%m-%d')}, "
+             f"Python {platform.python_version()}, "
+             f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs (load average "
+             f"{load_start[0]:.1f} at the start, {load_end[0]:.1f} at the end), CPU backend (LiteRT, its "
+             f"default threads), one mcap bag per task of {args.size} rgb8 frames (the three fixture images "
+             f"looped: classify {FRAMES['classify']}, pose {FRAMES['pose']}). {args.rounds} rounds, every "
+             "variant once per round, interleaved; median (min-max) over the rounds. Ratios are per round "
+             "(each against the pipeline alone of the same round): wall = variant fps / pipeline fps, "
+             "CPU = pipeline CPU ms / variant CPU ms (above 1: cheaper than the baseline, i.e. noise).", "",
+             f"Two threads of GIL-free work ran {speedups[0]:.2f}x as fast as one at the start of the run "
+             f"and {speedups[-1]:.2f}x at the end (2.0: two free cores): with the cores this busy, "
+             "wall-clock rates measure the scheduler as much as the code, and a process with more runnable "
+             "threads gets a larger share of the cores, so the wall ratios below swing both ways; CPU time "
+             "per frame is the steadier measure (it inflates too under contention: shared caches).", ""]
+    for task, runs in rows.items():
+        base = runs["pipeline"]
+        lines += [f"## {task}", "",
+                  "| variant | frames/s (wall) | / pipeline (wall) | CPU ms / frame "
+                  "| pipeline / variant (CPU) |",
+                  "|---|---|---|---|---|"]
+        for name, rs in runs.items():
+            fps = [n / w for w, _, n in rs]
+            cpu = [c / n * 1e3 for _, c, n in rs]
+            wall_ratio, cpu_ratio = _ratios(rs, base)
+            label = {"views": "pipeline on the bag's views (read inline)",
+                     "aligned copy": "pipeline on views copied into an aligned buffer",
+                     "pipelined": "**process-bag, pipelined (default)**",
+                     "one thread": "process-bag, one thread"}.get(name, "pipeline alone (baseline)")
+            digits = 0 if min(fps) >= 100 else 1
+            lines.append(f"| {label} | {_spread(fps, digits)} | {_spread(wall_ratio)} | {_spread(cpu, 3)} | "
+                         f"{_spread(cpu_ratio)} |")
+        for what, split in splits.get(task, {}).items():
+            lines += ["", f"CPU ms per frame by thread, {what} (one more run, schedstat): " + "; ".join(
+                f"{name} {ms:.3f}" for name, ms in sorted(split.items(), key=lambda kv: -kv[1]))
+                + f"; total {sum(split.values()):.3f}."]
+        lines.append("")
+    lines += [f"Target (issues 35 / 36): process-bag >= {TARGET} x the pipeline alone, median of the rounds:"]
+    for task, runs in rows.items():
+        for name in ("pipelined", "one thread"):
+            wall, cpu = (statistics.median(r) for r in _ratios(runs[name], runs["pipeline"]))
+            lines.append(f"- {task}, {name}: wall {wall:.2f} ({'met' if wall >= TARGET else 'not met'}), "
+                         f"CPU {cpu:.2f} ({'met' if cpu >= TARGET else 'not met'})")
+    write_report(RESULTS, lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
