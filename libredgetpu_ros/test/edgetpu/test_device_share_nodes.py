@@ -12,6 +12,7 @@ recording transport with a scripted accelerator behind it (``edgetpu/simulated.p
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,23 @@ def test_every_edge_tpu_node_has_the_device_share_parameter() -> None:
         assert "| `device_share_hz` | float | `0.0` | [0, 1000] | configure |" in table.markdown_table(), node
         values = table.values_type(**{**table.defaults(), "device_share_hz": 30.0})
         assert values.device_share_hz == 30.0
+
+
+# The shipped params file of each node (config/): it lists device_share_hz, and the node's table takes it all.
+CONFIGS = {"tracker": "tracker_spot.yaml", "looming": "looming.yaml", "flow": "flow.yaml",
+           "recognition": "recognition.yaml", "control": "control.yaml", "reservoir": "reservoir.yaml",
+           "perception": "perception_classify.yaml"}
+
+
+def test_every_edge_tpu_node_config_lists_its_share() -> None:
+    import yaml
+
+    config = Path(__file__).resolve().parents[2] / "config"
+    tables = _tables()
+    for node, name in CONFIGS.items():
+        params = yaml.safe_load((config / name).read_text())["/**"]["ros__parameters"]
+        assert params["device_share_hz"] == 0.0, name
+        tables[node].overrides(params)  # every key known; types, choices and ranges all valid
 
 
 def _params(table: Any, **values: Any) -> Any:
