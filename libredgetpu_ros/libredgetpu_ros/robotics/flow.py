@@ -261,14 +261,23 @@ class OpticalFlow(RoboticsModule):
         if self.warp is not None:
             gray = self.warp(gray)
         size = (frame.shape[1], frame.shape[0])
-        mean, std = (float(v[0, 0]) for v in cv2.meanStdDev(gray))  # integer sums: exact mean
-        if self.mode == "libredgetpu":
+        normalized = self.mode == "normalized"
+        min_std = max(self.min_texture, 1e-3) if normalized else math.inf
+        if self.kernels:  # statistics and stretch in one pass (flow_kernels.stretch: the same numbers)
+            gray = np.ascontiguousarray(gray)
+            stretched = np.empty_like(gray)
+            mean, std = flow_kernels.stretch(gray, CONTRAST_GAIN, min_std, stretched)
+        else:
+            mean, std = (float(v[0, 0]) for v in cv2.meanStdDev(gray))  # integer sums: exact mean
+        if not normalized:
             model_input = gray
-        elif std < max(self.min_texture, 1e-3):
+        elif std < min_std:
             return FlowFeatures(None, None, std, size)
+        elif self.kernels:
+            model_input = stretched
         else:  # each grey level stretched once (float32, rounded, clipped), then looked up per pixel
-            stretched = (_LEVELS - np.float32(mean)) * np.float32(CONTRAST_GAIN / std) + 128.0
-            model_input = cv2.LUT(gray, np.clip(np.rint(stretched), 0, 255).astype(np.uint8))
+            levels = (_LEVELS - np.float32(mean)) * np.float32(CONTRAST_GAIN / std) + 128.0
+            model_input = cv2.LUT(gray, np.clip(np.rint(levels), 0, 255).astype(np.uint8))
         raw = self.runner.run([model_input.reshape(self._in.shape)])[0][self._out.name]
         self.backend_calls += 1
         fine = flow_refine.fine_frame(frame, self.fine_warp) if self.refine else None

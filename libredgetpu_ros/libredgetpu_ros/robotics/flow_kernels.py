@@ -163,6 +163,41 @@ def soft_argmax_peak(a, b, r, temperature, counts, scores):  # pragma: no cover 
     return vx / total, vy / total, 1.0 / total
 
 
+def stretch(gray, gain, min_std, out):  # pragma: no cover - compiled
+    """(mean, standard deviation) of the uint8 frame ``gray`` (integer histogram: the mean exact), and when
+    the deviation is at least ``min_std``, ``out`` = the frame stretched to mean 128 and ``gain`` grey levels
+    per deviation: each level once as OpenCV/NumPy compute it in OpticalFlow.features (float32, rounded half
+    to even, clipped), then looked up per pixel."""
+    h, w = gray.shape
+    counts = np.zeros(256, np.int64)
+    for y in range(h):
+        row = gray[y]
+        for x in range(w):
+            counts[row[x]] += 1
+    n = h * w
+    total = 0
+    for level in range(256):
+        total += level * counts[level]
+    mean = total / n
+    spread = 0.0
+    for level in range(256):
+        if counts[level]:
+            spread += counts[level] * (level - mean) ** 2
+    std = math.sqrt(spread / n)
+    if std < min_std or std <= 0.0:
+        return mean, std
+    table = np.empty(256, np.uint8)
+    factor, centre = np.float32(gain / std), np.float32(mean)
+    for level in range(256):
+        value = np.rint((np.float32(level) - centre) * factor + np.float32(128.0))
+        table[level] = np.uint8(min(max(value, np.float32(0.0)), np.float32(255.0)))
+    for y in range(h):
+        row, dst = gray[y], out[y]
+        for x in range(w):
+            dst[x] = table[row[x]]
+    return mean, std
+
+
 # -- the refinement at the frame's resolution (robotics/flow_refine.py) ------------------------------------
 
 NO_OVERLAP, APERTURE, RAN_OUT, CONVERGED = 0, 1, 2, 3  # how lk_level ended
@@ -288,7 +323,7 @@ _SUMS = {"cache": True, "nogil": True, "fastmath": {"reassoc", "contract"}}  # v
 KERNELS = (("_correlate", _FAST), ("_box", dict(_EXACT, inline="always")), ("_refine", _EXACT),
            ("pool_features", _FAST), ("normalized_peak", _EXACT), ("soft_argmax_peak", _EXACT),
            ("overlap", _EXACT), ("lk_level", _SUMS), ("shift_box", _SUMS), ("_pad101", _EXACT),
-           ("fine_level", _SUMS))
+           ("fine_level", _SUMS), ("stretch", _EXACT))
 _warm = False
 
 
@@ -319,6 +354,8 @@ def warm_up() -> bool:
     lk_level(image, image, image, image, 0.5, -0.5, 1, 2, 0.05, 0.01)
     shift_box(image, 0.5, -0.5, 2, 10, 2, 10, np.empty((8, 8), np.float32))
     fine_level(image, np.ones(9, np.float32), image.copy(), image.copy(), image.copy())
+    frame = np.arange(64, dtype=np.uint8).reshape(8, 8)
+    stretch(frame, 48.0, 1e-3, frame.copy())
     _warm = True
     return True
 

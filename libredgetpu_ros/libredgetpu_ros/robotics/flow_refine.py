@@ -69,16 +69,21 @@ class Refined:
     aperture: bool = False  # the overlap has gradients of one orientation only: no 2-D motion in it
 
 
-def _level(gray: np.ndarray) -> _Level:
-    """A level's smoothed image and gradients (float32 ``gray`` in); compiled when numba is there."""
+def smooth(gray: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(``gray`` blurred by a Gaussian of SMOOTH_SIGMA, its Sobel x and y / 8), float32, OpenCV's default
+    border: one compiled call (flow_kernels.fine_level) when numba is there, else OpenCV. A refinement level
+    and the looming TTC's frames (robotics/ttc.py) are made with it."""
     if flow_kernels.ready() and min(gray.shape) > _TAPS.size // 2:
         image, gx, gy = (np.empty(gray.shape, np.float32) for _ in range(3))
         flow_kernels.fine_level(np.ascontiguousarray(gray, dtype=np.float32), _TAPS, image, gx, gy)
-        return _Level(image, gx, gy)
-    image = cv2.GaussianBlur(gray, (0, 0), SMOOTH_SIGMA)
-    gx = cv2.Sobel(image, cv2.CV_32F, 1, 0, ksize=3, scale=0.125)
-    gy = cv2.Sobel(image, cv2.CV_32F, 0, 1, ksize=3, scale=0.125)
-    return _Level(image, gx, gy)
+        return image, gx, gy
+    image = cv2.GaussianBlur(np.asarray(gray, dtype=np.float32), (0, 0), SMOOTH_SIGMA)
+    return (image, cv2.Sobel(image, cv2.CV_32F, 1, 0, ksize=3, scale=0.125),
+            cv2.Sobel(image, cv2.CV_32F, 0, 1, ksize=3, scale=0.125))
+
+
+def _level(gray: np.ndarray) -> _Level:
+    return _Level(*smooth(gray))
 
 
 def fine_gray(gray: np.ndarray) -> tuple[np.ndarray, float]:

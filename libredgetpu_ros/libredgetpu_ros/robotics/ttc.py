@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, InputError
-from libredgetpu_ros.robotics import looming_kernels
+from libredgetpu_ros.robotics import flow_kernels, flow_refine, looming_kernels
 
 REASONS = ("ok", "filling", "low_texture", "poor_fit", "not_approaching")
 
@@ -143,8 +143,9 @@ class ScaleTtc:
 
     def __init__(self, settings: TtcSettings | None = None, kernels: bool = True) -> None:
         self.settings = settings or TtcSettings()
-        # the registration compiled (robotics/looming_kernels.py), compiled or loaded now; NumPy without numba
-        self.kernels = kernels and looming_kernels.warm_up()
+        # the registration compiled (robotics/looming_kernels.py) and the frame's blur and gradients
+        # (flow_refine.smooth), compiled or loaded now; NumPy without numba
+        self.kernels = kernels and looming_kernels.warm_up() and flow_kernels.warm_up()
         self._history: deque[tuple[float, np.ndarray]] = deque()
         self._last_a = 0.0
 
@@ -165,7 +166,8 @@ class ScaleTtc:
         last = self._history[-1][0] if self._history else None
         if last is not None and (stamp_s <= last or stamp_s - last > st.max_gap_s):
             self.reset()  # time went backwards (bag loop, clock reset) or the stream had a gap
-        image = cv2.GaussianBlur(np.asarray(gray, dtype=np.float32), (0, 0), 1.0)
+        # blurred (sigma 1) with its Sobel gradients / 8, in one call when compiled (flow_refine.smooth)
+        image, grad_x, grad_y = flow_refine.smooth(np.asarray(gray, dtype=np.float32))
         self._history.append((float(stamp_s), image))
         while len(self._history) > 2 and stamp_s - self._history[1][0] >= st.span_s:
             self._history.popleft()
@@ -185,8 +187,6 @@ class ScaleTtc:
         if texture < st.min_texture:
             return TtcEstimate(None, "low_texture", None, span, None)
         if self.kernels:
-            grad_x = cv2.Sobel(image, cv2.CV_32F, 1, 0, ksize=3, scale=1 / 8)
-            grad_y = cv2.Sobel(image, cv2.CV_32F, 0, 1, ksize=3, scale=1 / 8)
             a, sigma, rel, kept = looming_kernels.register_scale(ref, image, grad_x, grad_y, half,
                                                                  st.iterations, self._last_a)
         else:

@@ -227,3 +227,27 @@ def test_compiled_fine_level_equals_opencv(shape) -> None:
     for got, dx, dy in ((level.gx, 1, 0), (level.gy, 0, 1)):
         expected = cv2.Sobel(blurred, cv2.CV_32F, dx, dy, ksize=3, scale=0.125)
         np.testing.assert_allclose(got, expected, atol=1e-4)
+
+
+def test_compiled_frame_path_equals_the_numpy_one(fixture_path) -> None:
+    """A frame through the compiled path (flow_kernels.stretch: statistics and contrast stretch in one pass)
+    and through OpenCV/NumPy (meanStdDev, the stretch's lookup table): the same model input, so the same
+    features and texture; flat frames refused alike."""
+    from libredgetpu_ros.robotics import flow_kernels
+
+    if not flow_kernels.warm_up():
+        pytest.skip("numba is not installed: the NumPy path is the only one")
+    model = fixture_path("robotics/optical_flow/gabor_64x64_p4_edgetpu.tflite")
+    with OpticalFlow.from_template(model, backend="cpu", refine=False) as fast:
+        slow = OpticalFlow(fast.runner, kernels=False, refine=False)
+        rng = np.random.default_rng(7)
+        frames = [scenes.shifted_pair(scenes.photo(name), 0, 0)[0]
+                  for name in ("grace_hopper.bmp", "test_couple.jpg")]
+        frames += [rng.integers(0, 256, (240, 320, 3), dtype=np.uint8), np.full((64, 64), 90, np.uint8),
+                   (scenes.texture(3, 64) // 40 + 100).astype(np.uint8)]
+        for frame in frames:
+            a, b = fast.features(frame), slow.features(frame)
+            assert a.texture == pytest.approx(b.texture, rel=1e-12)
+            assert (a.pooled is None) == (b.pooled is None)
+            if a.pooled is not None:
+                np.testing.assert_allclose(a.pooled, b.pooled, rtol=1e-12, atol=1e-9)
