@@ -19,7 +19,7 @@ the fixtures: the CPU twin runs it, and its Edge TPU path is tested with doubles
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -41,7 +41,6 @@ SELF_RESPONSE_FILL = 0.9  # fraction of the correlation output range the patch's
 MODES = ("normalized", "libredgetpu")
 PASSES = 2  # device runs per frame in the normalized mode (the second with the first answer blanked)
 REFINE_RADIUS = 3  # template-input pixels around a device answer searched by exact NCC
-MIN_SCORE = PatternLimits.min_score  # normalised correlation below which the patch is not in the frame
 
 
 class TemplateSwap(NamedTuple):
@@ -75,15 +74,22 @@ class PatternTracker(RoboticsModule):
     def __init__(self, template: RoboticsTemplate, backend: str = "auto", device: Any = None,
                  resize: bool = True, backend_object: Any = None,
                  blobs: dict[str, np.ndarray] | None = None, mode: str = "normalized",
-                 min_score: float = MIN_SCORE, passes: int = PASSES,
+                 min_score: float | None = None, passes: int = PASSES,
                  limits: PatternLimits | None = None, rate_hz: float = 0.0) -> None:
+        """``limits``: the validity check's (robotics/pattern_validity.py); ``min_score``, when given,
+        replaces theirs."""
         if mode not in MODES:
             raise ConfigError(f"pattern mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if not -1.0 <= min_score <= 1.0 or not 1 <= passes <= 4:
-            raise ConfigError(f"pattern min_score must be in [-1, 1] and passes in 1..4, got {min_score}, "
-                              f"{passes}")
-        self.mode, self.min_score, self.passes = mode, float(min_score), int(passes)
-        self.validity = PatternValidity(replace(limits or PatternLimits(), min_score=self.min_score))
+        limits = limits or PatternLimits()
+        if min_score is not None:
+            if not -1.0 <= min_score <= 1.0:
+                raise ConfigError(f"pattern min_score must be in [-1, 1], got {min_score}")
+            limits = replace(limits, min_score=float(min_score))
+        if not 1 <= passes <= 4:
+            raise ConfigError(f"pattern passes must be in 1..4, got {passes}")
+        self.mode, self.passes = mode, int(passes)
+        self.validity = PatternValidity(limits)
+        self.min_score = limits.min_score
         self.template = template
         self.height, self.width, self.channels = template.image_shape
         self.resize = resize
@@ -277,5 +283,4 @@ class PatternTracker(RoboticsModule):
 
     def details(self) -> dict[str, Any]:
         return {"kernel": [self.kernel_width, self.kernel_height], "blob": self.blob_kind, "mode": self.mode,
-                "min_score": self.min_score, "passes": self.passes,
-                "min_ratio": self.validity.limits.min_ratio}
+                "min_score": self.min_score, "passes": self.passes, "validity": asdict(self.validity.limits)}

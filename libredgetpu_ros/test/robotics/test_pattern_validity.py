@@ -100,6 +100,18 @@ def test_limits_out_of_range_are_refused(change) -> None:
         PatternLimits(**change)
 
 
+def test_the_tracker_takes_limits_and_min_score_replaces_theirs() -> None:
+    strict = PatternLimits(min_ratio=5.0, min_score=0.8)
+    with PatternTracker.from_template(64, 8, 1, backend="cpu", limits=strict) as tracker:
+        assert tracker.validity.limits == strict and tracker.min_score == 0.8
+        assert tracker.describe()["validity"]["min_ratio"] == 5.0
+    with PatternTracker.from_template(64, 8, 1, backend="cpu", limits=strict, min_score=0.7) as tracker:
+        assert tracker.validity.limits.min_score == 0.7 and tracker.validity.limits.min_ratio == 5.0
+    for bad in ({"min_score": 2.0}, {"passes": 0}):
+        with pytest.raises(ConfigError, match="pattern"):
+            PatternTracker.from_template(64, 8, 1, backend="cpu", **bad)
+
+
 def test_the_json_result_carries_the_evidence() -> None:
     """What `robotics pattern --json` prints: the check's figures beside valid / reason."""
     rng = np.random.default_rng(7)
