@@ -435,6 +435,10 @@ class RosTestEnv:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     outcome = yield
     report = outcome.get_result()
+    # A NumPy scalar recorded with record_property (a max of an array) cannot cross to the pytest-xdist
+    # controller (execnet serializes plain Python values only: the worker crashed): sent as its Python value.
+    report.user_properties = [(name, value.item() if type(value).__module__ == "numpy" else value)
+                              for name, value in report.user_properties]
     ros = getattr(item, "funcargs", {}).get("ros_env")
     if report.when == "call" and isinstance(ros, RosTestEnv):
         # Failed test: show every helper's log; passed test: only those that crashed (teardown fails it).
