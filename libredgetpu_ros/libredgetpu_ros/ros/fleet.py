@@ -88,7 +88,7 @@ def run_bag(job: BagJob, log: Callable[[str], None] | None = None) -> dict[str, 
 
     record: dict[str, Any] = {"bag": job.name, "input": job.input, "output": job.output, "status": "error",
                               "frames": 0, "processed": 0, "written": 0, "failed": 0, "failures": {},
-                              "fps": 0.0, "elapsed_s": 0.0, "setup_s": 0.0, "error": None,
+                              "fps": 0.0, "elapsed_s": 0.0, "setup_s": 0.0, "cpu_s": 0.0, "error": None,
                               "worker": os.getpid(), "device": job.device}
     final, staged = Path(job.output), Path(job.staging) / Path(job.output).name
     try:
@@ -102,7 +102,7 @@ def run_bag(job: BagJob, log: Callable[[str], None] | None = None) -> dict[str, 
         rename_noreplace(staged, final)
         done = summary.as_dict()
         record.update({key: done[key] for key in ("frames", "processed", "written", "failed", "failures",
-                                                  "fps", "elapsed_s", "setup_s", "topics")})
+                                                  "fps", "elapsed_s", "setup_s", "cpu_s", "topics")})
         record["status"] = "done" if summary.processed or not summary.frames else "failed"
         if record["status"] == "failed":
             record["error"] = "no frame could be processed"
@@ -225,7 +225,8 @@ def _died(w: _Worker) -> dict[str, Any]:
     shutil.rmtree(w.job.staging, ignore_errors=True)
     return {"bag": w.job.name, "input": w.job.input, "output": w.job.output, "status": "error",
             "frames": 0, "processed": 0, "written": 0, "failed": 0, "failures": {}, "fps": 0.0,
-            "elapsed_s": 0.0, "setup_s": 0.0, "wall_s": 0.0, "warnings": [], "worker": w.process.pid,
+            "elapsed_s": 0.0, "setup_s": 0.0, "cpu_s": 0.0, "wall_s": 0.0, "warnings": [],
+            "worker": w.process.pid,
             "device": w.job.device,
             "error": f"worker process died ({how}) while processing this bag"}
 

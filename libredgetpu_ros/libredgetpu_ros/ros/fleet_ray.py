@@ -68,7 +68,7 @@ def _lost(job: BagJob, exc: BaseException) -> dict[str, Any]:
     text = " ".join(str(exc).split())[:500]
     return {"bag": job.name, "input": job.input, "output": job.output, "status": "error", "frames": 0,
             "processed": 0, "written": 0, "failed": 0, "failures": {}, "fps": 0.0, "elapsed_s": 0.0,
-            "setup_s": 0.0, "wall_s": 0.0, "warnings": [], "worker": None,
+            "setup_s": 0.0, "cpu_s": 0.0, "wall_s": 0.0, "warnings": [], "worker": None,
             "error": f"Ray task failed: {type(exc).__name__}: {text}"}
 
 

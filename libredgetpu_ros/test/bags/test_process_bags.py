@@ -108,6 +108,7 @@ def test_jobs_1_and_2_give_process_bags_outputs_message_for_message(corpus, tmp_
         for name, n in frames.items():
             assert by_name[name]["status"] == "done", by_name[name]
             assert (by_name[name]["frames"], by_name[name]["processed"], by_name[name]["failed"]) == (n, n, 0)
+            assert by_name[name]["cpu_s"] > 0  # the frame loop's CPU time, beside its steady fps
         assert summary["totals"] | {"wall_s": 0, "fps": 0, "bag_seconds": 0} == {
             "bags": 7, "done": 6, "failed_bags": 1, "frames": 13, "processed": 13, "written": 13,
             "failed_frames": 0, "wall_s": 0, "fps": 0, "bag_seconds": 0, "not_started": 0}
