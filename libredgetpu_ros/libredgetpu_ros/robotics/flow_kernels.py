@@ -205,7 +205,10 @@ NO_OVERLAP, APERTURE, RAN_OUT, CONVERGED = 0, 1, 2, 3  # how lk_level ended
 
 def overlap(h, w, dx, dy, border):  # pragma: no cover - compiled
     """(ok, y0, y1, x0, x1): the rectangle [y0, y1) × [x0, x1) of frame t whose points y land inside frame t+1
-    at y + d, less ``border``; ok False when it is under 8 pixels a side."""
+    at y + d, less ``border``; ok False when it is under 8 pixels a side, or d is not a finite number within
+    1e6 pixels (an integer conversion of anything larger is undefined in compiled code)."""
+    if not (abs(dx) < 1e6 and abs(dy) < 1e6):
+        return False, 0, 0, 0, 0
     x0 = max(border, math.ceil(-dx) + border)
     x1 = min(w - border, math.floor(w - 1 - dx) - border)
     y0 = max(border, math.ceil(-dy) + border)

@@ -72,10 +72,9 @@ def border_correction(image, rows, cols, zone, taps, conv_q, square_q, sum_q, po
 
 
 def _reflect(i, n):  # pragma: no cover - compiled
-    """Index ``i`` folded into [0, n) as OpenCV's BORDER_REFLECT (``fedcba|abcdefgh|hgfedcb``)."""
-    while i < 0 or i >= n:
-        i = -i - 1 if i < 0 else 2 * n - i - 1
-    return i
+    """Index ``i`` folded into [0, n) as OpenCV's BORDER_REFLECT (``fedcba|abcdefgh|hgfedcb``), any ``i``."""
+    i %= 2 * n  # the pattern repeats every 2 n (non-negative remainder, as Python's)
+    return 2 * n - i - 1 if i >= n else i
 
 
 def _solve(matrix, rhs, out):  # pragma: no cover - compiled
@@ -213,7 +212,7 @@ def register_scale(ref, cur, grad_x, grad_y, half, iterations, start):  # pragma
             return 0.0, math.inf, math.inf, 0.0
         a, tx, ty = a + step[0], tx + step[1], ty + step[2]
         gain, bias = gain + step[3], bias + step[4]
-        if abs(a) > 0.9 or abs(tx) > half or abs(ty) > half:
+        if not (abs(a) <= 0.9 and abs(tx) <= half and abs(ty) <= half):  # NaN included
             return a, math.inf, math.inf, 0.0
         if abs(step[0]) < 1e-4 and abs(step[1]) < 1e-2 and abs(step[2]) < 1e-2:
             break

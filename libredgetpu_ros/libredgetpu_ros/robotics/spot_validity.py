@@ -112,7 +112,7 @@ class SpotValidity:
         device ran with (None for the bright variant)."""
         real_weights, opponent = (self._no_weights, False) if weights is None else self._filter(weights,
                                                                                                  weight_scale)
-        if self.kernels:
+        if self.kernels and np.asarray(fitted).dtype == np.uint8:  # the template input (else NumPy below)
             peak, base, mass, coverage, rival, has_rival = spot_kernels.evidence(
                 np.ascontiguousarray(fitted).reshape(self.height, self.width, self.channels), real_weights,
                 self._in_scale32, self._in_zero, self._real_of, self._beta, self._out_scale,
