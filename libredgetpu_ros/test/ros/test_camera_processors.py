@@ -40,3 +40,23 @@ def test_an_unknown_node_type_is_a_config_error_naming_the_types() -> None:
         processor_class("control")
     with pytest.raises(ConfigError, match=", ".join(OFFLINE_NODES)):
         open_offline("reservoir", None)
+
+
+@pytest.mark.parametrize(("node_type", "template", "extra"), [
+    ("tracker", "color_red_64x64", {"module": "spot"}),
+    ("tracker", "pattern_64x64_16x16_1ch", {"module": "pattern"}),
+    ("looming", "looming_64x64_3x3", {}),
+])
+def test_cpu_threads_reach_litert(node_type: str, template: str, extra: dict) -> None:
+    """The tracker and looming nodes' ``cpu_threads`` is the thread count of the template's CPU twin (it was
+    declared, documented and then never passed on)."""
+    from libredgetpu_ros.ros.bag_nodes import param_table, processor_class
+
+    table = param_table(node_type)
+    params = table.values_type(**{**table.defaults(), "backend": "cpu", "cpu_threads": 2,
+                                  "template": template, **extra})
+    processor = processor_class(node_type)(params)
+    try:
+        assert processor.module.runner.backend.describe()["num_threads"] == 2
+    finally:
+        processor.close()

@@ -43,6 +43,7 @@ def open_tracker(p: Any, warn: Warn | None = None) -> Any:
     _require_template(p, "robotics")
     template = load_template(p.template)
     options = {"backend": p.backend, "device": p.device or None, "rate_hz": p.device_share_hz,
+               "cpu_threads": p.cpu_threads,
                "resize": p.resize}
     if p.module == "spot":
         from libredgetpu_ros.robotics.spot import SpotTracker
@@ -75,9 +76,9 @@ def open_detector(p: Any) -> Any:
         raise ConfigError(f"ttc_min_samples ({p.ttc_min_samples}) must not exceed ttc_window "
                           f"({p.ttc_window})")
     return LoomingDetector(load_template(p.template), backend=p.backend, device=p.device or None,
-                           rate_hz=p.device_share_hz, resize=p.resize, window=p.ttc_window,
-                           min_samples=p.ttc_min_samples, contact_tau=p.contact_tau, ttc_mode=p.ttc_mode,
-                           max_gap_s=p.max_gap)
+                           rate_hz=p.device_share_hz, cpu_threads=p.cpu_threads, resize=p.resize,
+                           window=p.ttc_window, min_samples=p.ttc_min_samples, contact_tau=p.contact_tau,
+                           ttc_mode=p.ttc_mode, max_gap_s=p.max_gap)
 
 
 def tracker_kernel(tracker: Any) -> tuple[int, int] | None:
