@@ -33,11 +33,23 @@ Threads: the data path (:meth:`data_subscription`) is a callback group of the no
 own: a state never waits behind a service call, a parameter request or the diagnostics timer, and
 ``ros2 node info`` lists the subscription on the node itself. Everything else runs on the main executor. A
 plain rclpy executor (a test's) runs the group along with the rest, on its one thread.
+
+The data path never races the teardown (as ``CameraNode``'s ``_busy`` lock does for the camera nodes): every
+callback of :meth:`data_subscription` runs holding the node's data-path lock, and only while the inputs are
+on (from activate until they are dropped) and no fault is latched. Dropping the inputs (deactivate, cleanup,
+shutdown, ``on_error``: ``teardown()``) destroys the subscriptions, then takes that lock to turn the inputs
+off: it waits for the callback in flight, so deactivate deactivates the publishers only after its result
+went out, and ``close_processor()`` never closes the engine (a native interpreter, a device stream) under a
+call still running on it; a message the executor took meanwhile is ignored. An uncontended lock costs well
+under a microsecond per message (the control loop's latency: docs/control_node.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import threading
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from diagnostic_msgs.msg import DiagnosticArray
@@ -71,6 +83,9 @@ class ManagedNode(LifecycleNode):
         self._live: list[Any] = []  # subscriptions and timers made at activate
         self._output_pubs: list[Any] = []  # lifecycle publishers
         self._diag_pub: Any = None
+        # Held by every data-path callback; turning the inputs off under it waits for the one in flight.
+        self._data_lock = threading.Lock()
+        self._inputs_on = False  # data-path callbacks run (set under _data_lock)
         # A fault of the data path, carried to the main executor (transitions cannot run on its thread).
         self._crash = CompanionFault(self, self.FAULT_WHAT, self._report_fault)
         self.PARAMS.declare(self)
@@ -144,13 +159,35 @@ class ManagedNode(LifecycleNode):
 
     def data_subscription(self, msg_type: Any, topic: str, callback: Any, qos: Any, **options: Any) -> Any:
         """A subscription of the active node on the data path (its own executor thread), dropped on
-        deactivate; logged."""
-        sub = self.create_subscription(msg_type, topic, callback, qos, callback_group=self._data_path,
-                                       **options)
+        deactivate; logged. ``callback`` runs under the data-path lock, only while the inputs are on and no
+        fault is latched (module docstring)."""
+        sub = self.create_subscription(msg_type, topic, self._guarded(callback), qos,
+                                       callback_group=self._data_path, **options)
         self._live.append(sub)
         self._data_path.wake()  # its executor waits on the group's entities: rebuild its wait set
         self.get_logger().info(f"active: subscribed to {sub.topic_name}")
         return sub
+
+    def _guarded(self, callback: Callable[..., None]) -> Callable[..., None]:
+        """``callback`` (``(msg)`` or ``(msg, info)``, as rclpy calls it) run under the data-path lock while
+        the inputs are on and no fault is latched; the same arity, so rclpy passes what it expects."""
+        lock, crash = self._data_lock, self._crash
+
+        def guarded(msg: Any) -> None:
+            with lock:
+                if self._inputs_on and crash.cause is None:
+                    callback(msg)
+
+        def guarded_with_info(msg: Any, info: Any) -> None:
+            with lock:
+                if self._inputs_on and crash.cause is None:
+                    callback(msg, info)
+
+        try:
+            inspect.signature(callback).bind(object())
+        except TypeError:
+            return guarded_with_info
+        return guarded
 
     def is_configured(self) -> bool:
         return self._configured
@@ -167,8 +204,8 @@ class ManagedNode(LifecycleNode):
 
     @property
     def fault(self) -> str | None:
-        """The latched fault (its cause) while the node is on its way to ``on_error``; the data path ignores
-        its input meanwhile."""
+        """The latched fault (its cause) while the node is on its way to ``on_error``; the data path's
+        callbacks do not run meanwhile (:meth:`data_subscription`)."""
         return self._crash.cause
 
     def latch(self, cause: str, detail: str = "") -> None:
@@ -211,6 +248,8 @@ class ManagedNode(LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        with self._data_lock:
+            self._inputs_on = True
         self.create_inputs()
         return super().on_activate(state)
 
@@ -255,6 +294,8 @@ class ManagedNode(LifecycleNode):
         destroy_entities(self, inputs)
         if inputs:
             self._data_path.wake()
+        with self._data_lock:  # waits for the data-path callback in flight; none runs after this
+            self._inputs_on = False
 
     # ----- parameters --------------------------------------------------------------------------------
 

@@ -18,6 +18,9 @@ callback group (``spinning.CompanionGroup``), which the node's ``main()`` and ``
 of its own, so a state never queues behind a service call, a parameter request or the diagnostics timer;
 services, lifecycle and diagnostics run on the main executor (both ``SingleThreadedExecutor``: cheaper per
 callback than the multi-threaded one). ``ros2 node info`` lists the subscription on the node.
+A state in flight when the node deactivates, cleans up or goes to ``on_error`` finishes first: its command
+goes out while the node is still active, and the engine is closed after it (``ManagedNode``'s data-path
+lock, ``ros/lifecycle.py``).
 The loop reads weights through ``MatMulEngine.matmul_versioned``: each output comes from one complete weight
 set (the old one or the new one, never a mix) and carries that set's version. The state subscription keeps
 only the latest ``state_queue`` states: a controller wants the newest state, not a backlog.
@@ -133,14 +136,10 @@ class ControlNode(ManagedNode):
     # ----- control loop (the data path's executor thread) ------------------------------------------
 
     def _on_float_state(self, msg: Float32MultiArray) -> None:
-        if self.fault is not None:  # crashed: on its way to on_error
-            return
         now = self.get_clock().now()
         self._step(np.frombuffer(as_float32_buffer(msg.data), dtype=np.float32), None, now, "")
 
     def _on_joint_state(self, msg: JointState) -> None:
-        if self.fault is not None:  # crashed: on its way to on_error
-            return
         now = self.get_clock().now()
         cfg, ctl = self.cfg, self._ctl
         assert cfg is not None and ctl is not None

@@ -15,10 +15,11 @@ previous readout.
 Bad states are dropped and counted as the control node does (its ``JointOrder`` and ``describe_non_finite``):
 NaN/inf values, a wrong number of values, missing joints; diagnostics WARN with the last cause. The lifecycle
 is the shared skeleton (``ros/lifecycle.py`` ``ManagedNode``): the state subscription is in the node's
-data-path callback group, spun on an executor thread of its own (``ros/spinning.py``); an unexpected
-exception there takes the node through ``on_error`` (``spinning.CompanionFault``). The reservoir is
-deterministic (seeded), so a bag replayed into the node gives exactly what running the reservoir over the bag
-offline gives.
+data-path callback group, spun on an executor thread of its own (``ros/spinning.py``); a state in flight
+when the node deactivates or cleans up finishes before the engine is closed (``ManagedNode``'s data-path
+lock); an unexpected exception there takes the node through ``on_error`` (``spinning.CompanionFault``). The
+reservoir is deterministic (seeded), so a bag replayed into the node gives exactly what running the reservoir
+over the bag offline gives.
 """
 
 from __future__ import annotations
@@ -158,7 +159,7 @@ class ReservoirNode(ManagedNode):
 
     def _on_state(self, msg: Any) -> None:
         cfg, rc, st = self.cfg, self._rc, self._stats
-        if self.fault is not None or cfg is None or rc is None:
+        if cfg is None or rc is None:
             return
         st.states += 1
         st.rate.tick()

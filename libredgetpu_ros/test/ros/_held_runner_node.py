@@ -1,0 +1,94 @@
+"""A real node whose MatMul runner can hold one call in flight, for the teardown-race tests (run as a script).
+
+``python _held_runner_node.py DIR MODULE --ros-args ...`` runs ``MODULE``'s ``main()`` (the control or the
+reservoir node, unmodified) with the MatMul engine's ``cpu`` runner replaced by :class:`HeldRunner`: the
+integer twin's arithmetic, but an instrumented test double of OUR runner interface (not a device), which
+
+- holds the first ``run`` that starts after the file ``DIR/arm`` exists, until ``DIR/release`` exists (or
+  ``close()`` is called: then the call goes on, as it would on a real runner whose owner closed it);
+- frees its state on ``close()`` as a native interpreter does: a ``run`` that goes on after ``close()``
+  raises ``RuntimeError`` instead of reading freed memory;
+- appends what happens to ``DIR/events``, one line each: ``held``, ``run-end``, ``close in_flight=<n>``,
+  ``use-after-close``.
+
+Not a ``TwinRunner``, so the engine goes through ``run()`` / ``close()`` as for an accelerator's runner.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HOLD_LIMIT_S = 60.0  # a held call never outlives a test
+
+
+class HeldRunner:
+    name = "cpu"
+    choice = ""
+    fallback = ""
+
+    def __init__(self, inner: Any, folder: Path) -> None:
+        self._inner: Any = inner
+        self._folder = folder
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._held_once = False
+        self._closed = threading.Event()
+
+    def _event(self, text: str) -> None:
+        with (self._folder / "events").open("a") as f:
+            f.write(text + "\n")
+
+    def stage(self, parameters: Any) -> None:
+        if self._inner is None:
+            raise RuntimeError("stage on a closed runner")
+        self._inner.stage(parameters)
+
+    def run(self, xq: np.ndarray, parameters: Any) -> np.ndarray:
+        with self._lock:
+            self._in_flight += 1
+            hold = not self._held_once and (self._folder / "arm").exists()
+            self._held_once |= hold
+        try:
+            if hold:
+                self._event("held")
+                deadline = time.monotonic() + HOLD_LIMIT_S
+                while not (self._folder / "release").exists() and not self._closed.is_set():
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("held run never released")
+                    time.sleep(0.005)
+            inner = self._inner
+            if inner is None:  # a native runner would read freed memory here
+                self._event("use-after-close")
+                raise RuntimeError("run on a closed runner (use after close)")
+            return inner.run(xq, parameters)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+            self._event("run-end")
+
+    def close(self) -> None:
+        with self._lock:
+            in_flight = self._in_flight
+            self._inner = None
+        self._event(f"close in_flight={in_flight}")
+        self._closed.set()
+
+
+def main() -> int:
+    folder, module = Path(sys.argv[1]), sys.argv[2]
+    from libredgetpu_ros.matmul.runners import register_runner
+    from libredgetpu_ros.matmul.twin import TwinRunner
+
+    register_runner("cpu", lambda template, device: HeldRunner(TwinRunner(template.quant), folder))
+    return importlib.import_module(module).main([sys.argv[0], *sys.argv[3:]])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

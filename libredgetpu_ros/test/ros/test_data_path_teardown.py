@@ -1,0 +1,133 @@
+"""A state in flight on the data path while a supervisor deactivates and cleans the node up (control and
+reservoir nodes, each its own process, over real localhost-only DDS).
+
+The node runs with an instrumented MatMul runner (``_held_runner_node.py``: the CPU twin's arithmetic behind
+our runner interface, which holds one ``run`` until released and frees its state on ``close()`` as a native
+interpreter does). One state's ``run`` is held inside the engine while ``deactivate`` and ``cleanup`` are
+requested back to back, as ``bringup`` does on Ctrl-C and a supervisor does to reconfigure. The held call is
+released by the runner's ``close()`` (the engine closed under it: the defect) or, when the node waits for it,
+by the test after ``RELEASE_AFTER_S``.
+
+Required: both transitions succeed and the node ends ``unconfigured``; the engine is closed only after the
+call in flight returned (no ``use-after-close``, ``close in_flight=0``); no exception escaped the data path
+(nothing "crashed" in the node's log); the control node publishes the held state's command while it is still
+active (the call completes before deactivate deactivates the publishers) and nothing after.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .._helpers import load_helper
+
+HERE = Path(__file__).resolve().parent
+supervision = load_helper(HERE / "_lifecycle_supervisor.py")
+
+pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
+
+WAIT_S = 30.0
+RELEASE_AFTER_S = 2.0  # how long the transitions may take before the test releases the held call itself
+HELD_NODE = HERE / "_held_runner_node.py"
+
+
+def _events(folder: Path) -> list[str]:
+    path = folder / "events"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _spawn(ros_env: Any, folder: Path, module: str, name: str, params: dict[str, Any]) -> None:
+    args = [sys.executable, str(HELD_NODE), str(folder), module, "--ros-args", "-r", f"__node:={name}"]
+    for key, value in {"backend": "cpu", "template": 256, "diagnostics_period": 0.5, **params}.items():
+        args += ["-p", f"{key}:={value}"]
+    ros_env.spawn(args, name)
+
+
+def _hold_and_tear_down(sup: Any, folder: Path, publish: Any) -> tuple[Any, Any]:
+    """Hold one state's engine call, request deactivate + cleanup, release; the two answers."""
+    from lifecycle_msgs.srv import ChangeState
+
+    (folder / "arm").touch()
+    publish()  # one state (reliable, matched): a second one would queue behind the held call
+    sup.wait_for("the state's engine call to be held", lambda: "held" in _events(folder))
+    answers = []
+    for transition in ("deactivate", "cleanup"):  # back to back, as bringup's stop and a supervisor do
+        request = ChangeState.Request()
+        request.transition.id = supervision.TRANSITIONS.index(transition) + 1
+        answers.append(sup.change.call_async(request))
+    end = time.monotonic() + RELEASE_AFTER_S
+    while time.monotonic() < end and not all(a.done() for a in answers):
+        sup.executor.spin_once(timeout_sec=0.05)
+    (folder / "release").touch()
+    sup.wait_for("the deactivate and cleanup answers", lambda: all(a.done() for a in answers))
+    return answers[0].result(), answers[1].result()
+
+
+def _check_teardown(ros_env: Any, sup: Any, folder: Path, name: str, deactivate: Any, cleanup: Any) -> None:
+    events = _events(folder)
+    assert "use-after-close" not in events, f"the in-flight call ran on a closed runner: {events}"
+    closes = [i for i, e in enumerate(events) if e.startswith("close")]
+    assert closes, f"the runner was never closed: {events}"
+    assert events[closes[0]] == "close in_flight=0", f"the engine was closed under a call in flight: {events}"
+    assert closes[0] > max(i for i, e in enumerate(events) if e == "run-end"), events
+    assert deactivate.success and cleanup.success, (deactivate, cleanup)
+    assert sup.state() == "unconfigured"
+    log = (ros_env.work_dir / f"{name}.log").read_text()
+    assert "crashed" not in log and "Traceback" not in log, log[-3000:]
+
+
+def test_control_state_in_flight_survives_deactivate_and_cleanup(ros_env, tmp_path: Path) -> None:
+    from rclpy.qos import QoSProfile
+    from std_msgs.msg import Float32MultiArray
+
+    from libredgetpu_ros_interfaces.msg import CommandStamped
+
+    _spawn(ros_env, tmp_path, "libredgetpu_ros.ros.control_node", "control_race",
+           {"state_size": 4, "command_size": 2, "state_topic": "/race/state", "stale_timeout": 30.0})
+    sup = supervision.LifecycleSupervisor(ros_env, "race_supervisor", "/control_race", WAIT_S)
+    commands: list[Any] = []
+    sup.node.create_subscription(CommandStamped, "/control_race/command_stamped", commands.append,
+                                 QoSProfile(depth=100))
+    states = sup.node.create_publisher(Float32MultiArray, "/race/state", QoSProfile(depth=10))
+    assert sup.transition("configure") and sup.transition("activate")
+    sup.wait_for("the node's state subscription", lambda: states.get_subscription_count() > 0)
+
+    def publish() -> None:
+        states.publish(Float32MultiArray(data=[0.5, -0.25, 0.75, 0.1]))
+
+    sup.wait_for("a first command", lambda: commands, every=publish)
+    sup.spin_for(0.5)  # a state published twice while the subscription matched answers late
+    before = len(commands)
+    deactivate, cleanup = _hold_and_tear_down(sup, tmp_path, publish)
+    _check_teardown(ros_env, sup, tmp_path, "control_race", deactivate, cleanup)
+    # The held state was taken while active: its command goes out before deactivate completes. Nothing
+    # comes after it (the subscription is gone, the publishers too).
+    sup.wait_for("the held state's command", lambda: len(commands) > before)
+    sup.spin_for(0.5)
+    assert len(commands) == before + 1, f"{len(commands) - before} commands after the held state"
+    # The node configures and serves again.
+    assert sup.transition("configure") and sup.transition("activate")
+    sup.wait_for("a command after reconfiguring", lambda: len(commands) > before + 1, every=publish)
+
+
+def test_reservoir_state_in_flight_survives_deactivate_and_cleanup(ros_env, tmp_path: Path) -> None:
+    from rclpy.qos import QoSProfile
+    from std_msgs.msg import Float64MultiArray
+
+    _spawn(ros_env, tmp_path, "libredgetpu_ros.ros.reservoir.node", "reservoir_race",
+           {"state_size": 2, "state_type": "float64_multi_array", "state_topic": "/race/joints"})
+    sup = supervision.LifecycleSupervisor(ros_env, "race_supervisor", "/reservoir_race", WAIT_S)
+    states = sup.node.create_publisher(Float64MultiArray, "/race/joints", QoSProfile(depth=10))
+    assert sup.transition("configure") and sup.transition("activate")
+    sup.wait_for("the node's state subscription", lambda: states.get_subscription_count() > 0)
+
+    def publish() -> None:
+        states.publish(Float64MultiArray(data=[0.5, -0.25]))
+
+    sup.wait_for("a first reservoir step", lambda: "run-end" in _events(tmp_path), every=publish)
+    deactivate, cleanup = _hold_and_tear_down(sup, tmp_path, publish)
+    _check_teardown(ros_env, sup, tmp_path, "reservoir_race", deactivate, cleanup)
