@@ -33,6 +33,7 @@ import platform  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from itertools import cycle, pairwise  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -144,6 +145,20 @@ def compass_case(frames: list[np.ndarray]) -> tuple[dict, dict]:
                                   "frame": over(frames, compass.step)}
 
 
+def first_frames(make: Callable[[], object], call: Callable[[object, int], object]) -> str:
+    """A newly opened module's first frame and the median of its next 20, thread CPU µs (kernels are
+    compiled or loaded when the module opens: nothing is compiled on the first frame)."""
+    module = make()
+    times = []
+    for i in range(21):
+        start = time.thread_time_ns()
+        call(module, i)
+        times.append((time.thread_time_ns() - start) / 1e3)
+    module.close()
+    rest = statistics.median(times[1:])
+    return f"{times[0]:.0f} | {rest:.0f} | {times[0] / rest:.1f}x"
+
+
 def before_cells(path: Path | None) -> tuple[str, dict[str, str]]:
     """(revision, {module: "CPU part / invoke" cell, (module, piece): µs cell}) of an earlier run's file."""
     if path is None:
@@ -190,6 +205,14 @@ def main() -> int:
              ("flow gabor_64x64_p4, refined, 320×240 frames",
               lambda: flow_case("gabor_64x64_p4", True, camera["lateral"]))]
     rev, before = before_cells(args.before)
+    firsts = [
+        ("spot red_64", first_frames(lambda: SpotTracker.from_template(64, "red", backend="cpu"),
+                                     lambda m, i: m.track(frames["spot"][i % 8]))),
+        ("looming 64, scale TTC", first_frames(lambda: LoomingDetector.from_template(64, backend="cpu"),
+                                               lambda m, i: m.detect(frames["approach"][i % 16], i / 30.0))),
+        ("flow gabor_64x64_p4, refined", first_frames(
+            lambda: OpticalFlow.from_template("gabor_64x64_p4", backend="cpu"),
+            lambda m, i: m.step(frames["lateral"][i % 16])))]
     rows, pieces = [], []
     for label, make in cases:
         opened, candidates = make()
@@ -217,7 +240,11 @@ def main() -> int:
              "|---|---:|---:|---:|---:|" + ("---:|" if before else ""), *rows, "",
              "Pieces of the CPU part, timed alone on the same frames:", "",
              "| module | piece | µs |" + (f" before ({rev}) |" if before else ""),
-             "|---|---|---:|" + ("---:|" if before else ""), *pieces]
+             "|---|---|---:|" + ("---:|" if before else ""), *pieces, "",
+             "First frames of a newly opened module (one run each, µs; the process had run the others: "
+             "the first LiteRT invoke and first-touch memory still cost extra, no compiling happens):", "",
+             "| module | first frame | median of the next 20 | first / next |", "|---|---:|---:|---:|",
+             *(f"| {label} | {cells} |" for label, cells in firsts)]
     write_report(args.out, lines)
     return 0
 

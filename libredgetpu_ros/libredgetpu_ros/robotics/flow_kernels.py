@@ -10,7 +10,15 @@ Vectorisation needs the inner loop to run over two contiguous slices with a plai
 
 Same arithmetic as the NumPy path: float64 sums, exact for the integer features of the ``libredgetpu`` mode
 whatever the summation order (partial sums stay far below 2**53), and within ~1e-12 relative for the
-normalised mode; ``test_flow_exactness.py`` checks both. numba is imported and the kernels compiled (or
+normalised mode; ``test_flow_exactness.py`` checks both.
+
+The rest of a frame's CPU work is here too: ``stretch`` (the frame's statistics and contrast stretch, the same
+model input as OpenCV/NumPy), and the refinement at the frame's resolution (robotics/flow_refine.py):
+``fine_level`` (a level's blur and Sobel, OpenCV's to float32 rounding), ``lk_level`` (Gauss-Newton steps of
+the translation, one pass over the overlap each), ``shift_box`` (the final warp the match is scored on),
+``overlap``. Each is checked against its OpenCV/NumPy path in ``test_flow_exactness.py``.
+
+numba is imported and the kernels compiled (or
 loaded from the package's cache folder, :mod:`libredgetpu_ros.jit`) by :func:`warm_up`, which the flow calls
 when it opens; without numba :func:`warm_up` returns False and
 :class:`~libredgetpu_ros.robotics.flow.OpticalFlow` takes the NumPy path (same results, slower).
