@@ -142,8 +142,8 @@ def open_backend(kind: str, model_path: Path | str, cpu_model_path: Path | str |
                  cpu_threads: int | None = None, rate_hz: float = 0.0, no_cpu: str = "") -> Backend:
     """A loaded backend of ``kind`` ("auto" | "cpu" | "edgetpu", resolved by :func:`choose`) for the
     compiled model ``model_path``; ``cpu_threads`` is LiteRT's thread count when the CPU runs it (None:
-    LiteRT's default); ``rate_hz`` the backend's weight on a shared accelerator (``edgetpu/broker.py``; 0: an
-    equal share); ``no_cpu``: see :func:`choose`."""
+    LiteRT's default); ``rate_hz`` the backend's weight on a shared accelerator (``edgetpu/broker.py``;
+    0: unset, ``broker.Stream.weight``); ``no_cpu``: see :func:`choose`."""
     if kind not in KINDS:
         raise ConfigError(f"backend must be one of {', '.join(KINDS)}, got {kind!r}")
     model_path = Path(model_path)

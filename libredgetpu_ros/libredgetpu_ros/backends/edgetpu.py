@@ -62,7 +62,7 @@ class EdgeTpuBackend:
 
         ``transport`` / ``transport_factory`` replace USB discovery (tests, the simulated accelerator); a
         factory lets the broker reopen after a fault. ``stream`` names this backend's requests on the broker
-        (default: the model file), ``rate_hz`` its share of the device (0: equal shares).
+        (default: the model file), ``rate_hz`` its share of the device (0: unset, ``broker.Stream.weight``).
         """
         from libredgetpu_ros.edgetpu.broker import DeviceBroker
         from libredgetpu_ros.edgetpu.device import EdgeTpuDevice

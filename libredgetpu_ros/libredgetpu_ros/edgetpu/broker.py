@@ -5,10 +5,11 @@ for a shared CPU backend) and one worker thread that runs the requests of its st
 
 - **newest frame per stream**: a stream holds at most one waiting request; a newer one replaces it (the
   replaced request ends :class:`Superseded`, counted), so a slow device never builds a backlog;
-- **fair between streams**: start-time fair queuing on each stream's configured rate (``rate_hz``; 0 = equal
-  share): the waiting stream with the smallest virtual time runs next, then its virtual time advances by
-  1/weight. A stream that was idle restarts at the virtual time of the request in service, so it cannot
-  claim a burst for the time it was away;
+- **fair between streams**: start-time fair queuing on each stream's configured rate (``rate_hz``; a stream
+  without one is weighted like the highest rate set on the device, all at 0: equal turns): the waiting
+  stream with the smallest virtual time runs next, then its virtual time advances by 1/weight. A stream
+  that was idle restarts at the virtual time of the request in service, so it cannot claim a burst for the
+  time it was away;
 - **parameter caching aware**: a request names its ``model``; when it differs from the previous request's,
   that is a switch (a model's first run is its load, not counted), counted per (from, to) with whether it
   re-uploaded parameters (the device's ``uploads``
@@ -75,8 +76,7 @@ class Stream:
     def __init__(self, broker: DeviceBroker, name: str, rate_hz: float,
                  on_fault: FaultCallback | None) -> None:
         self.broker, self.name = broker, name
-        self.rate_hz = float(rate_hz) if rate_hz > 0 else 0.0  # as configured (0: an equal share)
-        self.weight = self.rate_hz or 1.0
+        self.rate_hz = float(rate_hz) if rate_hz > 0 else 0.0  # as configured (0: see weight)
         self.on_fault = on_fault
         self.vtime = 0.0
         self.pending: Request | None = None
@@ -86,6 +86,15 @@ class Stream:
         self.faults = 0
         self.last_fault = ""
         self.closed = False
+
+    @property
+    def weight(self) -> float:
+        """Its share in the fair queuing: its rate, or without one the highest rate another stream of the
+        device has (a node left at 0 is never served less often than a configured one; all at 0: equal
+        turns)."""
+        if self.rate_hz:
+            return self.rate_hz
+        return max((s.rate_hz for s in self.broker._streams), default=0.0) or 1.0
 
     def submit(self, fn: Callable[[Any], Any], model: Hashable | None = None) -> Request:
         """Queue ``fn(device)``; a request of this stream still waiting is superseded by it."""

@@ -31,8 +31,8 @@ class EdgeTpuRunner:
     def __init__(self, template: DenseTemplate, device: Any = None, transport_factory: Any = None,
                  rate_hz: float = 0.0) -> None:
         """``device``: index, bus path or None (the first attached), or a ``DeviceBroker`` to share;
-        ``rate_hz``: this engine's weight on the shared device (its stream's, ``edgetpu/broker.py``; 0 = an
-        equal share)."""
+        ``rate_hz``: this engine's weight on the shared device (its stream's, ``edgetpu/broker.py``; 0: unset,
+        ``broker.Stream.weight``)."""
         from libredgetpu_ros.edgetpu.broker import open_shared
 
         self._caching, self._execution = template.executables

@@ -12,7 +12,7 @@ either way ``matmul/`` never imports them, so no import cycle runs through the e
 imports the engine). :func:`open_runner` refuses a runner that is not a ``ParameterTarget``. A runner on the
 process's shared Edge TPU (``edgetpu``: a stream of ``edgetpu/broker.py``) is registered with
 ``weighted=True``: its factory also takes ``rate_hz``, the engine's weight on that device (the nodes'
-``device_share_hz``; 0 = an equal share); the others never see it.
+``device_share_hz``; 0: unset, ``broker.Stream.weight``); the others never see it.
 """
 
 from __future__ import annotations

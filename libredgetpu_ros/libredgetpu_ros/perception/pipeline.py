@@ -36,7 +36,7 @@ class PipelineConfig:
     OpenCV pools the CPU tails run on (``threads.limit_library_threads``: None its default, 0 the libraries'
     own), set process-wide when the pipeline opens. ``device`` selects the accelerator
     (``edgetpu.device.parse_selector``), ``device_share_hz`` is this pipeline's weight on it when it is shared
-    (``edgetpu/broker.py``: its expected frame rate; 0 = an equal share)."""
+    (``edgetpu/broker.py``: its expected frame rate; 0: unset, ``broker.Stream.weight``)."""
 
     model: str | Path | Sequence[str | Path]
     cpu_model: str | Path | None = None

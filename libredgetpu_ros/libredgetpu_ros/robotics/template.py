@@ -258,7 +258,7 @@ class TemplateRunner:
     ``backend_object`` replaces opening one (tests pass a double that records what it is given), and
     ``blobs`` the compiled blobs to start from (only for such doubles when no compiled model exists);
     ``rate_hz`` the module's share of an Edge TPU other users of the process share (its broker stream's
-    weight, the nodes' ``device_share_hz``; 0: an equal share).
+    weight, the nodes' ``device_share_hz``; 0: unset, ``broker.Stream.weight``).
     """
 
     def __init__(self, template: RoboticsTemplate, backend: str = "auto", device: Any = None, *,

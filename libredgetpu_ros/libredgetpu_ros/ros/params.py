@@ -112,7 +112,8 @@ DEVICE_PARAM = ParamSpec("device", "", "Edge TPU to use: '' = the first one no o
 DEVICE_SHARE_PARAM = ParamSpec("device_share_hz", 0.0, "This node's share of an accelerator it shares with "
                                "other nodes of its process, as its rate (a camera node's frame rate, the "
                                "control or reservoir node's state rate): under saturation a 30 Hz node is "
-                               "served twice as often as a 15 Hz one; 0 = an equal share.",
+                               "served twice as often as a 15 Hz one; 0: weighted like the highest rate set "
+                               "on the device (all 0: equal turns).",
                                range=(0.0, 1000.0))
 
 # The control, reservoir and SPU nodes' /diagnostics period (the camera nodes' is in ros/camera/params.py).

@@ -359,3 +359,18 @@ def test_a_stream_back_from_idle_claims_no_burst() -> None:
         assert abs(order.count("busy") - order.count("returning")) <= 2, runs
     finally:
         broker.release()
+
+
+def test_a_stream_without_a_rate_is_not_starved_by_one_with_a_rate() -> None:
+    """``device_share_hz`` 0 (unset) beside a node set to 30 Hz: weighted like the highest rate on the device,
+    so both get equal turns under saturation (weighted 1 against 30 it got one turn in 31)."""
+    broker = _broker("broker-unset-rate")
+    try:
+        configured, unset = broker.stream("configured", rate_hz=30.0), broker.stream("unset")
+        assert (configured.weight, unset.weight) == (30.0, 30.0)
+        order = _saturate(broker, [configured, unset], 40)
+        assert abs(order.count("configured") - order.count("unset")) <= 2, order
+        configured.close()
+        assert unset.weight == 1.0  # alone, or with other unset streams: equal turns
+    finally:
+        broker.release()

@@ -148,8 +148,8 @@ def test_two_trackers_on_one_template_get_their_own_streams(three, fixture_path)
         name = fixture_path(TRACKER).name
         diag = [p.diagnostic_values() for p in opened]
         assert [d["shared_stream"] for d in diag] == [name, f"{name}#2"]
-        assert [d["shared_rate_hz"] for d in diag] == [30.0, 0.0]  # 0: an equal share (weight 1)
-        assert [p.module.runner.backend._stream.weight for p in opened] == [30.0, 1.0]
+        assert [d["shared_rate_hz"] for d in diag] == [30.0, 0.0]  # as configured
+        assert [p.module.runner.backend._stream.weight for p in opened] == [30.0, 30.0]  # 0: like the highest
     finally:
         for p in opened:
             p.close()
