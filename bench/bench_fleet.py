@@ -81,12 +81,14 @@ def run_once(corpus: Path, config: Path, out: Path, jobs: int, engine: str) -> d
     summary = json.loads(done.stdout)
     return {"wall": wall, "cpu": cpu, "frames": summary["totals"]["frames"],
             "bag_fps": statistics.median(b["fps"] for b in summary["bags"]),
+            "bag_cpu_ms": statistics.median(b["cpu_s"] / b["frames"] * 1e3 for b in summary["bags"]),
             "setup": statistics.median(b["setup_s"] for b in summary["bags"]),
             "bag_wall": statistics.median(b["wall_s"] for b in summary["bags"])}
 
 
-def pipeline_fps(config: Path, corpus: Path, repeats: int) -> float:
-    """The pipeline alone on the corpus's first bag's frames, decoded in memory (best of ``repeats``)."""
+def pipeline_alone(config: Path, corpus: Path) -> dict:
+    """The pipeline alone on the corpus's first bag's frames, decoded in memory: frames/s (wall) and process
+    CPU ms per frame, after 2 warm-up frames (one measurement; called once per repeat, interleaved)."""
     from libredgetpu_ros.bags.storage import open_reader
     from libredgetpu_ros.perception.pipeline import PerceptionPipeline
     from libredgetpu_ros.ros.bag_processing import load_node_config
@@ -100,16 +102,14 @@ def pipeline_fps(config: Path, corpus: Path, repeats: int) -> float:
         frames = [to_rgb(deserialize_message(bytes(raw), Image)).copy() for _, _, raw in reader.messages()]
     finally:
         reader.close()
-    best = 0.0
     with PerceptionPipeline.from_config(pipeline_config(load_node_config(config).params)) as pipeline:
         for rgb in frames[:2]:
             pipeline.process(rgb)
-        for _ in range(repeats):
-            start = time.perf_counter()
-            for rgb in frames:
-                pipeline.process(rgb)
-            best = max(best, len(frames) / (time.perf_counter() - start))
-    return best
+        start, cpu = time.perf_counter(), time.process_time()
+        for rgb in frames:
+            pipeline.process(rgb)
+        return {"fps": len(frames) / (time.perf_counter() - start),
+                "cpu_ms": (time.process_time() - cpu) / len(frames) * 1e3}
 
 
 def fit(points: dict[int, float], jobs: int) -> tuple[float, float]:
@@ -138,7 +138,9 @@ def main() -> int:
         config = _config(tmp)
         corpora = {b: _corpus(tmp, b, args.frames) for b in sorted(set(args.bags) | set(args.ray_bags))}
         local: dict[tuple[int, int], list[dict]] = {}
+        alone: list[dict] = []
         for _ in range(args.repeats):  # interleaved: the machine's load hits every point alike
+            alone.append(pipeline_alone(config, corpora[min(corpora)]))
             for b in args.bags:
                 for jobs in (1, 2):
                     local.setdefault((b, jobs), []).append(run_once(corpora[b], config, tmp / "out", jobs,
@@ -152,7 +154,6 @@ def main() -> int:
                     ray_runs.setdefault(b, []).append(run_once(corpora[b], config, tmp / "out", 2, "ray"))
         except ImportError:
             pass
-        alone = pipeline_fps(config, corpora[min(corpora)], args.repeats)
     report(args, local, ray_runs, alone, load)
     return 0
 
@@ -165,7 +166,7 @@ def _med(runs: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
 
-def report(args: argparse.Namespace, local: dict, ray_runs: dict, alone: float, load: tuple) -> None:
+def report(args: argparse.Namespace, local: dict, ray_runs: dict, alone: list[dict], load: tuple) -> None:
     lines = ["# process-bags: corpus throughput, workers, Ray overhead", "",
              f"Python {platform.python_version()}, {os.cpu_count()} cores shared with other jobs (load "
              f"average {load[0]:.1f} / {load[1]:.1f} at the start: figures move by 10-20% between runs). "
@@ -209,9 +210,14 @@ def report(args: argparse.Namespace, local: dict, ray_runs: dict, alone: float, 
               + ". On an idle machine with N free cores the wall time would follow the CPU: about "
               "f + ceil(B / N) * b, the parent's and each worker's imports in f."]
     steady = statistics.median(_med(runs, "bag_fps") for runs in local.values())
+    steady_cpu = statistics.median(_med(runs, "bag_cpu_ms") for runs in local.values())
+    alone_fps, alone_cpu = _med(alone, "fps"), _med(alone, "cpu_ms")
     lines += ["", f"Per-bag steady rate (process_bag's loop, median over the local runs): {steady:.0f} "
-              f"frames/s; the pipeline alone on the same frames, same run: {alone:.0f} frames/s "
-              f"({steady / alone:.2f}x).", ""]
+              f"frames/s and {steady_cpu:.2f} CPU ms per frame (the bag's `cpu_s`); the pipeline alone on "
+              f"the same frames, measured once per repeat between the runs: {alone_fps:.0f} frames/s and "
+              f"{alone_cpu:.2f} CPU ms per frame (medians of {len(alone)}): {steady / alone_fps:.2f}x in "
+              f"wall rate (the scheduler's share of loaded cores as much as the code: 2-worker runs share "
+              f"the 2 cores with each other), {alone_cpu / steady_cpu:.2f}x in CPU time.", ""]
     if 0 in fits:
         lines.append(f"Ray against the local engine (2 workers each): {fits[0][0] - fits[2][0]:+.2f} s per "
                      f"run (the local cluster's start and stop) and {fits[0][1] - fits[2][1]:+.2f} s per "

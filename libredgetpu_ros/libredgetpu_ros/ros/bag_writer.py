@@ -78,7 +78,7 @@ class ResultWriter:
             self._hand_over(batch)
 
     def close(self, finish: bool = True) -> None:
-        """Stop the thread: after writing what is queued (``finish``), or after the message it is writing
+        """Stop the thread: after writing what is queued (``finish``), or after the frame it is writing
         (an error path: the output is discarded). Re-raises the thread's error when finishing."""
         thread = self._thread
         if thread is None:
@@ -92,7 +92,7 @@ class ResultWriter:
             elif not finish:
                 self._stop.set()
             thread.join()
-        except BaseException:  # a second Ctrl-C while waiting: stop after the current message
+        except BaseException:  # a second Ctrl-C while waiting: stop after the current frame
             self._stop.set()
             thread.join()
             raise
@@ -121,6 +121,8 @@ class ResultWriter:
                 if item is self._END:
                     return
                 for timestamp, messages in item:
+                    if self._stop.is_set():
+                        return
                     self._write(timestamp, messages)
         except BaseException as exc:  # re-raised in the frame loop's thread (write / close)
             self._error = exc
