@@ -192,3 +192,32 @@ def test_ctrl_c_publishes_every_processed_frames_results(ros_env, tmp_path: Path
     calls.clear()
     _run(bag, tmp_path / "full", config, pipelined=False)
     assert got == [m for m in _messages(tmp_path / "full") if m[2] <= got[-1][2]]
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_an_error_in_the_node_discards_the_output_and_stops_the_threads(ros_env, tmp_path: Path, fixture_path,
+                                                                        camera_bag, monkeypatch,
+                                                                        pipelined: bool) -> None:
+    """A device failing at the 7th processed frame (results of earlier frames still queued for the writer):
+    the error is the command's, no output appears, no worker thread is left running."""
+    from libredgetpu_ros.errors import DeviceError
+    from libredgetpu_ros.ros.bag_nodes import processor_class
+
+    bag = camera_bag()
+    config = _config(tmp_path, fixture_path)
+    node = processor_class("perception")
+    messages = node.messages
+    calls = []
+
+    def failing(self: Any, header: Any, rgb: np.ndarray) -> Any:
+        calls.append(1)
+        if len(calls) == 7:
+            raise DeviceError("the accelerator went away")
+        return messages(self, header, rgb)
+
+    monkeypatch.setattr(node, "messages", failing)
+    with pytest.raises(DeviceError, match="went away"):
+        _run(bag, tmp_path / "out", config, pipelined=pipelined)
+    assert not (tmp_path / "out").exists()
+    assert not list(tmp_path.glob(".out.*"))  # nor its hidden temporary
+    assert _no_worker_threads()
