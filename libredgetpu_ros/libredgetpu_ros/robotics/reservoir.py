@@ -362,7 +362,7 @@ class ReservoirComputer:
     def _install(self, readout: Readout, states: np.ndarray | None = None) -> None:
         """Make ``readout`` current (and upload its state part to the readout engine) in one assignment."""
         k = readout.weights.shape[0]
-        gain = 1.0
+        gain, padded = 1.0, None
         if self.readout_engine is not None:
             engine = self.readout_engine
             if engine.rows < k or engine.cols < self.size:
@@ -377,24 +377,28 @@ class ReservoirComputer:
             gain = _power_of_two_at_least(need)
             padded = np.zeros((engine.rows, engine.cols), dtype=np.float32)
             padded[:k, : self.size] = w_state / gain
-            engine.set_weights(padded)
+        # The engine's weights, the readout and its gain change together: an output() running on another
+        # thread (the node's data path) sees all old or all new, never the new state weights scaled by the
+        # old gain beside the old direct terms.
         with self._lock:
+            if padded is not None:
+                self.readout_engine.set_weights(padded)
             self._readout, self._readout_gain = readout, gain
 
     def output(self, u: np.ndarray, x: np.ndarray) -> np.ndarray:
         """The readout of state(s) ``x`` with input(s) ``u``: (K,) or (T, K)."""
-        with self._lock:
+        with self._lock:  # the readout and the engine's weights as one version (see _install)
             readout, gain = self._readout, self._readout_gain
-        if readout is None:
-            raise ConfigError("the reservoir has no readout yet: fit or load one first")
+            if readout is None:
+                raise ConfigError("the reservoir has no readout yet: fit or load one first")
+            on_engine = None if self.readout_engine is None else self.readout_engine.matmul(x)
         m = self.config.input_dim
         w = readout.weights
         direct = w[:, 0] + u @ w[:, 1:1 + m].T
-        if self.readout_engine is None:
+        if on_engine is None:
             return direct + x @ w[:, 1 + m:].T
         k = w.shape[0]
-        on_engine = self.readout_engine.matmul(x).astype(np.float64)
-        return direct + gain * (on_engine[..., :k])
+        return direct + gain * (on_engine.astype(np.float64)[..., :k])
 
     def predict(self, inputs: object, reset: bool = True) -> np.ndarray:
         """Readout (T, K) over a sequence of inputs (T, M) (from zero when ``reset``)."""

@@ -277,3 +277,39 @@ def test_fused_cpu_step_equals_the_engine_step(engine256, activation):
         drive = rc.input_bias + rc.input_weights @ u[t]
         generic = 0.3 * x + 0.7 * act(rc.gain * engine256.matmul(x).astype(np.float64) + drive)
         assert np.allclose(stepped, generic, rtol=0, atol=1e-14), t
+
+
+def test_a_readout_swap_is_one_version_for_a_concurrent_prediction(engine256, monkeypatch):
+    """The node predicts on its data path while ~/fit or ~/load_readout installs a readout on the main thread:
+    a prediction made while the readout engine takes its new weights is wholly the old readout's or wholly the
+    new one's (it mixed the new state weights with the old gain and direct terms)."""
+    import threading
+
+    series = driven_pendulum(1200)
+    with MatMulEngine.from_template(256, backend="cpu") as readout_engine:
+        rc = ReservoirComputer(engine256, ReservoirConfig(input_dim=3, seed=2), readout_engine)
+        rc.fit(series[:900], series[1:901])
+        x = rc.run(series[:50])[-1]
+        u = series[50]
+        before = rc.output(u, x)
+        seen: list[np.ndarray] = []
+        swap = readout_engine.set_weights
+
+        def set_weights_then_predict(weights, *args, **kwargs):
+            result = swap(weights, *args, **kwargs)
+            reader = threading.Thread(target=lambda: seen.append(rc.output(u, x)))
+            reader.start()
+            reader.join(0.5)  # returns at once only if output() does not wait for the whole install
+            readers.append(reader)
+            return result
+
+        readers: list[threading.Thread] = []
+        monkeypatch.setattr(readout_engine, "set_weights", set_weights_then_predict)
+        rc.fit(series[:900], -3.0 * series[1:901])  # a very different readout, on the engine too
+        for reader in readers:
+            reader.join(10)
+        after = rc.output(u, x)
+        assert readers and len(seen) == len(readers)
+        assert not np.allclose(before, after, atol=0.1)
+        for prediction in seen:
+            assert np.allclose(prediction, before) or np.allclose(prediction, after), (prediction, after)
