@@ -9,7 +9,9 @@ must equal the bytes the file (or zip member) really holds and stay under a budg
   (stored: equal; deflated: at most deflate's 1032:1), all members read against ``max_bytes``; members the
   caller does not name are never opened; encrypted members are refused.
 
-No pickles (object arrays are refused). Failures raise ``error`` (an :class:`InputError` subclass the
+The path must be a regular file, opened with :func:`libredgetpu_ros.paths.open_regular` (a FIFO, device,
+socket or folder is refused by its kind, and never blocked on). No pickles (object arrays are refused).
+Failures raise ``error`` (an :class:`InputError` subclass the
 caller chooses, e.g. ``WeightsError``, ``TpuLangError``) naming the file and member, paths cut to a
 bounded length. Family-independent.
 """
@@ -17,6 +19,7 @@ bounded length. Family-independent.
 from __future__ import annotations
 
 import math
+import os
 import tokenize
 import zipfile
 import zlib
@@ -26,7 +29,8 @@ from typing import BinaryIO
 
 import numpy as np
 
-from libredgetpu_ros.errors import InputError, not_a_file
+from libredgetpu_ros.errors import InputError
+from libredgetpu_ros.paths import open_regular
 from libredgetpu_ros.textdata import clip
 
 MAX_BYTES = 4 << 30  # default budget: all arrays read from one file together
@@ -56,15 +60,12 @@ def read_header(stream: BinaryIO, where: str,
 def read_npy(path: str | Path, what: str = ".npy file", max_bytes: int = MAX_BYTES,
              error: type[InputError] = InputError) -> np.ndarray:
     """The array of a ``.npy`` file whose header matches its size and ``max_bytes``."""
-    path = Path(path)
-    if not path.is_file():
-        raise error(not_a_file(what, path))
     where = f"{what} {clip(str(path))}"
     try:
-        with path.open("rb") as stream:
+        with open_regular(path, what, error=error) as stream:
             shape, dtype, header_len = read_header(stream, where, error)
             nbytes = math.prod(shape) * dtype.itemsize
-            present = path.stat().st_size - header_len
+            present = os.fstat(stream.fileno()).st_size - header_len
             if nbytes != present:
                 raise error(f"{where}: header declares {list(shape)} {dtype} ({nbytes} bytes), the file "
                             f"holds {present}")
@@ -98,14 +99,11 @@ def read_npz(path: str | Path, what: str = "npz", names: Collection[str] | None 
     """Arrays of an ``.npz`` keyed by name (only ``names`` when given: members not named are never opened,
     names the file lacks are left for the caller to report), every size checked before one is allocated;
     ``member_bytes`` bounds single members by name (a metadata string far below the file's budget)."""
-    path = Path(path)
     shown = clip(str(path))
-    if not path.is_file():
-        raise error(not_a_file(what, path))
     wanted = None if names is None else {f"{name}.npy" for name in names}
     try:
-        archive_size = path.stat().st_size
-        with zipfile.ZipFile(path) as archive:
+        with open_regular(path, what, error=error) as handle, zipfile.ZipFile(handle) as archive:
+            archive_size = os.fstat(handle.fileno()).st_size
             infos = archive.infolist()
             if len(infos) > MAX_MEMBERS:
                 raise error(f"{what} {shown}: {len(infos)} members, more than {MAX_MEMBERS}")
@@ -129,8 +127,10 @@ def read_npz(path: str | Path, what: str = "npz", names: Collection[str] | None 
                 if total > max_bytes:
                     raise error(f"{what} {shown}: more than {max_bytes} bytes of arrays"
                                 + ("" if names is None else " in the members the caller uses"))
-            keys = [info.filename[:-4] for info in selected]
-            with np.load(path, allow_pickle=False) as data:
-                return {key: data[key] for key in keys}
+            arrays = {}
+            for info in selected:  # from the file checked above, not the path opened again
+                with archive.open(info) as member:
+                    arrays[info.filename[:-4]] = np.lib.format.read_array(member, allow_pickle=False)
+            return arrays
     except (OSError, zipfile.BadZipFile, EOFError, ValueError, NotImplementedError, zlib.error) as exc:
         raise error(f"{what} {shown}: not a readable .npz ({clip(exc)})") from None

@@ -41,6 +41,42 @@ def test_npy_round_trip_and_refusals(tmp_path: Path) -> None:
     assert list(read_npz(tmp_path / "a.npz", names=["w"])) == ["w"]
 
 
+@pytest.mark.parametrize("reader", [read_npy, read_npz])
+def test_a_fifo_folder_or_socket_is_named_by_its_kind_at_once(tmp_path: Path, reader) -> None:
+    """Before: "is not a file" for each (and a check then a second open by path). A FIFO with no writer
+    is opened without blocking: were the read to wait for a writer, the writer thread below would feed it
+    a valid .npy and the read would return an array instead of the error."""
+    import os
+    import socket
+    import threading
+
+    fifo = tmp_path / "w.fifo"
+    os.mkfifo(fifo)
+    done = threading.Event()
+
+    def late_writer() -> None:  # unblocks a read that waited on the FIFO, so the test ends either way
+        if not done.wait(5):
+            buf = io.BytesIO()
+            np.save(buf, np.ones(3, np.float32))
+            with open(fifo, "wb") as out:
+                out.write(buf.getvalue())
+
+    writer = threading.Thread(target=late_writer, daemon=True)
+    writer.start()
+    try:
+        with pytest.raises(WeightsError, match=r"weights .*w\.fifo is a FIFO, not a regular file$"):
+            reader(fifo, "weights", error=WeightsError)
+    finally:
+        done.set()
+        writer.join(10)
+    with pytest.raises(WeightsError, match="is a folder, not a regular file"):
+        reader(tmp_path, "weights", error=WeightsError)
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(tmp_path / "s"))
+        with pytest.raises(WeightsError, match="is a socket, not a regular file"):
+            reader(tmp_path / "s", "weights", error=WeightsError)
+
+
 @pytest.mark.parametrize("command", [["blob", "--template", "dense_256"],
                                      ["export-tpulang", "dense", "--template", "256"]])
 def test_weights_npy_lying_about_its_shape_is_one_error_line(tmp_path: Path, command: list[str]) -> None:

@@ -123,7 +123,7 @@ def test_crafted_readouts_and_special_files_are_one_error_line(tmp_path, capsys)
     for args, said in ((["fit", str(fifo), "--out", str(tmp_path / "r.npz")],
                         f"error: time series {fifo} is a FIFO, not a regular file"),
                        (["predict", str(series), "--readout", str(fifo)],
-                        f"error: reservoir readout file {fifo} is not a file")):
+                        f"error: reservoir readout file {fifo} is a FIFO, not a regular file")):
         assert main(["robotics", "reservoir", *args, "--backend", "cpu"]) == 2
         assert capsys.readouterr().err == said + "\n"
 
