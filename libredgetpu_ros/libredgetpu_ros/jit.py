@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from libredgetpu_ros.userdirs import user_cache_dir
+
 CACHE_VAR = "LIBREDGETPU_ROS_NUMBA_CACHE"
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _lock = threading.Lock()
@@ -32,11 +34,7 @@ _available: bool | None = None
 
 def cache_dir() -> Path:
     """Where the package's compiled kernels are cached (module docstring)."""
-    explicit = os.environ.get(CACHE_VAR)
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "libredgetpu_ros" / "numba"
+    return user_cache_dir("numba", CACHE_VAR)
 
 
 def available() -> bool:

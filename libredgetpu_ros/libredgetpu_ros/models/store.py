@@ -25,16 +25,15 @@ from libredgetpu_ros.models.catalogue import CATALOGUE, ModelEntry, ModelFile
 from libredgetpu_ros.models.download import DEADLINE_S, check_url, download, sha256_of
 from libredgetpu_ros.paths import file_kind, walk_files
 from libredgetpu_ros.textdata import clip
+from libredgetpu_ros.userdirs import user_cache_dir
 
 MIRROR_VAR = "LIBREDGETPU_ROS_MODEL_MIRROR"  # base URL serving the catalogue's files by name
+CACHE_VAR = "LIBREDGETPU_ROS_MODELS"  # the whole cache folder, instead of the XDG one
 
 
 def cache_dir() -> Path:
-    explicit = os.environ.get("LIBREDGETPU_ROS_MODELS")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "libredgetpu_ros" / "models"
+    """The models cache folder (module docstring)."""
+    return user_cache_dir("models", CACHE_VAR)
 
 
 def entry(name: str) -> ModelEntry:
