@@ -27,6 +27,19 @@ def thread_times_ns(fn: Callable[[], object], repeats: int, *, warm_up: bool = T
     return times
 
 
+def spread_us(fn: Callable[[object], object], items: Sequence[object], repeats: int
+              ) -> tuple[float, float, float]:
+    """(median, p10, p90) thread-CPU µs of ``fn(item)`` over ``repeats`` calls, cycling through ``items``."""
+    cycle = iter(list(items) * (repeats // len(items) + 3))
+    times = sorted(t / 1e3 for t in thread_times_ns(lambda: fn(next(cycle)), repeats))
+    return statistics.median(times), times[len(times) // 10], times[9 * len(times) // 10]
+
+
+def spread_cell(s: tuple[float, float, float]) -> str:
+    """A table cell of :func:`spread_us`: "median (p10-p90)"."""
+    return f"{s[0]:.0f} ({s[1]:.0f}-{s[2]:.0f})"
+
+
 def best_ns(fn: Callable[[], object], repeats: int, *, warm_up: bool = True) -> int:
     """The fastest call: on a shared machine the minimum is the code, the rest is waiting for a core."""
     return min(thread_times_ns(fn, repeats, warm_up=warm_up))

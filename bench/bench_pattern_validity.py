@@ -20,12 +20,12 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import importlib.util  # noqa: E402
 import platform  # noqa: E402
-import statistics  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from _timing import thread_times_ns, write_report  # noqa: E402
+from _timing import spread_cell as cell  # noqa: E402
+from _timing import spread_us, write_report  # noqa: E402
 from libredgetpu_ros.robotics import ncc  # noqa: E402
 from libredgetpu_ros.robotics.pattern import REFINE_RADIUS, PatternTracker  # noqa: E402
 from libredgetpu_ros.scenes import textures  # noqa: E402
@@ -47,14 +47,7 @@ def _scenes():
 
 
 def stats(fn, items: list) -> tuple[float, float, float]:
-    """(median, p10, p90) µs of ``fn(item)`` over ``items`` in turn."""
-    cycle = iter(items * (REPEATS // len(items) + 3))
-    times = sorted(t / 1e3 for t in thread_times_ns(lambda: fn(next(cycle)), REPEATS))
-    return statistics.median(times), times[len(times) // 10], times[9 * len(times) // 10]
-
-
-def cell(s: tuple[float, float, float]) -> str:
-    return f"{s[0]:.0f} ({s[1]:.0f}-{s[2]:.0f})"
+    return spread_us(fn, items, REPEATS)
 
 
 def row(scenes, search: int, kernel: int, channels: int) -> str:
