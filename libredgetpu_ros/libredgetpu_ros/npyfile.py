@@ -25,13 +25,13 @@ import zipfile
 import zlib
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from libredgetpu_ros.errors import InputError
 from libredgetpu_ros.paths import open_regular
-from libredgetpu_ros.textdata import clip
+from libredgetpu_ros.textdata import clip, clip_repr, load_json
 
 MAX_BYTES = 4 << 30  # default budget: all arrays read from one file together
 MAX_MEMBERS = 100_000
@@ -134,3 +134,26 @@ def read_npz(path: str | Path, what: str = "npz", names: Collection[str] | None 
             return arrays
     except (OSError, zipfile.BadZipFile, EOFError, ValueError, NotImplementedError, zlib.error) as exc:
         raise error(f"{what} {shown}: not a readable .npz ({clip(exc)})") from None
+
+
+def read_npz_meta(path: str | Path, what: str, fmt: str, array: str, *, max_bytes: int, array_bytes: int,
+                  meta_bytes: int, dtype: type | None = None,
+                  error: type[InputError] = InputError) -> tuple[np.ndarray, dict[str, Any]]:
+    """(``array`` as ``dtype``, the metadata dict) of an ``.npz`` the package saved as
+    ``np.savez(..., <array>=..., meta=np.array(json.dumps({"format": fmt, ...})))`` (readouts, embedding
+    databases): only those two members read (:func:`read_npz`, ``array_bytes`` / ``meta_bytes`` each), the
+    metadata parsed with a depth budget and its ``format`` checked; ``error`` names the file otherwise.
+    What the metadata must hold beyond ``format`` is the caller's to check."""
+    shown = clip(str(path))
+    arrays = read_npz(path, what, names=(array, "meta"), max_bytes=max_bytes, error=error,
+                      member_bytes={"meta": meta_bytes, array: array_bytes})
+    try:
+        values = np.asarray(arrays[array], dtype=dtype)
+        meta: Any = load_json(str(arrays["meta"]), f"{shown} meta", max_depth=32)
+    except (KeyError, ValueError, TypeError) as exc:
+        article = "an" if what[:1].lower() in "aeiou" else "a"
+        raise error(f"{shown}: not {article} {what} (no or bad {clip(exc)})") from exc
+    if not isinstance(meta, dict) or meta.get("format") != fmt:
+        found = meta.get("format") if isinstance(meta, dict) else meta
+        raise error(f"{shown}: format is {clip_repr(found)}, expected {fmt}")
+    return values, meta

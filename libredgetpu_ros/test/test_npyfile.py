@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from libredgetpu_ros.errors import InputError, WeightsError
-from libredgetpu_ros.npyfile import read_npy, read_npz
+from libredgetpu_ros.npyfile import read_npy, read_npz, read_npz_meta
 
 from ._helpers import CLI, one_error_line, run_limited
 
@@ -116,3 +116,41 @@ def test_an_unclosed_header_is_typed_not_a_tokenizer_error(tmp_path: Path) -> No
     path.write_bytes(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + bytes(16))
     with pytest.raises(InputError, match=r"not a valid \.npy header"):
         read_npy(path)
+
+
+def test_npz_with_json_metadata_one_reader_for_readouts_and_databases(tmp_path: Path) -> None:
+    """read_npz_meta: the array and the metadata dict, or the caller's error naming the file and what is
+    wrong (the reservoir's readouts and the embedding databases both read through it)."""
+    import json
+
+    def saved(name: str, **members: object) -> Path:
+        path = tmp_path / name
+        np.savez(path, **members)
+        return path
+
+    def read(path: Path, **kw: object):
+        return read_npz_meta(path, "reservoir readout file", "fmt.v1", "weights", max_bytes=1 << 20,
+                             array_bytes=1 << 10, meta_bytes=1 << 10, error=WeightsError, **kw)
+
+    meta_text = json.dumps({"format": "fmt.v1", "n": 2})
+    good = saved("good.npz", weights=np.ones((2, 3), np.float32), meta=np.array(meta_text))
+    values, meta = read(good, dtype=np.float64)
+    assert values.dtype == np.float64 and values.shape == (2, 3) and meta == {"format": "fmt.v1", "n": 2}
+    refusals = {
+        saved("no_meta.npz", weights=np.ones(2)): r"not a reservoir readout file \(no or bad 'meta'\)",
+        saved("bad_json.npz", weights=np.ones(2), meta=np.array("{")): r"meta: .*",
+        saved("a_list.npz", weights=np.ones(2), meta=np.array("[1]")): r"format is \[1\], expected fmt\.v1",
+        saved("old.npz", weights=np.ones(2), meta=np.array('{"format": "fmt.v0"}')):
+            r"format is 'fmt\.v0', expected fmt\.v1",
+        saved("text.npz", weights=np.array(["x"]), meta=np.array('{"format": "fmt.v1"}')):
+            r"not a reservoir readout file \(no or bad could not convert",
+        saved("big.npz", weights=np.ones(1000), meta=np.array('{"format": "fmt.v1"}')):
+            r"more than the 1024 accepted for it",
+    }
+    for path, message in refusals.items():
+        with pytest.raises(InputError, match=message) as info:
+            read(path, dtype=np.float64)
+        assert path.name in str(info.value), info.value
+    with pytest.raises(InputError, match=r"not an embedding database file \(no or bad 'embeddings'\)"):
+        read_npz_meta(good, "embedding database file", "fmt.v1", "embeddings", max_bytes=1 << 20,
+                      array_bytes=1 << 10, meta_bytes=1 << 10)

@@ -38,15 +38,14 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from libredgetpu_ros.atomicio import atomic_open
 from libredgetpu_ros.errors import ConfigError, InputError
 from libredgetpu_ros.matmul import MatMulEngine
-from libredgetpu_ros.npyfile import read_npz
-from libredgetpu_ros.textdata import clip_repr, load_json
+from libredgetpu_ros.npyfile import read_npz_meta
+from libredgetpu_ros.textdata import clip_repr
 
 DATABASE_FORMAT = "libredgetpu_ros.embedding_db.v1"
 MAX_DATABASE_BYTES = 512 << 20
@@ -434,18 +433,9 @@ def read_database(path: Path, max_vector_bytes: int = MAX_DATABASE_BYTES) -> tup
     """(labels, float32 (n, D) vectors) of a database file, its embeddings array at most ``max_vector_bytes``;
     InputError naming the problem."""
     # npyfile: every array's size checked against the file before NumPy allocates it; no pickles.
-    arrays = read_npz(path, "embedding database file", names=("embeddings", "meta"),
-                      max_bytes=MAX_DATABASE_BYTES,
-                      member_bytes={"meta": MAX_META_BYTES, "embeddings": max_vector_bytes})
-    try:
-        vectors = np.asarray(arrays["embeddings"])
-        meta: Any = load_json(str(arrays["meta"]), f"{path} meta", max_depth=32)
-    except (KeyError, ValueError, TypeError) as exc:
-        raise InputError(f"{path}: not an embedding database file (no or bad {exc})") from exc
-    if not isinstance(meta, dict) or meta.get("format") != DATABASE_FORMAT:
-        raise InputError(f"{path}: format is "
-                         f"{clip_repr(meta.get('format') if isinstance(meta, dict) else meta)}, "
-                         f"expected {DATABASE_FORMAT}")
+    vectors, meta = read_npz_meta(path, "embedding database file", DATABASE_FORMAT, "embeddings",
+                                  max_bytes=MAX_DATABASE_BYTES, array_bytes=max_vector_bytes,
+                                  meta_bytes=MAX_META_BYTES)
     labels = meta.get("labels")
     if (vectors.ndim != 2 or vectors.dtype.kind != "f" or not isinstance(labels, list)
             or len(labels) != len(vectors) or vectors.shape[1] != meta.get("embedding_dim")):

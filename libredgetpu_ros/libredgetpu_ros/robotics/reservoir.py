@@ -40,9 +40,9 @@ from libredgetpu_ros import jit
 from libredgetpu_ros.atomicio import atomic_open
 from libredgetpu_ros.errors import ConfigError, InputError
 from libredgetpu_ros.matmul import MatMulEngine, fastpath
-from libredgetpu_ros.npyfile import read_npz
+from libredgetpu_ros.npyfile import read_npz_meta
 from libredgetpu_ros.robotics.reservoir_precision import DitheredProduct
-from libredgetpu_ros.textdata import clip_repr, load_json
+from libredgetpu_ros.textdata import clip_repr
 
 ACTIVATIONS = ("tanh", "relu", "identity")
 READOUT_FORMAT = "libredgetpu_ros.reservoir_readout.v1"
@@ -436,18 +436,9 @@ class ReservoirComputer:
         # (a wrong K within that reaches the check below, which names it)
         columns = 1 + self.config.input_dim + self.size
         weight_bytes = (65536 if outputs is None else max(64, 4 * outputs)) * columns * 8
-        arrays = read_npz(path, "reservoir readout file", names=("weights", "meta"),
-                          max_bytes=MAX_READOUT_BYTES,
-                          member_bytes={"meta": MAX_META_BYTES, "weights": weight_bytes})
-        try:
-            weights = np.array(arrays["weights"], dtype=np.float64)
-            meta = load_json(str(arrays["meta"]), f"{path} meta", max_depth=32)  # textdata: depth bounded
-        except (KeyError, ValueError, TypeError) as exc:
-            raise InputError(f"{path}: not a reservoir readout file (no or bad {exc})") from exc
-        if not isinstance(meta, dict) or meta.get("format") != READOUT_FORMAT:
-            raise InputError(f"{path}: format is "
-                             f"{clip_repr(meta.get('format') if isinstance(meta, dict) else meta)}, "
-                             f"expected {READOUT_FORMAT}")
+        weights, meta = read_npz_meta(path, "reservoir readout file", READOUT_FORMAT, "weights",
+                                      max_bytes=MAX_READOUT_BYTES, array_bytes=weight_bytes,
+                                      meta_bytes=MAX_META_BYTES, dtype=np.float64)
         for key, value in self.identity().items():
             if key in ("ridge", "washout"):
                 continue  # fitting choices: the reservoir itself is the same
