@@ -172,7 +172,8 @@ def main() -> int:
         "`library_threads` of the perception node, `$LIBREDGETPU_ROS_LIBRARY_THREADS` elsewhere); the target "
         "applies to it, read on the worst round (met: every round ≤ 0.75×). `pinned` = "
         "`OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1` set by the caller; `libraries' default` = neither "
-        "(OpenBLAS starts one thread per core).",
+        "(OpenBLAS starts one thread per core; its workers also spin during LiteRT's invokes, which inflates "
+        "LiteRT's process CPU there: read that row on thread CPU).",
         "",
     ]
     text = "\n".join(lines)
