@@ -17,9 +17,9 @@ from .._helpers import load_helper
 
 supervision = load_helper(Path(__file__).resolve().parents[1] / "ros" / "_lifecycle_supervisor.py")
 
-pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.ros, pytest.mark.timeout(240)]
 
-WAIT_S = 20.0
+WAIT_S = 60.0  # bounds each single wait: two nodes starting at once on a loaded machine take long to appear
 
 
 class Supervisor(supervision.LifecycleSupervisor):
@@ -174,6 +174,14 @@ def _on_image_plane(sup: Supervisor, frame: Any, ns: str, k: tuple[float, float,
                       k=[2 * fx, 0.0, 2 * cx, 0.0, 2 * fy, 2 * cy, 0.0, 0.0, 1.0])
     pub = sup.node.create_publisher(CameraInfo, f"{ns}/camera_info", qos_profile_sensor_data)
     stamp = (frame.header.stamp.sec, frame.header.stamp.nanosec)
+    # best effort: a CameraInfo or frame sent before its publisher matched the node's subscription is lost,
+    # and the node builds markers only for a subscriber it sees; the CameraInfo goes out first, but the
+    # node may still take the frame first (both ready at once on a loaded machine): the frame is sent
+    # again each second until its markers lie on the plane
+    sup.wait_for("the node's image and camera_info subscriptions and its markers publisher",
+                 lambda: pub.get_subscription_count() > 0 and sup.camera.get_subscription_count() > 0
+                 and sup.node.count_publishers(f"{ns}/markers") > 0)
+    pub.publish(info)
 
     def placed(msg: Any) -> bool:  # a MarkerArray has no header: its markers carry the frame's
         drawn = [m for m in msg.markers if m.action == m.ADD and m.type != m.LINE_LIST]
