@@ -1,6 +1,9 @@
 """Build diagnostic_msgs/DiagnosticArray messages (diagnostic_updater is not available as a wheel).
 
 Generic: a node keeps counters and a rate meter, and turns them into one ``DiagnosticStatus`` per period.
+Every node on an Edge TPU shared in its process (camera nodes through their processors, the control and
+reservoir nodes through their engine) shows its stream with :func:`shared_values` and a device fault with
+:func:`shared_warnings`.
 """
 
 from __future__ import annotations
@@ -8,6 +11,7 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -28,6 +32,29 @@ def status(name: str, hardware_id: str, level: int, message: str,
     """One status; values are formatted (floats with 3 decimals) in insertion order."""
     return DiagnosticStatus(level=bytes([level]), name=name, message=message, hardware_id=hardware_id,
                             values=[KeyValue(key=k, value=_fmt(v)) for k, v in values.items()])
+
+
+def shared_values(status: dict[str, Any], prefix: str = "shared_") -> dict[str, object]:
+    """Diagnostics key/values of a stream on an accelerator shared with the process's other nodes
+    (``edgetpu/broker.py``, a backend's / module's / engine's ``shared_status()``: its name, ``rate_hz`` (the
+    node's ``device_share_hz``), served, superseded, latency, faults, the device's users); {} on the CPU."""
+    return {f"{prefix}{key}": value for key, value in status.items()}
+
+
+def shared_warnings(status: dict[str, Any]) -> list[str]:
+    """A WARN reason when the shared accelerator of ``status`` (``shared_values``) had a fault."""
+    if not status.get("faults"):
+        return []
+    return [f"device fault on the shared accelerator ({status['faults']} so far, last: "
+            f"{status['last_fault']}); reopened {status['device_reopens']} time(s) for its "
+            f"{status['device_users']} user(s)"]
+
+
+def warned(level: int, message: str, warnings: list[str]) -> tuple[int, str]:
+    """``(level, message)`` raised to WARN with the first of ``warnings`` when the node judged itself OK."""
+    if level == OK and warnings:
+        return WARN, warnings[0]
+    return level, message
 
 
 def array(stamp: Time, statuses: list[DiagnosticStatus]) -> DiagnosticArray:

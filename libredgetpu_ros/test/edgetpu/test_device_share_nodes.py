@@ -214,3 +214,60 @@ def test_flow_and_recognition_nodes_pass_their_share(three, fixture_path) -> Non
             recognition.close()
     finally:
         flow.close()
+
+
+def _fault_once(stream: Any) -> None:
+    """A device fault on ``stream``'s accelerator (the broker reopens it once; every stream on it hears)."""
+    from libredgetpu_ros.errors import DeviceLostError
+
+    calls: list[Any] = []
+
+    def flaky(dev: Any) -> None:
+        calls.append(dev)
+        if len(calls) == 1:
+            raise DeviceLostError("unplugged mid-transfer")
+
+    stream.run(flaky, timeout=10)
+
+
+@pytest.mark.ros
+def test_control_and_reservoir_nodes_show_their_stream_in_diagnostics(three, ros_env,  # noqa: F811
+                                                                       fixture_path) -> None:
+    """A control node (device_share_hz 30) and a reservoir node (10) configured in this process on accelerator
+    "1": each node's diagnostics name its engine's stream and share, as the camera nodes' do, and a device
+    fault on the shared accelerator turns both WARN naming it."""
+    from libredgetpu_ros.ros import diagnostics
+    from libredgetpu_ros.ros.control_node import ControlNode
+    from libredgetpu_ros.ros.reservoir.node import ReservoirNode
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    def params(**values: Any) -> list[Any]:
+        return [Parameter(k, value=v) for k, v in {"backend": "edgetpu", "device": "1", **values}.items()]
+
+    context = ros_env.init_rclpy()
+    control = ControlNode("control_shared", context=context, parameter_overrides=params(
+        template_path=str(fixture_path(DENSE)), device_share_hz=30.0))
+    reservoir = ReservoirNode("reservoir_shared", context=context, parameter_overrides=params(
+        template=256, device_share_hz=10.0))
+    try:
+        assert control.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert reservoir.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        (c_level, c_message, c_values), (r_level, r_message, r_values) = (control.diagnostic_status(),
+                                                                         reservoir.diagnostic_status())
+        assert (c_values["shared_stream"], c_values["shared_rate_hz"]) == ("matmul dense_256", 30.0)
+        assert (r_values["shared_stream"], r_values["shared_rate_hz"]) == ("matmul dense_256#2", 10.0)
+        assert c_values["shared_device_users"] == r_values["shared_device_users"] == 2
+        assert c_values["shared_faults"] == r_values["shared_faults"] == 0
+        assert (c_level, r_level) == (diagnostics.OK, diagnostics.OK) and "fault" not in c_message + r_message
+        assert {"shared_served", "shared_p50_ms", "shared_device_reopens"} <= c_values.keys()
+
+        _fault_once(control._ctl.engine._runner._stream)
+        for level, message, values in (control.diagnostic_status(), reservoir.diagnostic_status()):
+            assert level == diagnostics.WARN and values["shared_faults"] == 1
+            assert message.startswith("device fault on the shared accelerator (1 so far, last: "
+                                      "DeviceLostError: unplugged mid-transfer); reopened 1 time(s)")
+    finally:
+        for node in (control, reservoir):
+            node.teardown()
+            node.destroy_node()

@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+# the shared_* diagnostics of every node on a shared accelerator (camera nodes' processors import them here)
+from libredgetpu_ros.ros.diagnostics import shared_values, shared_warnings  # noqa: F401
+
 if TYPE_CHECKING:
     from libredgetpu_ros.ros.conversions import ImagePlane
 
@@ -98,22 +101,6 @@ class CameraProcessor:
 
     def close(self) -> None:
         """Release what ``__init__`` opened (idempotent); a ``LibrEdgeTpuError`` is logged by the node."""
-
-
-def shared_values(status: dict[str, Any], prefix: str = "shared_") -> dict[str, object]:
-    """Diagnostics key/values of a stream on an accelerator shared with the process's other nodes
-    (``edgetpu/broker.py``, a backend's / module's / engine's ``shared_status()``: its name, ``rate_hz`` (the
-    node's ``device_share_hz``), served, superseded, latency, faults, the device's users); {} on the CPU."""
-    return {f"{prefix}{key}": value for key, value in status.items()}
-
-
-def shared_warnings(status: dict[str, Any]) -> list[str]:
-    """A WARN reason when the shared accelerator of ``status`` (``shared_values``) had a fault."""
-    if not status.get("faults"):
-        return []
-    return [f"device fault on the shared accelerator ({status['faults']} so far, last: "
-            f"{status['last_fault']}); reopened {status['device_reopens']} time(s) for its "
-            f"{status['device_users']} user(s)"]
 
 
 def described_hardware(describe: dict[str, Any]) -> str:

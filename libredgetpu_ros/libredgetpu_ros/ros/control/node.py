@@ -301,9 +301,12 @@ class ControlNode(ManagedNode):
             "backend_choice": engine.choice,  # backends.choose's reason, as the camera nodes report it
             **stats.values(self._loop, self._swaps),
         }
+        shared = engine.shared_status()  # the engine's stream on an Edge TPU shared in this process
+        values.update(diagnostics.shared_values(shared))
         if level == diagnostics.OK and self._fallback():
             level, message = diagnostics.WARN, (f"running on the CPU ({self._fallback()}); "
                                                 f"require_accelerator: true refuses to start so")
+        level, message = diagnostics.warned(level, message, diagnostics.shared_warnings(shared))
         return level, message, values
 
 

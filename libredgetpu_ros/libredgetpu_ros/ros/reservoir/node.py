@@ -288,6 +288,9 @@ class ReservoirNode(ManagedNode):
             "readout_train_nrmse": readout.train_nrmse if readout else float("nan"),
             "fits": st.fits, "refused": st.refused, "last_refusal": st.last_refusal,
         }
+        shared = rc.engine.shared_status()  # the engine's stream on an Edge TPU shared in this process
+        values.update(diagnostics.shared_values(shared))
+        level, message = diagnostics.warned(level, message, diagnostics.shared_warnings(shared))
         return level, message, values
 
 
