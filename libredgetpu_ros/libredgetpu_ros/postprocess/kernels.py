@@ -11,8 +11,9 @@ paths without numba and the references the tests compare with:
   min/max, interpolate only the undecided ones with the kernel's float32 arithmetic, in the same order, and
   no fused multiply-add: numba leaves ``fastmath`` off unless asked).
 
-numba is imported, and the kernels compiled or loaded from the cache folder (:mod:`libredgetpu_ros.jit`), by
-:func:`compiled`, which a post-processor calls when it is built, not at import.
+numba is imported (:func:`compiled`), and each kernel compiled or loaded from the cache folder
+(:mod:`libredgetpu_ros.jit`) by :func:`requantize_kernel` / :func:`resize_argmax_kernel`, which a
+post-processor calls when it is built, not at import.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def _requantize(acc, offset, multiplier, left, right, half, negative, zero_point
 
     ``acc``: float32 exact integers (N, C); ``offset``: int64 (C,) (bias plus constant partial sums);
     ``left``/``right``: the shift split into its positive and negative parts; ``half`` = (1 << right) >> 1 and
-    ``negative`` = 1 where right > 0 (rounding halves away from zero: one less for negative values).
+    ``negative`` = 1 where right > 0 for gemmlowp's rounding (halves away from zero: one less for negative
+    values), 0 for ruy's (halves up).
     """
     n, c = acc.shape
     for i in range(n):
