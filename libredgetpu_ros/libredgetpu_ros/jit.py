@@ -84,6 +84,15 @@ def njit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
     return numba.njit(**options)
 
 
+def read_only(array: Any) -> Any:
+    """A read-only view of ``array``, for warm-ups: numba compiles read-only and writable arrays as two
+    specializations, and a frame path gets both (a ROS ``rgb8`` image is a read-only view of the message, an
+    Edge TPU output one of the USB bytes), so a warm-up runs a kernel on each kind it can get."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
 _compiled_modules: set[str] = set()
 _failed_modules: set[str] = set()
 

@@ -244,9 +244,18 @@ def warm_up() -> None:
         return
     overhead = np.zeros(GROUP_OVERHEAD, dtype=np.uint8)
     scales = np.ones(GROUP_ROWS, dtype=np.float32)
+    # read-only arrays are a specialization of their own: the control node's requests and the reservoir's
+    # state messages arrive as np.frombuffer views
     for dtype in _FAST_DTYPES:
-        quantize_to_blob(np.zeros((GROUP_ROWS, TILE_COLS), dtype=dtype), scales, overhead, TILE_COLS)
+        zeros = np.zeros((GROUP_ROWS, TILE_COLS), dtype=dtype)
+        for weights in (zeros, jit.read_only(zeros)):
+            quantize_to_blob(weights, scales, overhead, TILE_COLS)
     weights = np.zeros((GROUP_ROWS, TILE_COLS), np.int8)
+    active = jit.read_only(weights)  # an engine's active weights are read-only (one immutable version)
+    x = np.zeros((1, TILE_COLS))
     dense_uint8(weights, np.zeros((1, TILE_COLS), np.uint8), 128, scales, 128)
-    twin_matmul(np.zeros((1, TILE_COLS)), weights, 1.0, 128, scales, 128, 1.0)
+    dense_uint8(active, np.zeros((1, TILE_COLS), np.uint8), 128, scales, 128)
+    twin_matmul(x, weights, 1.0, 128, scales, 128, 1.0)
+    for inputs in (x, jit.read_only(x)):
+        twin_matmul(inputs, active, 1.0, 128, scales, 128, 1.0)
     _warm = True

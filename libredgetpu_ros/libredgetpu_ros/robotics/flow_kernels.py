@@ -355,8 +355,9 @@ def warm_up() -> bool:
     feat = np.zeros((8, 8, 2), np.uint8)
     pooled = np.zeros((4, 4, 2))
     table = np.zeros((5, 5))
-    pool_features(feat, 2, 0, 0, True, pooled, table)
-    pool_features(feat, 1, 0, 2, False, pooled, np.zeros((0, 0)))
+    for raw in (feat, jit.read_only(feat)):  # the Edge TPU's outputs are read-only views of the USB bytes
+        pool_features(raw, 2, 0, 0, True, pooled, table)
+        pool_features(raw, 1, 0, 2, False, pooled, np.zeros((0, 0)))
     scores = np.zeros((3, 3))
     normalized_peak(pooled, pooled, table, table, 1, scores)
     soft_argmax_peak(pooled, pooled, 1, 0.1, np.ones((3, 3)), scores)
@@ -366,7 +367,8 @@ def warm_up() -> bool:
     shift_box(image, 0.5, -0.5, 2, 10, 2, 10, np.empty((8, 8), np.float32))
     fine_level(image, np.ones(9, np.float32), image.copy(), image.copy(), image.copy())
     frame = np.arange(64, dtype=np.uint8).reshape(8, 8)
-    stretch(frame, 48.0, 1e-3, frame.copy())
+    for gray in (frame, jit.read_only(frame)):  # a one-channel frame at the template's size stays read-only
+        stretch(gray, 48.0, 1e-3, frame.copy())
     _warm = True
     return True
 

@@ -135,6 +135,7 @@ def warm_up() -> bool:
         return False
     frame = np.zeros((4, 4, 3), np.uint8)
     real_of = np.zeros(256, np.float32)
-    for weights in (np.zeros(0, np.float32), np.ones(3, np.float32)):
-        evidence(frame, weights, np.float32(1.0), 0, real_of, 1.0, 1 / 256, -128, 1.0)
+    for image in (frame, jit.read_only(frame)):  # a ROS rgb8 frame at the template's size is read-only
+        for weights in (np.zeros(0, np.float32), np.ones(3, np.float32)):
+            evidence(image, weights, np.float32(1.0), 0, real_of, 1.0, 1 / 256, -128, 1.0)
     return True
