@@ -7,8 +7,9 @@ here, so one set of rules holds for all of them:
 - **Size** is checked before the bytes are read (files) or parsed (text).
 - **Text is UTF-8**, decoded strictly: a UTF-16 file or a Latin-1 byte is refused with the
   ``UnicodeDecodeError`` kind and the byte offset (femtorun and ROS tools read these files as UTF-8 text).
-- **YAML**: texts over 128 KB are parsed with libyaml's C parser when PyYAML has it (``CSafeLoader``, 3-4x
-  the pure-Python loader), smaller ones by PyYAML's own (see PURE_PYTHON_CHARS). A first pass over the
+- **YAML** is loaded by PyYAML's own (pure-Python) ``SafeLoader`` whatever the text's size, so a text is
+  valid or not by one set of rules: PyYAML's, which femtorun, launch and most Python tools use (libyaml's C
+  loader takes a few texts PyYAML refuses, e.g. ``a:<tab>1``). A first pass over the
   parser's events, which is iterative, bounds the **nesting depth** (the C composer recurses on the C
   stack: ``[`` x 100,000 segfaults the interpreter) and the **alias expansion**:
   the nodes a consumer would walk if it expanded every alias (a 1.2 KB "billion laughs" file expands to
@@ -37,17 +38,17 @@ import yaml
 from libredgetpu_ros.errors import CLIP, TextDataError, clip, not_a_file
 
 MAX_BYTES = 16 * 1024 * 1024       # default size budget of one file
+MAX_YAML_BYTES = 4 * 1024 * 1024   # default for YAML, loaded in pure Python (~3.5 s of CPU per MB): a
+#                                    reader that expects more passes its own max_bytes
 MAX_DEPTH = 100                    # nesting levels; configs and specs use < 10. The pure-Python YAML
 #                                    composer (femtorun's) hits RecursionError near 500
 MAX_ALIAS_NODES = 100_000          # nodes that alias references add when expanded
 # libyaml and PyYAML's own parser disagree on a few inputs (a tab libyaml takes and PyYAML refuses; a
-# syntax error named ParserError by one and ScannerError by the other). PyYAML's pure-Python loader is what
-# femtorun, launch and most Python tools use, so small texts (all real IOSpecs and configs; ~5 ms per 4 KB)
-# go through it for the same verdict; larger ones through the C loader (3-4x faster), and when the C loader
-# refuses one up to PURE_PYTHON_RECHECK_CHARS, the pure-Python loader names the error.
-PURE_PYTHON_CHARS = 128 * 1024
-PURE_PYTHON_RECHECK_CHARS = 1024 * 1024
-
+# syntax error named ParserError by one and ScannerError by the other). Every text is loaded by PyYAML's
+# loader, so whether a file is valid does not depend on its size (the C loader is 3-4x faster, but choosing
+# it by size made a file valid above 128 KB and invalid below); the cost is linear in size, bounded by each
+# reader's max_bytes (MAX_YAML_BYTES by default; bench/results/textdata.md). libyaml, when present, only
+# speeds up the budget pass, whose syntax verdict is left to that loader.
 _C_LOADER = getattr(yaml, "CSafeLoader", None)
 _repr = reprlib.Repr()
 _repr.maxlevel, _repr.maxdict, _repr.maxlist, _repr.maxtuple, _repr.maxset = 3, 6, 6, 6, 6
@@ -162,21 +163,16 @@ def check_yaml_events(text: str, origin: str, max_depth: int = MAX_DEPTH,
         loader.dispose()
 
 
-def load_yaml(data: str | bytes, origin: str = "<yaml>", *, max_bytes: int = MAX_BYTES,
+def load_yaml(data: str | bytes, origin: str = "<yaml>", *, max_bytes: int = MAX_YAML_BYTES,
               max_depth: int = MAX_DEPTH, max_alias_nodes: int = MAX_ALIAS_NODES) -> Any:
-    """``yaml.safe_load`` with the budgets above, the C loader when available, and typed errors."""
+    """``yaml.safe_load`` (PyYAML's pure-Python loader, at any size) with the budgets above and typed
+    errors."""
     if len(data) > max_bytes:
         raise TextDataError(f"{origin}: {len(data)} bytes is larger than the {max_bytes} accepted",
                             kind="limit", origin=origin)
     text = decode_utf8(data, origin)
     try:
-        if _C_LOADER is not None and len(text) > PURE_PYTHON_CHARS:
-            try:
-                return _load(text, origin, max_depth, max_alias_nodes, _C_LOADER)
-            except yaml.YAMLError:
-                if len(text) > PURE_PYTHON_RECHECK_CHARS:
-                    raise
-        return _load(text, origin, max_depth, max_alias_nodes, yaml.SafeLoader)
+        return _load(text, origin, max_depth, max_alias_nodes)
     except yaml.YAMLError as exc:
         raise TextDataError(f"{origin}: not valid YAML: {_one_line(exc)}", kind=type(exc).__name__,
                             origin=origin, detail=str(exc)) from None
@@ -185,21 +181,20 @@ def load_yaml(data: str | bytes, origin: str = "<yaml>", *, max_bytes: int = MAX
                             origin=origin, detail=str(exc)) from None
 
 
-def _load(text: str, origin: str, max_depth: int, max_alias_nodes: int, loader_class: Any) -> Any:
+def _load(text: str, origin: str, max_depth: int, max_alias_nodes: int) -> Any:
     # The budget pass runs on libyaml's events (4-10x faster than PyYAML's parser); where libyaml stops at
-    # an error, the parser that will load the text checks it again (the two disagree on a few inputs).
-    checker = _C_LOADER or loader_class
-    complete = check_yaml_events(text, origin, max_depth, max_alias_nodes, checker)
-    if not complete and checker is not loader_class:
-        check_yaml_events(text, origin, max_depth, max_alias_nodes, loader_class)
-    loader = loader_class(text)
+    # an error, PyYAML's parser checks the text again (the two disagree on a few inputs).
+    complete = check_yaml_events(text, origin, max_depth, max_alias_nodes, _C_LOADER or yaml.SafeLoader)
+    if not complete and _C_LOADER is not None:
+        check_yaml_events(text, origin, max_depth, max_alias_nodes, yaml.SafeLoader)
+    loader = yaml.SafeLoader(text)
     try:
         return loader.get_single_data()
     finally:
         loader.dispose()
 
 
-def load_yaml_file(path: str | Path, what: str = "YAML file", *, max_bytes: int = MAX_BYTES,
+def load_yaml_file(path: str | Path, what: str = "YAML file", *, max_bytes: int = MAX_YAML_BYTES,
                    max_depth: int = MAX_DEPTH, max_alias_nodes: int = MAX_ALIAS_NODES) -> Any:
     """:func:`load_yaml` of a file; ``what`` names it in messages ("IOSpec", "table"...)."""
     data = read_file(path, what, max_bytes)

@@ -164,7 +164,8 @@ def test_yaml_syntax_error_is_one_cli_line(tmp_path, capsys) -> None:
 
 @pytest.mark.parametrize("damage", ["", "  bad: [1,\n  - 2\n", "\t"])
 def test_large_iospec_on_the_c_loader_gets_femtorun_verdict(tmp_path, damage: str) -> None:
-    """Over 128 KB the C loader reads the file; valid or not, the verdict and kind are femtorun's."""
+    """A large IOSpec (over 128 KB, where libyaml's C loader once read it) gets femtorun's verdict and kind,
+    valid or not."""
     vec = ("  in{i}:\n    type: input\n    varname: in{i}\n    length: 4\n    precision: 16\n"
            "    padded_length: 4\n    comments: {{}}\n")
     text = "inputs:\n" + "".join(vec.format(i=i) for i in range(1500)) + damage + (
