@@ -19,7 +19,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
-from libredgetpu_ros.errors import InputError, LibrEdgeTpuError
+from libredgetpu_ros.errors import InputError, LibrEdgeTpuError, clip
 
 
 def mode_kind(mode: int) -> str | None:
@@ -52,8 +52,6 @@ def file_kind(path: str | Path, *, follow: bool = True) -> str | None:
 
 def _checked(st: os.stat_result, path: str | Path, what: str, max_bytes: int | None,
              error: type[LibrEdgeTpuError]) -> int:
-    from libredgetpu_ros.textdata import clip
-
     kind = mode_kind(st.st_mode)
     if kind is not None:
         raise error(f"{what} {clip(str(path))} is {kind}, not a regular file")
@@ -64,8 +62,6 @@ def _checked(st: os.stat_result, path: str | Path, what: str, max_bytes: int | N
 
 def _refusal(path: str | Path, what: str, exc: BaseException) -> str:
     """Why ``path`` could not be opened or stat'ed (never a second look at the path: that may fail too)."""
-    from libredgetpu_ros.textdata import clip
-
     shown = clip(str(path).replace("\0", "\\0"))
     if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
         return f"{what} {shown} does not exist"
@@ -99,8 +95,6 @@ def open_regular(path: str | Path, what: str, max_bytes: int | None = None,
             if follow:
                 check_regular(path, what, max_bytes, error)  # a socket (ENXIO): named by its kind
             else:  # a link (ELOOP), a socket: named by what is there
-                from libredgetpu_ros.textdata import clip
-
                 kind = file_kind(path, follow=False)
                 if kind is not None and kind != "missing" and not kind.startswith("unreadable"):
                     raise error(f"{what} {clip(str(path))} is {kind}, not a regular file") from None
@@ -117,8 +111,6 @@ def open_regular(path: str | Path, what: str, max_bytes: int | None = None,
 def read_regular(path: str | Path, what: str, max_bytes: int, error: type[InputError] = InputError) -> bytes:
     """The bytes of a regular file of at most ``max_bytes`` (:func:`open_regular`); a file that grew past
     the budget while read (or a /proc-like file reporting size 0) is refused too."""
-    from libredgetpu_ros.textdata import clip
-
     with open_regular(path, what, max_bytes, error) as handle:
         try:
             # The size it has now (+1 to see growth), not the budget: read(n) allocates n bytes up front.
@@ -142,8 +134,6 @@ def walk_files(folder: str | Path, what: str, *, max_depth: int = 32, max_entrie
     not followed (no cycles); sub-folders that cannot be listed (``/proc``'s) are skipped. A tree deeper than
     ``max_depth`` or holding more than ``max_entries`` entries is ``error`` naming the folder
     (``LIBREDGETPU_ROS_TEMPLATES=/proc`` ends there, bounded)."""
-    from libredgetpu_ros.textdata import clip
-
     root = Path(folder)
     try:
         with os.scandir(root):

@@ -4,7 +4,8 @@ Every YAML or JSON file the package reads on a user's behalf (IOSpecs, reference
 trace and replay cases, bag ``metadata.yaml`` and offered-QoS strings, node parameter files) goes through
 here, so one set of rules holds for all of them:
 
-- **Size** is checked before the bytes are read (files) or parsed (text).
+- **Size** is checked before the bytes are read (files) or parsed (text); a file must be a regular one
+  (``paths.open_regular``: a FIFO, device, socket or folder is refused by its kind, never blocked on).
 - **Text is UTF-8**, decoded strictly: a UTF-16 file or a Latin-1 byte is refused with the
   ``UnicodeDecodeError`` kind and the byte offset (femtorun and ROS tools read these files as UTF-8 text).
 - **YAML** is loaded by PyYAML's own (pure-Python) ``SafeLoader`` whatever the text's size, so a text is
@@ -28,6 +29,7 @@ here, so one set of rules holds for all of them:
 from __future__ import annotations
 
 import json
+import os
 import reprlib
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from libredgetpu_ros.errors import CLIP, TextDataError, clip, not_a_file
+from libredgetpu_ros.errors import CLIP, InputError, TextDataError, clip
+from libredgetpu_ros.paths import file_kind, open_regular
 
 MAX_BYTES = 16 * 1024 * 1024       # default size budget of one file
 MAX_YAML_BYTES = 4 * 1024 * 1024   # default for YAML, loaded in pure Python (~3.5 s of CPU per MB): a
@@ -69,21 +72,29 @@ def _one_line(exc: BaseException) -> str:
     return clip(" ".join(str(exc).split()), 400)
 
 
+# The kind of a path that cannot be read, as Python's open() would name it (femtorun opens these files so).
+_OPEN_KINDS = {"missing": "FileNotFoundError", "a folder": "IsADirectoryError"}
+
+
 def read_file(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> bytes:
-    """The bytes of a user file, size checked before reading."""
+    """The bytes of a user file: a regular file (:func:`paths.open_regular`: a FIFO, device, socket or
+    folder is refused by its kind, never blocked on), its size checked before reading."""
     p = Path(path)
-    if not p.is_file():
-        raise TextDataError(not_a_file(what, p), kind="FileNotFoundError", origin=str(p))
-    size = p.stat().st_size
-    if size > max_bytes:
-        raise TextDataError(f"{what} {clip(p)}: {size} bytes is larger than the {max_bytes} accepted",
-                            kind="limit", origin=str(p))
-    try:  # at most one byte past the budget: a file that grew, or a /proc file that reports size 0
-        with p.open("rb") as f:
-            data = f.read(max_bytes + 1)
-    except OSError as exc:
-        raise TextDataError(f"{what} {clip(p)}: cannot read: {exc}", kind=type(exc).__name__,
+    try:
+        handle = open_regular(p, what)
+    except InputError as exc:
+        raise TextDataError(str(exc), kind=_OPEN_KINDS.get(file_kind(p) or "", "OSError"),
                             origin=str(p)) from None
+    with handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > max_bytes:
+            raise TextDataError(f"{what} {clip(p)}: {size} bytes is larger than the {max_bytes} accepted",
+                                kind="limit", origin=str(p))
+        try:  # at most one byte past the budget: a file that grew, or a /proc file that reports size 0
+            data = handle.read(max_bytes + 1)
+        except OSError as exc:
+            raise TextDataError(f"{what} {clip(p)}: cannot read: {exc}", kind=type(exc).__name__,
+                                origin=str(p)) from None
     if len(data) > max_bytes:
         raise TextDataError(f"{what} {clip(p)}: larger than the {max_bytes} bytes accepted", kind="limit",
                             origin=str(p))

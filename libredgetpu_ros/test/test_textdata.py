@@ -131,13 +131,31 @@ def test_size_budget(tmp_path) -> None:
     big.write_bytes(b"a: 1\n" * 1000)
     with pytest.raises(TextDataError, match="larger than the 100 accepted"):
         textdata.load_yaml_file(big, "table", max_bytes=100)
-    with pytest.raises(TextDataError, match="does not exist"):
+    with pytest.raises(TextDataError, match="does not exist") as info:
         textdata.load_yaml_file(tmp_path / "absent.yaml", "table")
+    assert info.value.kind == "FileNotFoundError"
     # a folder with a name longer than the message clip: tested as given, shown clipped
     folder = tmp_path / ("d" * 200)
     folder.mkdir()
-    with pytest.raises(TextDataError, match=r"d\.\.\. \(\d+ characters\) is not a file"):
+    with pytest.raises(TextDataError, match=r"d\.\.\. \(\d+ characters\) is a folder, not a regular file"):
         textdata.load_yaml_file(folder, "table")
+
+
+@pytest.mark.timeout(30)  # a regression blocks on the FIFO: the timeout names it
+@pytest.mark.parametrize("reader", [textdata.load_yaml_file, textdata.load_json_file])
+def test_a_fifo_device_or_socket_is_named_by_its_kind_without_blocking(tmp_path, reader) -> None:
+    """Before: "is not a file" for each (every other reader names the kind: paths.open_regular)."""
+    import os
+    import socket
+
+    fifo = tmp_path / "in.yaml"
+    os.mkfifo(fifo)
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(tmp_path / "s.yaml"))
+        for path, kind in ((fifo, "a FIFO"), (tmp_path / "s.yaml", "a socket"), ("/dev/zero", "a device")):
+            with pytest.raises(TextDataError, match=f"^config {path} is {kind}, not a regular file$") as info:
+                reader(path, "config")
+            assert info.value.kind == "OSError" and info.value.origin == str(path)
 
 
 def test_json_depth_is_measured_outside_strings() -> None:

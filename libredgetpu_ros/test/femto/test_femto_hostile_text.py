@@ -127,9 +127,9 @@ def test_missing_or_oversized_iospec_names_the_field(fixture_path, tmp_path, mon
     with pytest.raises(IOSpecError, match="does not exist") as info:
         load_iospec(tmp_path / "absent.yaml")
     assert (info.value.kind, info.value.key) == ("FileNotFoundError", "path")
-    with pytest.raises(IOSpecError, match="is not a file") as info:
+    with pytest.raises(IOSpecError, match="is a folder, not a regular file") as info:
         load_iospec(tmp_path)
-    assert info.value.key == "path"
+    assert (info.value.kind, info.value.key) == ("IsADirectoryError", "path")
     monkeypatch.setattr("libredgetpu_ros.femto.iospec.MAX_TEXT_BYTES", 100)
     with pytest.raises(IOSpecError, match="larger than the 100") as info:
         load_iospec(fixture_path("femto/single_io_fmot16.yaml"))
