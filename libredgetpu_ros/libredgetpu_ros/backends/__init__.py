@@ -75,8 +75,8 @@ def _open_device(device: Any) -> bool:
 
 
 def _open_edgetpu(module, model_path: Path, cpu_model_path: Path | None, device: Any,
-                  rate_hz: float) -> Backend:
-    backend = module.EdgeTpuBackend(device=device, rate_hz=rate_hz)
+                  rate_hz: float, stream: str) -> Backend:
+    backend = module.EdgeTpuBackend(device=device, rate_hz=rate_hz, stream=stream)
     try:
         backend.load(model_path, cpu_model_path)
     except BaseException:
@@ -139,11 +139,13 @@ def choose(kind: str, device: Any, open_runner: Callable[[str], _Runner], what: 
 
 def open_backend(kind: str, model_path: Path | str, cpu_model_path: Path | str | None = None,
                  device: Any = None, logger: logging.Logger | None = None,
-                 cpu_threads: int | None = None, rate_hz: float = 0.0, no_cpu: str = "") -> Backend:
+                 cpu_threads: int | None = None, rate_hz: float = 0.0, no_cpu: str = "",
+                 stream: str = "") -> Backend:
     """A loaded backend of ``kind`` ("auto" | "cpu" | "edgetpu", resolved by :func:`choose`) for the
     compiled model ``model_path``; ``cpu_threads`` is LiteRT's thread count when the CPU runs it (None:
     LiteRT's default); ``rate_hz`` the backend's weight on a shared accelerator (``edgetpu/broker.py``;
-    0: unset, ``broker.Stream.weight``); ``no_cpu``: see :func:`choose`."""
+    0: unset, ``broker.Stream.weight``) and ``stream`` its stream's name there (the user's, e.g. a node's;
+    "": the model file); ``no_cpu``: see :func:`choose`."""
     if kind not in KINDS:
         raise ConfigError(f"backend must be one of {', '.join(KINDS)}, got {kind!r}")
     model_path = Path(model_path)
@@ -152,6 +154,6 @@ def open_backend(kind: str, model_path: Path | str, cpu_model_path: Path | str |
     def open_runner(name: str) -> Backend:
         if name == "cpu":
             return _open_cpu(model_path, cpu_path, cpu_threads)
-        return _open_edgetpu(_edgetpu_module(), model_path, cpu_path, device, rate_hz)
+        return _open_edgetpu(_edgetpu_module(), model_path, cpu_path, device, rate_hz, stream)
 
     return choose(kind, device, open_runner, model_path.name, logger, no_cpu)

@@ -29,16 +29,16 @@ class EdgeTpuRunner:
     fallback = ""
 
     def __init__(self, template: DenseTemplate, device: Any = None, transport_factory: Any = None,
-                 rate_hz: float = 0.0) -> None:
+                 rate_hz: float = 0.0, stream: str = "") -> None:
         """``device``: index, bus path or None (the first attached), or a ``DeviceBroker`` to share;
         ``rate_hz``: this engine's weight on the shared device (its stream's, ``edgetpu/broker.py``; 0: unset,
-        ``broker.Stream.weight``)."""
+        ``broker.Stream.weight``); ``stream``: that stream's name ("": ``matmul <template>``)."""
         from libredgetpu_ros.edgetpu.broker import open_shared
 
         self._caching, self._execution = template.executables
         self._rows = template.rows
         self._broker = open_shared(device, transport_factory=transport_factory)
-        self._stream = self._broker.stream(f"matmul {template.name}", rate_hz)
+        self._stream = self._broker.stream(stream or f"matmul {template.name}", rate_hz)
         self._lock = threading.Lock()
 
     def _ensure(self, device: Any, parameters: ParameterSet) -> None:

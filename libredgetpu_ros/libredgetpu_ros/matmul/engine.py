@@ -106,12 +106,12 @@ class MatMulEngine:
     """Runtime weight-swapping ``y = W x + b`` on a Dense(N) template (Edge TPU or its CPU twin)."""
 
     def __init__(self, template: DenseTemplate, backend: Backend = "auto", device: Any = None,
-                 rate_hz: float = 0.0) -> None:
+                 rate_hz: float = 0.0, stream: str = "") -> None:
         """``backend``: "auto" or a runner name (``matmul/runners.py``), resolved by ``backends.choose`` as
         every accelerator runner is; ``device``: the Edge TPU selector or shared device (what a family's
         runner makes of it is the family's); ``rate_hz``: the engine's weight on an Edge TPU shared with
         other users of the process (``edgetpu/broker.py``; the nodes' ``device_share_hz``; 0 = an equal
-        share)."""
+        share) and ``stream`` its stream's name there (its user's, e.g. a node's; "": ``matmul dense_N``)."""
         if not isinstance(backend, str):
             raise ConfigError(f"backend must be a runner name, got {backend!r}")
         if backend != "auto":
@@ -133,7 +133,7 @@ class MatMulEngine:
         opened: list[str] = []
 
         def open_named(name: str) -> Runner:
-            runner = open_runner(name, template, device, rate_hz)
+            runner = open_runner(name, template, device, rate_hz, stream)
             opened.append(name)
             return runner
 
@@ -158,9 +158,11 @@ class MatMulEngine:
 
     @classmethod
     def from_template(cls, template: int | str | Path, backend: Backend = "auto", device: Any = None,
-                      templates_dir: Path | None = None, rate_hz: float = 0.0) -> MatMulEngine:
+                      templates_dir: Path | None = None, rate_hz: float = 0.0,
+                      stream: str = "") -> MatMulEngine:
         """Load ``dense_N`` (an int N, a name or a path to one of its files) and open the backend."""
-        return cls(load_template(template, templates_dir), backend=backend, device=device, rate_hz=rate_hz)
+        return cls(load_template(template, templates_dir), backend=backend, device=device, rate_hz=rate_hz,
+                   stream=stream)
 
     # -- shape and state ------------------------------------------------------------------------------
     @property

@@ -12,7 +12,8 @@ either way ``matmul/`` never imports them, so no import cycle runs through the e
 imports the engine). :func:`open_runner` refuses a runner that is not a ``ParameterTarget``. A runner on the
 process's shared Edge TPU (``edgetpu``: a stream of ``edgetpu/broker.py``) is registered with
 ``weighted=True``: its factory also takes ``rate_hz``, the engine's weight on that device (the nodes'
-``device_share_hz``; 0: unset, ``broker.Stream.weight``); the others never see it.
+``device_share_hz``; 0: unset, ``broker.Stream.weight``), and ``stream``, its stream's name there (the
+engine's user's, e.g. a node's; "": ``matmul <template>``); the others never see them.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ _weighted: set[str] = set()  # runners whose factory takes rate_hz (a stream on 
 
 def register_runner(name: str, factory: RunnerFactory, *, weighted: bool = False) -> None:
     """Make ``factory`` the runner called ``name`` (a later registration of the same name replaces it);
-    ``weighted``: it runs on a device shared through ``edgetpu/broker.py`` and its factory takes the keyword
-    ``rate_hz`` (see the module docstring)."""
+    ``weighted``: it runs on a device shared through ``edgetpu/broker.py`` and its factory takes the keywords
+    ``rate_hz`` and ``stream`` (see the module docstring)."""
     if not name or name == "auto":
         raise ConfigError(f"runner name {name!r} is reserved or empty")
     with _lock:
@@ -72,10 +73,10 @@ def _cpu_twin(template: DenseTemplate, device: Any) -> Runner:
     return TwinRunner(template.quant)
 
 
-def _edgetpu(template: DenseTemplate, device: Any, rate_hz: float = 0.0) -> Runner:
+def _edgetpu(template: DenseTemplate, device: Any, rate_hz: float = 0.0, stream: str = "") -> Runner:
     from libredgetpu_ros.matmul.device_runner import EdgeTpuRunner
 
-    return EdgeTpuRunner(template, device, rate_hz=rate_hz)
+    return EdgeTpuRunner(template, device, rate_hz=rate_hz, stream=stream)
 
 
 register_runner("cpu", _cpu_twin)
@@ -112,14 +113,16 @@ def runner_factory(name: str) -> RunnerFactory:
     return factory
 
 
-def open_runner(name: str, template: DenseTemplate, device: Any, rate_hz: float = 0.0) -> Runner:
-    """The runner ``name`` for ``template`` (``rate_hz``: its weight on a shared device, for a runner
-    registered ``weighted``); a ConfigError (the runner closed) when it is not a ``ParameterTarget`` with
-    ``run`` and ``close``: it would miss the weights a swap publishes."""
+def open_runner(name: str, template: DenseTemplate, device: Any, rate_hz: float = 0.0,
+                stream: str = "") -> Runner:
+    """The runner ``name`` for ``template`` (``rate_hz``: its weight on a shared device and ``stream`` its
+    stream's name there, for a runner registered ``weighted``); a ConfigError (the runner closed) when it is
+    not a ``ParameterTarget`` with ``run`` and ``close``: it would miss the weights a swap publishes."""
     factory = runner_factory(name)
     with _lock:
         weighted = name in _weighted
-    runner = factory(template, device, rate_hz=rate_hz) if weighted else factory(template, device)
+    runner = (factory(template, device, rate_hz=rate_hz, stream=stream) if weighted
+              else factory(template, device))
     missing = [m for m in ("stage", "run", "close") if not callable(getattr(runner, m, None))]
     if missing:
         close = getattr(runner, "close", None)

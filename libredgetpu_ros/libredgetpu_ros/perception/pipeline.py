@@ -36,7 +36,9 @@ class PipelineConfig:
     OpenCV pools the CPU tails run on (``threads.limit_library_threads``: None its default, 0 the libraries'
     own), set process-wide when the pipeline opens. ``device`` selects the accelerator
     (``edgetpu.device.parse_selector``), ``device_share_hz`` is this pipeline's weight on it when it is shared
-    (``edgetpu/broker.py``: its expected frame rate; 0: unset, ``broker.Stream.weight``)."""
+    (``edgetpu/broker.py``: its expected frame rate; 0: unset, ``broker.Stream.weight``) and ``stream`` its
+    first segment's stream name there (its user's, e.g. a node's; later segments add "(segment k)"; "": the
+    model files)."""
 
     model: str | Path | Sequence[str | Path]
     cpu_model: str | Path | None = None
@@ -50,6 +52,7 @@ class PipelineConfig:
     cpu_threads: int | None = None
     library_threads: int | None = None
     device_share_hz: float = 0.0
+    stream: str = ""
 
     def model_paths(self) -> list[Path]:
         if isinstance(self.model, str | Path):
@@ -141,15 +144,16 @@ class PerceptionPipeline:
         log.debug("pipeline: library thread pools %s", pools or "left at the libraries' defaults")
         segments: list[_Segment] = []
         try:
-            for path, model, boundary in zip(paths, models, boundaries, strict=True):
+            for k, (path, model, boundary) in enumerate(zip(paths, models, boundaries, strict=True)):
                 if segments and segments[0].backend.name == "edgetpu":
                     # later segments share the first one's accelerator (one owner per device)
                     backend = open_backend("edgetpu", path, device=segments[0].backend.device, logger=log,
-                                           rate_hz=cfg.device_share_hz)
+                                           rate_hz=cfg.device_share_hz,
+                                           stream=f"{cfg.stream} (segment {k + 1})" if cfg.stream else "")
                 else:
                     backend = open_backend(cfg.backend, path, cfg.cpu_model, device=cfg.device, logger=log,
                                            cpu_threads=cfg.cpu_threads, rate_hz=cfg.device_share_hz,
-                                           no_cpu=no_twin)
+                                           no_cpu=no_twin, stream=cfg.stream)
                 segments.append(_Segment(path, model, boundary, backend))
             pipeline = cls(segments, task, labels, transform, options)
         except BaseException:

@@ -19,7 +19,8 @@ usually a ``template`` (``RoboticsTemplate``) and a ``resize`` flag. This base g
 Modules keep their own ``__init__`` (each checks its template before opening a device) and set the
 attributes above there. Each takes ``device`` (the accelerator selector, or a ``DeviceBroker`` to share) and
 ``rate_hz`` (its weight on that accelerator when other users of the process share it: the camera nodes'
-``device_share_hz``; 0: unset, ``broker.Stream.weight``) and hands both to its runner (``TemplateRunner``,
+``device_share_hz``; 0: unset, ``broker.Stream.weight``) and ``stream`` (that stream's name: a node's, from
+``ros/params.share_stream``; "": the model file), and hands them to its runner (``TemplateRunner``,
 ``open_backend``).
 """
 

@@ -37,9 +37,11 @@ class EmbeddingExtractor(RoboticsModule):
     MODULE = "extractor"
 
     def __init__(self, model: str | Path | None = None, backend: str = "auto",
-                 cpu_model: str | Path | None = None, device: Any = None, rate_hz: float = 0.0) -> None:
+                 cpu_model: str | Path | None = None, device: Any = None, rate_hz: float = 0.0,
+                 stream: str = "") -> None:
         self.model_path = Path(model) if model is not None else default_model()
-        self.runner = open_backend(backend, self.model_path, cpu_model, device, rate_hz=rate_hz)
+        self.runner = open_backend(backend, self.model_path, cpu_model, device, rate_hz=rate_hz,
+                                   stream=stream)
         boundary = self.runner.boundary
         if len(boundary.inputs) != 1 or len(boundary.outputs) != 1:
             self.runner.close()

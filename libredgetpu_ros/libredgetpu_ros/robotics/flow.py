@@ -232,10 +232,12 @@ class OpticalFlow(RoboticsModule):
 
     @classmethod
     def from_template(cls, template: str | Path = "gabor_64x64_p4", backend: str = "auto", device: Any = None,
-                      folder: Path | None = None, rate_hz: float = 0.0, **options: Any) -> OpticalFlow:
+                      folder: Path | None = None, rate_hz: float = 0.0, stream: str = "",
+                      **options: Any) -> OpticalFlow:
         """OpticalFlow on a Gabor template: a name (``gabor_64x64_p4``, looked up in the fixtures'
         ``robotics`` folder or ``folder``) or any of its files (compiled, twin or sidecar)."""
-        runner = TemplateRunner(load_template(template, folder), backend, device, rate_hz=rate_hz)
+        runner = TemplateRunner(load_template(template, folder), backend, device, rate_hz=rate_hz,
+                                stream=stream)
         try:
             return cls(runner, **options)
         except BaseException:

@@ -116,7 +116,7 @@ class LoomingDetector(RoboticsModule):
                  resize: bool = True, window: int = 5, min_samples: int = 3, contact_tau: float = 2.0,
                  backend_object: Any = None, ttc_mode: str = "scale", max_gap_s: float = 0.5,
                  ttc_settings: TtcSettings | None = None, rate_hz: float = 0.0,
-                 cpu_threads: int | None = 1) -> None:
+                 cpu_threads: int | None = 1, stream: str = "") -> None:
         if ttc_mode not in TTC_MODES:
             raise ConfigError(f"ttc_mode must be one of {', '.join(TTC_MODES)}, got {ttc_mode!r}")
         self.ttc_mode = ttc_mode
@@ -130,7 +130,7 @@ class LoomingDetector(RoboticsModule):
                                    f"looming template gives {self.zones_per_side ** 2} uint8 zones")
         self.resize = resize
         self.runner = TemplateRunner(template, backend, device, backend_object=backend_object,
-                                     rate_hz=rate_hz, cpu_threads=cpu_threads)
+                                     rate_hz=rate_hz, stream=stream, cpu_threads=cpu_threads)
         self.ttc = TtcEstimator(window, min_samples, contact_tau, max_gap_s)
         settings = ttc_settings or TtcSettings()
         if ttc_settings is None and max_gap_s != settings.max_gap_s:

@@ -76,7 +76,7 @@ class PatternTracker(RoboticsModule):
                  blobs: dict[str, np.ndarray] | None = None, mode: str = "normalized",
                  min_score: float | None = None, passes: int = PASSES,
                  limits: PatternLimits | None = None, rate_hz: float = 0.0,
-                 cpu_threads: int | None = 1) -> None:
+                 cpu_threads: int | None = 1, stream: str = "") -> None:
         """``limits``: the validity check's (robotics/pattern_validity.py); ``min_score``, when given,
         replaces theirs."""
         if mode not in MODES:
@@ -116,7 +116,7 @@ class PatternTracker(RoboticsModule):
         self._budget = self._response_budget()
         self.runner = TemplateRunner(template, backend, device, twin_tensors=(self._filter_index,),
                                      backend_object=backend_object, blobs=blobs, rate_hz=rate_hz,
-                                     cpu_threads=cpu_threads)
+                                     stream=stream, cpu_threads=cpu_threads)
         self.offsets, self.blob_kind = self._offsets(self.runner.parameters.blobs)
 
     @classmethod

@@ -86,7 +86,7 @@ class SpotTracker(RoboticsModule):
     def __init__(self, template: RoboticsTemplate, backend: str = "auto", device: Any = None,
                  resize: bool = True, backend_object: Any = None, mode: str = "checked",
                  limits: ValidityLimits | None = None, rate_hz: float = 0.0,
-                 cpu_threads: int | None = 1) -> None:
+                 cpu_threads: int | None = 1, stream: str = "") -> None:
         if mode not in MODES:
             raise ConfigError(f"spot mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.template = template
@@ -109,7 +109,7 @@ class SpotTracker(RoboticsModule):
             self.filter_scale = None
         self.validity = SpotValidity(template, limits) if mode == "checked" else None
         self.runner = TemplateRunner(template, backend, device, twin_tensors=twin_tensors,
-                                     backend_object=backend_object, rate_hz=rate_hz,
+                                     backend_object=backend_object, rate_hz=rate_hz, stream=stream,
                                      cpu_threads=cpu_threads)
 
     def _check_filter_bytes(self) -> None:

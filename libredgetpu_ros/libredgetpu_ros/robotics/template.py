@@ -258,20 +258,21 @@ class TemplateRunner:
     ``backend_object`` replaces opening one (tests pass a double that records what it is given), and
     ``blobs`` the compiled blobs to start from (only for such doubles when no compiled model exists);
     ``rate_hz`` the module's share of an Edge TPU other users of the process share (its broker stream's
-    weight, the nodes' ``device_share_hz``; 0: unset, ``broker.Stream.weight``).
+    weight, the nodes' ``device_share_hz``; 0: unset, ``broker.Stream.weight``), ``stream`` that stream's
+    name (its user's, e.g. a node's; "": the compiled model's file).
     """
 
     def __init__(self, template: RoboticsTemplate, backend: str = "auto", device: Any = None, *,
                  twin_tensors: Sequence[int] = (), backend_object: Any = None,
                  blobs: Mapping[str, np.ndarray] | None = None, cpu_threads: int | None = 1,
-                 rate_hz: float = 0.0) -> None:
+                 rate_hz: float = 0.0, stream: str = "") -> None:
         self.template = template
         if backend_object is not None:
             self.backend = backend_object
         elif backend == "none":
             self.backend = None
         else:
-            self.backend = _open(template, backend, device, cpu_threads, rate_hz)
+            self.backend = _open(template, backend, device, cpu_threads, rate_hz, stream)
         start_blobs = dict(template.blobs() if blobs is None else blobs)
         twin = {int(i): template.twin.buffer_data(template.twin.tensors[i]) for i in twin_tensors}
         self.store = ParameterStore(start_blobs, twin)
@@ -316,7 +317,7 @@ class TemplateRunner:
 
 
 def _open(template: RoboticsTemplate, backend: str, device: Any, cpu_threads: int | None,
-          rate_hz: float) -> Any:
+          rate_hz: float, stream: str) -> Any:
     from libredgetpu_ros.backends import KINDS, open_backend
 
     if backend not in KINDS:
@@ -332,4 +333,4 @@ def _open(template: RoboticsTemplate, backend: str, device: Any, cpu_threads: in
         cpu.load(template.twin_path)
         return cpu
     return open_backend(backend, template.compiled_path, template.twin_path, device=device,
-                        cpu_threads=cpu_threads, rate_hz=rate_hz)
+                        cpu_threads=cpu_threads, rate_hz=rate_hz, stream=stream)

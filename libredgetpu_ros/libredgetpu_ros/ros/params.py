@@ -116,6 +116,20 @@ DEVICE_SHARE_PARAM = ParamSpec("device_share_hz", 0.0, "This node's share of an 
                                "on the device (all 0: equal turns).",
                                range=(0.0, 1000.0))
 
+
+def share_stream(node: str, what: object) -> str:
+    """The name of ``node``'s stream (its fully qualified name) for ``what`` it runs (a template or model:
+    a path is shortened to its file name) on an accelerator shared in its process: ``"/robot1/tracker:
+    color_red_64x64"``, what the broker and the node's ``shared_stream`` diagnostics show; "" without a node
+    (process-bag, the CLI): the broker names it after the model."""
+    return f"{node}: {str(what).rstrip('/').rsplit('/', 1)[-1]}" if node else ""
+
+
+def dense_stream(node: str, template: int | str) -> str:
+    """:func:`share_stream` of a MatMul engine on ``template`` (a size N: ``dense_N``, or a path)."""
+    return share_stream(node, f"dense_{template}" if isinstance(template, int) else template)
+
+
 # The control, reservoir and SPU nodes' /diagnostics period (the camera nodes' is in ros/camera/params.py).
 DIAGNOSTICS_PERIOD = ParamSpec("diagnostics_period", 1.0, "s between /diagnostics messages",
                                range=(0.05, 60.0))

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from .test_broker import Gate
+from .test_broker import MNV1, Gate
 from .test_device_select import three  # noqa: F401  (the fixture: three scripted accelerators)
 
 TRACKER = "robotics/tracker/bright_128x128_edgetpu.tflite"
@@ -155,6 +155,28 @@ def test_two_trackers_on_one_template_get_their_own_streams(three, fixture_path)
             p.close()
 
 
+def test_two_tracker_nodes_streams_are_named_by_their_nodes(three, fixture_path) -> None:  # noqa: F811
+    """Tracker nodes /a/tracker and /b/tracker of one process on the same template, opened as the live node
+    opens its processor (its fully qualified name): each stream, in the broker and in the node's diagnostics,
+    says which node it serves; process-bag (no node) keeps the model's name."""
+    from libredgetpu_ros.ros.robotics.params import TRACKER_PARAMS
+    from libredgetpu_ros.ros.robotics.processors import TrackerProcessor
+
+    params = _params(TRACKER_PARAMS, template=str(fixture_path(TRACKER)), device_share_hz=30.0)
+    opened = [TrackerProcessor(params, node=node) for node in ("/a/tracker", "/b/tracker")]
+    try:
+        opened.append(TrackerProcessor(params))  # process-bag's
+        name = fixture_path(TRACKER).name
+        assert [p.diagnostic_values()["shared_stream"] for p in opened] == [
+            f"/a/tracker: {name}", f"/b/tracker: {name}", name]
+        assert opened[0].diagnostic_values()["shared_device_users"] == 3
+        assert {p.module.runner.backend._stream.name for p in opened} == {
+            f"/a/tracker: {name}", f"/b/tracker: {name}", name}
+    finally:
+        for p in opened:
+            p.close()
+
+
 def test_control_and_reservoir_engines_weigh_their_turns(three, fixture_path) -> None:  # noqa: F811
     """Two control nodes' engines (device_share_hz 30 and 15) opened by the node's own Controller, and a
     reservoir node's engine (its open_reservoir) at 10 beside them."""
@@ -191,25 +213,28 @@ def test_control_and_reservoir_engines_weigh_their_turns(three, fixture_path) ->
 
 def test_flow_and_recognition_nodes_pass_their_share(three, fixture_path) -> None:  # noqa: F811
     """The flow node's optical flow and the recognition node's extractor and database engine: each stream
-    carries the node's device_share_hz."""
+    carries the node's device_share_hz and is named after the node."""
     from libredgetpu_ros.ros.flow.params import PARAMS as FLOW_PARAMS
     from libredgetpu_ros.ros.flow.processor import FlowProcessor
     from libredgetpu_ros.ros.recognition.params import RECOGNITION_PARAMS
     from libredgetpu_ros.ros.recognition.processor import RecognitionProcessor
 
-    flow = FlowProcessor(_params(FLOW_PARAMS, model=str(fixture_path(FLOW)), device_share_hz=20.0))
+    flow = FlowProcessor(_params(FLOW_PARAMS, model=str(fixture_path(FLOW)), device_share_hz=20.0),
+                         node="/front/flow")
     try:
         assert flow.compass.flow.runner.backend._stream.weight == 20.0
         assert flow.diagnostic_values()["shared_rate_hz"] == 20.0
+        assert flow.diagnostic_values()["shared_stream"] == f"/front/flow: {fixture_path(FLOW).name}"
         recognition = RecognitionProcessor(_params(RECOGNITION_PARAMS, model=str(fixture_path(EXTRACTOR)),
-                                                   template=256, device_share_hz=5.0))
+                                                   template=256, device_share_hz=5.0), node="/recognition")
         try:
             streams = [recognition.extractor.runner._stream, recognition.db.engine._runner._stream]
             assert {id(s.broker) for s in streams} == {id(flow.compass.flow.runner.backend._stream.broker)}
             assert [s.weight for s in streams] == [5.0, 5.0]
             diag = recognition.diagnostic_values()
             assert (diag["shared_extractor_rate_hz"], diag["shared_database_rate_hz"]) == (5.0, 5.0)
-            assert diag["shared_database_stream"] == "matmul dense_256"
+            assert (diag["shared_extractor_stream"], diag["shared_database_stream"]) == (
+                f"/recognition: {fixture_path(EXTRACTOR).name}", "/recognition: dense_256")
         finally:
             recognition.close()
     finally:
@@ -234,8 +259,8 @@ def _fault_once(stream: Any) -> None:
 def test_control_and_reservoir_nodes_show_their_stream_in_diagnostics(three, ros_env,  # noqa: F811
                                                                        fixture_path) -> None:
     """A control node (device_share_hz 30) and a reservoir node (10) configured in this process on accelerator
-    "1": each node's diagnostics name its engine's stream and share, as the camera nodes' do, and a device
-    fault on the shared accelerator turns both WARN naming it."""
+    "1": each node's diagnostics name its engine's stream (after the node) and share, as the camera nodes' do,
+    and a device fault on the shared accelerator turns both WARN naming it."""
     from libredgetpu_ros.ros import diagnostics
     from libredgetpu_ros.ros.control_node import ControlNode
     from libredgetpu_ros.ros.reservoir.node import ReservoirNode
@@ -255,8 +280,11 @@ def test_control_and_reservoir_nodes_show_their_stream_in_diagnostics(three, ros
         assert reservoir.trigger_configure() == TransitionCallbackReturn.SUCCESS
         (c_level, c_message, c_values), (r_level, r_message, r_values) = (control.diagnostic_status(),
                                                                          reservoir.diagnostic_status())
-        assert (c_values["shared_stream"], c_values["shared_rate_hz"]) == ("matmul dense_256", 30.0)
-        assert (r_values["shared_stream"], r_values["shared_rate_hz"]) == ("matmul dense_256#2", 10.0)
+        # each stream named by its node (the fully qualified name) and its template
+        assert (c_values["shared_stream"], c_values["shared_rate_hz"]) == (
+            f"/control_shared: {fixture_path(DENSE).name}", 30.0)
+        assert (r_values["shared_stream"], r_values["shared_rate_hz"]) == (
+            "/reservoir_shared: dense_256", 10.0)
         assert c_values["shared_device_users"] == r_values["shared_device_users"] == 2
         assert c_values["shared_faults"] == r_values["shared_faults"] == 0
         assert (c_level, r_level) == (diagnostics.OK, diagnostics.OK) and "fault" not in c_message + r_message
@@ -271,3 +299,19 @@ def test_control_and_reservoir_nodes_show_their_stream_in_diagnostics(three, ros
         for node in (control, reservoir):
             node.teardown()
             node.destroy_node()
+
+
+def test_perception_node_stream_is_named_by_its_node(three, fixture_path) -> None:  # noqa: F811
+    """The perception node's pipeline opened as the live node opens its processor: its stream says which
+    node it serves."""
+    from libredgetpu_ros.ros.perception.params import PARAMS
+    from libredgetpu_ros.ros.perception.processor import PerceptionProcessor
+
+    processor = PerceptionProcessor(_params(PARAMS, model=str(fixture_path(MNV1)), device_share_hz=12.0),
+                                    node="/cam1/perception")
+    try:
+        values = processor.diagnostic_values()
+        assert (values["shared_stream"], values["shared_rate_hz"]) == (
+            f"/cam1/perception: {fixture_path(MNV1).name}", 12.0)
+    finally:
+        processor.close()

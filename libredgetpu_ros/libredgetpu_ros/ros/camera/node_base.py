@@ -118,7 +118,8 @@ class CameraNode(ImageInput, LifecycleNode):
 
     def open_processor(self) -> None:
         """Configure: ``PROCESSOR`` opened from ``self.params``; a ``LibrEdgeTpuError`` fails configure."""
-        processor = self.PROCESSOR(self.params, warn=self.get_logger().warning)
+        processor = self.PROCESSOR(self.params, warn=self.get_logger().warning,
+                                   node=self.get_fully_qualified_name())
         with self._processor_lock:
             self._processor = processor
 

@@ -52,11 +52,14 @@ class CameraProcessor:
 
     out_types: dict[str, type]
 
-    def __init__(self, params: Any, warn: Warn | None = None) -> None:
+    def __init__(self, params: Any, warn: Warn | None = None, node: str = "") -> None:
         """Open what ``frame`` needs from the node's parameters (a ``LibrEdgeTpuError`` if it cannot be;
-        nothing is left open then); ``warn`` hears what was substituted or ignored."""
+        nothing is left open then); ``warn`` hears what was substituted or ignored; ``node``: the live node's
+        fully qualified name, which names its streams on a shared accelerator (``params.share_stream``;
+        "" offline)."""
         self.params = params
         self.warn: Warn = warn or (lambda text: None)
+        self.node = node
 
     @classmethod
     def offline_notes(cls, params: Any) -> list[str]:

@@ -16,6 +16,7 @@ import numpy as np
 from libredgetpu_ros.errors import ConfigError, LibrEdgeTpuError, WeightsError
 from libredgetpu_ros.ros.control.codec import JointOrder, to_float32_array, validate_weights_request
 from libredgetpu_ros.ros.control.params import ControlConfig
+from libredgetpu_ros.ros.params import dense_stream
 from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
 
 REPLY_RECORD_SIZE = 1024  # answers kept per request_id: a retry must come within this many calls
@@ -52,13 +53,16 @@ class ReplyRecord:
 class Controller:
     """An open engine plus the controller's shape, weight range and state buffer."""
 
-    def __init__(self, cfg: ControlConfig) -> None:
+    def __init__(self, cfg: ControlConfig, node: str = "") -> None:
+        """The engine the parameters ask for; ``node`` (the node's fully qualified name) names its stream on
+        an Edge TPU shared in the process (``params.share_stream``)."""
         from libredgetpu_ros.matmul import MatMulEngine  # LiteRT / libusb: imported only when configuring
 
         template: int | str = cfg.template_path or cfg.template
         self.engine: Any = MatMulEngine.from_template(template, backend=cfg.backend,
                                                       device=cfg.device or None,
-                                                      rate_hz=cfg.device_share_hz)
+                                                      rate_hz=cfg.device_share_hz,
+                                                      stream=dense_stream(node, template))
         try:
             self._setup(cfg, template)
         except BaseException:

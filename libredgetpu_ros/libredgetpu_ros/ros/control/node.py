@@ -97,7 +97,7 @@ class ControlNode(ManagedNode):
         return dataclasses.replace(cfg, joint_names=tuple(n for n in cfg.joint_names if n))
 
     def open_processor(self) -> None:
-        self._ctl = Controller(self.cfg)
+        self._ctl = Controller(self.cfg, self.get_fully_qualified_name())
         self._check_accelerator()
 
     def create_outputs(self) -> None:

@@ -29,6 +29,7 @@ from libredgetpu_ros.ros.camera.processor import (
     shared_warnings,
 )
 from libredgetpu_ros.ros.flow.messages import FLOW_OUTPUTS, flow_messages, stamp_seconds
+from libredgetpu_ros.ros.params import share_stream
 
 # Settings of the flow that may change while active (applied under the processor lock).
 _RUNTIME_FLOW = ("temperature", "min_texture", "min_confidence", "min_margin", "max_gap", "min_match")
@@ -36,13 +37,14 @@ _RUNTIME_FLOW = ("temperature", "min_texture", "min_confidence", "min_margin", "
 _SCENE_REASONS = ("low_texture", "low_confidence", "ambiguous", "saturated")
 
 
-def open_compass(p: Any) -> Any:
-    """The compass (over its optical flow) the node's parameters ask for."""
+def open_compass(p: Any, stream: str = "") -> Any:
+    """The compass (over its optical flow) the node's parameters ask for (``stream``: its flow's stream
+    name on a shared accelerator)."""
     from libredgetpu_ros.robotics.compass import VisualCompass
 
     return VisualCompass.from_template(
         p.model, p.fov_deg, p.projection, backend=p.backend, device=p.device or None,
-        rate_hz=p.device_share_hz, mode=p.mode,
+        rate_hz=p.device_share_hz, stream=stream, mode=p.mode,
         search_range=p.search_range, pool_factor=p.pool_factor, temperature=p.temperature,
         min_texture=p.min_texture, min_confidence=p.min_confidence, min_margin=p.min_margin,
         max_gap=p.max_gap, refine=p.refine, min_match=p.min_match)
@@ -51,9 +53,9 @@ def open_compass(p: Any) -> Any:
 class FlowProcessor(CameraProcessor):
     """Optical flow and heading of one frame (against the previous one); see the module docstring."""
 
-    def __init__(self, params: Any, warn: Warn | None = None) -> None:
-        super().__init__(params, warn)
-        self.compass = open_compass(params)
+    def __init__(self, params: Any, warn: Warn | None = None, node: str = "") -> None:
+        super().__init__(params, warn, node)
+        self.compass = open_compass(params, share_stream(node, params.model))
         self.out_types = dict(FLOW_OUTPUTS)
         flow = self.compass.flow
         self._lock = threading.Lock()  # the compass: camera thread vs services, parameters, camera info

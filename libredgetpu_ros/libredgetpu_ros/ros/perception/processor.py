@@ -27,6 +27,7 @@ from libredgetpu_ros.ros.camera.processor import (
     shared_values,
     shared_warnings,
 )
+from libredgetpu_ros.ros.params import share_stream
 from libredgetpu_ros.ros.perception.params import pipeline_config
 
 _RUNTIME_OPTIONS = ("score_threshold", "max_results", "top_k")
@@ -35,11 +36,15 @@ _RUNTIME_OPTIONS = ("score_threshold", "max_results", "top_k")
 class PerceptionProcessor(CameraProcessor):
     """A ``PerceptionPipeline`` on one frame; see the module docstring."""
 
-    def __init__(self, params: Any, warn: Warn | None = None) -> None:
+    def __init__(self, params: Any, warn: Warn | None = None, node: str = "") -> None:
+        import dataclasses
+
         from libredgetpu_ros.perception.pipeline import PerceptionPipeline
 
-        super().__init__(params, warn)
-        self.pipeline = PerceptionPipeline.from_config(pipeline_config(params))
+        super().__init__(params, warn, node)
+        first_model = str(params.model).split(",", 1)[0].strip()  # a segmented model: its first file
+        cfg = dataclasses.replace(pipeline_config(params), stream=share_stream(node, first_model))
+        self.pipeline = PerceptionPipeline.from_config(cfg)
         self._lock = threading.Lock()  # the pipeline: a frame's inference vs set_options
         self.task: str = self.pipeline.task
         self.out_types = dict(conversions.output_topics(self.task))

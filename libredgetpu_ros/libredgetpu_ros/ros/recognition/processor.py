@@ -29,24 +29,27 @@ from libredgetpu_ros.ros.camera.processor import (
     shared_values,
     shared_warnings,
 )
+from libredgetpu_ros.ros.params import dense_stream, share_stream
 
 # The extractor's input size: the warm-up's blank frame without a first frame.
 _WARM_UP_SIZE = 224
 
 
-def open_recognizer(p: Any) -> tuple[Any, Any]:
-    """(extractor, database) the node's parameters ask for; nothing is left open when it fails."""
+def open_recognizer(p: Any, node: str = "") -> tuple[Any, Any]:
+    """(extractor, database) the node's parameters ask for; nothing is left open when it fails; ``node``
+    names their streams on a shared accelerator (``params.share_stream``)."""
     from libredgetpu_ros.matmul import MatMulEngine
     from libredgetpu_ros.robotics.embedding import EmbeddingSimilarity
     from libredgetpu_ros.robotics.extractor import EmbeddingExtractor
 
     # both on one accelerator: two streams of the node, each with its device_share_hz (edgetpu/broker.py)
     extractor = EmbeddingExtractor(p.model or None, backend=p.backend, device=p.device or None,
-                                   rate_hz=p.device_share_hz)
+                                   rate_hz=p.device_share_hz,
+                                   stream=share_stream(node, p.model or "embedding extractor"))
     engine = None
     try:
         engine = MatMulEngine.from_template(p.template, backend=p.backend, device=p.device or None,
-                                            rate_hz=p.device_share_hz)
+                                            rate_hz=p.device_share_hz, stream=dense_stream(node, p.template))
         db = EmbeddingSimilarity(engine, extractor.dim)
         if p.database:
             db.load(p.database)
@@ -85,9 +88,9 @@ def recognition_messages(header: Header, decision: Any, options: Any) -> list[tu
 class RecognitionProcessor(CameraProcessor):
     """Recognition of one frame against the enrolled database; see the module docstring."""
 
-    def __init__(self, params: Any, warn: Warn | None = None) -> None:
-        super().__init__(params, warn)
-        self.extractor, self.db = open_recognizer(params)
+    def __init__(self, params: Any, warn: Warn | None = None, node: str = "") -> None:
+        super().__init__(params, warn, node)
+        self.extractor, self.db = open_recognizer(params, node)
         self.out_types = {"classification": Classification}
         self._embed_lock = threading.Lock()
         self.last_rgb: np.ndarray | None = None  # the last frame (what ~/enroll enrols)

@@ -40,6 +40,7 @@ from libredgetpu_ros.errors import InputError, LibrEdgeTpuError
 from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.control.codec import JointOrder, describe_non_finite
 from libredgetpu_ros.ros.lifecycle import ManagedNode
+from libredgetpu_ros.ros.params import dense_stream
 from libredgetpu_ros.ros.reservoir.params import PARAM_TABLE, ReservoirNodeConfig
 from libredgetpu_ros.ros.reservoir.states import read_bag_states, state_vector
 from libredgetpu_ros.ros.services import MESSAGE_CHARS, OffExecutor
@@ -66,13 +67,14 @@ class _Stats:
     rate: diagnostics.RateMeter = dataclasses.field(default_factory=diagnostics.RateMeter)
 
 
-def open_reservoir(cfg: ReservoirNodeConfig) -> Any:
-    """The node's reservoir from its parameters (also what offline processing of a bag uses)."""
+def open_reservoir(cfg: ReservoirNodeConfig, node: str = "") -> Any:
+    """The node's reservoir from its parameters (also what offline processing of a bag uses); ``node``
+    names its engine's stream on a shared Edge TPU (``params.share_stream``)."""
     from libredgetpu_ros.matmul import MatMulEngine
     from libredgetpu_ros.robotics.reservoir import ReservoirComputer, ReservoirConfig
 
     engine = MatMulEngine.from_template(cfg.template, backend=cfg.backend, device=cfg.device or None,
-                                        rate_hz=cfg.device_share_hz)
+                                        rate_hz=cfg.device_share_hz, stream=dense_stream(node, cfg.template))
     try:
         rc = ReservoirComputer(engine, ReservoirConfig(
             input_dim=cfg.state_size, spectral_radius=cfg.spectral_radius, input_scaling=cfg.input_scaling,
@@ -115,7 +117,7 @@ class ReservoirNode(ManagedNode):
 
     def open_processor(self) -> None:
         cfg = self.cfg
-        self._rc = open_reservoir(cfg)
+        self._rc = open_reservoir(cfg, self.get_fully_qualified_name())
         self._order = JointOrder(cfg.joint_names) if cfg.joint_names else None
         self._buffer = collections.deque(maxlen=cfg.buffer_size)
         self._stats = _Stats()

@@ -26,6 +26,7 @@ from libredgetpu_ros.ros.camera.processor import (
     shared_values,
     shared_warnings,
 )
+from libredgetpu_ros.ros.params import share_stream
 from libredgetpu_ros.ros.robotics import messages
 from libredgetpu_ros.ros.robotics.params import parse_color
 
@@ -35,7 +36,7 @@ def _require_template(p: Any, what: str) -> None:
         raise ConfigError(f"parameter template is empty: set it to a {what} template")
 
 
-def open_tracker(p: Any, warn: Warn | None = None) -> Any:
+def open_tracker(p: Any, warn: Warn | None = None, stream: str = "") -> Any:
     """The tracker the node's parameters ask for, with the configured colour / patch swapped in; ``warn``
     hears what was substituted (colour weights clipped to the template's range)."""
     from libredgetpu_ros.robotics.template import load_template
@@ -43,7 +44,7 @@ def open_tracker(p: Any, warn: Warn | None = None) -> Any:
     _require_template(p, "robotics")
     template = load_template(p.template)
     options = {"backend": p.backend, "device": p.device or None, "rate_hz": p.device_share_hz,
-               "cpu_threads": p.cpu_threads,
+               "stream": stream, "cpu_threads": p.cpu_threads,
                "resize": p.resize}
     if p.module == "spot":
         from libredgetpu_ros.robotics.spot import SpotTracker
@@ -66,7 +67,7 @@ def open_tracker(p: Any, warn: Warn | None = None) -> Any:
     return tracker
 
 
-def open_detector(p: Any) -> Any:
+def open_detector(p: Any, stream: str = "") -> Any:
     """The looming detector the node's parameters ask for."""
     from libredgetpu_ros.robotics.looming import LoomingDetector
     from libredgetpu_ros.robotics.template import load_template
@@ -76,7 +77,8 @@ def open_detector(p: Any) -> Any:
         raise ConfigError(f"ttc_min_samples ({p.ttc_min_samples}) must not exceed ttc_window "
                           f"({p.ttc_window})")
     return LoomingDetector(load_template(p.template), backend=p.backend, device=p.device or None,
-                           rate_hz=p.device_share_hz, cpu_threads=p.cpu_threads, resize=p.resize,
+                           rate_hz=p.device_share_hz, stream=stream, cpu_threads=p.cpu_threads,
+                           resize=p.resize,
                            window=p.ttc_window, min_samples=p.ttc_min_samples, contact_tau=p.contact_tau,
                            ttc_mode=p.ttc_mode, max_gap_s=p.max_gap)
 
@@ -125,9 +127,9 @@ class _TemplateProcessor(CameraProcessor):
 class TrackerProcessor(_TemplateProcessor):
     """Spot / pattern tracking of one frame; see the module docstring."""
 
-    def __init__(self, params: Any, warn: Warn | None = None) -> None:
-        super().__init__(params, warn)
-        self._opened(open_tracker(params, warn=self.warn))
+    def __init__(self, params: Any, warn: Warn | None = None, node: str = "") -> None:
+        super().__init__(params, warn, node)
+        self._opened(open_tracker(params, warn=self.warn, stream=share_stream(node, params.template)))
         self.out_types = dict(messages.TRACKER_OUTPUTS)
         self.last: tuple[Any, int, int] | None = None  # (template-input image, frame width, frame height)
         self._last_offset: tuple[float, float] | None = None
@@ -182,9 +184,9 @@ class TrackerProcessor(_TemplateProcessor):
 class LoomingProcessor(_TemplateProcessor):
     """Looming detection of one frame; see the module docstring."""
 
-    def __init__(self, params: Any, warn: Warn | None = None) -> None:
-        super().__init__(params, warn)
-        self._opened(open_detector(params))
+    def __init__(self, params: Any, warn: Warn | None = None, node: str = "") -> None:
+        super().__init__(params, warn, node)
+        self._opened(open_detector(params, stream=share_stream(node, params.template)))
         self.out_types = dict(messages.LOOMING_OUTPUTS)
         self.last: Any = None  # the last LoomingResult
 
