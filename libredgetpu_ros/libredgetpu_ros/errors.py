@@ -129,12 +129,3 @@ class DeviceTimeoutError(DeviceError):
 class FirmwareNotFoundError(DeviceError):
     """The firmware file needed to boot an accelerator in bootloader mode is missing."""
 
-
-def not_a_file(what: str, path: object) -> str:
-    """The message for a ``path`` that should be a readable file but is not: missing, or something else.
-
-    Pass the real path: it is tested as given and clipped only for the message (a clipped path tested
-    for existence would always read "does not exist")."""
-    from pathlib import Path
-
-    return f"{what} {clip(str(path))} {'is not a file' if Path(str(path)).exists() else 'does not exist'}"

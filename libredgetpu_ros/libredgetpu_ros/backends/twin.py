@@ -23,15 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from libredgetpu_ros.backends.base import BoundaryInfo
-from libredgetpu_ros.errors import InputError, ModelFormatError, not_a_file
+from libredgetpu_ros.errors import InputError, ModelFormatError
+from libredgetpu_ros.paths import check_regular, file_kind
 
 
 def find_twin(model_path: Path, cpu_model_path: Path | None = None) -> Path:
     """The CPU twin of ``model_path``: the explicit path, or the compiled name without ``_edgetpu``."""
     if cpu_model_path is not None:
         path = Path(cpu_model_path)
-        if not path.is_file():
-            raise InputError(not_a_file("CPU model", path))
+        check_regular(path, "CPU model")  # a FIFO or a device is named by its kind (read later, bounded)
         return path
     model_path = Path(model_path)
     stem = model_path.stem
@@ -39,7 +39,9 @@ def find_twin(model_path: Path, cpu_model_path: Path | None = None) -> Path:
         raise InputError(f"{model_path}: cannot derive the CPU twin's name (no '_edgetpu' in the file name); "
                          f"pass the uncompiled model with --cpu-model")
     guess = model_path.with_name(stem.replace("_edgetpu", "", 1) + model_path.suffix)
-    if not guess.is_file():
+    if file_kind(guess) != "missing":
+        check_regular(guess, f"{model_path}: CPU twin")
+    else:
         raise InputError(f"{model_path}: CPU twin {guess.name} not found beside it; the CPU backend needs "
                          f"the uncompiled model (pass it with --cpu-model)")
     return guess

@@ -46,7 +46,8 @@ def _embed(weights, bias, rows: int, cols: int):
 
 
 def run(args: argparse.Namespace) -> int:
-    from libredgetpu_ros.errors import ConfigError, not_a_file
+    from libredgetpu_ros.errors import ConfigError
+    from libredgetpu_ros.paths import check_regular
     from libredgetpu_ros.sophgo.emitter import save_module
 
     clipped = None  # dense with --weights/--bias: {"count", "max_error"} of the weights set_weights clipped
@@ -72,8 +73,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         from libredgetpu_ros.sophgo.export_tflite import export_classifier
 
-        if not args.model.is_file():
-            raise ConfigError(not_a_file("model", args.model))
+        check_regular(args.model, "model", error=ConfigError)
         name = args.name or re.sub(r"^(?=\d)|\W", "_", args.model.stem, flags=re.ASCII)  # a bare identifier
         module, weights = export_classifier(args.model, name=name)
     mlir_path, npz_path = save_module(module, weights, args.out)

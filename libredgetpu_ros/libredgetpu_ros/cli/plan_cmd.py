@@ -21,10 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from libredgetpu_ros.edgetpu.plan import format_plan, plan_model
-    from libredgetpu_ros.errors import InputError, not_a_file
+    from libredgetpu_ros.paths import check_regular
 
-    if not args.model.is_file():
-        raise InputError(not_a_file("model file", args.model))
+    check_regular(args.model, "model file")
     plan = plan_model(args.model, cached=args.cached)
     print(json.dumps(plan, indent=2) if args.json else format_plan(plan))
     return 0

@@ -31,10 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from libredgetpu_ros.errors import BackendError, ConfigError, DeviceError, not_a_file
+from libredgetpu_ros.errors import BackendError, ConfigError, DeviceError
 from libredgetpu_ros.femto.engine import SequenceEngine
 from libredgetpu_ros.femto.iospec import IOSpec
 from libredgetpu_ros.femto.vectors import int_dtype
+from libredgetpu_ros.paths import check_regular
 from libredgetpu_ros.textdata import clip
 
 
@@ -61,8 +62,7 @@ class FemtodriverRunner:
                  hardware_address: str | None = None, **runner_kwargs: Any) -> None:
         fd = _require("femtodriver", "pip install femtodriver; needs an SPU board")
         path = Path(femtofile)
-        if not path.is_file():
-            raise ConfigError(not_a_file("femtofile", path))
+        check_regular(path, "femtofile", error=ConfigError)  # femtodriver opens it: a FIFO would block
         self.spec, self.femtofile, self.platform = spec, str(path), platform
         _check_spu_runner_spec(spec)
         try:
@@ -123,8 +123,7 @@ class FqirRunner:
         _require("fmot", "pip install fmot")
         fqir_runner = _require("femtodriver.fqir_runner", "pip install femtodriver")
         path = Path(fqir)
-        if not path.is_file():
-            raise ConfigError(not_a_file("FQIR pickle", path))
+        check_regular(path, "FQIR pickle", error=ConfigError)  # torch.load opens it: a FIFO would block
         graph = torch.load(str(path), weights_only=False)  # a pickle the user made with fmot: trusted input
         self.spec, self.fqir = spec, str(path)
         self._runner = fqir_runner.FQIRArithRunner(graph, _femtorun_iospec(spec))

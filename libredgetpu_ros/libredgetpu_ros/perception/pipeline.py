@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from libredgetpu_ros.backends import Backend, BoundaryInfo, open_backend
-from libredgetpu_ros.errors import ConfigError, InputError, ModelFormatError, not_a_file
+from libredgetpu_ros.errors import ConfigError, InputError, ModelFormatError, clip
+from libredgetpu_ros.paths import check_regular, file_kind
 from libredgetpu_ros.perception.images import check_rgb
 from libredgetpu_ros.perception.preprocess import InputTransform
 from libredgetpu_ros.perception.results import PerceptionResult
@@ -66,8 +67,9 @@ class PipelineConfig:
         if not paths:
             raise ConfigError("model is empty: give a compiled .tflite file")
         for path in paths:
-            if not path.is_file():
-                raise InputError(f"{not_a_file('model', path)}: {_missing_model_hint(path)}")
+            if file_kind(path) == "missing":
+                raise InputError(f"model {clip(str(path))} does not exist: {_missing_model_hint(path)}")
+            check_regular(path, "model")  # a FIFO, device or folder: named by its kind
         return paths
 
 

@@ -34,9 +34,10 @@ import numpy as np
 from libredgetpu_ros.backends.base import BoundaryInfo, TensorSpec, tensor_spec
 from libredgetpu_ros.errors import BackendError, ConfigError, InputError, ModelFormatError, TextDataError
 from libredgetpu_ros.models.templates import MAX_TEMPLATE_BYTES
+from libredgetpu_ros.paths import check_regular, file_kind
 from libredgetpu_ros.reparam import ParameterSet, ParameterStore
 from libredgetpu_ros.robotics.template_set import current_set
-from libredgetpu_ros.textdata import clip_repr, load_json_file
+from libredgetpu_ros.textdata import clip, clip_repr, load_json_file
 
 COMPILED_SUFFIX = "_edgetpu.tflite"
 SIDECAR_SUFFIX = "_edgetpu.json"
@@ -77,18 +78,21 @@ def template_files(template: str | Path, folder: Path | None = None) -> tuple[Pa
     compiled = base.with_name(base.name + COMPILED_SUFFIX)
     twin = base.with_name(base.name + ".tflite")
     sidecar = base.with_name(base.name + SIDECAR_SUFFIX)
-    if path.name.endswith(COMPILED_SUFFIX) and not compiled.is_file():
+    compiled_kind = file_kind(compiled)
+    if path.name.endswith(COMPILED_SUFFIX) and compiled_kind == "missing":
         # a compiled file named but absent is an error, never a silent run of the twin beside it
-        from libredgetpu_ros.errors import not_a_file
-
-        raise InputError(not_a_file("compiled template", path) + " (name the twin NAME.tflite to run it on "
-                         "the CPU)")
-    missing = [str(p) for p in (twin, sidecar) if not p.is_file()]
+        raise InputError(f"compiled template {clip(str(compiled))} does not exist (name the twin NAME.tflite "
+                         f"to run it on the CPU)")
+    if compiled_kind != "missing":  # there but a FIFO, device or folder: named by its kind, never skipped
+        check_regular(compiled, "compiled template")
+    missing = [str(p) for p in (twin, sidecar) if file_kind(p) == "missing"]
     if missing:
         raise ModelFormatError(f"template {str(template)!r} is incomplete: missing {', '.join(missing)} "
                                f"(a template is NAME.tflite + NAME_edgetpu.json, plus NAME_edgetpu.tflite "
                                f"to run on the Edge TPU)")
-    return (compiled if compiled.is_file() else None), twin, sidecar
+    check_regular(twin, "template twin", error=ModelFormatError)
+    check_regular(sidecar, "template sidecar", error=ModelFormatError)
+    return (None if compiled_kind == "missing" else compiled), twin, sidecar
 
 
 def _read_sidecar(path: Path) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from libredgetpu_ros.errors import not_a_file
+from libredgetpu_ros.paths import check_regular
 from libredgetpu_ros.sophgo import ops, ops_quant
 from libredgetpu_ros.sophgo.emitter import save_module
 from libredgetpu_ros.sophgo.graph import Tensor, build_module, private_graph, weights_of
@@ -68,8 +68,8 @@ def replay_case(path: str | Path,
     case = load_case(path)
     files = case.get("files") if isinstance(case.get("files"), dict) else {}
     npz_path = Path(weights_npz) if weights_npz else path.parent / str(files.get("weights", ""))
-    if case["weights"] and not npz_path.is_file():
-        raise TpuLangError(not_a_file("weight npz", npz_path))
+    if case["weights"]:
+        check_regular(npz_path, "weight npz", error=TpuLangError)
     keys = [spec.get("npz_key", spec.get("name")) for spec in _entries(case, "weights", path)
             if isinstance(spec, dict)]
     stored = read_npz(npz_path, "weight npz", names=[k for k in keys if isinstance(k, str)]) \

@@ -165,7 +165,7 @@ def test_plan_bad_input_exits_2(tmp_path, capsys) -> None:
     assert main(["plan", str(tmp_path / "missing_edgetpu.tflite")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert main(["plan", str(tmp_path)]) == 2
-    assert f"model file {tmp_path} is not a file" in capsys.readouterr().err
+    assert f"model file {tmp_path} is a folder, not a regular file" in capsys.readouterr().err
     junk = tmp_path / "junk_edgetpu.tflite"
     junk.write_bytes(b"\x10\x00\x00\x00TFL3" + b"\xff" * 40)
     one_error_line(main(["plan", str(junk)]), capsys.readouterr().err)
