@@ -1,4 +1,5 @@
-"""userdirs: the per-user cache folders follow one rule (the variable, else XDG, else ~/.cache), once."""
+"""userdirs: the per-user cache folders follow one rule (the variable, else an absolute XDG_CACHE_HOME, else
+~/.cache), once. Before: a relative XDG_CACHE_HOME put the caches under the current directory."""
 
 from __future__ import annotations
 
@@ -19,14 +20,17 @@ PACKAGE_DIR = Path(jit.__file__).resolve().parent
 def test_every_cache_folder_follows_the_one_rule(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                   cache_dir, sub: str, var: str) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    default = tmp_path / "home" / ".cache" / "libredgetpu_ros" / sub
     for value in (None, ""):  # unset and empty alike: the XDG default
         for name in (var, "XDG_CACHE_HOME"):
             if value is None:
                 monkeypatch.delenv(name, raising=False)
             else:
                 monkeypatch.setenv(name, value)
-        default = tmp_path / "home" / ".cache" / "libredgetpu_ros" / sub
         assert cache_dir() == user_cache_dir(sub, var) == default
+    for relative in ("relative/cache", ".", "~/cache"):  # XDG spec: "consider the path invalid and ignore it"
+        monkeypatch.setenv("XDG_CACHE_HOME", relative)
+        assert cache_dir() == user_cache_dir(sub, var) == default, relative
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert cache_dir() == tmp_path / "xdg" / "libredgetpu_ros" / sub
     monkeypatch.setenv(var, str(tmp_path / "mine"))
