@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -213,16 +212,6 @@ def test_fuzz_content_range_parser(header: str, offset: int) -> None:
         assert "Content-Range" in str(exc) and len(str(exc)) < 400
     else:
         assert total is None or total > offset
-
-
-def test_cache_dir_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from libredgetpu_ros.models.store import cache_dir
-
-    monkeypatch.delenv("LIBREDGETPU_ROS_MODELS", raising=False)
-    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    assert cache_dir() == Path(os.path.expanduser("~")) / ".cache" / "libredgetpu_ros" / "models"
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert cache_dir() == tmp_path / "libredgetpu_ros" / "models"
 
 
 def test_progress_bar_reports_the_file_and_bytes(file_server, cache: Path, served: Path,
