@@ -74,8 +74,7 @@ class ResultWriter:
             return
         self._batch.append((timestamp, messages))
         if len(self._batch) >= self._batch_size:
-            batch, self._batch = self._batch, []
-            self._hand_over(batch)
+            self._hand_over(self._batch)  # the batch stays ours until queued (a Ctrl-C while waiting)
 
     def close(self, finish: bool = True) -> None:
         """Stop the thread: after writing what is queued (``finish``), or after the frame it is writing
@@ -86,8 +85,7 @@ class ResultWriter:
         try:
             if finish and self._error is None and thread.is_alive():
                 if self._batch:
-                    batch, self._batch = self._batch, []
-                    self._hand_over(batch)
+                    self._hand_over(self._batch)
                 self._hand_over(self._END)
             elif not finish:
                 self._stop.set()
@@ -102,14 +100,22 @@ class ResultWriter:
             raise self._error
 
     def _hand_over(self, item: Any) -> None:
-        while True:
-            if self._error is not None:
-                raise self._error
-            if self._thread is None or not self._thread.is_alive():
-                raise RuntimeError("process-bag's writer thread has stopped")
-            with contextlib.suppress(queue.Full):
-                self._queue.put(item, timeout=_POLL_S)
-                return
+        """Queue ``item`` for the thread, waiting for room; the pending batch is emptied only once it is
+        queued, so a KeyboardInterrupt while waiting leaves it to :meth:`close` (the Ctrl-C path writes it).
+        The queue's put count (``unfinished_tasks``, never decremented here) tells whether it was queued."""
+        puts = self._queue.unfinished_tasks
+        try:
+            while True:
+                if self._error is not None:
+                    raise self._error
+                if self._thread is None or not self._thread.is_alive():
+                    raise RuntimeError("process-bag's writer thread has stopped")
+                with contextlib.suppress(queue.Full):
+                    self._queue.put(item, timeout=_POLL_S)
+                    return
+        finally:
+            if item is self._batch and self._queue.unfinished_tasks != puts:
+                self._batch = []
 
     def _run(self) -> None:
         try:

@@ -221,3 +221,51 @@ def test_an_error_in_the_node_discards_the_output_and_stops_the_threads(ros_env,
     assert not (tmp_path / "out").exists()
     assert not list(tmp_path.glob(".out.*"))  # nor its hidden temporary
     assert _no_worker_threads()
+
+
+def test_ctrl_c_while_waiting_for_the_writer_keeps_the_batch_being_handed_over(ros_env, tmp_path: Path,
+                                                                               monkeypatch) -> None:
+    """Ctrl-C while the frame loop waits for room in the writer's queue (the writer thread behind: the usual
+    moment of a Ctrl-C when writing is the bottleneck): the batch being handed over is written too, so the
+    published bag holds every frame given to the writer (its last batch was lost before)."""
+    import _thread
+    import time
+
+    from libredgetpu_ros.bags.storage import new_bag
+    from libredgetpu_ros.ros import bag_processing, bag_writer
+    from rosbags.highlevel import AnyReader
+    from std_msgs.msg import String
+
+    serializer = bag_writer.serializer
+    box: dict[str, Any] = {}
+
+    def slow(cls: type) -> Any:
+        serialize = serializer(cls)
+
+        def call(msg: Any) -> bytes:
+            results = box.get("results")
+            if results is not None and not box.get("interrupted"):
+                deadline = time.monotonic() + 30
+                while not results._queue.full() and time.monotonic() < deadline:  # the loop is ahead
+                    time.sleep(0.01)
+                time.sleep(0.3)  # the frame loop now waits in its hand-over (the queue is full)
+                box["interrupted"] = True
+                _thread.interrupt_main()  # Ctrl-C, delivered to the frame loop's thread
+            return serialize(msg)
+
+        return call
+
+    monkeypatch.setattr(bag_writer, "serializer", slow)
+    given = 0
+    with pytest.raises(KeyboardInterrupt), new_bag(tmp_path / "out", "mcap") as writer, \
+            bag_processing._result_writer(writer, lambda topic: f"/{topic}", {"text": String},
+                                          thread=True) as results:
+        box["results"] = results
+        for i in range(64):
+            given += 1
+            results.write((i + 1) * 10**6, [("text", String(data=str(i)))])
+    assert box.get("interrupted") and given < 64
+    assert _no_worker_threads()
+    with AnyReader([tmp_path / "out"]) as reader:
+        got = [reader.deserialize(raw, c.msgtype).data for c, _, raw in reader.messages()]
+    assert got == [str(i) for i in range(given)]
