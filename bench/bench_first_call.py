@@ -1,4 +1,4 @@
-"""First-call cost of the matmul fast path (numba); report: bench/results/first_call.md.
+"""First-call cost of the compiled kernels (numba); report: bench/results/first_call.md.
 
 1. Import: ``import libredgetpu_ros.matmul`` and the CLI's entry module in a fresh interpreter (wall time,
    whether numba got imported).
@@ -10,6 +10,9 @@
    previous run filled.
 3. Control node: the first ``~/set_weights`` after ``active`` (round trip, and the node's own ``total_ms``)
    against the median of the next 20, node started on an empty cache folder from the read-only copy.
+4. Modules (``_first_call_modules.py``): the DeepLab pipeline, SpotTracker, LoomingDetector, OpticalFlow,
+   VisualCompass and PatternTracker, each opened in a fresh process from the read-only copy (empty and warm
+   cache folder), then the first data-path call against the median of the next 20 (thread CPU and wall).
 
 Run inside the localhost-only sandbox: ``tools/ros_sandbox.sh .venv/bin/python bench/bench_first_call.py``.
 Target (issue 36): first call <= 2x the median of the next 20.
@@ -29,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import _first_call_modules as modules
 import numpy as np
 from _timing import write_report
 
@@ -150,14 +154,20 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--no-node", action="store_true", help="skip the control node part (no ROS)")
+    parser.add_argument("--modules", nargs="*", default=list(modules.CASES), choices=list(modules.CASES),
+                        help="module cases to run (none: skip the part)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench_first_call_"))
     env = {k: v for k, v in os.environ.items()
            if k not in ("NUMBA_CACHE_DIR", "LIBREDGETPU_ROS_NUMBA_CACHE", "XDG_CACHE_HOME")}
     root, prefix, how = _read_only_copy(work)
-    ro_env = {**env, "PYTHONPATH": str(root), "PYTHONSAFEPATH": "1"}
+    from libredgetpu_ros.fixtures import ENV_VAR, fixtures_dir
+
+    # the copy's folder is not beside the checkout: the fixtures are named explicitly
+    ro_env = {**env, "PYTHONPATH": str(root), "PYTHONSAFEPATH": "1", ENV_VAR: str(fixtures_dir())}
     imports = bench_imports({**env, "PYTHONSAFEPATH": "1"}, args.repeats)
     api = bench_api(prefix, ro_env, work, args.repeats)
+    module_runs = modules.run(prefix, ro_env, work, args.repeats, args.calls, args.modules)
     node = None
     if not args.no_node:
         from libredgetpu_ros.ros.environment import localhost_only_environ
@@ -168,7 +178,7 @@ def main() -> int:
     leaked = sorted(str(p.relative_to(root)) for p in root.rglob("*.nb[ic]"))
 
     lines = [
-        "# First-call cost of the matmul fast path",
+        "# First-call cost of the compiled kernels (matmul fast path, perception and robotics modules)",
         "",
         f"`.venv/bin/python bench/bench_first_call.py` on {platform.machine()} ({os.cpu_count()} cores, "
         f"shared with ~8 other engineers' jobs: load average {os.getloadavg()[0]:.1f} at the end). "
@@ -221,12 +231,17 @@ def main() -> int:
             med = statistics.median(s[i] for s in node["split"][1:])
             lines.append(f"| node `{name}` | {node['split'][0][i]:.3f} ms | {med:.3f} ms | "
                          f"{node['split'][0][i] / med if med else float('nan'):.2f}× | |")
+    if module_runs:
+        lines += ["", *modules.report(module_runs, args.calls)]
     lines += [
         "",
         "numba is imported and the kernels compiled (empty folder) or loaded (warm folder) when the engine "
-        "opens (`fastpath.warm_up` in `MatMulEngine.__init__`), with one full-size dry-run `set_weights` so "
-        "the allocator's first large allocations happen there too; the cache folder is `jit.cache_dir()` "
-        "(docs/matmul.md).",
+        "or module opens (`fastpath.warm_up` in `MatMulEngine.__init__`, with one full-size dry-run "
+        "`set_weights` so the allocator's first large allocations happen there too; `warm_up` of "
+        "`postprocess/kernels.py`, `robotics/{flow,spot,looming}_kernels.py` when the DeepLab tail, the "
+        "flow, the spot check and the looming border/TTC are built), for every argument type the data path "
+        "passes, read-only arrays included (`test/test_jit_warm_up.py`); the cache folder is "
+        "`jit.cache_dir()` (docs/matmul.md).",
         "",
     ]
     write_report(RESULTS, lines)

@@ -26,7 +26,7 @@ import numpy as np
 class Case:
     module: Any
     call: Callable[[Any], object]  # one frame (or one set_weights) through the data path
-    inputs: list[Any]  # in the kinds the node hands over, cycled
+    inputs: Callable[[], list[Any]]  # made after the open is timed (and any setup a first frame needs)
     kernels: tuple[str, ...]  # dispatchers (module.function) the data path must find compiled at open
 
 
@@ -48,11 +48,14 @@ def read_only_outputs(backend: Any) -> None:
     backend.run = wrapped
 
 
-def frame_kinds(frames: list[np.ndarray]) -> list[np.ndarray]:
-    """Each frame as a read-only ``rgb8`` view at its size, then as a new writable array, then read-only at
-    320x240 (a camera larger than the template), then as a mono8 image becomes (three equal channels)."""
+def frame_kinds(frames: list[np.ndarray], mixed: bool) -> list[np.ndarray]:
+    """Each frame as a read-only ``rgb8`` view at its size; when ``mixed``, each also as a new writable
+    array, read-only at 320x240 (a camera larger than the template) and as a mono8 image becomes (three equal
+    channels)."""
     import cv2
 
+    if not mixed:
+        return [read_only(frame) for frame in frames]
     out: list[np.ndarray] = []
     for frame in frames:
         gray = cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY)
@@ -76,15 +79,16 @@ def _scene(kind: str, n: int) -> list[np.ndarray]:
                                                frames=n)]
 
 
-def _spot(variant: str, n: int) -> Case:
+def _spot(variant: str, n: int, mixed: bool) -> Case:
     from libredgetpu_ros.robotics.spot import SpotTracker
 
     tracker = SpotTracker.from_template(64, variant, backend="cpu")
     read_only_outputs(tracker.runner.backend)
-    return Case(tracker, tracker.track, frame_kinds(_scene("spot", n)), ("spot_kernels.evidence",))
+    return Case(tracker, tracker.track, lambda: frame_kinds(_scene("spot", n), mixed),
+                ("spot_kernels.evidence",))
 
 
-def _looming(mode: str, n: int) -> Case:
+def _looming(mode: str, n: int, mixed: bool) -> Case:
     from libredgetpu_ros.robotics.looming import LoomingDetector
 
     detector = LoomingDetector.from_template(64, backend="cpu", ttc_mode=mode)
@@ -92,39 +96,44 @@ def _looming(mode: str, n: int) -> Case:
     stamps = itertools.count(0.0, 1 / 30)
     kernels = ("looming_kernels.border_correction", "looming_kernels.register_scale") if mode == "scale" \
         else ()
-    return Case(detector, lambda f: detector.detect(f, next(stamps)), frame_kinds(_scene("approach", n)),
-                kernels)
+    return Case(detector, lambda f: detector.detect(f, next(stamps)),
+                lambda: frame_kinds(_scene("approach", n), mixed), kernels)
 
 
-def _flow(refine: bool, n: int) -> Case:
+def _flow(refine: bool, n: int, mixed: bool) -> Case:
     from libredgetpu_ros.robotics.flow import OpticalFlow
 
     flow = OpticalFlow.from_template("gabor_64x64_p4", backend="cpu", refine=refine)
     read_only_outputs(flow.runner.backend)
     kernels = ("flow_kernels.pool_features", "flow_kernels.stretch")
-    return Case(flow, flow.step, frame_kinds(_scene("pan", n)),
+    return Case(flow, flow.step, lambda: frame_kinds(_scene("pan", n), mixed),
                 kernels + (("flow_kernels.lk_level", "flow_kernels.fine_level") if refine else ()))
 
 
-def _compass(n: int) -> Case:
+def _compass(n: int, mixed: bool) -> Case:
     from libredgetpu_ros.robotics.compass import VisualCompass
 
     compass = VisualCompass.from_template("gabor_64x64_p4", 60.0, backend="cpu")
     read_only_outputs(compass.flow.runner.backend)
-    return Case(compass, compass.step, frame_kinds(_scene("pan", n)), ("flow_kernels.pool_features",))
+    return Case(compass, compass.step, lambda: frame_kinds(_scene("pan", n), mixed),
+                ("flow_kernels.pool_features",))
 
 
-def _pattern(n: int) -> Case:
+def _pattern(n: int, mixed: bool) -> Case:
     from libredgetpu_ros.robotics.pattern import PatternTracker
 
     tracker = PatternTracker.from_template(64, 8, 1, backend="cpu")
     read_only_outputs(tracker.runner.backend)
-    frames = _scene("pan", n)
-    tracker.set_template_at(frames[0], 28, 28)
-    return Case(tracker, tracker.track, frame_kinds(frames), ())
+
+    def inputs() -> list[np.ndarray]:
+        frames = _scene("pan", n)
+        tracker.set_template_at(frames[0], 28, 28)
+        return frame_kinds(frames, mixed)
+
+    return Case(tracker, tracker.track, inputs, ())
 
 
-def _segment(n: int) -> Case:
+def _segment(n: int, mixed: bool) -> Case:
     import cv2
     from libredgetpu_ros.fixtures import fixture
     from libredgetpu_ros.perception.pipeline import PerceptionPipeline, PipelineConfig
@@ -133,42 +142,52 @@ def _segment(n: int) -> Case:
         model=fixture("deeplab/deeplabv3_mnv2_pascal_quant_edgetpu.tflite"), backend="cpu"))
     for segment in pipeline._segments:
         read_only_outputs(segment.backend)
-    bgr = cv2.imread(str(fixture("images/grace_hopper.bmp")))
-    image = cv2.resize(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), (640, 480))
-    frames = [read_only(np.roll(image, 16 * k, axis=1)) for k in range(n)]
-    return Case(pipeline, pipeline.process, frames, ("kernels._requantize", "kernels._resize_argmax"))
+
+    def inputs() -> list[np.ndarray]:  # a 640x480 camera's rgb8 frames (read-only views either way)
+        bgr = cv2.imread(str(fixture("images/grace_hopper.bmp")))
+        image = cv2.resize(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), (640, 480))
+        return [read_only(np.roll(image, 16 * k, axis=1)) for k in range(n)]
+
+    return Case(pipeline, pipeline.process, inputs, ("kernels._requantize", "kernels._resize_argmax"))
 
 
-def _matmul(n: int) -> Case:
+def _matmul(n: int, mixed: bool) -> Case:
     from libredgetpu_ros.matmul import MatMulEngine
 
     engine = MatMulEngine.from_template(1024, backend="cpu")
-    scale = engine.weight_range()[1][:, None]
-    rng = np.random.default_rng(0)
-    mats = [(rng.uniform(-0.9, 0.9, (1024, 1024)) * scale).astype(np.float32) for _ in range(n)]
-    # the control node decodes a request with np.frombuffer (read-only); the API gets the caller's array
-    inputs = [read_only(m) if k % 2 == 0 else m for k, m in enumerate(mats)]
+
+    def inputs() -> list[np.ndarray]:
+        scale = engine.weight_range()[1][:, None]
+        rng = np.random.default_rng(0)
+        mats = [(rng.uniform(-0.9, 0.9, (1024, 1024)) * scale).astype(np.float32) for _ in range(n)]
+        # the control node decodes a request with np.frombuffer (read-only); the API gets the caller's array
+        return [read_only(m) if k % 2 == 0 or not mixed else m for k, m in enumerate(mats)]
+
     return Case(engine, engine.set_weights, inputs, ("fastpath._kernel",))
 
 
-def _matmul_twin(n: int) -> Case:
+def _matmul_twin(n: int, mixed: bool) -> Case:
     from libredgetpu_ros.matmul import MatMulEngine
 
     engine = MatMulEngine.from_template(1024, backend="cpu")
-    rng = np.random.default_rng(1)
-    xs = [rng.uniform(-1.0, 1.0, 1024) for _ in range(n)]  # float64, as the reservoir's state messages
-    return Case(engine, engine.matmul, [read_only(x) if k % 2 == 0 else x for k, x in enumerate(xs)],
-                ("fastpath._twin",))
+
+    def inputs() -> list[np.ndarray]:  # float64, as the reservoir's state messages (np.frombuffer)
+        rng = np.random.default_rng(1)
+        xs = [rng.uniform(-1.0, 1.0, 1024) for _ in range(n)]
+        return [read_only(x) if k % 2 == 0 or not mixed else x for k, x in enumerate(xs)]
+
+    return Case(engine, engine.matmul, inputs, ("fastpath._twin",))
 
 
-CASES: dict[str, Callable[[int], Case]] = {
+# name -> (frames, mixed kinds) -> Case; the module is opened when this is called
+CASES: dict[str, Callable[[int, bool], Case]] = {
     "segment": _segment,
-    "spot_red": lambda n: _spot("red", n),
-    "spot_bright": lambda n: _spot("bright", n),
-    "looming_scale": lambda n: _looming("scale", n),
-    "looming_libredgetpu": lambda n: _looming("libredgetpu", n),
-    "flow": lambda n: _flow(False, n),
-    "flow_refined": lambda n: _flow(True, n),
+    "spot_red": lambda n, mixed: _spot("red", n, mixed),
+    "spot_bright": lambda n, mixed: _spot("bright", n, mixed),
+    "looming_scale": lambda n, mixed: _looming("scale", n, mixed),
+    "looming_libredgetpu": lambda n, mixed: _looming("libredgetpu", n, mixed),
+    "flow": lambda n, mixed: _flow(False, n, mixed),
+    "flow_refined": lambda n, mixed: _flow(True, n, mixed),
     "compass": _compass,
     "pattern": _pattern,
     "matmul": _matmul,

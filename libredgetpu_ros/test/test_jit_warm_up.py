@@ -26,9 +26,10 @@ _CHILD = """
 import json, sys, importlib.util
 spec = importlib.util.spec_from_file_location("_first_call_cases", sys.argv[1])
 cases = importlib.util.module_from_spec(spec); sys.modules[spec.name] = cases; spec.loader.exec_module(cases)
-case = cases.CASES[sys.argv[2]](2)
+case = cases.CASES[sys.argv[2]](2, True)
+inputs = case.inputs()
 before = cases.signatures()
-for item in case.inputs:
+for item in inputs:
     case.call(item)
 after = cases.signatures()
 print(json.dumps({"missing": [k for k in case.kernels if not before.get(k)],
