@@ -32,7 +32,10 @@ from libredgetpu_ros.femto.engine import SequenceEngine
 from libredgetpu_ros.femto.iospec import IOSpec, VectorSpec
 from libredgetpu_ros.femto.vectors import dequantize, int_dtype, pad, quantize
 
-MAX_PROGRAM_BYTES = 16 * 1024 * 1024
+# Programs are parsed by PyYAML's pure loader (textdata): the size bound is what keeps a node's configure
+# short whatever the file, far above any real program (the figures: docs/femto.md).
+MAX_PROGRAM_BYTES = 256 * 1024
+MAX_PROGRAM_DEPTH = 16
 
 
 @dataclass(frozen=True)
@@ -68,9 +71,12 @@ def load_program(source: str | Path | dict, spec: IOSpec) -> dict[str, _Rule]:
     else:
         origin = textdata.clip(source)
         try:
-            doc = textdata.load_yaml_file(source, "program", max_bytes=MAX_PROGRAM_BYTES, max_depth=16)
-        except TextDataError as exc:
-            raise ConfigError(str(exc)) from None
+            doc = textdata.load_yaml_file(source, "program", max_bytes=MAX_PROGRAM_BYTES,
+                                          max_depth=MAX_PROGRAM_DEPTH)
+        except TextDataError as exc:  # a size over the limit is refused before any parsing
+            note = (f" (a reference program is at most {MAX_PROGRAM_BYTES >> 10} KiB and {MAX_PROGRAM_DEPTH} "
+                    f"levels deep: docs/femto.md)") if exc.kind == "limit" else ""
+            raise ConfigError(f"{exc}{note}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("outputs"), dict):
         raise ConfigError(f"program {origin}: expected a mapping with an 'outputs' mapping")
     ins = {v.name: v for v in spec.inputs.values()}

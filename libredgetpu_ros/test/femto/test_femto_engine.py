@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from libredgetpu_ros.errors import ConfigError, SpuSequenceError
 from libredgetpu_ros.femto import SequenceEngine, load_iospec
-from libredgetpu_ros.femto.reference import ReferenceRunner
+from libredgetpu_ros.femto.reference import MAX_PROGRAM_BYTES, ReferenceRunner
 from libredgetpu_ros.femto.runner import open_runner
 from libredgetpu_ros.femto.vectors import dequantize, prepare_input
 
@@ -149,6 +149,33 @@ def test_reference_runner_multi_output_matrix(fixture_path) -> None:
 def test_program_errors_name_key_and_value(add_bc, program, match) -> None:
     with pytest.raises(ConfigError, match=match):
         ReferenceRunner(add_bc, program)
+
+
+def test_program_over_the_size_limit_is_refused_before_parsing(add_bc, tmp_path: Path) -> None:
+    """Before: 16 MiB were accepted, and PyYAML's pure loader (textdata) spends seconds per MiB: one file
+    blocked a node's configure for minutes. The densest program add_bc_api allows (every output a float64
+    matrix of every input plus a bias) is far below the limit; a file one byte over it is refused by its
+    size, which is checked before any parsing (the message says so: the size and the limit)."""
+    import yaml
+
+    rng = np.random.default_rng(7)
+    dense = {"outputs": {"A": {"terms": [{"input": name, "weight": rng.standard_normal((12, 12)).tolist()}
+                                         for name in ("B", "C")],
+                               "bias": rng.standard_normal(12).tolist(), "activation": "relu"}}}
+    text = yaml.safe_dump(dense).encode()
+    assert 16 * len(text) < MAX_PROGRAM_BYTES  # a wide margin over the densest real program
+    path = tmp_path / "program.yaml"
+    for size in (len(text), MAX_PROGRAM_BYTES):  # a YAML comment fills the file up to the limit
+        path.write_bytes(text + b"#" * (size - len(text) - 1) + b"\n" if size > len(text) else text)
+        assert path.stat().st_size == size
+        ReferenceRunner(add_bc, path).close()
+    path.write_bytes(path.read_bytes()[:-1] + b"#\n")  # one byte over
+    with pytest.raises(ConfigError) as info:
+        ReferenceRunner(add_bc, path)
+    assert f"{MAX_PROGRAM_BYTES + 1} bytes is larger than the {MAX_PROGRAM_BYTES} accepted" in str(info.value)
+    assert f"at most {MAX_PROGRAM_BYTES >> 10} KiB" in str(info.value)
+    docs = Path(__file__).resolve().parents[3] / "docs" / "femto.md"
+    assert f"at most {MAX_PROGRAM_BYTES >> 10} KiB ({MAX_PROGRAM_BYTES:,} bytes)" in docs.read_text()
 
 
 def test_open_runner_unknown_and_missing_extras(add_bc) -> None:
