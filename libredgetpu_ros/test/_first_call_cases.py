@@ -179,6 +179,20 @@ def _matmul_twin(n: int, mixed: bool) -> Case:
     return Case(engine, engine.matmul, inputs, ("fastpath._twin",))
 
 
+def _reservoir(n: int, mixed: bool) -> Case:
+    from libredgetpu_ros.matmul import MatMulEngine
+    from libredgetpu_ros.robotics.reservoir import ReservoirComputer, ReservoirConfig
+
+    reservoir = ReservoirComputer(MatMulEngine.from_template(256, backend="cpu"),
+                                  ReservoirConfig(input_dim=2, seed=5, washout=20))
+
+    def inputs() -> list[np.ndarray]:  # float64 inputs, read-only as the node's messages decode them
+        us = list(np.random.default_rng(2).uniform(-1.0, 1.0, (n, 2)))
+        return [read_only(u) if k % 2 == 0 or not mixed else u for k, u in enumerate(us)]
+
+    return Case(reservoir, reservoir.step, inputs, ("reservoir._fused_step",))
+
+
 # name -> (frames, mixed kinds) -> Case; the module is opened when this is called
 CASES: dict[str, Callable[[int, bool], Case]] = {
     "segment": _segment,
@@ -192,6 +206,7 @@ CASES: dict[str, Callable[[int, bool], Case]] = {
     "pattern": _pattern,
     "matmul": _matmul,
     "matmul_twin": _matmul_twin,
+    "reservoir": _reservoir,
 }
 
 

@@ -36,7 +36,8 @@ print(json.dumps({"missing": [k for k in case.kernels if not before.get(k)],
                   "added": cases.added(before, after)}))
 """
 NAMES = ("segment", "spot_red", "spot_bright", "looming_scale", "looming_libredgetpu", "flow", "flow_refined",
-         "compass", "pattern", "matmul", "matmul_twin")
+         "compass", "pattern", "matmul", "matmul_twin",
+         "reservoir")
 
 
 @pytest.fixture(scope="module")

@@ -210,6 +210,7 @@ class ReservoirComputer:
         # Compile (or load from numba's cache) the step now: the first state of a live stream must not wait.
         _fused_kernel()
         self._advance(np.zeros(n), np.zeros(m))
+        self._advance(np.zeros(n), jit.read_only(np.zeros(m)))  # the node's inputs: np.frombuffer views
         self._lock = threading.Lock()
         self._state = np.zeros(n)
         self._readout: Readout | None = None
