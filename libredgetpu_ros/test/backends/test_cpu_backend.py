@@ -169,7 +169,7 @@ def test_open_backend_selection(fixture_path, monkeypatch, caplog):
     class Failing:
         name = "edgetpu"
 
-        def __init__(self, device=None, rate_hz=0.0):
+        def __init__(self, device=None, rate_hz=0.0, stream=""):
             pass
 
         def load(self, model_path, cpu_model_path=None):
