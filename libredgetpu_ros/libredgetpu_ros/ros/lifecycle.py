@@ -1,5 +1,6 @@
-"""``ManagedNode``: the lifecycle skeleton of the control, reservoir, SPU and trainer nodes (the node style:
-docs/architecture.md "Node style"), so that each of them keeps only its own logic in a few hooks.
+"""``ManagedNode``: the lifecycle skeleton of every node: control, reservoir, SPU, trainer and, through
+``ros/camera/node_base.py`` ``CameraNode``, the camera nodes (the node style: docs/architecture.md "Node
+style"), so that each of them keeps only its own logic in a few hooks.
 
 A subclass sets ``PARAMS`` (its ``ParamTable``), ``DIAGNOSTICS_NAME`` (status name ``"<node>: <name>"``) and
 ``FAULT_WHAT`` (what a crash of its data path is called), and defines:
@@ -11,18 +12,22 @@ A subclass sets ``PARAMS`` (its ``ParamTable``), ``DIAGNOSTICS_NAME`` (status na
   (:meth:`service`), timers (:meth:`timer`), released by the base; ``describe()``: the ``configured: ...`` log
   line;
 - ``create_inputs()``: activate: the data path's subscriptions (:meth:`data_subscription`) and timers
-  (:meth:`timer` with ``while_active``); the base drops them on deactivate;
+  (:meth:`timer` with ``while_active``); the base drops them on deactivate (``drop_inputs()``, which a node
+  extends to wait for a callback in flight; :meth:`drop_input` drops one, e.g. to subscribe again);
 - ``close_processor()``: release what ``open_processor`` opened (idempotent; must not raise);
 - ``diagnostic_status()`` -> ``(level, message, values)`` and ``hardware_id()``: the node's ``/diagnostics``
-  status, published every ``diagnostics_period()`` s (None: the node publishes it itself) and once with
-  ERROR when a fault is reported;
+  status, published every ``diagnostics_period()`` s (None: the node publishes it itself) while configured,
+  inactive too, and once with ERROR when a fault is reported (``report_fault()``, overridable);
 - optionally ``check_parameters(params)`` (a reason to refuse a change the table allows, or None) and
   ``parameters_changed(params)`` (after a change; the table's ``runtime`` parameters are already in
   ``self.cfg``).
 
-Lifecycle (the ros2/demos ``lifecycle_py`` rhythm, as ``ros/camera/node_base.py`` for the camera nodes):
-configure opens and creates the outputs, the ``/diagnostics`` publisher and its timer; activate creates the
-inputs; deactivate drops them; cleanup and shutdown release everything (``teardown()``, idempotent). A fault
+Lifecycle (the ros2/demos ``lifecycle_py`` rhythm): configure opens and creates the outputs, the
+``/diagnostics`` publisher and its timer; activate creates the inputs; deactivate drops them; cleanup and
+shutdown release everything (``teardown()``, idempotent). The ``/diagnostics`` publisher is a plain one,
+not a lifecycle one: it is the node's health, not its output, so a configured node keeps reporting while
+inactive (a diagnostics aggregator would otherwise show it stale), and the ERROR status of a fault goes out
+whatever the state the fault raced. A fault
 of the data path (an exception escaping one of its callbacks, handed over by ``ros/spinning.py``, or one the
 node :meth:`latch`-es itself) goes through ``spinning.CompanionFault``: logged with its traceback, one ERROR
 diagnostics status naming the cause, then deactivate returns ERROR -> ``ErrorProcessing`` -> ``on_error``
@@ -34,9 +39,9 @@ own: a state never waits behind a service call, a parameter request or the diagn
 ``ros2 node info`` lists the subscription on the node itself. Everything else runs on the main executor. A
 plain rclpy executor (a test's) runs the group along with the rest, on its one thread.
 
-The data path never races the teardown (as ``CameraNode``'s ``_busy`` lock does for the camera nodes): every
-callback of :meth:`data_subscription` runs holding the node's data-path lock, and only while the inputs are
-on (from activate until they are dropped) and no fault is latched. Dropping the inputs (deactivate, cleanup,
+The data path never races the teardown (the camera nodes' frames included): every callback of
+:meth:`data_subscription` runs holding the node's data-path lock, and only while the inputs are on (from
+activate until they are dropped) and no fault is latched. Dropping the inputs (deactivate, cleanup,
 shutdown, ``on_error``: ``teardown()``) destroys the subscriptions, then takes that lock to turn the inputs
 off: it waits for the callback in flight, so deactivate deactivates the publishers only after its result
 went out, and ``close_processor()`` never closes the engine (a native interpreter, a device stream) under a
@@ -54,7 +59,7 @@ from typing import Any, ClassVar
 
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
-from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.lifecycle import LifecycleNode, LifecyclePublisher, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 
 from libredgetpu_ros.errors import LibrEdgeTpuError
@@ -81,7 +86,7 @@ class ManagedNode(LifecycleNode):
         self._configured = False
         self._made: list[Any] = []  # services and timers made at configure
         self._live: list[Any] = []  # subscriptions and timers made at activate
-        self._output_pubs: list[Any] = []  # lifecycle publishers
+        self._output_pubs: list[Any] = []  # publishers made by output() (lifecycle ones and plain ones)
         self._diag_pub: Any = None
         # Held by every data-path callback; turning the inputs off under it waits for the one in flight.
         self._data_lock = threading.Lock()
@@ -138,9 +143,10 @@ class ManagedNode(LifecycleNode):
 
     # ----- entities the base releases ----------------------------------------------------------------
 
-    def output(self, msg_type: Any, topic: str, qos: Any) -> Any:
-        """A lifecycle publisher with overridable QoS (``ros/output_qos.py``), destroyed on cleanup."""
-        pub = output_publisher(self, msg_type, topic, qos)
+    def output(self, msg_type: Any, topic: str, qos: Any, *, lifecycle: bool = True) -> Any:
+        """A lifecycle publisher with overridable QoS (``ros/output_qos.py``), destroyed on cleanup; with
+        ``lifecycle`` false a plain one (e.g. a transient-local map valid from configure on)."""
+        pub = output_publisher(self, msg_type, topic, qos, lifecycle=lifecycle)
         self._output_pubs.append(pub)
         return pub
 
@@ -157,16 +163,25 @@ class ManagedNode(LifecycleNode):
         (self._live if while_active else self._made).append(timer)
         return timer
 
-    def data_subscription(self, msg_type: Any, topic: str, callback: Any, qos: Any, **options: Any) -> Any:
+    def data_subscription(self, msg_type: Any, topic: str, callback: Any, qos: Any, *, note: str = "",
+                          **options: Any) -> Any:
         """A subscription of the active node on the data path (its own executor thread), dropped on
-        deactivate; logged. ``callback`` runs under the data-path lock, only while the inputs are on and no
-        fault is latched (module docstring)."""
+        deactivate; logged (with ``note`` in brackets, e.g. the QoS chosen and why). ``callback`` runs under
+        the data-path lock, only while the inputs are on and no fault is latched (module docstring)."""
         sub = self.create_subscription(msg_type, topic, self._guarded(callback), qos,
                                        callback_group=self._data_path, **options)
         self._live.append(sub)
         self._data_path.wake()  # its executor waits on the group's entities: rebuild its wait set
-        self.get_logger().info(f"active: subscribed to {sub.topic_name}")
+        self.get_logger().info(f"active: subscribed to {sub.topic_name}" + (f" ({note})" if note else ""))
         return sub
+
+    def drop_input(self, entity: Any) -> None:
+        """Destroy one input made in ``create_inputs`` before deactivate (e.g. to subscribe again); the
+        inputs stay on."""
+        if entity in self._live:
+            self._live.remove(entity)
+            destroy_entities(self, [entity])
+            self._data_path.wake()
 
     def _guarded(self, callback: Callable[..., None]) -> Callable[..., None]:
         """``callback`` (``(msg)`` or ``(msg, info)``, as rclpy calls it) run under the data-path lock while
@@ -221,10 +236,15 @@ class ManagedNode(LifecycleNode):
         """Callback groups a host spins on executor threads of their own (``ros/spinning.py``)."""
         return [self._data_path]
 
-    def _report_fault(self, cause: str) -> Any:
-        """Main executor, once per latched fault: one ERROR status; the publisher is returned so that
-        CompanionFault lets subscribers acknowledge it before teardown destroys the publisher."""
+    def report_fault(self, cause: str) -> None:
+        """Main executor, once per latched fault, before the node leaves 'active': one ERROR status naming
+        the cause (a node whose own status carries its errors overrides this)."""
         self.publish_diagnostics(diagnostics.ERROR, cause)
+
+    def _report_fault(self, cause: str) -> Any:
+        """``report_fault``; the publisher is returned so that CompanionFault lets subscribers acknowledge
+        the status before teardown destroys the publisher."""
+        self.report_fault(cause)
         return self._diag_pub
 
     # ----- lifecycle ---------------------------------------------------------------------------------
@@ -254,7 +274,7 @@ class ManagedNode(LifecycleNode):
         return super().on_activate(state)
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._drop_live()
+        self.drop_inputs()
         if self._crash.cause is not None:
             return TransitionCallbackReturn.ERROR  # -> ErrorProcessing -> on_error
         return super().on_deactivate(state)
@@ -268,8 +288,9 @@ class ManagedNode(LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.get_logger().error(f"error processing (from {state.label}): {self.RELEASE_NOTE}; configure to "
-                                "start again")
+        cause = self._crash.cause or "transition callback failed"
+        self.get_logger().error(f"error processing (from {state.label}): {cause}; {self.RELEASE_NOTE}; "
+                                "configure to start again")
         self.teardown()
         self._crash.clear()
         return TransitionCallbackReturn.SUCCESS  # -> unconfigured
@@ -277,19 +298,24 @@ class ManagedNode(LifecycleNode):
     def teardown(self) -> None:
         """Drop every entity made at configure / activate and close the processor (idempotent; also what
         ``run_lifecycle_node_main`` calls for a node stuck in a transition)."""
-        self._drop_live()
+        self.drop_inputs()
         made, self._made = self._made, []
         destroy_entities(self, made)
         outputs, self._output_pubs = self._output_pubs, []
         for pub in outputs:
-            self.destroy_lifecycle_publisher(pub)
+            if isinstance(pub, LifecyclePublisher):
+                self.destroy_lifecycle_publisher(pub)
+            else:
+                self.destroy_publisher(pub)
         if self._diag_pub is not None:
             pub, self._diag_pub = self._diag_pub, None
             self.destroy_publisher(pub)
         self._configured = False
         self.close_processor()
 
-    def _drop_live(self) -> None:
+    def drop_inputs(self) -> None:
+        """Deactivate / teardown: every input made in ``create_inputs`` destroyed (a node extends this, e.g.
+        to wait for the callback in flight)."""
         inputs, self._live = self._live, []
         destroy_entities(self, inputs)
         if inputs:

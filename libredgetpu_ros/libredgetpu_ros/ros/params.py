@@ -130,7 +130,7 @@ def dense_stream(node: str, template: int | str) -> str:
     return share_stream(node, f"dense_{template}" if isinstance(template, int) else template)
 
 
-# The control, reservoir and SPU nodes' /diagnostics period (the camera nodes' is in ros/camera/params.py).
+# Every node's /diagnostics period (the camera nodes' too: ros/camera/params.py IMAGE_PARAMS).
 DIAGNOSTICS_PERIOD = ParamSpec("diagnostics_period", 1.0, "s between /diagnostics messages",
                                range=(0.05, 60.0))
 

@@ -177,7 +177,7 @@ def test_parameter_descriptors_and_validation_in_a_live_node(ros_env) -> None:
         ])
         assert [r.successful for r in results] == [False, False, False, True, True]
         assert "gpu" in results[0].reason
-        assert node.params.top_k == 3  # runtime values reach the node's typed view at once
+        assert node.cfg is None and node.read_config().top_k == 3  # typed view read on configure
         assert "| `score_threshold` | float | `0.5` | [0, 1] | runtime |" in PARAMS.markdown_table()
     finally:
         node.destroy_node()

@@ -137,11 +137,15 @@ def test_lifecycle_poses_thresholds_and_bad_frames(ros_env, fixture_path, tmp_pa
     assert sup.transition("configure")
     assert sup.state() == "inactive"
 
-    # Inactive: frames are ignored and nothing is published.
+    # Inactive: frames are ignored and no result is published; /diagnostics (a plain publisher, as every
+    # node's: ros/lifecycle.py) goes on, saying so.
     for _ in range(3):
         sup.camera.publish(sup.image(rgb))
         sup.spin_for(0.3)
-    assert sup.poses == [] and sup.diagnostics == []
+    sup.wait_for("an inactive status", lambda: sup.diagnostics)
+    assert sup.poses == []
+    assert all(d["_message"] == "inactive" and d["frames_received"] == "0" and d["frames_processed"] == "0"
+               and d["subscribed_reliability"] == "" for d in sup.diagnostics), sup.diagnostics
 
     assert sup.transition("activate")
     frame = sup.image(rgb)

@@ -3,9 +3,10 @@ the publishers (``camera/qos.py``) and chosen again when a publisher appears or 
 reported, and what diagnostics say about it (values, QoS and fragment-loss warnings, the no-input warning
 that lists the image topics that exist).
 
-A mixin of ``CameraNode`` only: it reads the node's ``params``, ``_intake``, ``_camera`` group and
-``_on_image`` callback, and keeps ``_sub`` (the subscription), ``_sub_reliability`` / ``_sub_reason`` (what
-it was created with, and why), ``_incompatible`` and the silence state, set by :meth:`_init_image_input`.
+A mixin of ``CameraNode`` only: it reads the node's ``cfg``, ``_intake`` and ``_on_image`` callback, makes
+the subscription with ``ManagedNode.data_subscription`` (the node's data path) and keeps ``_sub`` (the
+subscription), ``_sub_reliability`` / ``_sub_reason`` (what it was created with, and why), ``_incompatible``
+and the silence state, set by :meth:`_init_image_input`.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ _FRAGMENTED_BYTES = 1 << 20
 class ImageInput:
     """The camera subscription's part of ``CameraNode``; see the module docstring."""
 
-    params: Any
+    cfg: Any
     _intake: Any
-    _camera: Any
     _on_image: Any
+    data_subscription: Any
+    drop_input: Any
 
     def _init_image_input(self) -> None:
         self._sub: Any = None
@@ -46,13 +48,13 @@ class ImageInput:
         self._recheck = self.create_guard_condition(self._recheck_reliability)  # type: ignore[attr-defined]
 
     def _input_topic(self) -> str:
-        return input_subscription(self.params, self.resolve_topic_name(self.params.input_topic))[0]
+        return input_subscription(self.cfg, self.resolve_topic_name(self.cfg.input_topic))[0]
 
     def _publisher_reliabilities(self) -> list[str]:
         return image_qos.publisher_reliabilities(self.get_publishers_info_by_topic(self._input_topic()))
 
     def _subscribe(self) -> None:
-        p: ImageParams = self.params
+        p: ImageParams = self.cfg
         topic, compressed = input_subscription(p, self.resolve_topic_name(p.input_topic))
         msg_type = CompressedImage if compressed else Image
         reliability, why = image_qos.choose_reliability(p.image_reliability, self._publisher_reliabilities())
@@ -60,37 +62,35 @@ class ImageInput:
             self.get_logger().warning(f"input_type is deprecated: use transport (input_type={p.input_type})")
         events = SubscriptionEventCallbacks(message_lost=self._intake.on_message_lost,
                                             incompatible_qos=self._on_incompatible, matched=self._on_matched)
-        self._sub = self.create_subscription(msg_type, topic, self._on_image,
-                                             image_qos.image_qos(reliability), callback_group=self._camera,
-                                             event_callbacks=events)
-        self._camera.wake()
+        self._sub = self.data_subscription(msg_type, topic, self._on_image, image_qos.image_qos(reliability),
+                                           event_callbacks=events,
+                                           note=f"{msg_type.__name__}, {reliability}: {why}")
         self._sub_reliability, self._sub_reason = reliability, why
-        self.get_logger().info(f"active: reading {topic} ({msg_type.__name__}, {reliability}: {why})")
 
     def _on_matched(self, event: Any) -> None:  # camera thread
         # A publisher came or went: auto may choose otherwise (reliable again once the last best-effort
         # publisher left; a reliable reader never sees a best-effort one come: the incompatible event does).
-        if event.current_count_change != 0 and self.params.image_reliability == "auto":
+        if event.current_count_change != 0 and self.cfg.image_reliability == "auto":
             self._recheck.trigger()
 
     def _on_incompatible(self, event: Any) -> None:  # camera thread
         self._incompatible.on_event(event)
-        if self.params.image_reliability == "auto":
+        if self.cfg.image_reliability == "auto":
             self._recheck.trigger()
         else:
             self.get_logger().warning(
                 f"a publisher on {self._input_topic()} offers QoS incompatible with this subscription "
-                f"({self._incompatible.policy}; image_reliability={self.params.image_reliability}); its "
+                f"({self._incompatible.policy}; image_reliability={self.cfg.image_reliability}); its "
                 f"frames never arrive: set image_reliability to auto")
 
     def _recheck_reliability(self) -> None:
         """Main executor: subscribe again when ``auto`` now chooses another reliability."""
-        if self._sub is None or self.params.image_reliability != "auto":
+        if self._sub is None or self.cfg.image_reliability != "auto":
             return
         wanted, _ = image_qos.choose_reliability("auto", self._publisher_reliabilities())
         if wanted != self._sub_reliability:
             old, self._sub = self._sub, None
-            self.destroy_subscription(old)
+            self.drop_input(old)
             self._subscribe()
 
     def _image_status(self) -> tuple[dict[str, object], list[str]]:
@@ -99,7 +99,7 @@ class ImageInput:
         publishers = self._publisher_reliabilities()
         values: dict[str, object] = {
             "input_topic": topic,
-            "image_reliability": self.params.image_reliability,
+            "image_reliability": self.cfg.image_reliability,
             "subscribed_reliability": self._sub_reliability if self._sub is not None else "",
             "reliability_choice": self._sub_reason if self._sub is not None else "",
             "publishers": len(publishers),
@@ -111,14 +111,14 @@ class ImageInput:
             values["qos_incompatible_policy"] = self._incompatible.policy
             warnings.append(f"{self._incompatible.count} incompatible QoS ({self._incompatible.policy}) "
                             f"with a publisher on {topic}: its frames never arrive (image_reliability="
-                            f"{self.params.image_reliability})")
+                            f"{self.cfg.image_reliability})")
         stats = self._intake.stats
         if (self._sub is not None and self._sub_reliability == "best_effort" and publishers
                 and all(r == "reliable" for r in publishers)
                 and (stats.largest_frame >= _FRAGMENTED_BYTES or stats.lost > stats.received
                      or not stats.received)):
             warnings.append(f"reliable publisher(s) on {topic} read by a best_effort subscription "
-                            f"(image_reliability={self.params.image_reliability}; {stats.received} received, "
+                            f"(image_reliability={self.cfg.image_reliability}; {stats.received} received, "
                             f"{stats.lost} lost, largest {stats.largest_frame / 1e6:.1f} MB): a lost "
                             f"fragment loses a large frame; set image_reliability to auto or reliable")
         if self._sub is not None:
@@ -130,7 +130,7 @@ class ImageInput:
         if received != self._silence_received:
             self._silence_since, self._silence_received, self._silence_warned = now, received, False
             return
-        if self._silence_warned or now - self._silence_since < self.params.input_timeout:
+        if self._silence_warned or now - self._silence_since < self.cfg.input_timeout:
             return
         self._silence_warned = True
         own = {name for name, _ in self.get_publisher_names_and_types_by_node(self.get_name(),
@@ -144,4 +144,4 @@ class ImageInput:
         self.get_logger().warning(
             f"no frame on {topic} for {now - self._silence_since:.0f} s ({n_publishers} publisher(s), "
             f"subscribed {self._sub_reliability}); image topics that exist: {', '.join(topics) or 'none'}. "
-            f"Remap {self.params.input_topic} or set input_topic / transport")
+            f"Remap {self.cfg.input_topic} or set input_topic / transport")

@@ -9,8 +9,6 @@ in order with the frames and never concurrently with ``process``, while the node
 
 from __future__ import annotations
 
-from typing import Any
-
 from sensor_msgs.msg import CameraInfo
 
 from libredgetpu_ros.ros.camera.qos import CAMERA_INFO_QOS
@@ -28,28 +26,22 @@ MARKER_PLANE_PARAMS: tuple[ParamSpec, ...] = (
 
 class ImagePlaneInput:
     """Mixin for a ``CameraNode`` whose parameters hold :data:`MARKER_PLANE_PARAMS`, ``publish_markers``
-    and ``input_topic``: subscribes to the camera's CameraInfo while active; :meth:`image_plane` gives the
-    markers' plane for a frame."""
+    and ``input_topic``: subscribes to the camera's CameraInfo while active (on the node's data path, with
+    the frames); :meth:`image_plane` gives the markers' plane for a frame."""
 
-    _plane_info_sub: Any = None
     _plane_info: CameraInfo | None = None  # the newest, on the camera thread
 
-    def on_activate(self, state: Any) -> Any:
-        result = super().on_activate(state)
-        self._plane_info_sub = self.camera_subscription(CameraInfo, self.camera_info_topic(),
-                                                        self._on_plane_info, CAMERA_INFO_QOS)
-        return result
+    def create_inputs(self) -> None:
+        super().create_inputs()
+        self.data_subscription(CameraInfo, self.camera_info_topic(), self._on_plane_info, CAMERA_INFO_QOS)
 
-    def on_deactivate(self, state: Any) -> Any:
-        if self._plane_info_sub is not None:
-            sub, self._plane_info_sub = self._plane_info_sub, None
-            self.destroy_camera_subscription(sub)
+    def drop_inputs(self) -> None:
+        super().drop_inputs()
         self._plane_info = None  # the camera may change before the next activate
-        return super().on_deactivate(state)
 
     def camera_info_topic(self) -> str:
         """``camera_info_topic``, or ``camera_info`` in the (remapped) image topic's namespace."""
-        params, resolve = self.params, self.resolve_topic_name
+        params, resolve = self.cfg, self.resolve_topic_name
         if params.camera_info_topic:
             return resolve(params.camera_info_topic)
         return resolve(params.input_topic).rsplit("/", 1)[0] + "/camera_info"
@@ -62,10 +54,10 @@ class ImagePlaneInput:
         without one, with markers off, for an uncalibrated camera (K all zero), and (with a bad-input count,
         one warning) for a K that is no pinhole camera."""
         info = self._plane_info
-        if info is None or not self.params.publish_markers:
+        if info is None or not self.cfg.publish_markers:
             return None
         try:
-            return ImagePlane.from_camera_info(info, width, height, self.params.marker_depth)
+            return ImagePlane.from_camera_info(info, width, height, self.cfg.marker_depth)
         except ValueError as exc:
             self._plane_info = None
             if self.stats.bad_input.add("camera_info") == 1:

@@ -1,36 +1,32 @@
-"""``CameraNode``: the lifecycle node base of every node that takes camera images (see ``ros/camera/__init__``
-for the subclass API).
+"""``CameraNode``: the base of every node that takes camera images, a :class:`~libredgetpu_ros.ros.lifecycle.
+ManagedNode` (the skeleton every node shares: parameter table, configure / activate / deactivate / cleanup /
+error, outputs and services released by the base, ``/diagnostics`` and its timer, faults through
+``spinning.CompanionFault``) that adds the image intake. See ``ros/camera/__init__`` for the subclass API.
 
-Lifecycle (the ros2/demos ``lifecycle_py`` rhythm):
+What the camera base puts in the skeleton's hooks:
 
-- configure: read the parameters, ``open_processor()`` (the class's ``PROCESSOR``, ``camera/processor.py``;
-  a ``LibrEdgeTpuError`` -> FAILURE, stays unconfigured, reason logged), ``create_outputs()``, the
-  ``~/timing`` and ``/diagnostics`` publishers and the diagnostics timer;
-- activate: subscribe to the camera with the reliability ``image_reliability`` gives (``camera/qos.py``,
-  ``camera/image_input.py``), enable the publishers;
-- deactivate: unsubscribe (waiting for a frame in progress), disable the publishers;
-- cleanup / shutdown: ``close_processor()``, every output destroyed;
-- a fault in the camera path drives the node through deactivate -> ErrorProcessing (``on_error`` releases
-  everything) -> unconfigured, so a supervisor can configure it again: a ``DeviceError`` / ``BackendError``
-  raised by ``process``, or any exception that is not bad input escaping the camera callback
-  (``ros/spinning.py`` hands it to :meth:`CameraNode.companion_failed`). Both go through
-  ``spinning.CompanionFault``: logged (with the traceback), one ERROR diagnostics status naming the cause.
-  Bad input (``InputError``: undecodable, oversized, malformed frames) is only counted per frame, and logged
-  at most every 10 s per cause.
+- configure (``open_processor``, ``create_outputs``): the class's ``PROCESSOR`` (``camera/processor.py``)
+  opened from the parameters, a publisher per topic of its ``out_types`` and ``~/timing``; a
+  ``LibrEdgeTpuError`` fails configure (logged, everything made so far released, ``unconfigured``);
+- activate (``create_inputs``): the image subscription, with the reliability ``image_reliability`` gives
+  (``camera/qos.py``, ``camera/image_input.py``), on the node's data path;
+- deactivate / teardown (``drop_inputs``): the subscription dropped, then the frame in progress waited for
+  (the base's data-path lock: none starts after it);
+- diagnostics (``diagnostic_status``): the processor's values, the subscription's, rates, counters, stage
+  times (``camera/report.py``); a fault is counted and reported as ``processing errors: <cause>``.
 
-Threads:
+Faults: a ``DeviceError`` / ``BackendError`` raised by ``process`` is latched (:meth:`latch`); any exception
+that is not bad input escaping the camera callback is handed by ``ros/spinning.py`` to ``companion_failed``;
+both take the node through deactivate -> ErrorProcessing (``on_error`` releases everything) ->
+unconfigured, so a supervisor can configure it again. Bad input (``InputError``: undecodable, oversized,
+malformed frames) is only counted per frame, and logged at most every 10 s per cause.
 
-- the camera path: the image subscription (with its QoS events) is in a callback group of its own
-  (``spinning.CompanionGroup``, ``companion_groups()``), which ``ros/spinning.py`` runs on an executor
-  thread of its own (for the entry point and ``ros/bringup.py``): a frame never waits behind a lifecycle or
-  parameter request or the diagnostics timer, and that executor waits on the group's entities only. Frames
-  are processed right in its callback: no hand-off to another thread. The subscription is the node's own,
-  so ``ros2 node info <node>`` lists it. (rclpy lets a node belong to one executor only, so the group's
-  executor reads the node through a view of that group instead of owning it; its latency against a
-  companion node of its own: docs/perception_node.md "Threads".) A plain rclpy executor (a test's)
-  runs the group along with everything else, on its one thread;
-- the main executor (this node): lifecycle and parameter services, the diagnostics timer, the fault's guard
-  condition, the re-check of the image reliability when a publisher appears.
+Threads: the camera path is the node's data path (``ManagedNode.data_subscription``: a
+``spinning.CompanionGroup`` of the node, spun on an executor thread of its own by the entry point and
+``ros/bringup.py``): a frame never waits behind a lifecycle or parameter request or the diagnostics timer,
+and is processed right in its callback, with no hand-off to another thread; ``ros2 node info <node>`` lists
+the subscription. (Its latency against a companion node of its own: docs/perception_node.md "Threads".) A
+plain rclpy executor (a test's) runs the group along with everything else, on its one thread.
 
 Only the newest frame is processed: before processing, the callback takes every frame that queued in the
 reader meanwhile and keeps the newest, so a slow model never builds a backlog or publishes stale results.
@@ -45,9 +41,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from diagnostic_msgs.msg import DiagnosticArray
-from rcl_interfaces.msg import SetParametersResult
 from rclpy.exceptions import InvalidHandle
-from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy
 from rclpy.subscription import MessageInfo
@@ -61,10 +55,7 @@ from libredgetpu_ros.ros.camera.image_input import ImageInput
 from libredgetpu_ros.ros.camera.intake import Frame, FrameStats, Intake
 from libredgetpu_ros.ros.camera.processor import PUBLISH_STAGE, CameraProcessor
 from libredgetpu_ros.ros.image_msgs import BadImage, to_rgb
-from libredgetpu_ros.ros.output_qos import output_publisher
-from libredgetpu_ros.ros.params import ParamTable
-from libredgetpu_ros.ros.services import create_guarded_service
-from libredgetpu_ros.ros.spinning import CompanionFault, CompanionGroup, destroy_entities
+from libredgetpu_ros.ros.lifecycle import ManagedNode
 
 _BAD_INPUT_LOG_PERIOD_S = 10.0
 
@@ -73,41 +64,25 @@ RESULT_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=5,
                         reliability=QoSReliabilityPolicy.RELIABLE)
 
 
-class CameraNode(ImageInput, LifecycleNode):
+class CameraNode(ImageInput, ManagedNode):
     """Lifecycle node that runs its ``PROCESSOR`` on the newest camera frame and publishes what it gives;
     see the module docstring and the subclass API in ``ros/camera/__init__.py``."""
 
-    PARAMS: ClassVar[ParamTable]  # camera_param_table(own specs, OwnParams): the subclass sets it
     PROCESSOR: ClassVar[type[CameraProcessor]]  # what process-bag runs too (ros/bag_nodes.py)
     DIAGNOSTICS_NAME: ClassVar[str] = "camera"  # status name "<node>: <DIAGNOSTICS_NAME>"; default node name
+    FAULT_WHAT = "camera path"
+    RELEASE_NOTE = "releasing the device"
 
     def __init__(self, node_name: str | None = None, **kwargs: Any) -> None:
         super().__init__(node_name or self.DIAGNOSTICS_NAME, **kwargs)
-        # The camera path's callback group, spun by an executor thread of its own (see the module docstring).
-        self._camera = CompanionGroup()
-        self.PARAMS.declare(self)
-        self._validate_params = self.PARAMS.validator(self.is_configured)
-        self.add_on_set_parameters_callback(self._on_set_params)
-        self.add_post_set_parameters_callback(self._after_set_params)
-        self.params: Any = self.PARAMS.read(self)
-        self._configured = False
-        self._outputs: list[Any] = []  # lifecycle publishers made by output()
-        self._made_services: list[Any] = []  # services made by service()
-        self._timing_pub: Any = None
-        self._diag_pub: Any = None
-        self._diag_timer: Any = None
         self._processor: CameraProcessor | None = None
         self._processor_lock = threading.Lock()  # the processor reference against open / close
         self._pubs: dict[str, Any] = {}  # relative topic -> publisher, from the processor's out_types
-        self._busy = threading.Lock()  # held while a frame is processed
-        self._active = False  # frames are processed (set under _busy)
+        self._timing_pub: Any = None
         self._idle_ns = 0  # wall ns the previous frame finished (for ~/timing queued_ms)
         self._intake = Intake(lambda text: self.get_logger().warning(text))
         self._bad_log = diagnostics.LogLimiter(_BAD_INPUT_LOG_PERIOD_S)  # one line per cause per period
         self._init_image_input()
-        # A fault of the camera path, carried to the main executor (transitions cannot run on the camera
-        # thread); while one is latched, frames are ignored.
-        self._fault = CompanionFault(self, "camera path", self._report_fault)
 
     # -- the subclass API (see ros/camera/__init__.py) ------------------------------------------------------
 
@@ -116,15 +91,23 @@ class CameraNode(ImageInput, LifecycleNode):
         """The open ``PROCESSOR`` (configured), else None; services reach its state through it."""
         return self._processor
 
+    @property
+    def stats(self) -> FrameStats:
+        return self._intake.stats
+
     def open_processor(self) -> None:
-        """Configure: ``PROCESSOR`` opened from ``self.params``; a ``LibrEdgeTpuError`` fails configure."""
-        processor = self.PROCESSOR(self.params, warn=self.get_logger().warning,
+        """Configure: fresh counters, ``PROCESSOR`` opened from ``self.cfg``; a ``LibrEdgeTpuError`` fails
+        configure."""
+        self._intake.reset(stats=True)
+        self._incompatible.reset()
+        processor = self.PROCESSOR(self.cfg, warn=self.get_logger().warning,
                                    node=self.get_fully_qualified_name())
         with self._processor_lock:
             self._processor = processor
 
     def close_processor(self) -> None:
         """Cleanup / shutdown / error: the processor closed (idempotent; a failure only logged)."""
+        self._pubs, self._timing_pub = {}, None  # destroyed by the base
         with self._processor_lock:
             processor, self._processor = self._processor, None
         self.close_logged(processor, f"the {self.DIAGNOSTICS_NAME} processor")
@@ -140,14 +123,17 @@ class CameraNode(ImageInput, LifecycleNode):
             self.get_logger().warning(f"closing {what}: {exc}")
 
     def create_outputs(self) -> None:
-        """Configure, after ``open_processor``: a publisher per topic of the processor's ``out_types``; a
-        subclass adds its services (:meth:`service`) after ``super().create_outputs()``."""
+        """Configure, after ``open_processor``: a publisher per topic of the processor's ``out_types`` and
+        ``~/timing``; a subclass adds its services (:meth:`service`) after ``super().create_outputs()``."""
         assert self._processor is not None
         self._pubs = {topic: self.output(cls, topic) for topic, cls in self._processor.out_types.items()}
+        # Per-frame timings (stamped like the frame's results) for benchmarks and tuning; built only while
+        # someone subscribes, after the frame's results went out.
+        self._timing_pub = self.output(DiagnosticArray, "~/timing")
 
-    def destroy_outputs(self) -> None:
-        """Cleanup: destroy publishers not made with :meth:`output` nor services not made with :meth:`service`
-        (those are destroyed by the base)."""
+    def output(self, msg_type: Any, topic: str, qos: Any = RESULT_QOS, *, lifecycle: bool = True) -> Any:
+        """``ManagedNode.output`` with the results' QoS by default."""
+        return super().output(msg_type, topic, qos, lifecycle=lifecycle)
 
     def process(self, rgb: Any, header: Header, frame: Frame) -> Mapping[str, float] | None:
         """Camera thread, one frame: the processor's messages for ``rgb`` (HxWx3 uint8) stamped with
@@ -173,6 +159,9 @@ class CameraNode(ImageInput, LifecycleNode):
         """The markers' image plane for a frame (``camera/image_plane.ImagePlaneInput`` gives one)."""
         return None
 
+    def describe(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.diagnostic_values().items())
+
     def diagnostic_values(self) -> dict[str, object]:
         """Key/values put first in the diagnostics status: the processor's (task, backend, model...)."""
         processor = self._processor
@@ -190,170 +179,56 @@ class CameraNode(ImageInput, LifecycleNode):
 
     def check_runtime_params(self, changes: dict[str, Any]) -> str | None:
         """A runtime parameter change (name -> new value, table checks passed): why it is refused, or None;
-        the processor applies it (the values become ``self.params`` and the processor's right after)."""
+        the processor applies it (the values become ``self.cfg`` and the processor's right after)."""
         processor = self._processor
         return None if processor is None else processor.check_runtime_params(changes)
 
     def runtime_params_changed(self, names: set[str]) -> None:
-        """After runtime parameters ``names`` changed (``self.params`` holds the new values)."""
+        """After runtime parameters ``names`` changed (``self.cfg`` holds the new values)."""
 
-    def camera_subscription(self, msg_type: Any, topic: str, callback: Any, qos: Any) -> Any:
-        """A subscription of the node handled on the camera thread, in order with the frames and never
-        concurrently with ``process`` (e.g. CameraInfo); make it in ``on_activate`` and destroy it with
-        :meth:`destroy_camera_subscription` in ``on_deactivate``."""
-        sub = self.create_subscription(msg_type, topic, callback, qos, callback_group=self._camera)
-        self._camera.wake()
-        return sub
+    # -- the skeleton's hooks (ros/lifecycle.py) ------------------------------------------------------------
 
-    def destroy_camera_subscription(self, sub: Any) -> None:
-        self.destroy_subscription(sub)
-        self._camera.wake()
-
-    def output(self, msg_type: Any, topic: str, qos: Any = RESULT_QOS) -> Any:
-        """A lifecycle publisher, destroyed by the base on cleanup; QoS overridable (ros/output_qos.py)."""
-        pub = output_publisher(self, msg_type, topic, qos)
-        self._outputs.append(pub)
-        return pub
-
-    def service(self, srv_type: Any, name: str, callback: Any) -> Any:
-        """A service of the configured node (e.g. ``~/enroll``), destroyed by the base on cleanup."""
-        srv = create_guarded_service(self, srv_type, name, callback)  # no exception escapes a handler
-        self._made_services.append(srv)
-        return srv
-
-    def is_configured(self) -> bool:
-        return self._configured
-
-    @property
-    def stats(self) -> FrameStats:
-        return self._intake.stats
-
-    # -- lifecycle ------------------------------------------------------------------------------------------
-
-    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
-        try:
-            self.params = self.PARAMS.read(self)
-            self.open_processor()
-            self.create_outputs()  # a ConfigError from qos_overrides fails configure too
-        except LibrEdgeTpuError as exc:
-            self.get_logger().error(f"configure failed: {exc}")
-            self._release()
-            return TransitionCallbackReturn.FAILURE
-        self._configured = True
-        # Per-frame timings (stamped like the frame's results) for benchmarks and tuning; built only while
-        # someone subscribes, after the frame's results went out.
-        self._timing_pub = output_publisher(self, DiagnosticArray, "~/timing", RESULT_QOS)
-        self._diag_pub = self.create_lifecycle_publisher(DiagnosticArray, "/diagnostics", 10)
-        self._diag_timer = self.create_timer(self.params.diagnostics_period, self._publish_diagnostics)
-        self._intake.reset(stats=True)
-        self._incompatible.reset()
-        self._fault.clear()
-        summary = " ".join(f"{k}={v}" for k, v in self.diagnostic_values().items())
-        self.get_logger().info(f"configured: {summary}")
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        with self._busy:
-            self._active, self._idle_ns = True, 0
-            self._intake.reset()
-        self._silence_since, self._silence_received, self._silence_warned = time.monotonic(), 0, False
+    def create_inputs(self) -> None:
+        """Activate: a fresh intake, the image subscription (``camera/image_input.py``)."""
+        self._idle_ns = 0
+        self._intake.reset()
         self._subscribe()
-        return super().on_activate(state)
 
-    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._stop_processing()
-        ret = super().on_deactivate(state)
-        if self._fault.cause is not None:
-            return TransitionCallbackReturn.ERROR  # -> on_error releases the device
-        return ret
+    def drop_inputs(self) -> None:
+        """Deactivate / teardown: unsubscribe, then (the base) wait for the frame in flight."""
+        self._sub = None
+        super().drop_inputs()
 
-    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._release()
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.teardown()
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
-        reason = self._fault.cause or "transition callback failed"
-        self.get_logger().error(f"error processing (from {state.label}): {reason}; releasing the device")
-        self.teardown()
-        self._fault.clear()
-        return TransitionCallbackReturn.SUCCESS  # -> unconfigured; configure again to recover
-
-    def companion_groups(self) -> list[CompanionGroup]:
-        """Callback groups a host runs on their own executor threads (``ros/spinning.py``: the entry point,
-        ``ros/bringup.py``): the camera path."""
-        return [self._camera]
-
-    def companion_failed(self, companion: Any, exc: BaseException) -> None:
-        """An exception escaped the camera callback (called on the camera thread by ``ros/spinning.py``,
-        which then spins on): logged with its traceback, ERROR diagnostics, the node goes to ``on_error``."""
-        self._fault.companion_failed(companion, exc)
-
-    def teardown(self) -> None:
-        """Stop processing and release the device and every configured entity, outside any transition."""
-        self._stop_processing()
-        self._release()
-
-    def state_label(self) -> str:
-        """Current lifecycle state: unconfigured, inactive, active, finalized (or a transition state)."""
-        return self._state_machine.current_state[1]
-
-    # -- parameters -----------------------------------------------------------------------------------------
-
-    def _on_set_params(self, params: list[Parameter]) -> SetParametersResult:
-        verdict = self._validate_params(params)
+    def check_parameters(self, params: list[Parameter]) -> str | None:
         runtime = {p.name: p.value for p in params if p.name in self.PARAMS.runtime_names()}
-        if not verdict.successful or not runtime:
-            return verdict
-        reason = self.check_runtime_params(runtime)
-        return SetParametersResult(successful=False, reason=reason) if reason else verdict
+        return self.check_runtime_params(runtime) if runtime else None
 
-    def _after_set_params(self, params: list[Parameter]) -> None:
+    def parameters_changed(self, params: list[Parameter]) -> None:
         names = {p.name for p in params} & self.PARAMS.runtime_names()
         if names:
-            self.params = self.PARAMS.read(self)
             processor = self._processor
             if processor is not None:
-                processor.params = self.params
+                processor.params = self.cfg
             self.runtime_params_changed(names)
 
-    # -- release --------------------------------------------------------------------------------------------
+    def diagnostic_status(self) -> tuple[int, str, dict[str, object]]:
+        image_values, warnings = self._image_status()
+        return report.status(self._intake.stats, self.diagnostic_values(), image_values,
+                             warnings + self.diagnostic_warnings(), self.inputs_active())
 
-    def _release(self) -> None:
-        if self._diag_timer is not None:
-            self.destroy_timer(self._diag_timer)
-            self._diag_timer = None
-        outputs, self._outputs = self._outputs, []
-        for pub in outputs:
-            self.destroy_lifecycle_publisher(pub)
-        services, self._made_services = self._made_services, []
-        destroy_entities(self, services)
-        self._pubs = {}
-        self.destroy_outputs()
-        if self._timing_pub is not None:
-            self.destroy_lifecycle_publisher(self._timing_pub)
-            self._timing_pub = None
-        if self._diag_pub is not None:
-            self.destroy_lifecycle_publisher(self._diag_pub)
-            self._diag_pub = None
-        self._configured = False
-        self.close_processor()
-
-    def _stop_processing(self) -> None:
-        if self._sub is not None:
-            sub, self._sub = self._sub, None
-            self.destroy_subscription(sub)
-            self._camera.wake()
-        with self._busy:  # waits for the frame in flight; none starts after this
-            self._active = False
+    def report_fault(self, cause: str) -> None:
+        """Main executor, once per latched fault, before the node leaves 'active': counted, and published at
+        once (ERROR "processing errors: <cause>"), as on_error is about to destroy the publishers."""
+        stats = self._intake.stats
+        stats.errors += 1
+        stats.last_error = cause
+        self.publish_diagnostics()
 
     # -- data path ------------------------------------------------------------------------------------------
 
     def _on_image(self, msg: Image | CompressedImage, info: MessageInfo) -> None:
-        """Image executor thread: process the newest frame queued in the reader, right here."""
+        """Image executor thread: process the newest frame queued in the reader, right here (under the
+        data-path lock, only while active and no fault is latched: ``ManagedNode.data_subscription``)."""
         intake = self._intake
         frame = intake.arrived(msg, info)
         sub = self._sub
@@ -365,11 +240,9 @@ class CameraNode(ImageInput, LifecycleNode):
                         frame = intake.arrived(*newer)
             except InvalidHandle:  # deactivated (or resubscribed) meanwhile
                 return
-        with self._busy:
-            if self._active and self._fault.cause is None:  # a latched fault: on its way to on_error
-                skipped, intake.skipped = intake.skipped, 0
-                self._run(frame, skipped)
-                self._idle_ns = time.time_ns()
+        skipped, intake.skipped = intake.skipped, 0
+        self._run(frame, skipped)
+        self._idle_ns = time.time_ns()
 
     def _run(self, frame: Frame, skipped: int) -> None:
         try:
@@ -381,15 +254,14 @@ class CameraNode(ImageInput, LifecycleNode):
         except InputError as exc:  # the frame's data refused further on (e.g. non-finite model outputs)
             self._bad_input("input", str(exc))
         except (DeviceError, BackendError) as exc:  # the processor cannot run any more: release, report
-            self._active = False
-            self._fault.latch(f"device failure while processing: {exc}")
+            self.latch(f"device failure while processing: {exc}")
         # Anything else is a fault of the node, not of the frame: it escapes the camera callback and
         # ros/spinning.py hands it to companion_failed (error processing; counting it per frame and going on
         # would leave the node 'active' while every frame fails).
 
     def _process_frame(self, frame: Frame, skipped: int) -> None:
         started = time.monotonic()
-        rgb = to_rgb(frame.msg, self.params.max_image_pixels)
+        rgb = to_rgb(frame.msg, self.cfg.max_image_pixels)
         converted = time.monotonic()
         timings = self.process(rgb, frame.msg.header, frame)
         if timings is None:
@@ -406,24 +278,3 @@ class CameraNode(ImageInput, LifecycleNode):
         count = self._intake.stats.bad_input.add(cause)
         if self._bad_log.due(cause):
             self.get_logger().warning(f"bad input frame ({cause}, {count} so far): {message}")
-
-    def _report_fault(self, cause: str) -> Any:
-        """Main executor, once per latched fault, before the node leaves 'active': counted, and published
-        at once (ERROR "processing errors: <cause>"), as on_error is about to destroy the publishers; returns
-        the publisher, so that CompanionFault lets subscribers acknowledge the status first."""
-        stats = self._intake.stats
-        stats.errors += 1
-        stats.last_error = cause
-        self._publish_diagnostics()
-        return self._diag_pub
-
-    # -- diagnostics ----------------------------------------------------------------------------------------
-
-    def _publish_diagnostics(self) -> None:
-        if self._diag_pub is None:
-            return
-        image_values, warnings = self._image_status()
-        self._diag_pub.publish(report.status_array(
-            f"{self.get_fully_qualified_name()}: {self.DIAGNOSTICS_NAME}", self.hardware_id(),
-            self.get_clock().now().to_msg(), self._intake.stats, self.diagnostic_values(), image_values,
-            warnings + self.diagnostic_warnings()))

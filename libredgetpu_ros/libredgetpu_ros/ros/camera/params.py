@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from libredgetpu_ros.ros.camera.qos import RELIABILITY_CHOICES
 from libredgetpu_ros.ros.image_msgs import DEFAULT_MAX_PIXELS, MAX_PIXEL_BUDGET
-from libredgetpu_ros.ros.params import ParamSpec, ParamTable
+from libredgetpu_ros.ros.params import DIAGNOSTICS_PERIOD, ParamSpec, ParamTable
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ IMAGE_PARAMS: tuple[ParamSpec, ...] = (
               range=(1, MAX_PIXEL_BUDGET), mutability="runtime"),
     ParamSpec("input_timeout", 5.0, "Seconds active without a frame before a WARN lists the image topics "
               "that exist (once per silence).", range=(0.5, 3600.0), mutability="runtime"),
-    ParamSpec("diagnostics_period", 1.0, "Seconds between /diagnostics messages.", range=(0.1, 60.0)),
+    DIAGNOSTICS_PERIOD,
 )
 
 

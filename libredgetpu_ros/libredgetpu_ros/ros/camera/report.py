@@ -1,10 +1,9 @@
-"""A camera node's /diagnostics status and per-frame ``~/timing`` messages (built here, published by
-the node)."""
+"""A camera node's /diagnostics status (its level, message and values) and per-frame ``~/timing`` messages
+(built here, published by the node)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray
 
@@ -12,11 +11,12 @@ from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.camera.intake import Frame, FrameStats
 
 
-def status_array(name: str, hardware_id: str, stamp: Any, stats: FrameStats, head: Mapping[str, object],
-                 image: Mapping[str, object], warnings: list[str]) -> DiagnosticArray:
-    """One period's status: the node's own ``head`` values, the ``image`` subscription's, rates, counters,
-    mean stage times. Level: ERROR on a processing error; else WARN naming every ``warnings`` entry and the
-    intake's own (bad input, transport loss, no input); else OK with the output rate."""
+def status(stats: FrameStats, head: Mapping[str, object], image: Mapping[str, object], warnings: list[str],
+           active: bool) -> tuple[int, str, dict[str, object]]:
+    """One period's (level, message, values): the node's own ``head`` values, the ``image`` subscription's,
+    rates, counters, mean stage times. Level: ERROR on a processing error; else WARN naming every
+    ``warnings`` entry and the intake's own (bad input, transport loss, no input while ``active``); else OK
+    with the output rate, or ``inactive``."""
     s = stats
     n, stages, latency, latency_max = s.take_period()
     values: dict[str, object] = dict(head)
@@ -40,15 +40,13 @@ def status_array(name: str, hardware_id: str, stamp: Any, stats: FrameStats, hea
         warn.append(f"{s.bad_input.total()} bad input frames")
     if s.lost_transport:
         warn.append(f"{s.lost_transport} frames lost in transport")
-    if n == 0:
+    if n == 0 and active:  # inactive: not subscribed, no frame is expected
         warn.append("no input")
     if s.errors:
-        level, message = diagnostics.ERROR, f"processing errors: {s.last_error}"
-    elif warn:
-        level, message = diagnostics.WARN, "; ".join(warn)
-    else:
-        level, message = diagnostics.OK, f"{s.rate_out.rate():.1f} fps"
-    return diagnostics.array(stamp, [diagnostics.status(name, hardware_id, level, message, values)])
+        return diagnostics.ERROR, f"processing errors: {s.last_error}", values
+    if warn:
+        return diagnostics.WARN, "; ".join(warn), values
+    return diagnostics.OK, f"{s.rate_out.rate():.1f} fps" if active else "inactive", values
 
 
 def timing_array(node_name: str, hardware_id: str, frame: Frame, skipped: int, idle_ns: int,

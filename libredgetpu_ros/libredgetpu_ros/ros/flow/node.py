@@ -58,10 +58,6 @@ class FlowNode(CameraNode):
     PROCESSOR = FlowProcessor
     DIAGNOSTICS_NAME = "flow"
 
-    def __init__(self, node_name: str | None = None, **kwargs: Any) -> None:
-        self._info_sub: Any = None
-        super().__init__(node_name, **kwargs)
-
     def create_outputs(self) -> None:
         super().create_outputs()
         self.service(Trigger, "~/reset_heading", self._on_reset_heading)
@@ -77,23 +73,15 @@ class FlowNode(CameraNode):
         response.success, response.message = True, f"heading {previous:.3f} deg -> 0"
         return response
 
-    def on_activate(self, state: Any) -> Any:
-        result = super().on_activate(state)
-        if self.params.use_camera_info:
-            # on the camera path: CameraInfo and frames handled in order on one thread, never concurrently
-            self._info_sub = self.camera_subscription(
-                CameraInfo, self.resolve_topic_name(self.params.camera_info_topic), self._on_camera_info,
-                CAMERA_INFO_QOS)
+    def create_inputs(self) -> None:
         processor: Any = self.processor
         if processor is not None:
             processor.restart_pairs()  # frames from before the pause do not pair with new ones
-        return result
-
-    def on_deactivate(self, state: Any) -> Any:
-        if self._info_sub is not None:
-            sub, self._info_sub = self._info_sub, None
-            self.destroy_camera_subscription(sub)
-        return super().on_deactivate(state)
+        super().create_inputs()
+        if self.cfg.use_camera_info:
+            # on the data path: CameraInfo and frames handled in order on one thread, never concurrently
+            self.data_subscription(CameraInfo, self.resolve_topic_name(self.cfg.camera_info_topic),
+                                   self._on_camera_info, CAMERA_INFO_QOS)
 
     # -- camera info -----------------------------------------------------------------------------
 

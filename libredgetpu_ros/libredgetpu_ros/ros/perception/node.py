@@ -28,7 +28,6 @@ from vision_msgs.msg import LabelInfo
 from libredgetpu_ros.errors import DeviceNotFoundError
 from libredgetpu_ros.ros.camera import CameraNode
 from libredgetpu_ros.ros.camera.image_plane import ImagePlaneInput
-from libredgetpu_ros.ros.output_qos import output_publisher
 from libredgetpu_ros.ros.perception.params import LABEL_QOS, PARAMS
 from libredgetpu_ros.ros.perception.processor import PerceptionProcessor
 
@@ -50,7 +49,7 @@ class PerceptionNode(ImagePlaneInput, CameraNode):
         runs the same model on the CPU of the machine it runs on)."""
         super().open_processor()
         processor: Any = self.processor
-        choice = processor.on_cpu() if self.params.require_accelerator else None
+        choice = processor.on_cpu() if self.cfg.require_accelerator else None
         if choice is not None:
             self.close_processor()
             raise DeviceNotFoundError(f"require_accelerator is true but the model would run on the CPU "
@@ -58,12 +57,8 @@ class PerceptionNode(ImagePlaneInput, CameraNode):
 
     def create_outputs(self) -> None:
         super().create_outputs()
+        self._labels_pub = None  # the previous configure's was destroyed by the base
         self._publish_label_info()
-
-    def destroy_outputs(self) -> None:
-        if self._labels_pub is not None:
-            self.destroy_publisher(self._labels_pub)
-            self._labels_pub = None
 
     def runtime_params_changed(self, names: set[str]) -> None:
         if self._labels_pub is not None and "score_threshold" in names:
@@ -80,5 +75,5 @@ class PerceptionNode(ImagePlaneInput, CameraNode):
             return
         for _, msg in processor.latched(Header(stamp=self.get_clock().now().to_msg())):  # label_info only
             if self._labels_pub is None:
-                self._labels_pub = output_publisher(self, LabelInfo, "label_info", LABEL_QOS, lifecycle=False)
+                self._labels_pub = self.output(LabelInfo, "label_info", LABEL_QOS, lifecycle=False)
             self._labels_pub.publish(msg)
