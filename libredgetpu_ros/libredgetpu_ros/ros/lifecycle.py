@@ -13,7 +13,7 @@ A subclass sets ``PARAMS`` (its ``ParamTable``), ``DIAGNOSTICS_NAME`` (status na
   line;
 - ``create_inputs()``: activate: the data path's subscriptions (:meth:`data_subscription`) and timers
   (:meth:`timer` with ``while_active``); the base drops them on deactivate (``drop_inputs()``, which a node
-  extends to wait for a callback in flight; :meth:`drop_input` drops one, e.g. to subscribe again);
+  may extend; :meth:`drop_input` drops one, e.g. to subscribe again);
 - ``close_processor()``: release what ``open_processor`` opened (idempotent; must not raise);
 - ``diagnostic_status()`` -> ``(level, message, values)`` and ``hardware_id()``: the node's ``/diagnostics``
   status, published every ``diagnostics_period()`` s (None: the node publishes it itself) while configured,
@@ -314,8 +314,8 @@ class ManagedNode(LifecycleNode):
         self.close_processor()
 
     def drop_inputs(self) -> None:
-        """Deactivate / teardown: every input made in ``create_inputs`` destroyed (a node extends this, e.g.
-        to wait for the callback in flight)."""
+        """Deactivate / teardown: every input made in ``create_inputs`` destroyed, then the callback in flight
+        waited for (a node extends this, e.g. to forget what its inputs gave)."""
         inputs, self._live = self._live, []
         destroy_entities(self, inputs)
         if inputs:
