@@ -96,12 +96,17 @@ class CameraNode(ImageInput, ManagedNode):
         return self._intake.stats
 
     def open_processor(self) -> None:
-        """Configure: fresh counters, ``PROCESSOR`` opened from ``self.cfg``; a ``LibrEdgeTpuError`` fails
-        configure."""
+        """Configure: fresh counters, ``PROCESSOR`` opened from ``self.cfg`` and warmed up (one inference on a
+        blank frame, no state kept); a ``LibrEdgeTpuError`` fails configure."""
         self._intake.reset(stats=True)
         self._incompatible.reset()
         processor = self.PROCESSOR(self.cfg, warn=self.get_logger().warning,
                                    node=self.get_fully_qualified_name())
+        try:  # the first inference's one-off costs (LiteRT's first run, cold buffers): here, not on a frame
+            processor.warm_up(None)
+        except BaseException:
+            processor.close()
+            raise
         with self._processor_lock:
             self._processor = processor
 
