@@ -222,6 +222,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--size", default="640x480")
     parser.add_argument("--tasks", nargs="+", default=list(FRAMES), choices=list(FRAMES))
+    parser.add_argument("--cpu-threads", type=int, default=None,
+                        help="the node's cpu_threads for every variant (default: the parameter's, 0 = one "
+                             "LiteRT thread per core; the shipped classify config sets 1)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
     from libredgetpu_ros.bags.make import MakeBagOptions, make_bag
@@ -242,6 +246,8 @@ def main() -> int:
                      progress=False)
             frames = _frames(bag)
             config = _bringup(tmp, task)
+            if args.cpu_threads is not None:  # the same setting for the pipeline alone and process-bag
+                _set_cpu_threads(config, args.cpu_threads)
             runs = rows[task] = {v: [] for v in VARIANTS}
             for i in range(args.rounds):
                 for name, run in pipeline_runs(config, bag, frames, "/cam/image_raw").items():
@@ -259,14 +265,23 @@ def main() -> int:
     return 0
 
 
+def _set_cpu_threads(config: Path, threads: int) -> None:
+    import yaml
+
+    doc = yaml.safe_load(config.read_text())
+    doc["nodes"][0]["parameters"]["cpu_threads"] = threads
+    config.write_text(yaml.safe_dump(doc))
+
+
 def report(args: argparse.Namespace, rows: dict, splits: dict, load_start: tuple, load_end: tuple,
            speedups: list[float]) -> None:
+    threads = "its default threads" if args.cpu_threads is None else f"cpu_threads {args.cpu_threads}"
     lines = ["# process-bag against the pipeline alone: pipelined and in one thread", "",
              f"`bench/bench_process_bag.py`, {time.strftime('%Y-%m-%d')}, "
              f"Python {platform.python_version()}, "
              f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs (load average "
-             f"{load_start[0]:.1f} at the start, {load_end[0]:.1f} at the end), CPU backend (LiteRT, its "
-             f"default threads), one mcap bag per task of {args.size} rgb8 frames (the three fixture images "
+             f"{load_start[0]:.1f} at the start, {load_end[0]:.1f} at the end), CPU backend (LiteRT, "
+             f"{threads}), one mcap bag per task of {args.size} rgb8 frames (the three fixture images "
              f"looped: classify {FRAMES['classify']}, pose {FRAMES['pose']}). {args.rounds} rounds, every "
              "variant once per round, interleaved; median (min-max) over the rounds. Ratios are per round "
              "(each against the pipeline alone of the same round): wall = variant fps / pipeline fps, "
@@ -304,7 +319,7 @@ def report(args: argparse.Namespace, rows: dict, splits: dict, load_start: tuple
             wall, cpu = (statistics.median(r) for r in _ratios(runs[name], runs["pipeline"]))
             lines.append(f"- {task}, {name}: wall {wall:.2f} ({'met' if wall >= TARGET else 'not met'}), "
                          f"CPU {cpu:.2f} ({'met' if cpu >= TARGET else 'not met'})")
-    write_report(RESULTS, lines)
+    write_report(args.out, lines)
 
 
 if __name__ == "__main__":
