@@ -49,7 +49,7 @@ class ResultWriter:
     _END = object()
 
     def __init__(self, writer: Any, resolve: Callable[[str], str], out_types: dict[str, type], *,
-                 thread: bool, depth: int = 2, batch: int = 4) -> None:
+                 thread: bool, depth: int = 2, batch: int = 16) -> None:
         self._writer, self._resolve, self._out_types = writer, resolve, out_types
         self._conns: dict[str, tuple[Any, type, Callable[[Any], bytes]]] = {}
         self.written = 0  # messages written (read it after close())

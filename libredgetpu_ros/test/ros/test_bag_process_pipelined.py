@@ -21,7 +21,7 @@ compare = load_helper(HERE / "_bag_compare.py")
 
 pytestmark = pytest.mark.ros  # process-bag runs the nodes' processing and rclpy's serializers
 
-FRAMES = 14  # more than a batch of the reader (4 frames) and of the writer (4 frames), not a multiple
+FRAMES = 38  # more than two batches of the reader (16 frames) and of the writer (16 frames), not a multiple
 
 
 def _bag(path: Path, rgb: np.ndarray, jpeg: bytes, storage: str) -> None:
@@ -261,10 +261,10 @@ def test_ctrl_c_while_waiting_for_the_writer_keeps_the_batch_being_handed_over(r
             bag_processing._result_writer(writer, lambda topic: f"/{topic}", {"text": String},
                                           thread=True) as results:
         box["results"] = results
-        for i in range(64):
+        for i in range(128):
             given += 1
             results.write((i + 1) * 10**6, [("text", String(data=str(i)))])
-    assert box.get("interrupted") and given < 64
+    assert box.get("interrupted") and given < 128
     assert _no_worker_threads()
     with AnyReader([tmp_path / "out"]) as reader:
         got = [reader.deserialize(raw, c.msgtype).data for c, _, raw in reader.messages()]
