@@ -6,7 +6,8 @@ between blank lines, outside fenced blocks) names its folder (``<folder>/``, the
 ``<folder>/<name>``. A top-level module needs ``<name>.py`` anywhere. A bare word is not enough: module
 names such as ``node``, ``params`` or ``report`` are also ordinary words of the text. ``__init__.py`` files
 are their folder. The other way round, every ``<folder>/<name>.py`` path and every bare ``<name>.py`` the
-document names exists (in the package, tools/ or bench/), so a removed or renamed module cannot stay on the map. test_layers.py checks the folders against "Layer order".
+document names exists (in the package, tools/ or bench/), so a removed or renamed module cannot stay on
+the map. test_layers.py checks the folders against "Layer order".
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def test_every_module_path_on_the_map_exists() -> None:
 
 
 def test_every_file_name_on_the_map_exists() -> None:
-    """A bare ``name.py`` (a module named inside its folder's paragraph, a tool, a bench) is a file somewhere."""
+    """A bare ``name.py`` (a module named in its folder's paragraph, a tool, a bench) is a file somewhere."""
     repo = ARCHITECTURE.parents[1]
     known = {p.name for top in ("libredgetpu_ros", "tools", "bench") for p in (repo / top).rglob("*.py")}
     names = re.findall(r"(?<![\w/.*-])(\w+\.py)\b", ARCHITECTURE.read_text(encoding="utf-8"))
