@@ -1,9 +1,10 @@
 """``process-bag``'s output side: each frame's result messages serialized (rclpy) and written into the output
 bag, in frame order, on a thread behind the pipeline or inline.
 
-With ``thread=True`` the frame loop hands the messages over in batches of ``batch`` frames (the thread is
-woken once a batch, not once a frame; a queue of ``depth`` batches: the loop waits when the writer falls
-that far behind, so memory stays flat) and goes on with the next frames' inference while this thread
+With ``thread=True`` the frame loop hands the messages over in batches of ``batch`` frames, or fewer once
+their byte arrays (an Image's pixels, ...) reach ``batch_bytes`` (the thread is woken once a batch, not
+once a frame; a queue of ``depth`` batches: the loop waits when the writer falls that far behind, so
+memory stays flat, annotated images included) and goes on with the next frames' inference while this thread
 serializes and writes them; one thread, one FIFO queue, so the output holds the same messages in the same
 order as the inline writer. The thread never dies silently: its exception is
 re-raised by the next :meth:`ResultWriter.write` and by :meth:`ResultWriter.close`. Every call into the
@@ -12,6 +13,7 @@ rosbags writer (connections, messages) happens on that one thread until :meth:`c
 
 from __future__ import annotations
 
+import array
 import contextlib
 import functools
 import queue
@@ -23,6 +25,17 @@ from libredgetpu_ros.bags.storage import reliable_qos
 from libredgetpu_ros.bags.typestore import typestore
 
 _POLL_S = 0.1  # how often a waiting loop looks at the other side's state
+
+
+def _data_bytes(messages: list[tuple[str, Any]]) -> int:
+    """The size of the messages' top-level byte arrays (``data``: Image, CompressedImage, PointCloud2...),
+    where nearly all of a large message's bytes are; small messages count 0."""
+    size = 0
+    for _, msg in messages:
+        data = getattr(msg, "data", None)
+        if isinstance(data, bytes | bytearray | array.array):
+            size += len(data)
+    return size
 
 
 def type_name(cls: type) -> str:
@@ -49,7 +62,7 @@ class ResultWriter:
     _END = object()
 
     def __init__(self, writer: Any, resolve: Callable[[str], str], out_types: dict[str, type], *,
-                 thread: bool, depth: int = 2, batch: int = 16) -> None:
+                 thread: bool, depth: int = 2, batch: int = 16, batch_bytes: int = 4 << 20) -> None:
         self._writer, self._resolve, self._out_types = writer, resolve, out_types
         self._conns: dict[str, tuple[Any, type, Callable[[Any], bytes]]] = {}
         self.written = 0  # messages written (read it after close())
@@ -57,7 +70,7 @@ class ResultWriter:
         self._stop = threading.Event()
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
         self._batch: list[tuple[int, list[tuple[str, Any]]]] = []
-        self._batch_size = batch
+        self._batch_size, self._batch_max_bytes, self._batch_bytes = batch, batch_bytes, 0
         self._thread: threading.Thread | None = None
         if thread:
             self._thread = threading.Thread(target=self._run, name="bag-writer", daemon=True)
@@ -73,7 +86,8 @@ class ResultWriter:
             self._write(timestamp, messages)
             return
         self._batch.append((timestamp, messages))
-        if len(self._batch) >= self._batch_size:
+        self._batch_bytes += _data_bytes(messages)
+        if len(self._batch) >= self._batch_size or self._batch_bytes >= self._batch_max_bytes:
             self._hand_over(self._batch)  # the batch stays ours until queued (a Ctrl-C while waiting)
 
     def close(self, finish: bool = True) -> None:
@@ -115,7 +129,7 @@ class ResultWriter:
                     return
         finally:
             if item is self._batch and self._queue.unfinished_tasks != puts:
-                self._batch = []
+                self._batch, self._batch_bytes = [], 0
 
     def _run(self) -> None:
         try:

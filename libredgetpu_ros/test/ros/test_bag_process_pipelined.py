@@ -269,3 +269,30 @@ def test_ctrl_c_while_waiting_for_the_writer_keeps_the_batch_being_handed_over(r
     with AnyReader([tmp_path / "out"]) as reader:
         got = [reader.deserialize(raw, c.msgtype).data for c, _, raw in reader.messages()]
     assert got == [str(i) for i in range(given)]
+
+
+def test_large_results_are_handed_over_before_a_full_batch(ros_env, tmp_path: Path) -> None:
+    """Frames with large results (annotated images) go to the writer thread once their pixels reach the
+    batch's byte budget (4 MiB), not only after a batch of 16 frames: the queued results' memory stays
+    bounded (16 annotated 1080p frames a batch would be ~100 MB); every frame is written, in order."""
+    from libredgetpu_ros.bags.storage import new_bag
+    from libredgetpu_ros.ros import bag_processing
+    from rosbags.highlevel import AnyReader
+    from sensor_msgs.msg import Image
+
+    def image(i: int) -> Image:
+        msg = Image(height=480, width=640, encoding="rgb8", step=640 * 3)
+        msg.data = bytes([i]) * (640 * 480 * 3)
+        return msg
+
+    with new_bag(tmp_path / "out", "mcap") as writer, \
+            bag_processing._result_writer(writer, lambda topic: f"/{topic}", {"annotated": Image},
+                                          thread=True) as results:
+        pending = []
+        for i in range(6):
+            results.write((i + 1) * 10**6, [("annotated", image(i))])
+            pending.append(len(results._batch))
+    assert pending == [1, 2, 3, 4, 0, 1]  # 5 frames of 0.92 MB reach 4 MiB: that batch went
+    with AnyReader([tmp_path / "out"]) as reader:
+        got = [reader.deserialize(raw, c.msgtype).data[0] for c, _, raw in reader.messages()]
+    assert got == list(range(6))
