@@ -519,22 +519,25 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     atomic_write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
-_PROCESS_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_PROCESS_SIGNALS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
 
 
 @pytest.fixture(autouse=True)
 def _signal_dispositions_restored() -> Generator[None, Any, Any]:
-    """SIGINT / SIGTERM as they were before each test, after it: a node's ``main()`` run in this process
-    leaves them ignored on purpose (the process exits next, ``spinning.run_lifecycle_node_main``), and an
-    ignored SIGINT is inherited by every child started later (a ``ros2 launch`` that Ctrl-C no longer stops)
-    and makes ``_thread.interrupt_main`` a no-op."""
+    """Every test starts and ends with Python's own SIGINT / SIGTERM dispositions. A run started in the
+    background by a non-interactive shell inherits SIGINT ignored (Python then keeps it ignored), and a
+    node's ``main()`` run in this process leaves it ignored on purpose (the process exits next,
+    ``spinning.run_lifecycle_node_main``); an ignored SIGINT is inherited by every child process (a
+    ``ros2 launch`` that Ctrl-C no longer stops) and makes ``_thread.interrupt_main`` a no-op."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = {signum: signal.getsignal(signum) for signum in _PROCESS_SIGNALS}
+    for signum, handler in _PROCESS_SIGNALS.items():
+        if signal.getsignal(signum) is not handler:
+            signal.signal(signum, handler)
     yield
-    for signum, handler in before.items():
-        if handler is not None and signal.getsignal(signum) is not handler:
+    for signum, handler in _PROCESS_SIGNALS.items():
+        if signal.getsignal(signum) is not handler:
             signal.signal(signum, handler)
