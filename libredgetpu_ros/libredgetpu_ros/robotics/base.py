@@ -26,7 +26,6 @@ attributes above there. Each takes ``device`` (the accelerator selector, or a ``
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -68,12 +67,6 @@ class RoboticsModule:
     def model_input(self, image: object) -> np.ndarray:
         """The template's input (1, H, W, C) uint8 from a frame."""
         return self.fit(image)[None]
-
-    def prepare(self, image: object) -> np.ndarray:
-        """Deprecated name of :meth:`model_input` ("prepare" is what a parameter target does with a set)."""
-        warnings.warn(f"{type(self).__name__}.prepare(image) is deprecated; use model_input(image) (or "
-                      f"fit(image) for the (H, W, C) image)", DeprecationWarning, stacklevel=2)
-        return self.model_input(image)
 
     def match_channels(self, image: object, what: str = "image") -> np.ndarray:
         """``image`` as uint8 (h, w, C) with the template's channel count, its size kept (RGB -> luma for a

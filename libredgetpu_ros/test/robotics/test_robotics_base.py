@@ -60,15 +60,14 @@ def test_context_manager_closes_and_describe_names_the_module(name, cls, module)
     assert info["size"] == [64, 64] and info["parameters_version"] == 0
 
 
-def test_model_input_is_the_frame_as_a_batch_and_prepare_is_its_deprecated_name() -> None:
-    """"prepare" names what a parameter target does with a set (reparam.ParameterTarget.stage's old name);
-    the frame -> input step is model_input; the old name still answers, with a DeprecationWarning."""
+def test_model_input_is_the_frame_as_a_batch_and_prepare_is_gone() -> None:
+    """The frame -> input step is model_input ("prepare", its old name, names what a parameter target does
+    with a set: it was deprecated and is removed)."""
     frame = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
     with SpotTracker(load_template("bright_64x64"), backend_object=_Closing()) as tracker:
         batch = tracker.model_input(frame)
         assert batch.shape == (1, 64, 64, 1) and np.array_equal(batch[0], tracker.fit(frame))  # grey
-        with pytest.warns(DeprecationWarning, match=r"SpotTracker.prepare\(image\) is deprecated"):
-            assert np.array_equal(tracker.prepare(frame), batch)
+        assert not hasattr(tracker, "prepare")
 
 
 def test_flow_and_compass_describe_through_the_base() -> None:
