@@ -60,3 +60,57 @@ def test_cpu_threads_reach_litert(node_type: str, template: str, extra: dict) ->
         assert processor.module.runner.backend.describe()["num_threads"] == 2
     finally:
         processor.close()
+
+
+@pytest.fixture
+def opened_backends(monkeypatch: pytest.MonkeyPatch) -> list[list]:
+    """Every backend a robotics template opens, as [backend, closed?] (the real backends, their close()
+    recorded)."""
+    from libredgetpu_ros.robotics import template
+
+    real_open, seen = template._open, []
+
+    def open_backend(*args, **kwargs):
+        backend = real_open(*args, **kwargs)
+        entry = [backend, False]
+        seen.append(entry)
+        real_close = backend.close
+
+        def close() -> None:
+            entry[1] = True
+            real_close()
+
+        backend.close = close
+        return backend
+
+    monkeypatch.setattr(template, "_open", open_backend)
+    return seen
+
+
+@pytest.mark.parametrize(("extra", "error"), [
+    ({"module": "pattern", "template": "pattern_64x64_16x16_1ch", "template_patch": "/nonexistent/patch.png"},
+     "does not exist"),
+    ({"module": "pattern", "template": "pattern_64x64_16x16_1ch", "template_patch": "flat"}, "flat|texture"),
+    ({"module": "spot", "template": "color_red_64x64", "color": "purple-ish"}, "parameter color"),
+])
+def test_a_tracker_refusing_its_colour_or_patch_leaves_nothing_open(
+        extra: dict, error: str, opened_backends: list[list], tmp_path) -> None:
+    """A configure that fails on the tracker's colour or patch closes the tracker it opened (on an Edge TPU
+    it held the device and a stream of the shared broker until the process exited)."""
+    from libredgetpu_ros.errors import LibrEdgeTpuError
+    from libredgetpu_ros.ros.bag_nodes import param_table, processor_class
+
+    if extra.get("template_patch") == "flat":
+        import cv2
+        import numpy as np
+
+        patch = tmp_path / "flat.png"
+        cv2.imwrite(str(patch), np.full((16, 16, 3), 128, np.uint8))
+        extra = {**extra, "template_patch": str(patch)}
+    table = param_table("tracker")
+    params = table.values_type(**{**table.defaults(), "backend": "cpu", **extra})
+    with pytest.raises(LibrEdgeTpuError, match=error):
+        processor_class("tracker")(params)
+    # a pattern patch is loaded once the tracker is open; a bad colour string is refused before any open
+    assert len(opened_backends) == (1 if extra["module"] == "pattern" else 0)
+    assert all(closed for _, closed in opened_backends), opened_backends

@@ -46,24 +46,29 @@ def open_tracker(p: Any, warn: Warn | None = None, stream: str = "") -> Any:
     options = {"backend": p.backend, "device": p.device or None, "rate_hz": p.device_share_hz,
                "stream": stream, "cpu_threads": p.cpu_threads,
                "resize": p.resize}
+    color = parse_color(p.color) if p.module == "spot" else None  # a bad value refused before any open
     if p.module == "spot":
         from libredgetpu_ros.robotics.spot import SpotTracker
 
         tracker = SpotTracker(template, mode=p.mode, **options)
-        color = parse_color(p.color)
+    else:
+        from libredgetpu_ros.robotics.pattern import PatternTracker
+
+        tracker = PatternTracker(template, mode="normalized" if p.mode == "checked" else "libredgetpu",
+                                 **options)
+    try:  # a refused colour or patch closes the tracker: a failed configure holds no device or stream
         if color is not None:
             swap = tracker.set_color(color)
             if swap.clipped and warn is not None:
                 warn(f"colour {list(color)} does not fit the template's filter scale {swap.scale:.6g}: "
                      f"{swap.clipped} weight(s) clipped, the filter is {[round(v, 4) for v in swap.color]}")
-        return tracker
-    from libredgetpu_ros.robotics.pattern import PatternTracker
+        elif p.module != "spot" and p.template_patch:
+            from libredgetpu_ros.perception.images import load_image
 
-    tracker = PatternTracker(template, mode="normalized" if p.mode == "checked" else "libredgetpu", **options)
-    if p.template_patch:
-        from libredgetpu_ros.perception.images import load_image
-
-        tracker.set_template(load_image(p.template_patch))  # the tracker makes it grey when it tracks grey
+            tracker.set_template(load_image(p.template_patch))  # made grey when the tracker tracks grey
+    except BaseException:
+        tracker.close()
+        raise
     return tracker
 
 
