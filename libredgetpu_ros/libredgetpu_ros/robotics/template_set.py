@@ -30,12 +30,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from libredgetpu_ros.atomicio import atomic_write_bytes, fsync_directory
-from libredgetpu_ros.errors import OutputError
+from libredgetpu_ros.errors import LibrEdgeTpuError, OutputError
+from libredgetpu_ros.paths import open_regular
 from libredgetpu_ros.textdata import clip
 
 _JOURNAL = ".{name}.set.json"
 _STAGE_PREFIX = ".{name}.set."
 _STAGE_SUFFIX = re.compile(r"[0-9a-f]{16}")
+_MAX_JOURNAL_BYTES = 4096  # a stage name and a few file names
 
 
 def journal_path(base: Path) -> Path:
@@ -55,14 +57,15 @@ def _stages(base: Path) -> list[Path]:
 def current_set(base: Path) -> Path:
     """The base path ``folder/NAME`` to read template ``NAME``'s files from: the stage the journal names
     while a replacement is under way (when that stage holds every file the journal lists), else ``base``."""
-    journal = journal_path(base)
-    if not journal.is_file():
-        return base
     try:
-        with open(journal, "rb") as handle:
-            record = json.loads(handle.read(4096))
+        # Opened without blocking, the link itself refused, checked on the opened file: a FIFO, a device or
+        # a symlink at the journal's name (even one swapped in after a look at the path) is no journal, and
+        # never blocks the loader (a node's configure) in open().
+        with open_regular(journal_path(base), "template set journal", _MAX_JOURNAL_BYTES,
+                          follow=False) as handle:
+            record = json.loads(handle.read(_MAX_JOURNAL_BYTES))
         stage_name, names = record["stage"], record["files"]
-    except (OSError, ValueError, TypeError, KeyError):
+    except (LibrEdgeTpuError, OSError, ValueError, TypeError, KeyError):
         return base
     prefix = _STAGE_PREFIX.format(name=base.name)
     if not (isinstance(stage_name, str) and stage_name.startswith(prefix)
