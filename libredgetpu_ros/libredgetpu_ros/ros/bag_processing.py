@@ -117,7 +117,11 @@ def load_node_config(path: str | Path, overrides: dict[str, Any] | None = None,
     elif isinstance(doc, dict) and len(doc) == 1 and isinstance(next(iter(doc.values())), dict) \
             and "ros__parameters" in next(iter(doc.values())):
         key = str(next(iter(doc)))
-        values = dict(next(iter(doc.values()))["ros__parameters"] or {})
+        given = next(iter(doc.values()))["ros__parameters"] or {}
+        if not isinstance(given, dict):
+            raise ConfigError(f"config {path}: ros__parameters must be a mapping of parameter names to "
+                              f"values, got {type(given).__name__}")
+        values = dict(given)
         node_type = node_type or "perception"
         namespace, name, remappings = "", node_type, ()
         if key not in ("/**", "**"):  # "/ns/node" or "node"

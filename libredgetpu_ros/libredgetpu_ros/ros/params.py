@@ -190,7 +190,8 @@ class ParamTable:
 
     def overrides(self, values: dict[str, Any]) -> list[Parameter]:
         """Typed ``Parameter`` list for ``Node(parameter_overrides=...)``; ConfigError on unknown names."""
-        unknown = sorted(set(values) - set(self.specs))
+        # repr of what is not a name (a YAML key may be a number): sorted and named, never a TypeError
+        unknown = sorted(str(k) if isinstance(k, str) else repr(k) for k in values if k not in self.specs)
         if unknown:
             raise ConfigError(f"unknown parameter(s) {', '.join(unknown)}; known: {', '.join(self.specs)}")
         out = []

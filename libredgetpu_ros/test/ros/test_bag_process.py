@@ -258,7 +258,12 @@ def test_config_formats_resolve_the_node_topics(tmp_path: Path) -> None:
 
     for text, message in (("/**:\n  ros__parameters:\n    modle: x\n", "unknown parameter"),
                           ("nodes:\n  - type: control\n", "exactly one perception node"),
-                          ("cameras: []\n", "expected a bringup file")):
+                          ("cameras: []\n", "expected a bringup file"),
+                          # malformed parameters: a ConfigError naming them (was a TypeError traceback)
+                          ("/**:\n  ros__parameters: [1, 2]\n", "ros__parameters must be a mapping"),
+                          ("/**:\n  ros__parameters:\n    7: 3\n    top_k: 2\n", "unknown parameter.*7"),
+                          ("nodes:\n  - type: perception\n    parameters:\n      7: x\n      modle: y\n",
+                           "unknown parameter.*7, modle")):
         path.write_text(text)
         with pytest.raises(ConfigError, match=message):
             load_node_config(path)
