@@ -180,10 +180,17 @@ def run_local(jobs: list[BagJob], workers: int, on_record: Callable[[dict[str, A
         while pending or any(w.job for w in pool):
             for slot, w in enumerate(pool):
                 if w.job is None and pending:
-                    w.job = pending.popleft()
+                    job = pending.popleft()
                     if devices is not None:
-                        w.job = replace(w.job, device=devices[slot])
-                    w.conn.send(asdict(w.job))
+                        job = replace(job, device=devices[slot])
+                    try:
+                        w.conn.send(asdict(job))
+                    except OSError:  # it died while idle (killed, out of memory): a fresh one takes the bag
+                        w.conn.close()
+                        w.process.join(timeout=10)
+                        pool[slot] = w = start()
+                        w.conn.send(asdict(job))
+                    w.job = job
             busy = [w for w in pool if w.job is not None]
             ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy])
             for i, w in enumerate(pool):
