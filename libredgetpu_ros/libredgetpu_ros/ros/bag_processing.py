@@ -269,7 +269,7 @@ class BagProcessor:
             writer = stack.enter_context(new_bag(output_bag, storage or storage_of(input_bag)))
             bar = stack.enter_context(tqdm(total=total, unit="frame", desc="process-bag", file=sys.stderr,
                                            disable=None if progress is None else not progress))
-            frames = iter(stack.enter_context(FrameReader(input_bag, summary.topics, thread=threads or None,
+            frames = iter(stack.enter_context(FrameReader(input_bag, summary.topics, thread=threads,
                                                           max_pixels=self.config.params.max_image_pixels)))
             first = next(frames, None)
             if first is not None:

@@ -156,7 +156,8 @@ def run_local(jobs: list[BagJob], workers: int, on_record: Callable[[dict[str, A
     """Run ``jobs`` on ``workers`` processes (1: in this process), calling ``on_record`` per finished bag
     in completion order. ``devices``: worker i's accelerator (``devices[i]``, e.g. its index: every bag it
     runs opens that one; a replacement worker keeps it). A worker that dies mid-bag (a crash in a native
-    library) fails that bag and is replaced. KeyboardInterrupt: workers killed, then re-raised."""
+    library) fails that bag and is replaced; one found dead when handed a bag (killed while idle) is replaced
+    and the bag runs on the fresh one. KeyboardInterrupt: workers killed, then re-raised."""
     if devices is not None and len(devices) < workers:
         raise ValueError(f"{workers} workers but {len(devices)} devices")
     if workers <= 1:

@@ -106,6 +106,26 @@ def test_pipelined_and_one_thread_give_the_same_output(ros_env, tmp_path: Path, 
     assert _messages(tmp_path / "piped") == expected
 
 
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_one_thread_reads_and_decodes_in_the_calling_thread(ros_env, tmp_path: Path, fixture_path,
+                                                            camera_bag, monkeypatch, storage: str) -> None:
+    """``pipelined=False`` is the one-thread reference the pipelined loop is compared with: no reader thread
+    either, whatever the bag (a sqlite3 bag, or compressed frames among raw ones, were read on one)."""
+    from libredgetpu_ros.ros import bag_reader
+
+    bag = camera_bag(storage)
+    decode, threads = bag_reader.decode, set()
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        threads.add(threading.current_thread().name)
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(bag_reader, "decode", recorded)
+    summary = _run(bag, tmp_path / "out", _config(tmp_path, fixture_path), pipelined=False)
+    assert summary.frames == FRAMES
+    assert threads == {threading.current_thread().name}
+
+
 def test_an_error_on_the_reader_thread_is_the_commands_error(ros_env, tmp_path: Path, fixture_path,
                                                              camera_bag, monkeypatch) -> None:
     from libredgetpu_ros.ros import bag_reader
