@@ -117,7 +117,11 @@ class PatternTracker(RoboticsModule):
         self.runner = TemplateRunner(template, backend, device, twin_tensors=(self._filter_index,),
                                      backend_object=backend_object, blobs=blobs, rate_hz=rate_hz,
                                      stream=stream, cpu_threads=cpu_threads)
-        self.offsets, self.blob_kind = self._offsets(self.runner.parameters.blobs)
+        try:  # a sidecar that does not match the compiled blob: the backend (a device stream) closed again
+            self.offsets, self.blob_kind = self._offsets(self.runner.parameters.blobs)
+        except BaseException:
+            self.runner.close()
+            raise
 
     @classmethod
     def from_template(cls, search: int = 64, kernel: int = 8, channels: int = 1, folder: Path | None = None,

@@ -92,11 +92,12 @@ def opened_backends(monkeypatch: pytest.MonkeyPatch) -> list[list]:
      "does not exist"),
     ({"module": "pattern", "template": "pattern_64x64_16x16_1ch", "template_patch": "flat"}, "flat|texture"),
     ({"module": "spot", "template": "color_red_64x64", "color": "purple-ish"}, "parameter color"),
+    ({"module": "pattern", "template": "repeated_offsets"}, "repeats offsets"),  # a sidecar not the blob's
 ])
-def test_a_tracker_refusing_its_colour_or_patch_leaves_nothing_open(
+def test_a_tracker_refusing_its_colour_patch_or_template_leaves_nothing_open(
         extra: dict, error: str, opened_backends: list[list], tmp_path) -> None:
-    """A configure that fails on the tracker's colour or patch closes the tracker it opened (on an Edge TPU
-    it held the device and a stream of the shared broker until the process exited)."""
+    """A configure that fails on the tracker's colour, patch or template sidecar closes the tracker it opened
+    (on an Edge TPU it held the device and a stream of the shared broker until the process exited)."""
     from libredgetpu_ros.errors import LibrEdgeTpuError
     from libredgetpu_ros.ros.bag_nodes import param_table, processor_class
 
@@ -107,6 +108,17 @@ def test_a_tracker_refusing_its_colour_or_patch_leaves_nothing_open(
         patch = tmp_path / "flat.png"
         cv2.imwrite(str(patch), np.full((16, 16, 3), 128, np.uint8))
         extra = {**extra, "template_patch": str(patch)}
+    if extra["template"] == "repeated_offsets":
+        import json
+        import shutil
+
+        from libredgetpu_ros.robotics.template import load_template
+
+        src = load_template("pattern_64x64_16x16_1ch")
+        shutil.copy(src.twin_path, tmp_path / src.twin_path.name)
+        repeated = dict(src.sidecar, conv_weight_offsets=[0] * len(src.sidecar["conv_weight_offsets"]))
+        (tmp_path / src.sidecar_path.name).write_text(json.dumps(repeated))
+        extra = {**extra, "template": str(tmp_path / src.twin_path.name)}
     table = param_table("tracker")
     params = table.values_type(**{**table.defaults(), "backend": "cpu", **extra})
     with pytest.raises(LibrEdgeTpuError, match=error):
