@@ -12,71 +12,37 @@ import numpy as np
 import pytest
 from libredgetpu_ros.errors import ConfigError, InputError
 
-from .._helpers import load_helper
-
-HERE = Path(__file__).resolve().parent
-compare = load_helper(HERE / "_bag_compare.py")
+from ._camera_bags import (
+    CLASSIFY,
+    COMPRESSED,
+    COMPRESSED_IMAGE,
+    RAW,
+    RIHS_UNKNOWN,
+    classify_config,
+    decoded,
+    image_cdr,
+    open_camera_bag,
+)
 
 pytestmark = pytest.mark.ros  # process-bag runs the nodes' processing and rclpy's serializers
 
-CLASSIFY = "classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite"
-RIHS_UNKNOWN = "RIHS01_" + "ab" * 32
-
-
-def _config(tmp: Path, fixture_path: Any, name: str = "classify.yaml", **extra: Any) -> Path:
-    import yaml
-
-    params = {"model": str(fixture_path(CLASSIFY)), "backend": "cpu", "task": "classify", "top_k": 3,
-              "max_results": 3, "score_threshold": 0.0, **extra}
-    path = tmp / name
-    path.write_text(yaml.safe_dump({"/**": {"ros__parameters": params}}))
-    return path
-
-
-def _header(store: Any, ns: int) -> Any:
-    t = store.types
-    stamp = t["builtin_interfaces/msg/Time"](sec=ns // 10**9, nanosec=ns % 10**9)
-    return t["std_msgs/msg/Header"](stamp=stamp, frame_id="cam")
-
-
-def _image(store: Any, rgb: np.ndarray, ns: int, encoding: str = "rgb8") -> bytes:
-    height, width = rgb.shape[:2]
-    msg = store.types["sensor_msgs/msg/Image"](header=_header(store, ns), height=height, width=width,
-                                               encoding=encoding, is_bigendian=0, step=width * 3,
-                                               data=rgb.reshape(-1))
-    return bytes(store.serialize_cdr(msg, "sensor_msgs/msg/Image"))
-
-
-def _jpeg(store: Any, data: bytes, ns: int) -> bytes:
-    msg = store.types["sensor_msgs/msg/CompressedImage"](header=_header(store, ns), format="jpeg",
-                                                         data=np.frombuffer(data, np.uint8))
-    return bytes(store.serialize_cdr(msg, "sensor_msgs/msg/CompressedImage"))
-
 
 def _damaged_bag(path: Path, rgb: np.ndarray, jpeg: bytes, storage: str = "mcap") -> None:
-    from libredgetpu_ros.bags.storage import open_writer
-    from libredgetpu_ros.bags.typestore import typestore
-
-    store = typestore()
-    writer = open_writer(path, storage)
-    try:
-        add = writer.add_connection
-        raw = add("/image_raw", "sensor_msgs/msg/Image", typestore=store)
-        comp = add("/image_raw/compressed", "sensor_msgs/msg/CompressedImage", typestore=store)
-        alien = add("/image_raw", "acme_msgs/msg/Thing", msgdef="int32 x", rihs01=RIHS_UNKNOWN)
-        imu = add("/imu", "acme_msgs/msg/Imu", msgdef="float64 ax", rihs01=RIHS_UNKNOWN)
-        good = _image(store, rgb, 1 * 10**9)
-        writer.write(raw, 1 * 10**9, good)
-        writer.write(raw, 2 * 10**9, _image(store, rgb, 2 * 10**9)[: len(good) // 2])  # truncated CDR
-        writer.write(raw, 3 * 10**9, _image(store, rgb, 3 * 10**9)[:40])  # truncated in the header
-        writer.write(raw, 4 * 10**9, _image(store, rgb, 4 * 10**9, encoding="32FC1"))
-        writer.write(alien, 5 * 10**9, b"\x00\x01\x00\x00\x07\x00\x00\x00")
-        writer.write(imu, 5 * 10**9, b"\x00\x01\x00\x00" + bytes(8))
-        writer.write(comp, 6 * 10**9, _jpeg(store, jpeg, 6 * 10**9))
-        writer.write(comp, 7 * 10**9, _jpeg(store, b"\xff\xd8 not really a jpeg", 7 * 10**9))
-        writer.write(raw, 8 * 10**9, _image(store, rgb, 8 * 10**9))
-    finally:
-        writer.close()
+    with open_camera_bag(path, storage) as bag:
+        bag.connection(RAW), bag.connection(COMPRESSED, COMPRESSED_IMAGE)
+        for topic, msgtype, msgdef in ((RAW, "acme_msgs/msg/Thing", "int32 x"),
+                                       ("/imu", "acme_msgs/msg/Imu", "float64 ax")):
+            bag.connection(topic, msgtype, msgdef=msgdef, rihs01=RIHS_UNKNOWN)  # types rosbags does not know
+        good = image_cdr(bag.store, rgb, 1 * 10**9)
+        bag.write(RAW, 1 * 10**9, good)
+        bag.write(RAW, 2 * 10**9, image_cdr(bag.store, rgb, 2 * 10**9)[: len(good) // 2])  # truncated CDR
+        bag.write(RAW, 3 * 10**9, image_cdr(bag.store, rgb, 3 * 10**9)[:40])  # truncated in the header
+        bag.image(4 * 10**9, rgb, encoding="32FC1")
+        bag.write(RAW, 5 * 10**9, b"\x00\x01\x00\x00\x07\x00\x00\x00", "acme_msgs/msg/Thing")
+        bag.write("/imu", 5 * 10**9, b"\x00\x01\x00\x00" + bytes(8), "acme_msgs/msg/Imu")
+        bag.compressed(6 * 10**9, jpeg)
+        bag.compressed(7 * 10**9, b"\xff\xd8 not really a jpeg")
+        bag.image(8 * 10**9, rgb)
 
 
 def _results(bag: Path) -> dict[int, Any]:
@@ -97,7 +63,7 @@ def test_damaged_bag_is_processed_to_the_end(ros_env, tmp_path: Path, fixture_pa
     ok, jpeg = cv2.imencode(".jpg", rgb[:, :, ::-1])
     assert ok
     _damaged_bag(tmp_path / "in", rgb, jpeg.tobytes())
-    config = _config(tmp_path, fixture_path)
+    config = classify_config(tmp_path, fixture_path)
 
     code = main(["process-bag", str(tmp_path / "in"), str(tmp_path / "out"), "--config", str(config),
                  "--topics", "/image_raw", "/image_raw/compressed"])
@@ -126,19 +92,10 @@ def test_damaged_bag_is_processed_to_the_end(ros_env, tmp_path: Path, fixture_pa
 
 
 def _clean_bag(path: Path, rgb: np.ndarray, storage: str) -> None:
-    from libredgetpu_ros.bags.storage import open_writer
-    from libredgetpu_ros.bags.typestore import typestore
-
-    store = typestore()
-    writer = open_writer(path, storage)
-    try:
-        conn = writer.add_connection("/image_raw", "sensor_msgs/msg/Image", typestore=store)
+    with open_camera_bag(path, storage) as bag:
         for i, encoding in enumerate(("rgb8", "bgr8", "rgb8")):
             pixels = rgb[:, :, ::-1] if encoding == "bgr8" else np.roll(rgb, 40 * i, axis=1)
-            writer.write(conn, (i + 1) * 10**9, _image(store, np.ascontiguousarray(pixels), (i + 1) * 10**9,
-                                                       encoding=encoding))
-    finally:
-        writer.close()
+            bag.image((i + 1) * 10**9, pixels, encoding=encoding)
 
 
 @pytest.mark.parametrize("bag", ["damaged", "clean"])
@@ -150,11 +107,10 @@ def test_mcap_views_and_rosbags_reader_give_the_same_output(ros_env, tmp_path: P
     import cv2
     from libredgetpu_ros.perception.images import load_image
     from libredgetpu_ros.ros.bag_processing import process_bag
-    from rosbags.highlevel import AnyReader
 
     rgb = load_image(fixture_path("images/cat.bmp"))
     jpeg = cv2.imencode(".jpg", rgb[:, :, ::-1])[1].tobytes()
-    config = _config(tmp_path, fixture_path, publish_annotated=True)
+    config = classify_config(tmp_path, fixture_path, publish_annotated=True)
     topics = ["/image_raw", "/image_raw/compressed"] if bag == "damaged" else ["/image_raw"]
     outputs = []
     for storage in ("mcap", "sqlite3"):
@@ -168,10 +124,7 @@ def test_mcap_views_and_rosbags_reader_give_the_same_output(ros_env, tmp_path: P
         assert (summary.frames, summary.processed, summary.written) == expected
         # The frame loop's CPU time (every thread) beside its wall time: the rate a loaded machine can judge.
         assert summary.cpu_s > 0.0 and summary.as_dict()["cpu_s"] == summary.cpu_s
-        with AnyReader([tmp_path / f"out_{storage}"]) as reader:
-            # Decoded, not raw: rclpy leaves CDR alignment padding unzeroed (it differs run to run).
-            outputs.append([(c.topic, c.msgtype, ts, compare.plain(reader.deserialize(raw, c.msgtype)))
-                            for c, ts, raw in reader.messages()])
+        outputs.append(decoded(tmp_path / f"out_{storage}"))
     assert outputs[0] == outputs[1]
     assert {m[0] for m in outputs[0]} == {"/classification", "/annotated"}
 
@@ -183,16 +136,11 @@ def test_frame_reader_frames_stay_valid_until_the_next(ros_env, tmp_path: Path, 
     the consumer holds (here, while a thread has time to fill its queue) keeps its pixels and header."""
     import time
 
-    from libredgetpu_ros.bags.storage import open_writer
-    from libredgetpu_ros.bags.typestore import typestore
     from libredgetpu_ros.ros.bag_reader import FrameReader
 
-    store = typestore()
-    writer = open_writer(tmp_path / "in", storage)
-    conn = writer.add_connection("/image_raw", "sensor_msgs/msg/Image", typestore=store)
-    for i in range(12):
-        writer.write(conn, i, _image(store, np.full((6, 8, 3), i, np.uint8), i))
-    writer.close()
+    with open_camera_bag(tmp_path / "in", storage) as bag:
+        for i in range(12):
+            bag.image(i, np.full((6, 8, 3), i, np.uint8))
     seen = []
     with FrameReader(tmp_path / "in", ["/image_raw"], thread=thread) as frames:
         assert frames.threaded == (thread or storage == "sqlite3")
@@ -206,16 +154,11 @@ def test_frame_reader_frames_stay_valid_until_the_next(ros_env, tmp_path: Path, 
 
 def test_nothing_processable_exits_1_and_bad_input_exits_2(ros_env, tmp_path: Path, fixture_path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    from libredgetpu_ros.bags.storage import open_writer
-    from libredgetpu_ros.bags.typestore import typestore
     from libredgetpu_ros.cli.main import main
 
-    store = typestore()
-    writer = open_writer(tmp_path / "bad", "sqlite3")
-    conn = writer.add_connection("/image_raw", "sensor_msgs/msg/Image", typestore=store)
-    writer.write(conn, 10, _image(store, np.zeros((4, 4, 3), np.uint8), 10, encoding="16UC1"))
-    writer.close()
-    config = _config(tmp_path, fixture_path)
+    with open_camera_bag(tmp_path / "bad", "sqlite3") as bag:
+        bag.image(10, np.zeros((4, 4, 3), np.uint8), encoding="16UC1")
+    config = classify_config(tmp_path, fixture_path)
     assert main(["process-bag", str(tmp_path / "bad"), str(tmp_path / "o1"), "--config", str(config)]) == 1
     assert "no frame could be processed" in capsys.readouterr().err
     assert any(p.suffix == ".db3" for p in (tmp_path / "o1").iterdir())  # default storage: the input's
@@ -224,7 +167,7 @@ def test_nothing_processable_exits_1_and_bad_input_exits_2(ros_env, tmp_path: Pa
     wrong_topic = ["--topics", "/camera/image_raw"]
     assert main(["process-bag", bad, str(tmp_path / "o3"), "--config", cfg, *wrong_topic]) == 2
     assert "no image topic /camera/image_raw" in capsys.readouterr().err
-    bad_config = str(_config(tmp_path, fixture_path, "bad.yaml", score_threshold=3.0))
+    bad_config = str(classify_config(tmp_path, fixture_path, "bad.yaml", score_threshold=3.0))
     assert main(["process-bag", bad, str(tmp_path / "o4"), "--config", bad_config]) == 2
     assert "score_threshold" in capsys.readouterr().err
     assert main(["process-bag", bad, str(tmp_path / "o1"), "--config", cfg]) == 2
@@ -275,8 +218,6 @@ def test_vision_msgs_outputs_label_map_and_a_bomb_frame(ros_env, tmp_path: Path,
     """With labels: the output bag holds vision_msgs/Classification (class ids as strings) and, once at the
     first frame's time, the latched vision_msgs/LabelInfo; rosbags decodes both from the definitions the bag
     carries. A compressed frame of 30000 x 30000 (the PNG bomb) is a ``too_large`` failure, not decoded."""
-    from libredgetpu_ros.bags.storage import open_writer
-    from libredgetpu_ros.bags.typestore import typestore
     from libredgetpu_ros.perception.images import load_image
     from libredgetpu_ros.ros.bag_processing import process_bag
     from rosbags.highlevel import AnyReader
@@ -284,17 +225,10 @@ def test_vision_msgs_outputs_label_map_and_a_bomb_frame(ros_env, tmp_path: Path,
     from ._crafted_images import png_bomb
 
     rgb = load_image(fixture_path("images/cat.bmp"))
-    store = typestore()
-    writer = open_writer(tmp_path / "in", "mcap")
-    raw = writer.add_connection("/image_raw", "sensor_msgs/msg/Image", typestore=store)
-    packed = writer.add_connection("/image_raw/compressed", "sensor_msgs/msg/CompressedImage",
-                                   typestore=store)
-    writer.write(raw, 2 * 10**9, _image(store, rgb, 2 * 10**9))
-    bomb = store.types["sensor_msgs/msg/CompressedImage"](header=_header(store, 3 * 10**9), format="png",
-                                                         data=np.frombuffer(png_bomb(30000, 30000), np.uint8))
-    writer.write(packed, 3 * 10**9, bytes(store.serialize_cdr(bomb, "sensor_msgs/msg/CompressedImage")))
-    writer.close()
-    config = _config(tmp_path, fixture_path, labels=str(fixture_path("labels/imagenet_labels.txt")),
+    with open_camera_bag(tmp_path / "in") as bag:
+        bag.image(2 * 10**9, rgb)
+        bag.compressed(3 * 10**9, png_bomb(30000, 30000), fmt="png")
+    config = classify_config(tmp_path, fixture_path, labels=str(fixture_path("labels/imagenet_labels.txt")),
                      score_threshold=0.05)
     failures: list[str] = []
     summary = process_bag(tmp_path / "in", tmp_path / "out", config, progress=False, log=failures.append,

@@ -13,11 +13,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from .._helpers import load_helper
-from .test_bag_process import _config, _image, _jpeg
-
-HERE = Path(__file__).resolve().parent
-compare = load_helper(HERE / "_bag_compare.py")
+from ._camera_bags import (
+    COMPRESSED,
+    COMPRESSED_IMAGE,
+    RAW,
+    classify_config,
+    decoded,
+    image_cdr,
+    open_camera_bag,
+)
 
 pytestmark = pytest.mark.ros  # process-bag runs the nodes' processing and rclpy's serializers
 
@@ -27,40 +31,21 @@ FRAMES = 38  # more than two batches of the reader (16 frames) and of the writer
 def _bag(path: Path, rgb: np.ndarray, jpeg: bytes, storage: str) -> None:
     """FRAMES camera frames on /image_raw: shifted raw rgb8 / bgr8 frames, a JPEG frame, and damaged ones
     (truncated CDR, an unsupported encoding) among them."""
-    from libredgetpu_ros.bags.storage import open_writer
-    from libredgetpu_ros.bags.typestore import typestore
-
-    store = typestore()
-    writer = open_writer(path, storage)
-    try:
-        add = writer.add_connection
-        raw = add("/image_raw", "sensor_msgs/msg/Image", typestore=store)
-        comp = add("/image_raw/compressed", "sensor_msgs/msg/CompressedImage", typestore=store)
+    with open_camera_bag(path, storage) as bag:
+        bag.connection(RAW), bag.connection(COMPRESSED, COMPRESSED_IMAGE)
         for i in range(FRAMES):
             ns = (i + 1) * 10**8
-            pixels = np.ascontiguousarray(np.roll(rgb, 23 * i, axis=1))
+            pixels = np.roll(rgb, 23 * i, axis=1)
             if i == 3:
-                writer.write(raw, ns, _image(store, pixels, ns)[:500])  # truncated CDR
+                bag.write(RAW, ns, image_cdr(bag.store, np.ascontiguousarray(pixels), ns)[:500])  # truncated
             elif i == 8:
-                writer.write(raw, ns, _image(store, pixels, ns, encoding="32FC1"))
+                bag.image(ns, pixels, encoding="32FC1")
             elif i == 10:
-                writer.write(comp, ns, _jpeg(store, jpeg, ns))
+                bag.compressed(ns, jpeg)
             elif i % 3 == 1:
-                bgr = np.ascontiguousarray(pixels[:, :, ::-1])
-                writer.write(raw, ns, _image(store, bgr, ns, encoding="bgr8"))
+                bag.image(ns, pixels[:, :, ::-1], encoding="bgr8")
             else:
-                writer.write(raw, ns, _image(store, pixels, ns))
-    finally:
-        writer.close()
-
-
-def _messages(bag: Path) -> list[tuple[str, str, int, Any]]:
-    from rosbags.highlevel import AnyReader
-
-    with AnyReader([bag]) as reader:
-        # Decoded, not raw: rclpy leaves CDR alignment padding unzeroed (it differs run to run).
-        return [(c.topic, c.msgtype, ts, compare.plain(reader.deserialize(raw, c.msgtype)))
-                for c, ts, raw in reader.messages()]
+                bag.image(ns, pixels)
 
 
 def _run(bag: Path, out: Path, config: Path, pipelined: bool) -> Any:
@@ -68,6 +53,23 @@ def _run(bag: Path, out: Path, config: Path, pipelined: bool) -> Any:
 
     return BagProcessor(load_node_config(config), log=lambda _: None).run(
         bag, out, topics=["/image_raw", "/image_raw/compressed"], progress=False, pipelined=pipelined)
+
+
+def _raise_at_frame(monkeypatch: pytest.MonkeyPatch, frame: int, exc: BaseException) -> None:
+    """The perception processor raises ``exc`` on its ``frame``-th processed frame (``monkeypatch.undo()``
+    restores it)."""
+    from libredgetpu_ros.ros.bag_nodes import processor_class
+
+    node = processor_class("perception")
+    messages, calls = node.messages, []
+
+    def at_frame(self: Any, header: Any, rgb: np.ndarray) -> Any:
+        calls.append(1)
+        if len(calls) == frame:
+            raise exc
+        return messages(self, header, rgb)
+
+    monkeypatch.setattr(node, "messages", at_frame)
 
 
 def _no_worker_threads() -> bool:
@@ -94,16 +96,16 @@ def camera_bag(tmp_path: Path, fixture_path) -> Any:
 def test_pipelined_and_one_thread_give_the_same_output(ros_env, tmp_path: Path, fixture_path, camera_bag,
                                                        storage: str) -> None:
     bag = camera_bag(storage)
-    config = _config(tmp_path, fixture_path, publish_annotated=True)
+    config = classify_config(tmp_path, fixture_path, publish_annotated=True)
     one = _run(bag, tmp_path / "one", config, pipelined=False)
     piped = _run(bag, tmp_path / "piped", config, pipelined=True)
     assert _no_worker_threads()
     counts = (one.frames, one.processed, one.written, dict(one.failures))
     assert counts == (FRAMES, FRAMES - 2, 2 * (FRAMES - 2), {"corrupt": 1, "encoding": 1})
     assert (piped.frames, piped.processed, piped.written, dict(piped.failures)) == counts
-    expected = _messages(tmp_path / "one")
+    expected = decoded(tmp_path / "one")
     assert {m[0] for m in expected} == {"/classification", "/annotated"}
-    assert _messages(tmp_path / "piped") == expected
+    assert decoded(tmp_path / "piped") == expected
 
 
 @pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
@@ -121,7 +123,7 @@ def test_one_thread_reads_and_decodes_in_the_calling_thread(ros_env, tmp_path: P
         return decode(*args, **kwargs)
 
     monkeypatch.setattr(bag_reader, "decode", recorded)
-    summary = _run(bag, tmp_path / "out", _config(tmp_path, fixture_path), pipelined=False)
+    summary = _run(bag, tmp_path / "out", classify_config(tmp_path, fixture_path), pipelined=False)
     assert summary.frames == FRAMES
     assert threads == {threading.current_thread().name}
 
@@ -131,7 +133,7 @@ def test_an_error_on_the_reader_thread_is_the_commands_error(ros_env, tmp_path: 
     from libredgetpu_ros.ros import bag_reader
 
     bag = camera_bag()
-    config = _config(tmp_path, fixture_path)
+    config = classify_config(tmp_path, fixture_path)
     decode = bag_reader.decode
     calls = []
 
@@ -157,7 +159,7 @@ def test_an_error_on_the_writer_thread_is_the_commands_error(ros_env, tmp_path: 
     from libredgetpu_ros.ros import bag_processing, bag_writer
 
     bag = camera_bag()
-    config = _config(tmp_path, fixture_path)
+    config = classify_config(tmp_path, fixture_path)
     serializer = bag_writer.serializer
     where = []
 
@@ -188,30 +190,17 @@ def test_ctrl_c_publishes_every_processed_frames_results(ros_env, tmp_path: Path
                                                          monkeypatch, pipelined: bool) -> None:
     """Ctrl-C at the 7th processed frame: the output holds the 6 frames processed before it (results still
     queued for the writer thread are written first), the same messages as in one thread."""
-    from libredgetpu_ros.ros.bag_nodes import processor_class
-
     bag = camera_bag()
-    config = _config(tmp_path, fixture_path)
-    node = processor_class("perception")
-    messages = node.messages
-    calls = []
-
-    def interrupted(self: Any, header: Any, rgb: np.ndarray) -> Any:
-        calls.append(1)
-        if len(calls) == 7:
-            raise KeyboardInterrupt
-        return messages(self, header, rgb)
-
-    monkeypatch.setattr(node, "messages", interrupted)
+    config = classify_config(tmp_path, fixture_path)
+    _raise_at_frame(monkeypatch, 7, KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
         _run(bag, tmp_path / "out", config, pipelined=pipelined)
     assert _no_worker_threads()
-    got = _messages(tmp_path / "out")
+    got = decoded(tmp_path / "out")
     assert len([m for m in got if m[0] == "/classification"]) == 6
-    monkeypatch.setattr(node, "messages", messages)
-    calls.clear()
+    monkeypatch.undo()
     _run(bag, tmp_path / "full", config, pipelined=False)
-    assert got == [m for m in _messages(tmp_path / "full") if m[2] <= got[-1][2]]
+    assert got == [m for m in decoded(tmp_path / "full") if m[2] <= got[-1][2]]
 
 
 @pytest.mark.parametrize("pipelined", [False, True])
@@ -221,21 +210,10 @@ def test_an_error_in_the_node_discards_the_output_and_stops_the_threads(ros_env,
     """A device failing at the 7th processed frame (results of earlier frames still queued for the writer):
     the error is the command's, no output appears, no worker thread is left running."""
     from libredgetpu_ros.errors import DeviceError
-    from libredgetpu_ros.ros.bag_nodes import processor_class
 
     bag = camera_bag()
-    config = _config(tmp_path, fixture_path)
-    node = processor_class("perception")
-    messages = node.messages
-    calls = []
-
-    def failing(self: Any, header: Any, rgb: np.ndarray) -> Any:
-        calls.append(1)
-        if len(calls) == 7:
-            raise DeviceError("the accelerator went away")
-        return messages(self, header, rgb)
-
-    monkeypatch.setattr(node, "messages", failing)
+    config = classify_config(tmp_path, fixture_path)
+    _raise_at_frame(monkeypatch, 7, DeviceError("the accelerator went away"))
     with pytest.raises(DeviceError, match="went away"):
         _run(bag, tmp_path / "out", config, pipelined=pipelined)
     assert not (tmp_path / "out").exists()
