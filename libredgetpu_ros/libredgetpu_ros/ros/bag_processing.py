@@ -21,7 +21,8 @@ messages): frames are read and decoded ahead on a reader thread (``bag_reader.Fr
 MCAP bags without copies), and results are serialized and written behind on a writer thread
 (``bag_writer.ResultWriter``), both handing over batches of frames through bounded queues, order kept. An
 exception on either thread is raised by the loop (the command's error). ``pipelined=False`` runs all of it
-in the calling thread; the output is the same (docs/replay_testing.md has the measured rates of both).
+in the calling thread (every storage; chunk CRCs too); the output is the same (docs/replay_testing.md has
+the measured rates of both).
 The one-off costs (model load, first inference, serializer type support, typestore) are paid before the
 clock starts, so ``fps`` is the steady rate and ``setup_s`` says what came before it.
 """
@@ -252,7 +253,9 @@ class BagProcessor:
             storage: str | None = None, progress: bool | None = None,
             pipelined: bool | None = None) -> ProcessSummary:
         """``pipelined``: frames read and decoded on a thread ahead of the pipeline and results serialized
-        and written on a thread behind it (True), everything in this thread (False), or the default
+        and written on a thread behind it (True), or everything in this thread (False: reading, chunk CRCs,
+        decompression and decoding of every storage, the node, serialization and writing; only the
+        inference library's own workers, e.g. LiteRT's ``cpu_threads``, run elsewhere), or the default
         (None: :data:`PIPELINED`). Same output either way."""
         from tqdm import tqdm
 

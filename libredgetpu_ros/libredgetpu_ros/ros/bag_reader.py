@@ -6,10 +6,12 @@ read-only mmap of the file (``bags.mcap_view``) and a well-formed little-endian 
 rosbags' own reader copies every message three times (~0.65 ms per frame, holding the GIL).
 
 :class:`FrameReader` reads on a thread ahead of the consumer (``thread=True``: process-bag's pipelined
-loop, which leaves its own thread to inference), or inline where that is cheap enough (``thread=None``:
-zero-copy frames inline, everything else, sqlite3, compressed bags, ``CompressedImage``, on the thread,
-where rosbags' copies and JPEG/PNG decoding, OpenCV releasing the GIL, overlap inference). The thread hands
-frames over in batches, so it wakes once per batch rather than once per frame.
+loop, which leaves its own thread to inference), in the consumer's thread (``thread=False``: process-bag's
+one-thread loop), or inline where that is cheap enough (``thread=None``: zero-copy frames inline,
+everything else, sqlite3, compressed bags, ``CompressedImage``, on the thread, where rosbags' copies and
+JPEG/PNG decoding, OpenCV releasing the GIL, overlap inference). The thread hands frames over in batches,
+so it wakes once per batch rather than once per frame. Chunk CRCs are verified by whichever thread walks
+the bag, just before the chunk's messages are parsed (:data:`CRC_IN_WALK`): no other thread is started.
 
 Also measured and dropped: a reader *process* (rosbags + decoding in a child, pixels through a shared
 memfd ring) was slower than the thread (0.58 vs 0.92 of the pipeline's rate on the classify bag), and
@@ -36,6 +38,12 @@ from libredgetpu_ros.bags.mcap_view import message_views
 from libredgetpu_ros.bags.storage import IMAGE_TYPES, Unreadable, decompressed, open_reader
 from libredgetpu_ros.bags.storage import messages as bag_messages
 from libredgetpu_ros.textdata import clip_repr
+
+# Chunk CRCs are verified by the thread that walks the bag, just before it parses the chunk (no CRC
+# worker): that thread then reads the pixels, or hands them to the consumer, while they are in the cache
+# (bench/results/process_bag.md, "where the time goes"; a worker reading ahead only moved the first
+# read from memory to another core and added a thread to wake).
+CRC_IN_WALK = 0
 
 _MAX_BYTES_PER_PIXEL = 8  # a per-message compressed frame may decompress to 8 bytes a pixel (rgba16) + 1 MiB
 
@@ -111,15 +119,17 @@ def _failed(timestamp: int, topic: str, cause: str, text: str) -> Decoded:
 
 
 def frames(reader: Any, topics: list[str], views: bool = True,
-           max_pixels: int | None = None) -> Iterator[Decoded]:
+           max_pixels: int | None = None, crc_ahead: int | None = CRC_IN_WALK) -> Iterator[Decoded]:
     """The decoded messages of ``topics`` in bag order (through ``mcap_view`` where it can: zero-copy for
     uncompressed chunks, a damaged chunk skipped also when compressed; unless ``views`` is False);
-    ``max_pixels``: see :func:`decode`."""
+    ``max_pixels``: see :func:`decode`; ``crc_ahead``: ``mcap_view.message_views``' (default
+    :data:`CRC_IN_WALK`)."""
     connections = [c for c in reader.connections if c.topic in topics]
     pixels = _decoders().default_max_pixels if max_pixels is None else max_pixels
     max_bytes = max_message_bytes(pixels)
     per_message = getattr(reader, "compression_mode", None) == "message"
-    messages = message_views(reader, connections, compressed=True, per_message=True) if views else None
+    messages = message_views(reader, connections, compressed=True, per_message=True,
+                             crc_ahead=crc_ahead) if views else None
     if messages is None:  # rosbags' own reading, typed errors, bounded per-message decompression
         messages = bag_messages(reader, connections, max_bytes)
     elif per_message:
@@ -164,6 +174,7 @@ class FrameReader:
 
     def __init__(self, bag: Path, topics: list[str], depth: int = 1, thread: bool | None = None,
                  max_pixels: int | None = None) -> None:
+        # thread: True (a reader thread), False (the consumer's thread, whatever the bag), None (module doc)
         self._bag, self._topics, self._use_thread, self._max_pixels = bag, topics, thread, max_pixels
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
