@@ -8,8 +8,10 @@
    folder) and the package copied into a folder bind-mounted read-only (``unshare -m``; if the kernel
    refuses, the copy is only chmod'ed and the report says so), interleaved with runs on the cache the
    previous run filled.
-3. Control node: the first ``~/set_weights`` after ``active`` (round trip, and the node's own ``total_ms``)
-   against the median of the next 20, node started on an empty cache folder from the read-only copy.
+3. Control node (``_first_call_node.py``): the first ``~/set_weights`` round trip after ``active`` against the
+   median of the next 20, over ``--launches`` fresh node and client processes (node on an empty cache folder
+   from the read-only copy), beside a bare rclpy service of the same type and payload launched the same way,
+   and the split of each round trip (client send, delivery, server take, handler, response, way back).
 4. Modules (``_first_call_modules.py``): the DeepLab pipeline, SpotTracker, LoomingDetector, OpticalFlow,
    VisualCompass and PatternTracker, each opened in a fresh process from the read-only copy (empty and warm
    cache folder), then the first data-path call against the median of the next 20 (thread CPU and wall).
@@ -29,17 +31,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import _first_call_modules as modules
-import numpy as np
+import _first_call_node as node_part
 from _timing import write_report
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "libredgetpu_ros" / "libredgetpu_ros"
 RESULTS = REPO / "bench" / "results" / "first_call.md"
-T_CONFIGURE, T_ACTIVATE = 1, 3
 
 _IMPORT_CHILD = """
 import sys, time, json
@@ -105,46 +105,6 @@ def bench_api(prefix: list[str], env: dict[str, str], work: Path, repeats: int) 
     return runs
 
 
-def bench_node(prefix: list[str], env: dict[str, str], work: Path, calls: int) -> dict[str, float]:
-    import rclpy
-    import rclpy.context
-    sys.path.insert(0, str(REPO / "libredgetpu_ros" / "test" / "ros"))
-    import _control_harness as harness
-
-    context = rclpy.context.Context()
-    rclpy.init(context=context, domain_id=int(env["ROS_DOMAIN_ID"]))
-    ns = "/bench_first_call"
-    log = work / "node.log"
-    node_env = {**env, "XDG_CACHE_HOME": str(work / "node_cache")}
-    proc = subprocess.Popen([*prefix, *harness.node_args(ns, "template:=1024", "clip_policy:=clip")],
-                            env=node_env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    ctl = harness.ControlHarness(context, f"{ns}/control_node")
-    try:
-        t0 = time.perf_counter()
-        assert ctl.transition(T_CONFIGURE), f"configure failed, see {log}"
-        configure_s = time.perf_counter() - t0
-        assert ctl.transition(T_ACTIVATE), f"activate failed, see {log}"
-        scale = np.frombuffer(ctl.get_weights().weight_max, np.float32)[:, None]
-        rng = np.random.default_rng(1)
-        requests = [ctl.set_weights_request((rng.uniform(-0.9, 0.9, (1024, 1024)) * scale).astype(np.float32))
-                    for _ in range(calls + 1)]
-        rtt, total, split = [], [], []
-        for req in requests:
-            t = time.perf_counter()
-            resp = ctl.call(ctl.set_weights_client, req)
-            rtt.append((time.perf_counter() - t) * 1e3)
-            assert resp.accepted, resp.message
-            total.append(resp.total_ms)
-            split.append((resp.validate_ms, resp.quantize_ms, resp.blob_ms, resp.swap_ms))
-    finally:
-        ctl.close()
-        proc.terminate()
-        proc.wait(timeout=10)
-        context.try_shutdown()
-    return {"configure_s": configure_s, "rtt": rtt, "total": total, "split": split}
-
-
 def _spread(values: list[float], digits: int = 2) -> str:
     return f"{min(values):.{digits}f}–{max(values):.{digits}f}"
 
@@ -154,9 +114,13 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--no-node", action="store_true", help="skip the control node part (no ROS)")
+    parser.add_argument("--launches", type=int, default=10, help="fresh server + client processes per kind")
+    parser.add_argument("--no-api", action="store_true", help="skip the import and API parts")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="report file (trial runs: elsewhere)")
     parser.add_argument("--modules", nargs="*", default=list(modules.CASES), choices=list(modules.CASES),
                         help="module cases to run (none: skip the part)")
     args = parser.parse_args()
+    load_start = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="bench_first_call_"))
     env = {k: v for k, v in os.environ.items()
            if k not in ("NUMBA_CACHE_DIR", "LIBREDGETPU_ROS_NUMBA_CACHE", "XDG_CACHE_HOME")}
@@ -165,8 +129,8 @@ def main() -> int:
 
     # the copy's folder is not beside the checkout: the fixtures are named explicitly
     ro_env = {**env, "PYTHONPATH": str(root), "PYTHONSAFEPATH": "1", ENV_VAR: str(fixtures_dir())}
-    imports = bench_imports({**env, "PYTHONSAFEPATH": "1"}, args.repeats)
-    api = bench_api(prefix, ro_env, work, args.repeats)
+    imports = {} if args.no_api else bench_imports({**env, "PYTHONSAFEPATH": "1"}, args.repeats)
+    api = {} if args.no_api else bench_api(prefix, ro_env, work, args.repeats)
     module_runs = modules.run(prefix, ro_env, work, args.repeats, args.calls, args.modules)
     node = None
     if not args.no_node:
@@ -174,14 +138,15 @@ def main() -> int:
 
         ros_env = localhost_only_environ(domain_id=200 + os.getpid() % 30, log_dir=str(work / "ros_log"))
         os.environ.update(ros_env)
-        node = bench_node(prefix, {**ro_env, **ros_env}, work, args.calls)
+        node = node_part.run(prefix, {**ro_env, **ros_env}, work, args.launches, args.calls)
     leaked = sorted(str(p.relative_to(root)) for p in root.rglob("*.nb[ic]"))
 
     lines = [
         "# First-call cost of the compiled kernels (matmul fast path, perception and robotics modules)",
         "",
         f"`.venv/bin/python bench/bench_first_call.py` on {platform.machine()} ({os.cpu_count()} cores, "
-        f"shared with ~8 other engineers' jobs: load average {os.getloadavg()[0]:.1f} at the end). "
+        f"shared with ~8 other engineers' jobs: load average {load_start:.1f} at the start, "
+        f"{os.getloadavg()[0]:.1f} at the end). "
         f"{args.repeats} interleaved repeats, each in a fresh process; spreads are min–max over the repeats. "
         "Call times are thread CPU time (the load does not inflate them), open and import times wall time.",
         "",
@@ -214,23 +179,7 @@ def main() -> int:
             f"{_spread([statistics.median(r['times'][1:]) for r in runs], 3)} ms | "
             f"{_spread(ratios)}× | {'met' if max(ratios) <= 2.0 else 'missed'} |")
     if node is not None:
-        rtt_med, tot_med = statistics.median(node["rtt"][1:]), statistics.median(node["total"][1:])
-        lines += [
-            "",
-            f"## Control node: first `~/set_weights` after `active` (N = 1024, empty cache folder, read-only "
-            f"package copy; configure took {node['configure_s']:.2f} s)",
-            "",
-            "| figure | first call | median of next " f"{args.calls} | first / median | target ≤ 2× |",
-            "|---|---|---|---|---|",
-            f"| round trip (client wall) | {node['rtt'][0]:.2f} ms | {rtt_med:.2f} ms | "
-            f"{node['rtt'][0] / rtt_med:.2f}× | {'met' if node['rtt'][0] <= 2 * rtt_med else 'missed'} |",
-            f"| node `total_ms` | {node['total'][0]:.2f} ms | {tot_med:.2f} ms | "
-            f"{node['total'][0] / tot_med:.2f}× | {'met' if node['total'][0] <= 2 * tot_med else 'missed'} |",
-        ]
-        for i, name in enumerate(("validate_ms", "quantize_ms", "blob_ms", "swap_ms")):
-            med = statistics.median(s[i] for s in node["split"][1:])
-            lines.append(f"| node `{name}` | {node['split'][0][i]:.3f} ms | {med:.3f} ms | "
-                         f"{node['split'][0][i] / med if med else float('nan'):.2f}× | |")
+        lines += ["", *node_part.report(node, args.calls)]
     if module_runs:
         lines += ["", *modules.report(module_runs, args.calls)]
     lines += [
@@ -244,7 +193,7 @@ def main() -> int:
         "`jit.cache_dir()` (docs/matmul.md).",
         "",
     ]
-    write_report(RESULTS, lines)
+    write_report(args.out, lines)
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -211,6 +211,10 @@ def test_float_state_sizes_padding_stale_and_diagnostics(ros_env, quant, tmp_pat
                                  for s in ctl.recorded.diagnostics[-3:]), 10.0, "a stale WARN")
         ok = status_with("weights_version", str(got.version))
         assert ok is not None
+        # The service path's warm-up ran once (at configure), counted as no swap and as no client's dry
+        # run; the initial weights it ran beside are the ones in use (checked above).
+        assert {kv.key: kv.value for kv in ok.values}.items() >= {
+            "set_weights_warm_ups": "1", "swaps_accepted": "0", "dry_runs": "0"}.items()
         # Deactivated: states produce nothing.
         assert ctl.transition(T_DEACTIVATE)
         before = len(ctl.commands())
@@ -247,6 +251,39 @@ def test_stale_joint_states_produce_no_command(ros_env, tmp_path):
             ctl.wait_for(lambda: stale_dropped() >= sent, 5.0, "every stale state to be counted")
         assert stale_dropped() == sent
         assert ctl.commands() == [], "stale states must not produce commands"
+    finally:
+        ctl.close()
+
+
+def test_service_path_warm_up_is_a_dry_run_that_changes_nothing():
+    """``Controller.warm_service_path`` sends a request of the controller's size through what a real call
+    runs (rclpy's conversion, validation, quantization, blob) as a dry run: the weights, their version and
+    the request id that applied them stay; the response says so."""
+    from libredgetpu_ros.ros.control.controller import Controller
+    from libredgetpu_ros.ros.control.params import PARAM_TABLE
+
+    from libredgetpu_ros_interfaces.srv import SetWeights
+
+    cfg = PARAM_TABLE.values_type(**{**PARAM_TABLE.defaults(), "backend": "cpu", "template": 256,
+                                     "state_size": 5, "command_size": 3})
+    ctl = Controller(cfg)
+    try:
+        rng = np.random.default_rng(5)
+        weights = (rng.uniform(-0.9, 0.9, (3, 5)) * ctl.w_max[:, None]).astype(np.float32)
+        request = SetWeights.Request(rows=3, cols=5, request_id="planner:1")
+        request.data = harness.float32_field(weights)
+        applied = SetWeights.Response()
+        assert ctl.set_weights(request, applied, "refuse", time.perf_counter()) is None and applied.accepted
+        before, bias_before, version = ctl.engine.get_weights()
+
+        warm = ctl.warm_service_path("refuse")
+
+        assert warm.accepted and warm.message.startswith("validated (dry run"), warm.message
+        assert warm.version == version == applied.version and ctl.engine.version == version
+        after, bias_after, _ = ctl.engine.get_weights()
+        np.testing.assert_array_equal(after, before)
+        assert bias_before is None and bias_after is None  # the warm-up's zero bias was not applied
+        assert ctl.applied_by == (version, "planner:1")
     finally:
         ctl.close()
 

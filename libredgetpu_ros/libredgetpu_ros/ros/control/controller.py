@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, LibrEdgeTpuError, WeightsError
+from libredgetpu_ros.ros.control.client import converted_request
 from libredgetpu_ros.ros.control.codec import JointOrder, to_float32_array, validate_weights_request
 from libredgetpu_ros.ros.control.params import ControlConfig
 from libredgetpu_ros.ros.params import dense_stream
@@ -167,6 +168,19 @@ class Controller:
         if not req.dry_run:
             self.applied_by = (resp.version, req.request_id)
         return None
+
+    def warm_service_path(self, clip_policy: str) -> SetWeights.Response:
+        """One full-size ``~/set_weights`` request through everything a real call runs in this process, with
+        nothing swapped: the request serialized and deserialized as rclpy does on take (type support
+        conversion and CDR, first used here and not on the first call), then validated, quantized and blob'ed
+        as a dry run, and its response serialized. Its buffers are the size of a real request's, so the heap
+        blocks of the first take are mapped here too. Run on the thread that later serves the calls (the
+        node's main executor). Returns the dry run's response (accepted, the version unchanged)."""
+        request = converted_request(self.rows, self.cols)
+        request.dry_run = True
+        response = SetWeights.Response()
+        self.set_weights(request, response, clip_policy, time.perf_counter())
+        return response
 
     def get_weights(self, resp: GetWeights.Response) -> None:
         weights, bias, version = self.engine.get_weights()

@@ -33,6 +33,7 @@ class SwapStats:
     refused: int = 0
     dry_runs: int = 0
     replayed: int = 0  # retried requests answered from the idempotency record, not applied again
+    warm_ups: int = 0  # full-size dry runs of the service path the node made itself (configure, activate)
     last_swap_time: float | None = None  # time.time() of the last accepted swap
     last_swap_total_ms: float = float("nan")
     last_refusal: str = ""
@@ -85,6 +86,7 @@ def values(loop: LoopStats, swaps: SwapStats) -> dict[str, object]:
         "swaps_refused": swaps.refused,
         "swaps_replayed": swaps.replayed,
         "dry_runs": swaps.dry_runs,
+        "set_weights_warm_ups": swaps.warm_ups,
         "last_swap_time": "never" if swaps.last_swap_time is None else swaps.last_swap_time,
         "last_swap_total_ms": swaps.last_swap_total_ms,
         "last_refusal": swaps.last_refusal,
