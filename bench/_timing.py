@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 
@@ -24,6 +24,18 @@ def thread_times_ns(fn: Callable[[], object], repeats: int, *, warm_up: bool = T
         start = time.thread_time_ns()
         fn()
         times.append(time.thread_time_ns() - start)
+    return times
+
+
+def interleaved_rounds_ns(candidates: Mapping[str, Callable[[], object]], rounds: int,
+                          calls: int) -> dict[str, list[list[int]]]:
+    """Per candidate, per round, the thread CPU time (ns) of each of ``calls`` calls (``thread_times_ns``),
+    the candidates taking turns round after round: the load other jobs put on the shared cores changes over
+    seconds, and timing one candidate after the other would hand one of them the quiet moment."""
+    times: dict[str, list[list[int]]] = {name: [] for name in candidates}
+    for _ in range(rounds):
+        for name, fn in candidates.items():
+            times[name].append(thread_times_ns(fn, calls))
     return times
 
 

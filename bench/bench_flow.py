@@ -21,22 +21,19 @@ LibrEdgeTPU's; a 64×64 frame ≤ 2 ms thread CPU; one backend call per frame.
 
 from __future__ import annotations
 
-import os
+import _common
 
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")  # before NumPy loads BLAS: thread CPU time must see all the work
+_common.single_threaded_blas()  # before NumPy loads BLAS: thread CPU time must see all the work
 
 import platform  # noqa: E402
-import sys  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from _timing import best_ns, median_ns, ratio, write_report  # noqa: E402
+from _timing import best_ns, interleaved_rounds_ns, median_ns, ratio, write_report  # noqa: E402
 from libredgetpu_ros.fixtures import fixture  # noqa: E402
 from libredgetpu_ros.robotics.flow import OpticalFlow  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results" / "flow.md"
 TEMPLATES = ("gabor_64x64_p4", "gabor_64x64_7k_4o_2s", "gabor_128x128_p4", "gabor_128x128_7k_4o_2s")
 REPEATS = 300
@@ -44,28 +41,12 @@ ROUNDS = 10  # interleaved rounds of REPEATS / ROUNDS calls per candidate
 SPREAD_RUNS = 5
 
 
-def _scenes():
-    """The tests' scene helpers (shifted photos), loaded by path."""
-    import importlib.util
-
-    path = ROOT / "libredgetpu_ros" / "test" / "robotics" / "_flow_scenes.py"
-    spec = importlib.util.spec_from_file_location("_flow_scenes", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["_flow_scenes"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def interleaved_best_us(candidates: dict[str, Callable[[], object]], rounds: int = ROUNDS,
                         calls: int = REPEATS // ROUNDS) -> dict[str, float]:
-    """Best thread CPU time (µs) of each callable, measured in alternating rounds: the load other jobs put
-    on the shared cores changes over seconds, and timing one candidate after the other would hand one of
-    them the quiet moment (LibrEdgeTPU's figure moved 47-63 µs between back-to-back runs)."""
-    best = dict.fromkeys(candidates, float("inf"))
-    for _ in range(rounds):
-        for name, fn in candidates.items():
-            best[name] = min(best[name], best_ns(fn, calls) / 1e3)
-    return best
+    """Best thread CPU time (µs) of each callable over interleaved rounds (``interleaved_rounds_ns``: timed
+    one after the other, LibrEdgeTPU's figure moved 47-63 µs between back-to-back runs)."""
+    runs = interleaved_rounds_ns(candidates, rounds, calls)
+    return {name: min(min(r) for r in rounds_ns) / 1e3 for name, rounds_ns in runs.items()}
 
 
 def bench_cpu_part(scenes, name: str) -> dict[str, object]:
@@ -202,7 +183,7 @@ def render(cpu_rows: list[dict[str, object]], frame_rows: list[dict[str, object]
 
 
 def main() -> None:
-    scenes = _scenes()
+    scenes = _common.test_helper("robotics/_flow_scenes.py")  # shifted photos
     root = scenes.libredgetpu_root()
     where = f"its own code imported from {root}" if root is not None else (
         f"absent (no checkout; set ${scenes.LIBREDGETPU_ENV}), column skipped")

@@ -21,47 +21,31 @@ LibrEdgeTPU is imported from a checkout (``$LIBREDGETPU_SRC``); its columns say 
 
 from __future__ import annotations
 
-import os
+import _common
 
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")  # before NumPy loads BLAS: thread CPU time must see all the work
+_common.single_threaded_blas()  # before NumPy loads BLAS: thread CPU time must see all the work
 
-import importlib.util  # noqa: E402
 import platform  # noqa: E402
-import sys  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from _timing import thread_times_ns, write_report  # noqa: E402
-from bench_reservoir_embedding import CpuStandIn, libredgetpu  # noqa: E402
+from _timing import interleaved_rounds_ns, write_report  # noqa: E402
+from bench_reservoir_embedding import CpuStandIn, libredgetpu, query_case  # noqa: E402
 from libredgetpu_ros.fixtures import fixture  # noqa: E402
 from libredgetpu_ros.matmul import MatMulEngine  # noqa: E402
-from libredgetpu_ros.robotics.embedding import EmbeddingSimilarity  # noqa: E402
 from libredgetpu_ros.robotics.flow import OpticalFlow  # noqa: E402
 from libredgetpu_ros.robotics.reservoir import ReservoirComputer, ReservoirConfig  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results" / "motion.md"
 ROUNDS = 7
 
 
-def _scenes():
-    path = ROOT / "libredgetpu_ros" / "test" / "robotics" / "_flow_scenes.py"
-    spec = importlib.util.spec_from_file_location("_flow_scenes", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["_flow_scenes"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def interleaved_us(candidates: dict[str, Callable[[], object]], calls: int) -> dict[str, tuple[float, ...]]:
     """(median, lowest round median, highest round median) in µs per candidate over ROUNDS rounds."""
-    rounds: dict[str, list[float]] = {name: [] for name in candidates}
-    for _ in range(ROUNDS):
-        for name, fn in candidates.items():
-            rounds[name].append(float(np.median(thread_times_ns(fn, calls))) / 1e3)
-    return {name: (float(np.median(v)), min(v), max(v)) for name, v in rounds.items()}
+    runs = interleaved_rounds_ns(candidates, ROUNDS, calls)
+    medians = {name: [float(np.median(r)) / 1e3 for r in rounds_ns] for name, rounds_ns in runs.items()}
+    return {name: (float(np.median(v)), min(v), max(v)) for name, v in medians.items()}
 
 
 def bench_flow(scenes) -> list[dict[str, object]]:
@@ -135,22 +119,13 @@ def bench_reservoir(lib) -> list[dict[str, object]]:
 
 
 def bench_query(lib) -> dict[str, object]:
-    rng = np.random.default_rng(0)
-    entries = np.abs(rng.normal(size=(1024, 1024)))
-    query = entries[17] + rng.normal(size=1024) * 0.05
-    engine = MatMulEngine.from_template(1024, backend="cpu")
-    db = EmbeddingSimilarity(engine, 1024)
-    db.add_many([(f"place{i}", e) for i, e in enumerate(entries)])
+    entries, query, db, theirs = query_case(lib)
     assert db.classify(query).label == "place17"
     unit = (entries / np.linalg.norm(entries, axis=1, keepdims=True)).astype(np.float32)
     q32 = query.astype(np.float32)
     candidates = {"ours (open set)": lambda: db.classify(query),
                   "numpy float32": lambda: int(np.argmax(unit @ (q32 / np.linalg.norm(q32))))}
-    if lib is not None:
-        lo, hi = engine.weight_range()
-        stand_in = CpuStandIn(1024, (float(lo.max()), float(hi.min())))
-        theirs = lib["embedding_similarity"].EmbeddingSimilarity(stand_in)
-        theirs.set_database([f"place{i}" for i in range(1024)], entries.astype(np.float32))
+    if theirs is not None:
         candidates["LibrEdgeTPU"] = lambda: theirs.query(q32)
     return interleaved_us(candidates, 60)
 
@@ -206,7 +181,8 @@ def main() -> None:
     lib = libredgetpu()
     where = ("absent (no checkout; set $" + ENV + "), columns skipped" if lib is None
              else "its own code imported from a checkout")
-    write_report(RESULTS, render(bench_flow(_scenes()), bench_reservoir(lib), bench_query(lib), where))
+    scenes = _common.test_helper("robotics/_flow_scenes.py")
+    write_report(RESULTS, render(bench_flow(scenes), bench_reservoir(lib), bench_query(lib), where))
 
 
 if __name__ == "__main__":

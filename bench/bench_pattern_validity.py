@@ -13,15 +13,12 @@ the spread says how much of a figure is waiting.
 
 from __future__ import annotations
 
-import os
+import _common
 
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+_common.single_threaded_blas()  # before NumPy loads BLAS: thread CPU time must see all the work
 
-import importlib.util  # noqa: E402
 import platform  # noqa: E402
 import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 from _timing import spread_cell as cell  # noqa: E402
@@ -30,20 +27,9 @@ from libredgetpu_ros.robotics import ncc  # noqa: E402
 from libredgetpu_ros.robotics.pattern import REFINE_RADIUS, PatternTracker  # noqa: E402
 from libredgetpu_ros.scenes import textures  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "pattern_validity.md"
+RESULTS = _common.RESULTS / "pattern_validity.md"
 REPEATS = 200
 SHAPES = ((64, 8, 1), (64, 8, 3), (64, 16, 1), (128, 16, 1), (128, 32, 1))
-
-
-def _scenes():
-    """The validity tests' scene helpers, loaded by path."""
-    path = ROOT / "libredgetpu_ros" / "test" / "robotics" / "_pattern_scenes.py"
-    spec = importlib.util.spec_from_file_location("_pattern_scenes", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["_pattern_scenes"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def stats(fn, items: list) -> tuple[float, float, float]:
@@ -74,7 +60,7 @@ def row(scenes, search: int, kernel: int, channels: int) -> str:
 
 
 def main() -> int:
-    scenes = _scenes()
+    scenes = _common.test_helper("robotics/_pattern_scenes.py")
     lines = ["# PatternTracker validity check: CPU per frame (thread CPU µs, median (p10-p90))", "",
              f"Python {platform.python_version()}, {platform.machine()}, LiteRT 1 thread (CPU twin), "
              f"{REPEATS} calls a figure, frames of the template's input size; a shared, loaded machine "

@@ -21,10 +21,9 @@ query of 1,024 entries <= 0.2 ms, each faster than LibrEdgeTPU.
 
 from __future__ import annotations
 
-import os
+import _common
 
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")  # before NumPy loads BLAS: thread CPU time must see all the work
+_common.single_threaded_blas()  # before NumPy loads BLAS: thread CPU time must see all the work
 
 import importlib  # noqa: E402
 import platform  # noqa: E402
@@ -126,20 +125,29 @@ def bench_reservoir(lib) -> list[dict[str, object]]:
     return rows
 
 
-def bench_query(lib) -> dict[str, object]:
+def query_case(lib) -> tuple[np.ndarray, np.ndarray, EmbeddingSimilarity, object]:
+    """The query benchmarks' case (this one's and bench_motion.py's): 1,024 post-ReLU-like entries of 1024-d,
+    a query near entry 17 ("place17"), our database on the dense_1024 twin and LibrEdgeTPU's on the float32
+    stand-in (None without a checkout): (entries, query, ours, theirs)."""
     rng = np.random.default_rng(0)
-    entries = np.abs(rng.normal(size=(1024, 1024)))  # post-ReLU-like embeddings
+    entries = np.abs(rng.normal(size=(1024, 1024)))
     query = entries[17] + rng.normal(size=1024) * 0.05
     engine = MatMulEngine.from_template(1024, backend="cpu")
     db = EmbeddingSimilarity(engine, 1024)
     db.add_many([(f"place{i}", e) for i, e in enumerate(entries)])
-    assert db.query(query)[0].label == "place17"
     theirs = None
     if lib is not None:
         lo, hi = engine.weight_range()
         stand_in = CpuStandIn(1024, (float(lo.max()), float(hi.min())))
         theirs = lib["embedding_similarity"].EmbeddingSimilarity(stand_in)
         theirs.set_database([f"place{i}" for i in range(1024)], entries.astype(np.float32))
+    return entries, query, db, theirs
+
+
+def bench_query(lib) -> dict[str, object]:
+    entries, query, db, theirs = query_case(lib)
+    assert db.query(query)[0].label == "place17"
+    if theirs is not None:
         assert theirs.query(query)[0][0] == "place17"
     ours_runs, their_runs = [], []
     for _ in range(QUERY_ROUNDS):  # interleaved rounds: the load hits both alike

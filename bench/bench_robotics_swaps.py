@@ -25,10 +25,9 @@ pyusb is absent: nothing here talks to a device). Without a checkout its columns
 
 from __future__ import annotations
 
-import os
+import _common
 
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+_common.single_threaded_blas()  # before NumPy loads BLAS: thread CPU time must see all the work
 
 import functools  # noqa: E402
 import platform  # noqa: E402

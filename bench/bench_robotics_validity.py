@@ -13,10 +13,9 @@ same module on the same frames, measured in this run.
 
 from __future__ import annotations
 
-import os
+import _common
 
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+_common.single_threaded_blas()  # before NumPy loads BLAS: thread CPU time must see all the work
 
 import platform  # noqa: E402
 import sys  # noqa: E402
@@ -33,13 +32,14 @@ from libredgetpu_ros.scenes import presets, textures  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "robotics_validity.md"
 REPEATS = 300
+Spread = tuple[float, float, float]  # spread_us: median, p10, p90
 
 
-def stats(fn, items: list) -> tuple[float, float, float]:
+def stats(fn, items: list) -> Spread:
     return spread_us(fn, items, REPEATS)
 
 
-def bare_invoke(module) -> tuple[float, float, float]:
+def bare_invoke(module) -> Spread:
     """LiteRT invoke alone on the module's twin (input already set): the floor a frame costs."""
     backend = module.runner.backend
     interp = backend._interpreter  # the loaded twin's interpreter: the bare call, nothing around it
@@ -57,6 +57,14 @@ def frames(size: tuple[int, int]) -> dict[str, list[np.ndarray]]:
     return {"spot": spot, "approach": approach}
 
 
+def row(label: str, size, plain, checked: Spread, unchecked: Spread, note: str = "") -> str:
+    """A table row: the bare LiteRT invoke of ``plain``'s twin, LibrEdgeTPU's mode (``unchecked``), the
+    checked mode and what the check adds (``note``: what the added time is made of)."""
+    added = f"{checked[0] - unchecked[0]:.0f}" + (f" ({note})" if note else "")
+    return (f"| {label} | {size[0]}×{size[1]} | {cell(bare_invoke(plain))} | {cell(unchecked)} | "
+            f"{cell(checked)} | {added} |")
+
+
 def spot_rows(size, scene) -> list[str]:
     rows = []
     for name in ("red", "bright"):
@@ -67,8 +75,7 @@ def spot_rows(size, scene) -> list[str]:
         weights = None if checked._filter is None else checked.runner.parameters.twin[
             checked._filter.index].reshape(-1)
         alone = stats(lambda f, c=checked, w=weights: c.validity.check(f, w, c.filter_scale), fitted)
-        rows.append(f"| spot {name}_64 | {size[0]}×{size[1]} | {cell(bare_invoke(plain))} | {cell(b)} | "
-                    f"{cell(a)} | {a[0] - b[0]:.0f} (check alone {cell(alone)}) |")
+        rows.append(row(f"spot {name}_64", size, plain, a, b, f"check alone {cell(alone)}"))
         checked.close()
         plain.close()
     return rows
@@ -83,7 +90,6 @@ def pattern_rows(size, scene) -> list[str]:
         norm.set_template_at(first, search // 2 - kernel // 2, search // 2 - kernel // 2)
         plain.set_template(plain.cut_patch(first, search // 2 - kernel // 2, search // 2 - kernel // 2))
         a, b = stats(norm.track, scene["approach"]), stats(plain.track, scene["approach"])
-        invoke = bare_invoke(plain)
         fitted = [norm.fit(f) for f in scene["approach"]]
         weights = norm.weights().astype(np.float32)
 
@@ -93,8 +99,8 @@ def pattern_rows(size, scene) -> list[str]:
                 ncc.refine(normal, w, 20.0, 20.0, 3)
 
         alone = stats(cpu_part, fitted)
-        rows.append(f"| pattern {search}/{kernel}×{kernel} | {size[0]}×{size[1]} | {cell(invoke)} | "
-                    f"{cell(b)} | {cell(a)} | {a[0] - b[0]:.0f} (CPU alone {cell(alone)}, + 2nd run) |")
+        rows.append(row(f"pattern {search}/{kernel}×{kernel}", size, plain, a, b,
+                        f"CPU alone {cell(alone)}, + 2nd run"))
         norm.close()
         plain.close()
     return rows
@@ -107,11 +113,10 @@ def looming_rows(size, scene) -> list[str]:
     approach = scene["approach"]
     a = stats(lambda f: scale.detect(f, next(stamps)), approach)
     b = stats(lambda f: plain.detect(f, next(stamps)), approach)
-    row = (f"| looming 64 (scale TTC) | {size[0]}×{size[1]} | {cell(bare_invoke(plain))} | {cell(b)} | "
-           f"{cell(a)} | {a[0] - b[0]:.0f} |")
+    line = row("looming 64 (scale TTC)", size, plain, a, b)
     scale.close()
     plain.close()
-    return [row]
+    return [line]
 
 
 def node_rows() -> list[str]:
