@@ -95,6 +95,7 @@ def load_node_config(path: str | Path, overrides: dict[str, Any] | None = None,
     from libredgetpu_ros.errors import TextDataError
     from libredgetpu_ros.ros.bag_nodes import OFFLINE_NODES, param_table
     from libredgetpu_ros.ros.bringup import load_config
+    from libredgetpu_ros.ros.params import MANAGED_NODE_PARAMS
     from libredgetpu_ros.textdata import load_yaml_file
 
     path = Path(path)
@@ -134,6 +135,8 @@ def load_node_config(path: str | Path, overrides: dict[str, Any] | None = None,
     values.update(overrides or {})
     values.pop("qos_overrides", None)  # the live publishers' QoS (ros/output_qos.py): nothing to do offline
     table = param_table(node_type)
+    for managed in MANAGED_NODE_PARAMS.specs.keys() - table.specs.keys():  # the live lifecycle's: unused
+        values.pop(managed, None)
     try:
         typed = {p.name: p.value for p in table.overrides(values)}
     except ConfigError as exc:  # say which node's table refused them (a looming file read as a tracker's)

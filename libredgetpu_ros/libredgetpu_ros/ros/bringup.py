@@ -151,18 +151,19 @@ def node_class(kind: str) -> type:
 
 
 def parameter_overrides(cls: type, params: dict[str, Any]) -> list[Any]:
-    """Typed overrides through the node module's ``ParamTable`` when it has one (ints accepted for doubles,
-    lists for string arrays, unknown names rejected), else typed by the YAML values."""
+    """Typed overrides through the node module's ``ParamTable`` (and ``params.MANAGED_NODE_PARAMS``, every
+    node's) when it has one (ints accepted for doubles, lists for string arrays, unknown names rejected), else
+    typed by the YAML values."""
     from rclpy.parameter import Parameter
 
-    from libredgetpu_ros.ros.params import ParamTable
+    from libredgetpu_ros.ros.params import ParamTable, node_overrides
 
     params = dict(params)
     qos = _qos_overrides(params.pop("qos_overrides", None))
     module = importlib.import_module(cls.__module__)
     tables = [v for v in vars(module).values() if isinstance(v, ParamTable)]
     if len(tables) == 1:
-        return tables[0].overrides(params) + qos
+        return node_overrides(tables[0], params) + qos  # with the base's (deactivate_timeout)
     return [Parameter(k, value=v) for k, v in params.items()] + qos
 
 

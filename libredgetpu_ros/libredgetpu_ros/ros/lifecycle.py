@@ -23,8 +23,10 @@ A subclass sets ``PARAMS`` (its ``ParamTable``), ``DIAGNOSTICS_NAME`` (status na
   ``self.cfg``).
 
 Lifecycle (the ros2/demos ``lifecycle_py`` rhythm): configure opens and creates the outputs, the
-``/diagnostics`` publisher and its timer; activate creates the inputs; deactivate drops them; cleanup and
-shutdown release everything (``teardown()``, idempotent). The ``/diagnostics`` publisher is a plain one,
+``/diagnostics`` publisher and its timer; activate activates the lifecycle publishers, then creates the inputs
+(so a result of the very first input goes out, never to a publisher still inactive); deactivate drops the
+inputs, then deactivates the publishers; cleanup and shutdown release everything (``teardown()``,
+idempotent). The ``/diagnostics`` publisher is a plain one,
 not a lifecycle one: it is the node's health, not its output, so a configured node keeps reporting while
 inactive (a diagnostics aggregator would otherwise show it stale), and the ERROR status of a fault goes out
 whatever the state the fault raced. A fault
@@ -41,12 +43,19 @@ plain rclpy executor (a test's) runs the group along with the rest, on its one t
 
 The data path never races the teardown (the camera nodes' frames included): every callback of
 :meth:`data_subscription` runs holding the node's data-path lock, and only while the inputs are on (from
-activate until they are dropped) and no fault is latched. Dropping the inputs (deactivate, cleanup,
-shutdown, ``on_error``: ``teardown()``) destroys the subscriptions, then takes that lock to turn the inputs
-off: it waits for the callback in flight, so deactivate deactivates the publishers only after its result
-went out, and ``close_processor()`` never closes the engine (a native interpreter, a device stream) under a
-call still running on it; a message the executor took meanwhile is ignored. An uncontended lock costs well
-under a microsecond per message (the control loop's latency: docs/control_node.md).
+activate until they are dropped) and no fault is latched. Deactivate turns the inputs off and waits for the
+callback in flight (taking that lock) before it destroys the subscriptions, so it deactivates the publishers
+only after that callback's result went out; a message the executor took meanwhile is ignored. That wait is
+bounded by the ``deactivate_timeout`` parameter (``params.MANAGED_NODE_PARAMS``, every node's): a WARN names
+the callback and how long it has run once a second, and past the bound the deactivate fails cleanly: the
+inputs on again, nothing destroyed or deactivated, the node ``active`` with its engine open under the call
+(never closed under it), an ERROR log and ``/diagnostics`` ERROR saying so while that call runs; the next
+deactivate waits again. (A runner without a transfer timeout of its own, e.g. a stuck accelerator other than
+the Edge TPU, hung the transition forever before.) The other teardowns (cleanup and shutdown through
+``teardown()``, ``on_error``) take the same lock without a bound, with the same WARN once a second:
+``close_processor()`` never closes the engine (a native interpreter, a device stream) under a call still
+running on it. An uncontended lock costs well under a microsecond per message (the control loop's latency:
+docs/control_node.md).
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -65,9 +75,22 @@ from rclpy.parameter import Parameter
 from libredgetpu_ros.errors import LibrEdgeTpuError
 from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.output_qos import output_publisher
-from libredgetpu_ros.ros.params import ParamTable
+from libredgetpu_ros.ros.params import DEACTIVATE_TIMEOUT, MANAGED_NODE_PARAMS, ParamTable
 from libredgetpu_ros.ros.services import create_guarded_service
 from libredgetpu_ros.ros.spinning import CompanionFault, CompanionGroup, destroy_entities
+
+WAIT_LOG_PERIOD_S = 1.0  # a wait for the data-path callback in flight is logged this often
+
+
+@dataclasses.dataclass(frozen=True)
+class InFlight:
+    """The data-path callback running now: what it is (its topic and function) and since when."""
+
+    what: str
+    started: float  # time.monotonic()
+
+    def describe(self) -> str:
+        return f"the data-path callback {self.what} (running for {time.monotonic() - self.started:.1f} s)"
 
 
 class ManagedNode(LifecycleNode):
@@ -90,11 +113,15 @@ class ManagedNode(LifecycleNode):
         self._diag_pub: Any = None
         # Held by every data-path callback; turning the inputs off under it waits for the one in flight.
         self._data_lock = threading.Lock()
-        self._inputs_on = False  # data-path callbacks run (set under _data_lock)
+        self._inputs_on = False  # data-path callbacks run (read under _data_lock)
+        self._in_flight: InFlight | None = None  # the data-path callback running now (set under _data_lock)
+        self._refused_for: InFlight | None = None  # the callback a deactivate gave up waiting for
         # A fault of the data path, carried to the main executor (transitions cannot run on its thread).
         self._crash = CompanionFault(self, self.FAULT_WHAT, self._report_fault)
         self.PARAMS.declare(self)
+        MANAGED_NODE_PARAMS.declare(self)  # deactivate_timeout (the same on every node; read by this base)
         self._table_validator = self.PARAMS.validator(self.is_configured)
+        self._managed_validator = MANAGED_NODE_PARAMS.validator(self.is_configured)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.add_post_set_parameters_callback(self._after_set_parameters)
 
@@ -168,7 +195,8 @@ class ManagedNode(LifecycleNode):
         """A subscription of the active node on the data path (its own executor thread), dropped on
         deactivate; logged (with ``note`` in brackets, e.g. the QoS chosen and why). ``callback`` runs under
         the data-path lock, only while the inputs are on and no fault is latched (module docstring)."""
-        sub = self.create_subscription(msg_type, topic, self._guarded(callback), qos,
+        what = f"on {self.resolve_topic_name(topic)} ({getattr(callback, '__qualname__', repr(callback))})"
+        sub = self.create_subscription(msg_type, topic, self._guarded(callback, what), qos,
                                        callback_group=self._data_path, **options)
         self._live.append(sub)
         self._data_path.wake()  # its executor waits on the group's entities: rebuild its wait set
@@ -183,20 +211,26 @@ class ManagedNode(LifecycleNode):
             destroy_entities(self, [entity])
             self._data_path.wake()
 
-    def _guarded(self, callback: Callable[..., None]) -> Callable[..., None]:
+    def _guarded(self, callback: Callable[..., None], what: str) -> Callable[..., None]:
         """``callback`` (``(msg)`` or ``(msg, info)``, as rclpy calls it) run under the data-path lock while
-        the inputs are on and no fault is latched; the same arity, so rclpy passes what it expects."""
+        the inputs are on and no fault is latched, recorded as in flight (``what``) meanwhile; the same
+        arity, so rclpy passes what it expects."""
         lock, crash = self._data_lock, self._crash
 
-        def guarded(msg: Any) -> None:
+        def run(*args: Any) -> None:
             with lock:
                 if self._inputs_on and crash.cause is None:
-                    callback(msg)
+                    self._in_flight = InFlight(what, time.monotonic())
+                    try:
+                        callback(*args)
+                    finally:
+                        self._in_flight = None
+
+        def guarded(msg: Any) -> None:
+            run(msg)
 
         def guarded_with_info(msg: Any, info: Any) -> None:
-            with lock:
-                if self._inputs_on and crash.cause is None:
-                    callback(msg, info)
+            run(msg, info)
 
         try:
             inspect.signature(callback).bind(object())
@@ -268,16 +302,65 @@ class ManagedNode(LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        # The publishers first: a data-path callback may run as soon as its subscription exists (on its own
+        # thread), and its result must not meet a publisher still inactive (dropped with a warning).
+        result = super().on_activate(state)
+        if result != TransitionCallbackReturn.SUCCESS:
+            return result
         with self._data_lock:
             self._inputs_on = True
         self.create_inputs()
-        return super().on_activate(state)
+        return result
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        if self._crash.cause is None and not self._quiesce(self.deactivate_timeout()):
+            return TransitionCallbackReturn.FAILURE  # still active, consistent; the next deactivate retries
         self.drop_inputs()
         if self._crash.cause is not None:
             return TransitionCallbackReturn.ERROR  # -> ErrorProcessing -> on_error
         return super().on_deactivate(state)
+
+    def deactivate_timeout(self) -> float:
+        """The ``deactivate_timeout`` parameter (runtime: read when a deactivate starts)."""
+        return float(self.get_parameter(DEACTIVATE_TIMEOUT.name).value)
+
+    def _quiesce(self, timeout: float) -> bool:
+        """Deactivate: the inputs turned off and the data-path callback in flight waited for, at most
+        ``timeout`` s; False (the inputs on again, logged, ERROR diagnostics) when it still runs then."""
+        self._inputs_on = False  # no callback starts its work from now on (each reads it under the lock)
+        if self._wait_for_data_path(timeout, "deactivate"):
+            self._data_lock.release()
+            self._refused_for = None
+            return True
+        # The stuck callback holds the lock, so no other one ran meanwhile: on again as it was (a message
+        # taken in the instant it returns is ignored, as during any deactivate).
+        self._inputs_on = True
+        stuck = self._in_flight
+        self._refused_for = stuck
+        what = stuck.describe() if stuck is not None else "the data-path callback"
+        message = (f"deactivate failed: {what} did not return within deactivate_timeout "
+                   f"({timeout:g} s); the node stays active, nothing closed under it; deactivate again to "
+                   "retry")
+        self.get_logger().error(message)
+        self.publish_diagnostics(diagnostics.ERROR, message)
+        return False
+
+    def _wait_for_data_path(self, timeout: float | None, why: str) -> bool:
+        """Take the data-path lock, i.e. wait for the callback in flight (at most ``timeout`` s; None: no
+        bound), with a WARN naming it once a second; False when the bound passed first."""
+        started = time.monotonic()
+        while True:
+            left = None if timeout is None else started + timeout - time.monotonic()
+            slice_s = WAIT_LOG_PERIOD_S if left is None else max(0.0, min(WAIT_LOG_PERIOD_S, left))
+            if self._data_lock.acquire(timeout=slice_s):
+                return True
+            if left is not None and left <= WAIT_LOG_PERIOD_S:
+                return False
+            stuck = self._in_flight
+            bound = "no bound" if timeout is None else f"deactivate_timeout {timeout:g} s"
+            self.get_logger().warning(f"{why}: waiting {time.monotonic() - started:.1f} s for "
+                                      f"{stuck.describe() if stuck is not None else 'the data-path callback'}"
+                                      f" to return ({bound})")
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.teardown()
@@ -320,15 +403,20 @@ class ManagedNode(LifecycleNode):
         destroy_entities(self, inputs)
         if inputs:
             self._data_path.wake()
-        with self._data_lock:  # waits for the data-path callback in flight; none runs after this
+        # Waits for the data-path callback in flight (none after a deactivate's _quiesce); none runs after it.
+        self._wait_for_data_path(None, "releasing the inputs")
+        try:
             self._inputs_on = False
+        finally:
+            self._data_lock.release()
 
     # ----- parameters --------------------------------------------------------------------------------
 
     def _on_set_parameters(self, params: list[Parameter]) -> SetParametersResult:
-        verdict = self._table_validator(params)
-        if not verdict.successful:
-            return verdict
+        for validator in (self._table_validator, self._managed_validator):
+            verdict = validator(params)
+            if not verdict.successful:
+                return verdict
         reason = self.check_parameters(params)
         return SetParametersResult(successful=False, reason=reason) if reason else verdict
 
@@ -349,6 +437,10 @@ class ManagedNode(LifecycleNode):
         own_level, own_message, values = self.diagnostic_status()
         if level is None:
             level, message = own_level, own_message
+            stuck = self._in_flight
+            if stuck is not None and stuck is self._refused_for and level < diagnostics.ERROR:
+                level, message = diagnostics.ERROR, (f"{stuck.describe()} outlived a deactivate "
+                                                     "(deactivate_timeout): the data path is stuck")
         status = diagnostics.status(f"{self.get_fully_qualified_name()}: {self.DIAGNOSTICS_NAME}",
                                     self.hardware_id(), level, message, values)
         pub.publish(diagnostics.array(self.get_clock().now().to_msg(), [status]))

@@ -135,6 +135,16 @@ DIAGNOSTICS_PERIOD = ParamSpec("diagnostics_period", 1.0, "s between /diagnostic
                                range=(0.05, 60.0))
 
 
+# Every node's bound on the wait of a deactivate for its data-path callback in flight (ros/lifecycle.py): a
+# ManagedNode parameter outside the node's own table (MANAGED_NODE_PARAMS below).
+DEACTIVATE_TIMEOUT = ParamSpec(
+    "deactivate_timeout", 10.0, "s a deactivate waits for the data-path callback in flight (a state, a "
+    "frame, a sample on the accelerator) to return, logged every second meanwhile; past it the deactivate "
+    "fails: the node stays active (its engine open under the call, diagnostics ERROR) and may be deactivated "
+    "again",
+    range=(0.1, 3600.0), mutability="runtime")
+
+
 class ParamTable:
     """A node's parameter table bound to the dataclass that holds its values.
 
@@ -250,3 +260,21 @@ def _coerce(value: Any, spec: ParamSpec) -> Any:
     if reason:
         raise ConfigError(f"parameter {reason}")
     return value
+
+
+@dataclass(frozen=True)
+class ManagedNodeConfig:
+    deactivate_timeout: float
+
+
+# The parameters every lifecycle.ManagedNode declares besides its own table (the same on every node, read by
+# the base, not the node): bringup takes them beside the node's table (node_overrides); offline: no meaning.
+MANAGED_NODE_PARAMS = ParamTable([DEACTIVATE_TIMEOUT], ManagedNodeConfig)
+
+
+def node_overrides(table: ParamTable, values: dict[str, Any]) -> list[Parameter]:
+    """Typed overrides of a node's parameters: its table's and :data:`MANAGED_NODE_PARAMS`' (ConfigError on a
+    name neither knows)."""
+    managed = {k: v for k, v in values.items() if k in MANAGED_NODE_PARAMS.specs and k not in table.specs}
+    own = {k: v for k, v in values.items() if k not in managed}
+    return table.overrides(own) + MANAGED_NODE_PARAMS.overrides(managed)

@@ -197,6 +197,9 @@ def test_config_formats_resolve_the_node_topics(tmp_path: Path) -> None:
                     "      qos_overrides: {/cam/people: {publisher: {depth: 1}}}\n")
     node = load_node_config(path)  # qos_overrides are the live publishers': accepted, unused offline
     assert node.resolve(node.params.input_topic) == "/front/color/image_raw"
+    path.write_text(path.read_text() + "      deactivate_timeout: 3.0\n")  # the live lifecycle's: unused
+    node = load_node_config(path)
+    assert node.resolve(node.params.input_topic) == "/front/color/image_raw"
     assert node.resolve("poses") == "/cam/people" and node.resolve("labels") == "/cam/labels"
 
     for text, message in (("/**:\n  ros__parameters:\n    modle: x\n", "unknown parameter"),

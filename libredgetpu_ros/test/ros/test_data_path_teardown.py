@@ -12,6 +12,12 @@ Required: both transitions succeed and the node ends ``unconfigured``; the engin
 call in flight returned (no ``use-after-close``, ``close in_flight=0``); no exception escaped the data path
 (nothing "crashed" in the node's log); the control node publishes the held state's command while it is still
 active (the call completes before deactivate deactivates the publishers) and nothing after.
+
+A call held past the node's ``deactivate_timeout`` (a runner stuck with no transfer timeout of its own): the
+deactivate answers ``success: false`` within that bound (it hung forever before, with nothing logged), with a
+WARN naming the callback once a second meanwhile, an ERROR log and ``/diagnostics`` ERROR saying so; the node
+stays ``active``, its engine open under the call; once the call returns, deactivate and cleanup succeed and
+close the engine after it.
 """
 
 from __future__ import annotations
@@ -131,3 +137,77 @@ def test_reservoir_state_in_flight_survives_deactivate_and_cleanup(ros_env, tmp_
     sup.wait_for("a first reservoir step", lambda: "run-end" in _events(tmp_path), every=publish)
     deactivate, cleanup = _hold_and_tear_down(sup, tmp_path, publish)
     _check_teardown(ros_env, sup, tmp_path, "reservoir_race", deactivate, cleanup)
+
+
+STUCK_TIMEOUT_S = 2.5  # the node's deactivate_timeout in the stuck-runner test: two WARNs, then the failure
+
+
+def _diagnostic_messages(arrays: list[Any], node: str) -> list[tuple[int, str]]:
+    return [(int.from_bytes(status.level, "little"), status.message) for array in arrays
+            for status in array.status if status.name.startswith(f"/{node}: ")]
+
+
+@pytest.mark.parametrize("kind", ["reservoir", "control"])
+def test_a_stuck_call_fails_deactivate_within_its_timeout(ros_env, tmp_path: Path, kind: str) -> None:
+    from diagnostic_msgs.msg import DiagnosticArray
+    from lifecycle_msgs.srv import ChangeState
+    from rclpy.qos import QoSProfile
+    from std_msgs.msg import Float32MultiArray, Float64MultiArray
+
+    name = f"{kind}_stuck"
+    if kind == "reservoir":
+        _spawn(ros_env, tmp_path, "libredgetpu_ros.ros.reservoir.node", name,
+               {"state_size": 2, "state_type": "float64_multi_array", "state_topic": "/stuck/state"})
+        msg = Float64MultiArray(data=[0.5, -0.25])
+    else:
+        _spawn(ros_env, tmp_path, "libredgetpu_ros.ros.control_node", name,
+               {"state_size": 2, "command_size": 2, "state_topic": "/stuck/state", "stale_timeout": 30.0})
+        msg = Float32MultiArray(data=[0.5, -0.25])
+    sup = supervision.LifecycleSupervisor(ros_env, "stuck_supervisor", f"/{name}", WAIT_S)
+    arrays: list[Any] = []
+    sup.node.create_subscription(DiagnosticArray, "/diagnostics", arrays.append, QoSProfile(depth=100))
+    states = sup.node.create_publisher(type(msg), "/stuck/state", QoSProfile(depth=10))
+    # deactivate_timeout: a runtime parameter of every node, range-checked
+    assert not sup.set_param("deactivate_timeout", 0.0).successful
+    assert sup.set_param("deactivate_timeout", STUCK_TIMEOUT_S).successful
+    assert sup.transition("configure") and sup.transition("activate")
+    sup.wait_for("the node's state subscription", lambda: states.get_subscription_count() > 0)
+    sup.wait_for("a first engine call", lambda: "run-end" in _events(tmp_path),
+                 every=lambda: states.publish(msg))
+    sup.spin_for(0.5)  # a state published twice while the subscription matched answers late
+    try:
+        (tmp_path / "arm").touch()
+        states.publish(msg)
+        sup.wait_for("the state's engine call to be held", lambda: "held" in _events(tmp_path))
+        request = ChangeState.Request()
+        request.transition.id = supervision.TRANSITIONS.index("deactivate") + 1
+        started = time.monotonic()
+        answer = sup.change.call_async(request)
+        sup.wait_for(f"deactivate's answer within deactivate_timeout ({STUCK_TIMEOUT_S} s) of a stuck call",
+                     answer.done, timeout=STUCK_TIMEOUT_S + 12.0)
+        took = time.monotonic() - started
+        assert not answer.result().success, "deactivate succeeded with the call still held"
+        assert took >= STUCK_TIMEOUT_S - 0.1, f"answered after {took:.2f} s, before the bound"
+        assert sup.state() == "active"
+        events = _events(tmp_path)
+        assert not any(e.startswith("close") for e in events), f"closed under the held call: {events}"
+        sup.spin_for(1.5)  # a periodic status or two while the call is still held
+        log = (ros_env.work_dir / f"{name}.log").read_text()
+        waits = [line for line in log.splitlines() if "WARN" in line and "deactivate: waiting" in line]
+        assert len(waits) >= 2 and "Node._on_" in waits[0] and "/stuck/state" in waits[0], log[-3000:]
+        assert "deactivate failed: the data-path callback on /stuck/state" in log, log[-3000:]
+        statuses = _diagnostic_messages(arrays, name)
+        assert any(level == 2 and message.startswith("deactivate failed") for level, message in statuses), \
+            statuses
+        assert any(level == 2 and "outlived a deactivate" in message for level, message in statuses), statuses
+    finally:
+        (tmp_path / "release").touch()
+    sup.wait_for("the held call to return", lambda: "run-end" in _events(tmp_path)[
+        _events(tmp_path).index("held"):])
+    # Active and consistent: the next deactivate (the supervisor's retry) and cleanup succeed, the engine
+    # closed after the call.
+    assert sup.transition("deactivate") and sup.transition("cleanup") and sup.state() == "unconfigured"
+    events = _events(tmp_path)
+    assert "use-after-close" not in events and events[-1] == "close in_flight=0", events
+    log = (ros_env.work_dir / f"{name}.log").read_text()
+    assert "crashed" not in log and "Traceback" not in log, log[-3000:]

@@ -120,9 +120,14 @@ def test_bringup_parameters_are_typed_by_the_node_table(tmp_path: Path, fixture_
     assert spec.parameters["model"] == str(fixture_path("images/cat.bmp"))
     overrides = {p.name: p.value for p in parameter_overrides(node_class("perception"), spec.parameters)}
     assert overrides["score_threshold"] == 1.0 and isinstance(overrides["score_threshold"], float)
-    for bad in ({"score_threshold": 2.0}, {"backend": "gpu"}, {"publish_markers": "yes"}, {"modle": "x"}):
+    for bad in ({"score_threshold": 2.0}, {"backend": "gpu"}, {"publish_markers": "yes"}, {"modle": "x"},
+                {"deactivate_timeout": 0.0}):
         with pytest.raises(ConfigError):
             parameter_overrides(node_class("perception"), bad)
+    # deactivate_timeout: every node's (params.MANAGED_NODE_PARAMS), typed beside the node's own table
+    for kind in ("perception", "reservoir", "control"):
+        typed = parameter_overrides(node_class(kind), {"deactivate_timeout": 3})
+        assert [(p.name, p.value) for p in typed] == [("deactivate_timeout", 3.0)], kind
 
 
 @pytest.mark.ros
