@@ -110,8 +110,9 @@ class MatMulEngine:
         """``backend``: "auto" or a runner name (``matmul/runners.py``), resolved by ``backends.choose`` as
         every accelerator runner is; ``device``: the Edge TPU selector or shared device (what a family's
         runner makes of it is the family's); ``rate_hz``: the engine's weight on an Edge TPU shared with
-        other users of the process (``edgetpu/broker.py``; the nodes' ``device_share_hz``; 0 = an equal
-        share) and ``stream`` its stream's name there (its user's, e.g. a node's; "": ``matmul dense_N``)."""
+        other users of the process (``edgetpu/broker.py``; the nodes' ``device_share_hz``; 0: unset,
+        ``broker.Stream.weight``) and ``stream`` its stream's name there (its user's, e.g. a node's; "":
+        ``matmul dense_N``)."""
         if not isinstance(backend, str):
             raise ConfigError(f"backend must be a runner name, got {backend!r}")
         if backend != "auto":
