@@ -28,7 +28,7 @@ import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, InputError, ModelFormatError
 from libredgetpu_ros.robotics.base import RoboticsModule
-from libredgetpu_ros.robotics.looming_border import BorderCorrection
+from libredgetpu_ros.robotics.looming_border import BorderCorrection, dequantize
 from libredgetpu_ros.robotics.template import RoboticsTemplate, TemplateRunner, load_template
 from libredgetpu_ros.robotics.ttc import ScaleTtc, TtcSettings
 
@@ -57,13 +57,13 @@ class LoomingResult:
 
 def compute_tau(zones: np.ndarray, epsilon: float = TAU_EPSILON) -> float:
     """Centre zone / mean of the others (an odd square grid; 3 x 3 in the templates)."""
-    flat = np.asarray(zones, dtype=np.float64).reshape(-1)
-    side = math.isqrt(flat.size)
-    if side * side != flat.size or side % 2 == 0:
-        raise InputError(f"zones must be an odd square grid, got {flat.size} values")
-    centre = flat.size // 2
-    periphery = (flat.sum() - flat[centre]) / (flat.size - 1)
-    return float(flat[centre] / max(periphery, epsilon))
+    flat = np.asarray(zones).reshape(-1).tolist()  # 9 Python floats: cheaper than NumPy calls on them
+    side = math.isqrt(len(flat))
+    if side * side != len(flat) or side % 2 == 0:
+        raise InputError(f"zones must be an odd square grid, got {len(flat)} values")
+    centre = flat[len(flat) // 2]
+    periphery = (math.fsum(flat) - centre) / (len(flat) - 1)
+    return float(centre / max(periphery, epsilon))
 
 
 class TtcEstimator:
@@ -163,16 +163,15 @@ class LoomingDetector(RoboticsModule):
 
     def decode(self, raw: np.ndarray) -> np.ndarray:
         """Raw uint8 zone outputs -> densities (LibrEdgeTPU's ``dequantize``: (q - zp) * scale, float32)."""
-        real = (np.asarray(raw).astype(np.float32) - self._zero) * self._scale
-        return real.reshape(self.zones_per_side, self.zones_per_side)
+        return dequantize(raw, self._zero, self._scale, self.zones_per_side)
 
     def detect(self, image: object, stamp_s: float | None = None) -> LoomingResult:
         """Zones and tau of a frame; with ``stamp_s`` (the frame's time) also the TTC over the history."""
         fitted = self.fit(image)
         outputs, _ = self.runner.run([fitted[None]])
-        zones = self.decode(outputs[self.template.output.name])
-        if self.border is not None:  # scale mode: the padding's response along the border taken out
-            zones = self.border.apply(zones, fitted)
+        raw = outputs[self.template.output.name]
+        # scale mode: the padding's response along the border taken out (one compiled call with the decode)
+        zones = self.decode(raw) if self.border is None else self.border.zones(raw, fitted)
         tau = compute_tau(zones)
         if stamp_s is None:
             return LoomingResult(zones, tau, None, None, "no_stamp")

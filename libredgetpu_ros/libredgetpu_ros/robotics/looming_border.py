@@ -53,7 +53,7 @@ class BorderCorrection:
         self._sum_q = (float(total.scale), int(total.zero_point))
         options = pools[0].builtin_options or {}
         self.pool = int(options.get("filter_height", self.height // zones_per_side))
-        self.zones = zones_per_side
+        self.zones_per_side = zones_per_side
         covered = self.pool * zones_per_side
         # the pooled pixels whose neighbourhood reaches the padding: row 0 and column 0 (the last row and
         # column reach it too, but the pool stops short of them when 3 x pool < size)
@@ -68,11 +68,18 @@ class BorderCorrection:
         taps = [(dy, dx) for dy in range(3) for dx in range(3)]
         self._gather = np.stack([(rows + dy) * (self.width + 2) + cols + dx for dy, dx in taps], axis=1)
         self._stacked = np.stack([k.reshape(-1) for k in self._kernels], axis=1)  # (9, 2)
-        # the compiled loop over the ring pixels (robotics/looming_kernels.py), compiled or loaded now
+        # the compiled loop over the ring pixels (robotics/looming_kernels.py), compiled or loaded now; per
+        # ring pixel and tap its flat index in the frame with the border repeated and each branch's weight
+        # with the zero padding (0 where the tap leaves the frame)
         self.kernels = kernels and looming_kernels.warm_up()
-        self._rows, self._cols = rows.astype(np.int64), cols.astype(np.int64)
-        self._conv_array, self._square_array = np.array(self._conv_q, float), np.array(self._square_q, float)
-        self._sum_array = np.array(self._sum_q, float)
+        ys = rows[:, None] + np.array([dy - 1 for dy, _ in taps])
+        xs = cols[:, None] + np.array([dx - 1 for _, dx in taps])
+        inside = (ys >= 0) & (ys < self.height) & (xs >= 0) & (xs < self.width)
+        flat = np.clip(ys, 0, self.height - 1) * self.width + np.clip(xs, 0, self.width - 1)
+        self._neighbours = np.stack([flat, *(inside * self._stacked[:, b] for b in range(2))], axis=2)
+        self._quant = np.array([*self._conv_q, *self._square_q, self._sum_q], float)
+        self._out_zero = np.float32(template.output.zero_point)
+        self._out_scale = np.float32(template.output.scale)
 
     def _energy(self, padded: np.ndarray) -> np.ndarray:
         """The device's quantized energy (real units) at the ring pixels of a 1-pixel padded frame."""
@@ -89,21 +96,34 @@ class BorderCorrection:
 
     def correction(self, fitted: np.ndarray) -> np.ndarray:
         """(zones, zones) float32: what the padding adds to each zone of this frame (subtract it)."""
-        image = np.asarray(fitted)
-        if self.kernels and image.dtype == np.uint8:  # the template's input (other dtypes: NumPy below)
-            per_zone = np.empty(self.zones * self.zones)
-            looming_kernels.border_correction(image.reshape(self.height, self.width), self._rows,
-                                              self._cols, self._zone, self._stacked, self._conv_array,
-                                              self._square_array, self._sum_array, self.pool, per_zone)
-            return per_zone.reshape(self.zones, self.zones).astype(np.float32)
         import cv2
 
         image = np.ascontiguousarray(np.asarray(fitted, dtype=np.float32).reshape(self.height, self.width))
         zero = cv2.copyMakeBorder(image, 1, 1, 1, 1, cv2.BORDER_CONSTANT, value=0.0)
         edge = cv2.copyMakeBorder(image, 1, 1, 1, 1, cv2.BORDER_REPLICATE)
         diff = self._energy(zero) - self._energy(edge)
-        per_zone = np.bincount(self._zone, weights=diff, minlength=self.zones * self.zones)
-        return (per_zone / (self.pool * self.pool)).reshape(self.zones, self.zones).astype(np.float32)
+        per_zone = np.bincount(self._zone, weights=diff, minlength=self.zones_per_side ** 2)
+        side = self.zones_per_side
+        return (per_zone / (self.pool * self.pool)).reshape(side, side).astype(np.float32)
 
     def apply(self, zones: np.ndarray, fitted: np.ndarray) -> np.ndarray:
+        """``zones`` (dequantized) with this frame's correction taken out, floored at 0 (NumPy)."""
         return np.maximum(zones - self.correction(fitted), np.float32(0.0))
+
+    def zones(self, raw: np.ndarray, fitted: np.ndarray) -> np.ndarray:
+        """The corrected zones (float32, zones x zones) of the device's raw output for the frame ``fitted``
+        (the template's uint8 input): dequantized, corrected and floored in one compiled call."""
+        image = np.asarray(fitted)
+        if not (self.kernels and image.dtype == np.uint8 and image.flags.c_contiguous):
+            return self.apply(dequantize(raw, self._out_zero, self._out_scale, self.zones_per_side), fitted)
+        out = np.empty((self.zones_per_side, self.zones_per_side), np.float32)
+        looming_kernels.border_correction(image.reshape(-1), self._neighbours, self._zone, self._stacked,
+                                          self._quant, self.pool, np.asarray(raw).reshape(-1), self._out_zero,
+                                          self._out_scale, out.reshape(-1))
+        return out
+
+
+def dequantize(raw: np.ndarray, zero: np.float32, scale: np.float32, side: int) -> np.ndarray:
+    """The looming template's uint8 zones in real units (LibrEdgeTPU's ``dequantize``: (q - zp) * scale in
+    float32), (side, side)."""
+    return ((np.asarray(raw).astype(np.float32) - zero) * scale).reshape(side, side)

@@ -5,15 +5,19 @@ the scale registration of the time to contact (robotics/ttc.py).
 pooled pixels whose 3×3 neighbourhood reaches the padding, once with the device's zero padding and once with
 the border repeated. In NumPy that is two padded copies, two gathers, two small matrix products and ~20
 array operations per frame (~80 µs at 64×64, nearly all call overhead); here it is one loop over the ring
-pixels. Same arithmetic (float64 products and sums, ``np.rint`` half to even, the model's scales and zero
-points); the 9-tap sums run in tap order where NumPy's matrix product may not, so a sum can differ in its
-last bit (a quantization step flips only if that lands exactly on a half): ``test_ttc.py`` checks kernel and
-NumPy path agree.
+pixels (their neighbours' indices and the zero padding's tap weights made once), with the output's decode
+and the floor in the same call. Same arithmetic (float64 products and sums, ``np.rint`` half to even, the
+model's scales and zero points); the 9-tap sums run in tap order where NumPy's matrix product may not, so a
+sum can differ in its last bit (a quantization step flips only if that lands exactly on a half):
+``test_ttc.py`` checks kernel and NumPy path agree.
 
-``register_scale`` is ttc.py's Gauss-Newton registration with each step one pass over the window (warp of the
-image and its gradients, residuals, Tukey weights, the 5×5 normal equations) instead of a remap and ~25 array
-operations; its sums are float64 (NumPy's are float32) and its bilinear weights exact (OpenCV's remap rounds
-the position to 1/32 pixel), so it agrees with the NumPy path to a few 1e-4 in ``s`` (test_ttc.py).
+``register_scale`` is ttc.py's Gauss-Newton registration with each step two passes over the window (the warp
+of the image and its gradients with the residuals; the Tukey weights and the 5×5 normal equations) instead
+of a remap and ~25 array operations. The warp is a scale and a shift per axis, so each step finds the source
+columns and rows and their bilinear weights once (39 + 39 at 64×64, not 1,521 pixels); per-pixel values are
+float32 and the sums run in float32 SIMD lanes (NumPy's sums are float32 too); its bilinear weights are exact
+(OpenCV's remap rounds the position to 1/32 pixel), so it agrees with the NumPy path to a few 1e-5 in ``s``
+(test_ttc.py).
 
 Compiled (or loaded from the cache folder, libredgetpu_ros.jit) by :func:`warm_up` when a scale-mode
 detector opens.
@@ -34,41 +38,35 @@ def _requantize(value, scale, zero):  # pragma: no cover - compiled
     return (min(127.0, max(-128.0, q)) - zero) * scale
 
 
-def border_correction(image, rows, cols, zone, taps, conv_q, square_q, sum_q, pool, out):  # pragma: no cover
-    """``out[z]``: what the zero padding adds to zone z's mean energy (subtract it), over the ring pixels
-    (``rows``, ``cols``; their zone ``zone``); ``taps`` (9, 2): the two Sobel kernels in real units, tap
-    (dy, dx) at 3·dy + dx; ``conv_q``, ``square_q`` (2, 2): each branch's (scale, zero) after the conv and
-    after the square; ``sum_q``: (scale, zero) of their sum."""
-    h, w = image.shape
-    out[:] = 0.0
-    for k in range(rows.size):
-        r, c = rows[k], cols[k]
+def border_correction(image, neighbours, zone, taps, quant, pool, raw, zero, scale, out):  # pragma: no cover
+    """``out`` (float32, zones): the device's zones dequantized from ``raw`` (``(q - zero) · scale`` in
+    float32, looming_border.dequantize) minus what the zero padding adds to each zone's mean energy, floored
+    at 0. The correction sums, over the ring pixels of the flat frame ``image`` (``neighbours[k, t]``: tap
+    t's flat index with the border repeated, then each branch's tap weight with the zero padding, 0 outside
+    the frame; ``zone[k]`` the pixel's zone), the device's quantized energy with the zero padding minus that
+    with the border repeated; ``taps`` (9, 2): the two Sobel kernels in real units; ``quant`` (5, 2):
+    (scale, zero) after each branch's conv, after each square, after their sum. Both paddings sum the 9
+    taps in tap order (a tap outside the frame adds 0 with the zero padding), as the NumPy path does."""
+    correction = np.zeros(out.size)
+    for k in range(neighbours.shape[0]):
         energy_zero = energy_edge = 0.0
-        for padding in range(2):  # 0: the device's zero padding, 1: the border repeated
-            total = 0.0
-            for branch in range(2):
-                grad = 0.0
-                for dy in range(3):
-                    y = r + dy - 1
-                    for dx in range(3):
-                        x = c + dx - 1
-                        if 0 <= y < h and 0 <= x < w:
-                            value = image[y, x]
-                        elif padding == 0:
-                            value = 0.0
-                        else:
-                            value = image[min(max(y, 0), h - 1), min(max(x, 0), w - 1)]
-                        grad += value * taps[3 * dy + dx, branch]
-                g_real = _requantize(grad, conv_q[branch, 0], conv_q[branch, 1])
-                total += _requantize(g_real * g_real, square_q[branch, 0], square_q[branch, 1])
-            energy = _requantize(total, sum_q[0], sum_q[1])
-            if padding == 0:
-                energy_zero = energy
-            else:
-                energy_edge = energy
-        out[zone[k]] += energy_zero - energy_edge
+        for branch in range(2):
+            grad_zero = grad_edge = 0.0
+            for t in range(9):
+                value = np.float64(image[np.int64(neighbours[k, t, 0])])
+                grad_zero += value * neighbours[k, t, 1 + branch]
+                grad_edge += value * taps[t, branch]
+            c_scale, c_zero, s_scale, s_zero = quant[branch, 0], quant[branch, 1], quant[2 + branch, 0], \
+                quant[2 + branch, 1]
+            g_real = _requantize(grad_zero, c_scale, c_zero)
+            energy_zero += _requantize(g_real * g_real, s_scale, s_zero)
+            g_real = _requantize(grad_edge, c_scale, c_zero)
+            energy_edge += _requantize(g_real * g_real, s_scale, s_zero)
+        correction[zone[k]] += (_requantize(energy_zero, quant[4, 0], quant[4, 1])
+                                - _requantize(energy_edge, quant[4, 0], quant[4, 1]))
     for z in range(out.size):
-        out[z] /= pool * pool
+        level = (np.float32(raw[z]) - zero) * scale
+        out[z] = max(level - np.float32(correction[z] / (pool * pool)), np.float32(0.0))
 
 
 def _reflect(i, n):  # pragma: no cover - compiled
@@ -107,22 +105,88 @@ def _solve(matrix, rhs, out):  # pragma: no cover - compiled
     return True
 
 
-def register_scale(ref, cur, grad_x, grad_y, half, iterations, start):  # pragma: no cover - compiled
-    """robotics/ttc.py ``register_scale`` in one pass per Gauss-Newton step: the similarity warp (scale
+def _select(values, n, k):  # pragma: no cover - compiled
+    """The ``k``-th smallest of ``values[:n]`` (Hoare's selection, reordering ``values`` in place)."""
+    lo, hi = 0, n - 1
+    while lo < hi:
+        pivot = values[k]
+        i, j = lo, hi
+        while i <= j:
+            while values[i] < pivot:
+                i += 1
+            while pivot < values[j]:
+                j -= 1
+            if i <= j:
+                values[i], values[j] = values[j], values[i]
+                i += 1
+                j -= 1
+        if j < k:
+            lo = i
+        if k < i:
+            hi = j
+    return values[k]
+
+
+def _median(values, n):  # pragma: no cover - compiled
+    """np.median of ``values[:n]``, ``n`` odd (a window of an odd side): reorders them."""
+    return _select(values, n, n // 2)
+
+
+def _sample(axis, scale, shift, centre, size, first, index, frac):  # pragma: no cover - compiled
+    """Per window column (or row) ``i``: the source position ``scale · (first + i - centre) + centre +
+    shift`` as its two neighbours ``index[i, 0:2]`` (BORDER_REFLECT outside the frame) and ``frac[i]``, the
+    bilinear weight of the second. The warp is separable (a scale and a shift per axis), so a Gauss-Newton
+    step computes this once per column and once per row instead of once per pixel."""
+    for i in range(axis):
+        position = scale * (first + i - centre) + centre + shift
+        low = math.floor(position)
+        frac[i] = position - low
+        if 0 <= low < size - 1:
+            index[i, 0], index[i, 1] = low, low + 1
+        else:
+            index[i, 0], index[i, 1] = _reflect(low, size), _reflect(low + 1, size)
+
+
+def _bilinear(top, bottom, p, q, fx, fy):  # pragma: no cover - compiled
+    """Bilinear sample between rows ``top``, ``bottom`` and their columns ``p``, ``q`` at weights (fx, fy):
+    the image and both gradients are warped by this one piece of code."""
+    upper = top[p] + fx * (top[q] - top[p])
+    lower = bottom[p] + fx * (bottom[q] - bottom[p])
+    return upper + fy * (lower - upper)
+
+
+def window_texture(grad_x, grad_y, y0, x0, side):  # pragma: no cover - compiled
+    """Mean of gx² + gy² over the ``side``² window at (y0, x0) of a frame's gradients."""
+    total = np.float32(0.0)
+    for j in range(side):
+        gx, gy = grad_x[y0 + j, x0:x0 + side], grad_y[y0 + j, x0:x0 + side]
+        for i in range(side):
+            total += gx[i] * gx[i] + gy[i] * gy[i]
+    return total / (side * side)
+
+
+def register_scale(ref, cur, grad_x, grad_y, half, iterations, params):  # pragma: no cover - compiled
+    """robotics/ttc.py ``register_scale`` in two passes per Gauss-Newton step: the similarity warp (scale
     about the image centre, translation, gain, bias) of ``ref``'s centre window onto ``cur`` (``grad_x``,
     ``grad_y``: its Sobel gradients / 8), Tukey-weighted with the first residuals' MAD as the yardstick.
-    Returns (s - 1, its standard error, residual RMS / window std, share of weight kept). Bilinear sampling
-    with exact weights and BORDER_REFLECT outside the frame (OpenCV's remap rounds to 1/32 pixel)."""
+    ``params`` (float64): (s - 1, tx, ty, gain, bias) to start from, replaced by the solution. Returns
+    (s - 1, its standard error, residual RMS / window std, share of weight kept). Bilinear sampling with
+    exact weights and BORDER_REFLECT outside the frame (OpenCV's remap rounds to 1/32 pixel); per-pixel
+    values in float32, the normal equations summed in float32 lanes, solved in float64."""
     h, w = ref.shape
     cy, cx = (h - 1) / 2.0, (w - 1) / 2.0
     y0, x0 = int(cy - half + 0.5), int(cx - half + 0.5)
     side = 2 * half + 1
     n = side * side
-    t = np.empty(n)
+    t = np.empty(n, np.float32)
+    xs = np.empty(n, np.float32)  # window pixels from the image centre
+    ys = np.empty(n, np.float32)
     total = 0.0
     for j in range(side):
         for i in range(side):
             t[j * side + i] = ref[y0 + j, x0 + i]
+            xs[j * side + i] = x0 + i - cx
+            ys[j * side + i] = y0 + j - cy
             total += ref[y0 + j, x0 + i]
     mean = total / n
     spread = 0.0
@@ -131,76 +195,71 @@ def register_scale(ref, cur, grad_x, grad_y, half, iterations, start):  # pragma
     std = math.sqrt(spread / n)
     if std == 0.0:
         std = 1.0
-    a, tx, ty, gain, bias = start, 0.0, 0.0, 1.0, 0.0
+    a, tx, ty, gain, bias = params[0], params[1], params[2], params[3], params[4]
     yardstick = -1.0
-    residual = np.empty(n)
-    wx = np.empty(n)
-    wy = np.empty(n)
-    weight = np.empty(n)
+    residual = np.empty(n, np.float32)
+    wx = np.empty(n, np.float32)
+    wy = np.empty(n, np.float32)
+    weight = np.empty(n, np.float32)
+    columns, rows = np.empty((side, 2), np.int64), np.empty((side, 2), np.int64)
+    col_frac, row_frac = np.empty(side, np.float32), np.empty(side, np.float32)
     normal = np.zeros((5, 5))
     rhs = np.zeros(5)
     step = np.zeros(5)
+    one, zero = np.float32(1.0), np.float32(0.0)
     for _ in range(iterations):
+        _sample(side, 1.0 + a, tx, cx, w, x0, columns, col_frac)
+        _sample(side, 1.0 + a, ty, cy, h, y0, rows, row_frac)
+        g32, b32 = np.float32(gain), np.float32(bias)
         for j in range(side):
-            yc = y0 + j - cy
-            my = (1.0 + a) * yc + cy + ty
-            fy0 = math.floor(my)
-            fy = my - fy0
-            r0, r1 = (fy0, fy0 + 1) if 0 <= fy0 < h - 1 else (_reflect(fy0, h), _reflect(fy0 + 1, h))
+            r0, r1, fy = rows[j, 0], rows[j, 1], row_frac[j]
             for i in range(side):
-                xc = x0 + i - cx
-                mx = (1.0 + a) * xc + cx + tx
-                fx0 = math.floor(mx)
-                fx = mx - fx0
-                c0, c1 = (fx0, fx0 + 1) if 0 <= fx0 < w - 1 else (_reflect(fx0, w), _reflect(fx0 + 1, w))
-                w00, w01, w10, w11 = (1 - fx) * (1 - fy), fx * (1 - fy), (1 - fx) * fy, fx * fy
-                k = j * side + i
-                value = w00 * cur[r0, c0] + w01 * cur[r0, c1] + w10 * cur[r1, c0] + w11 * cur[r1, c1]
-                wx[k] = (w00 * grad_x[r0, c0] + w01 * grad_x[r0, c1] + w10 * grad_x[r1, c0]
-                         + w11 * grad_x[r1, c1])
-                wy[k] = (w00 * grad_y[r0, c0] + w01 * grad_y[r0, c1] + w10 * grad_y[r1, c0]
-                         + w11 * grad_y[r1, c1])
-                residual[k] = value - (gain * t[k] + bias)
+                p, q, fx, k = columns[i, 0], columns[i, 1], col_frac[i], j * side + i
+                residual[k] = _bilinear(cur[r0], cur[r1], p, q, fx, fy) - (g32 * t[k] + b32)
+                wx[k] = _bilinear(grad_x[r0], grad_x[r1], p, q, fx, fy)
+                wy[k] = _bilinear(grad_y[r0], grad_y[r1], p, q, fx, fy)
         if yardstick < 0.0:  # robust scale of the first residuals (MAD), kept: the weights' yardstick
-            centre = np.median(residual)
-            yardstick = max(1.4826 * np.median(np.abs(residual - centre)), 0.5)
-        cutoff = 1.0 / (4.685 * max(yardstick, 1e-6))
+            for k in range(n):
+                weight[k] = residual[k]  # scratch until the weights are made
+            centre = _median(weight, n)
+            for k in range(n):
+                weight[k] = abs(residual[k] - centre)
+            yardstick = max(1.4826 * _median(weight, n), 0.5)
+        cutoff = np.float32(1.0 / (4.685 * max(yardstick, 1e-6)))
         # the normal equations' upper triangle and right-hand side, as scalars (registers, not memory)
-        n00 = n01 = n02 = n03 = n04 = n11 = n12 = n13 = n14 = n22 = n23 = n24 = n33 = n34 = n44 = 0.0
-        b0 = b1 = b2 = b3 = b4 = 0.0
-        for j in range(side):
-            yc = y0 + j - cy
-            for i in range(side):
-                k = j * side + i
-                u = residual[k] * cutoff
-                wk = max(1.0 - u * u, 0.0) ** 2
-                weight[k] = wk
-                j0 = wx[k] * (x0 + i - cx) + wy[k] * yc
-                j1, j2, j3 = wx[k], wy[k], -t[k]  # j4 = -1
-                r = residual[k]
-                w0, w1, w2, w3 = wk * j0, wk * j1, wk * j2, wk * j3
-                n00 += w0 * j0
-                n01 += w0 * j1
-                n02 += w0 * j2
-                n03 += w0 * j3
-                n04 -= w0
-                n11 += w1 * j1
-                n12 += w1 * j2
-                n13 += w1 * j3
-                n14 -= w1
-                n22 += w2 * j2
-                n23 += w2 * j3
-                n24 -= w2
-                n33 += w3 * j3
-                n34 -= w3
-                n44 += wk
-                b0 -= w0 * r
-                b1 -= w1 * r
-                b2 -= w2 * r
-                b3 -= w3 * r
-                b4 += wk * r
-        upper = ((n00, n01, n02, n03, n04), (0.0, n11, n12, n13, n14), (0.0, 0.0, n22, n23, n24),
-                 (0.0, 0.0, 0.0, n33, n34), (0.0, 0.0, 0.0, 0.0, n44))
+        n00 = n01 = n02 = n03 = n04 = n11 = n12 = n13 = n14 = n22 = n23 = n24 = n33 = n34 = n44 = zero
+        b0 = b1 = b2 = b3 = b4 = zero
+        for k in range(n):
+            u = residual[k] * cutoff
+            wk = max(one - u * u, zero)
+            wk = wk * wk
+            weight[k] = wk
+            j1, j2, j3 = wx[k], wy[k], -t[k]  # j4 = -1
+            j0 = j1 * xs[k] + j2 * ys[k]
+            r = residual[k]
+            w0, w1, w2, w3 = wk * j0, wk * j1, wk * j2, wk * j3
+            n00 += w0 * j0
+            n01 += w0 * j1
+            n02 += w0 * j2
+            n03 += w0 * j3
+            n04 -= w0
+            n11 += w1 * j1
+            n12 += w1 * j2
+            n13 += w1 * j3
+            n14 -= w1
+            n22 += w2 * j2
+            n23 += w2 * j3
+            n24 -= w2
+            n33 += w3 * j3
+            n34 -= w3
+            n44 += wk
+            b0 -= w0 * r
+            b1 -= w1 * r
+            b2 -= w2 * r
+            b3 -= w3 * r
+            b4 += wk * r
+        upper = ((n00, n01, n02, n03, n04), (zero, n11, n12, n13, n14), (zero, zero, n22, n23, n24),
+                 (zero, zero, zero, n33, n34), (zero, zero, zero, zero, n44))
         for p in range(5):
             for q in range(p, 5):
                 normal[p, q] = normal[q, p] = upper[p][q]
@@ -216,8 +275,9 @@ def register_scale(ref, cur, grad_x, grad_y, half, iterations, start):  # pragma
             return a, math.inf, math.inf, 0.0
         if abs(step[0]) < 1e-4 and abs(step[1]) < 1e-2 and abs(step[2]) < 1e-2:
             break
-    kept = 0.0
-    weighted = 0.0
+    params[0], params[1], params[2], params[3], params[4] = a, tx, ty, gain, bias
+    kept = zero
+    weighted = zero
     for k in range(n):
         kept += weight[k]
         weighted += weight[k] * residual[k] * residual[k]
@@ -228,46 +288,27 @@ def register_scale(ref, cur, grad_x, grad_y, half, iterations, start):  # pragma
     return a, sigma_a, math.sqrt(var) / std, kept / n
 
 
-def _reflect101(i, n):  # pragma: no cover - compiled
-    """Index ``i`` (at most one pixel outside) folded into [0, n): OpenCV's default border, reflect 101."""
-    if i < 0:
-        return -i
-    return 2 * n - i - 2 if i >= n else i
-
-
-def window_texture(image, y0, x0, side):  # pragma: no cover - compiled
-    """Mean of gx² + gy² over the ``side``² window at (y0, x0), the gradients ``cv2.Sobel(window, ksize=3,
-    scale=1/8)`` of the window alone (its border reflected, OpenCV's default), as ttc.py measured it."""
-    total = 0.0
-    for j in range(side):
-        ym, yp = _reflect101(j - 1, side) + y0, _reflect101(j + 1, side) + y0
-        for i in range(side):
-            xm, xp = _reflect101(i - 1, side) + x0, _reflect101(i + 1, side) + x0
-            y, x = y0 + j, x0 + i
-            gx = ((image[ym, xp] - image[ym, xm]) + 2.0 * (image[y, xp] - image[y, xm])
-                  + (image[yp, xp] - image[yp, xm])) / 8.0
-            gy = ((image[yp, xm] - image[ym, xm]) + 2.0 * (image[yp, x] - image[ym, x])
-                  + (image[yp, xp] - image[ym, xp])) / 8.0
-            total += gx * gx + gy * gy
-    return total / (side * side)
-
-
 _EXACT = {"cache": True, "nogil": True}
+_SUMS = dict(_EXACT, fastmath={"reassoc", "contract"})  # vectorised sums, NaN kept
 KERNELS = (("_requantize", dict(_EXACT, inline="always")), ("border_correction", _EXACT),
-           ("_reflect", dict(_EXACT, inline="always")), ("_solve", _EXACT),
-           ("register_scale", dict(_EXACT, fastmath={"reassoc", "contract"})),
-           ("_reflect101", dict(_EXACT, inline="always")), ("window_texture", _EXACT))
+           ("_reflect", dict(_EXACT, inline="always")), ("_solve", _EXACT), ("_select", _EXACT),
+           ("_median", _EXACT), ("_sample", dict(_EXACT, inline="always")),
+           ("_bilinear", dict(_EXACT, inline="always")), ("window_texture", _SUMS), ("register_scale", _SUMS))
 
 
 def warm_up() -> bool:
-    """Import numba, compile (or load) the kernels and run them once; False without numba (NumPy path)."""
+    """Import numba, compile (or load) the kernels and run them once for every argument type a frame brings
+    (the frame and the device's output each writable or a read-only view: a ROS image at the template's
+    size, an Edge TPU output); False without numba (NumPy path)."""
     if not jit.compile_kernels(globals(), KERNELS):
         return False
-    index = np.zeros(1, np.int64)
-    quant = np.ones((2, 2))
-    border_correction(np.zeros((4, 4), np.uint8), index, index, index, np.zeros((9, 2)), quant, quant,
-                      np.ones(2), 1, np.zeros(1))
+    index, neighbours = np.zeros(1, np.int64), np.zeros((1, 9, 3))
+    frame, raw = np.zeros(16, np.uint8), np.zeros(1, np.uint8)
+    for image in (frame, jit.read_only(frame)):
+        for output in (raw, jit.read_only(raw)):
+            border_correction(image, neighbours, index, np.zeros((9, 2)), np.ones((5, 2)), 1, output,
+                              np.float32(0.0), np.float32(1.0), np.zeros(1, np.float32))
     image = np.zeros((16, 16), np.float32)
-    register_scale(image, image, image, image, 4, 1, 0.0)
-    window_texture(image, 2, 2, 9)
+    register_scale(image, image, image, image, 4, 1, np.array([0.0, 0.0, 0.0, 1.0, 0.0]))
+    window_texture(image, image, 2, 2, 9)
     return True

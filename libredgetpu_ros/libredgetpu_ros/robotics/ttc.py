@@ -83,10 +83,11 @@ def _tukey(residual: np.ndarray, scale: float) -> np.ndarray:
     return np.square(np.maximum(np.float32(1.0) - u * u, np.float32(0.0)))
 
 
-def register_scale(ref: np.ndarray, cur: np.ndarray, half: int, iterations: int = 12,
-                   start: float = 0.0) -> tuple[float, float, float, float]:
+def register_scale(ref: np.ndarray, cur: np.ndarray, half: int, iterations: int,
+                   params: np.ndarray) -> tuple[float, float, float, float]:
     """(s - 1, its standard error, residual RMS / window std, share of pixels kept) of the similarity warp
-    taking ``ref``'s centre window (``2 half + 1`` pixels a side) onto ``cur`` (float32 images, one size)."""
+    taking ``ref``'s centre window (``2 half + 1`` pixels a side) onto ``cur`` (float32 images, one size);
+    ``params`` (float64): (s - 1, tx, ty, gain, bias) to start from, replaced by the solution."""
     import cv2
 
     h, w = ref.shape
@@ -102,7 +103,7 @@ def register_scale(ref: np.ndarray, cur: np.ndarray, half: int, iterations: int 
     t = template.reshape(-1).astype(np.float32)
     std = float(t.std()) or 1.0
     ones = np.ones_like(t)
-    a, tx, ty, gain, bias = start, 0.0, 0.0, 1.0, 0.0
+    a, tx, ty, gain, bias = (float(v) for v in params)
     scale = None
     jac = np.empty((t.size, 5), np.float32)
     for _ in range(iterations):
@@ -129,6 +130,7 @@ def register_scale(ref: np.ndarray, cur: np.ndarray, half: int, iterations: int 
             return float(a), math.inf, math.inf, 0.0
         if abs(step[0]) < 1e-4 and abs(step[1]) < 1e-2 and abs(step[2]) < 1e-2:
             break
+    params[:] = a, tx, ty, gain, bias
     kept = float(weights.mean())
     var = float((weights * residual * residual).sum() / max(float(weights.sum()) - 5.0, 1.0))
     try:
@@ -136,6 +138,9 @@ def register_scale(ref: np.ndarray, cur: np.ndarray, half: int, iterations: int 
     except np.linalg.LinAlgError:
         sigma_a = math.inf
     return float(a), sigma_a, math.sqrt(var) / std, kept
+
+
+_COLD = (0.0, 0.0, 0.0, 1.0, 0.0)  # (s - 1, tx, ty, gain, bias): no motion, no lighting change
 
 
 class ScaleTtc:
@@ -146,8 +151,9 @@ class ScaleTtc:
         # the registration compiled (robotics/looming_kernels.py) and the frame's blur and gradients
         # (flow_refine.smooth), compiled or loaded now; NumPy without numba
         self.kernels = kernels and looming_kernels.warm_up() and flow_kernels.warm_up()
-        self._history: deque[tuple[float, np.ndarray]] = deque()
-        self._last_a = 0.0
+        self._history: deque[tuple[float, np.ndarray, np.ndarray, np.ndarray]] = deque()
+        self._last_a = 0.0  # the last good registration's s - 1: where the next one starts
+        self._params = np.array(_COLD)  # (s - 1, tx, ty, gain, bias), in and out of the registration
 
     def reset(self) -> None:
         self._history.clear()
@@ -158,8 +164,6 @@ class ScaleTtc:
         return len(self._history)
 
     def update(self, gray: np.ndarray, stamp_s: float) -> TtcEstimate:
-        import cv2
-
         if not math.isfinite(stamp_s):
             raise InputError(f"stamp {stamp_s} must be finite")
         st = self.settings
@@ -168,29 +172,35 @@ class ScaleTtc:
             self.reset()  # time went backwards (bag loop, clock reset) or the stream had a gap
         # blurred (sigma 1) with its Sobel gradients / 8, in one call when compiled (flow_refine.smooth)
         image, grad_x, grad_y = flow_refine.smooth(np.asarray(gray, dtype=np.float32))
-        self._history.append((float(stamp_s), image))
+        self._history.append((float(stamp_s), image, grad_x, grad_y))
         while len(self._history) > 2 and stamp_s - self._history[1][0] >= st.span_s:
             self._history.popleft()
-        ref_stamp, ref = self._history[0]
+        ref_stamp, ref, ref_gx, ref_gy = self._history[0]
         span = stamp_s - ref_stamp
         if span < st.min_span_s:
             return TtcEstimate(None, "filling", None, span if len(self._history) > 1 else None, None)
         half = max(4, int(st.window_frac * min(image.shape) / 2))
-        cy, cx = image.shape[0] // 2, image.shape[1] // 2
+        y0, x0 = image.shape[0] // 2 - half, image.shape[1] // 2 - half
+        side = 2 * half + 1
+        # the reference window's texture: mean squared gradient of the frame (its gradients, made once)
         if self.kernels:
-            texture = looming_kernels.window_texture(ref, cy - half, cx - half, 2 * half + 1)
+            texture = looming_kernels.window_texture(ref_gx, ref_gy, y0, x0, side)
         else:
-            window = ref[cy - half:cy + half + 1, cx - half:cx + half + 1]
-            gx = cv2.Sobel(window, cv2.CV_32F, 1, 0, ksize=3, scale=1 / 8)
-            gy = cv2.Sobel(window, cv2.CV_32F, 0, 1, ksize=3, scale=1 / 8)
-            texture = float(np.mean(gx * gx + gy * gy))
+            texture = float(np.mean(np.square(ref_gx[y0:y0 + side, x0:x0 + side], dtype=np.float32)
+                                    + np.square(ref_gy[y0:y0 + side, x0:x0 + side], dtype=np.float32)))
         if texture < st.min_texture:
             return TtcEstimate(None, "low_texture", None, span, None)
+        # the last scale, no shift, no lighting change: starting from the last shift too saves steps on a
+        # lateral motion but can settle a scene of two motions (a near target passing over its backdrop)
+        # on a confident wrong expansion
+        params = self._params
+        params[:] = _COLD
+        params[0] = self._last_a
         if self.kernels:
             a, sigma, rel, kept = looming_kernels.register_scale(ref, image, grad_x, grad_y, half,
-                                                                 st.iterations, self._last_a)
+                                                                 st.iterations, params)
         else:
-            a, sigma, rel, kept = register_scale(ref, image, half, st.iterations, self._last_a)
+            a, sigma, rel, kept = register_scale(ref, image, half, st.iterations, params)
         scale = 1.0 + a
         if not math.isfinite(sigma) or rel > st.max_residual or kept < 0.5:
             self._last_a = 0.0

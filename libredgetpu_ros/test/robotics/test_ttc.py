@@ -169,7 +169,8 @@ def test_border_response_removed_from_the_zones(size) -> None:
 
 @pytest.mark.parametrize("size", [64, 128])
 def test_compiled_border_correction_equals_the_numpy_one(size) -> None:
-    """robotics/looming_kernels.py (one loop over the ring pixels) gives the NumPy path's correction."""
+    """robotics/looming_kernels.py (one loop over the ring pixels, the decode and the floor in the same call)
+    gives the NumPy path's corrected zones, on the device's own outputs and on random ones."""
     from libredgetpu_ros.robotics.looming_border import BorderCorrection
 
     with LoomingDetector.from_template(size, backend="cpu") as detector:
@@ -181,15 +182,21 @@ def test_compiled_border_correction_equals_the_numpy_one(size) -> None:
         frames = [np.full((size, size), g, np.uint8) for g in (0, 1, 128, 255)]
         frames += [np.rint(textures.natural(s, size)).astype(np.uint8) for s in range(4)]
         frames += [rng.integers(0, 256, (size, size), dtype=np.uint8) for _ in range(4)]
+        name = detector.template.output.name
         for frame in frames:
             fitted = detector.fit(frame)
-            np.testing.assert_array_equal(fast.correction(fitted), slow.correction(fitted))
+            raw = detector.runner.run([fitted[None]])[0][name]
+            for output in (raw, rng.integers(0, 256, raw.shape, dtype=np.uint8)):
+                expected = slow.zones(output, fitted)
+                np.testing.assert_array_equal(fast.zones(output, fitted), expected)
+                np.testing.assert_array_equal(slow.apply(detector.decode(output), fitted), expected)
 
 
 def test_compiled_registration_equals_the_numpy_one() -> None:
-    """robotics/looming_kernels.register_scale (float64 sums, exact bilinear weights) against
-    ttc.register_scale (cv2.remap, float32 sums) on rendered pairs of every kind of motion: the same scale
-    within 1e-4, standard error and residual within 2 %, the same share of pixels kept within 1e-3."""
+    """robotics/looming_kernels.register_scale (a separable warp, float32 lanes, exact bilinear weights)
+    against ttc.register_scale (cv2.remap, float32 sums) on rendered pairs of every kind of motion: the same
+    scale within 1e-4, standard error and residual within 2 %, the same share of pixels kept within 1e-3,
+    both solutions written back."""
     import cv2
     from libredgetpu_ros.robotics import looming_kernels
     from libredgetpu_ros.robotics.ttc import register_scale
@@ -204,8 +211,12 @@ def test_compiled_registration_equals_the_numpy_one() -> None:
             ref, cur = images[0], images[later]
             grad_x = cv2.Sobel(cur, cv2.CV_32F, 1, 0, ksize=3, scale=1 / 8)
             grad_y = cv2.Sobel(cur, cv2.CV_32F, 0, 1, ksize=3, scale=1 / 8)
-            fast = looming_kernels.register_scale(ref, cur, grad_x, grad_y, 19, 12, 0.0)
-            slow = register_scale(ref, cur, 19, 12, 0.0)
+            start = np.array([0.0, 0.0, 0.0, 1.0, 0.0])
+            fast_end, slow_end = start.copy(), start.copy()
+            fast = looming_kernels.register_scale(ref, cur, grad_x, grad_y, 19, 12, fast_end)
+            slow = register_scale(ref, cur, 19, 12, slow_end)
             assert fast[0] == pytest.approx(slow[0], abs=1e-4)
             assert fast[1:3] == pytest.approx(slow[1:3], rel=0.02)
             assert fast[3] == pytest.approx(slow[3], abs=1e-3)
+            assert fast_end[0] == fast[0] and slow_end[0] == slow[0]  # the solution written back
+            np.testing.assert_allclose(fast_end[1:], slow_end[1:], atol=2e-2)
