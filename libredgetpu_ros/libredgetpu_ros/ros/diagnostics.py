@@ -3,14 +3,15 @@
 Generic: a node keeps counters and a rate meter, and turns them into one ``DiagnosticStatus`` per period.
 Every node on an Edge TPU shared in its process (camera nodes through their processors, the control and
 reservoir nodes through their engine) shows its stream with :func:`shared_values` and a device fault with
-:func:`shared_warnings`.
+:func:`shared_warnings`; every node whose ``backend: auto`` fell back to the CPU says so with
+:func:`fallback_warnings` (the camera nodes through their processor's ``fallbacks()``).
 """
 
 from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from builtin_interfaces.msg import Time
@@ -48,6 +49,18 @@ def shared_warnings(status: dict[str, Any]) -> list[str]:
     return [f"device fault on the shared accelerator ({status['faults']} so far, last: "
             f"{status['last_fault']}); reopened {status['device_reopens']} time(s) for its "
             f"{status['device_users']} user(s)"]
+
+
+def fallback_warnings(fallbacks: Iterable[str], refusable: bool = False) -> list[str]:
+    """A WARN reason when ``backend: auto`` fell back to the CPU: ``fallbacks`` are the ``fallback`` texts of
+    the runners the node opened (``backends.choose``: why, e.g. "auto: the Edge TPU failed to open: ...";
+    "" for one that did not fall back). ``refusable``: the node has ``require_accelerator``, which refuses
+    to start so."""
+    reasons = list(dict.fromkeys(f for f in fallbacks if f))  # one device: one reason, said once
+    if not reasons:
+        return []
+    return [f"running on the CPU, not the accelerator ({'; '.join(reasons)})"
+            + ("; require_accelerator: true refuses to start so" if refusable else "")]
 
 
 def warned(level: int, message: str, warnings: list[str]) -> tuple[int, str]:

@@ -161,6 +161,12 @@ class ManagedNode(LifecycleNode):
     def hardware_id(self) -> str:
         return ""
 
+    def fallback_warnings(self, fallbacks: list[str]) -> list[str]:
+        """The WARN reason of a ``backend: auto`` that fell back to the CPU (``fallbacks``: the ``fallback``
+        of each runner or engine the node opened), as every node says it (``diagnostics.fallback_warnings``);
+        for ``diagnostics.warned`` in ``diagnostic_status``."""
+        return diagnostics.fallback_warnings(fallbacks, "require_accelerator" in self.PARAMS.specs)
+
     def check_parameters(self, params: list[Parameter]) -> str | None:
         """Why a parameter change the table allows is refused, or None."""
         return None

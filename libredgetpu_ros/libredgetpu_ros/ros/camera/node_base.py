@@ -173,9 +173,11 @@ class CameraNode(ImageInput, ManagedNode):
         return {} if processor is None else processor.diagnostic_values()
 
     def diagnostic_warnings(self) -> list[str]:
-        """Reasons for a WARN status besides the intake's own: the processor's (e.g. a CPU fallback)."""
+        """Reasons for a WARN status besides the intake's own: a CPU fallback, then the processor's."""
         processor = self._processor
-        return [] if processor is None else processor.diagnostic_warnings()
+        if processor is None:
+            return []
+        return self.fallback_warnings(processor.fallbacks()) + processor.diagnostic_warnings()
 
     def hardware_id(self) -> str:
         """The diagnostics ``hardware_id`` (device or backend): the processor's."""

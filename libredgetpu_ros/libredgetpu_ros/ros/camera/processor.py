@@ -90,7 +90,14 @@ class CameraProcessor:
         return {}
 
     def diagnostic_warnings(self) -> list[str]:
-        """Reasons for a WARN status (e.g. an accelerator fallback); may consume a per-period window."""
+        """Reasons for a WARN status besides a CPU fallback (``fallbacks``); may consume a per-period
+        window."""
+        return []
+
+    def fallbacks(self) -> list[str]:
+        """Why each runner it opened runs on the CPU although ``backend: auto`` looked for an accelerator
+        (its ``fallback``, "" if it did not fall back): the node's WARN
+        (``diagnostics.fallback_warnings``)."""
         return []
 
     def hardware_id(self) -> str:

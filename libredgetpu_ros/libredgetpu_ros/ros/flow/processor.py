@@ -59,8 +59,9 @@ class FlowProcessor(CameraProcessor):
         self.out_types = dict(FLOW_OUTPUTS)
         flow = self.compass.flow
         self._lock = threading.Lock()  # the compass: camera thread vs services, parameters, camera info
-        self._describe = {"backend": flow.runner.backend_name,
-                          "device": str(flow.runner.describe().get("device", "")),
+        described = flow.runner.describe()
+        self._describe = {"backend": flow.runner.backend_name, "device": str(described.get("device", "")),
+                          "fallback": str(described.get("fallback", "")),
                           "template": flow.template.name, "grid_step_px": flow.grid_step}
         self.fov_source = "parameter"
         # pairs per reason since configure, and since the last diagnostics message
@@ -146,6 +147,9 @@ class FlowProcessor(CameraProcessor):
         # this node's stream on the accelerator it shares with the process's other nodes (counters only)
         values.update(shared_values(self.compass.shared_status()))
         return values
+
+    def fallbacks(self) -> list[str]:
+        return [self._describe["fallback"]]
 
     def diagnostic_warnings(self) -> list[str]:
         with self._count_lock:

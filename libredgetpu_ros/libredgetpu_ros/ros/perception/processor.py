@@ -98,10 +98,10 @@ class PerceptionProcessor(CameraProcessor):
         return values
 
     def diagnostic_warnings(self) -> list[str]:
-        fallback = self._describe["fallback"]
-        warnings = [f"running on the CPU, not the accelerator the model is compiled for ({fallback}); "
-                    f"require_accelerator: true refuses to start so"] if fallback else []
-        return warnings + shared_warnings(self._shared())
+        return shared_warnings(self._shared())
+
+    def fallbacks(self) -> list[str]:
+        return [self._describe["fallback"]]
 
     def hardware_id(self) -> str:
         return described_hardware(self._describe)

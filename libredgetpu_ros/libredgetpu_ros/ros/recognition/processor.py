@@ -142,6 +142,9 @@ class RecognitionProcessor(CameraProcessor):
             warnings.append("recognition: the database is empty (call ~/enroll or ~/load)")
         return warnings
 
+    def fallbacks(self) -> list[str]:
+        return [self.extractor.runner.fallback, self.db.engine.fallback]
+
     def hardware_id(self) -> str:
         return self.params.device or self.params.backend
 

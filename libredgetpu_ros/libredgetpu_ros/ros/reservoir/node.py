@@ -281,6 +281,7 @@ class ReservoirNode(ManagedNode):
         values = {
             "reservoir": f"N={rc.size}, {cfg.state_size} inputs, seed {cfg.seed}",
             "backend": rc.engine.backend,
+            "backend_choice": rc.engine.choice,  # backends.choose's reason, as the other nodes report it
             "states": st.states, "predictions": st.predictions, "state_rate_hz": st.rate.rate(),
             "dropped_nan_inf": st.invalid, "dropped_size": st.size_mismatch,
             "dropped_missing_joints": st.missing_joints,
@@ -292,7 +293,8 @@ class ReservoirNode(ManagedNode):
         }
         shared = rc.engine.shared_status()  # the engine's stream on an Edge TPU shared in this process
         values.update(diagnostics.shared_values(shared))
-        level, message = diagnostics.warned(level, message, diagnostics.shared_warnings(shared))
+        level, message = diagnostics.warned(level, message, self.fallback_warnings([rc.engine.fallback])
+                                            + diagnostics.shared_warnings(shared))
         return level, message, values
 
 

@@ -125,6 +125,9 @@ class _TemplateProcessor(CameraProcessor):
     def diagnostic_warnings(self) -> list[str]:
         return shared_warnings(self.module.shared_status())
 
+    def fallbacks(self) -> list[str]:
+        return [str(self._describe.get("fallback", ""))]
+
     def close(self) -> None:
         self.module.close()
 
