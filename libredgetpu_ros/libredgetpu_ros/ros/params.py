@@ -30,7 +30,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from libredgetpu_ros.errors import ConfigError
-from libredgetpu_ros.textdata import clip_repr
+from libredgetpu_ros.textdata import clip, clip_repr
 
 Mutability = Literal["runtime", "configure", "read_only"]
 T = TypeVar("T")
@@ -123,6 +123,23 @@ def share_stream(node: str, what: object) -> str:
     color_red_64x64"``, what the broker and the node's ``shared_stream`` diagnostics show; "" without a node
     (process-bag, the CLI): the broker names it after the model."""
     return f"{node}: {str(what).rstrip('/').rsplit('/', 1)[-1]}" if node else ""
+
+
+def resolved_topic(resolve: Callable[[str], str], topic: str, what: str) -> str:
+    """``topic`` resolved by the node (``node.resolve_topic_name``), checked as a full ROS topic name; a
+    ConfigError saying ``what`` it is otherwise. rclpy refuses a bad name only where it resolves one: when
+    activate subscribes, or in a diagnostics timer (an exception there ends the node's process), so configure
+    checks every topic it reads from its parameters or files here."""
+    from rclpy.exceptions import InvalidTopicNameException
+    from rclpy.validate_full_topic_name import validate_full_topic_name
+
+    try:
+        full = resolve(topic)
+        validate_full_topic_name(full)
+    except (InvalidTopicNameException, RuntimeError) as exc:  # rcl's resolve raises RCLError (Runtime)
+        reason = clip(str(exc).splitlines()[0], 160)  # the rule; rclpy's next lines echo the whole name
+        raise ConfigError(f"{what} is not a valid ROS topic name ({reason})") from None
+    return full
 
 
 def dense_stream(node: str, template: int | str) -> str:

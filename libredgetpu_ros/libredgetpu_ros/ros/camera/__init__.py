@@ -64,8 +64,8 @@ What the base does, so a subclass does not:
   ``<input_topic>/compressed``, image_transport's naming; ``input_type``: its deprecated predecessor),
   ``image_reliability`` auto|best_effort|reliable, ``max_image_pixels``, ``input_timeout``, and every node's
   ``diagnostics_period``, ``ros/params.py``) declared with descriptors; choices, ranges and "applied on
-  configure" enforced on every set; ``self.cfg`` is the values dataclass (read on configure, runtime values
-  swapped in when set);
+  configure" enforced on every set; every ``*_topic`` parameter checked as a ROS topic name on configure;
+  ``self.cfg`` is the values dataclass (read on configure, runtime values swapped in when set);
 - the image subscription: created on activate, destroyed on deactivate (after which the frame in progress
   is waited for); the node's own (``ros2 node info`` lists it), on the node's data path
   (``companion_groups()``, ``ros/spinning.py``; host the node with ``run_lifecycle_node_main`` or

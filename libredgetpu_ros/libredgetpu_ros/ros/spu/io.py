@@ -20,6 +20,7 @@ from sensor_msgs.msg import JointState
 
 from libredgetpu_ros.errors import ConfigError
 from libredgetpu_ros.femto.iospec import VectorSpec
+from libredgetpu_ros.ros.params import resolved_topic
 from libredgetpu_ros.textdata import clip
 
 
@@ -46,16 +47,11 @@ def check_topics(resolve: Callable[[str], str], topics: dict[str, str]) -> None:
     """ConfigError when a topic, resolved by the node (``node.resolve_topic_name``), is not a valid ROS name:
     a varname of hundreds of characters makes one longer than DDS allows, which would only fail (with an
     exception, the node in ErrorProcessing) when activate creates the subscription."""
-    from rclpy.exceptions import InvalidTopicNameException
-    from rclpy.validate_full_topic_name import validate_full_topic_name
-
     for varname, topic in topics.items():
         try:
-            validate_full_topic_name(resolve(topic))
-        except (InvalidTopicNameException, RuntimeError) as exc:  # rcl's resolve raises RCLError (Runtime)
-            reason = clip(str(exc).splitlines()[0], 160)  # the rule; rclpy's next lines echo the whole name
-            raise ConfigError(f"the topic of vector {clip(varname, 60)} is not a valid ROS topic name "
-                              f"({reason}); shorten the varname in the IOSpec") from None
+            resolved_topic(resolve, topic, f"the topic of vector {clip(varname, 60)}")
+        except ConfigError as exc:
+            raise ConfigError(f"{exc}; shorten the varname in the IOSpec") from None
 
 
 def values_of(msg: JointState) -> np.ndarray:
