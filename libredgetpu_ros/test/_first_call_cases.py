@@ -106,8 +106,9 @@ def _flow(refine: bool, n: int, mixed: bool) -> Case:
     flow = OpticalFlow.from_template("gabor_64x64_p4", backend="cpu", refine=refine)
     read_only_outputs(flow.runner.backend)
     kernels = ("flow_kernels.pool_features", "flow_kernels.stretch")
-    return Case(flow, flow.step, lambda: frame_kinds(_scene("pan", n), mixed),
-                kernels + (("flow_kernels.lk_level", "flow_kernels.fine_level") if refine else ()))
+    if refine:
+        kernels += ("flow_refine_kernels.refine_seed", "flow_refine_kernels.levels")
+    return Case(flow, flow.step, lambda: frame_kinds(_scene("pan", n), mixed), kernels)
 
 
 def _compass(n: int, mixed: bool) -> Case:

@@ -50,7 +50,7 @@ from libredgetpu_ros.errors import ConfigError, ImageError, ModelFormatError
 from libredgetpu_ros.robotics import flow_kernels, flow_refine
 from libredgetpu_ros.robotics.base import RoboticsModule
 from libredgetpu_ros.robotics.correlation import CorrelationGrid, Peak, block_sum, refined_peak, soft_argmax
-from libredgetpu_ros.robotics.image import fit_image
+from libredgetpu_ros.robotics.image import fit_image, match_channels
 from libredgetpu_ros.robotics.template import TemplateRunner, load_template
 
 __all__ = ["FlowFeatures", "FlowMode", "FlowResult", "OpticalFlow", "flow_to_direction"]
@@ -222,6 +222,15 @@ class OpticalFlow(RoboticsModule):
         # compiled CPU part (robotics.flow_kernels, compiled or loaded now so that the first frame costs
         # what the next ones cost) unless numba is missing or ``kernels=False`` (NumPy)
         self.kernels = bool(kernels) and flow_kernels.warm_up()
+        # what a frame's compiled path needs, worked out once
+        self._model_size = (self.height, self.width)
+        self._feature_shape = tuple(self._out.shape[1:])
+        self._stretched = np.empty(self._model_size, np.uint8)
+        self._pooled_shape = (self.grid.height, self.grid.width, self.channels)
+        self._table_shape = (self.grid.height + 1, self.grid.width + 1)
+        self._no_table = np.empty((0, 0))
+        self._pool_block = 1 if self.fused_pool else self.pool_factor
+        self._zero = int(self._out.zero_point)
         self._scores = np.empty((self.grid.side, self.grid.side))
         self._counts = self.grid.overlap_counts.copy()
         self.backend_calls = 0
@@ -257,18 +266,21 @@ class OpticalFlow(RoboticsModule):
 
     def features(self, image: np.ndarray) -> FlowFeatures:
         """Features of one frame (one backend call; none for a frame too flat in the normalised mode)."""
-        # luma once: the refinement's frame, and resized, the model's
-        frame = self.match_channels(image, "frame")[:, :, 0]
-        gray = fit_image(frame, self.height, self.width, 1, resize=self.resize, what="frame")[:, :, 0]
+        # luma once: the refinement's frame, and resized, the model's (one-channel template: checked at open)
+        frame = match_channels(image, 1, "frame")[:, :, 0]
+        if frame.shape == self._model_size:  # what fit_image returns at the model's size, without its checks
+            gray = np.ascontiguousarray(frame)
+        else:
+            gray = fit_image(frame, self.height, self.width, 1, resize=self.resize, what="frame")[:, :, 0]
         if self.warp is not None:
             gray = self.warp(gray)
         size = (frame.shape[1], frame.shape[0])
         normalized = self.mode == "normalized"
         min_std = max(self.min_texture, 1e-3) if normalized else math.inf
         if self.kernels:  # statistics and stretch in one pass (flow_kernels.stretch: the same numbers)
-            gray = np.ascontiguousarray(gray)
-            stretched = np.empty_like(gray)
-            mean, std = flow_kernels.stretch(gray, CONTRAST_GAIN, min_std, stretched)
+            # the model input is copied into the backend by run(): one buffer serves every frame
+            stretched = self._stretched
+            mean, std = flow_kernels.stretch(np.ascontiguousarray(gray), CONTRAST_GAIN, min_std, stretched)
         else:
             mean, std = (float(v[0, 0]) for v in cv2.meanStdDev(gray))  # integer sums: exact mean
         if not normalized:
@@ -283,7 +295,9 @@ class OpticalFlow(RoboticsModule):
         raw = self.runner.run([model_input.reshape(self._in.shape)])[0][self._out.name]
         self.backend_calls += 1
         fine = flow_refine.fine_frame(frame, self.fine_warp) if self.refine else None
-        return self.from_feature_map(raw.reshape(self._out.shape[1:]), std, size, fine)
+        if self.kernels:  # the backend's output has the model's shape and dtype: no checks needed
+            return self._pooled(raw.reshape(self._feature_shape), std, size, fine)
+        return self.from_feature_map(raw.reshape(self._feature_shape), std, size, fine)
 
     def from_feature_map(self, feature_map: np.ndarray, texture: float = math.inf,
                          frame_size: tuple[int, int] | None = None,
@@ -296,15 +310,10 @@ class OpticalFlow(RoboticsModule):
             raise ImageError(f"feature map must be uint8 {expected}, got {feature_map.dtype} "
                              f"{feature_map.shape}")
         size = frame_size or (self.width, self.height)
+        if self.kernels:
+            return self._pooled(feature_map, texture, size, fine)
         zero = int(self._out.zero_point)
         normalized = self.mode == "normalized"
-        if self.kernels:
-            pooled = np.empty((self.grid.height, self.grid.width, self.channels))
-            table = np.empty((self.grid.height + 1, self.grid.width + 1) if normalized else (0, 0))
-            factor = 1 if self.fused_pool else self.pool_factor
-            flow_kernels.pool_features(np.ascontiguousarray(feature_map), factor, zero, self.margin,
-                                       normalized, pooled, table)
-            return FlowFeatures(pooled, table if normalized else None, texture, size, fine)
         if self.fused_pool:
             pooled = feature_map.astype(np.float64) - zero
         else:
@@ -318,6 +327,16 @@ class OpticalFlow(RoboticsModule):
         pooled -= pooled.mean(axis=(0, 1))
         table = self.grid.energy_table(np.einsum("yxc,yxc->yx", pooled, pooled))
         return FlowFeatures(pooled, table, texture, size, fine)
+
+    def _pooled(self, feature_map: np.ndarray, texture: float, size: tuple[int, int],
+                fine: flow_refine.FineFrame | None) -> FlowFeatures:
+        """from_feature_map's compiled path (one call: pool, border crop, zero mean, energy table)."""
+        normalized = self.mode == "normalized"
+        pooled = np.empty(self._pooled_shape)
+        table = np.empty(self._table_shape) if normalized else self._no_table
+        flow_kernels.pool_features(np.ascontiguousarray(feature_map), self._pool_block, self._zero,
+                                   self.margin, normalized, pooled, table)
+        return FlowFeatures(pooled, table if normalized else None, texture, size, fine)
 
     # -- a pair ----------------------------------------------------------------------------------------
 
@@ -364,26 +383,28 @@ class OpticalFlow(RoboticsModule):
         refined displacement matches (``min_match``), no other one matches nearly as well (a repeating
         scene), and it lies inside the search range (else ``saturated``: the motion may be larger)."""
         sx, sy = self._px_per_step(first.frame_size)
-        r = self.search_range
-        refined = []
+        best = None  # the best-matching refined seed; a seed ending on an aperture counts only if all do
+        refined, apertures = [], 0
         for gx, gy in seed_peaks(scores, peak):
             fit = flow_refine.refine(first.fine, second.fine, gx * sx, gy * sy)
-            if fit is not None:
-                refined.append(fit)
-        if refined and all(fit.aperture for fit in refined):
-            return FlowResult.none("ambiguous", texture, dt)  # stripes: no motion along them
-        refined = [fit for fit in refined if not fit.aperture]
-        if not refined:
-            return FlowResult.none("low_confidence", texture, dt)
-        best = max(refined, key=lambda fit: fit.ncc)
-        gx, gy = best.dx / sx, best.dy / sy
+            if fit is None:
+                continue
+            if fit.aperture:
+                apertures += 1
+                continue
+            refined.append(fit)
+            if best is None or fit.ncc > best.ncc:
+                best = fit
+        if best is None:  # stripes: no motion along them; else nothing overlapped
+            return FlowResult.none("ambiguous" if apertures else "low_confidence", texture, dt)
         if best.ncc < self.min_match:
             return FlowResult.none("low_confidence", texture, dt)
         for other in refined:
             apart = max(abs(other.dx - best.dx) / sx, abs(other.dy - best.dy) / sy)
             if apart > 0.5 and other.ncc >= best.ncc - ALIAS_MATCH:
                 return FlowResult.none("ambiguous", texture, dt)
-        if max(abs(gx), abs(gy)) > r - 0.5:  # past the grid's last half step: the motion may be larger
+        gx, gy = best.dx / sx, best.dy / sy
+        if max(abs(gx), abs(gy)) > self.search_range - 0.5:  # past the grid's last half step: maybe larger
             return FlowResult(best.dx, best.dy, gx, gy, False, "saturated", best.ncc, texture, True, dt)
         return FlowResult(best.dx, best.dy, gx, gy, True, "", best.ncc, texture, False, dt)
 

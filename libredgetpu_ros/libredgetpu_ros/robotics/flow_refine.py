@@ -11,8 +11,8 @@ grid steps); the refinement only walks the last fraction of a step, so it needs 
 What is kept per frame (``FineFrame``): the smoothed grey image at each level and its gradients. A pair costs,
 per iteration, one pass over the overlap: the newer frame sampled at the current translation (the same
 bilinear weights for every pixel: a 2×2 stencil), the error, and the sums of the Gauss-Newton matrix and
-right-hand side (robotics/flow_kernels.py ``lk_level``, compiled; without numba the same steps in OpenCV and
-NumPy, whose warp rounds the sub-pixel shift to 1/32 pixel).
+right-hand side (robotics/flow_refine_kernels.py ``refine_seed``: both levels and the match in one compiled
+call; without numba the same steps in OpenCV and NumPy, whose warp rounds the sub-pixel shift to 1/32 pixel).
 
 The refinement also says how well the pair matches at the refined displacement: ``ncc``, the normalised
 cross-correlation of the two frames over their overlap at the finest level. Motion beyond the device's search
@@ -29,6 +29,7 @@ import cv2
 import numpy as np
 
 from libredgetpu_ros.robotics import flow_kernels, ncc
+from libredgetpu_ros.robotics import flow_refine_kernels as kernels
 
 FINE_WIDTH = 160  # frames are refined at most this wide (320×240 -> 160×120): 0.05-px steps at 320
 LEVELS = 2  # coarse-to-fine levels (each half the previous width)
@@ -42,17 +43,10 @@ _TAPS = cv2.getGaussianKernel(round(SMOOTH_SIGMA * 8 + 1) | 1, SMOOTH_SIGMA, cv2
 
 
 @dataclass(frozen=True, slots=True)
-class _Level:
-    image: np.ndarray  # float32 smoothed grey
-    gx: np.ndarray  # float32 gradients
-    gy: np.ndarray
-
-
-@dataclass(frozen=True, slots=True)
 class FineFrame:
     """A frame at the refinement's levels (finest first) and the factor from its pixels to the frame's."""
 
-    levels: tuple[_Level, ...]
+    levels: tuple[np.ndarray, ...]  # float32 (3, h, w) each: smoothed grey, its gradients x and y
     scale: float  # frame pixels per finest-level pixel
 
 
@@ -71,39 +65,47 @@ class Refined:
 
 def smooth(gray: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(``gray`` blurred by a Gaussian of SMOOTH_SIGMA, its Sobel x and y / 8), float32, OpenCV's default
-    border: one compiled call (flow_kernels.fine_level) when numba is there, else OpenCV. A refinement level
-    and the looming TTC's frames (robotics/ttc.py) are made with it."""
+    border: one compiled call (flow_refine_kernels.fine_level) when numba is there, else OpenCV. A
+    refinement level and the looming TTC's frames (robotics/ttc.py) are made with it."""
     if flow_kernels.ready() and min(gray.shape) > _TAPS.size // 2:
         image, gx, gy = (np.empty(gray.shape, np.float32) for _ in range(3))
-        flow_kernels.fine_level(np.ascontiguousarray(gray, dtype=np.float32), _TAPS, image, gx, gy)
+        kernels.fine_level(np.ascontiguousarray(gray, dtype=np.float32), _TAPS, image, gx, gy)
         return image, gx, gy
     image = cv2.GaussianBlur(np.asarray(gray, dtype=np.float32), (0, 0), SMOOTH_SIGMA)
     return (image, cv2.Sobel(image, cv2.CV_32F, 1, 0, ksize=3, scale=0.125),
             cv2.Sobel(image, cv2.CV_32F, 0, 1, ksize=3, scale=0.125))
 
 
-def _level(gray: np.ndarray) -> _Level:
-    return _Level(*smooth(gray))
+def _level(gray: np.ndarray) -> np.ndarray:
+    return np.stack(smooth(gray))
 
 
-def fine_gray(gray: np.ndarray) -> tuple[np.ndarray, float]:
-    """A grey frame (uint8 or float, any size) at the finest level's size (float32), and the frame pixels
-    per pixel of it."""
-    h, w = gray.shape
+def _fine_size(w: int, h: int) -> tuple[int, int]:
     scale = max(1.0, w / FINE_WIDTH)
-    size = (max(8, round(w / scale)), max(8, round(h / scale)))
-    image = gray
-    if size != (w, h):  # uint8 in: resized as such (faster), made float after
-        image = cv2.resize(image, size, interpolation=cv2.INTER_AREA)
-    return image.astype(np.float32), w / size[0]
+    return max(8, round(w / scale)), max(8, round(h / scale))
 
 
 def fine_frame(gray: np.ndarray, warp: Callable[[np.ndarray], np.ndarray] | None = None) -> FineFrame:
     """The levels of a grey frame (uint8 or float, any size); ``warp`` remaps the finest level first (the
-    compass's equal-angle columns at that size)."""
-    image, scale = fine_gray(gray)
-    if warp is not None:
-        image = warp(image)
+    compass's equal-angle columns at that size). One compiled call (flow_refine_kernels.levels) when the
+    levels halve exactly (64×64, 320×240 frames), else level by level."""
+    h, w = gray.shape
+    size = _fine_size(w, h)
+    image = gray
+    if size != (w, h):
+        image = cv2.resize(image, size, interpolation=cv2.INTER_AREA)
+    if warp is not None or image.dtype not in (np.uint8, np.float32):
+        image = image.astype(np.float32)
+        if warp is not None:
+            image = warp(image)
+    scale = w / size[0]
+    fh, fw = image.shape
+    half = (max(8, fh // 2), max(8, fw // 2))
+    if LEVELS == 2 and flow_kernels.ready() and half == (fh // 2, fw // 2) and fh % 2 == 0 and fw % 2 == 0:
+        fine, coarse = np.empty((3, fh, fw), np.float32), np.empty((3, *half), np.float32)
+        kernels.levels(np.ascontiguousarray(image), _TAPS, fine, coarse)
+        return FineFrame((fine, coarse), scale)
+    image = image.astype(np.float32, copy=False)
     levels = [_level(image)]
     for _ in range(LEVELS - 1):
         image = cv2.resize(image, (max(8, image.shape[1] // 2), max(8, image.shape[0] // 2)),
@@ -112,37 +114,35 @@ def fine_frame(gray: np.ndarray, warp: Callable[[np.ndarray], np.ndarray] | None
     return FineFrame(tuple(levels), scale)
 
 
-def _lk_level(t: _Level, moving: _Level, ux: float, uy: float, iterations: int) -> tuple[float, float, int]:
-    """``flow_kernels.lk_level`` in OpenCV and NumPy (without numba): the same steps, a warp each."""
-    h, w = t.image.shape
+def _lk_level(t: np.ndarray, moving: np.ndarray, ux: float, uy: float, iterations: int
+              ) -> tuple[float, float, int]:
+    """``flow_refine_kernels.lk`` in OpenCV and NumPy (without numba): the same steps, a warp each."""
+    h, w = t.shape[1:]
     for _ in range(iterations):
-        ok, y0, y1, x0, x1 = flow_kernels.overlap(h, w, ux, uy, BORDER)
+        ok, y0, y1, x0, x1 = kernels.overlap(h, w, ux, uy, BORDER)
         if not ok:
-            return ux, uy, flow_kernels.NO_OVERLAP
-        gx = t.gx[y0:y1, x0:x1].astype(np.float64).ravel()
-        gy = t.gy[y0:y1, x0:x1].astype(np.float64).ravel()
+            return ux, uy, kernels.NO_OVERLAP
+        gx = t[1, y0:y1, x0:x1].astype(np.float64).ravel()
+        gy = t[2, y0:y1, x0:x1].astype(np.float64).ravel()
         a, b, c = float(gx @ gx), float(gx @ gy), float(gy @ gy)
         det = a * c - b * b
         if not det > MIN_DET * max(a * c, 1e-30):
-            return ux, uy, flow_kernels.APERTURE
-        error = (_shift(moving.image, ux, uy, (y0, y1, x0, x1)) - t.image[y0:y1, x0:x1]).ravel()
+            return ux, uy, kernels.APERTURE
+        error = (_shift(moving[0], ux, uy, (y0, y1, x0, x1)) - t[0, y0:y1, x0:x1]).ravel()
         ex, ey = float(gx @ error), float(gy @ error)
         # inverse compositional: T(y + Δ) ≈ W(y)  ->  Δ = H⁻¹ Σ ∇T (W - T); the motion grows by -Δ
         step_x = (c * ex - b * ey) / det
         step_y = (a * ey - b * ex) / det
         ux, uy = ux - step_x, uy - step_y
         if abs(step_x) < CONVERGED_PX and abs(step_y) < CONVERGED_PX:
-            return ux, uy, flow_kernels.CONVERGED
-    return ux, uy, flow_kernels.RAN_OUT
+            return ux, uy, kernels.CONVERGED
+    return ux, uy, kernels.RAN_OUT
 
 
 def _shift(image: np.ndarray, ux: float, uy: float, box: tuple[int, int, int, int]) -> np.ndarray:
-    """``image`` sampled at y + u over the box [y0, y1) × [x0, x1) (bilinear; float32)."""
+    """``image`` sampled at y + u over the box [y0, y1) × [x0, x1) (bilinear; float32; OpenCV's warp, which
+    rounds the sub-pixel shift to 1/32 pixel)."""
     y0, y1, x0, x1 = box
-    if flow_kernels.ready():
-        out = np.empty((y1 - y0, x1 - x0), np.float32)
-        flow_kernels.shift_box(image, ux, uy, y0, y1, x0, x1, out)
-        return out
     shift = np.float32([[1, 0, ux + x0], [0, 1, uy + y0]])
     return cv2.warpAffine(image, shift, (x1 - x0, y1 - y0), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
                           borderMode=cv2.BORDER_REFLECT)
@@ -154,27 +154,30 @@ def refine(first: FineFrame, second: FineFrame, dx: float, dy: float) -> Refined
     (a flat overlap or edges of one orientation: stripes)."""
     scale = first.scale
     ux, uy = dx / scale / 2 ** (LEVELS - 1), dy / scale / 2 ** (LEVELS - 1)  # coarsest level's pixels
-    compiled = flow_kernels.ready()
+    if LEVELS == 2 and flow_kernels.ready():  # both levels and the match in one call
+        ux, uy, score, how = kernels.refine_seed(first.levels[1], second.levels[1], first.levels[0],
+                                                 second.levels[0], ux, uy, ITERATIONS[0], ITERATIONS[1],
+                                                 BORDER, MIN_DET, CONVERGED_PX)
+        if how == kernels.NO_OVERLAP:
+            return None
+        if how == kernels.APERTURE:
+            return Refined(dx, dy, -1.0, False, aperture=True)
+        return Refined(ux * scale, uy * scale, score, how == kernels.CONVERGED)
     converged = False
     for index in range(LEVELS - 1, -1, -1):
-        t, moving = first.levels[index], second.levels[index]
         if index < LEVELS - 1:
             ux, uy = 2.0 * ux, 2.0 * uy
-        iterations = ITERATIONS[LEVELS - 1 - index]
-        if compiled:
-            ux, uy, how = flow_kernels.lk_level(t.image, t.gx, t.gy, moving.image, ux, uy, iterations, BORDER,
-                                                MIN_DET, CONVERGED_PX)
-        else:
-            ux, uy, how = _lk_level(t, moving, ux, uy, iterations)
-        if how == flow_kernels.NO_OVERLAP:
+        ux, uy, how = _lk_level(first.levels[index], second.levels[index], ux, uy,
+                                ITERATIONS[LEVELS - 1 - index])
+        if how == kernels.NO_OVERLAP:
             return None
-        if how == flow_kernels.APERTURE:
+        if how == kernels.APERTURE:
             return Refined(dx, dy, -1.0, False, aperture=True)
-        converged = how == flow_kernels.CONVERGED
+        converged = how == kernels.CONVERGED
     t, moving = first.levels[0], second.levels[0]
-    ok, *box = flow_kernels.overlap(*t.image.shape, ux, uy, BORDER)
+    ok, *box = kernels.overlap(*t.shape[1:], ux, uy, BORDER)
     if not ok:
         return None
     y0, y1, x0, x1 = box
-    warped = _shift(moving.image, ux, uy, (y0, y1, x0, x1))
-    return Refined(ux * scale, uy * scale, ncc.score(t.image[y0:y1, x0:x1], warped), converged)
+    warped = _shift(moving[0], ux, uy, (y0, y1, x0, x1))
+    return Refined(ux * scale, uy * scale, ncc.score(t[0, y0:y1, x0:x1], warped), converged)

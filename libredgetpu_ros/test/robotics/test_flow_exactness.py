@@ -181,10 +181,10 @@ def test_compiled_kernels_equal_the_numpy_path(name: str, fixture_path) -> None:
 
 
 def test_compiled_refinement_equals_the_opencv_one(monkeypatch) -> None:
-    """flow_refine with flow_kernels.lk_level (exact bilinear stencil, float64 sums) against its OpenCV/NumPy
-    path (cv2.warpAffine, which rounds the sub-pixel shift to 1/32 pixel): the same displacement within
-    0.02 px and the same match score within 2e-3, at the model's size and at camera size, for shifts inside
-    and beyond a grid step, and the same aperture verdict on stripes."""
+    """flow_refine with flow_refine_kernels.refine_seed (exact bilinear stencil, float32 row sums) against
+    its OpenCV/NumPy path (cv2.warpAffine, which rounds the sub-pixel shift to 1/32 pixel): the same
+    displacement within 0.02 px and the same match score within 2e-3, at the model's size and at camera
+    size, for shifts inside and beyond a grid step, and the same aperture verdict on stripes."""
     from libredgetpu_ros.robotics import flow_kernels, flow_refine
 
     if not flow_kernels.warm_up():
@@ -213,8 +213,8 @@ def test_compiled_refinement_equals_the_opencv_one(monkeypatch) -> None:
 
 @pytest.mark.parametrize("shape", [(64, 64), (120, 160), (8, 8), (9, 13)])
 def test_compiled_fine_level_equals_opencv(shape) -> None:
-    """flow_kernels.fine_level (blur and Sobel of a refinement level) gives OpenCV's GaussianBlur and Sobel
-    (its default border) to float32 rounding, down to the smallest level size (8 pixels)."""
+    """flow_refine_kernels.fine_level (blur and Sobel of a refinement level) gives OpenCV's GaussianBlur and
+    Sobel (its default border) to float32 rounding, down to the smallest level size (8 pixels)."""
     import cv2
     from libredgetpu_ros.robotics import flow_kernels, flow_refine
 
@@ -223,8 +223,8 @@ def test_compiled_fine_level_equals_opencv(shape) -> None:
     gray = np.random.default_rng(shape[1]).integers(0, 256, shape).astype(np.float32)
     level = flow_refine._level(gray)
     blurred = cv2.GaussianBlur(gray, (0, 0), flow_refine.SMOOTH_SIGMA)
-    np.testing.assert_allclose(level.image, blurred, atol=1e-4)
-    for got, dx, dy in ((level.gx, 1, 0), (level.gy, 0, 1)):
+    np.testing.assert_allclose(level[0], blurred, atol=1e-4)
+    for got, dx, dy in ((level[1], 1, 0), (level[2], 0, 1)):
         expected = cv2.Sobel(blurred, cv2.CV_32F, dx, dy, ksize=3, scale=0.125)
         np.testing.assert_allclose(got, expected, atol=1e-4)
 

@@ -47,8 +47,9 @@ def test_kernels_compiled_on_open_and_cached_in_the_user_folder(tmp_path: Path) 
         assert out == {"early": False, "late": True, "kernels": [True] * 4}
         if _ == 0:
             files = {p.name for p in tmp_path.rglob("*.nbi")}
-            for kernel in ("flow_kernels.pool_features", "flow_kernels.lk_level", "spot_kernels.evidence",
-                           "looming_kernels.border_correction", "looming_kernels.register_scale"):
+            for kernel in ("flow_kernels.pool_features", "flow_refine_kernels.refine_seed",
+                           "spot_kernels.evidence", "looming_kernels.border_correction",
+                           "looming_kernels.register_scale"):
                 assert any(name.startswith(f"{kernel}-") for name in files), files
             compiled = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.nbc")}
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.nbc")} == compiled
