@@ -58,6 +58,18 @@ def fit_image(image: object, height: int, width: int, channels: int, resize: boo
     The channels as :func:`match_channels` makes them; a wrong size is resized when ``resize`` is true,
     else refused.
     """
+    if type(image) is np.ndarray and image.ndim == 3 and image.dtype == np.uint8 \
+            and image.shape[0] == height and image.shape[1] == width:
+        # a camera frame at the template's size (every frame of a node whose camera gives it): what the
+        # general path below returns, without its checks
+        if image.shape[2] == channels and image.flags.c_contiguous:
+            return image
+        if channels == 1 and image.shape[2] == 3:
+            import cv2
+
+            luma = cv2.cvtColor(image if image.flags.c_contiguous else np.ascontiguousarray(image),
+                                cv2.COLOR_RGB2GRAY)
+            return luma.reshape(height, width, 1)
     array = match_channels(image, channels, what)
     if array.shape[:2] != (height, width):
         if not resize:

@@ -91,13 +91,19 @@ class OffsetDecoder:
         self.y_offset = float(y_offset)
         self._scale = np.float32(output.scale)
         self._zero = np.float32(output.zero_point)
+        # the decoded x and y of every int8 output value (index q + 128): a frame costs two look-ups
+        real = (np.arange(-128, 128).astype(np.float32) - self._zero) * self._scale
+        self._x_of = tuple(float(r) * self.temperature for r in real)
+        self._y_of = tuple((float(r) - self.y_offset) * self.temperature for r in real)
+
+    def offsets(self, raw: np.ndarray) -> tuple[int, int, float, float]:
+        """(q_x, q_y, x, y): the two int8 outputs and what they decode to (module docstring)."""
+        qx, qy = np.asarray(raw).reshape(-1).tolist()
+        return qx, qy, self._x_of[qx + 128], self._y_of[qy + 128]
 
     def decode(self, raw: np.ndarray, version: int = 0) -> TrackResult:
-        q = np.asarray(raw).reshape(-1)
-        real = (q.astype(np.float32) - self._zero) * self._scale
-        x = float(real[0]) * self.temperature
-        y = (float(real[1]) - self.y_offset) * self.temperature
-        return TrackResult(x, y, (int(q[0]), int(q[1])), version, measured=(x, y))
+        qx, qy, x, y = self.offsets(raw)
+        return TrackResult(x, y, (qx, qy), version, measured=(x, y))
 
     def grid_position(self, result: TrackResult, grid_width: int, grid_height: int) -> tuple[float, float]:
         """The decoded output as (column, row) on the soft-argmax grid (``(n - 1) / 2 * (1 + offset)``)."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -28,6 +27,7 @@ from libredgetpu_ros.errors import ConfigError, ModelFormatError, WeightsError
 from libredgetpu_ros.reparam import device_to_int8, make_patch
 from libredgetpu_ros.robotics.base import RoboticsModule
 from libredgetpu_ros.robotics.offsets import OffsetDecoder, TrackResult
+from libredgetpu_ros.robotics.spot_kernels import OK, REASONS
 from libredgetpu_ros.robotics.spot_validity import SpotValidity, ValidityLimits
 from libredgetpu_ros.robotics.template import RoboticsTemplate, TemplateRunner, load_template
 
@@ -108,6 +108,8 @@ class SpotTracker(RoboticsModule):
         else:
             self.filter_scale = None
         self.validity = SpotValidity(template, limits) if mode == "checked" else None
+        self._output_name = template.output.name
+        self._consts: tuple[Any, Any] = (None, None)  # (parameter set, its filter's validity constants)
         self.runner = TemplateRunner(template, backend, device, twin_tensors=twin_tensors,
                                      backend_object=backend_object, rate_hz=rate_hz, stream=stream,
                                      cpu_threads=cpu_threads)
@@ -142,16 +144,22 @@ class SpotTracker(RoboticsModule):
         """Where the target is in ``image``; in the ``checked`` mode not valid (offset None, servo error
         zero, a reason) when the frame has no single compact target (robotics/spot_validity.py)."""
         fitted = self.fit(image)
-        outputs, parameters = self.runner.run([fitted[None]])
-        result = self.decoder.decode(outputs[self.template.output.name], parameters.version)
+        outputs, parameters = self.runner.run((fitted[None],))
+        raw = outputs[self._output_name]
         if self.validity is None:
-            return result
-        # the filter the device ran with: the same parameter set, so a concurrent set_color cannot mix
-        weights = None if self._filter is None else parameters.twin[self._filter.index].reshape(-1)
-        evidence = self.validity.check(fitted, weights, self.filter_scale)
-        if evidence.valid:
-            return replace(result, reason="ok", coverage=evidence.coverage, mass=evidence.mass)
-        return result.invalidated(evidence.reason, coverage=evidence.coverage, mass=evidence.mass)
+            return self.decoder.decode(raw, parameters.version)
+        # the filter the device ran with: the same parameter set, so a concurrent set_color cannot mix (its
+        # packed constants kept with the set they came from: one tuple, swapped whole)
+        cached = self._consts
+        if cached[0] is not parameters:
+            weights = None if self._filter is None else parameters.twin[self._filter.index].reshape(-1)
+            cached = self._consts = parameters, self.validity.consts(weights, self.filter_scale)
+        reason, coverage, mass, _, _ = self.validity.measure(fitted, cached[1])
+        qx, qy, x, y = self.decoder.offsets(raw)
+        if reason == OK:
+            return TrackResult(x, y, (qx, qy), parameters.version, True, "ok", coverage, mass, None, (x, y))
+        return TrackResult(None, None, (qx, qy), parameters.version, False, REASONS[reason], coverage, mass,
+                           None, (x, y))
 
     def set_color(self, rgb: tuple[float, float, float] | list[float]) -> ColorSwap:
         """Swap the colour filter for ``rgb`` weights (e.g. ``COLOR_PRESETS["green"]``) without a compiler."""

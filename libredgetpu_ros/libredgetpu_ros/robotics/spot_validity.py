@@ -22,8 +22,11 @@ order they are tested:
 - ``spread``: the device kept less than ``min_mass`` of the softmax mass (its offset is pulled towards (0, -1)
   by the lost share).
 
-Cost: one compiled pass over the H x W x C input and a flood fill of the target region
-(robotics/spot_kernels.py; the NumPy path without numba), bench/results/robotics_frames.md.
+Cost: one compiled call per frame, its decision included: a pass over the H x W x C input, a histogram of
+the response levels and a flood fill of the target region (robotics/spot_kernels.py; the NumPy path without
+numba), bench/results/robotics_frames.md. :meth:`SpotValidity.measure` is the frame path (the filter's
+constants packed once, :meth:`SpotValidity.consts`); :meth:`SpotValidity.check` wraps it in a
+:class:`SpotEvidence`.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from libredgetpu_ros.backends.base import tensor_spec
 from libredgetpu_ros.errors import ConfigError, ModelFormatError
 from libredgetpu_ros.robotics import spot_kernels
 
-REASONS = ("ok", "no_target", "target_too_large", "ambiguous", "spread")
+REASONS = spot_kernels.REASONS  # ("ok", "no_target", "target_too_large", "ambiguous", "spread")
 _RING = np.ones((3, 3), np.uint8)  # the target region grown by one cell: its own blurred edge is not a rival
 
 
@@ -88,20 +91,44 @@ class SpotValidity:
         self.height, self.width, self.channels = template.image_shape
         # the real value of each int8 response level, computed as the NumPy path computes it per cell
         self._real_of = (np.arange(-128, 128).astype(np.float32) - self._in_zero) * self._in_scale
-        self._no_weights = np.zeros(0, np.float32)
-        self._filter_cache: tuple[Any, tuple[np.ndarray, bool]] = (None, (self._no_weights, False))
-        self._in_scale32 = np.float32(self._in_scale)
-        # one compiled pass (robotics/spot_kernels.py), compiled or loaded now; the NumPy path without numba
+        self._real_of.setflags(write=False)
+        self._bright = self._pack(None, False)
+        self._filter_cache: tuple[Any, np.ndarray] = (None, self._bright)
+        # one compiled call (robotics/spot_kernels.py), compiled or loaded now; the NumPy path without numba
         self.kernels = kernels and spot_kernels.warm_up()
+
+    def _pack(self, real_weights: np.ndarray | None, opponent: bool) -> np.ndarray:
+        limits = self.limits
+        return spot_kernels.pack(real_weights, self._in_scale, self._in_zero, self._beta, self._out_scale,
+                                 self._out_zero, (limits.min_contrast, limits.max_coverage,
+                                                  limits.min_margin, limits.min_mass), opponent)
+
+    def consts(self, weights: np.ndarray | None, weight_scale: float | None) -> np.ndarray:
+        """What :meth:`measure` needs of a filter (the int8 weights the device ran with and their scale; None
+        for the bright variant): its real weights as ``response`` makes them (float32), whether the int8
+        weights sum to <= 0 (an opponent filter) and the limits, packed once and kept while the filter
+        stays (a frame costs a 3-byte compare; read-only, shared by every frame)."""
+        if weights is None:
+            return self._bright
+        key = (np.asarray(weights).tobytes(), weight_scale)
+        cached_key, consts = self._filter_cache  # one tuple: a concurrent swap never mixes two filters
+        if key != cached_key:
+            real = np.asarray(weights, np.float32).reshape(-1) * np.float32(weight_scale)
+            consts = self._pack(real, int(np.sum(weights)) <= 0)
+            self._filter_cache = key, consts
+        return consts
 
     def response(self, fitted: np.ndarray, weights: np.ndarray | None,
                  weight_scale: float | None) -> np.ndarray:
         """The softmax's int8 input (H, W) as the model computes it: luma for the bright variant, else
         ``ReLU(sum(w * rgb))`` requantized to the conv output's scale (round half away from zero)."""
+        return self._response(fitted, self.consts(weights, weight_scale))
+
+    def _response(self, fitted: np.ndarray, consts: np.ndarray) -> np.ndarray:
         pixels = np.asarray(fitted).reshape(self.height, self.width, self.channels)
-        if weights is None:
+        if not consts[spot_kernels.C_COLOUR]:
             return (pixels[..., 0].astype(np.int32) - 128).astype(np.int8)
-        real_weights = np.asarray(weights, np.float32).reshape(-1) * np.float32(weight_scale)
+        real_weights = consts[spot_kernels.C_W0:spot_kernels.C_W2 + 1].astype(np.float32)  # exact
         acc = pixels.astype(np.float32) @ real_weights
         q = np.floor(np.maximum(acc, 0.0) / np.float32(self._in_scale) + 0.5) + self._in_zero
         return np.clip(q, -128, 127).astype(np.int8)
@@ -110,36 +137,33 @@ class SpotValidity:
               weight_scale: float | None = None) -> SpotEvidence:
         """The evidence of one frame (the template's input as the device got it) with the filter weights the
         device ran with (None for the bright variant)."""
-        real_weights, opponent = (self._no_weights, False) if weights is None else self._filter(weights,
-                                                                                                 weight_scale)
-        if self.kernels and np.asarray(fitted).dtype == np.uint8:  # the template input (else NumPy below)
-            peak, base, mass, coverage, rival, has_rival = spot_kernels.evidence(
-                np.ascontiguousarray(fitted).reshape(self.height, self.width, self.channels), real_weights,
-                self._in_scale32, self._in_zero, self._real_of, self._beta, self._out_scale,
-                self._out_zero, self.limits.min_contrast)
-            measured = peak, base, mass, coverage, rival if has_rival else None
-        else:
-            measured = self._measure(fitted, weights, weight_scale)
-        return self._decide(*measured, opponent)
+        array = np.asarray(fitted)
+        if array.dtype == np.uint8:  # the template input as the kernel takes it (else NumPy in measure)
+            array = np.ascontiguousarray(array).reshape(self.height, self.width, self.channels)
+        reason, coverage, mass, contrast, margin = self.measure(array, self.consts(weights, weight_scale))
+        return SpotEvidence(reason == spot_kernels.OK, REASONS[reason], coverage, mass, contrast, margin)
 
-    def _filter(self, weights: np.ndarray, weight_scale: float | None) -> tuple[np.ndarray, bool]:
-        """(the real weights as ``response`` makes them (float32), whether the int8 weights sum to <= 0: an
-        opponent filter), kept while the filter stays (a frame costs a 3-byte compare)."""
-        key = (np.asarray(weights).tobytes(), weight_scale)
-        cached_key, values = self._filter_cache  # one tuple: a concurrent swap never mixes two filters
-        if key != cached_key:
-            values = np.asarray(weights, np.float32).reshape(-1) * np.float32(weight_scale), int(
-                np.sum(weights)) <= 0
-            self._filter_cache = key, values
-        return values
+    def measure(self, fitted: np.ndarray, consts: np.ndarray) -> tuple[int, float, float, float, float]:
+        """(reason index in REASONS, coverage, mass, contrast, margin) of one frame: the frame path.
+        ``fitted`` is the template's input image (a C-contiguous uint8 (H, W, C) array for the compiled
+        call, as ``RoboticsModule.fit`` makes it), ``consts`` the filter's (:meth:`consts`)."""
+        if self.kernels and fitted.dtype == np.uint8:
+            return spot_kernels.evidence(fitted, self._real_of, consts)
+        peak, base, mass, coverage, rival = self._measure(fitted, consts)
+        limits = self.limits
+        reason, coverage, contrast, margin = spot_kernels.plain(spot_kernels.decide)(
+            peak, base, mass, coverage, 0.0 if rival is None else rival, rival is not None,
+            bool(consts[spot_kernels.C_OPPONENT]), limits.min_contrast, limits.max_coverage,
+            limits.min_margin, limits.min_mass)
+        return reason, coverage, mass, contrast, margin
 
-    def _measure(self, fitted: np.ndarray, weights: np.ndarray | None,
-                 weight_scale: float | None) -> tuple[float, float, float, float, float | None]:
+    def _measure(self, fitted: np.ndarray,
+                 consts: np.ndarray) -> tuple[float, float, float, float, float | None]:
         """(peak, median, mass, coverage, rival) in NumPy (the reference of robotics/spot_kernels.py);
         coverage 0 and rival None when the contrast is below ``min_contrast`` (not measured)."""
         import cv2
 
-        q = self.response(fitted, weights, weight_scale)
+        q = self._response(fitted, consts)
         real = (q.astype(np.float32) - self._in_zero) * self._in_scale
         flat = real.reshape(-1)
         peak, base = float(flat.max()), float(np.median(flat))
@@ -159,27 +183,3 @@ class SpotValidity:
         grown = cv2.dilate(region.reshape(self.height, self.width).astype(np.uint8), _RING)
         outside = flat[grown.reshape(-1) == 0]
         return peak, base, mass, coverage, float(outside.max()) if outside.size else None
-
-    def _decide(self, peak: float, base: float, mass: float, coverage: float, rival: float | None,
-                opponent: bool) -> SpotEvidence:
-        """The reason (module docstring, in its order) from what was measured."""
-        contrast = peak - base
-        limits = self.limits
-        # an opponent filter (weights summing to <= 0: red, green, ...) responds to the colour, not to light:
-        # a median cell that responds means most of the frame has the colour
-        colour_floor = opponent and base >= limits.min_contrast
-        if contrast < limits.min_contrast:
-            # a uniform colour frame has no contrast but is all target
-            reason = "target_too_large" if colour_floor else "no_target"
-            return SpotEvidence(False, reason, 1.0 if reason == "target_too_large" else 0.0, mass, contrast,
-                                0.0)
-        margin = peak - (base if rival is None else rival)
-        if colour_floor or coverage >= limits.max_coverage:
-            reason = "target_too_large"
-        elif margin < limits.min_margin:
-            reason = "ambiguous"
-        elif mass < limits.min_mass:
-            reason = "spread"
-        else:
-            reason = "ok"
-        return SpotEvidence(reason == "ok", reason, coverage, mass, contrast, margin)

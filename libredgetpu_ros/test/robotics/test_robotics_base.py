@@ -97,3 +97,29 @@ def test_colour_template_refuses_one_channel_patch() -> None:
     with PatternTracker(load_template("pattern_64x64_8x8_3ch"), backend="none") as tracker, \
             pytest.raises(ImageError, match="needs RGB"):
         tracker.set_template(np.arange(64, dtype=np.uint8).reshape(8, 8))
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_fit_of_a_frame_at_the_templates_size_is_the_general_path(channels) -> None:
+    """A frame already at the template's size skips the general path's checks (``fit_image``'s first
+    branch): the same pixels, shape and dtype for writable, read-only and non-contiguous colour frames and
+    for a grey frame on a colour template (refused as before)."""
+    from libredgetpu_ros.errors import ImageError
+    from libredgetpu_ros.robotics.image import fit_image, match_channels
+
+    rng = np.random.default_rng(4)
+    frame = rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    read_only = frame.copy()
+    read_only.flags.writeable = False
+    grey = frame[:, :, :1].copy()
+    for image in (frame, read_only, np.asfortranarray(frame), frame[:, ::-1], grey):
+        if channels == 3 and image.shape[2] == 1:
+            with pytest.raises(ImageError, match="needs RGB"):
+                fit_image(image, 64, 64, channels)
+            continue
+        got = fit_image(image, 64, 64, channels)
+        general = np.ascontiguousarray(match_channels(image, channels))
+        assert got.shape == (64, 64, channels) and got.dtype == np.uint8 and got.flags.c_contiguous
+        assert np.array_equal(got, general)
+        if channels == 1 and image.shape[2] == 3:
+            assert np.array_equal(got[:, :, 0], cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_RGB2GRAY))

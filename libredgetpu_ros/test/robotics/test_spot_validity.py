@@ -212,3 +212,58 @@ def test_compiled_check_equals_the_numpy_check(trackers, variant) -> None:
         assert a.mass == pytest.approx(b.mass, abs=1e-12)
         reasons.add(a.reason)
     assert "ok" in reasons and len(reasons) >= 3  # the comparison covered valid and refused frames
+
+
+@pytest.mark.parametrize("variant", ["red", "bright", "red_128"])
+def test_track_is_the_decode_and_the_check_of_the_same_frame(trackers, variant) -> None:
+    """``track``'s one-call frame path (the kernel's decision, the decode by table, one result object) gives
+    what the decode and ``SpotValidity.check`` of the same frame give, on valid and refused frames, from
+    read-only, writable, colour and mono frames at the template's size and larger."""
+    tracker = trackers[variant]
+    colour = VARIANTS.get(variant, VARIANTS["red"])
+    wall = next(iter(_walls(variant.removesuffix("_128")).values()))
+    frames = [f.image for f in presets.spot_scene(colour, 12, wall, frames=3)]
+    frames += [f.image for f in presets.spot_scene(None, 12, wall, frames=1)]
+    frames += [f.image for f in presets.spot_scene(colour, 60, wall, frames=1)]
+    small = [np.ascontiguousarray(tracker.fit(f)) if tracker.channels == 3 else
+             np.repeat(tracker.fit(f), 3, axis=2) for f in frames]
+    read_only = [f.copy() for f in small]
+    for f in read_only:
+        f.flags.writeable = False
+    views = [np.asfortranarray(f) for f in small]  # not C-contiguous
+    weights = None if tracker._filter is None else tracker.runner.parameters.twin[
+        tracker._filter.index].reshape(-1)
+    reasons = set()
+    for frame in frames + small + read_only + views:
+        fitted = tracker.fit(frame)
+        result = tracker.track(frame)
+        raw = tracker.runner.run([fitted[None]])[0][tracker.template.output.name]
+        decoded = tracker.decoder.decode(raw, result.version)
+        evidence = tracker.validity.check(fitted, weights, tracker.filter_scale)
+        assert (result.valid, result.reason) == (evidence.valid, evidence.reason)
+        assert (result.coverage, result.mass) == (evidence.coverage, evidence.mass)
+        assert result.raw == decoded.raw and result.measured == decoded.measured
+        expected = decoded.measured if evidence.valid else (None, None)
+        assert (result.x_offset, result.y_offset) == expected
+        reasons.add(result.reason)
+    assert "ok" in reasons and len(reasons) >= 2
+
+
+def test_the_mass_leaves_out_only_what_rounds_away(trackers) -> None:
+    """The kernel sums the softmax from the peak down to 50 logits under it: on a frame whose levels span
+    the whole int8 range (a ramp with a bright spot), its mass equals the NumPy path's, which sums every
+    cell."""
+    from libredgetpu_ros.robotics import spot_kernels
+
+    if not spot_kernels.warm_up():
+        pytest.skip("numba is not installed: the NumPy path is the only one")
+    tracker = trackers["bright"]
+    fast = tracker.validity
+    slow = SpotValidity(tracker.template, fast.limits, kernels=False)
+    ramp = np.tile(np.arange(64, dtype=np.uint8)[None, :] * 3, (64, 1))[:, :, None].copy()
+    for spot in (0, 2, 6, 20, 60):
+        frame = ramp.copy()
+        frame[30:33, 30:33] = 189 + spot  # the ramp's top is 189: a spot `spot` levels over it
+        a = fast.check(frame)
+        b = slow.check(frame)
+        assert a.mass == pytest.approx(b.mass, abs=1e-12) and (a.reason, a.coverage) == (b.reason, b.coverage)
