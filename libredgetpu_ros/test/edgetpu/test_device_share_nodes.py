@@ -315,3 +315,36 @@ def test_perception_node_stream_is_named_by_its_node(three, fixture_path) -> Non
             f"/cam1/perception: {fixture_path(MNV1).name}", 12.0)
     finally:
         processor.close()
+
+
+@pytest.mark.ros
+def test_a_camera_node_warns_on_a_shared_device_fault(three, ros_env, fixture_path) -> None:  # noqa: F811
+    """A tracker node (a CameraNode: its WARN comes from its processor's shared_warnings through the camera
+    base) configured in this process on accelerator "1": OK with its stream named, then a device fault on
+    the shared accelerator turns its status WARN naming the fault and the reopen, as the control and
+    reservoir nodes' do (test above)."""
+    from libredgetpu_ros.ros import diagnostics
+    from libredgetpu_ros.ros.robotics.tracker_node import TrackerNode
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    params = {"backend": "edgetpu", "device": "1", "template": str(fixture_path(TRACKER)),
+              "device_share_hz": 30.0}
+    tracker = TrackerNode(context=ros_env.init_rclpy(),
+                          parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    try:
+        assert tracker.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        level, message, values = tracker.diagnostic_status()
+        assert (values["shared_stream"], values["shared_rate_hz"]) == (
+            f"/tracker: {fixture_path(TRACKER).name}", 30.0)
+        assert values["shared_faults"] == 0
+        assert level == diagnostics.OK and "fault" not in message, (level, message)
+
+        _fault_once(tracker.processor.module.runner.backend._stream)
+        level, message, values = tracker.diagnostic_status()
+        assert level == diagnostics.WARN and values["shared_faults"] == 1, (level, message)
+        assert message.startswith("device fault on the shared accelerator (1 so far, last: "
+                                  "DeviceLostError: unplugged mid-transfer); reopened 1 time(s)"), message
+    finally:
+        tracker.teardown()
+        tracker.destroy_node()
