@@ -181,6 +181,120 @@ def thread_split(config: Path, bag: Path, out: Path, frames: list[np.ndarray]) -
     return {"pipeline alone": alone.split(n), "process-bag, pipelined": piped.split(m)}
 
 
+class StepClock:
+    """The loop thread's time per step, split three ways: CPU (its clock), run-queue wait (runnable, no
+    core: the machine's load and the process's other threads; its ``/proc/thread-self/schedstat``) and the
+    rest of the wall time, "waiting" (asleep: the GIL held by another thread, LiteRT's barrier once its spin
+    ends, a queue). Steps: preprocess (``InputTransform``), inference (``CpuBackend.run``), the rest of
+    ``PerceptionPipeline.process`` (post-processing, checks) and the rest of the loop (process-bag: the
+    frame hand-overs, header, result messages, counters). Class-level wrappers, ~1 us each, set only inside
+    ``with``."""
+
+    STEPS = ("preprocess", "inference", "rest of process", "rest of the loop")
+
+    def __init__(self) -> None:
+        self.totals: dict[str, list[float]] = {}
+        self.region: list[float] = [0.0, 0.0, 0.0]
+        self._fd = -1
+        self._restore: list[Callable[[], None]] = []
+
+    def _now(self) -> tuple[float, float, float]:
+        # CPU from the thread's clock: schedstat's runtime of a running thread lags up to a tick; its
+        # run-queue wait is current (it grows only while the thread is off the core)
+        return time.perf_counter(), time.thread_time(), int(os.pread(self._fd, 128, 0).split()[1]) / 1e9
+
+    def _wrap(self, cls: type, name: str, step: str) -> None:
+        original = getattr(cls, name)
+        totals = self.totals.setdefault(step, [0.0, 0.0, 0.0])
+        now = self._now
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            w0, c0, q0 = now()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                w1, c1, q1 = now()
+                totals[0] += w1 - w0
+                totals[1] += c1 - c0
+                totals[2] += q1 - q0
+
+        setattr(cls, name, timed)
+        self._restore.append(lambda: setattr(cls, name, original))
+
+    def __enter__(self) -> StepClock:
+        from libredgetpu_ros.backends.cpu import CpuBackend
+        from libredgetpu_ros.perception.pipeline import PerceptionPipeline
+        from libredgetpu_ros.perception.preprocess import InputTransform
+
+        self._fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)  # the loop's (this) thread
+        self._wrap(PerceptionPipeline, "process", "process")
+        self._wrap(InputTransform, "__call__", "preprocess")
+        self._wrap(CpuBackend, "run", "inference")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for restore in reversed(self._restore):
+            restore()
+        os.close(self._fd)
+
+    def start(self) -> None:
+        for totals in self.totals.values():
+            totals[:] = [0.0, 0.0, 0.0]
+        self.region = list(self._now())
+
+    def stop(self) -> None:
+        end = self._now()
+        self.region = [b - a for a, b in zip(self.region, end, strict=True)]
+
+    def split(self, frames: int) -> dict[str, tuple[float, float, float]]:
+        """step -> (CPU, run-queue wait, waiting) in ms per frame; "total": the loop's."""
+        def three(wall: float, cpu: float, queued: float) -> tuple[float, float, float]:
+            return cpu / frames * 1e3, queued / frames * 1e3, (wall - cpu - queued) / frames * 1e3
+
+        t = self.totals
+        process, pre, inf = t["process"], t["preprocess"], t["inference"]
+        rest = [p - a - b for p, a, b in zip(process, pre, inf, strict=True)]
+        loop = [r - p for r, p in zip(self.region, process, strict=True)]
+        return {"preprocess": three(*pre), "inference": three(*inf), "rest of process": three(*rest),
+                "rest of the loop": three(*loop), "total": three(*self.region)}
+
+
+def step_split(config: Path, bag: Path, out: Path, frames: list[np.ndarray]) -> dict[str, dict]:
+    """The loop thread's steps (:class:`StepClock`) for the pipeline alone and process-bag pipelined and in
+    one thread, one run each (after the rounds: the wrappers cost ~6 us a frame, the same in each)."""
+    from libredgetpu_ros.perception.pipeline import PerceptionPipeline
+    from libredgetpu_ros.ros.bag_processing import load_node_config
+    from libredgetpu_ros.ros.bag_writer import ResultWriter
+    from libredgetpu_ros.ros.perception_node import pipeline_config
+
+    result = {}
+    with StepClock() as clock:
+        with PerceptionPipeline.from_config(pipeline_config(load_node_config(config).params)) as pipeline:
+            for rgb in frames[:2]:
+                pipeline.process(rgb)
+            clock.start()
+            _, _, n = _loop(pipeline, frames)
+            clock.stop()
+        result["pipeline alone"] = clock.split(n)
+        close = ResultWriter.close
+
+        def closed(self: Any, finish: bool = True) -> None:  # the loop's clock stops after the first close
+            close(self, finish)
+            if not stopped:
+                stopped.append(True)
+                clock.stop()
+
+        for pipelined in (True, False):
+            stopped: list[bool] = []
+            ResultWriter.close = closed  # type: ignore[method-assign]
+            try:
+                _, _, m = bag_run(config, bag, out, pipelined, lambda i: clock.start() if i == 0 else None)
+            finally:
+                ResultWriter.close = close  # type: ignore[method-assign]
+            result["process-bag, pipelined" if pipelined else "process-bag, one thread"] = clock.split(m)
+    return result
+
+
 def parallel_speedup(size: int = 400, repeats: int = 12) -> float:
     """How much two threads of GIL-free work (OpenBLAS matmuls, one BLAS thread each) gain over one, right
     now: 2.0 on two free cores, 1.0 when the machine gives this process one core's worth."""
@@ -236,6 +350,7 @@ def main() -> int:
     speedups = [statistics.median(parallel_speedup() for _ in range(3))]
     rows: dict[str, dict[str, list[tuple[float, float, int]]]] = {}
     splits: dict[str, dict[str, dict[str, float]]] = {}
+    steps: dict[str, dict[str, dict]] = {}
     with tempfile.TemporaryDirectory(prefix="bench_process_bag_") as tmp_name:
         tmp = Path(tmp_name)
         images = _camera_frames(tmp, args.size)
@@ -259,9 +374,10 @@ def main() -> int:
                 print(f"{task} round {i + 1}: " + ", ".join(
                     f"{v} {r[-1][2] / r[-1][0]:.0f} fps" for v, r in runs.items()), flush=True)
             splits[task] = thread_split(config, bag, tmp / "out", frames)
+            steps[task] = step_split(config, bag, tmp / "out", frames)
             del frames
     speedups.append(statistics.median(parallel_speedup() for _ in range(3)))
-    report(args, rows, splits, load_start, os.getloadavg(), speedups)
+    report(args, rows, splits, steps, load_start, os.getloadavg(), speedups)
     return 0
 
 
@@ -273,8 +389,8 @@ def _set_cpu_threads(config: Path, threads: int) -> None:
     config.write_text(yaml.safe_dump(doc))
 
 
-def report(args: argparse.Namespace, rows: dict, splits: dict, load_start: tuple, load_end: tuple,
-           speedups: list[float]) -> None:
+def report(args: argparse.Namespace, rows: dict, splits: dict, steps: dict, load_start: tuple,
+           load_end: tuple, speedups: list[float]) -> None:
     threads = "its default threads" if args.cpu_threads is None else f"cpu_threads {args.cpu_threads}"
     lines = ["# process-bag against the pipeline alone: pipelined and in one thread", "",
              f"`bench/bench_process_bag.py`, {time.strftime('%Y-%m-%d')}, "
@@ -312,6 +428,14 @@ def report(args: argparse.Namespace, rows: dict, splits: dict, load_start: tuple
             lines += ["", f"CPU ms per frame by thread, {what} (one more run, schedstat): " + "; ".join(
                 f"{name} {ms:.3f}" for name, ms in sorted(split.items(), key=lambda kv: -kv[1]))
                 + f"; total {sum(split.values()):.3f}."]
+        if steps.get(task):
+            lines += ["", "The loop's thread by step, ms per frame: CPU / run-queue wait / waiting (asleep: "
+                      "GIL, LiteRT's barrier, queues) (one more run each, `StepClock`):", "",
+                      "| variant | " + " | ".join(StepClock.STEPS) + " | total |",
+                      "|---|" + "---|" * (len(StepClock.STEPS) + 1)]
+            for what, split in steps[task].items():
+                cells = (" / ".join(f"{v:.3f}" for v in split[step]) for step in (*StepClock.STEPS, "total"))
+                lines.append(f"| {what} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += [f"Target (issues 35 / 36): process-bag >= {TARGET} x the pipeline alone, median of the rounds:"]
     for task, runs in rows.items():

@@ -17,11 +17,14 @@ exact size, CRC), the messages then views into the decompressed records; a chunk
 Anything else (per-message compression, unindexed files, sqlite3) is left to rosbags:
 ``message_views`` returns None and the caller uses ``reader.messages``.
 
-The CRCs of uncompressed chunks are computed ahead, in chunk order, on one worker thread (``crc32``
-releases the GIL), at most ``crc_ahead`` chunks ahead of the walk: far enough that the walk never waits,
-near enough that a bag larger than memory is not read twice (the pages the worker read would be evicted
-before the walk reaches them). ``crc_ahead=0`` verifies each chunk in the walking thread just before its
-messages are parsed: no worker, and the pixels the consumer reads next are then in the cache.
+The CRC of an uncompressed chunk is verified by the walking thread just before the chunk's messages are
+parsed (``crc_ahead=0``, the default :data:`CRC_AHEAD`): no other thread, and the pixels the consumer reads
+next are then in the cache of the core that read them (measured on process-bag's classify bag: the
+pipeline's resize back to its speed on in-memory frames, bench/results/process_bag.md). ``crc_ahead=N``
+computes them ahead instead, in chunk order, on one worker thread (``crc32`` releases the GIL), at most N
+chunks ahead of the walk (near enough that a bag larger than memory is not read twice: the pages the worker
+read would be evicted before the walk reaches them); it only moved the first read from memory to another
+core and added a thread to wake (process-bag's reader thread already overlaps the walk with inference).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ _CRC_AT = 9 + 24
 _RECORDS_AT = 9 + 40
 
 
-CRC_AHEAD = 8  # chunks verified ahead of the walk by the worker thread
+CRC_AHEAD = 0  # chunks verified ahead of the walk by a worker thread (0: none, in the walk; module doc)
 
 
 def message_views(reader: Any, connections: Collection[Any], compressed: bool = False,

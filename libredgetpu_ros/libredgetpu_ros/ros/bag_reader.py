@@ -11,7 +11,7 @@ one-thread loop), or inline where that is cheap enough (``thread=None``: zero-co
 everything else, sqlite3, compressed bags, ``CompressedImage``, on the thread, where rosbags' copies and
 JPEG/PNG decoding, OpenCV releasing the GIL, overlap inference). The thread hands frames over in batches,
 so it wakes once per batch rather than once per frame. Chunk CRCs are verified by whichever thread walks
-the bag, just before the chunk's messages are parsed (:data:`CRC_IN_WALK`): no other thread is started.
+the bag, just before the chunk's messages are parsed (``mcap_view.CRC_AHEAD``): no other thread.
 
 Also measured and dropped: a reader *process* (rosbags + decoding in a child, pixels through a shared
 memfd ring) was slower than the thread (0.58 vs 0.92 of the pipeline's rate on the classify bag), and
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import queue
 import threading
 from collections.abc import Iterator
@@ -39,11 +40,23 @@ from libredgetpu_ros.bags.storage import IMAGE_TYPES, Unreadable, decompressed, 
 from libredgetpu_ros.bags.storage import messages as bag_messages
 from libredgetpu_ros.textdata import clip_repr
 
-# Chunk CRCs are verified by the thread that walks the bag, just before it parses the chunk (no CRC
-# worker): that thread then reads the pixels, or hands them to the consumer, while they are in the cache
-# (bench/results/process_bag.md, "where the time goes"; a worker reading ahead only moved the first
-# read from memory to another core and added a thread to wake).
-CRC_IN_WALK = 0
+# The reader and writer threads run this much nicer than the process (Linux: per thread; 0: as nice), so the
+# pipeline's thread and the inference library's workers (LiteRT's) win a core the helpers want at the same
+# moment: a LiteRT worker kept waiting behind a helper left the loop's thread spinning at LiteRT's barrier
+# (bench/results/process_bag.md, "where the time goes"). The helpers need ~7% of the loop thread's CPU on
+# the fastest model (classify, ~1.5 ms a frame); nice 10 still gives them ~10% of a core they share with
+# one nice-0 thread, and they run ahead through their queues, so they are not starved into the bottleneck.
+HELPER_NICE = 10
+
+
+def yield_to_pipeline() -> None:
+    """Make the calling thread (a reader or writer thread) :data:`HELPER_NICE` nicer than it is (raising
+    one's nice value needs no privilege; where the system refuses, the thread stays as it is)."""
+    if HELPER_NICE and hasattr(os, "setpriority"):
+        tid = threading.get_native_id()
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + HELPER_NICE))
+
 
 _MAX_BYTES_PER_PIXEL = 8  # a per-message compressed frame may decompress to 8 bytes a pixel (rgba16) + 1 MiB
 
@@ -119,17 +132,15 @@ def _failed(timestamp: int, topic: str, cause: str, text: str) -> Decoded:
 
 
 def frames(reader: Any, topics: list[str], views: bool = True,
-           max_pixels: int | None = None, crc_ahead: int | None = CRC_IN_WALK) -> Iterator[Decoded]:
+           max_pixels: int | None = None) -> Iterator[Decoded]:
     """The decoded messages of ``topics`` in bag order (through ``mcap_view`` where it can: zero-copy for
     uncompressed chunks, a damaged chunk skipped also when compressed; unless ``views`` is False);
-    ``max_pixels``: see :func:`decode`; ``crc_ahead``: ``mcap_view.message_views``' (default
-    :data:`CRC_IN_WALK`)."""
+    ``max_pixels``: see :func:`decode`."""
     connections = [c for c in reader.connections if c.topic in topics]
     pixels = _decoders().default_max_pixels if max_pixels is None else max_pixels
     max_bytes = max_message_bytes(pixels)
     per_message = getattr(reader, "compression_mode", None) == "message"
-    messages = message_views(reader, connections, compressed=True, per_message=True,
-                             crc_ahead=crc_ahead) if views else None
+    messages = message_views(reader, connections, compressed=True, per_message=True) if views else None
     if messages is None:  # rosbags' own reading, typed errors, bounded per-message decompression
         messages = bag_messages(reader, connections, max_bytes)
     elif per_message:
@@ -221,6 +232,7 @@ class FrameReader:
         return False
 
     def _run(self) -> None:
+        yield_to_pipeline()
         batch: list[Decoded] = []
         size = 0
         try:

@@ -1,9 +1,11 @@
 """Which threads process-bag runs: ``pipelined=False`` does everything in the calling thread, whatever the
 storage (mcap with chunk CRCs, sqlite3); pipelined, exactly one reader and one writer thread (the chunk CRCs
-are verified by the reader, no CRC worker). Either way the output holds the same messages."""
+are verified by the reader, no CRC worker), both nicer than the loop's thread (``bag_reader.HELPER_NICE``).
+Either way the output holds the same messages."""
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -36,11 +38,13 @@ def _inputs(tmp: Path, fixture_path: Any, storage: str) -> tuple[Path, Path]:
     return bag, config
 
 
-def _run(bag: Path, out: Path, config: Path, pipelined: bool, monkeypatch) -> tuple[Any, list[str]]:
-    """The summary and the names of the Python threads started while the bag was processed."""
+def _run(bag: Path, out: Path, config: Path, pipelined: bool, monkeypatch) -> tuple[Any, list[str], dict]:
+    """The summary, the names of the Python threads started while the bag was processed and the nice value
+    of each live thread, by name, seen from the loop's thread at its tenth frame."""
     from libredgetpu_ros.ros.bag_processing import BagProcessor, load_node_config
 
     started: list[str] = []
+    nice: dict[str, int] = {}
     start = threading.Thread.start
 
     def recorded(thread: threading.Thread) -> None:
@@ -48,10 +52,19 @@ def _run(bag: Path, out: Path, config: Path, pipelined: bool, monkeypatch) -> tu
         start(thread)
 
     processor = BagProcessor(load_node_config(config), log=lambda _: None)
+    frame = processor._frame
+
+    def observed(summary: Any, *args: Any) -> None:
+        if summary.frames == 10:
+            nice.update({t.name: os.getpriority(os.PRIO_PROCESS, t.native_id) for t in threading.enumerate()
+                         if t.native_id is not None and t.is_alive()})
+        frame(summary, *args)
+
+    processor._frame = observed  # type: ignore[method-assign]
     with monkeypatch.context() as patch:
         patch.setattr(threading.Thread, "start", recorded)
         summary = processor.run(bag, out, progress=False, pipelined=pipelined)
-    return summary, started
+    return summary, started, nice
 
 
 def _messages(bag: Path) -> list[tuple[str, int, Any]]:
@@ -66,12 +79,17 @@ def _messages(bag: Path) -> list[tuple[str, int, Any]]:
 def test_one_thread_loop_starts_no_thread_and_pipelined_exactly_two(ros_env, tmp_path: Path, fixture_path,
                                                                     monkeypatch, storage: str) -> None:
     bag, config = _inputs(tmp_path, fixture_path, storage)
-    alone, started_alone = _run(bag, tmp_path / "one", config, False, monkeypatch)
-    piped, started_piped = _run(bag, tmp_path / "piped", config, True, monkeypatch)
+    from libredgetpu_ros.ros.bag_reader import HELPER_NICE
+
+    alone, started_alone, _ = _run(bag, tmp_path / "one", config, False, monkeypatch)
+    piped, started_piped, nice = _run(bag, tmp_path / "piped", config, True, monkeypatch)
     frames = len(IMAGES) * LOOPS
     assert (alone.frames, alone.processed) == (frames, frames) == (piped.frames, piped.processed)
     assert started_alone == [], started_alone  # before: a reader thread for sqlite3, a CRC worker for mcap
     assert sorted(started_piped) == ["bag-prefetch", "bag-writer"], started_piped
+    main = nice[threading.current_thread().name]  # the loop runs in the caller's thread
+    assert HELPER_NICE > 0 and main < 19
+    assert nice["bag-prefetch"] == nice["bag-writer"] == min(19, main + HELPER_NICE), nice
     one, two = _messages(tmp_path / "one"), _messages(tmp_path / "piped")
     assert len(one) == frames  # a classification per frame (no label file: no label map)
     assert [m[:2] for m in one] == [m[:2] for m in two]
