@@ -232,7 +232,7 @@ def scan_mcap_data(data: bytes | memoryview,
 def _scan_sqlite3(path: Path,
                   report: ScanReport) -> tuple[dict[int, Channel], Iterator[tuple[int, int, bytes]]]:
     try:
-        conn = sqlite3.connect(f"file:{path}", uri=True)  # read-write: rolls back a killed transaction
+        conn = sqlite3.connect(path)  # read-write: rolls back a killed transaction; a plain path, not a URI
         conn.text_factory = _text  # TEXT that is not UTF-8 becomes a marker, not a UnicodeDecodeError
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if not {"topics", "messages"} <= tables:

@@ -43,6 +43,7 @@ def open_reader(path: str | Path) -> Any:
             elif file.name.endswith(".mcap.zstd"):  # rosbag2's file compression: rosbags decompresses it
                 check_compressed_mcap(file)
             elif file.suffix == ".db3":
+                _check_sqlite_path(file)
                 _check_sqlite_qos(file)
         if (path / "metadata.yaml").is_file():  # rosbags' YAML reader has no depth or alias budget
             from libredgetpu_ros.textdata import load_yaml_file
@@ -81,6 +82,20 @@ def _check_entries(path: Path) -> None:
         check_regular(path, "bag")
 
 
+SQLITE_URI_CHARS = "#?%"
+
+
+def _check_sqlite_path(path: Path) -> None:
+    """rosbags opens a .db3 as the SQLite URI f"file:{path}", unescaped: a '#', '?' or '%' anywhere in the
+    path cuts or rewrites it, so another file would be opened (or written). Refused, naming the way out."""
+    bad = sorted({c for c in str(path.absolute()) if c in SQLITE_URI_CHARS})
+    if bad:
+        from libredgetpu_ros.textdata import clip
+
+        raise InputError(f"sqlite3 bag {clip(str(path))}: its path holds {' '.join(map(repr, bad))}, which "
+                         f"rosbags' SQLite URI misreads; rename the folder or use mcap storage")
+
+
 def _check_sqlite_qos(path: Path) -> None:
     """Each topic's ``offered_qos_profiles`` YAML within textdata's budgets: rosbags parses it at open with
     no depth or alias bound (a deeply nested one was a RecursionError)."""
@@ -89,7 +104,7 @@ def _check_sqlite_qos(path: Path) -> None:
     from libredgetpu_ros.textdata import load_yaml
 
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)  # '#', '?', '%' escaped
         try:
             rows = conn.execute("SELECT offered_qos_profiles FROM topics").fetchall()
         finally:
@@ -138,6 +153,8 @@ def open_writer(path: str | Path, storage: str) -> Any:
         raise InputError(f"storage {storage!r} is not one of {', '.join(STORAGES)}")
     if path.exists():
         raise InputError(f"output bag {path} already exists: remove it or choose another name")
+    if storage == "sqlite3":  # written correctly by bags.writers, but rosbags could not read it back
+        _check_sqlite_path(path / f"{path.name}.db3")
     plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
     try:
         writer = install(Writer(path, version=9, storage_plugin=plugin))  # real CRCs, kill-safe (writers.py)
@@ -204,6 +221,8 @@ def new_bag(path: str | Path, storage: str) -> Iterator[Any]:
     path = Path(path)
     if path.exists():
         raise InputError(f"output bag {path} already exists: remove it or choose another name")
+    if storage == "sqlite3":
+        _check_sqlite_path(path / f"{path.name}.db3")  # before anything is made
     import sqlite3
 
     make_folder(path.parent)  # as rosbags' writer did; a folder that cannot be made is an OutputError

@@ -20,9 +20,10 @@ from __future__ import annotations
 import sqlite3
 import struct
 import time
+from pathlib import Path
 from typing import Any
 
-from rosbags.rosbag2 import StoragePlugin
+from rosbags.rosbag2 import CompressionMode, StoragePlugin, WriterError
 from rosbags.rosbag2.storage_mcap import McapWriter
 from rosbags.rosbag2.storage_sqlite3 import Sqlite3Writer
 
@@ -67,13 +68,16 @@ class CrcMcapWriter(McapWriter):
 class CommittingSqlite3Writer(Sqlite3Writer):
     """rosbags' sqlite3 writer committing every ``COMMIT_EVERY`` messages or ``COMMIT_PERIOD_S`` s."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # rosbags' connection refuses any thread but its opener's; process-bag writes from its writer thread
-        # (one thread at a time: ros/bag_writer.py). The same database reopened without that check (the
-        # schema is committed: executescript runs outside a transaction).
-        self.conn.close()
-        self.conn = sqlite3.connect(f"file:{self.path}", uri=True, check_same_thread=False)
+    def __init__(self, path: Path, compression: Any) -> None:
+        # Not rosbags' __init__: it opens f"file:{path}" as an SQLite URI, where a '#', '?' or '%' in a folder
+        # name cuts or rewrites the path (the database went to another file, silently). Opened here by its
+        # plain path, and without the same-thread check: process-bag writes from its writer thread (one
+        # thread at a time: ros/bag_writer.py). The attributes are the ones rosbags' writer methods use.
+        if compression == CompressionMode.STORAGE:
+            raise WriterError("SQLITE3 writer does not support storage-side compression.")
+        self.path = path / f"{path.name}.db3"
+        self.conn = sqlite3.connect(self.path, check_same_thread=False)
+        self.conn.executescript(self.SQLITE_SCHEMA)
         self.cursor = self.conn.cursor()
         self._pending = 0
         self._last_commit = time.monotonic()
