@@ -69,6 +69,65 @@ def border_correction(image, neighbours, zone, taps, quant, pool, raw, zero, sca
         out[z] = max(level - np.float32(correction[z] / (pool * pool)), np.float32(0.0))
 
 
+def _reflect101(i, n):  # pragma: no cover - compiled
+    """Index ``i`` (less than ``n`` outside) folded into [0, n): OpenCV's default border, reflect 101."""
+    if i < 0:
+        return -i
+    return 2 * n - i - 2 if i >= n else i
+
+
+def smooth(gray, taps, image, grad_x, grad_y):  # pragma: no cover - compiled
+    """flow_refine.smooth into the caller's arrays: ``image`` = ``gray`` (uint8 or float32) blurred by the
+    separable 9 ``taps`` (cv2.GaussianBlur's kernel at sigma 1), ``grad_x``, ``grad_y`` = its 3×3 Sobel / 8,
+    OpenCV's default border (reflect 101) for both; float32, the sums in tap order (OpenCV's order differs:
+    ~2e-7 relative, test_ttc.py). Each output row is one loop over row slices with range indices (no
+    negative-index check) and the taps as scalars: it vectorises, and a row costs one loop, not one per
+    tap; only the border columns of the gradients are done one by one."""
+    h, w = gray.shape
+    t0, t1, t2, t3, t4, t5, t6, t7, t8 = taps[0], taps[1], taps[2], taps[3], taps[4], taps[5], taps[6], \
+        taps[7], taps[8]
+    across = np.empty((h, w), np.float32)  # the horizontal pass
+    row = np.empty(w + 8, np.float32)
+    for y in range(h):
+        src, body = gray[y], row[4:4 + w]
+        for x in range(w):
+            body[x] = src[x]
+        for k in range(1, 5):
+            row[4 - k] = src[k]
+            row[3 + w + k] = src[w - 1 - k]
+        a0, a1, a2, a3, a4, a5, a6, a7, a8 = row[0:w], row[1:w + 1], row[2:w + 2], row[3:w + 3], \
+            row[4:w + 4], row[5:w + 5], row[6:w + 6], row[7:w + 7], row[8:w + 8]
+        out = across[y]
+        for x in range(w):
+            out[x] = (t0 * a0[x] + t1 * a1[x] + t2 * a2[x] + t3 * a3[x] + t4 * a4[x] + t5 * a5[x]
+                      + t6 * a6[x] + t7 * a7[x] + t8 * a8[x])
+    for y in range(h):
+        a0, a1, a2 = across[_reflect101(y - 4, h)], across[_reflect101(y - 3, h)], \
+            across[_reflect101(y - 2, h)]
+        a3, a4, a5 = across[_reflect101(y - 1, h)], across[y], across[_reflect101(y + 1, h)]
+        a6, a7, a8 = across[_reflect101(y + 2, h)], across[_reflect101(y + 3, h)], \
+            across[_reflect101(y + 4, h)]
+        out = image[y]
+        for x in range(w):
+            out[x] = (t0 * a0[x] + t1 * a1[x] + t2 * a2[x] + t3 * a3[x] + t4 * a4[x] + t5 * a5[x]
+                      + t6 * a6[x] + t7 * a7[x] + t8 * a8[x])
+    two, eighth = np.float32(2.0), np.float32(0.125)
+    for y in range(h):
+        up, mid, down = image[_reflect101(y - 1, h)], image[y], image[_reflect101(y + 1, h)]
+        ul, ur, ml, mr, dl, dr = up[0:w - 2], up[2:w], mid[0:w - 2], mid[2:w], down[0:w - 2], down[2:w]
+        um, dm = up[1:w - 1], down[1:w - 1]
+        gx, gy = grad_x[y, 1:w - 1], grad_y[y, 1:w - 1]
+        for x in range(w - 2):
+            gx[x] = ((ur[x] - ul[x]) + two * (mr[x] - ml[x]) + (dr[x] - dl[x])) * eighth
+            gy[x] = ((dl[x] - ul[x]) + two * (dm[x] - um[x]) + (dr[x] - ur[x])) * eighth
+        for x in (0, w - 1):
+            left, right = _reflect101(x - 1, w), _reflect101(x + 1, w)
+            grad_x[y, x] = ((up[right] - up[left]) + two * (mid[right] - mid[left])
+                            + (down[right] - down[left])) * eighth
+            grad_y[y, x] = ((down[left] - up[left]) + two * (down[x] - up[x]) + (down[right] - up[right])) \
+                * eighth
+
+
 def _reflect(i, n):  # pragma: no cover - compiled
     """Index ``i`` folded into [0, n) as OpenCV's BORDER_REFLECT (``fedcba|abcdefgh|hgfedcb``), any ``i``."""
     i %= 2 * n  # the pattern repeats every 2 n (non-negative remainder, as Python's)
@@ -105,31 +164,66 @@ def _solve(matrix, rhs, out):  # pragma: no cover - compiled
     return True
 
 
-def _select(values, n, k):  # pragma: no cover - compiled
-    """The ``k``-th smallest of ``values[:n]`` (Hoare's selection, reordering ``values`` in place)."""
-    lo, hi = 0, n - 1
-    while lo < hi:
-        pivot = values[k]
-        i, j = lo, hi
-        while i <= j:
-            while values[i] < pivot:
-                i += 1
-            while pivot < values[j]:
-                j -= 1
-            if i <= j:
-                values[i], values[j] = values[j], values[i]
-                i += 1
-                j -= 1
-        if j < k:
-            lo = i
-        if k < i:
-            hi = j
-    return values[k]
+_BINS = 256  # histogram bins per round of the selection
 
 
-def _median(values, n):  # pragma: no cover - compiled
-    """np.median of ``values[:n]``, ``n`` odd (a window of an odd side): reorders them."""
-    return _select(values, n, n // 2)
+def _select(values, n, k, spare, bins, counts):  # pragma: no cover - compiled
+    """The ``k``-th smallest of ``values[:n]`` (float32, finite), exactly, by histogram rounds: count the
+    values into ``_BINS`` bins (monotonic in the value; the first round over the mean ± 4 standard
+    deviations, the values beyond in the end bins, later ones over [min, max] of what is left), keep the
+    bin holding rank ``k``, until at most 16 are left, sorted then. A round over [min, max] always keeps
+    fewer (the min and the max fall in different bins). Counting is branch-free and keeping a bin mostly
+    skips values: a selection by comparisons (quickselect) mispredicts a branch on about every other value
+    of new data, which costs several times more. ``values`` and ``spare`` (n) are overwritten; ``bins``
+    (n, int32) and ``counts`` (4, _BINS: four histograms, so that equal neighbours do not wait on each
+    other's count) are scratch."""
+    src, dst = values, spare
+    first = True
+    while n > 16:
+        lo = hi = 0.0
+        if first:  # sums vectorise where a min and a max do not
+            total = squares = 0.0
+            for i in range(n):
+                total += src[i]
+                squares += np.float64(src[i]) * src[i]
+            mean = total / n
+            spread = 4.0 * math.sqrt(max(squares / n - mean * mean, 0.0))
+            lo, hi = mean - spread, mean + spread
+            first = False
+        if not hi > lo:
+            lo = hi = np.float64(src[0])
+            for i in range(n):
+                lo = min(lo, np.float64(src[i]))
+                hi = max(hi, np.float64(src[i]))
+            if lo == hi:
+                return src[0]
+        width = _BINS / (hi - lo)
+        counts[:] = 0
+        for i in range(n):
+            b = np.int32(min(max((np.float64(src[i]) - lo) * width, 0.0), _BINS - 1.0))
+            bins[i] = b
+            counts[i & 3, b] += 1
+        chosen, below = 0, 0
+        while True:
+            here = counts[0, chosen] + counts[1, chosen] + counts[2, chosen] + counts[3, chosen]
+            if below + here > k:
+                break
+            below += here
+            chosen += 1
+        kept = 0
+        for i in range(n):
+            if bins[i] == chosen:
+                dst[kept] = src[i]
+                kept += 1
+        n, k = kept, k - below
+        src, dst = dst, src
+    for i in range(1, n):  # insertion sort of the last few
+        value, j = src[i], i - 1
+        while j >= 0 and src[j] > value:
+            src[j + 1] = src[j]
+            j -= 1
+        src[j + 1] = value
+    return src[k]
 
 
 def _sample(axis, scale, shift, centre, size, first, index, frac):  # pragma: no cover - compiled
@@ -201,6 +295,7 @@ def register_scale(ref, cur, grad_x, grad_y, half, iterations, params):  # pragm
     wx = np.empty(n, np.float32)
     wy = np.empty(n, np.float32)
     weight = np.empty(n, np.float32)
+    spare, bins, counts = np.empty(n, np.float32), np.empty(n, np.int32), np.empty((4, _BINS), np.int32)
     columns, rows = np.empty((side, 2), np.int64), np.empty((side, 2), np.int64)
     col_frac, row_frac = np.empty(side, np.float32), np.empty(side, np.float32)
     normal = np.zeros((5, 5))
@@ -221,10 +316,10 @@ def register_scale(ref, cur, grad_x, grad_y, half, iterations, params):  # pragm
         if yardstick < 0.0:  # robust scale of the first residuals (MAD), kept: the weights' yardstick
             for k in range(n):
                 weight[k] = residual[k]  # scratch until the weights are made
-            centre = _median(weight, n)
+            centre = _select(weight, n, n // 2, spare, bins, counts)  # the median (n is odd)
             for k in range(n):
                 weight[k] = abs(residual[k] - centre)
-            yardstick = max(1.4826 * _median(weight, n), 0.5)
+            yardstick = max(1.4826 * _select(weight, n, n // 2, spare, bins, counts), 0.5)
         cutoff = np.float32(1.0 / (4.685 * max(yardstick, 1e-6)))
         # the normal equations' upper triangle and right-hand side, as scalars (registers, not memory)
         n00 = n01 = n02 = n03 = n04 = n11 = n12 = n13 = n14 = n22 = n23 = n24 = n33 = n34 = n44 = zero
@@ -291,9 +386,10 @@ def register_scale(ref, cur, grad_x, grad_y, half, iterations, params):  # pragm
 _EXACT = {"cache": True, "nogil": True}
 _SUMS = dict(_EXACT, fastmath={"reassoc", "contract"})  # vectorised sums, NaN kept
 KERNELS = (("_requantize", dict(_EXACT, inline="always")), ("border_correction", _EXACT),
-           ("_reflect", dict(_EXACT, inline="always")), ("_solve", _EXACT), ("_select", _EXACT),
-           ("_median", _EXACT), ("_sample", dict(_EXACT, inline="always")),
-           ("_bilinear", dict(_EXACT, inline="always")), ("window_texture", _SUMS), ("register_scale", _SUMS))
+           ("_reflect101", dict(_EXACT, inline="always")), ("smooth", _EXACT),
+           ("_reflect", dict(_EXACT, inline="always")), ("_solve", _EXACT), ("_select", _SUMS),
+           ("_sample", dict(_EXACT, inline="always")), ("_bilinear", dict(_EXACT, inline="always")),
+           ("window_texture", _SUMS), ("register_scale", _SUMS))
 
 
 def warm_up() -> bool:
@@ -309,6 +405,10 @@ def warm_up() -> bool:
             border_correction(image, neighbours, index, np.zeros((9, 2)), np.ones((5, 2)), 1, output,
                               np.float32(0.0), np.float32(1.0), np.zeros(1, np.float32))
     image = np.zeros((16, 16), np.float32)
+    taps = np.ones(9, np.float32)
+    for gray in (np.zeros((16, 16), np.uint8), image):  # the template's input (maybe a message's view)
+        for kind in (gray, jit.read_only(gray)):
+            smooth(kind, taps, image.copy(), image.copy(), image.copy())
     register_scale(image, image, image, image, 4, 1, np.array([0.0, 0.0, 0.0, 1.0, 0.0]))
     window_texture(image, image, 2, 2, 9)
     return True

@@ -34,6 +34,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+import cv2
 import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, InputError
@@ -140,6 +141,9 @@ def register_scale(ref: np.ndarray, cur: np.ndarray, half: int, iterations: int,
     return float(a), sigma_a, math.sqrt(var) / std, kept
 
 
+# cv2.GaussianBlur's float32 kernel at flow_refine.smooth's sigma (its size for that sigma): the compiled blur
+_TAPS = cv2.getGaussianKernel(round(flow_refine.SMOOTH_SIGMA * 8 + 1) | 1, flow_refine.SMOOTH_SIGMA,
+                              cv2.CV_32F).ravel()
 _COLD = (0.0, 0.0, 0.0, 1.0, 0.0)  # (s - 1, tx, ty, gain, bias): no motion, no lighting change
 
 
@@ -152,16 +156,33 @@ class ScaleTtc:
         # (flow_refine.smooth), compiled or loaded now; NumPy without numba
         self.kernels = kernels and looming_kernels.warm_up() and flow_kernels.warm_up()
         self._history: deque[tuple[float, np.ndarray, np.ndarray, np.ndarray]] = deque()
+        self._spare: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # frames left the history: reused
         self._last_a = 0.0  # the last good registration's s - 1: where the next one starts
         self._params = np.array(_COLD)  # (s - 1, tx, ty, gain, bias), in and out of the registration
 
     def reset(self) -> None:
+        self._spare.extend(frame[1:] for frame in self._history)
         self._history.clear()
         self._last_a = 0.0
 
     @property
     def samples(self) -> int:
         return len(self._history)
+
+    def _smooth(self, gray: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The frame blurred (sigma 1) and its Sobel gradients / 8 (flow_refine.smooth): compiled into the
+        arrays of a frame that left the history, else by flow_refine.smooth."""
+        gray = np.asarray(gray)
+        if not self.kernels or min(gray.shape) <= 4:
+            return flow_refine.smooth(np.asarray(gray, dtype=np.float32))
+        if gray.dtype != np.uint8:
+            gray = gray.astype(np.float32, copy=False)
+        gray = np.ascontiguousarray(gray)
+        while self._spare and self._spare[-1][0].shape != gray.shape:
+            self._spare.pop()  # the frame size changed
+        out = self._spare.pop() if self._spare else tuple(np.empty(gray.shape, np.float32) for _ in range(3))
+        looming_kernels.smooth(gray, _TAPS, *out)
+        return out
 
     def update(self, gray: np.ndarray, stamp_s: float) -> TtcEstimate:
         if not math.isfinite(stamp_s):
@@ -170,11 +191,10 @@ class ScaleTtc:
         last = self._history[-1][0] if self._history else None
         if last is not None and (stamp_s <= last or stamp_s - last > st.max_gap_s):
             self.reset()  # time went backwards (bag loop, clock reset) or the stream had a gap
-        # blurred (sigma 1) with its Sobel gradients / 8, in one call when compiled (flow_refine.smooth)
-        image, grad_x, grad_y = flow_refine.smooth(np.asarray(gray, dtype=np.float32))
+        image, grad_x, grad_y = self._smooth(gray)
         self._history.append((float(stamp_s), image, grad_x, grad_y))
         while len(self._history) > 2 and stamp_s - self._history[1][0] >= st.span_s:
-            self._history.popleft()
+            self._spare.append(self._history.popleft()[1:])
         ref_stamp, ref, ref_gx, ref_gy = self._history[0]
         span = stamp_s - ref_stamp
         if span < st.min_span_s:

@@ -220,3 +220,44 @@ def test_compiled_registration_equals_the_numpy_one() -> None:
             assert fast[3] == pytest.approx(slow[3], abs=1e-3)
             assert fast_end[0] == fast[0] and slow_end[0] == slow[0]  # the solution written back
             np.testing.assert_allclose(fast_end[1:], slow_end[1:], atol=2e-2)
+
+
+def test_compiled_smoothing_equals_opencv() -> None:
+    """looming_kernels.smooth (the frames of the compiled TTC, into reused arrays) against cv2.GaussianBlur
+    (sigma 1) and cv2.Sobel / 8 with OpenCV's default border, on uint8 and float32 frames of several sizes:
+    within 2e-6 of the value range (the sums run in another order)."""
+    import cv2
+    from libredgetpu_ros.robotics import looming_kernels
+    from libredgetpu_ros.robotics.ttc import _TAPS
+
+    if not looming_kernels.warm_up():
+        pytest.skip("numba is not installed: the NumPy path is the only one")
+    rng = np.random.default_rng(4)
+    for shape in ((64, 64), (128, 128), (48, 80), (9, 9)):
+        for gray in (rng.integers(0, 256, shape, dtype=np.uint8), np.rint(textures.natural(5, 128))[
+                :shape[0], :shape[1]].astype(np.float32)):
+            out = [np.full(shape, np.nan, np.float32) for _ in range(3)]
+            looming_kernels.smooth(gray, _TAPS, *out)
+            blurred = cv2.GaussianBlur(gray.astype(np.float32), (0, 0), 1.0)
+            expected = (blurred, cv2.Sobel(blurred, cv2.CV_32F, 1, 0, ksize=3, scale=1 / 8),
+                        cv2.Sobel(blurred, cv2.CV_32F, 0, 1, ksize=3, scale=1 / 8))
+            for got, want in zip(out, expected, strict=True):
+                np.testing.assert_allclose(got, want, rtol=0, atol=2e-6 * 255)
+
+
+def test_histogram_selection_is_exact() -> None:
+    """looming_kernels._select (the MAD's medians) gives np.sort(v)[k] on normal, heavy-tailed, tied,
+    constant and outlier-laden float32 data of odd and even sizes."""
+    from libredgetpu_ros.robotics import looming_kernels
+
+    if not looming_kernels.warm_up():
+        pytest.skip("numba is not installed: the NumPy path is the only one")
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 17, 100, 1521, 5929):
+        spare, bins, counts = np.empty(n, np.float32), np.empty(n, np.int32), np.empty((4, 256), np.int32)
+        for values in (rng.normal(size=n), rng.standard_cauchy(size=n), rng.integers(0, 4, n),
+                       np.full(n, 3.5), np.where(rng.random(n) < 0.1, 1e30, rng.normal(size=n)),
+                       np.float32(1) + (rng.random(n) < 0.5) * np.float32(1.2e-7)):
+            data = np.asarray(values, np.float32)
+            for k in {0, n // 2, n - 1}:
+                assert looming_kernels._select(data.copy(), n, k, spare, bins, counts) == np.sort(data)[k]
