@@ -5,8 +5,9 @@ them (1-2 µs each). Here a frame's preparation (pool, border crop, zero mean, e
 a pair's scores, overlap energies and peak another (numba, LLVM-vectorised, cached on disk after the first
 compile), which is what makes the CPU part ≥ 3× faster than LibrEdgeTPU's at 64×64 (bench/results/flow.md).
 
-Vectorisation needs the inner loop to run over two contiguous slices with a plain ``range`` index: indexing
-``a[y - dy, k - off]`` instead makes numba check for negative indices on every access and runs 4× slower.
+Vectorisation needs the inner loop to index contiguous memory with a plain ``range`` index and no signed
+arithmetic: indexing ``a[y - dy, k - off]`` makes numba check for negative indices on every access and runs
+4× slower; flat arrays indexed by unsigned offsets (or a slice per row, which costs a reference count) do not.
 
 Same arithmetic as the NumPy path: float64 sums, exact for the integer features of the ``libredgetpu`` mode
 whatever the summation order (partial sums stay far below 2**53); the normalised mode correlates in float32
@@ -36,66 +37,77 @@ def pool_features(feature_map, factor, zero, margin, zero_mean, pooled, table): 
     """``pooled[y, x, c]``: block sum (``factor``; 1 = none) of ``feature_map - zero`` over the cells
     ``margin`` in from each edge, minus each channel's mean when ``zero_mean``. ``table``: the summed-area
     table (``(h+1)×(w+1)``, zero first row/column) of the per-cell energy ``Σ_c pooled²``; skipped when
-    ``table`` is empty."""
+    ``table`` is empty. Flat unsigned indices (see the module's docstring)."""
     h, w, c = pooled.shape
-    for y in range(h):
-        for x in range(w):
-            for ch in range(c):
-                pooled[y, x, ch] = 0.0
+    width = feature_map.shape[1]
+    src, dst = feature_map.reshape(feature_map.size), pooled.reshape(pooled.size)
+    uc = np.uint64(c)
+    if factor == 1:  # the pooled template: the cells inside the margin, as float64
+        run = np.uint64(w * c)
+        for y in range(h):
+            s, d = np.uint64(((y + margin) * width + margin) * c), np.uint64(y * w * c)
+            for k in range(run):
+                dst[d + k] = src[s + k]
+    else:
+        dst[:] = 0.0
+        for y in range(h):
             for dy in range(factor):
                 row = (y + margin) * factor + dy
-                for dx in range(factor):
-                    col = (x + margin) * factor + dx
-                    for ch in range(c):
-                        pooled[y, x, ch] += feature_map[row, col, ch]
-    offset = float(zero) * factor * factor
-    for ch in range(c):
-        mean = offset
-        if zero_mean:
-            total = 0.0
-            for y in range(h):
                 for x in range(w):
-                    total += pooled[y, x, ch]
-            mean = total / (h * w)
-        if mean != 0.0:
-            for y in range(h):
-                for x in range(w):
-                    pooled[y, x, ch] -= mean
+                    d = np.uint64((y * w + x) * c)
+                    for dx in range(factor):
+                        s = np.uint64((row * width + (x + margin) * factor + dx) * c)
+                        for ch in range(uc):
+                            dst[d + ch] += src[s + ch]
+    means = np.full(c, float(zero) * factor * factor)
+    cells = np.uint64(h * w)
+    if zero_mean:
+        means[:] = 0.0
+        for p in range(cells):
+            d = p * uc
+            for ch in range(uc):
+                means[ch] += dst[d + ch]
+        means /= h * w
+    for p in range(cells):
+        d = p * uc
+        for ch in range(uc):
+            dst[d + ch] -= means[ch]
     if table.size:
         for x in range(w + 1):
             table[0, x] = 0.0
         for y in range(h):
             table[y + 1, 0] = 0.0
-            run = 0.0
+            run_sum = 0.0
             for x in range(w):
+                d = np.uint64((y * w + x) * c)
                 cell = 0.0
-                for ch in range(c):
-                    cell += pooled[y, x, ch] * pooled[y, x, ch]
-                run += cell
-                table[y + 1, x + 1] = table[y, x + 1] + run
+                for ch in range(uc):
+                    cell += dst[d + ch] * dst[d + ch]
+                run_sum += cell
+                table[y + 1, x + 1] = table[y, x + 1] + run_sum
 
 
 def _correlate(a, b, r, scores):  # pragma: no cover - compiled
     """``scores[dy + r, dx + r] = Σ a[y - dy, x - dx, :] · b[y, x, :]`` over the overlap (each row summed in
-    the arrays' dtype, the rows in float64)."""
+    the arrays' dtype, the rows in float64). Flat unsigned indices: a signed one is checked for a negative
+    value on every access, and a slice per row costs a reference count (2 µs of 9 at 14×14×8)."""
     h, w, c = a.shape
+    fa, fb = a.reshape(a.size), b.reshape(b.size)
     zero = np.zeros(1, a.dtype)[0]
-    fa = a.reshape(h, w * c)
-    fb = b.reshape(h, w * c)
     for j in range(2 * r + 1):
         dy = j - r
         y0, y1 = max(0, dy), h + min(0, dy)
         for i in range(2 * r + 1):
             dx = i - r
             lo, hi = max(0, dx) * c, (w + min(0, dx)) * c
-            n = hi - lo
+            n = np.uint64(hi - lo)
             acc = 0.0
             for y in range(y0, y1):
-                ra = fa[y - dy, lo - dx * c:hi - dx * c]
-                rb = fb[y, lo:hi]
+                pa = np.uint64((y - dy) * w * c + lo - dx * c)  # both >= 0: y >= dy, lo >= dx * c
+                pb = np.uint64(y * w * c + lo)
                 row = zero  # a row's sum in the features' own type (float32 lanes: twice as many)
                 for k in range(n):
-                    row += ra[k] * rb[k]
+                    row += fa[pa + k] * fb[pb + k]
                 acc += row
             scores[j, i] = acc
 
@@ -179,13 +191,11 @@ def soft_argmax_peak(a, b, r, temperature, counts, scores):  # pragma: no cover 
 def luma(rgb, out):  # pragma: no cover - compiled
     """``out`` = BT.601 luma of the uint8 RGB image ``rgb`` (h, w, 3), bit for bit as cv2.cvtColor's
     COLOR_RGB2GRAY computes it (15-bit fixed point, rounded); one pass, no OpenCV call around it."""
-    h, w = out.shape
-    flat = rgb.reshape(h, w * 3)
-    for y in range(h):
-        src, dst = flat[y], out[y]
-        for x in range(w):
-            dst[x] = (np.int32(src[3 * x]) * 9798 + np.int32(src[3 * x + 1]) * 19235
-                      + np.int32(src[3 * x + 2]) * 3735 + 16384) >> 15
+    src, dst = rgb.reshape(rgb.size), out.reshape(out.size)
+    for p in range(np.uint64(dst.size)):
+        q = np.uint64(3) * p
+        dst[p] = (np.int32(src[q]) * 9798 + np.int32(src[q + np.uint64(1)]) * 19235
+                  + np.int32(src[q + np.uint64(2)]) * 3735 + 16384) >> 15
 
 
 def stretch(gray, gain, min_std, out):  # pragma: no cover - compiled
@@ -193,13 +203,11 @@ def stretch(gray, gain, min_std, out):  # pragma: no cover - compiled
     the deviation is at least ``min_std``, ``out`` = the frame stretched to mean 128 and ``gain`` grey levels
     per deviation: each level once as OpenCV/NumPy compute it in OpticalFlow.features (float32, rounded half
     to even, clipped), then looked up per pixel."""
-    h, w = gray.shape
+    pixels, dst = gray.reshape(gray.size), out.reshape(out.size)
+    n = pixels.size
     counts = np.zeros(256, np.int64)
-    for y in range(h):
-        row = gray[y]
-        for x in range(w):
-            counts[row[x]] += 1
-    n = h * w
+    for p in range(np.uint64(n)):
+        counts[pixels[p]] += 1
     total = 0
     for level in range(256):
         total += level * counts[level]
@@ -216,10 +224,8 @@ def stretch(gray, gain, min_std, out):  # pragma: no cover - compiled
     for level in range(256):
         value = np.rint((np.float32(level) - centre) * factor + np.float32(128.0))
         table[level] = np.uint8(min(max(value, np.float32(0.0)), np.float32(255.0)))
-    for y in range(h):
-        row, dst = gray[y], out[y]
-        for x in range(w):
-            dst[x] = table[row[x]]
+    for p in range(np.uint64(n)):
+        dst[p] = table[pixels[p]]
     return mean, std
 
 

@@ -6,8 +6,8 @@ result), so a refined pair costs a handful of Python calls instead of dozens (is
 
 - ``fine_level``: a level's Gaussian blur (cv2.GaussianBlur's separable taps, OpenCV's order: rows first) and
   3×3 Sobel / 8, reflect-101 borders, float32 as OpenCV computes them (sums in another order: ~1e-7 apart).
-  Each output pixel's taps are summed in registers over shifted row slices (the loops vectorise), not
-  accumulated tap by tap through memory. ``flow_refine.smooth`` (the looming TTC's frames too) uses it.
+  Each output pixel's taps are summed in registers (the loops vectorise), not accumulated tap by tap
+  through memory. ``flow_refine.smooth`` (the looming TTC's frames too) uses it.
 - ``lk``: Gauss-Newton iterations of the global translation at one level (inverse compositional). A
   translation samples every pixel with the same bilinear weights: the warp is a 2×2 stencil over contiguous
   row slices and no warped image is made. The Gauss-Newton matrix depends on the template's gradients over
@@ -29,6 +29,10 @@ import numpy as np
 from libredgetpu_ros import jit
 
 NO_OVERLAP, APERTURE, RAN_OUT, CONVERGED = 0, 1, 2, 3  # how a level's iterations ended
+# Flat indices into the images are unsigned: numba checks a signed index for a negative value on every
+# access (the wrap-around), which keeps the loops from vectorising; slices per row instead cost a
+# reference count each. Sums of unsigned with signed integers are floats in numba: every index term is _U.
+_U = np.uint64
 
 
 def overlap(h, w, dx, dy, border):  # pragma: no cover - compiled
@@ -59,66 +63,66 @@ def _pad101(image, r, out):  # pragma: no cover - compiled
             out[y, r + w - 1 + k] = src[w - 1 - k]
 
 
-def _taps9(dst, src, t, n):  # pragma: no cover - compiled
-    """``dst[x] = Σ_k t[k] · src[x + k]`` for 9 taps, in registers over shifted slices (vectorised)."""
-    s0, s1, s2, s3, s4 = src[0:n], src[1:n + 1], src[2:n + 2], src[3:n + 3], src[4:n + 4]
-    s5, s6, s7, s8 = src[5:n + 5], src[6:n + 6], src[7:n + 7], src[8:n + 8]
-    t0, t1, t2, t3, t4, t5, t6, t7, t8 = t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8]
-    for x in range(n):
-        dst[x] = (t0 * s0[x] + t1 * s1[x] + t2 * s2[x] + t3 * s3[x] + t4 * s4[x] + t5 * s5[x] + t6 * s6[x]
-                  + t7 * s7[x] + t8 * s8[x])
-
-
-def _columns9(dst, rows, y, t, n):  # pragma: no cover - compiled
-    """``dst[x] = Σ_k t[k] · rows[y + k, x]`` for 9 taps (vectorised over x)."""
-    s0, s1, s2, s3, s4 = rows[y, 0:n], rows[y + 1, 0:n], rows[y + 2, 0:n], rows[y + 3, 0:n], rows[y + 4, 0:n]
-    s5, s6, s7, s8 = rows[y + 5, 0:n], rows[y + 6, 0:n], rows[y + 7, 0:n], rows[y + 8, 0:n]
-    t0, t1, t2, t3, t4, t5, t6, t7, t8 = t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8]
-    for x in range(n):
-        dst[x] = (t0 * s0[x] + t1 * s1[x] + t2 * s2[x] + t3 * s3[x] + t4 * s4[x] + t5 * s5[x] + t6 * s6[x]
-                  + t7 * s7[x] + t8 * s8[x])
-
-
 def fine_level(gray, taps, image, grad_x, grad_y):  # pragma: no cover - compiled
     """One level of robotics/flow_refine.py: ``image`` = ``gray`` (uint8 or float32) blurred by the separable
     ``taps`` (cv2.GaussianBlur's kernel), ``grad_x``, ``grad_y`` = its 3×3 Sobel / 8, both with OpenCV's
-    default border (reflect 101), in float32 as OpenCV computes them (sums in another order: ~1e-7 apart)."""
+    default border (reflect 101), in float32 as OpenCV computes them (sums in another order: ~1e-7 apart).
+    The 9 taps of SMOOTH_SIGMA 1 are summed in registers per pixel (flat unsigned indices, see _U)."""
     h, w = gray.shape
     r = taps.size // 2
-    padded = np.empty((h + 2 * r, w + 2 * r), np.float32)
+    wp = w + 2 * r
+    padded = np.empty((h + 2 * r, wp), np.float32)
     _pad101(gray, r, padded)
     across = np.empty((h + 2 * r, w), np.float32)  # the horizontal pass, on every padded row
+    n, uw, one = _U(w), _U(w), _U(1)
     if taps.size == 9:
+        src, dst = padded.reshape(padded.size), across.reshape(across.size)
+        t0, t1, t2, t3, t4 = taps[0], taps[1], taps[2], taps[3], taps[4]
+        t5, t6, t7, t8 = taps[5], taps[6], taps[7], taps[8]
         for y in range(h + 2 * r):
-            _taps9(across[y], padded[y], taps, w)
+            a, b = _U(y * wp), _U(y * w)
+            for x in range(n):
+                i = a + x
+                dst[b + x] = (t0 * src[i] + t1 * src[i + one] + t2 * src[i + _U(2)] + t3 * src[i + _U(3)]
+                              + t4 * src[i + _U(4)] + t5 * src[i + _U(5)] + t6 * src[i + _U(6)]
+                              + t7 * src[i + _U(7)] + t8 * src[i + _U(8)])
+        src, dst = across.reshape(across.size), image.reshape(h * w)
         for y in range(h):
-            _columns9(image[y], across, y, taps, w)
+            a = _U(y * w)
+            for x in range(n):
+                i = a + x
+                dst[i] = (t0 * src[i] + t1 * src[i + uw] + t2 * src[i + _U(2) * uw] + t3 * src[i + _U(3) * uw]
+                          + t4 * src[i + _U(4) * uw] + t5 * src[i + _U(5) * uw] + t6 * src[i + _U(6) * uw]
+                          + t7 * src[i + _U(7) * uw] + t8 * src[i + _U(8) * uw])
     else:  # any other kernel size: tap by tap
         across[:] = 0.0
         for y in range(h + 2 * r):
             row = across[y]
             for k in range(taps.size):
-                c, src = taps[k], padded[y, k:k + w]
+                c, line = taps[k], padded[y, k:k + w]
                 for x in range(w):
-                    row[x] += c * src[x]
+                    row[x] += c * line[x]
         for y in range(h):
             out = image[y]
             out[:] = 0.0
             for k in range(taps.size):
-                c, src = taps[k], across[y + k]
+                c, line = taps[k], across[y + k]
                 for x in range(w):
-                    out[x] += c * src[x]
+                    out[x] += c * line[x]
     edge = np.empty((h + 2, w + 2), np.float32)
     _pad101(image, 1, edge)
-    two, eighth = np.float32(2.0), np.float32(0.125)
+    e, gxf, gyf = edge.reshape(edge.size), grad_x.reshape(h * w), grad_y.reshape(h * w)
+    two, eighth, we = np.float32(2.0), np.float32(0.125), _U(w + 2)
     for y in range(h):
-        ul, um, ur = edge[y, 0:w], edge[y, 1:w + 1], edge[y, 2:w + 2]
-        ml, mr = edge[y + 1, 0:w], edge[y + 1, 2:w + 2]
-        dl, dm, dr = edge[y + 2, 0:w], edge[y + 2, 1:w + 1], edge[y + 2, 2:w + 2]
-        gx, gy = grad_x[y], grad_y[y]
-        for x in range(w):
-            gx[x] = ((ur[x] - ul[x]) + two * (mr[x] - ml[x]) + (dr[x] - dl[x])) * eighth
-            gy[x] = ((dl[x] - ul[x]) + two * (dm[x] - um[x]) + (dr[x] - ur[x])) * eighth
+        u = _U(y) * we  # the rows above, at and below y, padded
+        m = u + we
+        d = m + we
+        o = _U(y * w)
+        for x in range(n):
+            ul, um, ur = e[u + x], e[u + x + one], e[u + x + _U(2)]
+            dl, dm, dr = e[d + x], e[d + x + one], e[d + x + _U(2)]
+            gxf[o + x] = ((ur - ul) + two * (e[m + x + _U(2)] - e[m + x]) + (dr - dl)) * eighth
+            gyf[o + x] = ((dl - ul) + two * (dm - um) + (dr - ur)) * eighth
 
 
 def levels(gray, taps, level0, level1):  # pragma: no cover - compiled
@@ -137,17 +141,21 @@ def levels(gray, taps, level0, level1):  # pragma: no cover - compiled
     fine_level(half, taps, level1[0], level1[1], level1[2])
 
 
-def _hessian(grad_x, grad_y, y0, y1, x0, x1):  # pragma: no cover - compiled
-    """Σ gx², Σ gx·gy, Σ gy² over the box (float32 per row, float64 across rows)."""
+def _hessian(template, y0, y1, x0, x1):  # pragma: no cover - compiled
+    """Σ gx², Σ gx·gy, Σ gy² of a (3, h, w) level's gradients over the box (float32 per row, float64 across
+    rows)."""
+    _, h, w = template.shape
+    flat = template.reshape(template.size)
+    plane, n = _U(h * w), _U(x1 - x0)
     a = b = c = 0.0
-    n = x1 - x0
     for y in range(y0, y1):
-        gx, gy = grad_x[y, x0:x1], grad_y[y, x0:x1]
+        row = _U(y * w + x0) + plane
         sa = sb = sc = np.float32(0.0)
         for k in range(n):
-            sa += gx[k] * gx[k]
-            sb += gx[k] * gy[k]
-            sc += gy[k] * gy[k]
+            gx, gy = flat[row + k], flat[row + plane + k]
+            sa += gx * gx
+            sb += gx * gy
+            sc += gy * gy
         a += sa
         b += sb
         c += sc
@@ -155,6 +163,7 @@ def _hessian(grad_x, grad_y, y0, y1, x0, x1):  # pragma: no cover - compiled
 
 
 def _weights(ux, uy):  # pragma: no cover - compiled
+    """(floor of ux, floor of uy, the four bilinear weights in float32) of a translation."""
     ix, iy = math.floor(ux), math.floor(uy)
     fx, fy = np.float32(ux - ix), np.float32(uy - iy)
     one = np.float32(1.0)
@@ -166,8 +175,9 @@ def lk(template, moving, ux, uy, iterations, border, min_det, converged_px):  # 
     ``template``'s gradients over the overlap, the error of ``moving`` sampled at y + u); ``template`` and
     ``moving`` are (3, h, w) levels. ``(ux, uy, how)`` with ``how`` one of NO_OVERLAP, APERTURE (det <=
     ``min_det`` · a·c), RAN_OUT, CONVERGED (a step under ``converged_px`` on both axes)."""
-    image, grad_x, grad_y, frame = template[0], template[1], template[2], moving[0]
-    h, w = image.shape
+    _, h, w = template.shape
+    flat, frame = template.reshape(template.size), moving.reshape(moving.size)
+    plane, uw, one = _U(h * w), _U(w), _U(1)
     box = (-1, -1, -1, -1)
     a = b = c = 0.0
     for _ in range(iterations):
@@ -175,23 +185,24 @@ def lk(template, moving, ux, uy, iterations, border, min_det, converged_px):  # 
         if not ok:
             return ux, uy, NO_OVERLAP
         if (y0, y1, x0, x1) != box:
-            a, b, c = _hessian(grad_x, grad_y, y0, y1, x0, x1)
+            a, b, c = _hessian(template, y0, y1, x0, x1)
             box = (y0, y1, x0, x1)
         det = a * c - b * b
         if not det > min_det * max(a * c, 1e-30):
             return ux, uy, APERTURE
         ix, iy, w00, w01, w10, w11 = _weights(ux, uy)
-        n = x1 - x0
+        n = _U(x1 - x0)
         ex = ey = 0.0
         for y in range(y0, y1):
-            m0 = frame[y + iy, x0 + ix:x1 + ix + 1]
-            m1 = frame[y + iy + 1, x0 + ix:x1 + ix + 1]
-            t, gx, gy = image[y, x0:x1], grad_x[y, x0:x1], grad_y[y, x0:x1]
+            t = _U(y * w + x0)  # the template's row; the moving frame's two rows under it
+            m0 = _U((y + iy) * w + x0 + ix)
+            m1 = m0 + uw
             sx = sy = np.float32(0.0)
             for k in range(n):
-                e = w00 * m0[k] + w01 * m0[k + 1] + w10 * m1[k] + w11 * m1[k + 1] - t[k]
-                sx += gx[k] * e
-                sy += gy[k] * e
+                e = (w00 * frame[m0 + k] + w01 * frame[m0 + k + one] + w10 * frame[m1 + k]
+                     + w11 * frame[m1 + k + one] - flat[t + k])
+                sx += flat[plane + t + k] * e
+                sy += flat[plane + plane + t + k] * e
             ex += sx
             ey += sy
         step_x = (c * ex - b * ey) / det
@@ -205,28 +216,31 @@ def lk(template, moving, ux, uy, iterations, border, min_det, converged_px):  # 
 def match(template, moving, ux, uy, y0, y1, x0, x1):  # pragma: no cover - compiled
     """Zero-mean NCC of ``template`` and ``moving`` sampled at y + u (bilinear, lk's stencil) over the box
     (which overlap() keeps inside ``moving``); 0 when either is flat (variance <= 1e-6), as ``ncc.score``."""
-    image, frame = template[0], moving[0]
+    w = template.shape[2]
+    flat, frame = template.reshape(template.size), moving.reshape(moving.size)
     ix, iy, w00, w01, w10, w11 = _weights(ux, uy)
-    n = x1 - x0
+    n, uw, one = _U(x1 - x0), _U(w), _U(1)
     st = sm = stt = smm = stm = 0.0
     for y in range(y0, y1):
-        m0 = frame[y + iy, x0 + ix:x1 + ix + 1]
-        m1 = frame[y + iy + 1, x0 + ix:x1 + ix + 1]
-        t = image[y, x0:x1]
+        t = _U(y * w + x0)
+        m0 = _U((y + iy) * w + x0 + ix)
+        m1 = m0 + uw
         rt = rm = rtt = rmm = rtm = np.float32(0.0)
         for k in range(n):
-            v = w00 * m0[k] + w01 * m0[k + 1] + w10 * m1[k] + w11 * m1[k + 1]
-            rt += t[k]
+            v = (w00 * frame[m0 + k] + w01 * frame[m0 + k + one] + w10 * frame[m1 + k]
+                 + w11 * frame[m1 + k + one])
+            g = flat[t + k]
+            rt += g
             rm += v
-            rtt += t[k] * t[k]
+            rtt += g * g
             rmm += v * v
-            rtm += t[k] * v
+            rtm += g * v
         st += rt
         sm += rm
         stt += rtt
         smm += rmm
         stm += rtm
-    count = n * (y1 - y0)
+    count = (x1 - x0) * (y1 - y0)
     mean_t, mean_m = st / count, sm / count
     var_t, var_m = stt / count - mean_t * mean_t, smm / count - mean_m * mean_m
     if var_t <= 1e-6 or var_m <= 1e-6:
@@ -252,9 +266,8 @@ def refine_seed(coarse_t, coarse_m, fine_t, fine_m, ux, uy, iterations_coarse, i
 
 _EXACT = {"cache": True, "nogil": True}
 _SUMS = {"cache": True, "nogil": True, "fastmath": {"reassoc", "contract"}}  # vectorised sums, NaN kept
-KERNELS = (("overlap", _EXACT), ("_pad101", _EXACT), ("_taps9", _SUMS), ("_columns9", _SUMS),
-           ("fine_level", _SUMS), ("levels", _SUMS), ("_hessian", _SUMS), ("_weights", _EXACT),
-           ("lk", _SUMS), ("match", _SUMS), ("refine_seed", _SUMS))
+KERNELS = (("overlap", _EXACT), ("_pad101", _EXACT), ("fine_level", _SUMS), ("levels", _SUMS),
+           ("_hessian", _SUMS), ("_weights", _EXACT), ("lk", _SUMS), ("match", _SUMS), ("refine_seed", _SUMS))
 _warm = False
 
 
