@@ -41,12 +41,12 @@ from libredgetpu_ros.bags.storage import messages as bag_messages
 from libredgetpu_ros.textdata import clip_repr
 
 # The reader and writer threads run this much nicer than the process (Linux: per thread; 0: as nice), so the
-# pipeline's thread and the inference library's workers (LiteRT's) win a core the helpers want at the same
-# moment: a LiteRT worker kept waiting behind a helper left the loop's thread spinning at LiteRT's barrier
-# (bench/results/process_bag.md, "where the time goes"). The helpers need ~7% of the loop thread's CPU on
-# the fastest model (classify, ~1.5 ms a frame); nice 10 still gives them ~10% of a core they share with
-# one nice-0 thread, and they run ahead through their queues, so they are not starved into the bottleneck.
-HELPER_NICE = 10
+# pipeline's thread and the inference library's workers (LiteRT's) win a core they and a helper want at the
+# same moment (less run-queue wait for the loop's thread). Not more: a helper preempted while it holds the
+# GIL leaves the loop's thread asleep until the helper gets a core back, which a very nice thread rarely
+# does on a busy machine. The helpers need ~7% of the loop's CPU; nice 5 still leaves them ~25% of a core
+# shared with one nice-0 thread. Measured at 0, 5, 10 and 19: docs/replay_testing.md.
+HELPER_NICE = 5
 
 
 def yield_to_pipeline() -> None:
