@@ -164,19 +164,19 @@ def _solve(matrix, rhs, out):  # pragma: no cover - compiled
     return True
 
 
-_BINS = 256  # histogram bins per round of the selection
+_BINS = 256  # histogram bins per round of the selection (a bin index fits a uint8)
 
 
 def _select(values, n, k, spare, bins, counts):  # pragma: no cover - compiled
     """The ``k``-th smallest of ``values[:n]`` (float32, finite), exactly, by histogram rounds: count the
     values into ``_BINS`` bins (monotonic in the value; the first round over the mean ± 4 standard
     deviations, the values beyond in the end bins, later ones over [min, max] of what is left), keep the
-    bin holding rank ``k``, until at most 16 are left, sorted then. A round over [min, max] always keeps
-    fewer (the min and the max fall in different bins). Counting is branch-free and keeping a bin mostly
-    skips values: a selection by comparisons (quickselect) mispredicts a branch on about every other value
-    of new data, which costs several times more. ``values`` and ``spare`` (n) are overwritten; ``bins``
-    (n, int32) and ``counts`` (4, _BINS: four histograms, so that equal neighbours do not wait on each
-    other's count) are scratch."""
+    bin holding rank ``k``, until at most 16 are left, sorted then. A round over [min, max] keeps fewer (the
+    min and the max fall in different bins; if rounding says otherwise, the rest is sorted). Counting is
+    branch-free and keeping a bin mostly skips values: a selection by comparisons (quickselect)
+    mispredicts a branch on about every other value of new data, several times the cost. ``values`` and
+    ``spare`` (n) are overwritten; ``bins`` (n, uint8) and ``counts`` (4 _BINS, int32: four interleaved
+    histograms, so that equal neighbours do not wait on each other's count) are scratch."""
     src, dst = values, spare
     first = True
     while n > 16:
@@ -189,7 +189,6 @@ def _select(values, n, k, spare, bins, counts):  # pragma: no cover - compiled
             mean = total / n
             spread = 4.0 * math.sqrt(max(squares / n - mean * mean, 0.0))
             lo, hi = mean - spread, mean + spread
-            first = False
         if not hi > lo:
             lo = hi = np.float64(src[0])
             for i in range(n):
@@ -197,25 +196,29 @@ def _select(values, n, k, spare, bins, counts):  # pragma: no cover - compiled
                 hi = max(hi, np.float64(src[i]))
             if lo == hi:
                 return src[0]
-        width = _BINS / (hi - lo)
+        width, lo32 = np.float32(min(_BINS / (hi - lo), 1e30)), np.float32(lo)
+        top, none = np.float32(_BINS - 1), np.float32(0.0)
+        for i in range(n):
+            bins[i] = np.uint8(min(max((src[i] - lo32) * width, none), top))
         counts[:] = 0
         for i in range(n):
-            b = np.int32(min(max((np.float64(src[i]) - lo) * width, 0.0), _BINS - 1.0))
-            bins[i] = b
-            counts[i & 3, b] += 1
+            counts[(np.uint32(bins[i]) << np.uint32(2)) | np.uint32(i & 3)] += 1
         chosen, below = 0, 0
         while True:
-            here = counts[0, chosen] + counts[1, chosen] + counts[2, chosen] + counts[3, chosen]
+            at = 4 * chosen
+            here = counts[at] + counts[at + 1] + counts[at + 2] + counts[at + 3]
             if below + here > k:
                 break
             below += here
             chosen += 1
-        kept = 0
+        kept, bin8 = 0, np.uint8(chosen)
         for i in range(n):
-            if bins[i] == chosen:
+            if bins[i] == bin8:
                 dst[kept] = src[i]
                 kept += 1
-        n, k = kept, k - below
+        if kept == n and not first:
+            break
+        n, k, first = kept, k - below, False
         src, dst = dst, src
     for i in range(1, n):  # insertion sort of the last few
         value, j = src[i], i - 1
@@ -226,19 +229,20 @@ def _select(values, n, k, spare, bins, counts):  # pragma: no cover - compiled
     return src[k]
 
 
-def _sample(axis, scale, shift, centre, size, first, index, frac):  # pragma: no cover - compiled
+def _sample(axis, scale, shift, centre, size, first, low, high, frac):  # pragma: no cover - compiled
     """Per window column (or row) ``i``: the source position ``scale · (first + i - centre) + centre +
-    shift`` as its two neighbours ``index[i, 0:2]`` (BORDER_REFLECT outside the frame) and ``frac[i]``, the
-    bilinear weight of the second. The warp is separable (a scale and a shift per axis), so a Gauss-Newton
-    step computes this once per column and once per row instead of once per pixel."""
+    shift`` as its two neighbours ``low[i]``, ``high[i]`` (unsigned: indexing with them needs no
+    negative-index check, so the warp's loop vectorises; BORDER_REFLECT outside the frame) and ``frac[i]``,
+    the bilinear weight of the second. The warp is separable (a scale and a shift per axis), so a
+    Gauss-Newton step computes this once per column and once per row instead of once per pixel."""
     for i in range(axis):
         position = scale * (first + i - centre) + centre + shift
-        low = math.floor(position)
-        frac[i] = position - low
-        if 0 <= low < size - 1:
-            index[i, 0], index[i, 1] = low, low + 1
+        floor = math.floor(position)
+        frac[i] = position - floor
+        if 0 <= floor < size - 1:
+            low[i], high[i] = floor, floor + 1
         else:
-            index[i, 0], index[i, 1] = _reflect(low, size), _reflect(low + 1, size)
+            low[i], high[i] = _reflect(floor, size), _reflect(floor + 1, size)
 
 
 def _bilinear(top, bottom, p, q, fx, fy):  # pragma: no cover - compiled
@@ -295,24 +299,29 @@ def register_scale(ref, cur, grad_x, grad_y, half, iterations, params):  # pragm
     wx = np.empty(n, np.float32)
     wy = np.empty(n, np.float32)
     weight = np.empty(n, np.float32)
-    spare, bins, counts = np.empty(n, np.float32), np.empty(n, np.int32), np.empty((4, _BINS), np.int32)
-    columns, rows = np.empty((side, 2), np.int64), np.empty((side, 2), np.int64)
+    spare, bins, counts = np.empty(n, np.float32), np.empty(n, np.uint8), np.empty(4 * _BINS, np.int32)
+    col_low, col_high = np.empty(side, np.uint32), np.empty(side, np.uint32)
+    row_low, row_high = np.empty(side, np.uint32), np.empty(side, np.uint32)
     col_frac, row_frac = np.empty(side, np.float32), np.empty(side, np.float32)
     normal = np.zeros((5, 5))
     rhs = np.zeros(5)
     step = np.zeros(5)
     one, zero = np.float32(1.0), np.float32(0.0)
     for _ in range(iterations):
-        _sample(side, 1.0 + a, tx, cx, w, x0, columns, col_frac)
-        _sample(side, 1.0 + a, ty, cy, h, y0, rows, row_frac)
+        _sample(side, 1.0 + a, tx, cx, w, x0, col_low, col_high, col_frac)
+        _sample(side, 1.0 + a, ty, cy, h, y0, row_low, row_high, row_frac)
         g32, b32 = np.float32(gain), np.float32(bias)
         for j in range(side):
-            r0, r1, fy = rows[j, 0], rows[j, 1], row_frac[j]
+            r0, r1, fy, start = row_low[j], row_high[j], row_frac[j], j * side
+            image_a, image_b, gx_a, gx_b, gy_a, gy_b = cur[r0], cur[r1], grad_x[r0], grad_x[r1], grad_y[r0], \
+                grad_y[r1]
+            res, dx, dy, tj = residual[start:start + side], wx[start:start + side], wy[start:start + side], \
+                t[start:start + side]
             for i in range(side):
-                p, q, fx, k = columns[i, 0], columns[i, 1], col_frac[i], j * side + i
-                residual[k] = _bilinear(cur[r0], cur[r1], p, q, fx, fy) - (g32 * t[k] + b32)
-                wx[k] = _bilinear(grad_x[r0], grad_x[r1], p, q, fx, fy)
-                wy[k] = _bilinear(grad_y[r0], grad_y[r1], p, q, fx, fy)
+                p, q, fx = col_low[i], col_high[i], col_frac[i]
+                res[i] = _bilinear(image_a, image_b, p, q, fx, fy) - (g32 * tj[i] + b32)
+                dx[i] = _bilinear(gx_a, gx_b, p, q, fx, fy)
+                dy[i] = _bilinear(gy_a, gy_b, p, q, fx, fy)
         if yardstick < 0.0:  # robust scale of the first residuals (MAD), kept: the weights' yardstick
             for k in range(n):
                 weight[k] = residual[k]  # scratch until the weights are made

@@ -171,8 +171,13 @@ class ScaleTtc:
 
     def _smooth(self, gray: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The frame blurred (sigma 1) and its Sobel gradients / 8 (flow_refine.smooth): compiled into the
-        arrays of a frame that left the history, else by flow_refine.smooth."""
+        arrays of a frame that left the history, else by flow_refine.smooth. A frame that is not 2-D and
+        numeric, or holds NaN or inf, is refused (InputError) before the history changes."""
         gray = np.asarray(gray)
+        if gray.ndim != 2 or gray.dtype.kind not in "uif":
+            raise InputError(f"a grey frame must be a 2-D numeric array, got {gray.dtype} {gray.shape}")
+        if gray.dtype != np.uint8 and not np.isfinite(gray).all():
+            raise InputError("the grey frame contains NaN or inf")  # the selection's bins assume finite
         if not self.kernels or min(gray.shape) <= 4:
             return flow_refine.smooth(np.asarray(gray, dtype=np.float32))
         if gray.dtype != np.uint8:
@@ -188,10 +193,10 @@ class ScaleTtc:
         if not math.isfinite(stamp_s):
             raise InputError(f"stamp {stamp_s} must be finite")
         st = self.settings
+        image, grad_x, grad_y = self._smooth(gray)  # a bad frame refused here leaves the history as it was
         last = self._history[-1][0] if self._history else None
         if last is not None and (stamp_s <= last or stamp_s - last > st.max_gap_s):
             self.reset()  # time went backwards (bag loop, clock reset) or the stream had a gap
-        image, grad_x, grad_y = self._smooth(gray)
         self._history.append((float(stamp_s), image, grad_x, grad_y))
         while len(self._history) > 2 and stamp_s - self._history[1][0] >= st.span_s:
             self._spare.append(self._history.popleft()[1:])

@@ -254,10 +254,34 @@ def test_histogram_selection_is_exact() -> None:
         pytest.skip("numba is not installed: the NumPy path is the only one")
     rng = np.random.default_rng(5)
     for n in (1, 2, 17, 100, 1521, 5929):
-        spare, bins, counts = np.empty(n, np.float32), np.empty(n, np.int32), np.empty((4, 256), np.int32)
+        spare, bins, counts = np.empty(n, np.float32), np.empty(n, np.uint8), np.empty(4 * 256, np.int32)
         for values in (rng.normal(size=n), rng.standard_cauchy(size=n), rng.integers(0, 4, n),
                        np.full(n, 3.5), np.where(rng.random(n) < 0.1, 1e30, rng.normal(size=n)),
                        np.float32(1) + (rng.random(n) < 0.5) * np.float32(1.2e-7)):
             data = np.asarray(values, np.float32)
             for k in {0, n // 2, n - 1}:
                 assert looming_kernels._select(data.copy(), n, k, spare, bins, counts) == np.sort(data)[k]
+
+
+@pytest.mark.parametrize("kernels", [True, False])
+def test_a_bad_frame_is_refused_and_the_history_kept(kernels) -> None:
+    """A frame with NaN / inf or of the wrong shape raises InputError (the compiled selection assumes finite
+    values) and leaves the history as it was: the next good frame still gets its TTC."""
+    from libredgetpu_ros.errors import InputError
+
+    estimator = ScaleTtc(TtcSettings(), kernels=kernels)
+    frames = presets.motion_scene("approach", _texture("natural"), noise=0.0, frames=40)
+    import cv2
+
+    grays = [cv2.resize(f.gray(), (64, 64), interpolation=cv2.INTER_AREA) for f in frames]
+    for frame, gray in zip(frames[:-1], grays[:-1], strict=True):
+        estimator.update(gray, frame.stamp_s)
+    samples = estimator.samples
+    bad = grays[-1].astype(np.float32)
+    bad[30, 30] = np.nan
+    for frame in (bad, np.where(bad == bad, bad, np.inf), grays[-1][None], np.zeros((64, 64), bool)):
+        with pytest.raises(InputError):
+            estimator.update(frame, frames[-1].stamp_s)
+        assert estimator.samples == samples
+    estimate = estimator.update(grays[-1], frames[-1].stamp_s)
+    assert estimate.ttc_s == pytest.approx(frames[-1].truth.ttc_s, rel=0.05)
