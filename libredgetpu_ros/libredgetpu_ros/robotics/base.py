@@ -42,6 +42,7 @@ class RoboticsModule:
     runner: Any
     template: Any
     resize: bool = True
+    _fit_shape: tuple[Any, tuple[int, int, int]] = (None, (0, 0, 0))  # fit's (template, its image_shape)
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
@@ -61,8 +62,12 @@ class RoboticsModule:
 
     def fit(self, image: object, what: str = "image") -> np.ndarray:
         """``image`` as the template's (H, W, C) uint8 input image (see robotics.image.fit_image)."""
-        height, width, channels = self.image_shape
-        return fit_image(image, height, width, channels, self.resize, what)
+        template, shape = self._fit_shape  # read per frame: the template's shape kept with the template
+        if template is not self.template:
+            template = self.template
+            shape = template.image_shape
+            self._fit_shape = template, shape
+        return fit_image(image, shape[0], shape[1], shape[2], self.resize, what)
 
     def model_input(self, image: object) -> np.ndarray:
         """The template's input (1, H, W, C) uint8 from a frame."""

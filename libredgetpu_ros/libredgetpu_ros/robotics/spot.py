@@ -25,6 +25,7 @@ import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, ModelFormatError, WeightsError
 from libredgetpu_ros.reparam import device_to_int8, make_patch
+from libredgetpu_ros.robotics import spot_kernels
 from libredgetpu_ros.robotics.base import RoboticsModule
 from libredgetpu_ros.robotics.offsets import OffsetDecoder, TrackResult
 from libredgetpu_ros.robotics.spot_kernels import OK, REASONS
@@ -154,7 +155,11 @@ class SpotTracker(RoboticsModule):
         if cached[0] is not parameters:
             weights = None if self._filter is None else parameters.twin[self._filter.index].reshape(-1)
             cached = self._consts = parameters, self.validity.consts(weights, self.filter_scale)
-        reason, coverage, mass, _, _ = self.validity.measure(fitted, cached[1])
+        validity = self.validity
+        if validity.kernels:  # SpotValidity.measure's compiled call, made here: fitted is fit's
+            reason, coverage, mass, _, _ = spot_kernels.evidence(fitted, validity.real_of, cached[1])
+        else:
+            reason, coverage, mass, _, _ = validity.measure(fitted, cached[1])
         qx, qy, x, y = self.decoder.offsets(raw)
         if reason == OK:
             return TrackResult(x, y, (qx, qy), parameters.version, True, "ok", coverage, mass, None, (x, y))

@@ -187,25 +187,23 @@ def measure(levels, h, w, real_of, consts):  # pragma: no cover - compiled
     # the region: 8-connected cells at or above the threshold, flood-filled from the peak (mark 1), then
     # the cells next to it (mark 2: the region's own blurred edge is not a rival)
     mark = np.zeros(n, np.uint8)
-    stack = np.empty(n, np.int32)
-    stack[0] = peak_at
+    ys, xs = np.empty(n, np.int32), np.empty(n, np.int32)  # the region's cells (no division per cell)
+    ys[0], xs[0] = peak_at // w, peak_at % w
     mark[peak_at] = 1
-    done, cells = 0, 1  # stack[:cells]: the region's cells found so far, stack[done:cells] not yet grown
+    done, cells = 0, 1  # [:cells]: the region's cells found so far, [done:cells] not yet grown
     while done < cells:
-        i = stack[done]
+        y, x = ys[done], xs[done]
         done += 1
-        y, x = i // w, i % w
         for ny in range(max(0, y - 1), min(h, y + 2)):
             for nx in range(max(0, x - 1), min(w, x + 2)):
                 j = ny * w + nx
                 if mark[j] == 0 and levels[j] >= low:
                     mark[j] = 1
-                    stack[cells] = j
+                    ys[cells], xs[cells] = ny, nx
                     cells += 1
     ring = 0
     for k in range(cells):
-        i = stack[k]
-        y, x = i // w, i % w
+        y, x = ys[k], xs[k]
         for ny in range(max(0, y - 1), min(h, y + 2)):
             for nx in range(max(0, x - 1), min(w, x + 2)):
                 if mark[ny * w + nx] == 0:

@@ -89,9 +89,10 @@ class SpotValidity:
         self._out_scale, self._out_zero = float(out.scale), int(out.zero_point)
         self._beta = float((softmax.builtin_options or {}).get("beta", 1.0))
         self.height, self.width, self.channels = template.image_shape
-        # the real value of each int8 response level, computed as the NumPy path computes it per cell
-        self._real_of = (np.arange(-128, 128).astype(np.float32) - self._in_zero) * self._in_scale
-        self._real_of.setflags(write=False)
+        # the real value of each response level (int8 value + 128), computed as the NumPy path computes it
+        # per cell (read-only: the kernel's argument on every frame)
+        self.real_of = (np.arange(-128, 128).astype(np.float32) - self._in_zero) * self._in_scale
+        self.real_of.setflags(write=False)
         self._bright = self._pack(None, False)
         self._filter_cache: tuple[Any, np.ndarray] = (None, self._bright)
         # one compiled call (robotics/spot_kernels.py), compiled or loaded now; the NumPy path without numba
@@ -148,7 +149,7 @@ class SpotValidity:
         ``fitted`` is the template's input image (a C-contiguous uint8 (H, W, C) array for the compiled
         call, as ``RoboticsModule.fit`` makes it), ``consts`` the filter's (:meth:`consts`)."""
         if self.kernels and fitted.dtype == np.uint8:
-            return spot_kernels.evidence(fitted, self._real_of, consts)
+            return spot_kernels.evidence(fitted, self.real_of, consts)
         peak, base, mass, coverage, rival = self._measure(fitted, consts)
         limits = self.limits
         reason, coverage, contrast, margin = spot_kernels.plain(spot_kernels.decide)(
