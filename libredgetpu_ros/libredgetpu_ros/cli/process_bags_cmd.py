@@ -43,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray-address", default=None, metavar="ADDR",
                         help="a running Ray cluster (host:port or 'auto'); default: a local cluster started "
                              "and stopped by the command, on 127.0.0.1 only")
+    parser.add_argument("--bag-timeout", type=float, default=None, metavar="SECONDS",
+                        help="fail a bag still running after this long and end its worker (a read that never "
+                             "returns, a wedged device), then go on; default: no limit. Set it in CI")
     add_node_options(parser, storage_default="each input's")
     add_json(parser, "print the summary (per bag and totals) as JSON")
     add_no_progress(parser)
@@ -102,6 +105,10 @@ def run(args: argparse.Namespace) -> int:
 
     begin = time.perf_counter()
     workers = _workers(args)
+    if args.bag_timeout is not None and not 0 < args.bag_timeout < float("inf"):  # NaN included
+        from libredgetpu_ros.errors import InputError
+
+        raise InputError(f"--bag-timeout must be a finite number of seconds above 0, not {args.bag_timeout}")
     bags = find_bags(args.inputs)  # bad input (missing, no bags, clashing names) before anything runs
     node = load_node_config(args.config, {"backend": args.backend} if args.backend else None, args.node_type)
     devices = None
@@ -139,9 +146,9 @@ def run(args: argparse.Namespace) -> int:
                 from libredgetpu_ros.ros.fleet_ray import run_ray
 
                 run_ray(jobs, on_record, address=args.ray_address, num_cpus=workers,
-                        backend=getattr(node.params, "backend", None))
+                        backend=getattr(node.params, "backend", None), bag_timeout_s=args.bag_timeout)
             else:
-                run_local(jobs, workers, on_record, devices=devices)
+                run_local(jobs, workers, on_record, devices=devices, bag_timeout_s=args.bag_timeout)
         except KeyboardInterrupt:
             interrupted = True
         finally:

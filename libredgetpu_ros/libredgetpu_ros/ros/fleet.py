@@ -120,8 +120,9 @@ def run_bag(job: BagJob, log: Callable[[str], None] | None = None) -> dict[str, 
     return record
 
 
-def _worker(conn: Connection, quiet: bool) -> None:
-    """A local worker process: bags in, records out, until told to stop (``None``) or its parent dies."""
+def _worker(conn: Connection, quiet: bool, runner: Callable[..., dict[str, Any]] = run_bag) -> None:
+    """A local worker process: bags in, records out (``runner``'s), until told to stop (``None``) or its
+    parent dies."""
     from libredgetpu_ros.ros.environment import ensure_log_dir
     from libredgetpu_ros.ros.lifetime import stop_with_parent
 
@@ -136,7 +137,7 @@ def _worker(conn: Connection, quiet: bool) -> None:
             return
         if job is None:
             return
-        conn.send(run_bag(BagJob(**job), None if quiet else _say))
+        conn.send(runner(BagJob(**job), None if quiet else _say))
 
 
 def _say(text: str) -> None:
@@ -149,21 +150,29 @@ class _Worker:
     process: Any
     conn: Connection
     job: BagJob | None = None
+    deadline: float | None = None  # time.monotonic() past which its bag is over the timeout
 
 
 def run_local(jobs: list[BagJob], workers: int, on_record: Callable[[dict[str, Any]], None], *,
-              quiet: bool = False, devices: Sequence[str] | None = None) -> None:
-    """Run ``jobs`` on ``workers`` processes (1: in this process), calling ``on_record`` per finished bag
-    in completion order. ``devices``: worker i's accelerator (``devices[i]``, e.g. its index: every bag it
-    runs opens that one; a replacement worker keeps it). A worker that dies mid-bag (a crash in a native
-    library) fails that bag and is replaced; one found dead when handed a bag (killed while idle) is replaced
-    and the bag runs on the fresh one. KeyboardInterrupt: workers killed, then re-raised."""
+              quiet: bool = False, devices: Sequence[str] | None = None, bag_timeout_s: float | None = None,
+              runner: Callable[..., dict[str, Any]] = run_bag) -> None:
+    """Run ``jobs`` on ``workers`` processes (1 without a timeout: in this process), calling ``on_record``
+    per finished bag in completion order. ``devices``: worker i's accelerator (``devices[i]``, e.g. its
+    index: every bag it runs opens that one; a replacement worker keeps it). A worker that dies mid-bag (a
+    crash in a native library) fails that bag and is replaced; one found dead when handed a bag (killed
+    while idle) is replaced and the bag runs on the fresh one. ``bag_timeout_s``: a bag still running after
+    that long has its worker killed (a read that never returns, a wedged device: nothing else would end
+    it), fails, and the next bag runs on a fresh worker. ``runner``: what a worker runs per bag (a
+    module-level function: the spawned workers import it). KeyboardInterrupt: workers killed, then
+    re-raised."""
     if devices is not None and len(devices) < workers:
         raise ValueError(f"{workers} workers but {len(devices)} devices")
-    if workers <= 1:
+    if bag_timeout_s is not None and not 0 < bag_timeout_s < float("inf"):
+        raise ValueError(f"bag timeout {bag_timeout_s} s must be finite and above 0")
+    if workers <= 1 and bag_timeout_s is None:  # in this process: nothing could end a bag that never does
         for job in jobs:
             job = job if devices is None else replace(job, device=devices[0])
-            on_record(run_bag(job, None if quiet else _say))
+            on_record(runner(job, None if quiet else _say))
         return
     ctx = multiprocessing.get_context("spawn")  # no inherited threads or open libraries
     pending: deque[BagJob] = deque(jobs)
@@ -171,7 +180,7 @@ def run_local(jobs: list[BagJob], workers: int, on_record: Callable[[dict[str, A
 
     def start() -> _Worker:
         parent, child = ctx.Pipe()
-        process = ctx.Process(target=_worker, args=(child, quiet), daemon=True, name="process-bags")
+        process = ctx.Process(target=_worker, args=(child, quiet, runner), daemon=True, name="process-bags")
         process.start()
         child.close()
         return _Worker(process, parent)
@@ -192,8 +201,11 @@ def run_local(jobs: list[BagJob], workers: int, on_record: Callable[[dict[str, A
                         pool[slot] = w = start()
                         w.conn.send(asdict(job))
                     w.job = job
+                    w.deadline = None if bag_timeout_s is None else time.monotonic() + bag_timeout_s
             busy = [w for w in pool if w.job is not None]
-            ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy])
+            deadlines = [w.deadline for w in busy if w.deadline is not None]
+            ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy],
+                         timeout=max(0.0, min(deadlines) - time.monotonic()) if deadlines else None)
             for i, w in enumerate(pool):
                 if w.job is None:
                     continue
@@ -203,8 +215,16 @@ def run_local(jobs: list[BagJob], workers: int, on_record: Callable[[dict[str, A
                         record = _died(w)
                         w.conn.close()
                         pool[i] = start()
-                    w.job = None
-                    on_record(record)
+                elif w.deadline is not None and time.monotonic() >= w.deadline:
+                    w.process.kill()  # its staging folder goes with the record (_died)
+                    record = _died(w, f"still running after the bag timeout ({bag_timeout_s:g} s): its "
+                                      f"worker was killed")
+                    w.conn.close()
+                    pool[i] = start()
+                else:
+                    continue
+                w.job = None
+                on_record(record)
         for w in pool:
             with contextlib.suppress(OSError):
                 w.conn.send(None)
@@ -225,7 +245,7 @@ def _receive(w: _Worker) -> dict[str, Any] | None:
     return None
 
 
-def _died(w: _Worker) -> dict[str, Any]:
+def _died(w: _Worker, error: str | None = None) -> dict[str, Any]:
     assert w.job is not None
     w.process.join(timeout=10)
     code = w.process.exitcode
@@ -236,7 +256,7 @@ def _died(w: _Worker) -> dict[str, Any]:
             "elapsed_s": 0.0, "setup_s": 0.0, "cpu_s": 0.0, "wall_s": 0.0, "warnings": [],
             "worker": w.process.pid,
             "device": w.job.device,
-            "error": f"worker process died ({how}) while processing this bag"}
+            "error": error or f"worker process died ({how}) while processing this bag"}
 
 
 @contextlib.contextmanager

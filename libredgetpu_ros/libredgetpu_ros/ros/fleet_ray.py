@@ -17,9 +17,11 @@ machine's device names are its own); on the CPU backend tasks ask for one CPU ea
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, replace
+from pathlib import Path
 from typing import Any
 
 from libredgetpu_ros.errors import InputError, LibrEdgeTpuError
@@ -55,21 +57,54 @@ def check_ray() -> None:
                          f"(make setup installs it) or use --engine local") from None
 
 
-def _ray_bag(job: dict[str, Any]) -> dict[str, Any]:
-    """The task: one bag (in a Ray worker process)."""
+TIMED_OUT_SUFFIX = ".timed-out"  # beside a bag's staging folder: its task ran past the bag timeout
+
+
+def _ray_bag(job: dict[str, Any], bag_timeout_s: float | None = None) -> dict[str, Any]:
+    """The task: one bag (in a Ray worker process), ended with its worker past ``bag_timeout_s``."""
     from libredgetpu_ros.ros.environment import ensure_log_dir
 
     ensure_log_dir()
-    return run_bag(BagJob(**job))
+    bag = BagJob(**job)
+    if bag_timeout_s is None:
+        return run_bag(bag)
+    timer = threading.Timer(bag_timeout_s, _over_time, args=(bag, bag_timeout_s))
+    timer.daemon = True
+    timer.start()
+    try:
+        return run_bag(bag)
+    finally:
+        timer.cancel()
+
+
+def _over_time(job: BagJob, bag_timeout_s: float) -> None:
+    """The bag is still running past the timeout: a read that never returns or a wedged device, which
+    nothing in this process can stop. Marked for the driver (on the shared output path), its partial output
+    removed, and the worker process ended: Ray reports the task failed and starts another worker."""
+    import shutil
+    import sys
+
+    with suppress(OSError):
+        Path(job.staging + TIMED_OUT_SUFFIX).write_text(f"{bag_timeout_s}\n")
+    shutil.rmtree(job.staging, ignore_errors=True)
+    print(f"{job.name}: still running after the bag timeout ({bag_timeout_s:g} s): this Ray worker exits",
+          file=sys.stderr, flush=True)
+    os._exit(3)
 
 
 def _lost(job: BagJob, exc: BaseException) -> dict[str, Any]:
-    """A task that raised on Ray's side (its worker died, the cluster lost a node): the bag's record."""
+    """A task that raised on Ray's side (its worker died, the cluster lost a node, or ended itself past the
+    bag timeout): the bag's record."""
     text = " ".join(str(exc).split())[:500]
+    error = f"Ray task failed: {type(exc).__name__}: {text}"
+    marker = Path(job.staging + TIMED_OUT_SUFFIX)
+    with suppress(OSError, ValueError):
+        if marker.is_file():
+            error = (f"still running after the bag timeout ({float(marker.read_text()):g} s): its Ray worker "
+                     f"was ended")
     return {"bag": job.name, "input": job.input, "output": job.output, "status": "error", "frames": 0,
             "processed": 0, "written": 0, "failed": 0, "failures": {}, "fps": 0.0, "elapsed_s": 0.0,
-            "setup_s": 0.0, "cpu_s": 0.0, "wall_s": 0.0, "warnings": [], "worker": None,
-            "error": f"Ray task failed: {type(exc).__name__}: {text}"}
+            "setup_s": 0.0, "cpu_s": 0.0, "wall_s": 0.0, "warnings": [], "worker": None, "error": error}
 
 
 @contextmanager
@@ -125,10 +160,12 @@ def _connected(address: str) -> Iterator[None]:
 
 
 def run_ray(jobs: list[BagJob], on_record: Callable[[dict[str, Any]], None], *, address: str | None,
-            num_cpus: int, backend: str | None = None) -> None:
+            num_cpus: int, backend: str | None = None, bag_timeout_s: float | None = None) -> None:
     """Run ``jobs`` as Ray tasks, calling ``on_record`` per finished bag, on the cluster at ``address`` or
-    on a local one (no ``address``, or ``"local"``) shut down at the end. KeyboardInterrupt: the tasks in
-    flight are cancelled (their workers killed), then re-raised."""
+    on a local one (no ``address``, or ``"local"``) shut down at the end. ``bag_timeout_s``: a task still
+    running its bag after that long ends its worker (``_over_time``; counted from the task's start, not its
+    wait in Ray's queue) and the bag fails. KeyboardInterrupt: the tasks in flight are cancelled (their
+    workers killed), then re-raised."""
     import ray
 
     attached = edgetpus() if backend in (None, "auto", "edgetpu") else 0
@@ -143,7 +180,7 @@ def run_ray(jobs: list[BagJob], on_record: Callable[[dict[str, Any]], None], *, 
             # open at once), so the tasks running on a machine (at most its edgetpu count) use distinct ones
             jobs = [replace(job, device="") for job in jobs]
         task = ray.remote(_ray_bag).options(**options)
-        refs = {task.remote(asdict(job)): job for job in jobs}
+        refs = {task.remote(asdict(job), bag_timeout_s): job for job in jobs}
         try:
             while refs:
                 done, _ = ray.wait(list(refs), num_returns=1)

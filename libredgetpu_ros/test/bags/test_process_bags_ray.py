@@ -43,7 +43,8 @@ def test_ray_engine_gives_the_local_outputs(tmp_path: Path, fixture_path, ros_en
                      *map(str, inputs)]) == 1
     began = time.time() - 1
     command = [sys.executable, "-m", "libredgetpu_ros.cli.main", "process-bags", "--engine", "ray", "--jobs",
-               "2", "--config", str(cfg), "-o", str(remote), "--json", "--no-progress", *map(str, inputs)]
+               "2", "--config", str(cfg), "-o", str(remote), "--json", "--no-progress",
+               "--bag-timeout", "240", *map(str, inputs)]  # each task's watchdog armed and cancelled
     with ray_temp_dir() as ray_tmp:
         done = subprocess.run(command, env={**ros_env.env, "RAY_TMPDIR": str(ray_tmp)}, capture_output=True,
                               text=True, timeout=300)

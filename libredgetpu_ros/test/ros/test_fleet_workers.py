@@ -48,3 +48,68 @@ def test_a_worker_killed_between_bags_is_replaced_and_the_run_goes_on(tmp_path: 
     assert sorted(r["bag"] for r in records) == ["b0", "b1", "b2"]
     assert all(r["status"] == "error" and "absent.yaml" in r["error"] for r in records), records
     assert len({r["worker"] for r in records}) == 3  # the third bag ran on a fresh worker
+
+
+def test_a_bag_over_the_timeout_has_its_worker_killed_and_the_run_goes_on(tmp_path: Path,
+                                                                          monkeypatch: Any) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # the spawned workers import it by this name
+    import _slow_bags
+    from libredgetpu_ros.ros.fleet import BagJob, run_local
+
+    jobs = [BagJob(name=f"b{i}", input=str(tmp_path / f"in{i}"), output=str(tmp_path / "out" / f"b{i}"),
+                   staging=str(tmp_path / "staging" / str(i)), config="unused.yaml") for i in range(4)]
+    for workers in (2, 1):  # one worker: the bags run in a worker process too, or nothing could end b1
+        records: list[dict[str, Any]] = []
+        begin = time.monotonic()
+        run_local(jobs, workers, records.append, quiet=True, bag_timeout_s=1.5, runner=_slow_bags.stuck_on_b1)
+        assert time.monotonic() - begin < 60
+        by_bag = {r["bag"]: r for r in records}
+        assert sorted(by_bag) == ["b0", "b1", "b2", "b3"]
+        assert by_bag["b1"]["status"] == "error"
+        assert by_bag["b1"]["error"] == ("still running after the bag timeout (1.5 s): its worker was killed")
+        assert not (tmp_path / "staging" / "1").exists()  # its partial output is gone
+        assert all(by_bag[b]["status"] == "done" and by_bag[b]["worker"] != os.getpid()
+                   for b in ("b0", "b2", "b3"))
+        assert by_bag["b1"]["worker"] not in {by_bag[b]["worker"] for b in ("b0", "b2", "b3")} or workers == 1
+
+
+def test_a_bag_timeout_must_be_finite_and_positive(tmp_path: Path) -> None:
+    import pytest
+    from libredgetpu_ros.ros.fleet import run_local
+
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="bag timeout"):
+            run_local([], 2, print, bag_timeout_s=bad)
+
+
+def test_a_ray_task_over_the_timeout_ends_its_worker_and_its_record_says_why(tmp_path: Path) -> None:
+    """The Ray side without a cluster: the watchdog's action in a process of its own (it ends that process),
+    then the record the driver makes of the failed task."""
+    import multiprocessing
+
+    from libredgetpu_ros.ros.fleet import BagJob
+    from libredgetpu_ros.ros.fleet_ray import _lost, _over_time
+
+    job = BagJob(name="b1", input="in", output=str(tmp_path / "out" / "b1"),
+                 staging=str(tmp_path / "st" / "1"), config="unused.yaml")
+    (tmp_path / "st" / "1").mkdir(parents=True)
+    (tmp_path / "st" / "1" / "partial").write_bytes(b"x")
+    assert "worker died" in _lost(job, RuntimeError("worker died"))["error"]  # no timeout: Ray's own words
+    process = multiprocessing.get_context("spawn").Process(target=_over_time, args=(job, 2.5))
+    process.start()
+    process.join(30)
+    assert process.exitcode == 3
+    assert not (tmp_path / "st" / "1").exists()
+    record = _lost(job, RuntimeError("The worker died unexpectedly"))
+    assert record["status"] == "error"
+    assert record["error"] == "still running after the bag timeout (2.5 s): its Ray worker was ended"
+
+
+def test_process_bags_refuses_a_bad_bag_timeout(tmp_path: Path, capsys: Any) -> None:
+    from libredgetpu_ros.cli.main import main
+
+    for bad in ("0", "-3", "nan", "inf"):
+        code = main(["process-bags", "--config", "c.yaml", "--output-dir", str(tmp_path / "o"),
+                     "--bag-timeout", bad, str(tmp_path)])
+        assert code == 2
+        assert "--bag-timeout must be a finite number of seconds above 0" in capsys.readouterr().err
