@@ -21,14 +21,15 @@ clock, so a replayed bag gives what the live camera gave.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 
 from libredgetpu_ros.errors import ConfigError
+from libredgetpu_ros.robotics import compass_kernels
 from libredgetpu_ros.robotics.base import RoboticsModule
 from libredgetpu_ros.robotics.flow import FlowResult, OpticalFlow
 
@@ -82,20 +83,47 @@ def cylindrical_maps(width: int, height: int, fov_deg: float) -> tuple[np.ndarra
     return map_x.astype(np.float32), map_y.astype(np.float32)
 
 
-def _cylinder_warp(fov_deg: float) -> Callable[[np.ndarray], np.ndarray]:
-    """``gray -> equal-angle columns`` for frames of any size (maps made once per size)."""
-    import cv2
+class _CylinderWarp:
+    """The pinhole projection's remap to equal-angle columns for frames of any size (maps made once per
+    size): ``model(gray)`` (same dtype, the model's input), ``fine(gray)`` (float32, the refinement's frame)
+    and ``both(gray)`` (the two of one frame in one pass); compiled (robotics/compass_kernels.py, OpenCV's
+    numbers) or cv2.remap."""
 
-    maps: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+    def __init__(self, fov_deg: float, compiled: bool) -> None:
+        self.fov_deg, self.compiled = fov_deg, compiled
+        self._maps: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._plans: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._none = np.empty((0, 0), np.uint8), np.empty((0, 0), np.float32)
 
-    def warp(gray: np.ndarray) -> np.ndarray:
+    def model(self, gray: np.ndarray) -> np.ndarray:
+        uint8 = gray.dtype == np.uint8
+        rounded, exact = self._remap(gray, uint8, not uint8)
+        return rounded if uint8 else exact
+
+    def fine(self, gray: np.ndarray) -> np.ndarray:
+        return self._remap(gray, False, True)[1]
+
+    def both(self, gray: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(uint8 remap, float32 remap) of a uint8 frame."""
+        return self._remap(gray, True, True)
+
+    def _remap(self, gray: np.ndarray, rounded: bool, exact: bool) -> tuple[np.ndarray, np.ndarray]:
         h, w = gray.shape
-        if (w, h) not in maps:
-            maps[(w, h)] = cylindrical_maps(w, h, fov_deg)
-        map_x, map_y = maps[(w, h)]
-        return cv2.remap(gray, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-
-    return warp
+        if self.compiled and gray.dtype.char in "Bf":
+            plan = self._plans.get((w, h))
+            if plan is None:
+                plan = self._plans[(w, h)] = compass_kernels.plan(*cylindrical_maps(w, h, self.fov_deg), w, h)
+            out = (np.empty((h, w), np.uint8) if rounded else self._none[0],
+                   np.empty((h, w), np.float32) if exact else self._none[1])
+            compass_kernels.remap(np.ascontiguousarray(gray), *plan, *out)
+            return out
+        if (w, h) not in self._maps:
+            self._maps[(w, h)] = cylindrical_maps(w, h, self.fov_deg)
+        maps = self._maps[(w, h)]
+        return tuple(cv2.remap(gray.astype(dtype, copy=False), *maps, cv2.INTER_LINEAR,
+                               borderMode=cv2.BORDER_REPLICATE) if wanted else empty
+                     for wanted, dtype, empty in ((rounded, np.uint8, self._none[0]),
+                                                  (exact, np.float32, self._none[1])))
 
 
 class VisualCompass(RoboticsModule):
@@ -135,12 +163,13 @@ class VisualCompass(RoboticsModule):
                               f"got {fov_deg}")
         self.fov_deg = float(fov_deg)
         if self.projection == "pinhole":
-            # one warp for the device's input and the refinement's frames: its maps are made once per size
-            self.flow.warp = self.flow.fine_warp = _cylinder_warp(self.fov_deg)
+            # one remap for the device's input and the refinement's frames: its maps are made once per size
+            remap = _CylinderWarp(self.fov_deg, self.flow.kernels and compass_kernels.warm_up())
+            self.flow.warp, self.flow.fine_warp, self.flow.warp_both = remap.model, remap.fine, remap.both
         else:
             # the linear projection is LibrEdgeTPU's conversion on the device's grid: a wide turn is not
             # one translation, which the refinement at the frame's resolution assumes
-            self.flow.warp = self.flow.fine_warp = None
+            self.flow.warp = self.flow.fine_warp = self.flow.warp_both = None
             self.flow.refine = False
 
     @property

@@ -17,7 +17,7 @@ multiplied with ``b`` row by row (``S[dx, ya, yb] = <a[ya, · - dx], b[yb, ·]>`
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -53,8 +53,7 @@ def block_sum(features: np.ndarray, factor: int) -> np.ndarray:
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class Peak:
+class Peak(NamedTuple):  # made per frame or pair: a named tuple costs a third of a frozen class
     """The best displacement on the grid: ``dx``, ``dy`` in grid steps (sub-grid), the score there, how far
     it stands above the best score outside its 3×3 neighbourhood (``margin``: ≈ 0 when the scene repeats or
     has edges of one orientation only, the aperture problem), and whether the peak sits on the grid's edge

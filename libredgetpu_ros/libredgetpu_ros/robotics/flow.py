@@ -211,8 +211,10 @@ class OpticalFlow(RoboticsModule):
         self.min_margin, self.max_gap = float(min_margin), float(max_gap)
         # sub-grid refinement at the frame's resolution (normalised mode): robotics.flow_refine
         self.refine, self.min_match = bool(refine and mode == "normalized"), float(min_match)
-        # a remap of the frame at the refinement's resolution (the compass's equal-angle columns)
+        # a remap of the frame at the refinement's resolution into float32 (the compass's equal-angle columns)
         self.fine_warp: Callable[[np.ndarray], np.ndarray] | None = None
+        # both remaps of a frame at the model's size in one call: (warp(gray), fine_warp(gray))
+        self.warp_both: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
         pooled_h, pooled_w = int(out_shape[1]), int(out_shape[2])
         if not self.fused_pool:
             pooled_h, pooled_w = self.height // self.pool_factor, self.width // self.pool_factor
@@ -272,8 +274,14 @@ class OpticalFlow(RoboticsModule):
             gray = np.ascontiguousarray(frame)
         else:
             gray = fit_image(frame, self.height, self.width, 1, resize=self.resize, what="frame")[:, :, 0]
+        fine_source, fine_warp = frame, self.fine_warp
         if self.warp is not None:
-            gray = self.warp(gray)
+            if (self.warp_both is not None and self.refine and gray is frame
+                    and flow_refine.fine_shape(frame) == frame.shape):  # one remap makes both frames
+                gray, fine_source = self.warp_both(gray)
+                fine_warp = None
+            else:
+                gray = self.warp(gray)
         size = (frame.shape[1], frame.shape[0])
         normalized = self.mode == "normalized"
         min_std = max(self.min_texture, 1e-3) if normalized else math.inf
@@ -294,7 +302,7 @@ class OpticalFlow(RoboticsModule):
             model_input = cv2.LUT(gray, np.clip(np.rint(levels), 0, 255).astype(np.uint8))
         raw = self.runner.run([model_input.reshape(self._in.shape)])[0][self._out.name]
         self.backend_calls += 1
-        fine = flow_refine.fine_frame(frame, self.fine_warp) if self.refine else None
+        fine = flow_refine.fine_frame(fine_source, fine_warp) if self.refine else None
         if self.kernels:  # the backend's output has the model's shape and dtype: no checks needed
             return self._pooled(raw.reshape(self._feature_shape), std, size, fine)
         return self.from_feature_map(raw.reshape(self._feature_shape), std, size, fine)

@@ -22,8 +22,9 @@ a poor match and are reported as such (``robotics.flow`` decides validity).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import cv2
 import numpy as np
@@ -34,6 +35,7 @@ from libredgetpu_ros.robotics import flow_refine_kernels as kernels
 FINE_WIDTH = 160  # frames are refined at most this wide (320×240 -> 160×120): 0.05-px steps at 320
 LEVELS = 2  # coarse-to-fine levels (each half the previous width)
 ITERATIONS = (4, 4)  # Gauss-Newton iterations per level, coarse first
+_COARSE_STEPS, _FINE_STEPS = ITERATIONS[0], ITERATIONS[-1]
 SMOOTH_SIGMA = 1.0  # Gaussian blur before gradients (pixels of each level)
 CONVERGED_PX = 0.01  # an update smaller than this (level pixels) ends the level
 BORDER = 2  # pixels of each level left out along its edges (the blur and gradients see the border there)
@@ -42,16 +44,14 @@ MIN_DET = 0.05  # det(H) / (a·c) below this (smallest / largest eigenvalue belo
 _TAPS = cv2.getGaussianKernel(round(SMOOTH_SIGMA * 8 + 1) | 1, SMOOTH_SIGMA, cv2.CV_32F).ravel()
 
 
-@dataclass(frozen=True, slots=True)
-class FineFrame:
+class FineFrame(NamedTuple):  # made per frame or pair: a named tuple costs a third of a frozen class
     """A frame at the refinement's levels (finest first) and the factor from its pixels to the frame's."""
 
     levels: tuple[np.ndarray, ...]  # float32 (3, h, w) each: smoothed grey, its gradients x and y
     scale: float  # frame pixels per finest-level pixel
 
 
-@dataclass(frozen=True, slots=True)
-class Refined:
+class Refined(NamedTuple):  # made per frame or pair: a named tuple costs a third of a frozen class
     """Refined displacement in frame pixels (content of frame t appears at +(dx, dy) in frame t+1), the
     normalised cross-correlation of the overlap there, and whether the last update was below
     ``CONVERGED_PX``."""
@@ -85,24 +85,40 @@ def _fine_size(w: int, h: int) -> tuple[int, int]:
     return max(8, round(w / scale)), max(8, round(h / scale))
 
 
-def fine_frame(gray: np.ndarray, warp: Callable[[np.ndarray], np.ndarray] | None = None) -> FineFrame:
-    """The levels of a grey frame (uint8 or float, any size); ``warp`` remaps the finest level first (the
-    compass's equal-angle columns at that size). One compiled call (flow_refine_kernels.levels) when the
-    levels halve exactly (64×64, 320×240 frames), else level by level."""
-    h, w = gray.shape
+@functools.lru_cache(maxsize=32)
+def _plan(h: int, w: int) -> tuple[tuple[int, int], float, tuple[int, ...], tuple[int, ...], bool]:
+    """For a frame of h×w: the finest level's size (w, h), frame pixels per its pixel, the two levels'
+    shapes (3, h, w) and whether levels() makes both in one call (the sizes halve exactly); worked out once
+    per frame size."""
     size = _fine_size(w, h)
-    image = gray
-    if size != (w, h):
-        image = cv2.resize(image, size, interpolation=cv2.INTER_AREA)
-    if warp is not None or image.dtype not in (np.uint8, np.float32):
-        image = image.astype(np.float32)
-        if warp is not None:
-            image = warp(image)
-    scale = w / size[0]
-    fh, fw = image.shape
+    fw, fh = size
     half = (max(8, fh // 2), max(8, fw // 2))
-    if LEVELS == 2 and flow_kernels.ready() and half == (fh // 2, fw // 2) and fh % 2 == 0 and fw % 2 == 0:
-        fine, coarse = np.empty((3, fh, fw), np.float32), np.empty((3, *half), np.float32)
+    exact = LEVELS == 2 and half == (fh // 2, fw // 2) and fh % 2 == 0 and fw % 2 == 0
+    return size, w / fw, (3, fh, fw), (3, *half), exact
+
+
+def fine_shape(gray: np.ndarray) -> tuple[int, int]:
+    """(h, w) of the finest level of a frame of ``gray``'s size."""
+    size = _plan(*gray.shape)[0]
+    return size[1], size[0]
+
+
+def fine_frame(gray: np.ndarray, warp: Callable[[np.ndarray], np.ndarray] | None = None) -> FineFrame:
+    """The levels of a grey frame (uint8 or float, any size); ``warp`` remaps the finest level first into a
+    float32 image (the compass's equal-angle columns at that size). One compiled call
+    (flow_refine_kernels.levels) when the levels halve exactly (64×64, 320×240 frames), else level by
+    level."""
+    h, w = gray.shape
+    size, scale, fine_shape, coarse_shape, exact = _plan(h, w)
+    image = gray
+    if size[0] != w or size[1] != h:
+        image = cv2.resize(image, size, interpolation=cv2.INTER_AREA)
+    if warp is not None:  # it makes the float32 frame (the compass's remap reads uint8 as it is)
+        image = warp(image)
+    elif image.dtype.char not in "Bf":  # uint8 and float32 go to levels() as they are
+        image = image.astype(np.float32)
+    if exact and flow_kernels.ready() and image.shape == fine_shape[1:]:
+        fine, coarse = np.empty(fine_shape, np.float32), np.empty(coarse_shape, np.float32)
         kernels.levels(np.ascontiguousarray(image), _TAPS, fine, coarse)
         return FineFrame((fine, coarse), scale)
     image = image.astype(np.float32, copy=False)
@@ -155,14 +171,12 @@ def refine(first: FineFrame, second: FineFrame, dx: float, dy: float) -> Refined
     scale = first.scale
     ux, uy = dx / scale / 2 ** (LEVELS - 1), dy / scale / 2 ** (LEVELS - 1)  # coarsest level's pixels
     if LEVELS == 2 and flow_kernels.ready():  # both levels and the match in one call
-        ux, uy, score, how = kernels.refine_seed(first.levels[1], second.levels[1], first.levels[0],
-                                                 second.levels[0], ux, uy, ITERATIONS[0], ITERATIONS[1],
-                                                 BORDER, MIN_DET, CONVERGED_PX)
-        if how == kernels.NO_OVERLAP:
-            return None
-        if how == kernels.APERTURE:
-            return Refined(dx, dy, -1.0, False, aperture=True)
-        return Refined(ux * scale, uy * scale, score, how == kernels.CONVERGED)
+        (fine_t, coarse_t), (fine_m, coarse_m) = first.levels, second.levels
+        ux, uy, score, how = kernels.refine_seed(coarse_t, coarse_m, fine_t, fine_m, ux, uy, _COARSE_STEPS,
+                                                 _FINE_STEPS, BORDER, MIN_DET, CONVERGED_PX)
+        if how > kernels.APERTURE:  # RAN_OUT or CONVERGED
+            return Refined(ux * scale, uy * scale, score, how == kernels.CONVERGED)
+        return None if how == kernels.NO_OVERLAP else Refined(dx, dy, -1.0, False, aperture=True)
     converged = False
     for index in range(LEVELS - 1, -1, -1):
         if index < LEVELS - 1:

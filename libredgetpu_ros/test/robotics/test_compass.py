@@ -112,3 +112,36 @@ def test_from_template_closes_the_flow_when_the_compass_refuses(fixture_path, mo
         with pytest.raises(ConfigError):
             VisualCompass.from_template(template, fov, projection, backend="cpu")
     assert len(closed) == 2
+
+
+@pytest.mark.parametrize("fov", [60.0, 90.0, 170.0])
+def test_compiled_remap_equals_opencv(fov: float) -> None:
+    """robotics/compass_kernels.py's remap (the pinhole projection's equal-angle columns, compiled) against
+    cv2.remap with the same float maps (bilinear at the maps' coordinates, BORDER_REPLICATE): uint8 frames
+    to uint8 equal but for a rounded exact half, uint8 and float32 frames to float32 within 1e-4 grey
+    level, both outputs of one pass as each alone, at the model's size and a camera's."""
+    import cv2
+    from libredgetpu_ros.robotics import compass_kernels
+    from libredgetpu_ros.robotics.compass import cylindrical_maps
+
+    if not compass_kernels.warm_up():
+        pytest.skip("numba is not installed: the compass uses cv2.remap")
+    rng = np.random.default_rng(int(fov))
+    for w, h in ((64, 64), (160, 120), (9, 13)):
+        maps = cylindrical_maps(w, h, fov)
+        plan = compass_kernels.plan(*maps, w, h)
+        gray = rng.integers(0, 256, (h, w), dtype=np.uint8)
+        none = np.empty((0, 0), np.uint8), np.empty((0, 0), np.float32)
+        both = np.empty((h, w), np.uint8), np.empty((h, w), np.float32)
+        compass_kernels.remap(gray, *plan, *both)
+        for src, dtype in ((gray, np.uint8), (gray, np.float32), (gray.astype(np.float32), np.float32)):
+            want = cv2.remap(src.astype(dtype), *maps, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+            got = np.empty((h, w), dtype)
+            compass_kernels.remap(src, *plan, *((got, none[1]) if dtype is np.uint8 else (none[0], got)))
+            diff = np.abs(got.astype(np.float64) - want)
+            if dtype is np.uint8:
+                assert diff.max() <= 1 and np.count_nonzero(diff) <= 2, (w, h, np.count_nonzero(diff))
+            else:
+                assert diff.max() < 1e-4, (w, h, diff.max())
+            if src is gray:
+                np.testing.assert_array_equal(both[0 if dtype is np.uint8 else 1], got)
