@@ -98,7 +98,7 @@ class OffsetDecoder:
 
     def offsets(self, raw: np.ndarray) -> tuple[int, int, float, float]:
         """(q_x, q_y, x, y): the two int8 outputs and what they decode to (module docstring)."""
-        qx, qy = np.asarray(raw).reshape(-1).tolist()
+        qx, qy = np.asarray(raw).ravel().tolist()  # ravel: the cheaper call of the two
         return qx, qy, self._x_of[qx + 128], self._y_of[qy + 128]
 
     def decode(self, raw: np.ndarray, version: int = 0) -> TrackResult:
