@@ -99,10 +99,11 @@ def spot_case(variant: str, frames: list[np.ndarray]) -> tuple[dict, dict]:
     fitted = [tracker.fit(f) for f in frames]
     weights = None if tracker._filter is None else tracker.runner.parameters.twin[
         tracker._filter.index].reshape(-1)
+    consts = tracker.validity.consts(weights, tracker.filter_scale)  # what track packs once per filter
     candidates = {"invoke": bare_invoke(tracker, fitted[0]), "frame": over(frames, tracker.track),
                   "fit (channels, resize)": over(frames, tracker.fit),
-                  "validity check": over(fitted, lambda f: tracker.validity.check(f, weights,
-                                                                                  tracker.filter_scale))}
+                  "validity check": over(fitted, lambda f: tracker.validity.measure(f, consts)),
+                  "runner.run (the invoke included)": over(fitted, lambda f: tracker.runner.run((f[None],)))}
     return {"tracker": tracker}, candidates
 
 

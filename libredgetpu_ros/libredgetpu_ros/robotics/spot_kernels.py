@@ -184,31 +184,28 @@ def measure(levels, h, w, real_of, consts):  # pragma: no cover - compiled
     low = int(top)  # the lowest level at or above the threshold
     while low > 0 and real_of[low - 1] >= threshold:
         low -= 1
-    # the region: 8-connected cells at or above the threshold, flood-filled from the peak (mark 1), then
-    # the cells next to it (mark 2: the region's own blurred edge is not a rival)
+    # the region: 8-connected cells at or above the threshold, flood-filled from the peak (mark 1); every
+    # neighbour of a region cell is looked at once there, so the ones below the threshold are the cells next
+    # to the region (mark 2: the region's own blurred edge is not a rival)
     mark = np.zeros(n, np.uint8)
     ys, xs = np.empty(n, np.int32), np.empty(n, np.int32)  # the region's cells (no division per cell)
     ys[0], xs[0] = peak_at // w, peak_at % w
     mark[peak_at] = 1
-    done, cells = 0, 1  # [:cells]: the region's cells found so far, [done:cells] not yet grown
+    done, cells, ring = 0, 1, 0  # [:cells]: the region's cells found so far, [done:cells] not yet grown
     while done < cells:
         y, x = ys[done], xs[done]
         done += 1
         for ny in range(max(0, y - 1), min(h, y + 2)):
             for nx in range(max(0, x - 1), min(w, x + 2)):
                 j = ny * w + nx
-                if mark[j] == 0 and levels[j] >= low:
-                    mark[j] = 1
-                    ys[cells], xs[cells] = ny, nx
-                    cells += 1
-    ring = 0
-    for k in range(cells):
-        y, x = ys[k], xs[k]
-        for ny in range(max(0, y - 1), min(h, y + 2)):
-            for nx in range(max(0, x - 1), min(w, x + 2)):
-                if mark[ny * w + nx] == 0:
-                    mark[ny * w + nx] = 2
-                    ring += 1
+                if mark[j] == 0:
+                    if levels[j] >= low:
+                        mark[j] = 1
+                        ys[cells], xs[cells] = ny, nx
+                        cells += 1
+                    else:
+                        mark[j] = 2
+                        ring += 1
     if cells + ring == n:
         return np.float64(peak), np.float64(base), mass, cells / n, 0.0, False
     rival = np.uint8(0)
