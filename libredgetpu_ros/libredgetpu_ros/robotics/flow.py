@@ -41,7 +41,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import cv2
 import numpy as np
@@ -78,12 +78,11 @@ ALIAS_MATCH = 0.02  # a second refined displacement matching within this of the 
 _LEVELS = np.arange(256, dtype=np.float32)  # the grey levels, for the contrast stretch's lookup table
 
 
-@dataclass(frozen=True, slots=True)
-class FlowFeatures:
+class FlowFeatures(NamedTuple):
     """What is kept of one frame for the next pair: pooled features (float64; zero-mean in the normalised
     mode), the summed-area table of their per-cell energy (normalised mode), the frame's grey-level
     standard deviation and its size ``(w, h)``. ``pooled`` is None when the frame was too flat to run the
-    model on."""
+    model on. A named tuple: one is made per frame, at a third of a frozen class's cost."""
 
     pooled: np.ndarray | None
     energy_table: np.ndarray | None
