@@ -263,12 +263,12 @@ def window_texture(grad_x, grad_y, y0, x0, side):  # pragma: no cover - compiled
     return total / (side * side)
 
 
-def register_scale(ref, cur, grad_x, grad_y, half, iterations, params):  # pragma: no cover - compiled
+def register_scale(ref, cur, grad_x, grad_y, half, iterations, start):  # pragma: no cover - compiled
     """robotics/ttc.py ``register_scale`` in two passes per Gauss-Newton step: the similarity warp (scale
     about the image centre, translation, gain, bias) of ``ref``'s centre window onto ``cur`` (``grad_x``,
     ``grad_y``: its Sobel gradients / 8), Tukey-weighted with the first residuals' MAD as the yardstick.
-    ``params`` (float64): (s - 1, tx, ty, gain, bias) to start from, replaced by the solution. Returns
-    (s - 1, its standard error, residual RMS / window std, share of weight kept). Bilinear sampling with
+    Starts from ``s - 1 = start``, no shift, no lighting change. Returns (s - 1, its standard error,
+    residual RMS / window std, share of weight kept). Bilinear sampling with
     exact weights and BORDER_REFLECT outside the frame (OpenCV's remap rounds to 1/32 pixel); per-pixel
     values in float32, the normal equations summed in float32 lanes, solved in float64."""
     h, w = ref.shape
@@ -293,7 +293,7 @@ def register_scale(ref, cur, grad_x, grad_y, half, iterations, params):  # pragm
     std = math.sqrt(spread / n)
     if std == 0.0:
         std = 1.0
-    a, tx, ty, gain, bias = params[0], params[1], params[2], params[3], params[4]
+    a, tx, ty, gain, bias = start, 0.0, 0.0, 1.0, 0.0
     yardstick = -1.0
     residual = np.empty(n, np.float32)
     wx = np.empty(n, np.float32)
@@ -379,7 +379,6 @@ def register_scale(ref, cur, grad_x, grad_y, half, iterations, params):  # pragm
             return a, math.inf, math.inf, 0.0
         if abs(step[0]) < 1e-4 and abs(step[1]) < 1e-2 and abs(step[2]) < 1e-2:
             break
-    params[0], params[1], params[2], params[3], params[4] = a, tx, ty, gain, bias
     kept = zero
     weighted = zero
     for k in range(n):
@@ -418,6 +417,6 @@ def warm_up() -> bool:
     for gray in (np.zeros((16, 16), np.uint8), image):  # the template's input (maybe a message's view)
         for kind in (gray, jit.read_only(gray)):
             smooth(kind, taps, image.copy(), image.copy(), image.copy())
-    register_scale(image, image, image, image, 4, 1, np.array([0.0, 0.0, 0.0, 1.0, 0.0]))
+    register_scale(image, image, image, image, 4, 1, 0.0)
     window_texture(image, image, 2, 2, 9)
     return True

@@ -38,7 +38,7 @@ import cv2
 import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, InputError
-from libredgetpu_ros.robotics import flow_kernels, flow_refine, looming_kernels
+from libredgetpu_ros.robotics import flow_refine, looming_kernels
 
 REASONS = ("ok", "filling", "low_texture", "poor_fit", "not_approaching")
 
@@ -84,11 +84,11 @@ def _tukey(residual: np.ndarray, scale: float) -> np.ndarray:
     return np.square(np.maximum(np.float32(1.0) - u * u, np.float32(0.0)))
 
 
-def register_scale(ref: np.ndarray, cur: np.ndarray, half: int, iterations: int,
-                   params: np.ndarray) -> tuple[float, float, float, float]:
+def register_scale(ref: np.ndarray, cur: np.ndarray, half: int, iterations: int = 12,
+                   start: float = 0.0) -> tuple[float, float, float, float]:
     """(s - 1, its standard error, residual RMS / window std, share of pixels kept) of the similarity warp
-    taking ``ref``'s centre window (``2 half + 1`` pixels a side) onto ``cur`` (float32 images, one size);
-    ``params`` (float64): (s - 1, tx, ty, gain, bias) to start from, replaced by the solution."""
+    taking ``ref``'s centre window (``2 half + 1`` pixels a side) onto ``cur`` (float32 images, one size),
+    starting from ``s - 1 = start``, no shift and no lighting change."""
     import cv2
 
     h, w = ref.shape
@@ -104,7 +104,7 @@ def register_scale(ref: np.ndarray, cur: np.ndarray, half: int, iterations: int,
     t = template.reshape(-1).astype(np.float32)
     std = float(t.std()) or 1.0
     ones = np.ones_like(t)
-    a, tx, ty, gain, bias = (float(v) for v in params)
+    a, tx, ty, gain, bias = start, 0.0, 0.0, 1.0, 0.0
     scale = None
     jac = np.empty((t.size, 5), np.float32)
     for _ in range(iterations):
@@ -131,7 +131,6 @@ def register_scale(ref: np.ndarray, cur: np.ndarray, half: int, iterations: int,
             return float(a), math.inf, math.inf, 0.0
         if abs(step[0]) < 1e-4 and abs(step[1]) < 1e-2 and abs(step[2]) < 1e-2:
             break
-    params[:] = a, tx, ty, gain, bias
     kept = float(weights.mean())
     var = float((weights * residual * residual).sum() / max(float(weights.sum()) - 5.0, 1.0))
     try:
@@ -144,7 +143,6 @@ def register_scale(ref: np.ndarray, cur: np.ndarray, half: int, iterations: int,
 # cv2.GaussianBlur's float32 kernel at flow_refine.smooth's sigma (its size for that sigma): the compiled blur
 _TAPS = cv2.getGaussianKernel(round(flow_refine.SMOOTH_SIGMA * 8 + 1) | 1, flow_refine.SMOOTH_SIGMA,
                               cv2.CV_32F).ravel()
-_COLD = (0.0, 0.0, 0.0, 1.0, 0.0)  # (s - 1, tx, ty, gain, bias): no motion, no lighting change
 
 
 class ScaleTtc:
@@ -152,13 +150,14 @@ class ScaleTtc:
 
     def __init__(self, settings: TtcSettings | None = None, kernels: bool = True) -> None:
         self.settings = settings or TtcSettings()
-        # the registration compiled (robotics/looming_kernels.py) and the frame's blur and gradients
-        # (flow_refine.smooth), compiled or loaded now; NumPy without numba
-        self.kernels = kernels and looming_kernels.warm_up() and flow_kernels.warm_up()
+        # the frame's blur and gradients and the registration compiled (robotics/looming_kernels.py),
+        # compiled or loaded now; OpenCV and NumPy without numba
+        self.kernels = kernels and looming_kernels.warm_up()
         self._history: deque[tuple[float, np.ndarray, np.ndarray, np.ndarray]] = deque()
         self._spare: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # frames left the history: reused
-        self._last_a = 0.0  # the last good registration's s - 1: where the next one starts
-        self._params = np.array(_COLD)  # (s - 1, tx, ty, gain, bias), in and out of the registration
+        # the last good registration's s - 1 (where the next one starts), its span and stamp
+        self._last_a = 0.0
+        self._last_span = self._last_stamp = 0.0
 
     def reset(self) -> None:
         self._spare.extend(frame[1:] for frame in self._history)
@@ -189,6 +188,17 @@ class ScaleTtc:
         looming_kernels.smooth(gray, _TAPS, *out)
         return out
 
+    def _start(self, span: float, stamp_s: float) -> float:
+        """Where the registration starts: the last good scale carried to this frame. At a steady approach
+        ``s - 1 = span / TTC`` and the TTC has fallen by the time since, so an approach starts at the scale
+        it should find (measured: fewer steps, and a fast approach's 90th-percentile error lower); anything
+        else, or a prediction more than twice the last scale, starts at the last scale."""
+        if self._last_a > 0.0:
+            ttc = self._last_span / self._last_a - (stamp_s - self._last_stamp)
+            if ttc > 0.0 and span / ttc <= 2.0 * self._last_a * span / self._last_span:
+                return span / ttc
+        return self._last_a
+
     def update(self, gray: np.ndarray, stamp_s: float) -> TtcEstimate:
         if not math.isfinite(stamp_s):
             raise InputError(f"stamp {stamp_s} must be finite")
@@ -215,22 +225,20 @@ class ScaleTtc:
                                     + np.square(ref_gy[y0:y0 + side, x0:x0 + side], dtype=np.float32)))
         if texture < st.min_texture:
             return TtcEstimate(None, "low_texture", None, span, None)
-        # the last scale, no shift, no lighting change: starting from the last shift too saves steps on a
-        # lateral motion but can settle a scene of two motions (a near target passing over its backdrop)
-        # on a confident wrong expansion
-        params = self._params
-        params[:] = _COLD
-        params[0] = self._last_a
+        # from the last scale carried forward, no shift, no lighting change: starting from the last shift
+        # too saves steps on a lateral motion but can settle a scene of two motions (a near target passing
+        # over its backdrop) on a confident wrong expansion
+        start = self._start(span, stamp_s)
         if self.kernels:
             a, sigma, rel, kept = looming_kernels.register_scale(ref, image, grad_x, grad_y, half,
-                                                                 st.iterations, params)
+                                                                 st.iterations, start)
         else:
-            a, sigma, rel, kept = register_scale(ref, image, half, st.iterations, params)
+            a, sigma, rel, kept = register_scale(ref, image, half, st.iterations, start)
         scale = 1.0 + a
         if not math.isfinite(sigma) or rel > st.max_residual or kept < 0.5:
             self._last_a = 0.0
             return TtcEstimate(None, "poor_fit", scale, span, sigma)
-        self._last_a = a
+        self._last_a, self._last_span, self._last_stamp = a, span, stamp_s
         if a <= st.min_sigmas * sigma or span / a > st.max_ttc_s:
             return TtcEstimate(None, "not_approaching", scale, span, sigma)
         return TtcEstimate(span / a, "ok", scale, span, sigma)

@@ -195,8 +195,7 @@ def test_compiled_border_correction_equals_the_numpy_one(size) -> None:
 def test_compiled_registration_equals_the_numpy_one() -> None:
     """robotics/looming_kernels.register_scale (a separable warp, float32 lanes, exact bilinear weights)
     against ttc.register_scale (cv2.remap, float32 sums) on rendered pairs of every kind of motion: the same
-    scale within 1e-4, standard error and residual within 2 %, the same share of pixels kept within 1e-3,
-    both solutions written back."""
+    scale within 1e-4, standard error and residual within 2 %, the same share of pixels kept within 1e-3."""
     import cv2
     from libredgetpu_ros.robotics import looming_kernels
     from libredgetpu_ros.robotics.ttc import register_scale
@@ -211,15 +210,11 @@ def test_compiled_registration_equals_the_numpy_one() -> None:
             ref, cur = images[0], images[later]
             grad_x = cv2.Sobel(cur, cv2.CV_32F, 1, 0, ksize=3, scale=1 / 8)
             grad_y = cv2.Sobel(cur, cv2.CV_32F, 0, 1, ksize=3, scale=1 / 8)
-            start = np.array([0.0, 0.0, 0.0, 1.0, 0.0])
-            fast_end, slow_end = start.copy(), start.copy()
-            fast = looming_kernels.register_scale(ref, cur, grad_x, grad_y, 19, 12, fast_end)
-            slow = register_scale(ref, cur, 19, 12, slow_end)
+            fast = looming_kernels.register_scale(ref, cur, grad_x, grad_y, 19, 12, 0.0)
+            slow = register_scale(ref, cur, 19, 12, 0.0)
             assert fast[0] == pytest.approx(slow[0], abs=1e-4)
             assert fast[1:3] == pytest.approx(slow[1:3], rel=0.02)
             assert fast[3] == pytest.approx(slow[3], abs=1e-3)
-            assert fast_end[0] == fast[0] and slow_end[0] == slow[0]  # the solution written back
-            np.testing.assert_allclose(fast_end[1:], slow_end[1:], atol=2e-2)
 
 
 def test_compiled_smoothing_equals_opencv() -> None:
