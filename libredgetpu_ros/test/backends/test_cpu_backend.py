@@ -141,6 +141,16 @@ def test_bad_inputs_are_rejected_and_backend_survives(backends):
         backend.run([good[:, :64]])
     np.testing.assert_array_equal(backend.run([good[0]])[backend.boundary.output_names[0]],
                                   backend.run([good])[backend.boundary.output_names[0]])
+    # an input at the exact shape and dtype (the frame path: set as given) answers as the general path
+    # does, read-only or not contiguous
+    read_only = good.copy()
+    read_only.flags.writeable = False
+    strided = np.ascontiguousarray(good[:, :, ::-1])[:, :, ::-1]
+    for array in (read_only, strided):
+        got = backend.run((array,))
+        assert set(got) == set(backend.boundary.output_names)
+        np.testing.assert_array_equal(got[backend.boundary.output_names[0]],
+                                      backend.run([good[0]])[backend.boundary.output_names[0]])
 
 
 def test_run_without_model_is_a_backend_error():
