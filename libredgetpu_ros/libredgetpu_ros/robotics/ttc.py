@@ -140,6 +140,7 @@ def register_scale(ref: np.ndarray, cur: np.ndarray, half: int, iterations: int 
     return float(a), sigma_a, math.sqrt(var) / std, kept
 
 
+_UINT8 = np.dtype(np.uint8)
 # cv2.GaussianBlur's float32 kernel at flow_refine.smooth's sigma (its size for that sigma): the compiled blur
 _TAPS = cv2.getGaussianKernel(round(flow_refine.SMOOTH_SIGMA * 8 + 1) | 1, flow_refine.SMOOTH_SIGMA,
                               cv2.CV_32F).ravel()
@@ -158,6 +159,7 @@ class ScaleTtc:
         # the last good registration's s - 1 (where the next one starts), its span and stamp
         self._last_a = 0.0
         self._last_span = self._last_stamp = 0.0
+        self._geometry: tuple[tuple[int, ...], tuple[int, int, int, int]] = ((), (0, 0, 0, 0))
 
     def reset(self) -> None:
         self._spare.extend(frame[1:] for frame in self._history)
@@ -173,20 +175,34 @@ class ScaleTtc:
         arrays of a frame that left the history, else by flow_refine.smooth. A frame that is not 2-D and
         numeric, or holds NaN or inf, is refused (InputError) before the history changes."""
         gray = np.asarray(gray)
-        if gray.ndim != 2 or gray.dtype.kind not in "uif":
-            raise InputError(f"a grey frame must be a 2-D numeric array, got {gray.dtype} {gray.shape}")
-        if gray.dtype != np.uint8 and not np.isfinite(gray).all():
-            raise InputError("the grey frame contains NaN or inf")  # the selection's bins assume finite
-        if not self.kernels or min(gray.shape) <= 4:
-            return flow_refine.smooth(np.asarray(gray, dtype=np.float32))
-        if gray.dtype != np.uint8:
+        dtype = gray.dtype
+        if dtype != _UINT8:  # a uint8 frame (the template's input) needs no check and no conversion
+            if gray.ndim != 2 or dtype.kind not in "uif":
+                raise InputError(f"a grey frame must be a 2-D numeric array, got {dtype} {gray.shape}")
+            if not np.isfinite(gray).all():
+                raise InputError("the grey frame contains NaN or inf")  # the selection's bins assume finite
             gray = gray.astype(np.float32, copy=False)
-        gray = np.ascontiguousarray(gray)
-        while self._spare and self._spare[-1][0].shape != gray.shape:
-            self._spare.pop()  # the frame size changed
-        out = self._spare.pop() if self._spare else tuple(np.empty(gray.shape, np.float32) for _ in range(3))
+        elif gray.ndim != 2:
+            raise InputError(f"a grey frame must be a 2-D numeric array, got {dtype} {gray.shape}")
+        shape = gray.shape
+        if not self.kernels or shape[0] <= 4 or shape[1] <= 4:
+            return flow_refine.smooth(np.asarray(gray, dtype=np.float32))
+        if not gray.flags.c_contiguous:
+            gray = np.ascontiguousarray(gray)
+        spare = self._spare
+        while spare and spare[-1][0].shape != shape:
+            spare.pop()  # the frame size changed
+        out = spare.pop() if spare else (np.empty(shape, np.float32), np.empty(shape, np.float32),
+                                         np.empty(shape, np.float32))
         looming_kernels.smooth(gray, _TAPS, *out)
         return out
+
+    def _window(self, shape: tuple[int, int]) -> tuple[int, int, int, int]:
+        """(half, y0, x0, side) of the centre window of frames of this shape (kept for the last shape)."""
+        if self._geometry[0] != shape:
+            half = max(4, int(self.settings.window_frac * min(shape) / 2))
+            self._geometry = (shape, (half, shape[0] // 2 - half, shape[1] // 2 - half, 2 * half + 1))
+        return self._geometry[1]
 
     def _start(self, span: float, stamp_s: float) -> float:
         """Where the registration starts: the last good scale carried to this frame. At a steady approach
@@ -214,9 +230,7 @@ class ScaleTtc:
         span = stamp_s - ref_stamp
         if span < st.min_span_s:
             return TtcEstimate(None, "filling", None, span if len(self._history) > 1 else None, None)
-        half = max(4, int(st.window_frac * min(image.shape) / 2))
-        y0, x0 = image.shape[0] // 2 - half, image.shape[1] // 2 - half
-        side = 2 * half + 1
+        half, y0, x0, side = self._window(image.shape)
         # the reference window's texture: mean squared gradient of the frame (its gradients, made once)
         if self.kernels:
             texture = looming_kernels.window_texture(ref_gx, ref_gy, y0, x0, side)
