@@ -119,7 +119,7 @@ def looming_case(mode: str, frames: list[np.ndarray]) -> tuple[dict, dict]:
         ttc = ScaleTtc(detector.scale_ttc.settings)
         ttc_stamps = iter(i / 30.0 for i in range(10 ** 7))
         name = detector.template.output.name
-        raws = [(f, detector.runner.run([f[None]])[0][name]) for f in fitted]  # with the device's output (decoded too)
+        raws = [(f, detector.runner.run([f[None]])[0][name]) for f in fitted]  # the device's outputs
         candidates["border correction"] = over(raws, lambda p: detector.border.zones(*p))
         candidates["scale TTC update"] = over(fitted, lambda f: ttc.update(f[:, :, 0], next(ttc_stamps)))
     return {"detector": detector}, candidates
