@@ -84,8 +84,8 @@ def _spot(variant: str, n: int, mixed: bool) -> Case:
 
     tracker = SpotTracker.from_template(64, variant, backend="cpu")
     read_only_outputs(tracker.runner.backend)
-    return Case(tracker, tracker.track, lambda: frame_kinds(_scene("spot", n), mixed),
-                ("spot_kernels.evidence",))
+    kernels = ("spot_kernels.evidence",) + (("image_kernels.luma",) if variant == "bright" else ())
+    return Case(tracker, tracker.track, lambda: frame_kinds(_scene("spot", n), mixed), kernels)
 
 
 def _looming(mode: str, n: int, mixed: bool) -> Case:

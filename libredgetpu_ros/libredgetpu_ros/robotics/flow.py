@@ -47,7 +47,7 @@ import cv2
 import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, ImageError, ModelFormatError
-from libredgetpu_ros.robotics import flow_kernels, flow_refine
+from libredgetpu_ros.robotics import flow_kernels, flow_refine, image_kernels
 from libredgetpu_ros.robotics.base import RoboticsModule
 from libredgetpu_ros.robotics.correlation import CorrelationGrid, Peak, block_sum, refined_peak, soft_argmax
 from libredgetpu_ros.robotics.image import fit_image, match_channels
@@ -307,12 +307,12 @@ class OpticalFlow(RoboticsModule):
         return self.from_feature_map(raw.reshape(self._feature_shape), std, size, fine)
 
     def _luma(self, image: np.ndarray) -> np.ndarray:
-        """The frame's grey levels (h, w) uint8: RGB in one compiled pass (flow_kernels.luma, OpenCV's
+        """The frame's grey levels (h, w) uint8: RGB in one compiled pass (image_kernels.luma, OpenCV's
         numbers), anything else through match_channels (its checks and conversions)."""
         if (self.kernels and type(image) is np.ndarray and image.dtype == np.uint8 and image.ndim == 3
                 and image.shape[2] == 3 and image.shape[0] and image.shape[1] and image.flags.c_contiguous):
             gray = np.empty(image.shape[:2], np.uint8)
-            flow_kernels.luma(image, gray)
+            image_kernels.luma(image, gray)
             return gray
         return match_channels(image, 1, "frame")[:, :, 0]
 

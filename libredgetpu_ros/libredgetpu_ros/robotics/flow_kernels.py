@@ -30,7 +30,7 @@ import math
 import numpy as np
 
 from libredgetpu_ros import jit
-from libredgetpu_ros.robotics import flow_refine_kernels
+from libredgetpu_ros.robotics import flow_refine_kernels, image_kernels
 
 
 def pool_features(feature_map, factor, zero, margin, zero_mean, pooled, table):  # pragma: no cover
@@ -188,16 +188,6 @@ def soft_argmax_peak(a, b, r, temperature, counts, scores):  # pragma: no cover 
     return vx / total, vy / total, 1.0 / total
 
 
-def luma(rgb, out):  # pragma: no cover - compiled
-    """``out`` = BT.601 luma of the uint8 RGB image ``rgb`` (h, w, 3), bit for bit as cv2.cvtColor's
-    COLOR_RGB2GRAY computes it (15-bit fixed point, rounded); one pass, no OpenCV call around it."""
-    src, dst = rgb.reshape(rgb.size), out.reshape(out.size)
-    for p in range(np.uint64(dst.size)):
-        q = np.uint64(3) * p
-        dst[p] = (np.int32(src[q]) * 9798 + np.int32(src[q + np.uint64(1)]) * 19235
-                  + np.int32(src[q + np.uint64(2)]) * 3735 + 16384) >> 15
-
-
 def stretch(gray, gain, min_std, out):  # pragma: no cover - compiled
     """(mean, standard deviation) of the uint8 frame ``gray`` (integer histogram: the mean exact), and when
     the deviation is at least ``min_std``, ``out`` = the frame stretched to mean 128 and ``gain`` grey levels
@@ -233,7 +223,7 @@ _FAST = {"cache": True, "nogil": True, "fastmath": True}
 _EXACT = {"cache": True, "nogil": True}
 KERNELS = (("_correlate", _FAST), ("_box", dict(_EXACT, inline="always")), ("_refine", _EXACT),
            ("pool_features", _FAST), ("normalized_peak", _EXACT), ("soft_argmax_peak", _EXACT),
-           ("luma", _EXACT), ("stretch", _EXACT))
+           ("stretch", _EXACT))
 _warm = False
 
 
@@ -264,9 +254,8 @@ def warm_up() -> bool:
     frame = np.arange(64, dtype=np.uint8).reshape(8, 8)
     for gray in (frame, jit.read_only(frame)):  # a one-channel frame at the template's size stays read-only
         stretch(gray, 48.0, 1e-3, frame.copy())
-    rgb = np.zeros((8, 8, 3), np.uint8)
-    for colour in (rgb, jit.read_only(rgb)):  # a ROS rgb8 frame is a read-only view of the message
-        luma(colour, frame)
+    if not image_kernels.warm_up():  # the RGB frames' luma (robotics/image_kernels.py)
+        return False
     _warm = True
     return True
 

@@ -2,7 +2,8 @@
 
 The robotics templates take raw pixels (input scale 1, zero point 0), so no arithmetic runs besides the resize
 (OpenCV ``INTER_AREA`` when shrinking: block means, as LibrEdgeTPU's integer-ratio path; ``INTER_LINEAR``
-when enlarging) and, for one-channel templates given colour, BT.601 luma.
+when enlarging) and, for one-channel templates given colour, BT.601 luma (OpenCV's; a frame already at the
+template's size in one compiled pass once robotics/image_kernels.py is warmed up, the same bytes).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from libredgetpu_ros.errors import ImageError
+from libredgetpu_ros.robotics import image_kernels
 
 
 def as_uint8(image: object, what: str = "image") -> np.ndarray:
@@ -65,6 +67,10 @@ def fit_image(image: object, height: int, width: int, channels: int, resize: boo
         if image.shape[2] == channels and image.flags.c_contiguous:
             return image
         if channels == 1 and image.shape[2] == 3:
+            if image_kernels.ready() and image.flags.c_contiguous:  # OpenCV's bytes, in one compiled pass
+                luma = np.empty((height, width), np.uint8)
+                image_kernels.luma(image, luma)
+                return luma.reshape(height, width, 1)
             import cv2
 
             luma = cv2.cvtColor(image if image.flags.c_contiguous else np.ascontiguousarray(image),

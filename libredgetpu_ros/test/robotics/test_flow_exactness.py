@@ -261,15 +261,17 @@ def test_compiled_frame_path_equals_the_numpy_one(fixture_path) -> None:
 
 
 def test_compiled_luma_equals_opencv_on_every_colour() -> None:
-    """flow_kernels.luma (the flow's RGB frames to grey in one compiled pass) gives cv2.cvtColor's
-    COLOR_RGB2GRAY bit for bit on all 2**24 colours, so the flow sees the same frame either way."""
+    """image_kernels.luma (the flow's and a one-channel template's RGB frames to grey in one compiled pass)
+    gives cv2.cvtColor's COLOR_RGB2GRAY bit for bit on all 2**24 colours, so the flow and fit_image see the
+    same frame either way."""
     import cv2
-    from libredgetpu_ros.robotics import flow_kernels
+    from libredgetpu_ros.robotics import flow_kernels, image_kernels
 
     if not flow_kernels.warm_up():
         pytest.skip("numba is not installed: OpenCV makes the grey frame")
+    assert image_kernels.ready()  # the flow's warm-up warms it
     levels = np.arange(256, dtype=np.uint8)
     every = np.stack(np.meshgrid(levels, levels, levels, indexing="ij"), axis=-1).reshape(4096, 4096, 3)
     gray = np.empty((4096, 4096), np.uint8)
-    flow_kernels.luma(every, gray)
+    image_kernels.luma(every, gray)
     np.testing.assert_array_equal(gray, cv2.cvtColor(every, cv2.COLOR_RGB2GRAY))

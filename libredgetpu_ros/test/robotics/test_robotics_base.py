@@ -99,13 +99,20 @@ def test_colour_template_refuses_one_channel_patch() -> None:
         tracker.set_template(np.arange(64, dtype=np.uint8).reshape(8, 8))
 
 
-@pytest.mark.parametrize("channels", [1, 3])
-def test_fit_of_a_frame_at_the_templates_size_is_the_general_path(channels) -> None:
+@pytest.mark.parametrize(("channels", "compiled"), [(1, True), (1, False), (3, True)])
+def test_fit_of_a_frame_at_the_templates_size_is_the_general_path(channels, compiled, monkeypatch) -> None:
     """A frame already at the template's size skips the general path's checks (``fit_image``'s first
-    branch): the same pixels, shape and dtype for writable, read-only and non-contiguous colour frames and
-    for a grey frame on a colour template (refused as before)."""
+    branch; colour to luma in image_kernels' compiled pass, or OpenCV before it is warmed up): the same
+    pixels, shape and dtype for writable, read-only and non-contiguous colour frames and for a grey frame
+    on a colour template (refused as before)."""
     from libredgetpu_ros.errors import ImageError
+    from libredgetpu_ros.robotics import image_kernels
     from libredgetpu_ros.robotics.image import fit_image, match_channels
+
+    if compiled and not image_kernels.warm_up():
+        pytest.skip("numba is not installed: OpenCV makes the grey frame")
+    if not compiled:
+        monkeypatch.setattr(image_kernels, "ready", lambda: False)
 
     rng = np.random.default_rng(4)
     frame = rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)
