@@ -76,7 +76,8 @@ class BorderCorrection:
         xs = cols[:, None] + np.array([dx - 1 for _, dx in taps])
         inside = (ys >= 0) & (ys < self.height) & (xs >= 0) & (xs < self.width)
         flat = np.clip(ys, 0, self.height - 1) * self.width + np.clip(xs, 0, self.width - 1)
-        self._neighbours = np.stack([flat, *(inside * self._stacked[:, b] for b in range(2))], axis=2)
+        self._index = flat.astype(np.uint32)  # unsigned: no negative-index check in the kernel
+        self._zero_taps = np.stack([inside * self._stacked[:, b] for b in range(2)], axis=2)
         self._quant = np.array([*self._conv_q, *self._square_q, self._sum_q], float)
         self._out_zero = np.float32(template.output.zero_point)
         self._out_scale = np.float32(template.output.scale)
@@ -117,9 +118,9 @@ class BorderCorrection:
         if not (self.kernels and image.dtype == np.uint8 and image.flags.c_contiguous):
             return self.apply(dequantize(raw, self._out_zero, self._out_scale, self.zones_per_side), fitted)
         out = np.empty((self.zones_per_side, self.zones_per_side), np.float32)
-        looming_kernels.border_correction(image.reshape(-1), self._neighbours, self._zone, self._stacked,
-                                          self._quant, self.pool, np.asarray(raw).reshape(-1), self._out_zero,
-                                          self._out_scale, out.reshape(-1))
+        looming_kernels.border_correction(image.reshape(-1), self._index, self._zero_taps, self._zone,
+                                          self._stacked, self._quant, self.pool, np.asarray(raw).reshape(-1),
+                                          self._out_zero, self._out_scale, out.reshape(-1))
         return out
 
 

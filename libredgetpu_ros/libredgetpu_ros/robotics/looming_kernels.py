@@ -32,38 +32,49 @@ import numpy as np
 from libredgetpu_ros import jit
 
 
-def _requantize(value, scale, zero):  # pragma: no cover - compiled
-    """``value`` on the int8 grid of (scale, zero) and back to real units, as the device rounds it."""
-    q = np.rint(value / scale) + zero
-    return (min(127.0, max(-128.0, q)) - zero) * scale
+def _requantize_all(values, scale, zero):  # pragma: no cover - compiled
+    """:func:`_requantize` over an array, in place: one vectorised pass (the divisions and roundings of
+    independent values overlap instead of waiting on each other)."""
+    for i in range(values.size):
+        q = np.rint(values[i] / scale) + zero
+        values[i] = (min(127.0, max(-128.0, q)) - zero) * scale
 
 
-def border_correction(image, neighbours, zone, taps, quant, pool, raw, zero, scale, out):  # pragma: no cover
+def border_correction(image, index, zero_taps, zone, taps, quant, pool, raw, zero, scale,
+                      out):  # pragma: no cover - compiled
     """``out`` (float32, zones): the device's zones dequantized from ``raw`` (``(q - zero) · scale`` in
     float32, looming_border.dequantize) minus what the zero padding adds to each zone's mean energy, floored
-    at 0. The correction sums, over the ring pixels of the flat frame ``image`` (``neighbours[k, t]``: tap
-    t's flat index with the border repeated, then each branch's tap weight with the zero padding, 0 outside
-    the frame; ``zone[k]`` the pixel's zone), the device's quantized energy with the zero padding minus that
-    with the border repeated; ``taps`` (9, 2): the two Sobel kernels in real units; ``quant`` (5, 2):
-    (scale, zero) after each branch's conv, after each square, after their sum. Both paddings sum the 9
-    taps in tap order (a tap outside the frame adds 0 with the zero padding), as the NumPy path does."""
+    at 0. The correction sums, over the ring pixels of the flat frame ``image`` (``index[k, t]``: tap t's
+    flat index with the border repeated; ``zero_taps[k, t]``: each branch's tap weight with the zero
+    padding, 0 outside the frame; ``zone[k]`` the pixel's zone), the device's quantized energy with the zero
+    padding minus that with the border repeated; ``taps`` (9, 2): the two Sobel kernels in real units;
+    ``quant`` (5, 2): (scale, zero) after each branch's conv, after each square, after their sum. Both
+    paddings sum the 9 taps in tap order (a tap outside the frame adds 0 with the zero padding), as the
+    NumPy path does; the requantizations then run as whole-array passes, value by value the NumPy path's
+    arithmetic."""
+    ring = index.shape[0]
+    grads = np.empty((2, 2, ring))  # [branch, padding (0: zero, 1: border repeated), ring pixel]
+    for k in range(ring):
+        zero_x = zero_y = edge_x = edge_y = 0.0
+        for t in range(9):
+            value = np.float64(image[index[k, t]])
+            zero_x += value * zero_taps[k, t, 0]
+            zero_y += value * zero_taps[k, t, 1]
+            edge_x += value * taps[t, 0]
+            edge_y += value * taps[t, 1]
+        grads[0, 0, k], grads[0, 1, k], grads[1, 0, k], grads[1, 1, k] = zero_x, edge_x, zero_y, edge_y
+    energy = np.zeros((2, ring))
+    for branch in range(2):
+        values = grads[branch].reshape(-1)
+        _requantize_all(values, quant[branch, 0], quant[branch, 1])
+        for i in range(values.size):
+            values[i] *= values[i]
+        _requantize_all(values, quant[2 + branch, 0], quant[2 + branch, 1])
+        energy += grads[branch]
+    _requantize_all(energy.reshape(-1), quant[4, 0], quant[4, 1])
     correction = np.zeros(out.size)
-    for k in range(neighbours.shape[0]):
-        energy_zero = energy_edge = 0.0
-        for branch in range(2):
-            grad_zero = grad_edge = 0.0
-            for t in range(9):
-                value = np.float64(image[np.int64(neighbours[k, t, 0])])
-                grad_zero += value * neighbours[k, t, 1 + branch]
-                grad_edge += value * taps[t, branch]
-            c_scale, c_zero, s_scale, s_zero = quant[branch, 0], quant[branch, 1], quant[2 + branch, 0], \
-                quant[2 + branch, 1]
-            g_real = _requantize(grad_zero, c_scale, c_zero)
-            energy_zero += _requantize(g_real * g_real, s_scale, s_zero)
-            g_real = _requantize(grad_edge, c_scale, c_zero)
-            energy_edge += _requantize(g_real * g_real, s_scale, s_zero)
-        correction[zone[k]] += (_requantize(energy_zero, quant[4, 0], quant[4, 1])
-                                - _requantize(energy_edge, quant[4, 0], quant[4, 1]))
+    for k in range(ring):
+        correction[zone[k]] += energy[0, k] - energy[1, k]
     for z in range(out.size):
         level = (np.float32(raw[z]) - zero) * scale
         out[z] = max(level - np.float32(correction[z] / (pool * pool)), np.float32(0.0))
@@ -393,7 +404,7 @@ def register_scale(ref, cur, grad_x, grad_y, half, iterations, start):  # pragma
 
 _EXACT = {"cache": True, "nogil": True}
 _SUMS = dict(_EXACT, fastmath={"reassoc", "contract"})  # vectorised sums, NaN kept
-KERNELS = (("_requantize", dict(_EXACT, inline="always")), ("border_correction", _EXACT),
+KERNELS = (("_requantize_all", dict(_EXACT, inline="always")), ("border_correction", _EXACT),
            ("_reflect101", dict(_EXACT, inline="always")), ("smooth", _EXACT),
            ("_reflect", dict(_EXACT, inline="always")), ("_solve", _EXACT), ("_select", _SUMS),
            ("_sample", dict(_EXACT, inline="always")), ("_bilinear", dict(_EXACT, inline="always")),
@@ -406,11 +417,11 @@ def warm_up() -> bool:
     size, an Edge TPU output); False without numba (NumPy path)."""
     if not jit.compile_kernels(globals(), KERNELS):
         return False
-    index, neighbours = np.zeros(1, np.int64), np.zeros((1, 9, 3))
+    zone, index, weights = np.zeros(1, np.int64), np.zeros((1, 9), np.uint32), np.zeros((1, 9, 2))
     frame, raw = np.zeros(16, np.uint8), np.zeros(1, np.uint8)
     for image in (frame, jit.read_only(frame)):
         for output in (raw, jit.read_only(raw)):
-            border_correction(image, neighbours, index, np.zeros((9, 2)), np.ones((5, 2)), 1, output,
+            border_correction(image, index, weights, zone, np.zeros((9, 2)), np.ones((5, 2)), 1, output,
                               np.float32(0.0), np.float32(1.0), np.zeros(1, np.float32))
     image = np.zeros((16, 16), np.float32)
     taps = np.ones(9, np.float32)
