@@ -67,16 +67,16 @@ def pack(weights: np.ndarray | None, in_scale: float, in_zero: int, beta: float,
 
 def colour_levels(flat, consts, levels):  # pragma: no cover - compiled
     """``levels[i]``: cell i's response ``ReLU(Σ w·rgb)`` requantized as ``SpotValidity.response`` does, in
-    float32, as an index 0..255 (int8 value + 128; ``acc / scale + 0.5`` is at least 0.5 there, so
-    truncation is its floor)."""
+    float32, as an index 0..255 (int8 value + 128)."""
     w0, w1, w2 = np.float32(consts[C_W0]), np.float32(consts[C_W1]), np.float32(consts[C_W2])
-    in_scale, in_zero = np.float32(consts[C_IN_SCALE]), np.int32(consts[C_IN_ZERO])
+    in_scale, in_zero = np.float32(consts[C_IN_SCALE]), np.float32(consts[C_IN_ZERO])
     for i in range(levels.size):
         acc = (np.float32(flat[3 * i]) * w0 + np.float32(flat[3 * i + 1]) * w1
                + np.float32(flat[3 * i + 2]) * w2)
         value = max(acc, np.float32(0.0)) / in_scale + np.float32(0.5)
-        q = np.int32(min(value, np.float32(1024.0))) + in_zero
-        levels[i] = np.uint8(min(127, max(-128, q)) + 128)
+        # the int8 value clipped and shifted to 0..255 in float32 (integers, exact), converted once
+        level = min(np.float32(255.0), np.floor(value) + in_zero + np.float32(128.0))
+        levels[i] = np.uint8(max(np.float32(0.0), level))
 
 
 def decide(peak, base, mass, coverage, rival, has_rival, opponent, min_contrast, max_coverage, min_margin,
