@@ -95,7 +95,7 @@ def _looming(mode: str, n: int, mixed: bool) -> Case:
     read_only_outputs(detector.runner.backend)
     stamps = itertools.count(0.0, 1 / 30)
     kernels = ("looming_kernels.border_correction", "looming_kernels.smooth",
-               "looming_kernels.window_texture", "looming_kernels.register_scale") if mode == "scale" else ()
+               "looming_kernels.register_scale") if mode == "scale" else ()
     return Case(detector, lambda f: detector.detect(f, next(stamps)),
                 lambda: frame_kinds(_scene("approach", n), mixed), kernels)
 

@@ -87,13 +87,14 @@ def _reflect101(i, n):  # pragma: no cover - compiled
     return 2 * n - i - 2 if i >= n else i
 
 
-def smooth(gray, taps, image, grad_x, grad_y):  # pragma: no cover - compiled
+def smooth(gray, taps, image, grad_x, grad_y, y0, x0, side):  # pragma: no cover - compiled
     """flow_refine.smooth into the caller's arrays: ``image`` = ``gray`` (uint8 or float32) blurred by the
     separable 9 ``taps`` (cv2.GaussianBlur's kernel at sigma 1), ``grad_x``, ``grad_y`` = its 3×3 Sobel / 8,
-    OpenCV's default border (reflect 101) for both; float32, the sums in tap order (OpenCV's order differs:
-    ~2e-7 relative, test_ttc.py). Each output row is one loop over row slices with range indices (no
-    negative-index check) and the taps as scalars: it vectorises, and a row costs one loop, not one per
-    tap; only the border columns of the gradients are done one by one."""
+    OpenCV's default border (reflect 101) for both; float32 (OpenCV sums in another order: ~2e-7
+    relative, test_ttc.py). Returns the texture of the ``side``² window at (y0, x0): the mean of gx² + gy²
+    there (ttc.py reads it when this frame becomes a reference). Each output row is one loop over row
+    slices with range indices (no negative-index check) and the taps as scalars: it vectorises, and a row
+    costs one loop, not one per tap; only the border columns of the gradients are done one by one."""
     h, w = gray.shape
     t0, t1, t2, t3, t4, t5, t6, t7, t8 = taps[0], taps[1], taps[2], taps[3], taps[4], taps[5], taps[6], \
         taps[7], taps[8]
@@ -137,6 +138,12 @@ def smooth(gray, taps, image, grad_x, grad_y):  # pragma: no cover - compiled
                             + (down[right] - down[left])) * eighth
             grad_y[y, x] = ((down[left] - up[left]) + two * (down[x] - up[x]) + (down[right] - up[right])) \
                 * eighth
+    total = np.float32(0.0)  # the window's texture, while its gradients are at hand
+    for y in range(y0, y0 + side):
+        gx, gy = grad_x[y, x0:x0 + side], grad_y[y, x0:x0 + side]
+        for x in range(side):
+            total += gx[x] * gx[x] + gy[x] * gy[x]
+    return total / (side * side)
 
 
 def _reflect(i, n):  # pragma: no cover - compiled
@@ -262,16 +269,6 @@ def _bilinear(top, bottom, p, q, fx, fy):  # pragma: no cover - compiled
     upper = top[p] + fx * (top[q] - top[p])
     lower = bottom[p] + fx * (bottom[q] - bottom[p])
     return upper + fy * (lower - upper)
-
-
-def window_texture(grad_x, grad_y, y0, x0, side):  # pragma: no cover - compiled
-    """Mean of gx² + gy² over the ``side``² window at (y0, x0) of a frame's gradients."""
-    total = np.float32(0.0)
-    for j in range(side):
-        gx, gy = grad_x[y0 + j, x0:x0 + side], grad_y[y0 + j, x0:x0 + side]
-        for i in range(side):
-            total += gx[i] * gx[i] + gy[i] * gy[i]
-    return total / (side * side)
 
 
 def register_scale(ref, cur, grad_x, grad_y, half, iterations, start):  # pragma: no cover - compiled
@@ -405,10 +402,10 @@ def register_scale(ref, cur, grad_x, grad_y, half, iterations, start):  # pragma
 _EXACT = {"cache": True, "nogil": True}
 _SUMS = dict(_EXACT, fastmath={"reassoc", "contract"})  # vectorised sums, NaN kept
 KERNELS = (("_requantize_all", dict(_EXACT, inline="always")), ("border_correction", _EXACT),
-           ("_reflect101", dict(_EXACT, inline="always")), ("smooth", _EXACT),
+           ("_reflect101", dict(_EXACT, inline="always")), ("smooth", _SUMS),
            ("_reflect", dict(_EXACT, inline="always")), ("_solve", _EXACT), ("_select", _SUMS),
            ("_sample", dict(_EXACT, inline="always")), ("_bilinear", dict(_EXACT, inline="always")),
-           ("window_texture", _SUMS), ("register_scale", _SUMS))
+           ("register_scale", _SUMS))
 
 
 def warm_up() -> bool:
@@ -427,7 +424,6 @@ def warm_up() -> bool:
     taps = np.ones(9, np.float32)
     for gray in (np.zeros((16, 16), np.uint8), image):  # the template's input (maybe a message's view)
         for kind in (gray, jit.read_only(gray)):
-            smooth(kind, taps, image.copy(), image.copy(), image.copy())
+            smooth(kind, taps, image.copy(), image.copy(), image.copy(), 2, 2, 9)
     register_scale(image, image, image, image, 4, 1, 0.0)
-    window_texture(image, image, 2, 2, 9)
     return True

@@ -154,7 +154,8 @@ class ScaleTtc:
         # the frame's blur and gradients and the registration compiled (robotics/looming_kernels.py),
         # compiled or loaded now; OpenCV and NumPy without numba
         self.kernels = kernels and looming_kernels.warm_up()
-        self._history: deque[tuple[float, np.ndarray, np.ndarray, np.ndarray]] = deque()
+        # (stamp, texture, blurred frame, its gradients x and y) per frame
+        self._history: deque[tuple[float, float, np.ndarray, np.ndarray, np.ndarray]] = deque()
         self._spare: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # frames left the history: reused
         # the last good registration's s - 1 (where the next one starts), its span and stamp
         self._last_a = 0.0
@@ -162,7 +163,7 @@ class ScaleTtc:
         self._geometry: tuple[tuple[int, ...], tuple[int, int, int, int]] = ((), (0, 0, 0, 0))
 
     def reset(self) -> None:
-        self._spare.extend(frame[1:] for frame in self._history)
+        self._spare.extend(frame[2:] for frame in self._history)
         self._history.clear()
         self._last_a = 0.0
 
@@ -170,10 +171,12 @@ class ScaleTtc:
     def samples(self) -> int:
         return len(self._history)
 
-    def _smooth(self, gray: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The frame blurred (sigma 1) and its Sobel gradients / 8 (flow_refine.smooth): compiled into the
-        arrays of a frame that left the history, else by flow_refine.smooth. A frame that is not 2-D and
-        numeric, or holds NaN or inf, is refused (InputError) before the history changes."""
+    def _smooth(self, gray: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """The frame's texture (the centre window's mean squared gradient, read when the frame becomes a
+        reference), the frame blurred (sigma 1) and its Sobel gradients / 8 (flow_refine.smooth): compiled
+        in one call into the arrays of a frame that left the history, else by flow_refine.smooth. A frame
+        that is not 2-D and numeric, or holds NaN or inf, is refused (InputError) before the history
+        changes."""
         gray = np.asarray(gray)
         dtype = gray.dtype
         if dtype != _UINT8:  # a uint8 frame (the template's input) needs no check and no conversion
@@ -185,19 +188,24 @@ class ScaleTtc:
         elif gray.ndim != 2:
             raise InputError(f"a grey frame must be a 2-D numeric array, got {dtype} {gray.shape}")
         shape = gray.shape
+        _, y0, x0, side = self._window(shape)
         if not self.kernels or shape[0] <= 4 or shape[1] <= 4:
-            return flow_refine.smooth(np.asarray(gray, dtype=np.float32))
+            image, grad_x, grad_y = flow_refine.smooth(np.asarray(gray, dtype=np.float32))
+            window = (slice(y0, y0 + side), slice(x0, x0 + side))
+            texture = float(np.mean(np.square(grad_x[window], dtype=np.float32)
+                                    + np.square(grad_y[window], dtype=np.float32)))
+            return texture, image, grad_x, grad_y
         if not gray.flags.c_contiguous:
             gray = np.ascontiguousarray(gray)
         spare = self._spare
         while spare and spare[-1][0].shape != shape:
             spare.pop()  # the frame size changed
-        out = spare.pop() if spare else (np.empty(shape, np.float32), np.empty(shape, np.float32),
-                                         np.empty(shape, np.float32))
-        looming_kernels.smooth(gray, _TAPS, *out)
-        return out
+        image, grad_x, grad_y = spare.pop() if spare else (np.empty(shape, np.float32), np.empty(
+            shape, np.float32), np.empty(shape, np.float32))
+        texture = looming_kernels.smooth(gray, _TAPS, image, grad_x, grad_y, y0, x0, side)
+        return texture, image, grad_x, grad_y
 
-    def _window(self, shape: tuple[int, int]) -> tuple[int, int, int, int]:
+    def _window(self, shape: tuple[int, ...]) -> tuple[int, int, int, int]:
         """(half, y0, x0, side) of the centre window of frames of this shape (kept for the last shape)."""
         if self._geometry[0] != shape:
             half = max(4, int(self.settings.window_frac * min(shape) / 2))
@@ -219,26 +227,21 @@ class ScaleTtc:
         if not math.isfinite(stamp_s):
             raise InputError(f"stamp {stamp_s} must be finite")
         st = self.settings
-        image, grad_x, grad_y = self._smooth(gray)  # a bad frame refused here leaves the history as it was
-        last = self._history[-1][0] if self._history else None
-        if last is not None and (stamp_s <= last or stamp_s - last > st.max_gap_s):
-            self.reset()  # time went backwards (bag loop, clock reset) or the stream had a gap
-        self._history.append((float(stamp_s), image, grad_x, grad_y))
+        texture, image, grad_x, grad_y = self._smooth(gray)  # a bad frame refused here: history kept
+        if self._history:
+            last, _, previous, _, _ = self._history[-1]
+            if stamp_s <= last or stamp_s - last > st.max_gap_s or previous.shape != image.shape:
+                self.reset()  # time went backwards (bag loop, clock reset), a gap, or another frame size
+        self._history.append((float(stamp_s), texture, image, grad_x, grad_y))
         while len(self._history) > 2 and stamp_s - self._history[1][0] >= st.span_s:
-            self._spare.append(self._history.popleft()[1:])
-        ref_stamp, ref, ref_gx, ref_gy = self._history[0]
+            self._spare.append(self._history.popleft()[2:])
+        ref_stamp, ref_texture, ref, _, _ = self._history[0]
         span = stamp_s - ref_stamp
         if span < st.min_span_s:
             return TtcEstimate(None, "filling", None, span if len(self._history) > 1 else None, None)
-        half, y0, x0, side = self._window(image.shape)
-        # the reference window's texture: mean squared gradient of the frame (its gradients, made once)
-        if self.kernels:
-            texture = looming_kernels.window_texture(ref_gx, ref_gy, y0, x0, side)
-        else:
-            texture = float(np.mean(np.square(ref_gx[y0:y0 + side, x0:x0 + side], dtype=np.float32)
-                                    + np.square(ref_gy[y0:y0 + side, x0:x0 + side], dtype=np.float32)))
-        if texture < st.min_texture:
+        if ref_texture < st.min_texture:  # the reference window's mean squared gradient
             return TtcEstimate(None, "low_texture", None, span, None)
+        half = self._window(image.shape)[0]
         # from the last scale carried forward, no shift, no lighting change: starting from the last shift
         # too saves steps on a lateral motion but can settle a scene of two motions (a near target passing
         # over its backdrop) on a confident wrong expansion

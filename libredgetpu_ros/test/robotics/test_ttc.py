@@ -220,7 +220,8 @@ def test_compiled_registration_equals_the_numpy_one() -> None:
 def test_compiled_smoothing_equals_opencv() -> None:
     """looming_kernels.smooth (the frames of the compiled TTC, into reused arrays) against cv2.GaussianBlur
     (sigma 1) and cv2.Sobel / 8 with OpenCV's default border, on uint8 and float32 frames of several sizes:
-    within 2e-6 of the value range (the sums run in another order)."""
+    within 2e-6 of the value range (the sums run in another order); the window texture it returns is the
+    mean of gx² + gy² there."""
     import cv2
     from libredgetpu_ros.robotics import looming_kernels
     from libredgetpu_ros.robotics.ttc import _TAPS
@@ -232,7 +233,11 @@ def test_compiled_smoothing_equals_opencv() -> None:
         for gray in (rng.integers(0, 256, shape, dtype=np.uint8), np.rint(textures.natural(5, 128))[
                 :shape[0], :shape[1]].astype(np.float32)):
             out = [np.full(shape, np.nan, np.float32) for _ in range(3)]
-            looming_kernels.smooth(gray, _TAPS, *out)
+            side = min(shape) // 2 | 1
+            y0, x0 = (shape[0] - side) // 2, (shape[1] - side) // 3
+            texture = looming_kernels.smooth(gray, _TAPS, *out, y0, x0, side)
+            window = (slice(y0, y0 + side), slice(x0, x0 + side))
+            assert texture == pytest.approx(np.mean(out[1][window] ** 2 + out[2][window] ** 2), rel=1e-5)
             blurred = cv2.GaussianBlur(gray.astype(np.float32), (0, 0), 1.0)
             expected = (blurred, cv2.Sobel(blurred, cv2.CV_32F, 1, 0, ksize=3, scale=1 / 8),
                         cv2.Sobel(blurred, cv2.CV_32F, 0, 1, ksize=3, scale=1 / 8))
@@ -280,3 +285,18 @@ def test_a_bad_frame_is_refused_and_the_history_kept(kernels) -> None:
         assert estimator.samples == samples
     estimate = estimator.update(grays[-1], frames[-1].stamp_s)
     assert estimate.ttc_s == pytest.approx(frames[-1].truth.ttc_s, rel=0.05)
+
+
+@pytest.mark.parametrize("kernels", [True, False])
+def test_another_frame_size_restarts_the_history(kernels) -> None:
+    """Frames of another size cannot be registered on the history's: the history restarts (``filling``)."""
+    import cv2
+
+    estimator = ScaleTtc(TtcSettings(), kernels=kernels)
+    frames = presets.motion_scene("approach", _texture("natural"), noise=0.0, frames=20)
+    for frame in frames[:-1]:
+        estimator.update(cv2.resize(frame.gray(), (64, 64), interpolation=cv2.INTER_AREA), frame.stamp_s)
+    assert estimator.samples > 1
+    estimate = estimator.update(cv2.resize(frames[-1].gray(), (48, 40), interpolation=cv2.INTER_AREA),
+                                frames[-1].stamp_s)
+    assert estimate.reason == "filling" and estimator.samples == 1
