@@ -7,10 +7,10 @@ result), so a refined pair costs a handful of Python calls instead of dozens (is
 - ``fine_level``: a level's Gaussian blur (cv2.GaussianBlur's separable taps, OpenCV's order: rows first) and
   3×3 Sobel / 8, reflect-101 borders, float32 as OpenCV computes them (sums in another order: ~1e-7 apart).
   Each output pixel's taps are summed in registers (the loops vectorise), not accumulated tap by tap
-  through memory. ``flow_refine.smooth`` (the looming TTC's frames too) uses it.
+  through memory. ``flow_refine.smooth`` uses it.
 - ``lk``: Gauss-Newton iterations of the global translation at one level (inverse compositional). A
-  translation samples every pixel with the same bilinear weights: the warp is a 2×2 stencil over contiguous
-  row slices and no warped image is made. The Gauss-Newton matrix depends on the template's gradients over
+  translation samples every pixel with the same bilinear weights: the warp is a 2×2 stencil over the moving
+  frame's rows and no warped image is made. The Gauss-Newton matrix depends on the template's gradients over
   the overlap only, so it is summed again only when the overlap changes; per row the sums are float32 (the
   loops vectorise without conversions), across rows float64.
 - ``match``: the zero-mean normalised cross-correlation of the template and the moving frame sampled at the
