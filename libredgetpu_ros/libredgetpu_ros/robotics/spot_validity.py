@@ -138,18 +138,19 @@ class SpotValidity:
               weight_scale: float | None = None) -> SpotEvidence:
         """The evidence of one frame (the template's input as the device got it) with the filter weights the
         device ran with (None for the bright variant)."""
-        array = np.asarray(fitted)
-        if array.dtype == np.uint8:  # the template input as the kernel takes it (else NumPy in measure)
-            array = np.ascontiguousarray(array).reshape(self.height, self.width, self.channels)
-        reason, coverage, mass, contrast, margin = self.measure(array, self.consts(weights, weight_scale))
+        reason, coverage, mass, contrast, margin = self.measure(fitted, self.consts(weights, weight_scale))
         return SpotEvidence(reason == spot_kernels.OK, REASONS[reason], coverage, mass, contrast, margin)
 
     def measure(self, fitted: np.ndarray, consts: np.ndarray) -> tuple[int, float, float, float, float]:
         """(reason index in REASONS, coverage, mass, contrast, margin) of one frame: the frame path.
-        ``fitted`` is the template's input image (a C-contiguous uint8 (H, W, C) array for the compiled
-        call, as ``RoboticsModule.fit`` makes it), ``consts`` the filter's (:meth:`consts`)."""
-        if self.kernels and fitted.dtype == np.uint8:
-            return spot_kernels.evidence(fitted, self.real_of, consts)
+        ``fitted`` is the template's input image (taken as it is when it is the C-contiguous uint8 (H, W, C)
+        array ``RoboticsModule.fit`` makes), ``consts`` the filter's (:meth:`consts`)."""
+        array = np.asarray(fitted)
+        if self.kernels and array.dtype == np.uint8:  # else the NumPy path below
+            shape = (self.height, self.width, self.channels)
+            if array.shape != shape or not array.flags.c_contiguous:
+                array = np.ascontiguousarray(array).reshape(shape)  # a wrong size is a ValueError
+            return spot_kernels.evidence(array, self.real_of, consts)
         peak, base, mass, coverage, rival = self._measure(fitted, consts)
         limits = self.limits
         reason, coverage, contrast, margin = spot_kernels.plain(spot_kernels.decide)(

@@ -267,3 +267,24 @@ def test_the_mass_leaves_out_only_what_rounds_away(trackers) -> None:
         a = fast.check(frame)
         b = slow.check(frame)
         assert a.mass == pytest.approx(b.mass, abs=1e-12) and (a.reason, a.coverage) == (b.reason, b.coverage)
+
+
+def test_check_takes_the_template_input_in_any_layout(trackers) -> None:
+    """``check`` / ``measure`` take the template input as (H, W, C), (H, W) for one channel, a batch of one,
+    or not contiguous (copied to the compiled call's layout): the same evidence; a wrong size is refused."""
+    for variant in ("red", "bright"):
+        tracker = trackers[variant]
+        colour = VARIANTS[variant]
+        wall = next(iter(_walls(variant).values()))
+        fitted = tracker.fit(presets.spot_scene(colour, 12, wall, frames=1)[0].image)
+        weights = None if tracker._filter is None else tracker.runner.parameters.twin[
+            tracker._filter.index].reshape(-1)
+        expected = tracker.validity.check(fitted, weights, tracker.filter_scale)
+        assert expected.valid
+        layouts = [np.asfortranarray(fitted), fitted[None], fitted[::-1][::-1]]
+        if variant == "bright":
+            layouts.append(fitted[:, :, 0])
+        for layout in layouts:
+            assert tracker.validity.check(layout, weights, tracker.filter_scale) == expected
+        with pytest.raises(ValueError):
+            tracker.validity.check(fitted[:32], weights, tracker.filter_scale)
