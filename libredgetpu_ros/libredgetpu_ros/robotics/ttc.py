@@ -9,22 +9,28 @@ exactly, with no lag, for any span D (tested against rendered approaches, test/r
 measured by registering the reference frame's centre window onto the current frame with a similarity warp
 about the image centre plus light, x' = c + s (x - c) + (tx, ty), I_t(x') = g I_ref(x) + b: Gauss-Newton
 with Tukey-weighted residuals (iteratively reweighted: an edge of the background moving differently is
-voted out), 2 pyramid levels. Translation is part of the model, so a lateral motion does not read as an
+voted out; the weights' yardstick the first residuals' MAD), on the frames blurred (sigma 1), starting at
+the last good scale carried to this frame (``s - 1 = span / TTC``, the TTC fallen by the time since), no
+shift and no lighting change. Translation is part of the model, so a lateral motion does not read as an
 expansion; gain and bias are, so a lighting change does not either.
 
 A TTC is reported only with enough evidence, else ``ttc_s`` is None and ``reason`` says why:
 
 - ``filling``: the history spans less than ``min_span_s`` (after a start, a gap or a reset);
-- ``low_texture``: the centre window's mean squared gradient is below ``min_texture``;
+- ``low_texture``: the reference's centre window's mean squared gradient (of the blurred frame) is below
+  ``min_texture``;
 - ``poor_fit``: the registration explains too little (weighted residual over ``max_residual`` of the
   window's standard deviation, or most pixels voted out);
 - ``not_approaching``: ``s - 1`` is not ``min_sigmas`` standard errors above zero (static, receding,
   lateral), or the TTC is beyond ``max_ttc_s``.
 
-Stamps going backwards and gaps longer than ``max_gap_s`` clear the history (no TTC until it refills).
+Stamps going backwards, gaps longer than ``max_gap_s`` and a frame of another size clear the history (no
+TTC until it refills).
 Everything runs on the frame's stamps, never the wall clock, so a bag replay gives what the live run gave.
-Cost: per iteration one pass over a window of ~1,500 pixels at 64 x 64 (warp, weights, a 5 x 5 solve;
-compiled in robotics/looming_kernels.py, the NumPy path here without numba), bench/results/robotics_frames.md.
+Cost: per frame one blur (its gradients and the window's texture in the same call), per Gauss-Newton step
+two passes over a window of ~1,500 pixels at 64 x 64 (the warp with the residuals; the weights and the
+5 x 5 normal equations), compiled in robotics/looming_kernels.py (OpenCV and NumPy here without numba);
+bench/results/robotics_frames.md.
 """
 
 from __future__ import annotations
