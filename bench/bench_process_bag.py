@@ -13,9 +13,12 @@ Per round, interleaved (the 2 cores are shared with other jobs: every variant me
    warm-up) and ``cpu_s`` (process CPU time of the frame loop, every thread).
 
 Wall rates are frames / wall time of the loop; CPU is the process's CPU time (every thread: LiteRT's
-worker, the reader, writer and chunk-CRC threads) per frame. One more run of the pipeline alone and of
-pipelined process-bag per task, with ``/proc/self/task/*/schedstat`` sampled, splits that CPU by thread (not
-in the rounds: the sampler costs CPU).
+worker, the reader and writer threads) per frame. One more run of the pipeline alone and of pipelined
+process-bag per task, with ``/proc/self/task/*/schedstat`` sampled, splits that CPU by thread (not in the
+rounds: the sampler costs CPU); then :class:`StepClock` splits the loop thread's time by step (CPU of
+preprocess, inference, the rest of ``process``, the rest of the loop) and its loop's wall time into CPU,
+run-queue wait and asleep-waiting (the GIL, LiteRT's barrier, a queue), for the pipeline alone,
+process-bag pipelined with its helper threads niced (the default) and not, and in one thread.
 
 Run (network-isolated, one benchmark at a time):
 ``flock /tmp/libredgetpu_heavy.lock tools/ros_sandbox.sh .venv/bin/python bench/bench_process_bag.py``
