@@ -88,7 +88,7 @@ def test_one_thread_loop_starts_no_thread_and_pipelined_exactly_two(ros_env, tmp
     assert started_alone == [], started_alone  # before: a reader thread for sqlite3, a CRC worker for mcap
     assert sorted(started_piped) == ["bag-prefetch", "bag-writer"], started_piped
     main = nice[threading.current_thread().name]  # the loop runs in the caller's thread
-    assert HELPER_NICE > 0 and main < 19
+    assert HELPER_NICE > 0
     assert nice["bag-prefetch"] == nice["bag-writer"] == min(19, main + HELPER_NICE), nice
     one, two = _messages(tmp_path / "one"), _messages(tmp_path / "piped")
     assert len(one) == frames  # a classification per frame (no label file: no label map)
