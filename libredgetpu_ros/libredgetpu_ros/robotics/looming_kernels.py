@@ -276,9 +276,9 @@ def register_scale(ref, cur, grad_x, grad_y, half, iterations, start):  # pragma
     about the image centre, translation, gain, bias) of ``ref``'s centre window onto ``cur`` (``grad_x``,
     ``grad_y``: its Sobel gradients / 8), Tukey-weighted with the first residuals' MAD as the yardstick.
     Starts from ``s - 1 = start``, no shift, no lighting change. Returns (s - 1, its standard error,
-    residual RMS / window std, share of weight kept). Bilinear sampling with
-    exact weights and BORDER_REFLECT outside the frame (OpenCV's remap rounds to 1/32 pixel); per-pixel
-    values in float32, the normal equations summed in float32 lanes, solved in float64."""
+    residual RMS / window std, share of weight kept). Bilinear sampling with exact weights and
+    BORDER_REFLECT outside the frame (OpenCV's remap rounds to 1/32 pixel); per-pixel values in float32,
+    the normal equations summed in float32 lanes, solved in float64."""
     h, w = ref.shape
     cy, cx = (h - 1) / 2.0, (w - 1) / 2.0
     y0, x0 = int(cy - half + 0.5), int(cx - half + 0.5)
@@ -320,11 +320,10 @@ def register_scale(ref, cur, grad_x, grad_y, half, iterations, start):  # pragma
         _sample(side, 1.0 + a, ty, cy, h, y0, row_low, row_high, row_frac)
         g32, b32 = np.float32(gain), np.float32(bias)
         for j in range(side):
-            r0, r1, fy, start = row_low[j], row_high[j], row_frac[j], j * side
+            r0, r1, fy, at = row_low[j], row_high[j], row_frac[j], j * side
             image_a, image_b, gx_a, gx_b, gy_a, gy_b = cur[r0], cur[r1], grad_x[r0], grad_x[r1], grad_y[r0], \
                 grad_y[r1]
-            res, dx, dy, tj = residual[start:start + side], wx[start:start + side], wy[start:start + side], \
-                t[start:start + side]
+            res, dx, dy, tj = residual[at:at + side], wx[at:at + side], wy[at:at + side], t[at:at + side]
             for i in range(side):
                 p, q, fx = col_low[i], col_high[i], col_frac[i]
                 res[i] = _bilinear(image_a, image_b, p, q, fx, fy) - (g32 * tj[i] + b32)
