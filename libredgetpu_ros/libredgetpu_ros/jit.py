@@ -10,11 +10,14 @@ Cache folder: ``$LIBREDGETPU_ROS_NUMBA_CACHE``, else ``$XDG_CACHE_HOME/libredget
 ``~/.cache``). numba's own default is the package's ``__pycache__`` (read-only on an installed system; it then
 falls back to its own user folder). Only kernels defined in this package's files are redirected, through
 numba's cache locator list, so other numba code in the process keeps its own settings; a user's
-``NUMBA_CACHE_DIR`` wins over this folder, as numba documents it.
+``NUMBA_CACHE_DIR`` wins over this folder, as numba documents it. A cached kernel is reused only while every
+kernel file of the package is unchanged (numba alone checks the kernel's own file, not its callees').
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib.util
 import os
 import threading
@@ -63,6 +66,12 @@ def _install_locator() -> None:
                 super().__init__(py_func, py_file)
                 self._cache_path = os.path.join(str(cache_dir()), self.get_suitable_cache_subpath(py_file))
 
+            def get_source_stamp(self) -> Any:
+                # numba stamps a kernel's cache with its own file only: a kernel that calls one defined in
+                # another file kept the old callee's machine code after that file changed. Every kernel file
+                # of the package is in the stamp.
+                return super().get_source_stamp(), _kernel_files_stamp()
+
             @classmethod
             def from_function(cls, py_func: Any, py_file: str) -> Any:
                 if config.CACHE_DIR or not Path(py_file).resolve().is_relative_to(_PACKAGE_DIR):
@@ -72,6 +81,25 @@ def _install_locator() -> None:
         impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # renamed in numba 0.59
         impl._locator_classes.insert(0, PackageCacheLocator)
         _installed = True
+
+
+_KERNEL_MARKERS = (b"compile_kernels(globals()", b"njit(")
+
+
+@functools.lru_cache(maxsize=1)
+def _kernel_files_stamp() -> bytes:
+    """A digest of every package file that defines compiled kernels (their text marks them), once per
+    process: the part of every kernel's cache stamp that notices a change in another kernel file."""
+    digest = hashlib.sha256()
+    for path in sorted(_PACKAGE_DIR.rglob("*.py")):
+        try:
+            text = path.read_bytes()
+        except OSError:
+            continue
+        if any(marker in text for marker in _KERNEL_MARKERS):
+            name = str(path.relative_to(_PACKAGE_DIR)).encode()
+            digest.update(name + b"\0" + hashlib.sha256(text).digest())
+    return digest.digest()
 
 
 def njit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
