@@ -144,11 +144,12 @@ class IOSpec:
         }
 
 
-def load_iospec(path: str | Path) -> IOSpec:
-    """Read and validate an IOSpec file; errors name the file, key and value."""
+def load_iospec(path: str | Path, max_bytes: int = MAX_TEXT_BYTES) -> IOSpec:
+    """Read and validate an IOSpec file; errors name the file, key and value. ``max_bytes`` (at most
+    ``MAX_TEXT_BYTES``) lets a caller that must stay responsive refuse a large file before any parsing."""
     p = Path(path)
     try:
-        data = textdata.read_file(p, "IOSpec", MAX_TEXT_BYTES)
+        data = textdata.read_file(p, "IOSpec", min(max_bytes, MAX_TEXT_BYTES))
     except TextDataError as exc:  # missing, too large (kind "limit") or unreadable
         raise IOSpecError(str(exc), kind=exc.kind, key="size" if exc.kind == "limit" else "path",
                           value=str(p)) from None

@@ -176,3 +176,33 @@ def test_varname_too_long_for_a_topic_fails_configure_with_the_reason(ros_env, t
     finally:
         node.teardown()
         node.destroy_node()
+
+
+def test_iospec_over_the_node_cap_fails_configure_before_parsing(ros_env, tmp_path: Path) -> None:
+    """A femtorun-valid IOSpec of 300 KiB (a few KB of spec, then comment lines) is refused by its size at
+    configure, naming the file, its size and the node's cap, and pointing at the CLI (which still loads it).
+    It used to be parsed in configure: near the 4 MiB library cap, ~20 s of CPU on the node's executor."""
+    import libredgetpu_ros.ros.spu.node as node_module
+    from libredgetpu_ros.femto import load_iospec
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    spec_path, program_path = write_program(tmp_path)
+    with spec_path.open("a") as f:
+        f.write(("# " + "x" * 1022 + "\n") * 300)
+    size = spec_path.stat().st_size
+    assert size > node_module.MAX_IOSPEC_BYTES
+    assert load_iospec(spec_path).origin  # the library / CLI cap is unchanged: the file is valid there
+    node = node_module.SpuNode(context=ros_env.init_rclpy(), parameter_overrides=[
+        Parameter("iospec", value=str(spec_path)), Parameter("program", value=str(program_path))])
+    logged: list[str] = []
+    try:
+        node.get_logger().error = logged.append
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        assert len(logged) == 1, logged
+        text = logged[0]
+        assert str(spec_path) in text and f"{size} bytes" in text, text
+        assert str(node_module.MAX_IOSPEC_BYTES) in text and "iospec check" in text, text
+    finally:
+        node.teardown()
+        node.destroy_node()

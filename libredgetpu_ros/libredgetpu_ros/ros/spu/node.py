@@ -46,7 +46,7 @@ from std_srvs.srv import Trigger
 
 from libredgetpu_ros.errors import ConfigError, IOSpecError, LibrEdgeTpuError, SpuSequenceError
 from libredgetpu_ros.femto import SequenceEngine, load_iospec
-from libredgetpu_ros.femto.iospec import IOSpec, VectorSpec
+from libredgetpu_ros.femto.iospec import MAX_TEXT_BYTES, IOSpec, VectorSpec
 from libredgetpu_ros.femto.runner import SpuRunner, open_runner
 from libredgetpu_ros.femto.vectors import dequantize, prepare_input
 from libredgetpu_ros.ros import diagnostics
@@ -57,6 +57,10 @@ from libredgetpu_ros.ros.spu.params import LATCHED_PREFIX, PARAM_TABLE, SpuConfi
 from libredgetpu_ros.textdata import clip
 
 NODE_NAME = "spu"
+# IOSpecs are parsed by PyYAML's pure loader inside configure, on the node's executor: this bound keeps
+# configure short whatever the file (real IOSpecs are a few KB; the figures: docs/femto.md). The CLI's
+# ``iospec check`` keeps the library's MAX_TEXT_BYTES.
+MAX_IOSPEC_BYTES = 256 * 1024
 _LOG_PERIOD_S = 10.0  # one WARN line per rejection cause per period; diagnostics carry every count
 
 
@@ -98,7 +102,14 @@ class SpuNode(ManagedNode):
 
     def open_processor(self) -> None:
         cfg = self.cfg
-        spec = load_iospec(cfg.iospec)
+        try:
+            spec = load_iospec(cfg.iospec, max_bytes=MAX_IOSPEC_BYTES)
+        except IOSpecError as exc:
+            if exc.kind == "limit" and exc.key == "size":  # refused by its size before any parsing
+                raise ConfigError(f"{exc} (the SPU node loads IOSpecs of at most {MAX_IOSPEC_BYTES} bytes, "
+                                  f"{MAX_IOSPEC_BYTES >> 10} KiB; `libredgetpu-ros iospec check` takes up to "
+                                  f"{MAX_TEXT_BYTES >> 20} MiB: docs/femto.md)") from None
+            raise
         engine = SequenceEngine(spec, strict=cfg.strict)
         in_topics = topic_names(list(spec.inputs.values()), "in")
         out_topics = topic_names(list(spec.outputs.values()), "out")
