@@ -112,3 +112,27 @@ def test_sqlite_offered_qos_refused_before_rosbags_parses_it(tmp_path, qos: str)
     conn.close()
     with pytest.raises(InputError, match=r"offered_qos_profiles: (nested deeper than 16|aliases expand)"):
         open_reader(tmp_path / "bag")
+
+
+@pytest.mark.parametrize("storage", ["sqlite3", "mcap"])
+def test_offered_qos_over_the_per_topic_cap_refused_before_parsing(tmp_path, storage: str) -> None:
+    """A topic offering 300 profiles (~90 KB of valid QoS YAML; real topics < 2 KB) is refused by its size,
+    naming the topic, the size and the cap: it used to be parsed in pure Python (1 MiB accepted per topic,
+    seconds of CPU each) before rosbags even opened the bag. The same bag with one profile opens."""
+    from libredgetpu_ros.bags.mcap_summary import MAX_QOS_PROFILE_BYTES
+    from libredgetpu_ros.bags.storage import new_bag, open_reader, sensor_data_qos
+    from libredgetpu_ros.bags.typestore import typestore
+
+    def write(name: str, profiles: int) -> object:
+        with new_bag(tmp_path / name, storage) as writer:
+            conn = writer.add_connection("/camera/chatty_qos", "std_msgs/msg/Empty", typestore=typestore(),
+                                         offered_qos_profiles=[sensor_data_qos()] * profiles)
+            writer.write(conn, 1, b"\x00\x01\x00\x00")
+        return tmp_path / name
+
+    reader = open_reader(write("one", 1))
+    reader.close()
+    expected = (rf"topic /camera/chatty_qos: offered_qos_profiles is \d+ bytes, more than the "
+                rf"{MAX_QOS_PROFILE_BYTES} accepted per topic")
+    with pytest.raises(InputError, match=expected):
+        open_reader(write("many", 300))

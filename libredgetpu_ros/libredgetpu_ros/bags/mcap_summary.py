@@ -50,6 +50,9 @@ _SCHEMA_ENCODINGS = ("ros2msg", "ros2idl", "omgidl", "")  # rosbags' get_msgdef 
 _MIN_MESSAGE = 9 + 22  # a message record: opcode, length, channel, sequence, log and publish time
 _MIN_CHUNK = 9 + 40  # a chunk record with an empty compression string and no records
 _MAX_FILE_RATIO = 64  # a file-compressed bag may decompress to this many times its size (+1 MiB)
+# A topic's offered QoS profiles are parsed here in pure Python (textdata) before rosbags opens the bag;
+# real ones are < 2 KB per topic, and 1 MiB cost seconds of CPU per topic (figures: docs/bags.md).
+MAX_QOS_PROFILE_BYTES = 64 * 1024
 
 
 class BadSummary(InputError):
@@ -203,7 +206,7 @@ def _schema(cur: Cursor, at: int) -> None:
 def _channel(cur: Cursor) -> None:
     cur.u16("channel id")
     cur.u16("channel schema id")
-    cur.text("channel topic")
+    topic = cur.text("channel topic")
     cur.text("channel message encoding")
     n = cur.u32("channel metadata length")
     meta = Cursor(cur.data, cur.pos, cur.pos + n)
@@ -211,7 +214,20 @@ def _channel(cur: Cursor) -> None:
     while meta.pos < meta.end:
         key, value = meta.text("metadata key"), meta.text("metadata value")
         if key == "offered_qos_profiles":
+            if too_large := qos_size_error(topic, value):
+                raise BadRecord(f"channel {too_large}")
             _check_qos(value)
+
+
+def qos_size_error(topic: str, text: str) -> str | None:
+    """Why a topic's offered_qos_profiles text is refused by its size before parsing, or None."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size <= MAX_QOS_PROFILE_BYTES:
+        return None
+    from libredgetpu_ros.textdata import clip
+
+    return (f"topic {clip(topic, 200)}: offered_qos_profiles is {size} bytes, more than the "
+            f"{MAX_QOS_PROFILE_BYTES} accepted per topic (rosbag2 writes < 2 KB)")
 
 
 def _check_qos(text: str) -> None:
@@ -222,7 +238,7 @@ def _check_qos(text: str) -> None:
     from libredgetpu_ros.textdata import load_yaml
 
     try:
-        load_yaml(text, "channel offered_qos_profiles", max_bytes=1 << 20)  # depth and alias budgets first
+        load_yaml(text, "channel offered_qos_profiles", max_bytes=MAX_QOS_PROFILE_BYTES)  # depth, aliases
         parse_qos(text)
     except MemoryError:
         raise

@@ -97,23 +97,27 @@ def _check_sqlite_path(path: Path) -> None:
 
 
 def _check_sqlite_qos(path: Path) -> None:
-    """Each topic's ``offered_qos_profiles`` YAML within textdata's budgets: rosbags parses it at open with
-    no depth or alias bound (a deeply nested one was a RecursionError)."""
+    """Each topic's ``offered_qos_profiles`` YAML within textdata's budgets and ``MAX_QOS_PROFILE_BYTES``:
+    rosbags parses it at open with no depth or alias bound (a deeply nested one was a RecursionError)."""
     import sqlite3
 
+    from libredgetpu_ros.bags.mcap_summary import MAX_QOS_PROFILE_BYTES, qos_size_error
     from libredgetpu_ros.textdata import load_yaml
 
     try:
         conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)  # '#', '?', '%' escaped
         try:
-            rows = conn.execute("SELECT offered_qos_profiles FROM topics").fetchall()
+            rows = conn.execute("SELECT name, offered_qos_profiles FROM topics").fetchall()
         finally:
             conn.close()
     except sqlite3.DatabaseError:
         return  # an older schema or a damaged file: rosbags' own open says which
-    for (text,) in rows:
+    for name, text in rows:
         if isinstance(text, str) and text:
-            load_yaml(text, f"{path.name}: offered_qos_profiles", max_bytes=1 << 20, max_depth=16)
+            if too_large := qos_size_error(str(name), text):
+                raise InputError(f"{path.name}: {too_large}")
+            load_yaml(text, f"{path.name}: offered_qos_profiles", max_bytes=MAX_QOS_PROFILE_BYTES,
+                      max_depth=16)
 
 
 def _describe(exc: BaseException) -> str:
