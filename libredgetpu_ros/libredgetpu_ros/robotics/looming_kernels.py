@@ -153,11 +153,10 @@ def _reflect(i, n):  # pragma: no cover - compiled
 
 
 def _solve(matrix, rhs, out):  # pragma: no cover - compiled
-    """``out`` = ``matrix⁻¹ rhs`` (Gaussian elimination with partial pivoting on copies); False when a pivot
-    is zero (np.linalg.solve's LinAlgError)."""
+    """``out`` = ``matrix⁻¹ rhs`` (Gaussian elimination with partial pivoting, in place: ``matrix`` and
+    ``rhs`` are overwritten); False when a pivot is zero (np.linalg.solve's LinAlgError)."""
     n = rhs.size
-    m = matrix.copy()
-    v = rhs.copy()
+    m, v = matrix, rhs
     for col in range(n):
         pivot = col
         for row in range(col + 1, n):
@@ -289,11 +288,13 @@ def register_scale(ref, cur, grad_x, grad_y, half, iterations, start):  # pragma
     ys = np.empty(n, np.float32)
     total = 0.0
     for j in range(side):
+        at = j * side
+        row, tj, xj, yj = ref[y0 + j, x0:x0 + side], t[at:at + side], xs[at:at + side], ys[at:at + side]
         for i in range(side):
-            t[j * side + i] = ref[y0 + j, x0 + i]
-            xs[j * side + i] = x0 + i - cx
-            ys[j * side + i] = y0 + j - cy
-            total += ref[y0 + j, x0 + i]
+            tj[i] = row[i]
+            xj[i] = x0 + i - cx
+            yj[i] = y0 + j - cy
+            total += row[i]
     mean = total / n
     spread = 0.0
     for k in range(n):
@@ -311,9 +312,8 @@ def register_scale(ref, cur, grad_x, grad_y, half, iterations, start):  # pragma
     col_low, col_high = np.empty(side, np.uint32), np.empty(side, np.uint32)
     row_low, row_high = np.empty(side, np.uint32), np.empty(side, np.uint32)
     col_frac, row_frac = np.empty(side, np.float32), np.empty(side, np.float32)
-    normal = np.zeros((5, 5))
-    rhs = np.zeros(5)
-    step = np.zeros(5)
+    normal, damped = np.zeros((5, 5)), np.empty((5, 5))
+    rhs, step = np.zeros(5), np.zeros(5)
     one, zero = np.float32(1.0), np.float32(0.0)
     for _ in range(iterations):
         _sample(side, 1.0 + a, tx, cx, w, x0, col_low, col_high, col_frac)
@@ -375,7 +375,7 @@ def register_scale(ref, cur, grad_x, grad_y, half, iterations, start):  # pragma
             for q in range(p, 5):
                 normal[p, q] = normal[q, p] = upper[p][q]
         rhs[0], rhs[1], rhs[2], rhs[3], rhs[4] = b0, b1, b2, b3, b4
-        damped = normal.copy()
+        damped[:, :] = normal
         for p in range(5):
             damped[p, p] += 1e-9
         if not _solve(damped, rhs, step):
@@ -392,9 +392,9 @@ def register_scale(ref, cur, grad_x, grad_y, half, iterations, start):  # pragma
         kept += weight[k]
         weighted += weight[k] * residual[k] * residual[k]
     var = weighted / max(kept - 5.0, 1.0)
-    unit = np.zeros(5)
-    unit[0] = 1.0
-    sigma_a = math.sqrt(max(var * step[0], 0.0)) if _solve(normal, unit, step) else math.inf
+    rhs[:] = 0.0
+    rhs[0] = 1.0  # the first column of the inverse: its first entry is the variance factor of s - 1
+    sigma_a = math.sqrt(max(var * step[0], 0.0)) if _solve(normal, rhs, step) else math.inf
     return a, sigma_a, math.sqrt(var) / std, kept / n
 
 
