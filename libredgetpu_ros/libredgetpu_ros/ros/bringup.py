@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from libredgetpu_ros.errors import ConfigError
-from libredgetpu_ros.ros.camera_topics import REMAP_LEADS, expand_image_topics, is_ros_name
+from libredgetpu_ros.ros.camera_topics import expand_image_topics, is_remap_name, is_ros_name
 
 # type -> (module, class); imported only when a node of that type is configured.
 NODE_TYPES: dict[str, tuple[str, str]] = {
@@ -111,7 +111,8 @@ def load_config(path: str | Path) -> list[NodeSpec]:
 
 
 def _remappings(value: Any, where: str) -> dict[str, str]:
-    """A ``remappings:`` mapping (name -> new name), each a ROS name (``~`` and ``/`` allowed)."""
+    """A ``remappings:`` mapping (name -> new name), each a name rcl remaps (``camera_topics.is_remap_name``:
+    relative, ``/`` or ``~/``)."""
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -119,8 +120,9 @@ def _remappings(value: Any, where: str) -> dict[str, str]:
     out = {}
     for src, dst in value.items():
         for name in (src, dst):
-            if not is_ros_name(name, REMAP_LEADS):
-                raise ConfigError(f"{where}: remapping {src!r}: {dst!r}: {name!r} is not a ROS name")
+            if not is_remap_name(name):
+                raise ConfigError(f"{where}: remapping {src!r}: {dst!r}: {name!r} is not a ROS name rcl "
+                                  f"remaps (tokens of letters, digits, single '_', after '', '/' or '~/')")
         out[src] = dst
     return out
 

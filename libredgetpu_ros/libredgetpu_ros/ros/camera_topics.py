@@ -28,12 +28,13 @@ from libredgetpu_ros.errors import ConfigError
 CAMERA_TYPES = ("perception", "tracker", "looming", "flow", "recognition")
 MAX_TOPICS = 16
 # A ROS name as configs give them (rcl's token rule): tokens of letters, digits and "_", none starting with a
-# digit, joined by single "/"s, after a leading "" (relative), "/" (absolute) or, in a remapping, "~" / "~/"
-# (the node's private namespace). Namespaces of camera streams start every token with a letter.
+# digit, joined by single "/"s, after a leading "" (relative), "/" (absolute) or, in a remapping, "~/" (the
+# node's private namespace). Namespaces of camera streams start every token with a letter.
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:/[A-Za-z_][A-Za-z0-9_]*)*")
 _LETTER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*(?:/[A-Za-z][A-Za-z0-9_]*)*")
 TOPIC_LEADS = ("", "/")
-REMAP_LEADS = ("", "/", "~", "~/")
+# rcl's remapping lexer (rcl/src/rcl/lexer.c) knows "~" only as "~/": "~foo" and a lone "~" are no rule.
+REMAP_LEADS = ("", "/", "~/")
 
 
 def is_ros_name(text: object, leads: tuple[str, ...] = TOPIC_LEADS, *, letter_first: bool = False) -> bool:
@@ -43,6 +44,13 @@ def is_ros_name(text: object, leads: tuple[str, ...] = TOPIC_LEADS, *, letter_fi
         return False
     name = _LETTER_NAME if letter_first else _NAME
     return any(text.startswith(lead) and name.fullmatch(text, len(lead)) for lead in leads)
+
+
+def is_remap_name(text: object) -> bool:
+    """``text`` is a name rcl takes on either side of a ``-r from:=to`` topic or service remapping: a ROS name
+    after "", "/" or "~/" with no "__" (rcl's lexer reads "__" as the start of ``__node`` / ``__ns``, which
+    rename the node instead, and ends a token before any other "__": ``a__b`` is no rule)."""
+    return is_ros_name(text, REMAP_LEADS) and "__" not in text
 
 
 def _item(value: Any, entry_namespace: str, where: str) -> tuple[str, str, dict[str, Any]]:
