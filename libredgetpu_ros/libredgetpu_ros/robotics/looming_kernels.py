@@ -14,10 +14,12 @@ sum can differ in its last bit (a quantization step flips only if that lands exa
 ``register_scale`` is ttc.py's Gauss-Newton registration with each step two passes over the window (the warp
 of the image and its gradients with the residuals; the Tukey weights and the 5×5 normal equations) instead
 of a remap and ~25 array operations. The warp is a scale and a shift per axis, so each step finds the source
-columns and rows and their bilinear weights once (39 + 39 at 64×64, not 1,521 pixels); per-pixel values are
-float32 and the sums run in float32 SIMD lanes (NumPy's sums are float32 too); its bilinear weights are exact
-(OpenCV's remap rounds the position to 1/32 pixel), so it agrees with the NumPy path to a few 1e-5 in ``s``
-(test_ttc.py).
+columns and rows and their bilinear weights once (39 + 39 at 64×64, not 1,521 pixels) and blends each
+window row's two source rows first (contiguous), leaving two gathers a pixel instead of four; per-pixel
+values are float32 and the sums run in float32 SIMD lanes (NumPy's sums are float32 too); its bilinear
+weights are exact (OpenCV's remap rounds the position to 1/32 pixel), so it agrees with the NumPy path to a
+few 1e-5 in ``s`` (test_ttc.py). The first residuals' median and MAD are exact selections by histogram
+rounds (:func:`_select`).
 
 Compiled (or loaded from the cache folder, libredgetpu_ros.jit) by :func:`warm_up` when a scale-mode
 detector opens.
@@ -262,12 +264,17 @@ def _sample(axis, scale, shift, centre, size, first, low, high, frac):  # pragma
             low[i], high[i] = _reflect(floor, size), _reflect(floor + 1, size)
 
 
-def _bilinear(top, bottom, p, q, fx, fy):  # pragma: no cover - compiled
-    """Bilinear sample between rows ``top``, ``bottom`` and their columns ``p``, ``q`` at weights (fx, fy):
-    the image and both gradients are warped by this one piece of code."""
-    upper = top[p] + fx * (top[q] - top[p])
-    lower = bottom[p] + fx * (bottom[q] - bottom[p])
-    return upper + fy * (lower - upper)
+def _blend(top, bottom, fy, out):  # pragma: no cover - compiled
+    """``out`` = rows ``top`` and ``bottom`` blended at weight ``fy`` (the vertical half of a bilinear
+    sample, for every column of a row at once): the image and both gradients are warped by this and
+    :func:`_lerp`."""
+    for x in range(out.size):
+        out[x] = top[x] + fy * (bottom[x] - top[x])
+
+
+def _lerp(row, p, q, fx):  # pragma: no cover - compiled
+    """The horizontal half: ``row`` between columns ``p`` and ``q`` at weight ``fx``."""
+    return row[p] + fx * (row[q] - row[p])
 
 
 def register_scale(ref, cur, grad_x, grad_y, half, iterations, start):  # pragma: no cover - compiled
@@ -312,6 +319,7 @@ def register_scale(ref, cur, grad_x, grad_y, half, iterations, start):  # pragma
     col_low, col_high = np.empty(side, np.uint32), np.empty(side, np.uint32)
     row_low, row_high = np.empty(side, np.uint32), np.empty(side, np.uint32)
     col_frac, row_frac = np.empty(side, np.float32), np.empty(side, np.float32)
+    blend_i, blend_x, blend_y = np.empty(w, np.float32), np.empty(w, np.float32), np.empty(w, np.float32)
     normal, damped = np.zeros((5, 5)), np.empty((5, 5))
     rhs, step = np.zeros(5), np.zeros(5)
     one, zero = np.float32(1.0), np.float32(0.0)
@@ -321,14 +329,16 @@ def register_scale(ref, cur, grad_x, grad_y, half, iterations, start):  # pragma
         g32, b32 = np.float32(gain), np.float32(bias)
         for j in range(side):
             r0, r1, fy, at = row_low[j], row_high[j], row_frac[j], j * side
-            image_a, image_b, gx_a, gx_b, gy_a, gy_b = cur[r0], cur[r1], grad_x[r0], grad_x[r1], grad_y[r0], \
-                grad_y[r1]
+            # the two source rows blended first (contiguous, vectorised), then two gathers a pixel, not four
+            _blend(cur[r0], cur[r1], fy, blend_i)
+            _blend(grad_x[r0], grad_x[r1], fy, blend_x)
+            _blend(grad_y[r0], grad_y[r1], fy, blend_y)
             res, dx, dy, tj = residual[at:at + side], wx[at:at + side], wy[at:at + side], t[at:at + side]
             for i in range(side):
                 p, q, fx = col_low[i], col_high[i], col_frac[i]
-                res[i] = _bilinear(image_a, image_b, p, q, fx, fy) - (g32 * tj[i] + b32)
-                dx[i] = _bilinear(gx_a, gx_b, p, q, fx, fy)
-                dy[i] = _bilinear(gy_a, gy_b, p, q, fx, fy)
+                res[i] = _lerp(blend_i, p, q, fx) - (g32 * tj[i] + b32)
+                dx[i] = _lerp(blend_x, p, q, fx)
+                dy[i] = _lerp(blend_y, p, q, fx)
         if yardstick < 0.0:  # robust scale of the first residuals (MAD), kept: the weights' yardstick
             for k in range(n):
                 weight[k] = residual[k]  # scratch until the weights are made
@@ -403,7 +413,8 @@ _SUMS = dict(_EXACT, fastmath={"reassoc", "contract"})  # vectorised sums, NaN k
 KERNELS = (("_requantize_all", dict(_EXACT, inline="always")), ("border_correction", _EXACT),
            ("_reflect101", dict(_EXACT, inline="always")), ("smooth", _SUMS),
            ("_reflect", dict(_EXACT, inline="always")), ("_solve", _EXACT), ("_select", _SUMS),
-           ("_sample", dict(_EXACT, inline="always")), ("_bilinear", dict(_EXACT, inline="always")),
+           ("_sample", dict(_EXACT, inline="always")), ("_blend", dict(_SUMS, inline="always")),
+           ("_lerp", dict(_SUMS, inline="always")),
            ("register_scale", _SUMS))
 
 
