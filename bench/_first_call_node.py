@@ -6,13 +6,14 @@ both sides, as a planner starting against a node does), interleaved by kind:
 
 - ``control``: the control node (``template:=1024``, CPU twin) from the read-only package copy on an empty
   cache folder; the client configures and activates it, waits for the service, then makes 21 calls;
-- ``control, client warmed``: the same, the client calling ``warm_weights_client`` before its first call;
+- ``control, warm-up off``: the same with ``Controller.warm_service_path`` replaced by a no-op in the node's
+  process (the node as it was before the warm-up: the before/after in one run);
 - ``bare``: a bare rclpy service of the same type (``SetWeights``) answering at once, same executor
   (``SingleThreadedExecutor``) and allocator setting as the node, same payload (1024×1024 float32):
   what rclpy and DDS cost by themselves;
-- ``bare, both warmed``: the bare service doing ``converted_request`` before spinning, its client
-  ``warm_weights_client``: what is left when each process converted a full-size request once, i.e. what no
-  warm-up inside a process removes (the first DDS write and delivery of 4 MB, the first wake-ups).
+- ``bare, warmed``: the bare service doing the node's warm-up conversion (``controller.converted_request``)
+  before spinning: what is left when the server converted a full-size request once, i.e. what the server
+  cannot remove (the client's first DDS write of 4 MB, its delivery, the first wake-ups).
 
 The server processes run this file as a program (``serve``); their executor's take and response send are
 timed (``_tap``: ``Executor._take_service`` and ``Service.send_response`` wrapped, timestamps in
@@ -32,7 +33,7 @@ import sys
 from pathlib import Path
 
 N = 1024
-KINDS = ("control", "control, client warmed", "bare", "bare, both warmed")
+KINDS = ("control, warm-up off", "control", "bare", "bare, warmed")
 SEGMENTS = ("client send", "to server take", "server take", "handler", "response send", "back to client")
 T_CONFIGURE, T_ACTIVATE = 1, 3
 
@@ -68,14 +69,19 @@ def serve(kind: str, tap: str, ros_args: list[str]) -> int:
     """A server process: the control node's own ``main()`` or the bare service, with ``_tap`` on."""
     _tap(tap)
     if kind.startswith("control"):
+        from libredgetpu_ros.ros.control.controller import Controller
         from libredgetpu_ros.ros.control.node import main
 
+        from libredgetpu_ros_interfaces.srv import SetWeights
+
+        if "warm-up off" in kind:
+            Controller.warm_service_path = lambda _self, _clip: SetWeights.Response(accepted=True)
         return main(ros_args)
     from libredgetpu_ros.ros.memory import retain_large_allocations
 
     retain_large_allocations()  # as the control node's main() does, before rclpy allocates
     import rclpy
-    from libredgetpu_ros.ros.control.client import converted_request
+    from libredgetpu_ros.ros.control.controller import converted_request
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
     from libredgetpu_ros_interfaces.srv import SetWeights
@@ -100,13 +106,12 @@ def serve(kind: str, tap: str, ros_args: list[str]) -> int:
 def client(kind: str, fqn: str, calls: int) -> int:
     """A client process: configure + activate (control node), 21 requests built, the service waited for,
     then the calls timed one by one; prints one JSON line."""
-    import resource
     import threading
     import time
 
     import numpy as np
     import rclpy
-    from libredgetpu_ros.ros.control.client import create_weights_client, warm_weights_client
+    from libredgetpu_ros.ros.control.client import create_weights_client
     from libredgetpu_ros.ros.control.codec import to_float32_array
     from libredgetpu_ros.ros.memory import retain_large_allocations
     from lifecycle_msgs.srv import ChangeState
@@ -150,16 +155,12 @@ def client(kind: str, fqn: str, calls: int) -> int:
         requests.append(request)
     if not set_weights.wait_for_service(timeout_sec=120.0):
         raise TimeoutError("set_weights not available")
-    if "warmed" in kind:
-        warm_weights_client(N, N)
     rows = []
     for request in requests:
         done = threading.Event()
-        faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
         c0, t0 = time.time_ns(), time.perf_counter()
         future = set_weights.call_async(request)
         c1 = c0 + round((time.perf_counter() - t0) * 1e9)
-        faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - faults
         future.add_done_callback(lambda _f, done=done: done.set())
         if not done.wait(60.0):
             raise TimeoutError("no answer from set_weights")
@@ -167,7 +168,7 @@ def client(kind: str, fqn: str, calls: int) -> int:
         response = future.result()
         if not response.accepted:
             raise RuntimeError(response.message)
-        rows.append({"rtt": rtt, "c0": c0, "c1": c1, "c2": c0 + round(rtt * 1e6), "faults": faults,
+        rows.append({"rtt": rtt, "c0": c0, "c1": c1, "c2": c0 + round(rtt * 1e6),
                      "total_ms": response.total_ms})
     print(json.dumps(rows), flush=True)
     os._exit(0)  # the executor thread is still spinning: no teardown race, the parent has what it needs
@@ -209,6 +210,7 @@ def run(prefix: list[str], env: dict[str, str], work: Path, launches: int,
             for row, srv in zip(rows, taps, strict=True):
                 row["segments"] = _segments(row, srv)
             out[kind].append({"calls": rows})
+    (work / "first_call_node.json").write_text(json.dumps(out))  # every call, for a closer look (--keep)
     return out
 
 
@@ -229,29 +231,31 @@ def report(runs: dict[str, list[dict]], calls: int) -> list[str]:
         f"client, which waits for the service, then makes {calls + 1} calls (requests built beforehand). "
         f"Ratio = first round trip / median of the next {calls} in the same launch (client wall time).",
         "",
-        "| server, client | first / median: median | spread (min–max) | launches ≤ 2× | first round trip "
-        "(median) | median of next (median) | client send faults, first call |",
-        "|---|---|---|---|---|---|---|",
+        "| server | first / median: median | spread (min–max) | launches ≤ 2× | first round trip (median) "
+        "| median of next (median) | first − median: median | spread |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for kind, launch_runs in runs.items():
-        ratios, firsts, nexts = [], [], []
+        ratios, firsts, nexts, excess = [], [], [], []
         for run in launch_runs:
             rtt = [c["rtt"] for c in run["calls"]]
             med = statistics.median(rtt[1:])
             ratios.append(rtt[0] / med)
             firsts.append(rtt[0])
             nexts.append(med)
-        faults = statistics.median(run["calls"][0]["faults"] for run in launch_runs)
+            excess.append(rtt[0] - med)
         lines.append(f"| {kind} | {statistics.median(ratios):.2f}× | {_spread(ratios)}× | "
                      f"{sum(r <= 2.0 for r in ratios)}/{len(ratios)} | {statistics.median(firsts):.2f} ms | "
-                     f"{statistics.median(nexts):.2f} ms | {faults:.0f} |")
+                     f"{statistics.median(nexts):.2f} ms | {statistics.median(excess):.2f} ms | "
+                     f"{_spread(excess, 1)} ms |")
     lines += [
         "",
         "Where the time goes (ms; medians over the launches of the first call and of each launch's median of "
-        "the next calls; first − next = the first call's excess; timestamps in CLOCK_REALTIME of the client "
-        "and of the server's executor):",
+        "the next calls, so a column's entries do not add up to the round trip; timestamps in CLOCK_REALTIME "
+        "of the client and of the server's executor; a negative entry: the server took the request before "
+        "the client's `call_async` returned):",
         "",
-        "| server, client | call | " + " | ".join(SEGMENTS) + " | round trip |",
+        "| server | call | " + " | ".join(SEGMENTS) + " | round trip |",
         "|---|---|" + "---|" * (len(SEGMENTS) + 1),
     ]
     for kind, launch_runs in runs.items():

@@ -117,6 +117,7 @@ def main() -> int:
     parser.add_argument("--launches", type=int, default=10, help="fresh server + client processes per kind")
     parser.add_argument("--no-api", action="store_true", help="skip the import and API parts")
     parser.add_argument("--out", type=Path, default=RESULTS, help="report file (trial runs: elsewhere)")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, every call's times)")
     parser.add_argument("--modules", nargs="*", default=list(modules.CASES), choices=list(modules.CASES),
                         help="module cases to run (none: skip the part)")
     args = parser.parse_args()
@@ -194,7 +195,10 @@ def main() -> int:
         "",
     ]
     write_report(args.out, lines)
-    shutil.rmtree(work, ignore_errors=True)
+    if args.keep:
+        print(f"work folder kept: {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -11,14 +11,10 @@ other clients' ones; with many busy clients a client's own reply can be pushed o
   same request again: the node answers a repeated id from its record (``replayed``), never applying twice.
 
 Both need an executor spinning the client's node in another thread (the call waits on the future).
-
-:func:`warm_weights_client` pays rclpy's first conversion of a full-size request before the first call
-(the node does the same on its side at configure: ``Controller.warm_service_path``).
 """
 
 from __future__ import annotations
 
-import array
 import threading
 import uuid
 from typing import Any
@@ -29,27 +25,6 @@ from libredgetpu_ros_interfaces.srv import SetWeights
 
 REPLY_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000, reliability=ReliabilityPolicy.RELIABLE,
                        durability=DurabilityPolicy.VOLATILE)
-
-
-def converted_request(rows: int, cols: int) -> SetWeights.Request:
-    """A zero ``rows``×``cols`` request with a bias, serialized and deserialized as rclpy does to send and
-    take one: the type support's first conversion of a request that size (and the heap blocks it maps,
-    ~1,000 page faults for N = 1024) is paid by this call. The result is what a service's take yields."""
-    from rclpy.serialization import deserialize_message, serialize_message
-
-    request = SetWeights.Request(rows=rows, cols=cols)
-    request.data = array.array("f", bytes(4 * rows * cols))
-    request.bias = array.array("f", bytes(4 * rows))
-    converted = deserialize_message(serialize_message(request), SetWeights.Request)
-    deserialize_message(serialize_message(SetWeights.Response()), SetWeights.Response)
-    return converted
-
-
-def warm_weights_client(rows: int, cols: int) -> None:
-    """Before a planner's first ``set_weights`` of a ``rows``×``cols`` controller: :func:`converted_request`
-    once, nothing sent. Call it on the thread that will make the calls (its heap arena is the one that
-    converts them)."""
-    converted_request(rows, cols)
 
 
 def create_weights_client(node: Any, service: str) -> Any:

@@ -6,6 +6,7 @@ top-left block of the N×N template; the rest stays zero.
 
 from __future__ import annotations
 
+import array
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -14,13 +15,26 @@ from typing import Any
 import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, LibrEdgeTpuError, WeightsError
-from libredgetpu_ros.ros.control.client import converted_request
 from libredgetpu_ros.ros.control.codec import JointOrder, to_float32_array, validate_weights_request
 from libredgetpu_ros.ros.control.params import ControlConfig
 from libredgetpu_ros.ros.params import dense_stream
 from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
 
 REPLY_RECORD_SIZE = 1024  # answers kept per request_id: a retry must come within this many calls
+
+
+def converted_request(rows: int, cols: int) -> SetWeights.Request:
+    """A zero ``rows``×``cols`` request with a bias, serialized and deserialized as rclpy does to send and
+    take one: the type support's first conversion of a request that size (and the heap blocks it maps) is
+    paid by this call. The result is what a service's take yields."""
+    from rclpy.serialization import deserialize_message, serialize_message
+
+    request = SetWeights.Request(rows=rows, cols=cols)
+    request.data = array.array("f", bytes(4 * rows * cols))
+    request.bias = array.array("f", bytes(4 * rows))
+    converted = deserialize_message(serialize_message(request), SetWeights.Request)
+    deserialize_message(serialize_message(SetWeights.Response()), SetWeights.Response)
+    return converted
 
 
 class ReplyRecord:
