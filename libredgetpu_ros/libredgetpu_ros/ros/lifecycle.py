@@ -75,9 +75,10 @@ from rclpy.parameter import Parameter
 from libredgetpu_ros.errors import LibrEdgeTpuError
 from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.output_qos import output_publisher
-from libredgetpu_ros.ros.params import DEACTIVATE_TIMEOUT, MANAGED_NODE_PARAMS, ParamTable
+from libredgetpu_ros.ros.params import DEACTIVATE_TIMEOUT, MANAGED_NODE_PARAMS, ParamTable, resolved_topic
 from libredgetpu_ros.ros.services import create_guarded_service
 from libredgetpu_ros.ros.spinning import CompanionFault, CompanionGroup, destroy_entities
+from libredgetpu_ros.textdata import clip_repr
 
 WAIT_LOG_PERIOD_S = 1.0  # a wait for the data-path callback in flight is logged this often
 
@@ -128,8 +129,17 @@ class ManagedNode(LifecycleNode):
     # ----- the subclass API --------------------------------------------------------------------------
 
     def read_config(self) -> Any:
-        """The configuration from the parameters (``ConfigError`` names a bad value)."""
-        return self.PARAMS.read(self)
+        """The configuration from the parameters (``ConfigError`` names a bad value), every ``*_topic`` and
+        ``*_service`` one a valid name once resolved (``params.resolved_topic``: a bad one passed configure,
+        then failed activate or the diagnostics timer). A node overriding this starts from it."""
+        cfg = self.PARAMS.read(self)
+        for name in self.PARAMS.specs:
+            value = getattr(cfg, name, None)
+            if value and name.endswith(("_topic", "_service")):
+                service = name.endswith("_service")
+                resolved_topic(self.resolve_service_name if service else self.resolve_topic_name, value,
+                               f"parameter {name} ({clip_repr(value)})", service=service)
+        return cfg
 
     def open_processor(self) -> None:
         raise NotImplementedError

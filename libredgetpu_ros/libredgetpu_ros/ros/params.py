@@ -125,20 +125,22 @@ def share_stream(node: str, what: object) -> str:
     return f"{node}: {str(what).rstrip('/').rsplit('/', 1)[-1]}" if node else ""
 
 
-def resolved_topic(resolve: Callable[[str], str], topic: str, what: str) -> str:
-    """``topic`` resolved by the node (``node.resolve_topic_name``), checked as a full ROS topic name; a
-    ConfigError saying ``what`` it is otherwise. rclpy refuses a bad name only where it resolves one: when
-    activate subscribes, or in a diagnostics timer (an exception there ends the node's process), so configure
-    checks every topic it reads from its parameters or files here."""
-    from rclpy.exceptions import InvalidTopicNameException
+def resolved_topic(resolve: Callable[[str], str], topic: str, what: str, *, service: bool = False) -> str:
+    """``topic`` resolved by the node (``node.resolve_topic_name``; ``resolve_service_name`` with
+    ``service``), checked as a full ROS topic (service) name; a ConfigError saying ``what`` it is otherwise.
+    rclpy refuses a bad name only where it resolves one: when activate subscribes, or in a diagnostics timer
+    (an exception there ends the node's process), so configure checks every topic it reads from its
+    parameters or files here."""
+    from rclpy.exceptions import InvalidServiceNameException, InvalidTopicNameException
     from rclpy.validate_full_topic_name import validate_full_topic_name
 
     try:
         full = resolve(topic)
-        validate_full_topic_name(full)
-    except (InvalidTopicNameException, RuntimeError) as exc:  # rcl's resolve raises RCLError (Runtime)
+        validate_full_topic_name(full, is_service=service)
+    except (InvalidTopicNameException, InvalidServiceNameException, RuntimeError) as exc:  # resolve: RCLError
         reason = clip(str(exc).splitlines()[0], 160)  # the rule; rclpy's next lines echo the whole name
-        raise ConfigError(f"{what} is not a valid ROS topic name ({reason})") from None
+        raise ConfigError(f"{what} is not a valid ROS {'service' if service else 'topic'} name ({reason})") \
+            from None
     return full
 
 

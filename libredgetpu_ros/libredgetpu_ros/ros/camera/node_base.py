@@ -56,8 +56,6 @@ from libredgetpu_ros.ros.camera.intake import Frame, FrameStats, Intake
 from libredgetpu_ros.ros.camera.processor import PUBLISH_STAGE, CameraProcessor
 from libredgetpu_ros.ros.image_msgs import BadImage, to_rgb
 from libredgetpu_ros.ros.lifecycle import ManagedNode
-from libredgetpu_ros.ros.params import resolved_topic
-from libredgetpu_ros.textdata import clip_repr
 
 _BAD_INPUT_LOG_PERIOD_S = 10.0
 
@@ -96,16 +94,6 @@ class CameraNode(ImageInput, ManagedNode):
     @property
     def stats(self) -> FrameStats:
         return self._intake.stats
-
-    def read_config(self) -> Any:
-        """The parameters, every ``*_topic`` one a valid topic name (a ConfigError naming it: a bad one was
-        accepted and then raised rclpy's error in the diagnostics timer, ending the node's process)."""
-        cfg = super().read_config()
-        for name in self.PARAMS.specs:
-            value = getattr(cfg, name)
-            if name.endswith("_topic") and value:
-                resolved_topic(self.resolve_topic_name, value, f"parameter {name} ({clip_repr(value)})")
-        return cfg
 
     def open_processor(self) -> None:
         """Configure: fresh counters, ``PROCESSOR`` opened from ``self.cfg`` and warmed up (one inference on a

@@ -92,7 +92,7 @@ class ControlNode(ManagedNode):
     # ----- lifecycle hooks (ros/lifecycle.py) -----------------------------------------------------
 
     def read_config(self) -> ControlConfig:
-        cfg = PARAM_TABLE.read(self)
+        cfg = super().read_config()  # state_topic checked (activate failed on a bad one, unconfigured)
         # A params file cannot hold a typed empty list, so [""] means "message order" too.
         return dataclasses.replace(cfg, joint_names=tuple(n for n in cfg.joint_names if n))
 

@@ -108,7 +108,7 @@ class ReservoirNode(ManagedNode):
 
     # ----- lifecycle hooks (ros/lifecycle.py) -----------------------------------------------------
     def read_config(self) -> ReservoirNodeConfig:
-        cfg = PARAM_TABLE.read(self)
+        cfg = super().read_config()  # state_topic checked
         cfg = dataclasses.replace(cfg, joint_names=tuple(n for n in cfg.joint_names if n))
         if cfg.joint_names and len(cfg.joint_names) != cfg.state_size:
             raise InputError(f"joint_names lists {len(cfg.joint_names)} joints but state_size is "

@@ -95,7 +95,7 @@ class SpuNode(ManagedNode):
     # ----- lifecycle hooks (ros/lifecycle.py) -----------------------------------------------------
 
     def read_config(self) -> SpuConfig:
-        cfg = PARAM_TABLE.read(self)
+        cfg = super().read_config()
         if not cfg.iospec:
             raise ConfigError("parameter iospec is empty: give the IOSpec YAML of the SPU program")
         return cfg
