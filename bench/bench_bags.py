@@ -63,8 +63,8 @@ measured on its own. No GC pass ran in the loop (one gen-0 collection per 90 fra
 without a terminal. This bag carries chunk CRCs (make-bag writes them, as `ros2 bag` does); they are
 verified ahead on a worker thread (ISA-L, at most 8 chunks ahead): ~0.08 ms of CPU per 640x480 chunk
 read from memory (~11 us when cached). On a bag this short the worker was done during the warm-up, so
-that CPU was not in the loop's `cpu_s` here; the bounded look-ahead now puts it in the loop, as on a long
-bag."""
+that CPU was not in the loop's `cpu_s` here. Since then the walking thread verifies each chunk just before
+parsing it (no worker; docs/bags.md, bench/results/process_bag.md): that CPU is in the loop on any bag."""
 
 IMAGES = ["images/cat.bmp", "images/grace_hopper.bmp", "images/test_couple.jpg"]
 
