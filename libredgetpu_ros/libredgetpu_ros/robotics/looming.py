@@ -129,8 +129,6 @@ class LoomingDetector(RoboticsModule):
                                    f"{out.dtype} {out.shape}; a {self.zones_per_side}x{self.zones_per_side} "
                                    f"looming template gives {self.zones_per_side ** 2} uint8 zones")
         self.resize = resize
-        self.runner = TemplateRunner(template, backend, device, backend_object=backend_object,
-                                     rate_hz=rate_hz, stream=stream, cpu_threads=cpu_threads)
         self.ttc = TtcEstimator(window, min_samples, contact_tau, max_gap_s)
         settings = ttc_settings or TtcSettings()
         if ttc_settings is None and max_gap_s != settings.max_gap_s:
@@ -140,6 +138,9 @@ class LoomingDetector(RoboticsModule):
         self.scale_ttc = ScaleTtc(settings)
         self.border = BorderCorrection(template, self.zones_per_side) if ttc_mode == "scale" else None
         self._scale, self._zero = np.float32(out.scale), np.float32(out.zero_point)
+        # opened last: a setting refused above leaves no backend (an Edge TPU and its broker stream) open
+        self.runner = TemplateRunner(template, backend, device, backend_object=backend_object,
+                                     rate_hz=rate_hz, stream=stream, cpu_threads=cpu_threads)
 
     @classmethod
     def from_template(cls, size: int = 64, zones: int = 3, folder: Path | None = None,
