@@ -158,7 +158,7 @@ class ThreadCpu:
         out: dict[str, float] = {}
         for tid, ns in self.last.items():
             name = self.names.get(tid, "LiteRT (native)")
-            name = {"MainThread": "main", "bag-prefetch": "reader (read + decode)",
+            name = {"MainThread": "main", "bag-prefetch": "reader (read + decode + prepare)",
                     "bag-writer": "writer (serialize + write)"}.get(
                 name, "chunk CRC" if name.startswith("mcap-crc") else name)
             if name not in ("sampler", "tqdm_monitor") and ns > self.base.get(tid, 0):
@@ -188,11 +188,13 @@ class StepClock:
     """The loop thread's CPU per step and its loop's wall time split three ways: CPU (its clock), run-queue
     wait (runnable, no core: the machine's load and the process's other threads; its
     ``/proc/thread-self/schedstat``) and the rest, "waiting" (asleep: the GIL held by another thread,
-    LiteRT's barrier once its spin ends, a queue). Steps: preprocess (``InputTransform``), inference
-    (``CpuBackend.run``), the rest of ``PerceptionPipeline.process`` (post-processing, checks) and the rest
-    of the loop (process-bag: the frame hand-overs, header, result messages, counters). Class-level
-    wrappers, ~1 us each, set only inside ``with``. (Run-queue wait is not split by step: the kernel
-    credits it when the thread gets a core back, which does not always fall in the step that waited.)"""
+    LiteRT's barrier once its spin ends, a queue). Steps, counted on the loop's thread only: preprocess
+    (``InputTransform``: process-bag pipelined runs it on the reader thread, inside ``prepare``), inference
+    (``CpuBackend.run``), the rest of ``PerceptionPipeline.prepare`` + ``run`` (post-processing, checks)
+    and the rest of the loop (process-bag: the frame hand-overs, header, result messages, counters).
+    Class-level wrappers, ~1 us each, set only inside ``with``. (Run-queue wait is not split by step: the
+    kernel credits it when the thread gets a core back, which does not always fall in the step that
+    waited.)"""
 
     STEPS = ("preprocess", "inference", "rest of process", "rest of the loop")
 
@@ -210,9 +212,12 @@ class StepClock:
     def _wrap(self, cls: type, name: str, step: str) -> None:
         original = getattr(cls, name)
         cpu = self.cpu
-        cpu[step] = 0.0
+        cpu.setdefault(step, 0.0)
+        loop = threading.get_ident()
 
         def timed(*args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() != loop:  # the reader thread's prepare: not the loop's step
+                return original(*args, **kwargs)
             start = time.thread_time()
             try:
                 return original(*args, **kwargs)
@@ -228,7 +233,8 @@ class StepClock:
         from libredgetpu_ros.perception.preprocess import InputTransform
 
         self._fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)  # the loop's (this) thread
-        self._wrap(PerceptionPipeline, "process", "process")
+        self._wrap(PerceptionPipeline, "prepare", "process")  # process = prepare + run
+        self._wrap(PerceptionPipeline, "run", "process")
         self._wrap(InputTransform, "__call__", "preprocess")
         self._wrap(CpuBackend, "run", "inference")
         return self

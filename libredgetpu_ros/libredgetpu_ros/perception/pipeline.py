@@ -2,6 +2,10 @@
 
 The same pipeline runs on the Edge TPU and on the CPU; only the backend differs. Results are in pixels of
 the frame that was passed in.
+
+``process`` is two stages run back to back: ``prepare`` (the frame -> the model's input; pure CPU, any thread)
+and ``run`` (backend + post-processing, the pipeline's one worker thread), so a caller with frames queued
+ahead (process-bag's reader thread) can prepare the next frames while the current one runs.
 """
 
 from __future__ import annotations
@@ -84,6 +88,16 @@ def _missing_model_hint(path: Path) -> str:
                     f"(or `models import DIR` offline) and set model: {entry.name}")
     return ("give the path of a compiled *_edgetpu.tflite, or a catalogue name (`libredgetpu-ros models "
             "list`; then `libredgetpu-ros models fetch NAME`)")
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedInput:
+    """A frame turned into the model's input by ``PerceptionPipeline.prepare``: the input tensor, the
+    frame's (width, height) the results are scaled to, and the time it took (the ``preprocess`` stage)."""
+
+    tensor: np.ndarray
+    image_size: tuple[int, int]
+    preprocess_ms: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,24 +203,37 @@ class PerceptionPipeline:
         with self._lock:
             self._pending = (changed, head)
 
-    def process(self, rgb: np.ndarray) -> PerceptionResult:
+    def prepare(self, rgb: np.ndarray) -> PreparedInput:
+        """The first stage of :meth:`process`: the frame checked and turned into the model's input (resize,
+        quantization). Pure CPU on this frame only (no backend, no option touched): safe on any thread,
+        concurrently with :meth:`run` (process-bag runs it on its reader thread). ``ImageError`` for a frame
+        that is not HxWx3 uint8 RGB."""
         t0 = time.perf_counter()
         check_rgb(rgb)
-        self._apply_pending()
         image_size = (int(rgb.shape[1]), int(rgb.shape[0]))
         tensor = self._transform(rgb)
+        return PreparedInput(tensor, image_size, (time.perf_counter() - t0) * 1e3)
+
+    def run(self, prepared: PreparedInput) -> PerceptionResult:
+        """The second stage of :meth:`process`: inference on a :meth:`prepare` d input, then post-processing
+        (results in pixels of the frame it was prepared from)."""
         t1 = time.perf_counter()
-        outputs = self._segments[0].backend.run([tensor])
+        self._apply_pending()
+        outputs = self._segments[0].backend.run([prepared.tensor])
         for seg in self._segments[1:]:  # later segments read earlier outputs by tensor name
             outputs = {**outputs, **seg.backend.run([outputs[name] for name in seg.boundary.input_names])}
         t2 = time.perf_counter()
-        found = self._head(outputs, self._transform.size, image_size)
+        found = self._head(outputs, self._transform.size, prepared.image_size)
         t3 = time.perf_counter()
-        timings = {"preprocess": (t1 - t0) * 1e3, "inference": (t2 - t1) * 1e3,
-                   "postprocess": (t3 - t2) * 1e3, "total": (t3 - t0) * 1e3}
-        return PerceptionResult(task=self.task, image_size=image_size, backend=self.backend_name,
+        timings = {"preprocess": prepared.preprocess_ms, "inference": (t2 - t1) * 1e3,
+                   "postprocess": (t3 - t2) * 1e3, "total": prepared.preprocess_ms + (t3 - t1) * 1e3}
+        return PerceptionResult(task=self.task, image_size=prepared.image_size, backend=self.backend_name,
                                 poses=found.poses, detections=found.detections, classes=found.classes,
                                 mask=found.mask, timings=timings)
+
+    def process(self, rgb: np.ndarray) -> PerceptionResult:
+        """One frame: :meth:`prepare` then :meth:`run`, back to back."""
+        return self.run(self.prepare(rgb))
 
     def _apply_pending(self) -> None:
         with self._lock:

@@ -18,7 +18,9 @@ counted under a short cause, logged once per cause, and skipped; the bag is proc
 
 Throughput: by default (``PIPELINED``) the frame loop runs only the node (header, inference, result
 messages): frames are read and decoded ahead on a reader thread (``bag_reader.FrameReader``; raw Images of
-MCAP bags without copies), and results are serialized and written behind on a writer thread
+MCAP bags without copies), which also runs the node's first stage where it has one
+(``CameraProcessor.prepare``: perception's model input, resize + quantize; a frame it refuses fails in the
+loop as it would unsplit), and results are serialized and written behind on a writer thread
 (``bag_writer.ResultWriter``), both handing over batches of frames through bounded queues, order kept. An
 exception on either thread is raised by the loop (the command's error). ``pipelined=False`` runs all of it
 in the calling thread (every storage; chunk CRCs too); the output is the same (docs/replay_testing.md has
@@ -275,8 +277,11 @@ class BagProcessor:
             writer = stack.enter_context(new_bag(output_bag, storage or storage_of(input_bag)))
             bar = stack.enter_context(tqdm(total=total, unit="frame", desc="process-bag", file=sys.stderr,
                                            disable=None if progress is None else not progress))
+            # the node's first stage (e.g. the model's input: resize, quantize) on the reader thread, ahead
+            prepare = node.prepare_or_unprepared if threads and node.prepares() else None
             frames = iter(stack.enter_context(FrameReader(input_bag, summary.topics, thread=threads,
-                                                          max_pixels=self.config.params.max_image_pixels)))
+                                                          max_pixels=self.config.params.max_image_pixels,
+                                                          prepare=prepare)))
             first = next(frames, None)
             if first is not None:
                 self._latched(writer, node, first.timestamp)
@@ -321,7 +326,7 @@ class BagProcessor:
         header = _encoders()[0](frame_id=frame.stamp[2])  # its default stamp filled in: one Time, not two
         header.stamp.sec, header.stamp.nanosec = frame.stamp[0], frame.stamp[1]
         try:
-            out = node.messages(header, frame.rgb)
+            out = node.messages(header, frame.rgb, frame.prepared)
         except ImageError as exc:
             self._fail(summary, "image", f"{frame.where}: {exc}")
             return

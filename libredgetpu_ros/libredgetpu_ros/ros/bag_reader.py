@@ -9,7 +9,9 @@ rosbags' own reader copies every message three times (~0.65 ms per frame, holdin
 loop, which leaves its own thread to inference), in the consumer's thread (``thread=False``: process-bag's
 one-thread loop), or inline where that is cheap enough (``thread=None``: zero-copy frames inline,
 everything else, sqlite3, compressed bags, ``CompressedImage``, on the thread, where rosbags' copies and
-JPEG/PNG decoding, OpenCV releasing the GIL, overlap inference). The thread hands frames over in batches,
+JPEG/PNG decoding, OpenCV releasing the GIL, overlap inference). Given the node's first stage
+(``prepare``: perception's resize + quantize), the thread runs it on every decoded frame too, so the
+consumer only runs inference and builds results. The thread hands frames over in batches,
 so it wakes once per batch rather than once per frame. Chunk CRCs are verified by whichever thread walks
 the bag, just before the chunk's messages are parsed (``mcap_view.CRC_AHEAD``): no other thread.
 
@@ -27,7 +29,7 @@ import functools
 import os
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -77,6 +79,7 @@ class Decoded:
     rgb: np.ndarray | None = None
     cause: str = ""
     problem: str = ""
+    prepared: Any = None  # the node's first stage on rgb (``CameraProcessor.prepare``), when run ahead
 
     @property
     def where(self) -> str:
@@ -184,9 +187,12 @@ class FrameReader:
     BATCH_BYTES = 16 << 20
 
     def __init__(self, bag: Path, topics: list[str], depth: int = 1, thread: bool | None = None,
-                 max_pixels: int | None = None) -> None:
-        # thread: True (a reader thread), False (the consumer's thread, whatever the bag), None (module doc)
+                 max_pixels: int | None = None, prepare: Callable[[np.ndarray], Any] | None = None) -> None:
+        # thread: True (a reader thread), False (the consumer's thread, whatever the bag), None (module doc);
+        # prepare: run on each decoded frame by the thread that decodes it, kept as its ``prepared`` (the
+        # node's first stage, ``CameraProcessor.prepare_or_unprepared``: it never raises for a frame)
         self._bag, self._topics, self._use_thread, self._max_pixels = bag, topics, thread, max_pixels
+        self._prepare = prepare
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -217,12 +223,20 @@ class FrameReader:
     def __iter__(self) -> Iterator[Decoded]:
         """Frames in bag order; a frame's pixels stay valid at least until the next frame is asked for."""
         if self._thread is None:
-            yield from frames(self._reader, self._topics, max_pixels=self._max_pixels)
+            yield from self._frames()
             return
         while (item := self._queue.get()) is not self._END:
             if isinstance(item, BaseException):
                 raise item
             yield from item
+
+    def _frames(self) -> Iterator[Decoded]:
+        """The decoded frames, each prepared (``prepare``) when it decoded."""
+        prepare = self._prepare
+        for frame in frames(self._reader, self._topics, max_pixels=self._max_pixels):
+            if prepare is not None and frame.rgb is not None:
+                frame.prepared = prepare(frame.rgb)
+            yield frame
 
     def _put(self, item: Any) -> bool:
         while not self._stop.is_set():
@@ -236,7 +250,7 @@ class FrameReader:
         batch: list[Decoded] = []
         size = 0
         try:
-            for frame in frames(self._reader, self._topics, max_pixels=self._max_pixels):
+            for frame in self._frames():
                 batch.append(frame)
                 size += frame.rgb.nbytes if frame.rgb is not None else 0
                 if len(batch) >= self.BATCH_FRAMES or size >= self.BATCH_BYTES:

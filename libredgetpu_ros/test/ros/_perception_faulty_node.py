@@ -26,7 +26,7 @@ def main() -> int:
     from libredgetpu_ros.ros.camera.intake import Intake
     from libredgetpu_ros.ros.perception_node import main as node_main
 
-    original, original_arrived = PerceptionPipeline.process, Intake.arrived
+    original, original_arrived = PerceptionPipeline.prepare, Intake.arrived  # the frame's first stage
 
     def faulty(self: PerceptionPipeline, rgb: np.ndarray, *args: object, **kwargs: object) -> object:
         if rgb.shape[1] == POISON_WIDTH:
@@ -38,7 +38,7 @@ def main() -> int:
             raise RuntimeError("injected fault in the frame intake")
         return original_arrived(self, msg, info)
 
-    PerceptionPipeline.process = faulty  # type: ignore[method-assign]
+    PerceptionPipeline.prepare = faulty  # type: ignore[method-assign]
     Intake.arrived = faulty_arrived  # type: ignore[method-assign]
     return node_main(sys.argv)
 

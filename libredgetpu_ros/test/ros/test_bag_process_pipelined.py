@@ -63,11 +63,11 @@ def _raise_at_frame(monkeypatch: pytest.MonkeyPatch, frame: int, exc: BaseExcept
     node = processor_class("perception")
     messages, calls = node.messages, []
 
-    def at_frame(self: Any, header: Any, rgb: np.ndarray) -> Any:
+    def at_frame(self: Any, header: Any, rgb: np.ndarray, prepared: Any = None) -> Any:
         calls.append(1)
         if len(calls) == frame:
             raise exc
-        return messages(self, header, rgb)
+        return messages(self, header, rgb, prepared)
 
     monkeypatch.setattr(node, "messages", at_frame)
 
@@ -294,3 +294,94 @@ def test_large_results_are_handed_over_before_a_full_batch(ros_env, tmp_path: Pa
     with AnyReader([tmp_path / "out"]) as reader:
         got = [reader.deserialize(raw, c.msgtype).data[0] for c, _, raw in reader.messages()]
     assert got == list(range(6))
+
+
+POSENET = "posenet/posenet_mobilenet_v1_075_481_641_quant_decoder_edgetpu.tflite"
+
+
+@pytest.mark.parametrize("task", ["classify", "pose"])
+def test_the_model_input_is_prepared_on_the_reader_thread(ros_env, tmp_path: Path, fixture_path, camera_bag,
+                                                          monkeypatch, task: str) -> None:
+    """Pipelined, the perception processor's first stage (``prepare``: resize, quantize) runs on the reader
+    thread for every decoded frame and only inference + post-processing + messages on the loop's thread;
+    the output is the one-thread loop's, message for message."""
+    from libredgetpu_ros.perception.pipeline import PerceptionPipeline
+
+    bag = camera_bag()
+    extra = {} if task == "classify" else {"model": str(fixture_path(POSENET)), "task": "pose"}
+    config = classify_config(tmp_path, fixture_path, publish_annotated=True, **extra)
+    one = _run(bag, tmp_path / "one", config, pipelined=False)
+    stages: dict[str, list[str]] = {"prepare": [], "run": []}
+    for stage in stages:
+        method = getattr(PerceptionPipeline, stage)
+
+        def recorded(self: Any, arg: Any, _method: Any = method, _stage: str = stage) -> Any:
+            stages[_stage].append(threading.current_thread().name)
+            return _method(self, arg)
+
+        monkeypatch.setattr(PerceptionPipeline, stage, recorded)
+    piped = _run(bag, tmp_path / "piped", config, pipelined=True)
+    here = threading.current_thread().name
+    assert piped.processed == one.processed == FRAMES - 2
+    # the warm-up (first frame, in the loop's thread) + every decoded frame on the reader thread
+    assert sorted(stages["prepare"]) == sorted([here] + ["bag-prefetch"] * (FRAMES - 2))
+    assert stages["run"] == [here] * (FRAMES - 1)
+    assert decoded(tmp_path / "piped") == decoded(tmp_path / "one")
+
+
+def _refuse_one_frame(monkeypatch: pytest.MonkeyPatch, target: np.ndarray, exc: Exception) -> None:
+    """The pipeline's first stage raises ``exc`` on the frame equal to ``target`` (whichever thread)."""
+    from libredgetpu_ros.perception.pipeline import PerceptionPipeline
+
+    prepare = PerceptionPipeline.prepare
+
+    def refusing(self: Any, rgb: np.ndarray) -> Any:
+        if rgb.shape == target.shape and np.array_equal(rgb, target):
+            raise exc
+        return prepare(self, rgb)
+
+    monkeypatch.setattr(PerceptionPipeline, "prepare", refusing)
+
+
+def test_a_frame_refused_by_the_first_stage_fails_as_in_one_thread(ros_env, tmp_path: Path, fixture_path,
+                                                                   camera_bag, monkeypatch) -> None:
+    """A frame ``prepare`` refuses on the reader thread is that frame's failure, counted and logged as in the
+    one-thread loop (not a reader-thread crash); the other frames' results are the same."""
+    from libredgetpu_ros.errors import ImageError
+    from libredgetpu_ros.perception.images import load_image
+    from libredgetpu_ros.ros.bag_processing import BagProcessor, load_node_config
+
+    bag = camera_bag()
+    config = classify_config(tmp_path, fixture_path)
+    target = np.roll(load_image(fixture_path("images/cat.bmp")), 23 * 5, axis=1)  # frame 5, raw rgb8
+    _refuse_one_frame(monkeypatch, target, ImageError("refused in prepare"))
+    runs = {}
+    for pipelined in (False, True):
+        logged: list[str] = []
+        summary = BagProcessor(load_node_config(config), log=logged.append).run(
+            bag, tmp_path / f"out{pipelined}", topics=["/image_raw", "/image_raw/compressed"], progress=False,
+            pipelined=pipelined)
+        runs[pipelined] = (summary.frames, summary.processed, dict(summary.failures), logged)
+    assert runs[True] == runs[False]
+    assert runs[True][:3] == (FRAMES, FRAMES - 3, {"corrupt": 1, "encoding": 1, "image": 1})
+    first = "warning: skipping frames (image), first: /image_raw at 600000000: refused in prepare"
+    assert first in runs[True][3]
+    assert decoded(tmp_path / "outTrue") == decoded(tmp_path / "outFalse")
+    assert _no_worker_threads()
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_an_unexpected_error_in_the_first_stage_is_the_commands_error(ros_env, tmp_path: Path, fixture_path,
+                                                                      camera_bag, monkeypatch,
+                                                                      pipelined: bool) -> None:
+    """An error ``prepare`` raises that is not a frame's refusal stops the command in the loop, as any such
+    error of the node does (no output, no thread left), pipelined or not."""
+    from libredgetpu_ros.perception.images import load_image
+
+    bag = camera_bag()
+    target = np.roll(load_image(fixture_path("images/cat.bmp")), 23 * 5, axis=1)
+    _refuse_one_frame(monkeypatch, target, RuntimeError("resize failed"))
+    with pytest.raises(RuntimeError, match="resize failed"):
+        _run(bag, tmp_path / "out", classify_config(tmp_path, fixture_path), pipelined=pipelined)
+    assert not (tmp_path / "out").exists()
+    assert _no_worker_threads()

@@ -250,10 +250,10 @@ def test_device_lost_while_processing_releases_the_device_and_unconfigures(ros_e
         closed = []
         monkeypatch.setattr(pipeline, "close", lambda: closed.append(True))
 
-        def unplugged(rgb: np.ndarray) -> None:
+        def unplugged(prepared: object) -> None:  # the backend's stage (run), as a device lost mid-inference
             raise DeviceLostError("Edge TPU 2-1.4 disappeared (test)")
 
-        monkeypatch.setattr(pipeline, "process", unplugged)
+        monkeypatch.setattr(pipeline, "run", unplugged)
         assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
         camera = camera_node.create_publisher(Image, "image_raw", qos_profile_sensor_data)
         frame = Image(height=4, width=4, encoding="rgb8", step=12, data=bytes(48))

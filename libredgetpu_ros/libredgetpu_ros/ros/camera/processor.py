@@ -9,6 +9,13 @@ only (a tau history, a frame pair, counters shown in diagnostics); what needs th
 services, CameraInfo subscriptions, the parameter services) stays in the node.
 
 One subclass per node type, next to its node (``ros/robotics/tracker_processor.py``, ...).
+
+Two stages where it pays: a processor may override ``prepare`` (the frame -> what its per-frame work starts
+from, e.g. the perception model's input: pure CPU on that frame only, no device, backend or processor state
+touched, safe on any thread, its own output allocated). ``frame`` takes that result as ``prepared`` or, when
+none is given (the live node), runs ``prepare`` itself first: one code path, back to back. ``process-bag``'s
+pipelined loop prepares frames on its reader thread while the loop runs the rest (``ros/bag_processing.py``).
+A processor that does not override ``prepare`` does everything in ``frame``, as before.
 """
 
 from __future__ import annotations
@@ -30,6 +37,14 @@ Wanted = Callable[[str], bool]
 # The stage the node adds its own publishing time to (when the processor reports one): "publish" covers
 # building the messages and publishing them, as it did when the nodes did both in one loop.
 PUBLISH_STAGE = "publish"
+
+
+@dataclass(frozen=True, slots=True)
+class Unprepared:
+    """``prepare``'s exception for one frame, carried to the second stage, which raises it (``ready``): the
+    frame fails where and as it would have without the split (same counting, same message)."""
+
+    error: Exception
 
 
 @dataclass
@@ -70,16 +85,48 @@ class CameraProcessor:
         """Pay the first inference's one-off costs (on ``rgb``, or a blank frame of the input size) without
         changing any state a later frame sees."""
 
+    @classmethod
+    def prepares(cls) -> bool:
+        """Whether this processor has a first stage (overrides ``prepare``): worth running ahead."""
+        return cls.prepare is not CameraProcessor.prepare
+
+    def prepare(self, rgb: np.ndarray) -> Any:
+        """The first stage (module docstring): pure CPU on ``rgb`` alone, thread-safe; raises as ``frame``
+        would for that frame's data. Default: nothing (``frame`` does everything)."""
+        return None
+
+    def prepare_or_unprepared(self, rgb: np.ndarray) -> Any:
+        """``prepare(rgb)``, its exception (not a ``BaseException`` such as Ctrl-C) returned as ``Unprepared``
+        for the second stage to raise: for a thread preparing frames ahead of the loop."""
+        try:
+            return self.prepare(rgb)
+        except Exception as exc:  # the frame's failure, raised by frame() in the loop (Unprepared)
+            return Unprepared(exc)
+
+    def ready(self, rgb: np.ndarray, prepared: Any) -> Any:
+        """What ``frame`` starts from: ``prepared`` as given, ``prepare(rgb)`` run now when None, and the
+        first stage's exception raised when it is ``Unprepared``."""
+        if prepared is None:
+            return self.prepare(rgb)
+        if isinstance(prepared, Unprepared):
+            raise prepared.error
+        return prepared
+
     def frame(self, header: Any, rgb: np.ndarray, wanted: Wanted | None = None,
-              plane: ImagePlane | None = None) -> FrameOutput:
+              plane: ImagePlane | None = None, prepared: Any = None) -> FrameOutput:
         """One frame -> its messages (only the topics ``wanted`` says someone reads, default all the
-        parameters ask for; markers on ``plane`` when given) and timings. Raises ``InputError`` for bad
-        frame data, ``DeviceError`` / ``BackendError`` when it cannot run any more."""
+        parameters ask for; markers on ``plane`` when given) and timings; ``prepared``: ``prepare(rgb)``'s
+        result when it ran ahead (``ready``). Raises ``InputError`` for bad frame data, ``DeviceError`` /
+        ``BackendError`` when it cannot run any more."""
         raise NotImplementedError
 
-    def messages(self, header: Any, rgb: np.ndarray) -> list[tuple[str, Any]]:
-        """Offline: every message the parameters ask for (as if someone subscribed to every topic)."""
-        return self.frame(header, rgb).messages
+    def messages(self, header: Any, rgb: np.ndarray, prepared: Any = None) -> list[tuple[str, Any]]:
+        """Offline: every message the parameters ask for (as if someone subscribed to every topic);
+        ``prepared``: see ``frame`` (given only to a processor that ``prepares``: the others' ``frame`` has no
+        such argument)."""
+        if prepared is None:
+            return self.frame(header, rgb).messages
+        return self.frame(header, rgb, prepared=prepared).messages
 
     def latched(self, header: Any) -> list[tuple[str, Any]]:
         """Transient-local messages the node publishes once on configure (stamped with ``header``)."""

@@ -69,10 +69,16 @@ class PerceptionProcessor(CameraProcessor):
         with contextlib.suppress(InputError):
             self.pipeline.process(rgb if rgb is not None else np.zeros((height, width, 3), np.uint8))
 
+    def prepare(self, rgb: np.ndarray) -> Any:
+        """The model's input (``PerceptionPipeline.prepare``: check, resize, quantize); no lock: it touches
+        no pipeline state."""
+        return self.pipeline.prepare(rgb)
+
     def frame(self, header: Any, rgb: np.ndarray, wanted: Wanted | None = None,
-              plane: Any = None) -> FrameOutput:
+              plane: Any = None, prepared: Any = None) -> FrameOutput:
+        ready = self.ready(rgb, prepared)
         with self._lock:
-            result = self.pipeline.process(rgb)
+            result = self.pipeline.run(ready)
         processed = time.monotonic()
         # Messages for topics nobody subscribes to are not even built (an annotated image costs more than
         # most models); a subscriber that has not matched yet would not have received them anyway.
