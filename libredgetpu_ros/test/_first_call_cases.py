@@ -30,6 +30,10 @@ class Case:
     kernels: tuple[str, ...]  # dispatchers (module.function) the data path must find compiled at open
 
 
+# every robotics module's camera-size frames (320x240 in frame_kinds) are shrunk by this kernel (fit_image)
+RESIZE = "resize_kernels.area"
+
+
 def read_only(array: np.ndarray) -> np.ndarray:
     """A read-only view of a copy of ``array``'s bytes, as ``np.frombuffer`` on a message gives it."""
     view = np.frombuffer(np.ascontiguousarray(array).tobytes(), array.dtype).reshape(array.shape)
@@ -84,7 +88,7 @@ def _spot(variant: str, n: int, mixed: bool) -> Case:
 
     tracker = SpotTracker.from_template(64, variant, backend="cpu")
     read_only_outputs(tracker.runner.backend)
-    kernels = ("spot_kernels.evidence",) + (("image_kernels.luma",) if variant == "bright" else ())
+    kernels = ("spot_kernels.evidence", RESIZE) + (("image_kernels.luma",) if variant == "bright" else ())
     return Case(tracker, tracker.track, lambda: frame_kinds(_scene("spot", n), mixed), kernels)
 
 
@@ -96,6 +100,7 @@ def _looming(mode: str, n: int, mixed: bool) -> Case:
     stamps = itertools.count(0.0, 1 / 30)
     kernels = ("looming_kernels.border_correction", "looming_kernels.smooth",
                "looming_kernels.register_scale") if mode == "scale" else ()
+    kernels += (RESIZE,)
     return Case(detector, lambda f: detector.detect(f, next(stamps)),
                 lambda: frame_kinds(_scene("approach", n), mixed), kernels)
 
@@ -105,7 +110,7 @@ def _flow(refine: bool, n: int, mixed: bool) -> Case:
 
     flow = OpticalFlow.from_template("gabor_64x64_p4", backend="cpu", refine=refine)
     read_only_outputs(flow.runner.backend)
-    kernels = ("flow_kernels.pool_features", "flow_kernels.stretch")
+    kernels = ("flow_kernels.pool_features", "flow_kernels.stretch", RESIZE)
     if refine:
         kernels += ("flow_refine_kernels.refine_seed", "flow_refine_kernels.levels")
     return Case(flow, flow.step, lambda: frame_kinds(_scene("pan", n), mixed), kernels)
@@ -117,7 +122,7 @@ def _compass(n: int, mixed: bool) -> Case:
     compass = VisualCompass.from_template("gabor_64x64_p4", 60.0, backend="cpu")
     read_only_outputs(compass.flow.runner.backend)
     return Case(compass, compass.step, lambda: frame_kinds(_scene("pan", n), mixed),
-                ("flow_kernels.pool_features",))
+                ("flow_kernels.pool_features", RESIZE))
 
 
 def _pattern(n: int, mixed: bool) -> Case:
@@ -131,7 +136,7 @@ def _pattern(n: int, mixed: bool) -> Case:
         tracker.set_template_at(frames[0], 28, 28)
         return frame_kinds(frames, mixed)
 
-    return Case(tracker, tracker.track, inputs, ())
+    return Case(tracker, tracker.track, inputs, (RESIZE,))
 
 
 def _segment(n: int, mixed: bool) -> Case:

@@ -1,8 +1,9 @@
 """Frames -> a template's input image (uint8 H x W x C), resized or refused as configured.
 
 The robotics templates take raw pixels (input scale 1, zero point 0), so no arithmetic runs besides the resize
-(OpenCV ``INTER_AREA`` when shrinking: block means, as LibrEdgeTPU's integer-ratio path; ``INTER_LINEAR``
-when enlarging) and, for one-channel templates given colour, BT.601 luma (OpenCV's; a frame already at the
+(OpenCV ``INTER_AREA`` when shrinking: block means, as LibrEdgeTPU's integer-ratio path, at a fractional
+ratio the same bytes from robotics/resize_kernels.py's compiled pass once warmed up; ``INTER_LINEAR`` when
+enlarging) and, for one-channel templates given colour, BT.601 luma (OpenCV's; a frame already at the
 template's size in one compiled pass once robotics/image_kernels.py is warmed up, the same bytes).
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from libredgetpu_ros.errors import ImageError
-from libredgetpu_ros.robotics import image_kernels
+from libredgetpu_ros.robotics import image_kernels, resize_kernels
 
 
 def as_uint8(image: object, what: str = "image") -> np.ndarray:
@@ -81,10 +82,13 @@ def fit_image(image: object, height: int, width: int, channels: int, resize: boo
         if not resize:
             raise ImageError(f"{what}: {array.shape[1]}x{array.shape[0]} given, the template takes "
                              f"{width}x{height} (resizing is off)")
-        import cv2
-
         shrink = array.shape[0] >= height and array.shape[1] >= width
-        resized = cv2.resize(np.ascontiguousarray(array), (width, height),
-                             interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR)
+        # a camera-size frame: OpenCV's INTER_AREA bytes in one compiled pass (None: OpenCV's own call)
+        resized = resize_kernels.shrink(array, height, width) if shrink else None
+        if resized is None:
+            import cv2
+
+            resized = cv2.resize(np.ascontiguousarray(array), (width, height),
+                                 interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR)
         array = resized.reshape(height, width, channels)
     return np.ascontiguousarray(array)
