@@ -5,7 +5,8 @@ For each (camera size, template size, channels) the package meets, one run:
 - ``OpenCV``: ``cv2.resize(frame, size, interpolation=cv2.INTER_AREA)`` (what fit_image called before);
 - ``compiled``: ``resize_kernels.shrink(frame, ...)`` (the same bytes: test_resize_exactness.py);
 - ``fit_image``, before / after: the whole call a module makes on a node's frame (a read-only ``rgb8``
-  view) for a colour and a one-channel template, with the compiled resize switched off / on.
+  view) for a colour and a one-channel template, with the compiled resize (and luma: a one-channel
+  template's colour frame, image_kernels.py) switched off / on.
 
 Thread CPU time (``_timing``), OpenCV on one thread (as the nodes set it, threads.py: with more threads its
 work leaves this thread and the figure would hide it); ``ROUNDS`` interleaved rounds of ``CALLS`` calls, each
@@ -28,7 +29,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 from _timing import thread_times_ns, write_report
-from libredgetpu_ros.robotics import resize_kernels
+from libredgetpu_ros.robotics import image_kernels, resize_kernels
 from libredgetpu_ros.robotics.image import fit_image
 from libredgetpu_ros.scenes import textures
 
@@ -68,14 +69,16 @@ def camera_frame(height: int, width: int) -> np.ndarray:
     return view
 
 
-def without_kernel(fn: Callable[[], object]) -> Callable[[], object]:
-    """``fn`` run with the compiled resize switched off (fit_image's path before it: OpenCV)."""
+def without_kernels(fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` run with the compiled resize and luma switched off in fit_image: its path before them
+    (OpenCV's resize; OpenCV's cvtColor for a one-channel template, the general path never used the luma
+    kernel)."""
     def run() -> object:
-        resize_kernels._warm = False
+        resize_kernels._warm = image_kernels._warm = False
         try:
             return fn()
         finally:
-            resize_kernels._warm = True
+            resize_kernels._warm = image_kernels._warm = True
     return run
 
 
@@ -92,7 +95,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     cv2.setNumThreads(1)
-    if not resize_kernels.warm_up():
+    if not (resize_kernels.warm_up() and image_kernels.warm_up()):  # as a module's open warms them
         print("numba is not installed: nothing to compare", file=sys.stderr)
         return 1
     rows, fits = [], []
@@ -113,7 +116,7 @@ def main() -> int:
                 def call(f: np.ndarray = rgb, c: int = template) -> np.ndarray:
                     return fit_image(f, 64, 64, c)
 
-                fit = interleaved({"before": without_kernel(call), "after": call})
+                fit = interleaved({"before": without_kernels(call), "after": call})
                 fits.append(f"| {width}×{height} rgb8 (read-only) → 64×64×{template} | "
                             f"{cell(fit['before'])} | {cell(fit['after'])} | "
                             f"{ratio(fit['after'], fit['before'])} |")
@@ -126,9 +129,10 @@ def main() -> int:
              f"(test/robotics/test_resize_exactness.py; checked again here on each frame).", "",
              "| frame → template | cv2.resize INTER_AREA | compiled (resize_kernels) | compiled / OpenCV |",
              "|---|---:|---:|---:|", *rows, "",
-             "fit_image on a node's frame (colour template: the resize; one-channel template: OpenCV's luma "
-             "of the whole frame, then the resize):", "",
-             "| frame → template input | before (OpenCV resize) | after (compiled) | after / before |",
+             "fit_image on a node's frame (colour template: the resize; one-channel template: the whole "
+             "frame's luma, OpenCV's cvtColor before / image_kernels' compiled pass after, then the resize):",
+             "",
+             "| frame → template input | before (OpenCV) | after (compiled) | after / before |",
              "|---|---:|---:|---:|", *fits]
     write_report(args.out, lines)
     return 0

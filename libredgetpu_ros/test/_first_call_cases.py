@@ -100,7 +100,7 @@ def _looming(mode: str, n: int, mixed: bool) -> Case:
     stamps = itertools.count(0.0, 1 / 30)
     kernels = ("looming_kernels.border_correction", "looming_kernels.smooth",
                "looming_kernels.register_scale") if mode == "scale" else ()
-    kernels += (RESIZE,)
+    kernels += (RESIZE, "image_kernels.luma")  # a one-channel template: its runner warms the luma up
     return Case(detector, lambda f: detector.detect(f, next(stamps)),
                 lambda: frame_kinds(_scene("approach", n), mixed), kernels)
 

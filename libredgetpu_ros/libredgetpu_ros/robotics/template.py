@@ -36,7 +36,7 @@ from libredgetpu_ros.errors import BackendError, ConfigError, InputError, ModelF
 from libredgetpu_ros.models.templates import MAX_TEMPLATE_BYTES
 from libredgetpu_ros.paths import check_regular, file_kind
 from libredgetpu_ros.reparam import ParameterSet, ParameterStore
-from libredgetpu_ros.robotics import resize_kernels
+from libredgetpu_ros.robotics import image_kernels, resize_kernels
 from libredgetpu_ros.robotics.template_set import current_set
 from libredgetpu_ros.textdata import clip, clip_repr, load_json_file
 
@@ -284,8 +284,11 @@ class TemplateRunner:
         if self.backend is not None:  # every backend is a reparam.ParameterTarget (backends/base.py)
             self.store.add_target(self.backend)
             # every module fits its frames through robotics/image.fit_image: a camera-size frame's resize
-            # compiled (or loaded) now, not on the first frame
+            # (and a colour frame's luma for a one-channel template) compiled (or loaded) now, not on the
+            # first frame
             resize_kernels.warm_up()
+            if template.image_shape[2] == 1:
+                image_kernels.warm_up()
 
     @property
     def backend_name(self) -> str:

@@ -121,10 +121,13 @@ def test_a_wrong_weight_is_caught() -> None:
 
 
 def test_fit_image_takes_the_compiled_path_for_a_camera_frame(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A node's frame (a read-only rgb8 view, 320×240 or 640×480) is fitted without cv2.resize, to a colour
-    and to a one-channel template, and gives OpenCV's bytes; an integer ratio and an enlargement still
-    take OpenCV."""
+    """A node's frame (a read-only rgb8 view, 320×240 or 640×480) is fitted without cv2.resize (nor
+    cv2.cvtColor for a one-channel template: image_kernels' luma), to a colour and to a one-channel template,
+    and gives OpenCV's bytes; an integer ratio and an enlargement still take OpenCV."""
+    from libredgetpu_ros.robotics import image_kernels
     from libredgetpu_ros.robotics.image import fit_image
+
+    assert image_kernels.warm_up()  # as a one-channel template's TemplateRunner does
 
     rng = np.random.default_rng(5)
     frames = []
@@ -138,9 +141,10 @@ def test_fit_image_takes_the_compiled_path_for_a_camera_frame(monkeypatch: pytes
     resize = cv2.resize
 
     def refused(*args: object, **kwargs: object) -> np.ndarray:
-        raise AssertionError("cv2.resize called for a camera frame")
+        raise AssertionError("OpenCV called for a camera frame")
 
     monkeypatch.setattr(cv2, "resize", refused)
+    monkeypatch.setattr(cv2, "cvtColor", refused)
     for frame in frames:
         for channels in (1, 3):
             got = fit_image(frame, 64, 64, channels)
