@@ -6,7 +6,10 @@ For each (camera size, template size, channels) the package meets, one run:
 - ``compiled``: ``resize_kernels.shrink(frame, ...)`` (the same bytes: test_resize_exactness.py);
 - ``fit_image``, before / after: the whole call a module makes on a node's frame (a read-only ``rgb8``
   view) for a colour and a one-channel template, with the compiled resize (and luma: a one-channel
-  template's colour frame, image_kernels.py) switched off / on.
+  template's colour frame, image_kernels.py) switched off / on;
+- the refined flow's whole ``step`` on rendered 320×240 camera frames (issue 36's "flow, refined, 320×240
+  frames" row of bench_robotics_frames.py) with the compiled resize off / on (its luma was compiled
+  before).
 
 Thread CPU time (``_timing``), OpenCV on one thread (as the nodes set it, threads.py: with more threads its
 work leaves this thread and the figure would hide it); ``ROUNDS`` interleaved rounds of ``CALLS`` calls, each
@@ -30,8 +33,9 @@ import cv2
 import numpy as np
 from _timing import thread_times_ns, write_report
 from libredgetpu_ros.robotics import image_kernels, resize_kernels
+from libredgetpu_ros.robotics.flow import OpticalFlow
 from libredgetpu_ros.robotics.image import fit_image
-from libredgetpu_ros.scenes import textures
+from libredgetpu_ros.scenes import presets, textures
 
 RESULTS = Path(__file__).resolve().parent / "results" / "resize.md"
 ROUNDS = 7
@@ -69,17 +73,34 @@ def camera_frame(height: int, width: int) -> np.ndarray:
     return view
 
 
-def without_kernels(fn: Callable[[], object]) -> Callable[[], object]:
-    """``fn`` run with the compiled resize and luma switched off in fit_image: its path before them
-    (OpenCV's resize; OpenCV's cvtColor for a one-channel template, the general path never used the luma
-    kernel)."""
+def without_kernels(fn: Callable[[], object], luma: bool = True) -> Callable[[], object]:
+    """``fn`` run with the compiled resize (and, if ``luma``, the compiled luma) switched off in fit_image:
+    its path before them (OpenCV's resize; OpenCV's cvtColor for a one-channel template, the general path
+    never used the luma kernel)."""
     def run() -> object:
-        resize_kernels._warm = image_kernels._warm = False
+        resize_kernels._warm = False
+        image_kernels._warm = not luma
         try:
             return fn()
         finally:
             resize_kernels._warm = image_kernels._warm = True
     return run
+
+
+def flow_row() -> str:
+    """The refined flow's frame on 320×240 camera frames, the compiled resize off / on, one run."""
+    frames = [f.image for f in presets.motion_scene("lateral", textures.natural(4, 256), size=(320, 240),
+                                                    frames=16)]
+    flow = OpticalFlow.from_template("gabor_64x64_p4", backend="cpu", refine=True)
+    turn = iter(range(1 << 30))
+
+    def step() -> object:
+        return flow.step(frames[next(turn) % len(frames)])
+
+    result = interleaved({"before": without_kernels(step, luma=False), "after": step})
+    flow.close()
+    return (f"| flow gabor_64x64_p4, refined, 320×240 frames: whole frame | {cell(result['before'])} | "
+            f"{cell(result['after'])} | {ratio(result['after'], result['before'])} |")
 
 
 def revision() -> str:
@@ -120,6 +141,7 @@ def main() -> int:
                 fits.append(f"| {width}×{height} rgb8 (read-only) → 64×64×{template} | "
                             f"{cell(fit['before'])} | {cell(fit['after'])} | "
                             f"{ratio(fit['after'], fit['before'])} |")
+    fits.append(flow_row())
     lines = ["# Camera-size frames to a template's size: the compiled INTER_AREA shrink against OpenCV's", "",
              f"`bench/bench_resize.py` at {revision()}; {platform.machine()}, Python "
              f"{platform.python_version()}, NumPy {np.__version__}, OpenCV {cv2.__version__}; thread CPU "
@@ -130,7 +152,9 @@ def main() -> int:
              "| frame → template | cv2.resize INTER_AREA | compiled (resize_kernels) | compiled / OpenCV |",
              "|---|---:|---:|---:|", *rows, "",
              "fit_image on a node's frame (colour template: the resize; one-channel template: the whole "
-             "frame's luma, OpenCV's cvtColor before / image_kernels' compiled pass after, then the resize):",
+             "frame's luma, OpenCV's cvtColor before / image_kernels' compiled pass after, then the resize; "
+             "the flow: its own compiled luma of the whole frame (both columns), then the resize, the "
+             "invoke and the refinement):",
              "",
              "| frame → template input | before (OpenCV) | after (compiled) | after / before |",
              "|---|---:|---:|---:|", *fits]

@@ -135,8 +135,15 @@ def test_fit_image_takes_the_compiled_path_for_a_camera_frame(monkeypatch: pytes
         frame = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
         view = np.frombuffer(frame.tobytes(), np.uint8).reshape(frame.shape)
         assert not view.flags.writeable
-        frames.append(view)
-    wants = {(id(f), c): _opencv(f if c == 3 else cv2.cvtColor(f, cv2.COLOR_RGB2GRAY)[:, :, None], 64, 64)
+        # what ros/image_msgs.image_to_rgb hands over: rgb8 as a read-only view, rgb8 with padded rows as a
+        # read-only strided view, bgr8 as a new RGB array
+        padded = np.frombuffer(np.pad(frame.reshape(height, -1), ((0, 0), (0, 8))).tobytes(), np.uint8)
+        strided = np.lib.stride_tricks.as_strided(padded, (height, width, 3), (width * 3 + 8, 3, 1),
+                                                  writeable=False)
+        bgr = np.ascontiguousarray(frame[:, :, ::-1])
+        frames += [view, strided, np.ascontiguousarray(bgr[:, :, [2, 1, 0]])]
+    grey = {id(f): cv2.cvtColor(np.ascontiguousarray(f), cv2.COLOR_RGB2GRAY)[:, :, None] for f in frames}
+    wants = {(id(f), c): _opencv(np.ascontiguousarray(f) if c == 3 else grey[id(f)], 64, 64)
              for f in frames for c in (1, 3)}
     resize = cv2.resize
 
