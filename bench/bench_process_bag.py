@@ -405,6 +405,17 @@ def _set_cpu_threads(config: Path, threads: int) -> None:
     config.write_text(yaml.safe_dump(doc))
 
 
+def _stage_bound(split: dict[str, float]) -> str:
+    """The rate the thread split allows on two free cores: stages overlap, so a frame costs at least its
+    slowest Python thread's CPU (each thread is one stage: reader, loop, writer; LiteRT's worker overlaps
+    the loop's inference) and at least the total CPU spread over the two cores."""
+    slowest = max((ms, name) for name, ms in split.items() if name != "LiteRT (native)")
+    total = sum(split.values())
+    bound = min(1e3 / slowest[0], 2e3 / total)
+    return (f"Bound on two free cores: min(1 / slowest stage ({slowest[1]} {slowest[0]:.3f} ms), "
+            f"2 / total CPU) = {bound:.0f} frames/s.")
+
+
 def report(args: argparse.Namespace, rows: dict, splits: dict, steps: dict, load_start: tuple,
            load_end: tuple, speedups: list[float]) -> None:
     threads = "its default threads" if args.cpu_threads is None else f"cpu_threads {args.cpu_threads}"
@@ -443,7 +454,7 @@ def report(args: argparse.Namespace, rows: dict, splits: dict, steps: dict, load
         for what, split in splits.get(task, {}).items():
             lines += ["", f"CPU ms per frame by thread, {what} (one more run, schedstat): " + "; ".join(
                 f"{name} {ms:.3f}" for name, ms in sorted(split.items(), key=lambda kv: -kv[1]))
-                + f"; total {sum(split.values()):.3f}."]
+                + f"; total {sum(split.values()):.3f}. {_stage_bound(split)}"]
         if steps.get(task):
             columns = [*StepClock.STEPS, "CPU", "run-queue wait", "waiting"]
             lines += ["", "The loop's thread, ms per frame: CPU by step, then its loop's wall time split "

@@ -180,19 +180,25 @@ class FrameReader:
     ``thread`` forces the choice). Use inside ``with``, then iterate; an error in the thread is re-raised
     by the iteration, after the frames read before it. The thread hands frames over in batches (up to
     ``BATCH_FRAMES`` frames or ``BATCH_BYTES`` of pixels, so it is woken once a batch, not once a frame)
-    through a queue of ``depth`` batches, which keeps the thread's memory flat."""
+    through a queue of ``depth`` batches, which keeps the thread's memory flat. With ``hold``, the thread
+    hands over the first frame alone and reads on only after :meth:`resume` (process-bag: the first frame
+    warms the model up, then the clock starts, and no frame is read or prepared ahead off the clock)."""
 
     _END = object()
     BATCH_FRAMES = 16  # fewer wake-ups and thread switches than 4 (docs/bags.md); views cost no memory
     BATCH_BYTES = 16 << 20
 
     def __init__(self, bag: Path, topics: list[str], depth: int = 1, thread: bool | None = None,
-                 max_pixels: int | None = None, prepare: Callable[[np.ndarray], Any] | None = None) -> None:
+                 max_pixels: int | None = None, prepare: Callable[[np.ndarray], Any] | None = None,
+                 hold: bool = False) -> None:
         # thread: True (a reader thread), False (the consumer's thread, whatever the bag), None (module doc);
         # prepare: run on each decoded frame by the thread that decodes it, kept as its ``prepared`` (the
         # node's first stage, ``CameraProcessor.prepare_or_unprepared``: it never raises for a frame)
         self._bag, self._topics, self._use_thread, self._max_pixels = bag, topics, thread, max_pixels
         self._prepare = prepare
+        self._resumed = threading.Event()
+        if not hold:
+            self._resumed.set()
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -238,6 +244,16 @@ class FrameReader:
                 frame.prepared = prepare(frame.rgb)
             yield frame
 
+    def resume(self) -> None:
+        """Let a ``hold`` reader thread read on past the first frame."""
+        self._resumed.set()
+
+    def _wait_resumed(self) -> bool:
+        while not self._resumed.wait(0.1):
+            if self._stop.is_set():
+                return False
+        return not self._stop.is_set()
+
     def _put(self, item: Any) -> bool:
         while not self._stop.is_set():
             with contextlib.suppress(queue.Full):
@@ -253,10 +269,13 @@ class FrameReader:
             for frame in self._frames():
                 batch.append(frame)
                 size += frame.rgb.nbytes if frame.rgb is not None else 0
-                if len(batch) >= self.BATCH_FRAMES or size >= self.BATCH_BYTES:
+                held = not self._resumed.is_set()
+                if held or len(batch) >= self.BATCH_FRAMES or size >= self.BATCH_BYTES:
                     if not self._put(batch):
                         return
                     batch, size = [], 0
+                    if held and not self._wait_resumed():
+                        return
         except BaseException as exc:  # surfaced in the consuming thread, after the frames before it
             if not batch or self._put(batch):
                 self._put(exc)

@@ -385,3 +385,29 @@ def test_an_unexpected_error_in_the_first_stage_is_the_commands_error(ros_env, t
         _run(bag, tmp_path / "out", classify_config(tmp_path, fixture_path), pipelined=pipelined)
     assert not (tmp_path / "out").exists()
     assert _no_worker_threads()
+
+
+def test_no_frame_is_read_or_prepared_ahead_before_the_clock_starts(ros_env, tmp_path: Path, fixture_path,
+                                                                   camera_bag, monkeypatch) -> None:
+    """The reader thread hands over the first frame (the warm-up's) and waits for the clock: the steady rate
+    (``fps``, ``cpu_s``) counts the reading, decoding and preparing of every frame after the first."""
+    from libredgetpu_ros.ros import bag_reader
+
+    decode, resume = bag_reader.decode, bag_reader.FrameReader.resume
+    decoded_frames: list[str] = []
+    at_resume: list[int] = []
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        decoded_frames.append(threading.current_thread().name)
+        return decode(*args, **kwargs)
+
+    def resumed(self: Any) -> None:
+        at_resume.append(len(decoded_frames))
+        resume(self)
+
+    monkeypatch.setattr(bag_reader, "decode", recorded)
+    monkeypatch.setattr(bag_reader.FrameReader, "resume", resumed)
+    summary = _run(camera_bag(), tmp_path / "out", classify_config(tmp_path, fixture_path), pipelined=True)
+    assert at_resume == [1]
+    assert summary.frames == len(decoded_frames) == FRAMES
+    assert set(decoded_frames) == {"bag-prefetch"}
