@@ -6,16 +6,17 @@ takes OpenCV's general area path: per source row, a weighted sum of each output 
 rounded half to even. That path walks the frame one scalar tap at a time. Here the same float32 operations
 run in the same order for every output value, so the bytes are OpenCV's (``test_resize_exactness.py``
 checks them against ``cv2.resize`` on random, extreme and rendered frames of every size pair the package
-uses), but the horizontal sums run down the frame's columns, eight source rows packed per 64-bit word, so
+uses), but the horizontal sums run down the frame's columns (the frame transposed first by OpenCV), so
 LLVM vectorizes them across rows; the vertical sums then run along rows. Figures: docs/robotics.md.
 
 Both ratios integer (a 2× shrink, 320×320 -> 64×64) is OpenCV's other area path (integer block sums with its
 own rounding, already cheap): :func:`plan` returns None and the caller keeps ``cv2.resize``.
 
-``area(src, channels, xs, xn, xw, ysi, yal, yofs, out)``: ``src`` the frame as (H, W·C) uint8, C-contiguous
-(read-only or not); ``out`` (h, w·C) uint8; the rest the tables of :func:`plan` (per output element ``i``
-of a row: ``xn[i]`` taps starting at element ``xs[i]``, C apart, weights ``xw[i, :xn[i]]``; per output row
-``dy``: taps ``yofs[dy]:yofs[dy + 1]`` of source rows ``ysi`` weighted ``yal``).
+``area(columns, channels, xs, xn, xw, ysi, yal, yofs, out)``: ``columns`` the frame's transpose,
+(W·C, H) uint8, C-contiguous (``cv2.transpose`` of the (H, W·C) frame); ``out`` (h, w·C) uint8; the rest
+the tables of :func:`plan` (per output element ``i`` of a row: ``xn[i]`` taps starting at element
+``xs[i]``, C apart, weights ``xw[i, :xn[i]]``; per output row ``dy``: taps ``yofs[dy]:yofs[dy + 1]`` of
+source rows ``ysi`` weighted ``yal``).
 """
 
 from __future__ import annotations
@@ -106,42 +107,27 @@ def plan(height: int, width: int, out_height: int, out_width: int, channels: int
     return tables
 
 
-def area(src, channels, xs, xn, xw, ysi, yal, yofs, out):  # pragma: no cover - compiled
-    """``out`` = OpenCV's INTER_AREA shrink of ``src`` (module docstring: arguments, why it is exact)."""
-    height, elements = src.shape
+def area(columns, channels, xs, xn, xw, ysi, yal, yofs, out):  # pragma: no cover - compiled
+    """``out`` = OpenCV's INTER_AREA shrink of the frame whose transpose is ``columns`` (module docstring:
+    arguments, why it is exact)."""
+    height = columns.shape[1]
     n = xs.size
-    blocks = (height + 7) // 8
-    # the frame's columns, eight rows per uint64 (byte r of word k: row 8k + r; the last block repeats the
-    # last row): the horizontal sums below then read each source column contiguously
-    packed = np.empty((elements, blocks), np.uint64)
-    for k in range(blocks):
-        y = 8 * k
-        r0, r1 = src[min(y, height - 1)], src[min(y + 1, height - 1)]
-        r2, r3 = src[min(y + 2, height - 1)], src[min(y + 3, height - 1)]
-        r4, r5 = src[min(y + 4, height - 1)], src[min(y + 5, height - 1)]
-        r6, r7 = src[min(y + 6, height - 1)], src[min(y + 7, height - 1)]
-        for e in range(elements):
-            packed[e, k] = (np.uint64(r0[e]) | (np.uint64(r1[e]) << np.uint64(8))
-                            | (np.uint64(r2[e]) << np.uint64(16)) | (np.uint64(r3[e]) << np.uint64(24))
-                            | (np.uint64(r4[e]) << np.uint64(32)) | (np.uint64(r5[e]) << np.uint64(40))
-                            | (np.uint64(r6[e]) << np.uint64(48)) | (np.uint64(r7[e]) << np.uint64(56)))
-    columns = packed.view(np.uint8)  # (elements, 8 * blocks): column e of the frame, row by row (little end)
-    rows = 8 * blocks
-    # horizontal: per output element, its taps summed in OpenCV's order (0 + first product is the product)
-    across = np.empty((n, rows), np.float32)
+    # horizontal: per output element, its taps summed in OpenCV's order (0 + first product is the product),
+    # every source row at once: each tap reads one column of the frame, contiguous in ``columns``
+    across = np.empty((n, height), np.float32)
     for i in range(n):
         first, weights, acc = xs[i], xw[i], across[i]
         column, weight = columns[first], weights[0]
-        for y in range(rows):
+        for y in range(height):
             acc[y] = np.float32(column[y]) * weight
         for t in range(1, xn[i]):
             column, weight = columns[first + t * channels], weights[t]
-            for y in range(rows):
+            for y in range(height):
                 acc[y] += np.float32(column[y]) * weight
-    along = np.empty((rows, n), np.float32)
-    for y0 in range(0, rows, 8):
+    along = np.empty((height, n), np.float32)
+    for y0 in range(0, height, 8):
         for i in range(n):
-            for y in range(y0, y0 + 8):
+            for y in range(y0, min(y0 + 8, height)):
                 along[y, i] = across[i, y]
     # vertical: per output row, its source rows' sums weighted in OpenCV's order, rounded half to even
     total = np.empty(n, np.float32)
@@ -172,13 +158,11 @@ def warm_up() -> bool:
         return True
     if not jit.compile_kernels(globals(), KERNELS):
         return False
-    for channels in (1, 3):
+    for channels in (1, 3):  # the columns are always cv2.transpose's new array (shrink): writable
         tables = plan(10, 12, 3, 5, channels)
         assert tables is not None
-        frame = np.zeros((10, 12 * channels), np.uint8)
         out = np.empty((3, 5 * channels), np.uint8)
-        for src in (frame, jit.read_only(frame)):
-            area(src, channels, *tables, out)
+        area(np.zeros((12 * channels, 10), np.uint8), channels, *tables, out)
     _warm = True
     return True
 
@@ -198,6 +182,11 @@ def shrink(array: np.ndarray, height: int, width: int) -> np.ndarray | None:
     tables = plan(h, w, height, width, c)
     if tables is None:
         return None
+    import cv2
+
+    # the frame's transpose (OpenCV's vectorized byte transpose, cheaper than packing the columns in the
+    # kernel), so the kernel's horizontal sums read each source column contiguously
+    columns = cv2.transpose(np.ascontiguousarray(array).reshape(h, w * c))
     out = np.empty((height, width, c), np.uint8)
-    area(np.ascontiguousarray(array).reshape(h, w * c), c, *tables, out.reshape(height, width * c))
+    area(columns, c, *tables, out.reshape(height, width * c))
     return out

@@ -104,7 +104,8 @@ def test_a_wrong_weight_is_caught() -> None:
 
     def differs(xw: np.ndarray, yal: np.ndarray) -> bool:
         for frame, want in zip(frames, wants, strict=True):
-            resize_kernels.area(frame, 1, tables.xs, tables.xn, xw, tables.ysi, yal, tables.yofs, out)
+            resize_kernels.area(cv2.transpose(frame), 1, tables.xs, tables.xn, xw, tables.ysi, yal,
+                                tables.yofs, out)
             if not np.array_equal(out, want):
                 return True
         return False
