@@ -36,6 +36,7 @@ N = 1024
 KINDS = ("control, warm-up off", "control", "bare", "bare, warmed")
 SEGMENTS = ("client send", "to server take", "server take", "handler", "response send", "back to client")
 T_CONFIGURE, T_ACTIVATE = 1, 3
+SETTLE_S = 1.0  # after wait_for_service, before the first call (client())
 
 
 def _tap(path: str) -> None:
@@ -155,6 +156,10 @@ def client(kind: str, fqn: str, calls: int) -> int:
         requests.append(request)
     if not set_weights.wait_for_service(timeout_sec=120.0):
         raise TimeoutError("set_weights not available")
+    # wait_for_service sees the client's side matched; the server's side may match the client's request
+    # writer later, and a request sent before that waited ~100 ms in DDS (5 of 10 launches of one kind in
+    # one run): every kind settles the same time, so the first call measures first use, not discovery.
+    time.sleep(SETTLE_S)
     rows = []
     for request in requests:
         done = threading.Event()
@@ -200,7 +205,11 @@ def run(prefix: list[str], env: dict[str, str], work: Path, launches: int,
                                        str(calls)], env=env, capture_output=True, text=True, timeout=600)
             finally:
                 server.terminate()
-                server.wait(timeout=20)
+                try:
+                    server.wait(timeout=20)
+                except subprocess.TimeoutExpired:  # rclpy's own SIGTERM handling hung the bare server once
+                    server.kill()
+                    server.wait(timeout=20)
             if done.returncode != 0:
                 raise RuntimeError(f"{kind} client failed (server log {log}):\n{done.stderr[-3000:]}")
             rows = json.loads(done.stdout.strip().splitlines()[-1])
@@ -228,7 +237,8 @@ def report(runs: dict[str, list[dict]], calls: int) -> list[str]:
         "",
         "Each launch: a fresh server process and a fresh client process (kinds interleaved); the control "
         "node from the read-only package copy on an empty cache folder, configured and activated by the "
-        f"client, which waits for the service, then makes {calls + 1} calls (requests built beforehand). "
+        f"client, which waits for the service and {SETTLE_S:g} s more (discovery settled on both sides), "
+        f"then makes {calls + 1} calls (requests built beforehand). "
         f"Ratio = first round trip / median of the next {calls} in the same launch (client wall time).",
         "",
         "| server | first / median: median | spread (min–max) | launches ≤ 2× | first round trip (median) "
