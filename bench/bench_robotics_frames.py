@@ -193,6 +193,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--before", type=Path, help="an earlier run's results file: its ratios as a column")
     args = parser.parse_args()
+    load_at_start = os.getloadavg()[0]
     cv2.setNumThreads(1)
     frames = scenes()
     camera = scenes((320, 240))
@@ -236,7 +237,8 @@ def main() -> int:
              f"`bench/bench_robotics_frames.py` at {revision()}; {platform.machine()}, Python "
              f"{platform.python_version()}, NumPy {np.__version__}; thread CPU time in µs, median of "
              f"{ROUNDS} interleaved rounds of {CALLS} calls (lowest–highest round median in brackets); "
-             f"LiteRT, BLAS and OpenCV on one thread; a shared, loaded machine (2 cores, ~8 jobs).", "",
+             f"LiteRT, BLAS and OpenCV on one thread; {os.cpu_count()} cores shared with other jobs (load "
+             f"average {load_at_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end).", "",
              "| module | bare invoke (same interpreter, same input) | whole frame | CPU part | CPU part / "
              "invoke (target ≤ 0.25x) |" + (f" before ({rev}, separate run) |" if before else ""),
              "|---|---:|---:|---:|---:|" + ("---:|" if before else ""), *rows, "",
