@@ -39,6 +39,20 @@ def interleaved_rounds_ns(candidates: Mapping[str, Callable[[], object]], rounds
     return times
 
 
+def round_medians_us(candidates: Mapping[str, Callable[[], object]], rounds: int,
+                     calls: int) -> dict[str, tuple[float, float, float]]:
+    """Per candidate, (median, lowest, highest) of its round medians in µs (``interleaved_rounds_ns``): the
+    spread of the rounds says how much of a figure is waiting for a core."""
+    times = interleaved_rounds_ns(candidates, rounds, calls)
+    medians = {name: [statistics.median(r) / 1e3 for r in runs] for name, runs in times.items()}
+    return {name: (statistics.median(v), min(v), max(v)) for name, v in medians.items()}
+
+
+def range_cell(s: tuple[float, float, float]) -> str:
+    """A table cell of :func:`round_medians_us`: "median (lowest–highest)"."""
+    return f"{s[0]:.1f} ({s[1]:.1f}–{s[2]:.1f})"
+
+
 def spread_us(fn: Callable[[object], object], items: Sequence[object], repeats: int
               ) -> tuple[float, float, float]:
     """(median, p10, p90) thread-CPU µs of ``fn(item)`` over ``repeats`` calls, cycling through ``items``."""

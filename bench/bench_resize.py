@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import statistics
 import subprocess
 import sys
 from collections.abc import Callable
@@ -31,7 +30,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-from _timing import thread_times_ns, write_report
+from _timing import range_cell, round_medians_us, write_report
 from libredgetpu_ros.robotics import image_kernels, resize_kernels
 from libredgetpu_ros.robotics.flow import OpticalFlow
 from libredgetpu_ros.robotics.image import fit_image
@@ -49,15 +48,10 @@ Stats = tuple[float, float, float]
 
 def interleaved(candidates: dict[str, Callable[[], object]]) -> dict[str, Stats]:
     """(median, lowest, highest) of the round medians in µs per candidate, rounds interleaved."""
-    rounds: dict[str, list[float]] = {name: [] for name in candidates}
-    for _ in range(ROUNDS):
-        for name, fn in candidates.items():
-            rounds[name].append(statistics.median(thread_times_ns(fn, CALLS)) / 1e3)
-    return {name: (statistics.median(v), min(v), max(v)) for name, v in rounds.items()}
+    return round_medians_us(candidates, ROUNDS, CALLS)
 
 
-def cell(s: Stats) -> str:
-    return f"{s[0]:.1f} ({s[1]:.1f}–{s[2]:.1f})"
+cell = range_cell
 
 
 def ratio(a: Stats, b: Stats) -> str:

@@ -40,7 +40,7 @@ from pathlib import Path  # noqa: E402
 
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
-from _timing import thread_times_ns, write_report  # noqa: E402
+from _timing import range_cell, round_medians_us, write_report  # noqa: E402
 from libredgetpu_ros.robotics.compass import VisualCompass  # noqa: E402
 from libredgetpu_ros.robotics.flow import OpticalFlow  # noqa: E402
 from libredgetpu_ros.robotics.looming import LoomingDetector  # noqa: E402
@@ -57,15 +57,10 @@ Stats = tuple[float, float, float]
 
 def interleaved(candidates: dict[str, Callable[[], object]]) -> dict[str, Stats]:
     """(median, lowest, highest) of the round medians in µs per candidate, rounds interleaved."""
-    rounds: dict[str, list[float]] = {name: [] for name in candidates}
-    for _ in range(ROUNDS):
-        for name, fn in candidates.items():
-            rounds[name].append(statistics.median(thread_times_ns(fn, CALLS)) / 1e3)
-    return {name: (statistics.median(v), min(v), max(v)) for name, v in rounds.items()}
+    return round_medians_us(candidates, ROUNDS, CALLS)
 
 
-def cell(s: Stats) -> str:
-    return f"{s[0]:.1f} ({s[1]:.1f}–{s[2]:.1f})"
+cell = range_cell
 
 
 def scenes(size: tuple[int, int] = (64, 64)) -> dict[str, list[np.ndarray]]:
