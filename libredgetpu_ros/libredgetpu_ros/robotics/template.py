@@ -289,6 +289,20 @@ class TemplateRunner:
             resize_kernels.warm_up()
             if template.image_shape[2] == 1:
                 image_kernels.warm_up()
+            if backend_object is None and self.backend_name == "cpu":
+                self._warm_up_twin()
+
+    def _warm_up_twin(self) -> None:
+        """One LiteRT invoke on a zero input now: the interpreter's first invoke prepares its kernels and
+        touches its arena (2-4x a later frame), which the first real frame would pay. Only the CPU twin: an
+        Edge TPU's first run is a device transfer, and a shared one's turns belong to its users. A twin that
+        cannot run closes its backend before the error leaves."""
+        spec = self.template.input
+        try:
+            self.backend.run([np.zeros(spec.shape, spec.dtype)], parameters=self.store.current)
+        except BaseException:
+            self.backend.close()
+            raise
 
     @property
     def backend_name(self) -> str:
