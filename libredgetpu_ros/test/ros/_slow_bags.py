@@ -19,3 +19,10 @@ def stuck_on_b1(job: Any, log: Callable[[str], None] | None = None) -> dict[str,
         while True:
             time.sleep(3600)
     return {"bag": job.name, "status": "done", "error": None, "worker": os.getpid(), "frames": 1}
+
+
+def fails_fast(job: Any, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Every bag fails at once, the same way on any worker, without importing the processing (ROS-free):
+    what a pool test exercises is the pool."""
+    return {"bag": job.name, "status": "error", "error": f"config {job.config} does not exist",
+            "worker": os.getpid(), "frames": 0}

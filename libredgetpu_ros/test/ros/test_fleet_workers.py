@@ -25,11 +25,14 @@ def _wait_dead(pid: int, timeout_s: float = 10.0) -> None:
     raise AssertionError(f"worker {pid} still alive {timeout_s} s after SIGKILL")
 
 
-def test_a_worker_killed_between_bags_is_replaced_and_the_run_goes_on(tmp_path: Path) -> None:
+def test_a_worker_killed_between_bags_is_replaced_and_the_run_goes_on(tmp_path: Path,
+                                                                     monkeypatch: Any) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # the spawned workers import it by this name
+    import _slow_bags
     from libredgetpu_ros.ros.fleet import BagJob, run_local
 
-    # Bags that fail fast and the same way on any worker (their config does not exist): what is tested is
-    # the pool, not the processing (test/bags/test_process_bags.py runs real corpora through it).
+    # Bags that fail fast and the same way on any worker, without ROS (the Python-version runs have none):
+    # what is tested is the pool, not the processing (test/bags/test_process_bags.py runs real corpora).
     jobs = [BagJob(name=f"b{i}", input=str(tmp_path / f"in{i}"), output=str(tmp_path / "out" / f"b{i}"),
                    staging=str(tmp_path / "staging" / str(i)), config=str(tmp_path / "absent.yaml"))
             for i in range(3)]
@@ -44,7 +47,7 @@ def test_a_worker_killed_between_bags_is_replaced_and_the_run_goes_on(tmp_path: 
             os.kill(pid, signal.SIGKILL)
             _wait_dead(pid)
 
-    run_local(jobs, 2, on_record, quiet=True)
+    run_local(jobs, 2, on_record, quiet=True, runner=_slow_bags.fails_fast)
     assert sorted(r["bag"] for r in records) == ["b0", "b1", "b2"]
     assert all(r["status"] == "error" and "absent.yaml" in r["error"] for r in records), records
     assert len({r["worker"] for r in records}) == 3  # the third bag ran on a fresh worker
