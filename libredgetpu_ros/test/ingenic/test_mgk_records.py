@@ -83,10 +83,12 @@ def test_seam_between_a_float_run_and_an_int_run_is_not_a_record():
 @settings(max_examples=150, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), count=st.integers(0, 6))
 def test_planted_records_among_noise_and_runs_are_found_exactly(seed, count):
-    """Records planted at random word offsets in random words and 16..64-word runs: exactly those found."""
+    """Records planted at random word offsets in random words and 16..63-word runs: exactly those found."""
     rng = np.random.default_rng(seed)
     words = rng.integers(0, 2**32, 2000, dtype=np.uint32)
-    for start in rng.integers(0, 1900, 6):                      # runs of one float or one small int
+    # runs of one float or one small int, apart: two runs laid over each other left a float run and an int run
+    # cut below MIN_RUN and meeting (4 equal floats, 8 equal ints: a record by every rule; seed 695, count 0)
+    for start in rng.choice(np.arange(0, 1900, 64), 6, replace=False):
         value = np.float32(rng.uniform(1, 30)).view(np.uint32) if rng.random() < 0.5 else rng.integers(1, 200)
         words[start:start + rng.integers(16, 64)] = value
     planted = sorted(rng.choice(np.arange(0, 1984, 20), count, replace=False).tolist())
