@@ -272,6 +272,13 @@ class TemplateRunner:
                  blobs: Mapping[str, np.ndarray] | None = None, cpu_threads: int | None = 1,
                  rate_hz: float = 0.0, stream: str = "") -> None:
         self.template = template
+        if backend_object is not None or backend != "none":
+            # every module fits its frames through robotics/image.fit_image: a camera-size frame's resize
+            # (and a colour frame's luma for a one-channel template) compiled (or loaded) now, not on the
+            # first frame; before the backend opens, so a failure here leaves nothing open
+            resize_kernels.warm_up()
+            if template.image_shape[2] == 1:
+                image_kernels.warm_up()
         if backend_object is not None:
             self.backend = backend_object
         elif backend == "none":
@@ -283,12 +290,6 @@ class TemplateRunner:
         self.store = ParameterStore(start_blobs, twin)
         if self.backend is not None:  # every backend is a reparam.ParameterTarget (backends/base.py)
             self.store.add_target(self.backend)
-            # every module fits its frames through robotics/image.fit_image: a camera-size frame's resize
-            # (and a colour frame's luma for a one-channel template) compiled (or loaded) now, not on the
-            # first frame
-            resize_kernels.warm_up()
-            if template.image_shape[2] == 1:
-                image_kernels.warm_up()
             if backend_object is None and self.backend_name == "cpu":
                 self._warm_up_twin()
 
