@@ -25,7 +25,7 @@ import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, ModelFormatError, WeightsError
 from libredgetpu_ros.reparam import device_to_int8, make_patch
-from libredgetpu_ros.robotics import image_kernels, spot_kernels
+from libredgetpu_ros.robotics import spot_kernels
 from libredgetpu_ros.robotics.base import RoboticsModule
 from libredgetpu_ros.robotics.offsets import OffsetDecoder, TrackResult
 from libredgetpu_ros.robotics.spot_kernels import OK, REASONS
@@ -109,8 +109,6 @@ class SpotTracker(RoboticsModule):
         else:
             self.filter_scale = None
         self.validity = SpotValidity(template, limits) if mode == "checked" else None
-        if self.channels == 1:
-            image_kernels.warm_up()  # colour frames to the template's luma in one compiled pass (fit)
         self._output_name = template.output.name
         self._consts: tuple[Any, Any] = (None, None)  # (parameter set, its filter's validity constants)
         self.runner = TemplateRunner(template, backend, device, twin_tensors=twin_tensors,

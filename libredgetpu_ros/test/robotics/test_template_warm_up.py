@@ -47,13 +47,20 @@ def test_a_twin_that_cannot_run_closes_its_backend(monkeypatch: pytest.MonkeyPat
 
 
 def test_a_backend_double_is_not_run_at_open() -> None:
+    runs: list[object] = []
+
     class Double:
         name = "cpu"
 
         def run(self, *args, **kwargs):
-            raise AssertionError("run at open")
+            runs.append(args)
 
         def stage(self, parameters) -> None:
             pass
 
-    TemplateRunner(load_template("color_red_64x64"), backend_object=Double())
+        def close(self) -> None:
+            pass
+
+    runner = TemplateRunner(load_template("color_red_64x64"), backend_object=Double())
+    runner.close()
+    assert runs == []
