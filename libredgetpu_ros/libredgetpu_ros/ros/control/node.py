@@ -314,10 +314,8 @@ class ControlNode(ManagedNode):
         }
         shared = engine.shared_status()  # the engine's stream on an Edge TPU shared in this process
         values.update(diagnostics.shared_values(shared))
-        if level == diagnostics.OK and self._fallback():
-            level, message = diagnostics.WARN, (f"running on the CPU ({self._fallback()}); "
-                                                f"require_accelerator: true refuses to start so")
-        level, message = diagnostics.warned(level, message, diagnostics.shared_warnings(shared))
+        warnings = self.fallback_warnings([self._fallback()]) + diagnostics.shared_warnings(shared)
+        level, message = diagnostics.warned(level, message, warnings)
         return level, message, values
 
 
