@@ -159,8 +159,7 @@ class ThreadCpu:
         for tid, ns in self.last.items():
             name = self.names.get(tid, "LiteRT (native)")
             name = {"MainThread": "main", "bag-prefetch": "reader (read + decode + prepare)",
-                    "bag-writer": "writer (serialize + write)"}.get(
-                name, "chunk CRC" if name.startswith("mcap-crc") else name)
+                    "bag-writer": "writer (serialize + write)"}.get(name, name)
             if name not in ("sampler", "tqdm_monitor") and ns > self.base.get(tid, 0):
                 out[name] = out.get(name, 0.0) + (ns - self.base.get(tid, 0)) / frames / 1e6
         return out
@@ -266,10 +265,10 @@ class StepClock:
 def step_split(config: Path, bag: Path, out: Path, frames: list[np.ndarray],
                repeats: int = 3) -> dict[str, dict[str, float]]:
     """The loop thread's steps (:class:`StepClock`) for the pipeline alone and process-bag pipelined (helper
-    threads at ``bag_reader.HELPER_NICE``, and not niced) and in one thread, medians of ``repeats``
+    threads at ``bag_threads.HELPER_NICE``, and not niced) and in one thread, medians of ``repeats``
     interleaved runs each (after the rounds: the wrappers cost ~3 us a frame, the same in each)."""
     from libredgetpu_ros.perception.pipeline import PerceptionPipeline
-    from libredgetpu_ros.ros import bag_reader
+    from libredgetpu_ros.ros import bag_threads
     from libredgetpu_ros.ros.bag_processing import load_node_config
     from libredgetpu_ros.ros.bag_writer import ResultWriter
     from libredgetpu_ros.ros.perception_node import pipeline_config
@@ -296,17 +295,17 @@ def step_split(config: Path, bag: Path, out: Path, frames: list[np.ndarray],
                 _, _, n = _loop(pipeline, frames)
                 clock.stop()
             runs.setdefault("pipeline alone", []).append(clock.split(n))
-            for pipelined, nice, what in ((True, bag_reader.HELPER_NICE, "process-bag, pipelined"),
+            for pipelined, nice, what in ((True, bag_threads.HELPER_NICE, "process-bag, pipelined"),
                                           (True, 0, "process-bag, pipelined, helpers not niced"),
                                           (False, 0, "process-bag, one thread")):
                 stopped.clear()
                 ResultWriter.close = closed  # type: ignore[method-assign]
-                default_nice, bag_reader.HELPER_NICE = bag_reader.HELPER_NICE, nice
+                default_nice, bag_threads.HELPER_NICE = bag_threads.HELPER_NICE, nice
                 try:
                     _, _, m = bag_run(config, bag, out, pipelined, first)
                 finally:
                     ResultWriter.close = close  # type: ignore[method-assign]
-                    bag_reader.HELPER_NICE = default_nice
+                    bag_threads.HELPER_NICE = default_nice
                 runs.setdefault(what, []).append(clock.split(m))
     return {what: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for what, rs in runs.items()}
 

@@ -2,8 +2,7 @@
 
 ISA-L's (``isal``, pinned in requirements.lock.txt: carry-less multiply instead of zlib's tables, several
 times faster, docs/bags.md), which ``process-bag`` pays on every frame of a bag that carries CRCs; zlib's
-when isal is missing. Same values: the checksum is the format's, not the library's. Both release the GIL on
-large buffers (``bags.mcap_view`` can check chunks ahead on a worker thread).
+when isal is missing. Same values: the checksum is the format's, not the library's.
 """
 
 from __future__ import annotations

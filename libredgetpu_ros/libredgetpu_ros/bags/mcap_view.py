@@ -18,13 +18,11 @@ Anything else (per-message compression, unindexed files, sqlite3) is left to ros
 ``message_views`` returns None and the caller uses ``reader.messages``.
 
 The CRC of an uncompressed chunk is verified by the walking thread just before the chunk's messages are
-parsed (``crc_ahead=0``, the default :data:`CRC_AHEAD`): no other thread, and the pixels the consumer reads
-next are then in the cache of the core that read them (measured on process-bag's classify bag: the
-pipeline's resize back to its speed on in-memory frames, bench/results/process_bag.md). ``crc_ahead=N``
-computes them ahead instead, in chunk order, on one worker thread (``crc32`` releases the GIL), at most N
-chunks ahead of the walk (near enough that a bag larger than memory is not read twice: the pages the worker
-read would be evicted before the walk reaches them); it only moved the first read from memory to another
-core and added a thread to wake (process-bag's reader thread already overlaps the walk with inference).
+parsed: no other thread, and the pixels the consumer reads next are then in the cache of the core that read
+them (measured on process-bag's classify bag: the pipeline's resize back to its speed on in-memory frames,
+bench/results/process_bag.md). A worker verifying chunks ahead of the walk was measured and dropped
+(docs/replay_testing.md): it only moved the first read from memory to another core and added a thread to
+wake (process-bag's reader thread already overlaps the walk with inference).
 """
 
 from __future__ import annotations
@@ -34,7 +32,6 @@ import itertools
 import mmap
 import struct
 from collections.abc import Collection, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from libredgetpu_ros.bags.crc import crc32
@@ -50,18 +47,13 @@ _CRC_AT = 9 + 24
 _RECORDS_AT = 9 + 40
 
 
-CRC_AHEAD = 0  # chunks verified ahead of the walk by a worker thread (0: none, in the walk; module doc)
-
-
 def message_views(reader: Any, connections: Collection[Any], compressed: bool = False,
-                  per_message: bool = False,
-                  crc_ahead: int | None = None) -> Iterator[tuple[Any, int, memoryview]] | None:
+                  per_message: bool = False) -> Iterator[tuple[Any, int, memoryview]] | None:
     """``reader.messages(connections)`` of an opened ``rosbags.rosbag2.Reader`` with memoryviews instead of
     bytes (``None`` for a message of a corrupt chunk, skipped), or None when the bag is not indexed MCAP
     with uncompressed chunks (or, with ``compressed``, zstd/lz4 chunks): then use ``reader.messages``.
     With ``per_message``, a bag in rosbag2's per-message compression mode is walked too: its views are the
-    compressed payloads (``storage.decompressed`` decompresses them). ``crc_ahead``: see the module doc
-    (None: ``CRC_AHEAD``)."""
+    compressed payloads (``storage.decompressed`` decompresses them)."""
     from rosbags.rosbag2.reader import DirectoryReader
     from rosbags.rosbag2.storage_mcap import McapReader
 
@@ -79,7 +71,7 @@ def message_views(reader: Any, connections: Collection[Any], compressed: bool = 
     if any(c.compression not in allowed or (not c.compression and c.compressed_size != c.uncompressed_size)
            for s in storages for c in s.chunks):
         return None
-    return _views(storages, list(connections), directory, CRC_AHEAD if crc_ahead is None else crc_ahead)
+    return _views(storages, list(connections), directory)
 
 
 def match_connection(storage_conn: Any, connections: list[Any]) -> Any:
@@ -89,8 +81,8 @@ def match_connection(storage_conn: Any, connections: list[Any]) -> Any:
                  and (not x.digest or not y.digest or y.digest == x.digest)), None)
 
 
-def _views(storages: list[Any], connections: list[Any], directory: bool,
-           crc_ahead: int) -> Iterator[tuple[Any, int, memoryview]]:
+def _views(storages: list[Any], connections: list[Any],
+           directory: bool) -> Iterator[tuple[Any, int, memoryview]]:
     for storage in storages:
         if directory:
             channel_map = {x.id: conn for x in storage.connections
@@ -103,58 +95,13 @@ def _views(storages: list[Any], connections: list[Any], directory: bool,
             data = memoryview(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ))
         wanted = [chunk for chunk in storage.chunks
                   if any(chunk.channel_count.get(cid, 0) for cid in channel_map)]
-        checks = _AheadChecks(data, wanted, crc_ahead)
-        try:
-            chunks = [_chunk_messages(data, chunk, channel_map, checks) for chunk in wanted]
-            for timestamp, offset, connection, view in heapq.merge(*chunks):
-                if offset:  # not a chunk's start marker
-                    yield connection, timestamp, view
-        finally:  # also when the consumer stops early: drop the checks not started yet
-            checks.close()
+        chunks = [_chunk_messages(data, chunk, channel_map) for chunk in wanted]
+        for timestamp, offset, connection, view in heapq.merge(*chunks):
+            if offset:  # not a chunk's start marker
+                yield connection, timestamp, view
 
 
-class _AheadChecks:
-    """The CRC checks of ``chunks`` on one worker thread, submitted in chunk order and at most ``ahead``
-    beyond the last one asked for (``ahead=0``: no worker, each check made when asked for)."""
-
-    def __init__(self, data: memoryview, chunks: list[Any], ahead: int) -> None:
-        self._data, self._ahead = data, ahead
-        self._todo = iter([c for c in chunks if not c.compression])  # compressed: checked when decompressed
-        self._futures: dict[int, Future] = {}
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mcap-crc") if ahead > 0 else None
-
-    def ok(self, chunk: Any) -> bool:
-        """Whether an uncompressed chunk passes its CRC and bounds checks (``_crc_ok``)."""
-        if self._pool is None:
-            return _crc_ok(self._data, chunk)
-        key = chunk.chunk_start_offset
-        while key not in self._futures or len(self._futures) <= self._ahead:
-            nxt = next(self._todo, None)
-            if nxt is None:
-                break
-            self._futures[nxt.chunk_start_offset] = self._pool.submit(_crc_ok, self._data, nxt)
-        future = self._futures.pop(key, None)
-        # a chunk asked for out of order (chunks overlapping in time) is checked in this thread
-        return future.result() if future is not None else _crc_ok(self._data, chunk)
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _crc_ok(data: memoryview, chunk: Any) -> bool:
-    """True unless an uncompressed chunk's records fail its stored CRC (0 = not recorded) or its bounds."""
-    base = chunk.chunk_start_offset
-    start = base + _RECORDS_AT
-    end = start + chunk.compressed_size
-    if base + _CRC_AT + 4 > len(data) or end > len(data):
-        return True  # reported by the bounds check of _checked_messages
-    crc = _U32.unpack_from(data, base + _CRC_AT)[0]
-    return not crc or crc32(data[start:end]) == crc
-
-
-def _chunk_messages(data: memoryview, chunk: Any, channel_map: dict[int, Any],
-                    checks: _AheadChecks | None = None) -> Iterator[tuple[Any, ...]]:
+def _chunk_messages(data: memoryview, chunk: Any, channel_map: dict[int, Any]) -> Iterator[tuple[Any, ...]]:
     """One chunk's messages in log-time order, after a start marker (so ``heapq.merge`` opens chunks only
     when their time comes, as rosbags does). A corrupt chunk gives one ``start = -1`` entry per message the
     chunk index counts on a wanted channel (at the chunk's start time): reported, never decoded.
@@ -163,7 +110,7 @@ def _chunk_messages(data: memoryview, chunk: Any, channel_map: dict[int, Any],
     yield chunk.message_start_time, 0, None, None
     base = chunk.chunk_start_offset
     try:
-        messages = _checked_messages(data, chunk, channel_map, checks)
+        messages = _checked_messages(data, chunk, channel_map)
     except BadRecord:
         # counts checked against the chunk's message index records when the bag was opened
         # (mcap_summary), and generated one by one: never a list as long as a count says
@@ -174,8 +121,7 @@ def _chunk_messages(data: memoryview, chunk: Any, channel_map: dict[int, Any],
     yield from messages
 
 
-def _checked_messages(data: memoryview, chunk: Any, channel_map: dict[int, Any],
-                      checks: _AheadChecks | None = None) -> list[tuple[Any, ...]]:
+def _checked_messages(data: memoryview, chunk: Any, channel_map: dict[int, Any]) -> list[tuple[Any, ...]]:
     base = chunk.chunk_start_offset
     start = base + _RECORDS_AT + len(chunk.compression)
     end = start + chunk.compressed_size  # == uncompressed_size for an uncompressed chunk (message_views)
@@ -185,7 +131,7 @@ def _checked_messages(data: memoryview, chunk: Any, channel_map: dict[int, Any],
     if chunk.compression:  # records in a new buffer, checked before and after decompressing
         data = chunk_records(data[start:end], chunk.compression, chunk.uncompressed_size, crc, base)
         start, end = 0, len(data)
-    elif not (checks.ok(chunk) if checks is not None else not crc or crc32(data[start:end]) == crc):
+    elif crc and crc32(data[start:end]) != crc:  # 0: no CRC recorded
         raise BadRecord(f"chunk at offset {base}: CRC mismatch")
     messages: list[tuple[int, int, Any, memoryview]] = []  # (log time, chunk offset, connection, view)
     pos = start

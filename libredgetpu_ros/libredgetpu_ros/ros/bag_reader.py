@@ -13,7 +13,7 @@ JPEG/PNG decoding, OpenCV releasing the GIL, overlap inference). Given the node'
 (``prepare``: perception's resize + quantize), the thread runs it on every decoded frame too, so the
 consumer only runs inference and builds results. The thread hands frames over in batches,
 so it wakes once per batch rather than once per frame. Chunk CRCs are verified by whichever thread walks
-the bag, just before the chunk's messages are parsed (``mcap_view.CRC_AHEAD``): no other thread.
+the bag, just before the chunk's messages are parsed (``bags.mcap_view``): no other thread.
 
 Also measured and dropped: a reader *process* (rosbags + decoding in a child, pixels through a shared
 memfd ring) was slower than the thread (0.58 vs 0.92 of the pipeline's rate on the classify bag), and
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -40,25 +39,8 @@ import numpy as np
 from libredgetpu_ros.bags.mcap_view import message_views
 from libredgetpu_ros.bags.storage import IMAGE_TYPES, Unreadable, decompressed, open_reader
 from libredgetpu_ros.bags.storage import messages as bag_messages
+from libredgetpu_ros.ros.bag_threads import yield_to_pipeline
 from libredgetpu_ros.textdata import clip_repr
-
-# The reader and writer threads run this much nicer than the process (Linux: per thread; 0: as nice), so the
-# pipeline's thread and the inference library's workers (LiteRT's) win a core they and a helper want at the
-# same moment (less run-queue wait for the loop's thread). Not more: a helper preempted while it holds the
-# GIL leaves the loop's thread asleep until the helper gets a core back, which a very nice thread rarely
-# does on a busy machine. The helpers need ~7% of the loop's CPU; nice 5 still leaves them ~25% of a core
-# shared with one nice-0 thread. Measured at 0, 5, 10 and 19: docs/replay_testing.md.
-HELPER_NICE = 5
-
-
-def yield_to_pipeline() -> None:
-    """Make the calling thread (a reader or writer thread) :data:`HELPER_NICE` nicer than it is (raising
-    one's nice value needs no privilege; where the system refuses, the thread stays as it is)."""
-    if HELPER_NICE and hasattr(os, "setpriority"):
-        tid = threading.get_native_id()
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + HELPER_NICE))
-
 
 _MAX_BYTES_PER_PIXEL = 8  # a per-message compressed frame may decompress to 8 bytes a pixel (rgba16) + 1 MiB
 

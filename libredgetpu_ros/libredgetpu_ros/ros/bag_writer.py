@@ -23,7 +23,7 @@ from typing import Any
 
 from libredgetpu_ros.bags.storage import reliable_qos
 from libredgetpu_ros.bags.typestore import typestore
-from libredgetpu_ros.ros.bag_reader import yield_to_pipeline
+from libredgetpu_ros.ros.bag_threads import yield_to_pipeline
 
 _POLL_S = 0.1  # how often a waiting loop looks at the other side's state
 
@@ -133,7 +133,7 @@ class ResultWriter:
                 self._batch, self._batch_bytes = [], 0
 
     def _run(self) -> None:
-        yield_to_pipeline()  # behind the pipeline's thread for a core (bag_reader.HELPER_NICE)
+        yield_to_pipeline()  # behind the pipeline's thread for a core (bag_threads.HELPER_NICE)
         try:
             while not self._stop.is_set():
                 try:

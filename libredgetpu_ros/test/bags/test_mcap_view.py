@@ -196,34 +196,32 @@ def _chunked_bag(path: Path, chunks: int) -> None:
         writer.close()
 
 
-@pytest.mark.parametrize("ahead", [0, 2])
-def test_chunk_crcs_are_checked_a_bounded_way_ahead(tmp_path: Path, monkeypatch, ahead: int) -> None:
-    """The worker verifies at most ``crc_ahead`` chunks beyond the one the walk is in (a bag larger than
-    memory is not read twice); with 0, each chunk is verified by the walking thread, no worker started."""
+def test_each_chunk_crc_is_checked_by_the_walking_thread_just_before_its_messages(tmp_path: Path,
+                                                                                 monkeypatch) -> None:
+    """No other thread verifies chunks (one was measured and dropped: docs/replay_testing.md), and a chunk
+    is verified only when the walk reaches it (a bag larger than memory is not read twice)."""
     import threading
-    import time
 
     from libredgetpu_ros.bags import mcap_view
 
     _chunked_bag(tmp_path / "bag", 12)
     checked: list[str] = []
-    crc_ok = mcap_view._crc_ok
+    crc32 = mcap_view.crc32
 
-    def recorded(data: memoryview, chunk: Any) -> bool:
+    def recorded(data: Any, *args: Any) -> int:
         checked.append(threading.current_thread().name)
-        return crc_ok(data, chunk)
+        return crc32(data, *args)
 
-    monkeypatch.setattr(mcap_view, "_crc_ok", recorded)
+    monkeypatch.setattr(mcap_view, "crc32", recorded)
+    before = set(threading.enumerate())
     reader = _open(tmp_path / "bag")
     try:
-        views = mcap_view.message_views(reader, reader.connections, crc_ahead=ahead)
+        views = mcap_view.message_views(reader, reader.connections)
         assert views is not None
         for i, (_, timestamp, view) in enumerate(views):
-            if i == 0:
-                time.sleep(0.05)  # an unbounded worker would have checked every chunk by now
             assert timestamp == i and view is not None and view[-1] == i
-            assert len(checked) <= i + 1 + ahead, (i, len(checked))
+            assert len(checked) == i + 1, (i, len(checked))
+            assert set(threading.enumerate()) <= before
     finally:
         reader.close()
-    assert len(checked) == 12
-    assert all(name.startswith("mcap-crc") for name in checked) if ahead else set(checked) == {"MainThread"}
+    assert checked == ["MainThread"] * 12

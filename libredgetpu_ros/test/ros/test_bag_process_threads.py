@@ -1,6 +1,6 @@
 """Which threads process-bag runs: ``pipelined=False`` does everything in the calling thread, whatever the
 storage (mcap with chunk CRCs, sqlite3); pipelined, exactly one reader and one writer thread (the chunk CRCs
-are verified by the reader, no CRC worker), both nicer than the loop's thread (``bag_reader.HELPER_NICE``).
+are verified by the reader, no CRC worker), both nicer than the loop's thread (``bag_threads.HELPER_NICE``).
 Either way the output holds the same messages."""
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def _messages(bag: Path) -> list[tuple[str, int, Any]]:
 def test_one_thread_loop_starts_no_thread_and_pipelined_exactly_two(ros_env, tmp_path: Path, fixture_path,
                                                                     monkeypatch, storage: str) -> None:
     bag, config = _inputs(tmp_path, fixture_path, storage)
-    from libredgetpu_ros.ros.bag_reader import HELPER_NICE
+    from libredgetpu_ros.ros.bag_threads import HELPER_NICE
 
     alone, started_alone, _ = _run(bag, tmp_path / "one", config, False, monkeypatch)
     piped, started_piped, nice = _run(bag, tmp_path / "piped", config, True, monkeypatch)
