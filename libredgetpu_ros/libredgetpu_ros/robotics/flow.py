@@ -47,7 +47,7 @@ import cv2
 import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, ImageError, ModelFormatError
-from libredgetpu_ros.robotics import flow_kernels, flow_refine, image_kernels
+from libredgetpu_ros.robotics import flow_kernels, flow_refine
 from libredgetpu_ros.robotics.base import RoboticsModule
 from libredgetpu_ros.robotics.correlation import CorrelationGrid, Peak, block_sum, refined_peak, soft_argmax
 from libredgetpu_ros.robotics.image import fit_image, match_channels
@@ -267,8 +267,9 @@ class OpticalFlow(RoboticsModule):
 
     def features(self, image: np.ndarray) -> FlowFeatures:
         """Features of one frame (one backend call; none for a frame too flat in the normalised mode)."""
-        # luma once: the refinement's frame, and resized, the model's (one-channel template: checked at open)
-        frame = self._luma(image)
+        # luma once (image.luma: compiled, flow_kernels.warm_up warms it): the refinement's frame, and
+        # resized, the model's (one-channel template: checked at open)
+        frame = match_channels(image, 1, "frame")[:, :, 0]
         if frame.shape == self._model_size:  # what fit_image returns at the model's size, without its checks
             gray = np.ascontiguousarray(frame)
         else:
@@ -305,16 +306,6 @@ class OpticalFlow(RoboticsModule):
         if self.kernels:  # the backend's output has the model's shape and dtype: no checks needed
             return self._pooled(raw.reshape(self._feature_shape), std, size, fine)
         return self.from_feature_map(raw.reshape(self._feature_shape), std, size, fine)
-
-    def _luma(self, image: np.ndarray) -> np.ndarray:
-        """The frame's grey levels (h, w) uint8: RGB in one compiled pass (image_kernels.luma, OpenCV's
-        numbers), anything else through match_channels (its checks and conversions)."""
-        if (self.kernels and type(image) is np.ndarray and image.dtype == np.uint8 and image.ndim == 3
-                and image.shape[2] == 3 and image.shape[0] and image.shape[1] and image.flags.c_contiguous):
-            gray = np.empty(image.shape[:2], np.uint8)
-            image_kernels.luma(image, gray)
-            return gray
-        return match_channels(image, 1, "frame")[:, :, 0]
 
     def from_feature_map(self, feature_map: np.ndarray, texture: float = math.inf,
                          frame_size: tuple[int, int] | None = None,

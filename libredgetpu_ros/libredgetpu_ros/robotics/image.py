@@ -48,14 +48,25 @@ def match_channels(image: object, channels: int, what: str = "image") -> np.ndar
         if channels == 3:
             raise ImageError(f"{what}: {array.shape[2]} channel(s) given, the template tracks colour and "
                              f"needs RGB (H, W, 3)")
-        if image_kernels.ready():  # OpenCV's bytes in one compiled pass, for less (bench/results/resize.md)
-            luma = np.empty(array.shape[:2], np.uint8)
-            image_kernels.luma(np.ascontiguousarray(array), luma)
-            return luma[:, :, None]
-        import cv2
-
-        array = cv2.cvtColor(np.ascontiguousarray(array), cv2.COLOR_RGB2GRAY)[:, :, None]
+        array = luma(array)[:, :, None]
     return array
+
+
+def luma(rgb: np.ndarray) -> np.ndarray:
+    """BT.601 luma (h, w) uint8 of a uint8 RGB array (h, w, 3), as ``cv2.cvtColor(COLOR_RGB2GRAY)`` makes it.
+
+    In image_kernels' one compiled pass once it is warmed up (OpenCV's bytes for less,
+    bench/results/resize.md), else OpenCV's own call.
+    """
+    if not rgb.flags.c_contiguous:
+        rgb = np.ascontiguousarray(rgb)
+    if image_kernels.ready():
+        gray = np.empty(rgb.shape[:2], np.uint8)
+        image_kernels.luma(rgb, gray)
+        return gray
+    import cv2
+
+    return cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
 
 
 def fit_image(image: object, height: int, width: int, channels: int, resize: bool = True,
@@ -72,15 +83,7 @@ def fit_image(image: object, height: int, width: int, channels: int, resize: boo
         if image.shape[2] == channels and image.flags.c_contiguous:
             return image
         if channels == 1 and image.shape[2] == 3:
-            if image_kernels.ready() and image.flags.c_contiguous:  # OpenCV's bytes, in one compiled pass
-                luma = np.empty((height, width), np.uint8)
-                image_kernels.luma(image, luma)
-                return luma.reshape(height, width, 1)
-            import cv2
-
-            luma = cv2.cvtColor(image if image.flags.c_contiguous else np.ascontiguousarray(image),
-                                cv2.COLOR_RGB2GRAY)
-            return luma.reshape(height, width, 1)
+            return luma(image).reshape(height, width, 1)
     array = match_channels(image, channels, what)
     if array.shape[:2] != (height, width):
         if not resize:

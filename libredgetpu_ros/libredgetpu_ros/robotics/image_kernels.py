@@ -2,10 +2,10 @@
 
 ``cv2.cvtColor(COLOR_RGB2GRAY)`` of a small frame costs mostly the call around the arithmetic; this pass
 gives the same bytes (OpenCV's 15-bit fixed point, rounded; ``test_flow_exactness.py`` checks all 2^24
-colours) for less (bench/results/robotics_frames.md, bench/results/resize.md). Used by ``image.fit_image``
-and ``image.match_channels`` (a colour frame for a one-channel template, at the template's size or larger)
+colours) for less (bench/results/robotics_frames.md, bench/results/resize.md). Used by ``image.luma`` (every
+colour frame for a one-channel template or the flow, through ``image.fit_image`` / ``image.match_channels``)
 once :func:`warm_up` compiled it (or loaded it from the cache folder, libredgetpu_ros.jit: a one-channel
-template's ``TemplateRunner`` does when it opens a backend), and by the flow (robotics/flow.py); OpenCV
+template's ``TemplateRunner`` does when it opens a backend, the flow's ``flow_kernels.warm_up`` too); OpenCV
 otherwise.
 """
 
