@@ -72,7 +72,8 @@ class CommittingSqlite3Writer(Sqlite3Writer):
         # Not rosbags' __init__: it opens f"file:{path}" as an SQLite URI, where a '#', '?' or '%' in a folder
         # name cuts or rewrites the path (the database went to another file, silently). Opened here by its
         # plain path, and without the same-thread check: process-bag writes from its writer thread (one
-        # thread at a time: ros/bag_writer.py). The attributes are the ones rosbags' writer methods use.
+        # thread at a time: ros/bag_writer.py). The attributes are the ones rosbags' __init__ sets (pinned
+        # against it by test_sqlite_paths: a rosbags release adding one fails there).
         if compression == CompressionMode.STORAGE:
             raise WriterError("SQLITE3 writer does not support storage-side compression.")
         self.path = path / f"{path.name}.db3"

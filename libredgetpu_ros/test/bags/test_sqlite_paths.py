@@ -53,6 +53,30 @@ def test_our_sqlite3_writer_opens_its_database_by_the_plain_path(tmp_path: Path)
     assert _files(tmp_path) == {"run%41#b", "run%41#b/bag", "run%41#b/bag/bag.db3"}
 
 
+def test_our_sqlite3_writer_sets_what_rosbags_own_init_sets(tmp_path: Path) -> None:
+    """CommittingSqlite3Writer re-creates rosbags' Sqlite3Writer.__init__ instead of calling it (which opens
+    the unescaped URI): a rosbags release whose writer gains an attribute its methods use must fail here,
+    not as an AttributeError in the middle of a bag. rosbags' own writer is built on a path its URI reads
+    right."""
+    from libredgetpu_ros.bags.writers import CommittingSqlite3Writer
+    from rosbags.rosbag2 import CompressionMode
+    from rosbags.rosbag2.storage_sqlite3 import Sqlite3Writer
+
+    writers = {}
+    for name, cls in (("theirs", Sqlite3Writer), ("ours", CommittingSqlite3Writer)):
+        (tmp_path / name / "bag").mkdir(parents=True)
+        writers[name] = cls(tmp_path / name / "bag", CompressionMode.NONE)
+    try:
+        theirs, ours = vars(writers["theirs"]), vars(writers["ours"])
+        assert set(ours) - {"_pending", "_last_commit"} == set(theirs), (sorted(ours), sorted(theirs))
+        assert {k: type(v) for k, v in theirs.items()} == {k: type(ours[k]) for k in theirs}
+        assert ours["path"] == tmp_path / "ours" / "bag" / "bag.db3"
+        assert theirs["path"] == tmp_path / "theirs" / "bag" / "bag.db3"
+    finally:
+        for writer in writers.values():
+            writer.conn.close()
+
+
 def test_bag_repair_scans_a_sqlite3_bag_there(tmp_path: Path, fixture_path) -> None:
     from libredgetpu_ros.bags.make import MakeBagOptions, make_bag
     from libredgetpu_ros.bags.salvage import scan
