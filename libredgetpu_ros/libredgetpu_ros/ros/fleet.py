@@ -160,7 +160,8 @@ def run_local(jobs: list[BagJob], workers: int, on_record: Callable[[dict[str, A
     per finished bag in completion order. ``devices``: worker i's accelerator (``devices[i]``, e.g. its
     index: every bag it runs opens that one; a replacement worker keeps it). A worker that dies mid-bag (a
     crash in a native library) fails that bag and is replaced; one found dead when handed a bag (killed
-    while idle) is replaced and the bag runs on the fresh one. ``bag_timeout_s``: a bag still running after
+    while idle) is replaced and the bag runs on the fresh one (a bag no fresh worker takes after
+    ``HAND_OVER_REPLACEMENTS`` of them fails, the others go on). ``bag_timeout_s``: a bag still running after
     that long has its worker killed (a read that never returns, a wedged device: nothing else would end
     it), fails, and the next bag runs on a fresh worker. ``runner``: what a worker runs per bag (a
     module-level function: the spawned workers import it). KeyboardInterrupt: workers killed, then
@@ -189,20 +190,19 @@ def run_local(jobs: list[BagJob], workers: int, on_record: Callable[[dict[str, A
         pool = [start() for _ in range(min(workers, len(jobs)))]
         while pending or any(w.job for w in pool):
             for slot, w in enumerate(pool):
-                if w.job is None and pending:
+                while w.job is None and pending:  # a slot never stays idle while bags wait (wait([]) blocks)
                     job = pending.popleft()
                     if devices is not None:
                         job = replace(job, device=devices[slot])
-                    try:
-                        w.conn.send(asdict(job))
-                    except OSError:  # it died while idle (killed, out of memory): a fresh one takes the bag
-                        w.conn.close()
-                        w.process.join(timeout=10)
-                        pool[slot] = w = start()
-                        w.conn.send(asdict(job))
+                    w, refused = _hand_over(pool, slot, job, start)
+                    if refused is not None:  # no worker would take it: failed, the corpus goes on
+                        on_record(refused)
+                        continue
                     w.job = job
                     w.deadline = None if bag_timeout_s is None else time.monotonic() + bag_timeout_s
             busy = [w for w in pool if w.job is not None]
+            if not busy:  # the last bags were refused by every worker: nothing to wait for
+                continue
             deadlines = [w.deadline for w in busy if w.deadline is not None]
             ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy],
                          timeout=max(0.0, min(deadlines) - time.monotonic()) if deadlines else None)
@@ -213,14 +213,12 @@ def run_local(jobs: list[BagJob], workers: int, on_record: Callable[[dict[str, A
                     record = _receive(w)
                     if record is None:  # died: the bag failed, a fresh worker takes the next one
                         record = _died(w)
-                        w.conn.close()
-                        pool[i] = start()
+                        _restart(pool, i, start)
                 elif w.deadline is not None and time.monotonic() >= w.deadline:
                     w.process.kill()  # its staging folder goes with the record (_died)
                     record = _died(w, f"still running after the bag timeout ({bag_timeout_s:g} s): its "
                                       f"worker was killed")
-                    w.conn.close()
-                    pool[i] = start()
+                    _restart(pool, i, start)
                 else:
                     continue
                 w.job = None
@@ -238,6 +236,48 @@ def run_local(jobs: list[BagJob], workers: int, on_record: Callable[[dict[str, A
             w.conn.close()
 
 
+# Fresh workers a bag is offered to after the one it was handed to turned out dead (killed while idle, out
+# of memory): a machine that kills every new worker at once (a memory limit, a process limit) fails the bag
+# after that many, not the whole corpus, and not after spawning forever.
+HAND_OVER_REPLACEMENTS = 2
+
+
+def _restart(pool: list[_Worker], slot: int, start: Callable[[], _Worker]) -> None:
+    """A fresh worker in ``slot`` for the next bag; where none can be started (fork refused), the dead one
+    stays, its pipe closed: the next hand-over finds it dead and tries again (``_hand_over``)."""
+    pool[slot].conn.close()
+    pool[slot].job = None
+    with contextlib.suppress(OSError):
+        pool[slot] = start()
+
+
+def _hand_over(pool: list[_Worker], slot: int, job: BagJob,
+               start: Callable[[], _Worker]) -> tuple[_Worker, dict[str, Any] | None]:
+    """Send ``job`` to ``pool[slot]``; a worker found dead (its pipe broken) is replaced by a fresh one, at
+    most ``HAND_OVER_REPLACEMENTS`` times. (the worker, None) once one took the bag, else (the last worker,
+    the bag's failed record)."""
+    error: OSError | None = None
+    for attempt in range(HAND_OVER_REPLACEMENTS + 1):
+        w = pool[slot]
+        if attempt:
+            w.conn.close()
+            w.process.join(timeout=10)
+            try:
+                pool[slot] = w = start()
+            except OSError as exc:  # fork or pipe refused: no fresh worker this time
+                error = exc
+                continue
+        try:
+            w.conn.send(asdict(job))
+            return w, None
+        except OSError as exc:  # it died while idle: a fresh one takes the bag
+            error = exc
+    why = (f"no worker process would take this bag: {HAND_OVER_REPLACEMENTS + 1} tried in a row, each dead "
+           f"when handed it (last: {type(error).__name__}: {error})")
+    record = _died(pool[slot], why, job)
+    return pool[slot], record
+
+
 def _receive(w: _Worker) -> dict[str, Any] | None:
     with contextlib.suppress(EOFError, OSError):
         if w.conn.poll():
@@ -245,17 +285,19 @@ def _receive(w: _Worker) -> dict[str, Any] | None:
     return None
 
 
-def _died(w: _Worker, error: str | None = None) -> dict[str, Any]:
-    assert w.job is not None
+def _died(w: _Worker, error: str | None = None, job: BagJob | None = None) -> dict[str, Any]:
+    """The failed record of ``job`` (default: the bag ``w`` was running), ``w`` having died."""
+    job = job or w.job
+    assert job is not None
     w.process.join(timeout=10)
     code = w.process.exitcode
     how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
-    shutil.rmtree(w.job.staging, ignore_errors=True)
-    return {"bag": w.job.name, "input": w.job.input, "output": w.job.output, "status": "error",
+    shutil.rmtree(job.staging, ignore_errors=True)
+    return {"bag": job.name, "input": job.input, "output": job.output, "status": "error",
             "frames": 0, "processed": 0, "written": 0, "failed": 0, "failures": {}, "fps": 0.0,
             "elapsed_s": 0.0, "setup_s": 0.0, "cpu_s": 0.0, "wall_s": 0.0, "warnings": [],
             "worker": w.process.pid,
-            "device": w.job.device,
+            "device": job.device,
             "error": error or f"worker process died ({how}) while processing this bag"}
 
 

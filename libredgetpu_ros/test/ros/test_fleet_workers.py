@@ -1,6 +1,7 @@
 """``process-bags``' local worker pool (``ros/fleet.run_local``): a worker that dies while idle, between two
 bags (killed, out of memory), is replaced and the bag handed to it runs on the fresh one; the run goes on
-(the send to the dead worker's pipe was a BrokenPipeError that ended the whole corpus)."""
+(the send to the dead worker's pipe was a BrokenPipeError that ended the whole corpus; then the send to a
+replacement that died too). A bag no fresh worker takes fails after a bounded number of them."""
 
 from __future__ import annotations
 
@@ -51,6 +52,67 @@ def test_a_worker_killed_between_bags_is_replaced_and_the_run_goes_on(tmp_path: 
     assert sorted(r["bag"] for r in records) == ["b0", "b1", "b2"]
     assert all(r["status"] == "error" and "absent.yaml" in r["error"] for r in records), records
     assert len({r["worker"] for r in records}) == 3  # the third bag ran on a fresh worker
+
+
+def _run_killing(tmp_path: Path, monkeypatch: Any,
+                 doomed: set[int]) -> tuple[list[dict[str, Any]], list[int]]:
+    """Four fast bags on one worker process (a bag timeout: never in this process); the worker is killed
+    idle after its first bag, and the worker processes started ``doomed`` (0: the first) are killed as soon
+    as they start, before a bag is handed to them (a machine killing new processes: memory, limits)."""
+    import multiprocessing.context
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # the spawned workers import it by this name
+    import _slow_bags
+    from libredgetpu_ros.ros.fleet import BagJob, run_local
+
+    started: list[int] = []
+    spawn_start = multiprocessing.context.SpawnProcess.start
+
+    def start(process: Any) -> None:
+        spawn_start(process)
+        started.append(process.pid)
+        if len(started) - 1 in doomed:
+            os.kill(process.pid, signal.SIGKILL)
+            _wait_dead(process.pid)
+
+    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", start)
+    jobs = [BagJob(name=f"b{i}", input=str(tmp_path / f"in{i}"), output=str(tmp_path / "out" / f"b{i}"),
+                   staging=str(tmp_path / "staging" / str(i)), config=str(tmp_path / "absent.yaml"))
+            for i in range(4)]
+    records: list[dict[str, Any]] = []
+
+    def on_record(record: dict[str, Any]) -> None:
+        records.append(record)
+        if len(records) == 1:
+            os.kill(record["worker"], signal.SIGKILL)
+            _wait_dead(record["worker"])
+
+    run_local(jobs, 1, on_record, quiet=True, bag_timeout_s=120, runner=_slow_bags.fails_fast)
+    return records, started
+
+
+def test_a_replacement_worker_found_dead_too_is_replaced_again(tmp_path: Path, monkeypatch: Any) -> None:
+    # the first worker dies idle, its replacement dies before taking b1 (the second BrokenPipeError ended
+    # the corpus): the next one takes it
+    records, started = _run_killing(tmp_path, monkeypatch, {1})
+    assert [r["bag"] for r in records] == ["b0", "b1", "b2", "b3"]
+    assert all("absent.yaml" in r["error"] for r in records), records  # each ran (and failed its own way)
+    assert [r["worker"] for r in records] == [started[0]] + [started[2]] * 3
+
+
+def test_a_bag_no_fresh_worker_takes_fails_and_the_corpus_goes_on(tmp_path: Path, monkeypatch: Any) -> None:
+    from libredgetpu_ros.ros.fleet import HAND_OVER_REPLACEMENTS
+
+    # every replacement dies before taking b1: b1 fails, named why, after a bounded number; b2 and b3 run
+    records, started = _run_killing(tmp_path, monkeypatch, set(range(1, 1 + HAND_OVER_REPLACEMENTS)))
+    assert [r["bag"] for r in records] == ["b0", "b1", "b2", "b3"]
+    assert records[1]["status"] == "error"
+    assert records[1]["error"].startswith(f"no worker process would take this bag: "
+                                          f"{HAND_OVER_REPLACEMENTS + 1} tried in a row, each dead when "
+                                          f"handed it (last: BrokenPipeError"), records[1]
+    assert all("absent.yaml" in r["error"] for r in records[2:]), records
+    assert len(started) == HAND_OVER_REPLACEMENTS + 2  # bounded: one more, which took b2 and b3
+    assert [r["worker"] for r in records[2:]] == [started[-1]] * 2
 
 
 def test_a_bag_over_the_timeout_has_its_worker_killed_and_the_run_goes_on(tmp_path: Path,
