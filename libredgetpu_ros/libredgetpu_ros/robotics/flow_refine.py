@@ -40,8 +40,9 @@ SMOOTH_SIGMA = 1.0  # Gaussian blur before gradients (pixels of each level)
 CONVERGED_PX = 0.01  # an update smaller than this (level pixels) ends the level
 BORDER = 2  # pixels of each level left out along its edges (the blur and gradients see the border there)
 MIN_DET = 0.05  # det(H) / (a·c) below this (smallest / largest eigenvalue below ~1/20): an aperture
-# cv2.GaussianBlur's float32 kernel at SMOOTH_SIGMA (size round(8 sigma + 1), odd): the compiled level's
-_TAPS = cv2.getGaussianKernel(round(SMOOTH_SIGMA * 8 + 1) | 1, SMOOTH_SIGMA, cv2.CV_32F).ravel()
+# cv2.GaussianBlur's float32 kernel at SMOOTH_SIGMA (size round(8 sigma + 1), odd): the compiled blurs'
+# (a refinement level's here, the looming TTC's frames' in robotics/ttc.py)
+SMOOTH_TAPS = cv2.getGaussianKernel(round(SMOOTH_SIGMA * 8 + 1) | 1, SMOOTH_SIGMA, cv2.CV_32F).ravel()
 
 
 class FineFrame(NamedTuple):  # made per frame or pair: a named tuple costs a third of a frozen class
@@ -67,9 +68,9 @@ def smooth(gray: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(``gray`` blurred by a Gaussian of SMOOTH_SIGMA, its Sobel x and y / 8), float32, OpenCV's default
     border: one compiled call (flow_refine_kernels.fine_level) when numba is there, else OpenCV. A
     refinement level and the looming TTC's frames (robotics/ttc.py) are made with it."""
-    if flow_kernels.ready() and min(gray.shape) > _TAPS.size // 2:
+    if flow_kernels.ready() and min(gray.shape) > SMOOTH_TAPS.size // 2:
         image, gx, gy = (np.empty(gray.shape, np.float32) for _ in range(3))
-        kernels.fine_level(np.ascontiguousarray(gray, dtype=np.float32), _TAPS, image, gx, gy)
+        kernels.fine_level(np.ascontiguousarray(gray, dtype=np.float32), SMOOTH_TAPS, image, gx, gy)
         return image, gx, gy
     image = cv2.GaussianBlur(np.asarray(gray, dtype=np.float32), (0, 0), SMOOTH_SIGMA)
     return (image, cv2.Sobel(image, cv2.CV_32F, 1, 0, ksize=3, scale=0.125),
@@ -119,7 +120,7 @@ def fine_frame(gray: np.ndarray, warp: Callable[[np.ndarray], np.ndarray] | None
         image = image.astype(np.float32)
     if exact and flow_kernels.ready() and image.shape == fine_shape[1:]:
         fine, coarse = np.empty(fine_shape, np.float32), np.empty(coarse_shape, np.float32)
-        kernels.levels(np.ascontiguousarray(image), _TAPS, fine, coarse)
+        kernels.levels(np.ascontiguousarray(image), SMOOTH_TAPS, fine, coarse)
         return FineFrame((fine, coarse), scale)
     image = image.astype(np.float32, copy=False)
     levels = [_level(image)]

@@ -40,7 +40,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-import cv2
 import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, InputError
@@ -147,9 +146,7 @@ def register_scale(ref: np.ndarray, cur: np.ndarray, half: int, iterations: int 
 
 
 _UINT8 = np.dtype(np.uint8)
-# cv2.GaussianBlur's float32 kernel at flow_refine.smooth's sigma (its size for that sigma): the compiled blur
-_TAPS = cv2.getGaussianKernel(round(flow_refine.SMOOTH_SIGMA * 8 + 1) | 1, flow_refine.SMOOTH_SIGMA,
-                              cv2.CV_32F).ravel()
+_TAPS = flow_refine.SMOOTH_TAPS  # the compiled blur's: flow_refine.smooth's Gaussian
 
 
 class ScaleTtc:
