@@ -74,7 +74,3 @@ def warm_up() -> bool:
     _warm = True
     return True
 
-
-def ready() -> bool:
-    """True once warm_up() compiled the remap."""
-    return _warm

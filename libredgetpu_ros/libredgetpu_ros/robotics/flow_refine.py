@@ -110,7 +110,7 @@ def fine_frame(gray: np.ndarray, warp: Callable[[np.ndarray], np.ndarray] | None
     (flow_refine_kernels.levels) when the levels halve exactly (64×64, 320×240 frames), else level by
     level."""
     h, w = gray.shape
-    size, scale, fine_shape, coarse_shape, exact = _plan(h, w)
+    size, scale, fine_levels, coarse_levels, exact = _plan(h, w)  # (3, h, w) each: blurred, gx, gy
     image = gray
     if size[0] != w or size[1] != h:
         image = cv2.resize(image, size, interpolation=cv2.INTER_AREA)
@@ -118,8 +118,8 @@ def fine_frame(gray: np.ndarray, warp: Callable[[np.ndarray], np.ndarray] | None
         image = warp(image)
     elif image.dtype.char not in "Bf":  # uint8 and float32 go to levels() as they are
         image = image.astype(np.float32)
-    if exact and flow_kernels.ready() and image.shape == fine_shape[1:]:
-        fine, coarse = np.empty(fine_shape, np.float32), np.empty(coarse_shape, np.float32)
+    if exact and flow_kernels.ready() and image.shape == fine_levels[1:]:
+        fine, coarse = np.empty(fine_levels, np.float32), np.empty(coarse_levels, np.float32)
         kernels.levels(np.ascontiguousarray(image), SMOOTH_TAPS, fine, coarse)
         return FineFrame((fine, coarse), scale)
     image = image.astype(np.float32, copy=False)

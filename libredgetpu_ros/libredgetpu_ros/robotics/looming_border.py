@@ -108,7 +108,9 @@ class BorderCorrection:
         return (per_zone / (self.pool * self.pool)).reshape(side, side).astype(np.float32)
 
     def apply(self, zones: np.ndarray, fitted: np.ndarray) -> np.ndarray:
-        """``zones`` (dequantized) with this frame's correction taken out, floored at 0 (NumPy)."""
+        """``zones`` (dequantized) with this frame's correction taken out, floored at 0: :meth:`zones`'s
+        NumPy path (without numba, or a frame that is not C-contiguous uint8), the reference its compiled
+        call is tested against."""
         return np.maximum(zones - self.correction(fitted), np.float32(0.0))
 
     def zones(self, raw: np.ndarray, fitted: np.ndarray) -> np.ndarray:

@@ -33,7 +33,7 @@ class SwapStats:
     refused: int = 0
     dry_runs: int = 0
     replayed: int = 0  # retried requests answered from the idempotency record, not applied again
-    warm_ups: int = 0  # full-size dry runs of the service path the node made itself (configure, activate)
+    warm_ups: int = 0  # full-size dry runs of the service path the node made itself (one per configure)
     last_swap_time: float | None = None  # time.time() of the last accepted swap
     last_swap_total_ms: float = float("nan")
     last_refusal: str = ""
