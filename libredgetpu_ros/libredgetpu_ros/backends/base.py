@@ -109,8 +109,14 @@ class BoundaryInfo:
 def check_inputs(inputs: Sequence[np.ndarray], specs: Sequence[TensorSpec]) -> list[np.ndarray]:
     """Inputs reshaped (as views) to the boundary shapes; a wrong count, size or dtype is an InputError.
 
-    A missing leading batch dimension of 1 is accepted, so callers may pass ``HxWxC`` images.
+    A missing leading batch dimension of 1 is accepted, so callers may pass ``HxWxC`` images. One input at
+    its exact shape and dtype (every frame a module or node has fitted to the model) is passed on as it is
+    (read-only or strided too, as the general path would) without the per-input loop.
     """
+    if len(inputs) == 1 == len(specs):
+        array, spec = inputs[0], specs[0]
+        if array.shape == spec.shape and array.dtype == spec.dtype:
+            return [array]
     if len(inputs) != len(specs):
         raise InputError(f"expected {len(specs)} input array(s) ({', '.join(s.name for s in specs)}), "
                          f"got {len(inputs)}")
