@@ -72,9 +72,12 @@ def make_jobs(bags: Iterable[Any], out_dir: Path, staging: Path, config: str | P
             for i, bag in enumerate(bags)]
 
 
-def run_bag(job: BagJob, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_bag(job: BagJob, log: Callable[[str], None] | None = None,
+            publishing: Callable[[], None] | None = None) -> dict[str, Any]:
     """Process one bag into its staging folder, then publish it; the bag's record (never raises but for
-    KeyboardInterrupt: the interrupted bag is removed from staging first)."""
+    KeyboardInterrupt: the interrupted bag is removed from staging first). ``publishing``: called once the
+    bag is processed, just before it is renamed into place (a watchdog stands down there: the output on
+    disk and the record then agree)."""
     from libredgetpu_ros.atomicio import make_folder, rename_noreplace
     from libredgetpu_ros.ros.bag_processing import process_bag
 
@@ -98,6 +101,8 @@ def run_bag(job: BagJob, log: Callable[[str], None] | None = None) -> dict[str, 
         summary = process_bag(job.input, staged, job.config, backend=job.backend, storage=job.storage,
                               topics=list(job.topics) if job.topics else None, node_type=job.node_type,
                               progress=False, log=note, device=job.device)
+        if publishing is not None:
+            publishing()
         make_folder(final.parent)
         rename_noreplace(staged, final)
         done = summary.as_dict()

@@ -61,47 +61,85 @@ TIMED_OUT_SUFFIX = ".timed-out"  # beside a bag's staging folder: its task ran p
 
 
 def _ray_bag(job: dict[str, Any], bag_timeout_s: float | None = None) -> dict[str, Any]:
-    """The task: one bag (in a Ray worker process), ended with its worker past ``bag_timeout_s``."""
+    """The task: one bag (in a Ray worker process), ended with its worker past ``bag_timeout_s`` unless
+    it is already being published."""
     from libredgetpu_ros.ros.environment import ensure_log_dir
 
     ensure_log_dir()
     bag = BagJob(**job)
     if bag_timeout_s is None:
         return run_bag(bag)
-    timer = threading.Timer(bag_timeout_s, _over_time, args=(bag, bag_timeout_s))
-    timer.daemon = True
-    timer.start()
+    watchdog = _Watchdog(bag, bag_timeout_s)
     try:
-        return run_bag(bag)
+        return run_bag(bag, publishing=watchdog.stand_down)
     finally:
-        timer.cancel()
+        watchdog.stand_down()
+
+
+class _Watchdog:
+    """Ends this worker process when its bag is still running ``bag_timeout_s`` after the start
+    (``_over_time``), unless :meth:`stand_down` came first: the bag is then being published or done, and
+    ending the process would leave an output on disk whose record says it timed out. The two exclude each
+    other: a watchdog that fired holds the lock until the process is gone, so a ``stand_down`` after it
+    never returns (the bag is not published)."""
+
+    def __init__(self, job: BagJob, bag_timeout_s: float) -> None:
+        self._job, self._timeout_s = job, bag_timeout_s
+        self._lock = threading.Lock()
+        self._stood_down = False
+        self._timer = threading.Timer(bag_timeout_s, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def stand_down(self) -> None:
+        with self._lock:
+            self._stood_down = True
+        self._timer.cancel()
+
+    def _fire(self) -> None:
+        with self._lock:
+            if not self._stood_down:
+                _over_time(self._job, self._timeout_s)  # never returns
+
+
+def _marker(job: BagJob) -> Path:
+    """Where a task past the bag timeout says so: beside its staging folder, in the run's staging folder
+    under OUT, which the driver and every node see (the contract: OUT on a shared path)."""
+    return Path(job.staging + TIMED_OUT_SUFFIX)
 
 
 def _over_time(job: BagJob, bag_timeout_s: float) -> None:
     """The bag is still running past the timeout: a read that never returns or a wedged device, which
-    nothing in this process can stop. Marked for the driver (on the shared output path), its partial output
-    removed, and the worker process ended: Ray reports the task failed and starts another worker."""
+    nothing in this process can stop. Marked for the driver, its partial output removed, and the worker
+    process ended: Ray reports the task failed and starts another worker. The marker is whole before its
+    name appears (written under a temporary name, flushed, renamed): a driver on another machine reads
+    all of it or none."""
     import shutil
     import sys
 
-    with suppress(OSError):
-        Path(job.staging + TIMED_OUT_SUFFIX).write_text(f"{bag_timeout_s}\n")
-    shutil.rmtree(job.staging, ignore_errors=True)
-    print(f"{job.name}: still running after the bag timeout ({bag_timeout_s:g} s): this Ray worker exits",
-          file=sys.stderr, flush=True)
-    os._exit(3)
+    try:
+        with suppress(Exception):  # no marker: the driver says Ray's own words; the worker ends all the same
+            from libredgetpu_ros.atomicio import atomic_write_text
+
+            atomic_write_text(_marker(job), f"{bag_timeout_s}\n")
+        shutil.rmtree(job.staging, ignore_errors=True)
+        print(f"{job.name}: still running after the bag timeout ({bag_timeout_s:g} s): this Ray worker exits",
+              file=sys.stderr, flush=True)
+    finally:
+        os._exit(3)
 
 
 def _lost(job: BagJob, exc: BaseException) -> dict[str, Any]:
     """A task that raised on Ray's side (its worker died, the cluster lost a node, or ended itself past the
-    bag timeout): the bag's record."""
+    bag timeout): the bag's record. The timeout's marker is removed once read."""
     text = " ".join(str(exc).split())[:500]
     error = f"Ray task failed: {type(exc).__name__}: {text}"
-    marker = Path(job.staging + TIMED_OUT_SUFFIX)
+    marker = _marker(job)
     with suppress(OSError, ValueError):
-        if marker.is_file():
-            error = (f"still running after the bag timeout ({float(marker.read_text()):g} s): its Ray worker "
-                     f"was ended")
+        seconds = float(marker.read_text())
+        error = f"still running after the bag timeout ({seconds:g} s): its Ray worker was ended"
+    with suppress(OSError):
+        marker.unlink()
     return {"bag": job.name, "input": job.input, "output": job.output, "status": "error", "frames": 0,
             "processed": 0, "written": 0, "failed": 0, "failures": {}, "fps": 0.0, "elapsed_s": 0.0,
             "setup_s": 0.0, "cpu_s": 0.0, "wall_s": 0.0, "warnings": [], "worker": None, "error": error}

@@ -1,8 +1,10 @@
 """Per-bag functions for ``fleet.run_local``'s ``runner`` in tests (module level: the spawned workers import
-them by name): one bag that never ends, the others quick."""
+them by name): one bag that never ends, the others quick; and a Ray task's stand-in process
+(``ray_task_slow``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
@@ -26,3 +28,36 @@ def fails_fast(job: Any, log: Callable[[str], None] | None = None) -> dict[str, 
     what a pool test exercises is the pool."""
     return {"bag": job.name, "status": "error", "error": f"config {job.config} does not exist",
             "worker": os.getpid(), "frames": 0}
+
+
+def ray_task_slow(job: dict[str, Any], bag_timeout_s: float, slow: str, result: str) -> None:
+    """``fleet_ray._ray_bag`` in this process (a Ray worker's stand-in) on a bag processed at once (a
+    one-file output) but slow where ``slow`` says: ``"publish"``, the rename into place returns
+    ``2 * bag_timeout_s`` after renaming (a slow mount's directory sync); ``"process"``, the processing
+    ends that late. The task's record is written to ``result`` (as JSON) if the task returns."""
+    from types import SimpleNamespace
+
+    from libredgetpu_ros.ros import bag_processing, fleet_ray
+
+    from libredgetpu_ros import atomicio
+
+    rename = atomicio.rename_noreplace
+    counts = {"frames": 1, "processed": 1, "written": 1, "failed": 0, "failures": {}, "fps": 1.0,
+              "elapsed_s": 0.0, "setup_s": 0.0, "cpu_s": 0.0, "topics": {}}
+
+    def process_bag(input_bag: Any, output_bag: Any, config: Any, **_: Any) -> Any:
+        Path(output_bag).mkdir(parents=True)
+        (Path(output_bag) / "bag.mcap").write_bytes(b"x")
+        if slow == "process":
+            time.sleep(2 * bag_timeout_s)
+        return SimpleNamespace(frames=1, processed=1, as_dict=lambda: counts)
+
+    def rename_noreplace(src: Any, dst: Any) -> None:
+        rename(src, dst)
+        if slow == "publish":
+            time.sleep(2 * bag_timeout_s)
+
+    bag_processing.process_bag = process_bag  # run_bag imports both when it runs
+    atomicio.rename_noreplace = rename_noreplace
+    record = fleet_ray._ray_bag(job, bag_timeout_s)
+    Path(result).write_text(json.dumps(record))

@@ -170,6 +170,49 @@ def test_a_ray_task_over_the_timeout_ends_its_worker_and_its_record_says_why(tmp
     assert record["error"] == "still running after the bag timeout (2.5 s): its Ray worker was ended"
 
 
+def _slow_task(tmp_path: Path, monkeypatch: Any, slow: str) -> tuple[int | None, Path, Any]:
+    import json
+    import multiprocessing
+    from dataclasses import asdict
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # the spawned process imports it by this name
+    import _slow_bags
+    from libredgetpu_ros.ros.fleet import BagJob
+
+    (tmp_path / "st").mkdir()
+    job = BagJob(name="b1", input="in", output=str(tmp_path / "out" / "b1"),
+                 staging=str(tmp_path / "st" / "1"), config="unused.yaml")
+    result = tmp_path / "record.json"
+    process = multiprocessing.get_context("spawn").Process(
+        target=_slow_bags.ray_task_slow, args=(asdict(job), 1.0, slow, str(result)))
+    process.start()
+    process.join(60)
+    return process.exitcode, result, job if not result.exists() else json.loads(result.read_text())
+
+
+def test_a_ray_task_publishing_when_its_timeout_passes_is_not_ended(tmp_path: Path, monkeypatch: Any) -> None:
+    """Once the bag is being renamed into place the watchdog stands down: the output on disk and the record
+    agree (the worker was ended after the rename: an output on disk, its record "timed out")."""
+    code, result, record = _slow_task(tmp_path, monkeypatch, "publish")
+    assert code == 0 and result.exists(), code
+    assert record["status"] == "done" and record["error"] is None, record
+    assert (tmp_path / "out" / "b1" / "bag.mcap").read_bytes() == b"x"
+    assert sorted(p.name for p in (tmp_path / "st").iterdir()) == []  # no timed-out marker
+
+
+def test_a_ray_task_still_processing_at_its_timeout_is_ended_and_publishes_nothing(tmp_path: Path,
+                                                                                  monkeypatch: Any) -> None:
+    from libredgetpu_ros.ros.fleet_ray import _lost
+
+    code, result, job = _slow_task(tmp_path, monkeypatch, "process")
+    assert code == 3 and not result.exists()
+    assert not (tmp_path / "out").exists()  # the watchdog won: the bag never reaches its final name
+    assert [p.name for p in (tmp_path / "st").iterdir()] == ["1.timed-out"]
+    record = _lost(job, RuntimeError("The worker died unexpectedly"))
+    assert record["error"] == "still running after the bag timeout (1 s): its Ray worker was ended"
+    assert list((tmp_path / "st").iterdir()) == []  # the marker is removed once read
+
+
 def test_process_bags_refuses_a_bad_bag_timeout(tmp_path: Path, capsys: Any) -> None:
     from libredgetpu_ros.cli.main import main
 
