@@ -5,6 +5,9 @@ bombs run in a subprocess capped in time and address space: before, ``mgk --tabl
 
 from __future__ import annotations
 
+import copy
+import re
+
 import pytest
 from libredgetpu_ros.errors import ConfigError, InputError, ModelFormatError
 
@@ -119,7 +122,8 @@ def test_offered_qos_over_the_per_topic_cap_refused_before_parsing(tmp_path, sto
     """A topic offering 300 profiles (~90 KB of valid QoS YAML; real topics < 2 KB) is refused by its size,
     naming the topic, the size and the cap: it used to be parsed in pure Python (1 MiB accepted per topic,
     seconds of CPU each) before rosbags even opened the bag. The same bag with one profile opens."""
-    from libredgetpu_ros.bags.mcap_summary import MAX_QOS_PROFILE_BYTES
+    from libredgetpu_ros.bags.qos_checks import HINT as QOS_HINT
+    from libredgetpu_ros.bags.qos_checks import MAX_QOS_PROFILE_BYTES
     from libredgetpu_ros.bags.storage import new_bag, open_reader, sensor_data_qos
     from libredgetpu_ros.bags.typestore import typestore
 
@@ -134,5 +138,48 @@ def test_offered_qos_over_the_per_topic_cap_refused_before_parsing(tmp_path, sto
     reader.close()
     expected = (rf"topic /camera/chatty_qos: offered_qos_profiles is \d+ bytes, more than the "
                 rf"{MAX_QOS_PROFILE_BYTES} accepted per topic")
-    with pytest.raises(InputError, match=expected):
+    with pytest.raises(InputError, match=expected) as refused:
         open_reader(write("many", 300))
+    # bag-repair copies the profiles as they are: its hint would send the user nowhere
+    assert "bag-repair` recovers" not in str(refused.value), refused.value
+    assert str(refused.value).endswith(QOS_HINT), refused.value
+
+
+@pytest.mark.parametrize("form", ["list", "string"])
+def test_metadata_yaml_qos_over_the_per_topic_cap_refused_before_the_file_is_parsed(tmp_path, monkeypatch,
+                                                                                   form: str) -> None:
+    """metadata.yaml's topics carry their profiles too (a list since metadata version 9, a YAML string
+    before): a topic offering 300 of them is refused by the same per-topic cap, naming it, before the whole
+    file is parsed (in pure Python, ~3.5 s per MB, then again by rosbags), with a hint that fits."""
+    import yaml
+    from libredgetpu_ros.bags.qos_checks import HINT as QOS_HINT
+    from libredgetpu_ros.bags.qos_checks import MAX_QOS_PROFILE_BYTES, QosTooLarge
+    from libredgetpu_ros.bags.storage import new_bag, open_reader, sensor_data_qos
+    from libredgetpu_ros.bags.typestore import typestore
+
+    from libredgetpu_ros import textdata
+
+    with new_bag(tmp_path / "bag", "mcap") as writer:
+        conn = writer.add_connection("/camera/chatty_qos", "std_msgs/msg/Empty", typestore=typestore(),
+                                     offered_qos_profiles=[sensor_data_qos()])
+        writer.write(conn, 1, b"\x00\x01\x00\x00")
+    meta = tmp_path / "bag" / "metadata.yaml"
+    doc = yaml.safe_load(meta.read_text())
+    topic = doc["rosbag2_bagfile_information"]["topics_with_message_count"][0]["topic_metadata"]
+    profiles = [copy.deepcopy(topic["offered_qos_profiles"][0]) for _ in range(300)]  # no YAML aliases
+    topic["offered_qos_profiles"] = profiles if form == "list" else yaml.safe_dump(profiles)
+    meta.write_text(yaml.safe_dump(doc))
+    loads: list[str] = []
+    load_yaml = textdata.load_yaml
+    monkeypatch.setattr(textdata, "load_yaml", lambda text, origin, **kw: loads.append(origin)
+                        or load_yaml(text, origin, **kw))
+    with pytest.raises(QosTooLarge) as refused:
+        open_reader(tmp_path / "bag")
+    text = str(refused.value)
+    assert re.search(rf"metadata.yaml: topic /camera/chatty_qos: offered_qos_profiles is \d+ bytes, more "
+                     rf"than the {MAX_QOS_PROFILE_BYTES} accepted per topic", text), text
+    assert text.endswith(QOS_HINT), text
+    assert not [o for o in loads if o.startswith("metadata.yaml")], loads  # refused before its parse
+    topic["offered_qos_profiles"] = profiles[:2] if form == "list" else yaml.safe_dump(profiles[:2])
+    meta.write_text(yaml.safe_dump(doc))
+    open_reader(tmp_path / "bag").close()

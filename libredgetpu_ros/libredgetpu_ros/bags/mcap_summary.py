@@ -24,7 +24,8 @@ chunk index), the data section is first walked by ``salvage.scan_mcap_data`` (ev
 checked, compressed chunks within budget and exactly their declared size), and any damage refuses the file.
 
 Any failure is a :class:`BadSummary` (an ``InputError``) naming the file, the record's offset and the field;
-``storage.open_reader`` adds the ``bag-repair`` hint (the salvage walk does not use the summary).
+``storage.open_reader`` adds the ``bag-repair`` hint (the salvage walk does not use the summary), or for a
+channel's QoS profiles over their cap (``qos_checks``, kept as the cause) a hint of its own.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from pathlib import Path
 
 from libredgetpu_ros.bags.crc import crc32
 from libredgetpu_ros.bags.decompress import COMPRESSIONS, BadRecord, check_chunk_size
+from libredgetpu_ros.bags.qos_checks import QOS_KEY, QosTooLarge, check_qos_text
 from libredgetpu_ros.bags.salvage import MCAP_MAGIC, Cursor, ScanReport, scan_mcap_data
 from libredgetpu_ros.errors import InputError
 
@@ -50,9 +52,6 @@ _SCHEMA_ENCODINGS = ("ros2msg", "ros2idl", "omgidl", "")  # rosbags' get_msgdef 
 _MIN_MESSAGE = 9 + 22  # a message record: opcode, length, channel, sequence, log and publish time
 _MIN_CHUNK = 9 + 40  # a chunk record with an empty compression string and no records
 _MAX_FILE_RATIO = 64  # a file-compressed bag may decompress to this many times its size (+1 MiB)
-# A topic's offered QoS profiles are parsed here in pure Python (textdata) before rosbags opens the bag;
-# real ones are < 2 KB per topic, and 1 MiB cost seconds of CPU per topic (figures: docs/bags.md).
-MAX_QOS_PROFILE_BYTES = 64 * 1024
 
 
 class BadSummary(InputError):
@@ -213,35 +212,22 @@ def _channel(cur: Cursor) -> None:
     cur.raw(n, "channel metadata")
     while meta.pos < meta.end:
         key, value = meta.text("metadata key"), meta.text("metadata value")
-        if key == "offered_qos_profiles":
-            if too_large := qos_size_error(topic, value):
-                raise BadRecord(f"channel {too_large}")
-            _check_qos(value)
+        if key == QOS_KEY:
+            _check_qos(topic, value)
 
 
-def qos_size_error(topic: str, text: str) -> str | None:
-    """Why a topic's offered_qos_profiles text is refused by its size before parsing, or None."""
-    size = len(text.encode("utf-8", "surrogatepass"))
-    if size <= MAX_QOS_PROFILE_BYTES:
-        return None
-    from libredgetpu_ros.textdata import clip
-
-    return (f"topic {clip(topic, 200)}: offered_qos_profiles is {size} bytes, more than the "
-            f"{MAX_QOS_PROFILE_BYTES} accepted per topic (rosbag2 writes < 2 KB)")
-
-
-def _check_qos(text: str) -> None:
-    """The QoS text parses as rosbags will parse it at open (its parser raises KeyError, TypeError, ... on
-    a damaged profile)."""
+def _check_qos(topic: str, text: str) -> None:
+    """The QoS text within the per-topic cap and textdata's budgets (``qos_checks``), and parsing as
+    rosbags will parse it at open (its parser raises KeyError, TypeError, ... on a damaged profile)."""
     from rosbags.rosbag2.metadata import parse_qos
 
-    from libredgetpu_ros.textdata import load_yaml
-
     try:
-        load_yaml(text, "channel offered_qos_profiles", max_bytes=MAX_QOS_PROFILE_BYTES)  # depth, aliases
+        check_qos_text(topic, text, "channel offered_qos_profiles")
         parse_qos(text)
     except MemoryError:
         raise
+    except QosTooLarge as exc:  # kept as the cause: storage.open_reader's hint depends on it
+        raise BadRecord(f"channel {exc}") from exc
     except Exception as exc:  # any parser failure (TextDataError too) is a damaged record
         raise BadRecord(f"channel offered_qos_profiles does not parse ({type(exc).__name__}: "
                         f"{str(exc)[:80]})") from exc

@@ -22,6 +22,8 @@ def open_reader(path: str | Path) -> Any:
     from rosbags.rosbag2 import Reader
 
     from libredgetpu_ros.bags.mcap_summary import check_compressed_mcap, check_mcap
+    from libredgetpu_ros.bags.qos_checks import HINT as QOS_HINT
+    from libredgetpu_ros.bags.qos_checks import QosTooLarge, is_qos_too_large
     from libredgetpu_ros.bags.salvage import unfinished_hint
 
     path = Path(path)
@@ -45,20 +47,22 @@ def open_reader(path: str | Path) -> Any:
             elif file.suffix == ".db3":
                 _check_sqlite_path(file)
                 _check_sqlite_qos(file)
-        if (path / "metadata.yaml").is_file():  # rosbags' YAML reader has no depth or alias budget
-            from libredgetpu_ros.textdata import load_yaml_file
-            load_yaml_file(path / "metadata.yaml", "metadata.yaml", max_depth=32)
+        if (path / "metadata.yaml").is_file():
+            _check_metadata(path / "metadata.yaml")
         reader = Reader(path)
         reader.open()
     except MemoryError:
         raise
     except Exception as exc:  # InputError from the checks, or whatever rosbags raises on the bag's bytes
-        if path.is_dir() and not (path / "metadata.yaml").exists():
+        refused = InputError
+        if is_qos_too_large(exc):
+            refused, hint = QosTooLarge, QOS_HINT
+        elif path.is_dir() and not (path / "metadata.yaml").exists():
             hint = (" (no metadata.yaml: was its writer killed? `libredgetpu-ros bag-repair` recovers what "
                     "was written)")
         else:
             hint = " (`libredgetpu-ros bag-repair` recovers what a damaged or unfinished bag still holds)"
-        raise InputError(f"cannot read bag {path}: {_describe(exc)}{hint}") from exc
+        raise refused(f"cannot read bag {path}: {_describe(exc)}{hint}") from exc
     return reader
 
 
@@ -97,12 +101,12 @@ def _check_sqlite_path(path: Path) -> None:
 
 
 def _check_sqlite_qos(path: Path) -> None:
-    """Each topic's ``offered_qos_profiles`` YAML within textdata's budgets and ``MAX_QOS_PROFILE_BYTES``:
-    rosbags parses it at open with no depth or alias bound (a deeply nested one was a RecursionError)."""
+    """Each topic's ``offered_qos_profiles`` YAML within the per-topic cap and textdata's budgets
+    (``qos_checks``): rosbags parses it at open with no depth or alias bound (a deeply nested one was a
+    RecursionError)."""
     import sqlite3
 
-    from libredgetpu_ros.bags.mcap_summary import MAX_QOS_PROFILE_BYTES, qos_size_error
-    from libredgetpu_ros.textdata import load_yaml
+    from libredgetpu_ros.bags.qos_checks import QosTooLarge, check_qos_text
 
     try:
         conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)  # '#', '?', '%' escaped
@@ -114,10 +118,22 @@ def _check_sqlite_qos(path: Path) -> None:
         return  # an older schema or a damaged file: rosbags' own open says which
     for name, text in rows:
         if isinstance(text, str) and text:
-            if too_large := qos_size_error(str(name), text):
-                raise InputError(f"{path.name}: {too_large}")
-            load_yaml(text, f"{path.name}: offered_qos_profiles", max_bytes=MAX_QOS_PROFILE_BYTES,
-                      max_depth=16)
+            try:
+                check_qos_text(str(name), text, f"{path.name}: offered_qos_profiles", max_depth=16)
+            except QosTooLarge as exc:
+                raise QosTooLarge(f"{path.name}: {exc}") from None
+
+
+def _check_metadata(path: Path) -> None:
+    """``metadata.yaml`` within textdata's budgets (rosbags' YAML reader has none for depth or aliases), its
+    topics' QoS profiles within the per-topic cap first (``qos_checks``: found without parsing the file)."""
+    from libredgetpu_ros.bags.qos_checks import check_metadata_qos
+    from libredgetpu_ros.textdata import MAX_YAML_BYTES, clip, decode_utf8, load_yaml, read_file
+
+    origin = f"metadata.yaml {clip(path)}"
+    text = decode_utf8(read_file(path, "metadata.yaml", MAX_YAML_BYTES), origin)
+    check_metadata_qos(text, "metadata.yaml")
+    load_yaml(text, origin, max_depth=32)
 
 
 def _describe(exc: BaseException) -> str:
