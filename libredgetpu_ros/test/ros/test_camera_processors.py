@@ -126,3 +126,18 @@ def test_a_tracker_refusing_its_colour_patch_or_template_leaves_nothing_open(
     # a pattern patch is loaded once the tracker is open; a bad colour string is refused before any open
     assert len(opened_backends) == (1 if extra["module"] == "pattern" else 0)
     assert all(closed for _, closed in opened_backends), opened_backends
+
+
+@pytest.mark.parametrize("node_type", CAMERA_NODE_TYPES)
+def test_every_processor_frame_takes_the_base_signature(node_type: str) -> None:
+    """``CameraProcessor.messages`` (process-bag) hands ``prepared`` to every processor's ``frame`` alike
+    (it branched on None because four of them had no such argument): one signature, the base's."""
+    import inspect
+
+    from libredgetpu_ros.ros.bag_nodes import processor_class
+    from libredgetpu_ros.ros.camera.processor import CameraProcessor
+
+    def shape(function) -> list[tuple[str, object, object]]:
+        return [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
+
+    assert shape(processor_class(node_type).frame) == shape(CameraProcessor.frame)

@@ -23,7 +23,7 @@ Subclass API (the tracker node, ``ros/robotics/tracker_node.py``, is a short com
             super().__init__(params, warn)
             self.finder = open_finder(params)
             self.out_types = {"spot": PointStamped}   # relative topic -> message class: the publishers
-        def frame(self, header, rgb, wanted=None, plane=None):   # camera thread, newest frame only
+        def frame(self, header, rgb, wanted=None, plane=None, prepared=None):  # camera thread, newest frame
             t0 = time.monotonic(); found = self.finder.find(rgb); t1 = time.monotonic()
             msgs = [("spot", PointStamped(header=header, ...))]  # wanted(topic): someone reads it
             return FrameOutput(msgs, {"detect": (t1 - t0) * 1e3, "publish": (time.monotonic() - t1) * 1e3})

@@ -116,16 +116,14 @@ class CameraProcessor:
               plane: ImagePlane | None = None, prepared: Any = None) -> FrameOutput:
         """One frame -> its messages (only the topics ``wanted`` says someone reads, default all the
         parameters ask for; markers on ``plane`` when given) and timings; ``prepared``: ``prepare(rgb)``'s
-        result when it ran ahead (``ready``). Raises ``InputError`` for bad frame data, ``DeviceError`` /
+        result when it ran ahead (``ready``; every processor takes the argument, one without a first stage
+        is only ever given None). Raises ``InputError`` for bad frame data, ``DeviceError`` /
         ``BackendError`` when it cannot run any more."""
         raise NotImplementedError
 
     def messages(self, header: Any, rgb: np.ndarray, prepared: Any = None) -> list[tuple[str, Any]]:
         """Offline: every message the parameters ask for (as if someone subscribed to every topic);
-        ``prepared``: see ``frame`` (given only to a processor that ``prepares``: the others' ``frame`` has no
-        such argument)."""
-        if prepared is None:
-            return self.frame(header, rgb).messages
+        ``prepared``: see ``frame``."""
         return self.frame(header, rgb, prepared=prepared).messages
 
     def latched(self, header: Any) -> list[tuple[str, Any]]:

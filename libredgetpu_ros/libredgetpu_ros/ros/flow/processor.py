@@ -85,7 +85,7 @@ class FlowProcessor(CameraProcessor):
             flow.features(rgb)
 
     def frame(self, header: Any, rgb: np.ndarray, wanted: Wanted | None = None,
-              plane: Any = None) -> FrameOutput:
+              plane: Any = None, prepared: Any = None) -> FrameOutput:
         started = time.monotonic()
         with self._lock:
             compass = self.compass

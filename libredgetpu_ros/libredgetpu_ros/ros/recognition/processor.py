@@ -108,7 +108,7 @@ class RecognitionProcessor(CameraProcessor):
             self.embed(rgb if rgb is not None else blank)
 
     def frame(self, header: Any, rgb: np.ndarray, wanted: Wanted | None = None,
-              plane: Any = None) -> FrameOutput:
+              plane: Any = None, prepared: Any = None) -> FrameOutput:
         t0 = time.monotonic()
         embedding = self.embed(rgb)
         t1 = time.monotonic()

@@ -153,7 +153,7 @@ class TrackerProcessor(_TemplateProcessor):
             track_fitted(self.tracker, self.tracker.fit(self.blank(rgb)))
 
     def frame(self, header: Any, rgb: np.ndarray, wanted: Wanted | None = None,
-              plane: Any = None) -> FrameOutput:
+              plane: Any = None, prepared: Any = None) -> FrameOutput:
         tracker = self.tracker
         t0 = time.monotonic()
         fitted = tracker.fit(rgb)
@@ -207,7 +207,7 @@ class LoomingProcessor(_TemplateProcessor):
             self.detector.zones(self.blank(rgb))
 
     def frame(self, header: Any, rgb: np.ndarray, wanted: Wanted | None = None,
-              plane: Any = None) -> FrameOutput:
+              plane: Any = None, prepared: Any = None) -> FrameOutput:
         detector = self.detector
         t0 = time.monotonic()
         result = detector.detect(rgb, messages.stamp_seconds(header))
