@@ -165,7 +165,8 @@ def parameter_overrides(cls: type, params: dict[str, Any]) -> list[Any]:
     module = importlib.import_module(cls.__module__)
     tables = [v for v in vars(module).values() if isinstance(v, ParamTable)]
     if len(tables) == 1:
-        return node_overrides(tables[0], params) + qos  # with the base's (deactivate_timeout)
+        # with the base's (deactivate_timeout); an unknown name's error lists qos_overrides too
+        return node_overrides(tables[0], params, also=["qos_overrides"]) + qos
     return [Parameter(k, value=v) for k, v in params.items()] + qos
 
 

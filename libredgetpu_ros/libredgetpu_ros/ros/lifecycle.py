@@ -42,29 +42,32 @@ own: a state never waits behind a service call, a parameter request or the diagn
 plain rclpy executor (a test's) runs the group along with the rest, on its one thread.
 
 The data path never races the teardown (the camera nodes' frames included): every callback of
-:meth:`data_subscription` runs holding the node's data-path lock, and only while the inputs are on (from
-activate until they are dropped) and no fault is latched. Deactivate turns the inputs off and waits for the
-callback in flight (taking that lock) before it destroys the subscriptions, so it deactivates the publishers
-only after that callback's result went out; a message the executor took meanwhile is ignored. That wait is
-bounded by the ``deactivate_timeout`` parameter (``params.MANAGED_NODE_PARAMS``, every node's): a WARN names
-the callback and how long it has run once a second, and past the bound the deactivate fails cleanly: the
-inputs on again, nothing destroyed or deactivated, the node ``active`` with its engine open under the call
-(never closed under it), an ERROR log and ``/diagnostics`` ERROR saying so while that call runs; the next
-deactivate waits again. (A runner without a transfer timeout of its own, e.g. a stuck accelerator other than
-the Edge TPU, hung the transition forever before.) The other teardowns (cleanup and shutdown through
-``teardown()``, ``on_error``) take the same lock without a bound, with the same WARN once a second:
-``close_processor()`` never closes the engine (a native interpreter, a device stream) under a call still
-running on it. An uncontended lock costs well under a microsecond per message (the control loop's latency:
-docs/control_node.md).
+:meth:`data_subscription` runs under the node's ``data_guard.DataPathGuard``, only while the inputs are on
+(from activate until they are dropped) and no fault is latched. Deactivate turns the inputs off and waits for
+the callback in flight before it destroys the subscriptions, so it deactivates the publishers only after that
+callback's result went out; a message the executor took meanwhile is ignored. Every teardown waits the same
+way: cleanup, shutdown and ``on_error`` (``teardown()`` -> ``drop_inputs()``), an activate whose
+``create_inputs()`` raised. Each wait is bounded by the ``deactivate_timeout`` parameter
+(``params.MANAGED_NODE_PARAMS``, every node's), with a WARN naming the callback and how long it has run once a
+second; it runs on the main executor, so the node's diagnostics timer, parameter and other services wait
+behind it. Past the bound the safe way on, never a close of what the call runs on:
+
+- deactivate fails cleanly: the inputs on again, nothing destroyed or deactivated, the node ``active`` with
+  its engine open under the call, an ERROR log and ``/diagnostics`` ERROR saying so while that call runs; the
+  next deactivate waits again (a runner without a transfer timeout of its own, e.g. a stuck accelerator other
+  than the Edge TPU, hung the transition forever before);
+- a teardown (shutdown, error processing, cleanup, a failed activate or configure) goes on without it: ERROR
+  log and ``/diagnostics`` ERROR naming the call, everything released but what ``close_processor()`` closes
+  (the engine, interpreter, device stream, session it runs on), left open; the transition completes, so a
+  SIGTERM ends the process (before, it waited until launch's SIGKILL). Once that call returned, the next
+  configure closes it first; a configure while it still runs fails, naming it. An exception it raises on its
+  way out is logged and dropped (the node was released without it).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import threading
-import time
-from collections.abc import Callable
+import traceback
 from typing import Any, ClassVar
 
 from diagnostic_msgs.msg import DiagnosticArray
@@ -74,24 +77,17 @@ from rclpy.parameter import Parameter
 
 from libredgetpu_ros.errors import LibrEdgeTpuError
 from libredgetpu_ros.ros import diagnostics
+from libredgetpu_ros.ros.data_guard import DataPathGuard
 from libredgetpu_ros.ros.output_qos import output_publisher
 from libredgetpu_ros.ros.params import DEACTIVATE_TIMEOUT, MANAGED_NODE_PARAMS, ParamTable, resolved_topic
 from libredgetpu_ros.ros.services import create_guarded_service
-from libredgetpu_ros.ros.spinning import CompanionFault, CompanionGroup, destroy_entities
+from libredgetpu_ros.ros.spinning import REPORT_ACK_TIMEOUT, CompanionFault, CompanionGroup, destroy_entities
 from libredgetpu_ros.textdata import clip_repr
 
-WAIT_LOG_PERIOD_S = 1.0  # a wait for the data-path callback in flight is logged this often
-
-
-@dataclasses.dataclass(frozen=True)
-class InFlight:
-    """The data-path callback running now: what it is (its topic and function) and since when."""
-
-    what: str
-    started: float  # time.monotonic()
-
-    def describe(self) -> str:
-        return f"the data-path callback {self.what} (running for {time.monotonic() - self.started:.1f} s)"
+# What a wait for the data path says it is waiting for: the transition (rcl's state label while it runs).
+_TRANSITION_NAMES = {"configuring": "configure", "activating": "activate", "deactivating": "deactivate",
+                     "cleaningup": "cleanup", "shuttingdown": "shutdown",
+                     "errorprocessing": "error processing"}
 
 
 class ManagedNode(LifecycleNode):
@@ -112,13 +108,10 @@ class ManagedNode(LifecycleNode):
         self._live: list[Any] = []  # subscriptions and timers made at activate
         self._output_pubs: list[Any] = []  # publishers made by output() (lifecycle ones and plain ones)
         self._diag_pub: Any = None
-        # Held by every data-path callback; turning the inputs off under it waits for the one in flight.
-        self._data_lock = threading.Lock()
-        self._inputs_on = False  # data-path callbacks run (read under _data_lock)
-        self._in_flight: InFlight | None = None  # the data-path callback running now (set under _data_lock)
-        self._refused_for: InFlight | None = None  # the callback a deactivate gave up waiting for
         # A fault of the data path, carried to the main executor (transitions cannot run on its thread).
         self._crash = CompanionFault(self, self.FAULT_WHAT, self._report_fault)
+        # Every data-path callback runs under it; the transitions wait for the one in flight through it.
+        self._guard = DataPathGuard(self.get_logger(), lambda: self._crash.cause is not None)
         self.PARAMS.declare(self)
         MANAGED_NODE_PARAMS.declare(self)  # deactivate_timeout (the same on every node; read by this base)
         self._table_validator = self.PARAMS.validator(self.is_configured)
@@ -212,7 +205,7 @@ class ManagedNode(LifecycleNode):
         deactivate; logged (with ``note`` in brackets, e.g. the QoS chosen and why). ``callback`` runs under
         the data-path lock, only while the inputs are on and no fault is latched (module docstring)."""
         what = f"on {self.resolve_topic_name(topic)} ({getattr(callback, '__qualname__', repr(callback))})"
-        sub = self.create_subscription(msg_type, topic, self._guarded(callback, what), qos,
+        sub = self.create_subscription(msg_type, topic, self._guard.wrap(callback, what), qos,
                                        callback_group=self._data_path, **options)
         self._live.append(sub)
         self._data_path.wake()  # its executor waits on the group's entities: rebuild its wait set
@@ -226,33 +219,6 @@ class ManagedNode(LifecycleNode):
             self._live.remove(entity)
             destroy_entities(self, [entity])
             self._data_path.wake()
-
-    def _guarded(self, callback: Callable[..., None], what: str) -> Callable[..., None]:
-        """``callback`` (``(msg)`` or ``(msg, info)``, as rclpy calls it) run under the data-path lock while
-        the inputs are on and no fault is latched, recorded as in flight (``what``) meanwhile; the same
-        arity, so rclpy passes what it expects."""
-        lock, crash = self._data_lock, self._crash
-
-        def run(*args: Any) -> None:
-            with lock:
-                if self._inputs_on and crash.cause is None:
-                    self._in_flight = InFlight(what, time.monotonic())
-                    try:
-                        callback(*args)
-                    finally:
-                        self._in_flight = None
-
-        def guarded(msg: Any) -> None:
-            run(msg)
-
-        def guarded_with_info(msg: Any, info: Any) -> None:
-            run(msg, info)
-
-        try:
-            inspect.signature(callback).bind(object())
-        except TypeError:
-            return guarded_with_info
-        return guarded
 
     def is_configured(self) -> bool:
         return self._configured
@@ -301,6 +267,8 @@ class ManagedNode(LifecycleNode):
 
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         self._crash.clear()
+        if not self._close_left_open():
+            return TransitionCallbackReturn.FAILURE
         try:
             self.cfg = self.read_config()
             self.open_processor()
@@ -323,60 +291,62 @@ class ManagedNode(LifecycleNode):
         result = super().on_activate(state)
         if result != TransitionCallbackReturn.SUCCESS:
             return result
-        with self._data_lock:
-            self._inputs_on = True
-        self.create_inputs()
+        self._guard.turn_on()
+        try:
+            self.create_inputs()
+        except Exception as exc:  # rclpy would take it for ERROR silently, the publishers still active
+            self.get_logger().error(f"activate failed: creating the inputs raised {type(exc).__name__}: "
+                                    f"{exc}; inputs dropped, publishers deactivated\n"
+                                    + traceback.format_exc().rstrip())
+            self.drop_inputs()
+            super().on_deactivate(state)
+            return TransitionCallbackReturn.ERROR  # -> ErrorProcessing -> on_error
         return result
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        if self._crash.cause is None and not self._quiesce(self.deactivate_timeout()):
-            return TransitionCallbackReturn.FAILURE  # still active, consistent; the next deactivate retries
+        if self._crash.cause is None:
+            timeout = self.deactivate_timeout()
+            stuck = self._guard.settle(timeout, "deactivate")
+            if stuck is not None:
+                self._guard.resume()  # still active, consistent; the next deactivate retries
+                self._report_stuck(f"deactivate failed: {stuck.describe()} did not return within "
+                                   f"deactivate_timeout ({timeout:g} s); the node stays active, nothing "
+                                   "closed under it; deactivate again to retry")
+                return TransitionCallbackReturn.FAILURE
         self.drop_inputs()
         if self._crash.cause is not None:
             return TransitionCallbackReturn.ERROR  # -> ErrorProcessing -> on_error
         return super().on_deactivate(state)
 
     def deactivate_timeout(self) -> float:
-        """The ``deactivate_timeout`` parameter (runtime: read when a deactivate starts)."""
+        """The ``deactivate_timeout`` parameter (runtime: read when a wait starts)."""
         return float(self.get_parameter(DEACTIVATE_TIMEOUT.name).value)
 
-    def _quiesce(self, timeout: float) -> bool:
-        """Deactivate: the inputs turned off and the data-path callback in flight waited for, at most
-        ``timeout`` s; False (the inputs on again, logged, ERROR diagnostics) when it still runs then."""
-        self._inputs_on = False  # no callback starts its work from now on (each reads it under the lock)
-        if self._wait_for_data_path(timeout, "deactivate"):
-            self._data_lock.release()
-            self._refused_for = None
-            return True
-        # The stuck callback holds the lock, so no other one ran meanwhile: on again as it was (a message
-        # taken in the instant it returns is ignored, as during any deactivate).
-        self._inputs_on = True
-        stuck = self._in_flight
-        self._refused_for = stuck
-        what = stuck.describe() if stuck is not None else "the data-path callback"
-        message = (f"deactivate failed: {what} did not return within deactivate_timeout "
-                   f"({timeout:g} s); the node stays active, nothing closed under it; deactivate again to "
-                   "retry")
+    def _report_stuck(self, message: str) -> None:
+        """A wait for the data path gave up: ERROR log and ``/diagnostics`` ERROR, given a moment to be
+        acknowledged (a teardown destroys that publisher next)."""
         self.get_logger().error(message)
         self.publish_diagnostics(diagnostics.ERROR, message)
-        return False
+        pub = self._diag_pub
+        if pub is not None:
+            pub.wait_for_all_acked(REPORT_ACK_TIMEOUT)
 
-    def _wait_for_data_path(self, timeout: float | None, why: str) -> bool:
-        """Take the data-path lock, i.e. wait for the callback in flight (at most ``timeout`` s; None: no
-        bound), with a WARN naming it once a second; False when the bound passed first."""
-        started = time.monotonic()
-        while True:
-            left = None if timeout is None else started + timeout - time.monotonic()
-            slice_s = WAIT_LOG_PERIOD_S if left is None else max(0.0, min(WAIT_LOG_PERIOD_S, left))
-            if self._data_lock.acquire(timeout=slice_s):
-                return True
-            if left is not None and left <= WAIT_LOG_PERIOD_S:
-                return False
-            stuck = self._in_flight
-            bound = "no bound" if timeout is None else f"deactivate_timeout {timeout:g} s"
-            self.get_logger().warning(f"{why}: waiting {time.monotonic() - started:.1f} s for "
-                                      f"{stuck.describe() if stuck is not None else 'the data-path callback'}"
-                                      f" to return ({bound})")
+    def _close_left_open(self) -> bool:
+        """Configure: close what a teardown left open under a data-path call that outlived it, now that the
+        call returned; False (logged) while it still runs."""
+        guard = self._guard
+        if not guard.abandoned:
+            return True
+        if not guard.idle():
+            stuck = guard.gave_up
+            self.get_logger().error(
+                f"configure refused: {stuck.describe() if stuck else 'the data-path callback'}, which "
+                f"{guard.gave_up_by} gave up waiting for, still runs on what the node opened before (left "
+                "open); configure again once it returned (logged)")
+            return False
+        guard.abandoned = False
+        self.close_processor()
+        return True
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.teardown()
@@ -410,21 +380,33 @@ class ManagedNode(LifecycleNode):
             pub, self._diag_pub = self._diag_pub, None
             self.destroy_publisher(pub)
         self._configured = False
+        if self._guard.abandoned and self._guard.stuck() is not None:
+            return  # never closed under the call still running (drop_inputs said so): the next configure does
+        self._guard.abandoned = False
         self.close_processor()
 
     def drop_inputs(self) -> None:
         """Deactivate / teardown: every input made in ``create_inputs`` destroyed, then the callback in flight
-        waited for (a node extends this, e.g. to forget what its inputs gave)."""
+        waited for, at most ``deactivate_timeout``; past it the teardown goes on without it, what it runs on
+        left open (module docstring). A node extends this, e.g. to forget what its inputs gave."""
         inputs, self._live = self._live, []
         destroy_entities(self, inputs)
         if inputs:
             self._data_path.wake()
-        # Waits for the data-path callback in flight (none after a deactivate's _quiesce); none runs after it.
-        self._wait_for_data_path(None, "releasing the inputs")
-        try:
-            self._inputs_on = False
-        finally:
-            self._data_lock.release()
+        guard = self._guard
+        if guard.abandoned and guard.stuck() is not None:
+            guard.turn_off()  # an earlier wait of this teardown gave up on it already: none twice
+            return
+        timeout = self.deactivate_timeout()
+        label = self.state_label()
+        why = _TRANSITION_NAMES.get(label, label)
+        stuck = guard.settle(timeout, why)
+        if stuck is not None:
+            guard.abandoned = True
+            self._report_stuck(f"{why}: {stuck.describe()} did not return within deactivate_timeout "
+                               f"({timeout:g} s); going on without it: everything released but what it runs "
+                               "on (engine, session), left open, never closed under it: closed by the next "
+                               "configure once it returned, or at process exit")
 
     # ----- parameters --------------------------------------------------------------------------------
 
@@ -453,10 +435,11 @@ class ManagedNode(LifecycleNode):
         own_level, own_message, values = self.diagnostic_status()
         if level is None:
             level, message = own_level, own_message
-            stuck = self._in_flight
-            if stuck is not None and stuck is self._refused_for and level < diagnostics.ERROR:
-                level, message = diagnostics.ERROR, (f"{stuck.describe()} outlived a deactivate "
-                                                     "(deactivate_timeout): the data path is stuck")
+            stuck = self._guard.stuck()
+            if stuck is not None and level < diagnostics.ERROR:
+                level, message = diagnostics.ERROR, (f"{stuck.describe()} outlived a "
+                                                     f"{self._guard.gave_up_by} (deactivate_timeout): the "
+                                                     "data path is stuck")
         status = diagnostics.status(f"{self.get_fully_qualified_name()}: {self.DIAGNOSTICS_NAME}",
                                     self.hardware_id(), level, message, values)
         pub.publish(diagnostics.array(self.get_clock().now().to_msg(), [status]))

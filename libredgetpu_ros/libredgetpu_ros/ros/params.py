@@ -154,13 +154,15 @@ DIAGNOSTICS_PERIOD = ParamSpec("diagnostics_period", 1.0, "s between /diagnostic
                                range=(0.05, 60.0))
 
 
-# Every node's bound on the wait of a deactivate for its data-path callback in flight (ros/lifecycle.py): a
-# ManagedNode parameter outside the node's own table (MANAGED_NODE_PARAMS below).
+# Every node's bound on the wait of a deactivate or a teardown for its data-path callback in flight
+# (ros/lifecycle.py): a ManagedNode parameter outside the node's own table (MANAGED_NODE_PARAMS below).
 DEACTIVATE_TIMEOUT = ParamSpec(
-    "deactivate_timeout", 10.0, "s a deactivate waits for the data-path callback in flight (a state, a "
-    "frame, a sample on the accelerator) to return, logged every second meanwhile; past it the deactivate "
-    "fails: the node stays active (its engine open under the call, diagnostics ERROR) and may be deactivated "
-    "again",
+    "deactivate_timeout", 10.0, "s a deactivate, cleanup, shutdown or error processing waits for the "
+    "data-path callback in flight (a state, a frame, a sample on the accelerator) to return, logged every "
+    "second meanwhile; the node's executor waits with it (no diagnostics, parameter or lifecycle request is "
+    "served meanwhile). Past it a deactivate fails: the node stays active (its engine open under the call, "
+    "diagnostics ERROR) and may be deactivated again; a teardown goes on without the call (ERROR log and "
+    "diagnostics), what it runs on left open, never closed under it",
     range=(0.1, 3600.0), mutability="runtime")
 
 
@@ -217,12 +219,14 @@ class ParamTable:
     def runtime_names(self) -> set[str]:
         return {s.name for s in self.specs.values() if s.mutability == "runtime"}
 
-    def overrides(self, values: dict[str, Any]) -> list[Parameter]:
-        """Typed ``Parameter`` list for ``Node(parameter_overrides=...)``; ConfigError on unknown names."""
+    def overrides(self, values: dict[str, Any], known: Sequence[str] = ()) -> list[Parameter]:
+        """Typed ``Parameter`` list for ``Node(parameter_overrides=...)``; ConfigError on unknown names,
+        listing ``known`` (default: this table's)."""
         # repr of what is not a name (a YAML key may be a number): sorted and named, never a TypeError
         unknown = sorted(str(k) if isinstance(k, str) else repr(k) for k in values if k not in self.specs)
         if unknown:
-            raise ConfigError(f"unknown parameter(s) {', '.join(unknown)}; known: {', '.join(self.specs)}")
+            raise ConfigError(f"unknown parameter(s) {', '.join(unknown)}; known: "
+                              f"{', '.join(known or self.specs)}")
         out = []
         for name, value in values.items():
             spec = self.specs[name]
@@ -291,9 +295,11 @@ class ManagedNodeConfig:
 MANAGED_NODE_PARAMS = ParamTable([DEACTIVATE_TIMEOUT], ManagedNodeConfig)
 
 
-def node_overrides(table: ParamTable, values: dict[str, Any]) -> list[Parameter]:
-    """Typed overrides of a node's parameters: its table's and :data:`MANAGED_NODE_PARAMS`' (ConfigError on a
-    name neither knows)."""
+def node_overrides(table: ParamTable, values: dict[str, Any], also: Iterable[str] = ()) -> list[Parameter]:
+    """Typed overrides of a node's parameters: its table's and :data:`MANAGED_NODE_PARAMS`'. A name neither
+    knows is a ConfigError listing every parameter the node accepts: both tables' and ``also`` (what the
+    caller takes itself, e.g. bringup's ``qos_overrides``)."""
     managed = {k: v for k, v in values.items() if k in MANAGED_NODE_PARAMS.specs and k not in table.specs}
     own = {k: v for k, v in values.items() if k not in managed}
-    return table.overrides(own) + MANAGED_NODE_PARAMS.overrides(managed)
+    known = [*table.specs, *(k for k in MANAGED_NODE_PARAMS.specs if k not in table.specs), *also]
+    return table.overrides(own, known) + MANAGED_NODE_PARAMS.overrides(managed)

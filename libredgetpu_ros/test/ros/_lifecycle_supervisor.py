@@ -4,8 +4,10 @@
 single-threaded executor spun by the test's own calls (``spin_for``, ``wait_for``).
 ``LifecycleSupervisor(ros_env, probe_name, node_fqn)`` adds the node's ``change_state``, ``get_state`` and
 ``set_parameters`` clients, waits until they are served, and calls them (``service``: any other service of
-the node). Node tests subclass it and add their camera publishers, result and /diagnostics recorders. Used
-by the flow, perception and robotics node tests and the bag replay tests (loaded by path:
+the node; ``request_async``: transitions requested back to back, ``answers_while_held``: the same while the
+node holds a call in flight, for the teardown-race tests). Node tests subclass it and add their camera
+publishers, result and /diagnostics recorders. Used by the flow, perception and robotics node tests, the bag
+replay tests and the data-path and trainer teardown tests (loaded by path:
 ``load_helper(HERE / "_lifecycle_supervisor.py")``).
 """
 
@@ -75,12 +77,25 @@ class LifecycleSupervisor(Probe):
 
     def transition(self, transition: str | int) -> bool:
         """Request a transition by label ("configure", "activate", ...) or lifecycle_msgs id."""
-        from lifecycle_msgs.srv import ChangeState
+        return bool(self.call(self.change, _change_request(transition)).success)
 
-        request = ChangeState.Request()
-        request.transition.id = (TRANSITIONS.index(transition) + 1 if isinstance(transition, str)
-                                 else transition)
-        return bool(self.call(self.change, request).success)
+    def request_async(self, *transitions: str | int) -> list[Any]:
+        """Request ``transitions`` back to back without waiting for an answer (as bringup's stop and a
+        supervisor do): their futures, in order (answered as this probe spins)."""
+        return [self.change.call_async(_change_request(t)) for t in transitions]
+
+    def answers_while_held(self, transitions: tuple[str, ...], release: Callable[[], None],
+                           hold_s: float) -> list[Any]:
+        """:meth:`request_async` ``transitions`` while the node holds a call, spin until they are all
+        answered or ``hold_s`` passed, ``release()`` the call, and return the answers (``ChangeState``
+        responses, in order) once all came."""
+        futures = self.request_async(*transitions)
+        end = time.monotonic() + hold_s
+        while time.monotonic() < end and not all(f.done() for f in futures):
+            self.executor.spin_once(timeout_sec=0.05)
+        release()
+        self.wait_for(f"the {' and '.join(transitions)} answers", lambda: all(f.done() for f in futures))
+        return [f.result() for f in futures]
 
     def state(self) -> str:
         """The node's lifecycle state label ("unconfigured", "inactive", "active", ...)."""
@@ -106,3 +121,12 @@ class LifecycleSupervisor(Probe):
 
         request = SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
         return self.call(self.set_params, request).results[0]
+
+
+def _change_request(transition: str | int) -> Any:
+    """A ``ChangeState`` request of a transition by label ("configure", ...) or lifecycle_msgs id."""
+    from lifecycle_msgs.srv import ChangeState
+
+    request = ChangeState.Request()
+    request.transition.id = TRANSITIONS.index(transition) + 1 if isinstance(transition, str) else transition
+    return request

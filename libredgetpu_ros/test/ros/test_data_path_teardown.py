@@ -22,6 +22,7 @@ close the engine after it.
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from pathlib import Path
@@ -46,31 +47,27 @@ def _events(folder: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def _spawn(ros_env: Any, folder: Path, module: str, name: str, params: dict[str, Any]) -> None:
+def _spawn(ros_env: Any, folder: Path, module: str, name: str, params: dict[str, Any], *,
+           expect_exit: bool = False) -> Any:
     args = [sys.executable, str(HELD_NODE), str(folder), module, "--ros-args", "-r", f"__node:={name}"]
     for key, value in {"backend": "cpu", "template": 256, "diagnostics_period": 0.5, **params}.items():
         args += ["-p", f"{key}:={value}"]
-    ros_env.spawn(args, name)
+    return ros_env.spawn(args, name, expect_exit=expect_exit)
+
+
+def _hold(sup: Any, folder: Path, publish: Any) -> None:
+    """Hold the engine call of the next state."""
+    (folder / "arm").touch()
+    publish()  # one state (reliable, matched): a second one would queue behind the held call
+    sup.wait_for("the state's engine call to be held", lambda: "held" in _events(folder))
 
 
 def _hold_and_tear_down(sup: Any, folder: Path, publish: Any) -> tuple[Any, Any]:
     """Hold one state's engine call, request deactivate + cleanup, release; the two answers."""
-    from lifecycle_msgs.srv import ChangeState
-
-    (folder / "arm").touch()
-    publish()  # one state (reliable, matched): a second one would queue behind the held call
-    sup.wait_for("the state's engine call to be held", lambda: "held" in _events(folder))
-    answers = []
-    for transition in ("deactivate", "cleanup"):  # back to back, as bringup's stop and a supervisor do
-        request = ChangeState.Request()
-        request.transition.id = supervision.TRANSITIONS.index(transition) + 1
-        answers.append(sup.change.call_async(request))
-    end = time.monotonic() + RELEASE_AFTER_S
-    while time.monotonic() < end and not all(a.done() for a in answers):
-        sup.executor.spin_once(timeout_sec=0.05)
-    (folder / "release").touch()
-    sup.wait_for("the deactivate and cleanup answers", lambda: all(a.done() for a in answers))
-    return answers[0].result(), answers[1].result()
+    _hold(sup, folder, publish)
+    deactivate, cleanup = sup.answers_while_held(("deactivate", "cleanup"), (folder / "release").touch,
+                                                 RELEASE_AFTER_S)
+    return deactivate, cleanup
 
 
 def _check_teardown(ros_env: Any, sup: Any, folder: Path, name: str, deactivate: Any, cleanup: Any) -> None:
@@ -139,7 +136,7 @@ def test_reservoir_state_in_flight_survives_deactivate_and_cleanup(ros_env, tmp_
     _check_teardown(ros_env, sup, tmp_path, "reservoir_race", deactivate, cleanup)
 
 
-STUCK_TIMEOUT_S = 2.5  # the node's deactivate_timeout in the stuck-runner test: two WARNs, then the failure
+STUCK_TIMEOUT_S = 2.5  # the node's deactivate_timeout in the stuck-runner tests: two WARNs, then the failure
 
 
 def _diagnostic_messages(arrays: list[Any], node: str) -> list[tuple[int, str]]:
@@ -147,21 +144,24 @@ def _diagnostic_messages(arrays: list[Any], node: str) -> list[tuple[int, str]]:
             for status in array.status if status.name.startswith(f"/{node}: ")]
 
 
-@pytest.mark.parametrize("kind", ["reservoir", "control"])
-def test_a_stuck_call_fails_deactivate_within_its_timeout(ros_env, tmp_path: Path, kind: str) -> None:
+def _stuck_node(ros_env: Any, folder: Path, kind: str, name: str, *,
+                expect_exit: bool = False) -> tuple[Any, Any, Any, list[Any], Any]:
+    """The ``kind`` node (reservoir or control) with a held-runner engine, configured with deactivate_timeout
+    :data:`STUCK_TIMEOUT_S`, active, one engine call done: (its process, the supervisor, a function
+    publishing one state, the /diagnostics arrays recorded)."""
     from diagnostic_msgs.msg import DiagnosticArray
-    from lifecycle_msgs.srv import ChangeState
     from rclpy.qos import QoSProfile
     from std_msgs.msg import Float32MultiArray, Float64MultiArray
 
-    name = f"{kind}_stuck"
     if kind == "reservoir":
-        _spawn(ros_env, tmp_path, "libredgetpu_ros.ros.reservoir.node", name,
-               {"state_size": 2, "state_type": "float64_multi_array", "state_topic": "/stuck/state"})
+        proc = _spawn(ros_env, folder, "libredgetpu_ros.ros.reservoir.node", name,
+                      {"state_size": 2, "state_type": "float64_multi_array", "state_topic": "/stuck/state"},
+                      expect_exit=expect_exit)
         msg = Float64MultiArray(data=[0.5, -0.25])
     else:
-        _spawn(ros_env, tmp_path, "libredgetpu_ros.ros.control_node", name,
-               {"state_size": 2, "command_size": 2, "state_topic": "/stuck/state", "stale_timeout": 30.0})
+        proc = _spawn(ros_env, folder, "libredgetpu_ros.ros.control_node", name,
+                      {"state_size": 2, "command_size": 2, "state_topic": "/stuck/state",
+                       "stale_timeout": 30.0}, expect_exit=expect_exit)
         msg = Float32MultiArray(data=[0.5, -0.25])
     sup = supervision.LifecycleSupervisor(ros_env, "stuck_supervisor", f"/{name}", WAIT_S)
     arrays: list[Any] = []
@@ -172,17 +172,20 @@ def test_a_stuck_call_fails_deactivate_within_its_timeout(ros_env, tmp_path: Pat
     assert sup.set_param("deactivate_timeout", STUCK_TIMEOUT_S).successful
     assert sup.transition("configure") and sup.transition("activate")
     sup.wait_for("the node's state subscription", lambda: states.get_subscription_count() > 0)
-    sup.wait_for("a first engine call", lambda: "run-end" in _events(tmp_path),
+    sup.wait_for("a first engine call", lambda: "run-end" in _events(folder),
                  every=lambda: states.publish(msg))
     sup.spin_for(0.5)  # a state published twice while the subscription matched answers late
+    return proc, sup, lambda: states.publish(msg), arrays
+
+
+@pytest.mark.parametrize("kind", ["reservoir", "control"])
+def test_a_stuck_call_fails_deactivate_within_its_timeout(ros_env, tmp_path: Path, kind: str) -> None:
+    name = f"{kind}_stuck"
+    _, sup, publish, arrays = _stuck_node(ros_env, tmp_path, kind, name)
     try:
-        (tmp_path / "arm").touch()
-        states.publish(msg)
-        sup.wait_for("the state's engine call to be held", lambda: "held" in _events(tmp_path))
-        request = ChangeState.Request()
-        request.transition.id = supervision.TRANSITIONS.index("deactivate") + 1
+        _hold(sup, tmp_path, publish)
         started = time.monotonic()
-        answer = sup.change.call_async(request)
+        answer, = sup.request_async("deactivate")
         sup.wait_for(f"deactivate's answer within deactivate_timeout ({STUCK_TIMEOUT_S} s) of a stuck call",
                      answer.done, timeout=STUCK_TIMEOUT_S + 12.0)
         took = time.monotonic() - started
@@ -211,3 +214,27 @@ def test_a_stuck_call_fails_deactivate_within_its_timeout(ros_env, tmp_path: Pat
     assert "use-after-close" not in events and events[-1] == "close in_flight=0", events
     log = (ros_env.work_dir / f"{name}.log").read_text()
     assert "crashed" not in log and "Traceback" not in log, log[-3000:]
+
+
+SIGTERM_EXIT_S = 40.0  # the held call would end itself after _held_runner_node.HOLD_LIMIT_S (60 s)
+
+
+def test_sigterm_ends_a_node_whose_call_is_stuck(ros_env, tmp_path: Path) -> None:
+    """SIGTERM while the control node's engine call is stuck: the node's shutdown waits deactivate_timeout,
+    then goes on without the call, which keeps its engine (never closed under it), and the process exits
+    with the call still held (before, the shutdown waited for it without a bound: SIGTERM was held until
+    launch's SIGKILL, here until the held runner gave up after 60 s)."""
+    name = "control_sigterm"
+    proc, sup, publish, arrays = _stuck_node(ros_env, tmp_path, "control", name, expect_exit=True)
+    _hold(sup, tmp_path, publish)
+    proc.send_signal(signal.SIGTERM)
+    sup.wait_for("the node's exit, its engine call still held", lambda: proc.poll() is not None,
+                 timeout=SIGTERM_EXIT_S)
+    events = _events(tmp_path)
+    assert events[-1] == "held" and not any(e.startswith("close") for e in events), events
+    log = (ros_env.work_dir / f"{name}.log").read_text()
+    assert "shutdown: the data-path callback on /stuck/state" in log, log[-3000:]
+    assert "going on without it" in log, log[-3000:]
+    statuses = _diagnostic_messages(arrays, name)
+    assert any(level == 2 and message.startswith("shutdown: the data-path callback")
+               for level, message in statuses), statuses

@@ -130,6 +130,21 @@ def test_bringup_parameters_are_typed_by_the_node_table(tmp_path: Path, fixture_
         assert [(p.name, p.value) for p in typed] == [("deactivate_timeout", 3.0)], kind
 
 
+def test_an_unknown_bringup_parameter_lists_every_parameter_the_node_accepts() -> None:
+    """The node's own table, the base's (deactivate_timeout: it listed only the table's before) and bringup's
+    qos_overrides."""
+    from libredgetpu_ros.ros.bringup import node_class, parameter_overrides
+    from libredgetpu_ros.ros.params import MANAGED_NODE_PARAMS
+
+    for kind in ("perception", "control", "reservoir"):
+        cls = node_class(kind)
+        with pytest.raises(ConfigError, match="unknown parameter") as raised:
+            parameter_overrides(cls, {"modle": "x", "deactivate_timeout": 3})
+        known = str(raised.value).split("; known: ", 1)[1].split(", ")
+        assert set(known) == {*cls.PARAMS.specs, *MANAGED_NODE_PARAMS.specs, "qos_overrides"}, (kind, known)
+        assert len(known) == len(set(known)), known
+
+
 @pytest.mark.ros
 def test_bringup_remappings_reach_the_node(ros_env, tmp_path: Path, fixture_path) -> None:
     """A bringup file's ``remappings:`` are the node's own ``-r from:=to`` (resolved in its namespace, as

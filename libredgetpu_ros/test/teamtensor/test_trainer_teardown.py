@@ -16,7 +16,6 @@ configures and trains again.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +50,6 @@ def _activate_and_train(sup: Any, folder: Path, samples: Any, publish_batch: Any
 
 
 def test_a_sample_in_flight_survives_deactivate_and_cleanup(ros_env, tmp_path: Path) -> None:
-    from lifecycle_msgs.srv import ChangeState
     from rclpy.qos import QoSProfile
     from std_msgs.msg import Float32MultiArray
 
@@ -75,17 +73,8 @@ def test_a_sample_in_flight_survives_deactivate_and_cleanup(ros_env, tmp_path: P
     (tmp_path / "arm").touch()
     publish_batch()
     sup.wait_for("the batch hand-over to be held", lambda: "held" in _events(tmp_path))
-    answers = []
-    for transition in ("deactivate", "cleanup"):  # back to back, as bringup's stop does
-        request = ChangeState.Request()
-        request.transition.id = supervision.TRANSITIONS.index(transition) + 1
-        answers.append(sup.change.call_async(request))
-    end = time.monotonic() + RELEASE_AFTER_S
-    while time.monotonic() < end and not all(a.done() for a in answers):
-        sup.executor.spin_once(timeout_sec=0.05)
-    (tmp_path / "release").touch()
-    sup.wait_for("the deactivate and cleanup answers", lambda: all(a.done() for a in answers))
-    assert [a.result().success for a in answers] == [True, True]
+    answers = sup.answers_while_held(("deactivate", "cleanup"), (tmp_path / "release").touch, RELEASE_AFTER_S)
+    assert [a.success for a in answers] == [True, True]
     assert sup.state() == "unconfigured"
     events = _events(tmp_path)
     assert "submit-after-stop" not in events, f"a batch went to a stopped session: {events}"
