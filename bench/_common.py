@@ -26,7 +26,7 @@ def single_threaded_blas() -> None:
         os.environ.setdefault(var, "1")
 
 
-def test_helper(relative: str) -> ModuleType:
+def load_test_helper(relative: str) -> ModuleType:
     """A helper module of the test tree (``"robotics/_flow_scenes.py"``), loaded by path once per process and
     registered under its file name (the tests' helpers are not an installed package)."""
     path = TESTS / relative

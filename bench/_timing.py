@@ -31,10 +31,14 @@ def interleaved_rounds_ns(candidates: Mapping[str, Callable[[], object]], rounds
                           calls: int) -> dict[str, list[list[int]]]:
     """Per candidate, per round, the thread CPU time (ns) of each of ``calls`` calls (``thread_times_ns``),
     the candidates taking turns round after round: the load other jobs put on the shared cores changes over
-    seconds, and timing one candidate after the other would hand one of them the quiet moment."""
+    seconds, and timing one candidate after the other would hand one of them the quiet moment. Each round
+    starts one candidate further on (a, b, c; b, c, a; ...), so none always runs first or after the same
+    neighbour."""
     times: dict[str, list[list[int]]] = {name: [] for name in candidates}
-    for _ in range(rounds):
-        for name, fn in candidates.items():
+    order = list(candidates.items())
+    for round_index in range(rounds if order else 0):
+        shift = round_index % len(order)
+        for name, fn in order[shift:] + order[:shift]:
             times[name].append(thread_times_ns(fn, calls))
     return times
 

@@ -183,7 +183,7 @@ def render(cpu_rows: list[dict[str, object]], frame_rows: list[dict[str, object]
 
 
 def main() -> None:
-    scenes = _common.test_helper("robotics/_flow_scenes.py")  # shifted photos
+    scenes = _common.load_test_helper("robotics/_flow_scenes.py")  # shifted photos
     root = scenes.libredgetpu_root()
     where = f"its own code imported from {root}" if root is not None else (
         f"absent (no checkout; set ${scenes.LIBREDGETPU_ENV}), column skipped")

@@ -181,7 +181,7 @@ def main() -> None:
     lib = libredgetpu()
     where = ("absent (no checkout; set $" + ENV + "), columns skipped" if lib is None
              else "its own code imported from a checkout")
-    scenes = _common.test_helper("robotics/_flow_scenes.py")
+    scenes = _common.load_test_helper("robotics/_flow_scenes.py")
     write_report(RESULTS, render(bench_flow(scenes), bench_reservoir(lib), bench_query(lib), where))
 
 

@@ -60,7 +60,7 @@ def row(scenes, search: int, kernel: int, channels: int) -> str:
 
 
 def main() -> int:
-    scenes = _common.test_helper("robotics/_pattern_scenes.py")
+    scenes = _common.load_test_helper("robotics/_pattern_scenes.py")
     lines = ["# PatternTracker validity check: CPU per frame (thread CPU µs, median (p10-p90))", "",
              f"Python {platform.python_version()}, {platform.machine()}, LiteRT 1 thread (CPU twin), "
              f"{REPEATS} calls a figure, frames of the template's input size; a shared, loaded machine "
