@@ -50,7 +50,7 @@ from libredgetpu_ros.errors import ConfigError, ImageError, ModelFormatError
 from libredgetpu_ros.robotics import flow_kernels, flow_refine
 from libredgetpu_ros.robotics.base import RoboticsModule
 from libredgetpu_ros.robotics.correlation import CorrelationGrid, Peak, block_sum, refined_peak, soft_argmax
-from libredgetpu_ros.robotics.image import fit_image, match_channels
+from libredgetpu_ros.robotics.image import fit_image, to_gray
 from libredgetpu_ros.robotics.template import TemplateRunner, load_template
 
 __all__ = ["FlowFeatures", "FlowMode", "FlowResult", "OpticalFlow", "flow_to_direction"]
@@ -267,9 +267,9 @@ class OpticalFlow(RoboticsModule):
 
     def features(self, image: np.ndarray) -> FlowFeatures:
         """Features of one frame (one backend call; none for a frame too flat in the normalised mode)."""
-        # luma once (image.luma: compiled, flow_kernels.warm_up warms it): the refinement's frame, and
+        # luma once (image.to_gray; compiled, flow_kernels.warm_up warms it): the refinement's frame, and
         # resized, the model's (one-channel template: checked at open)
-        frame = match_channels(image, 1, "frame")[:, :, 0]
+        frame = to_gray(image, "frame")
         if frame.shape == self._model_size:  # what fit_image returns at the model's size, without its checks
             gray = np.ascontiguousarray(frame)
         else:

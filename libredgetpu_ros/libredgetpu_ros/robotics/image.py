@@ -69,6 +69,16 @@ def luma(rgb: np.ndarray) -> np.ndarray:
     return cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
 
 
+def to_gray(image: object, what: str = "image") -> np.ndarray:
+    """``image``'s grey levels (h, w) uint8: a uint8 RGB array's :func:`luma` at once (a camera frame passes
+    every check of match_channels, which cost about what a small frame's luma does), anything else as
+    :func:`match_channels` makes it for one channel."""
+    if (type(image) is np.ndarray and image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3
+            and image.shape[0] and image.shape[1]):
+        return luma(image)
+    return match_channels(image, 1, what)[:, :, 0]
+
+
 def fit_image(image: object, height: int, width: int, channels: int, resize: bool = True,
               what: str = "image") -> np.ndarray:
     """``image`` as a contiguous uint8 (height, width, channels) array.

@@ -130,3 +130,30 @@ def test_fit_of_a_frame_at_the_templates_size_is_the_general_path(channels, comp
         assert np.array_equal(got, general)
         if channels == 1 and image.shape[2] == 3:
             assert np.array_equal(got[:, :, 0], cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_RGB2GRAY))
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_to_gray_is_match_channels_for_one_channel(compiled, monkeypatch) -> None:
+    """``image.to_gray`` (the flow's frame: a uint8 RGB array straight to ``image.luma``, compiled or OpenCV)
+    gives what ``match_channels(image, 1)`` gives, and refuses what it refuses, for every kind of frame."""
+    from libredgetpu_ros.errors import ImageError
+    from libredgetpu_ros.robotics import image_kernels
+    from libredgetpu_ros.robotics.image import match_channels, to_gray
+
+    if compiled and not image_kernels.warm_up():
+        pytest.skip("numba is not installed: OpenCV makes the grey frame")
+    if not compiled:
+        monkeypatch.setattr(image_kernels, "ready", lambda: False)
+    frame = np.random.default_rng(5).integers(0, 256, (48, 80, 3), dtype=np.uint8)
+    read_only = frame.copy()
+    read_only.flags.writeable = False
+    for image in (frame, read_only, frame[:, ::-1], np.asfortranarray(frame), frame[None], frame[:, :, :1],
+                  frame[:, :, 0], frame.astype(np.float64), frame.astype(np.int16)):
+        got = to_gray(image, "frame")
+        assert got.shape == (48, 80) and got.dtype == np.uint8
+        assert np.array_equal(got, match_channels(image, 1, "frame")[:, :, 0])
+        if image.ndim == 3 and image.shape[2] == 3 and image.dtype == np.uint8:
+            assert np.array_equal(got, cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_RGB2GRAY))
+    for bad in (frame[:, :, :2], frame[:0], np.full((4, 4, 3), np.nan), frame.astype(np.int16) + 200):
+        with pytest.raises(ImageError):
+            to_gray(bad, "frame")
