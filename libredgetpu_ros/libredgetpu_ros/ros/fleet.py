@@ -17,6 +17,7 @@ device error, a worker that crashed) is reported in its record and the others ar
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing
 import os
 import shutil
@@ -125,9 +126,15 @@ def run_bag(job: BagJob, log: Callable[[str], None] | None = None,
     return record
 
 
+# A worker's question before it renames a finished bag into place, and the parent's answer: the parent
+# answers only within the bag timeout (and then stops counting it), so a bag is either published and
+# recorded done, or killed over time and never published, never both.
+PUBLISH, GO = "publish?", "go"
+
+
 def _worker(conn: Connection, quiet: bool, runner: Callable[..., dict[str, Any]] = run_bag) -> None:
     """A local worker process: bags in, records out (``runner``'s), until told to stop (``None``) or its
-    parent dies."""
+    parent dies. Before publishing a bag it asks the parent (``PUBLISH``) and waits for ``GO``."""
     from libredgetpu_ros.ros.environment import ensure_log_dir
     from libredgetpu_ros.ros.lifetime import stop_with_parent
 
@@ -142,7 +149,14 @@ def _worker(conn: Connection, quiet: bool, runner: Callable[..., dict[str, Any]]
             return
         if job is None:
             return
-        conn.send(runner(BagJob(**job), None if quiet else _say))
+        conn.send(runner(BagJob(**job), None if quiet else _say, functools.partial(_ask_to_publish, conn)))
+
+
+def _ask_to_publish(conn: Connection) -> None:
+    """Wait for the parent's leave to publish (it kills this worker instead when the bag is over time)."""
+    conn.send(PUBLISH)
+    if conn.recv() != GO:
+        raise OutputError("process-bags stopped this worker before its bag was published")
 
 
 def _say(text: str) -> None:
@@ -168,8 +182,9 @@ def run_local(jobs: list[BagJob], workers: int, on_record: Callable[[dict[str, A
     while idle) is replaced and the bag runs on the fresh one (a bag no fresh worker takes after
     ``HAND_OVER_REPLACEMENTS`` of them fails, the others go on). ``bag_timeout_s``: a bag still running after
     that long has its worker killed (a read that never returns, a wedged device: nothing else would end
-    it), fails, and the next bag runs on a fresh worker. ``runner``: what a worker runs per bag (a
-    module-level function: the spawned workers import it). KeyboardInterrupt: workers killed, then
+    it), fails, and the next bag runs on a fresh worker; a bag that asked to be published within it
+    (``PUBLISH``) is let finish. ``runner``: what a worker runs per bag, ``runner(job, log, publishing)``
+    (a module-level function: the spawned workers import it). KeyboardInterrupt: workers killed, then
     re-raised."""
     if devices is not None and len(devices) < workers:
         raise ValueError(f"{workers} workers but {len(devices)} devices")
@@ -214,12 +229,19 @@ def run_local(jobs: list[BagJob], workers: int, on_record: Callable[[dict[str, A
             for i, w in enumerate(pool):
                 if w.job is None:
                     continue
-                if w.conn in ready or w.process.sentinel in ready:
-                    record = _receive(w)
-                    if record is None:  # died: the bag failed, a fresh worker takes the next one
-                        record = _died(w)
-                        _restart(pool, i, start)
-                elif w.deadline is not None and time.monotonic() >= w.deadline:
+                over = w.deadline is not None and time.monotonic() >= w.deadline
+                message = _receive(w) if w.conn in ready or w.process.sentinel in ready else None
+                if message == PUBLISH and not over:  # within its time: published, no longer timed
+                    with contextlib.suppress(OSError):  # it died: its sentinel says so next
+                        w.conn.send(GO)
+                    w.deadline = None
+                    continue
+                if isinstance(message, dict):
+                    record = message
+                elif message is None and (w.conn in ready or w.process.sentinel in ready):
+                    record = _died(w)  # died: the bag failed, a fresh worker takes the next one
+                    _restart(pool, i, start)
+                elif over:  # asking to publish too late counts as still running
                     w.process.kill()  # its staging folder goes with the record (_died)
                     record = _died(w, f"still running after the bag timeout ({bag_timeout_s:g} s): its "
                                       f"worker was killed")

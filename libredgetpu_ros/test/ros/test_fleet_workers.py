@@ -138,6 +138,23 @@ def test_a_bag_over_the_timeout_has_its_worker_killed_and_the_run_goes_on(tmp_pa
         assert by_bag["b1"]["worker"] not in {by_bag[b]["worker"] for b in ("b0", "b2", "b3")} or workers == 1
 
 
+def test_a_local_bag_publishing_when_its_timeout_passes_is_not_killed(tmp_path: Path,
+                                                                       monkeypatch: Any) -> None:
+    """A worker asks before renaming a finished bag into place and the command stops timing it: the output
+    on disk and the record agree (it was killed mid-rename: an output on disk, its record "timed out")."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # the spawned workers import it by this name
+    import _slow_bags
+    from libredgetpu_ros.ros.fleet import BagJob, run_local
+
+    jobs = [BagJob(name=f"b{i}", input="in", output=str(tmp_path / "out" / f"b{i}"),
+                   staging=str(tmp_path / "st" / str(i)), config="unused.yaml") for i in range(2)]
+    records: list[dict[str, Any]] = []
+    run_local(jobs, 2, records.append, quiet=True, bag_timeout_s=1.0, runner=_slow_bags.publishes_slowly)
+    assert sorted(r["bag"] for r in records) == ["b0", "b1"]
+    assert all(r["status"] == "done" and r["error"] is None for r in records), records
+    assert all((tmp_path / "out" / f"b{i}" / "bag.mcap").read_bytes() == b"x" for i in range(2))
+
+
 def test_a_bag_timeout_must_be_finite_and_positive(tmp_path: Path) -> None:
     import pytest
     from libredgetpu_ros.ros.fleet import run_local
