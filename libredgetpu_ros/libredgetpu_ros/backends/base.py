@@ -115,13 +115,15 @@ def check_inputs(inputs: Sequence[np.ndarray], specs: Sequence[TensorSpec]) -> l
     """
     if len(inputs) == 1 == len(specs):
         array, spec = inputs[0], specs[0]
-        if array.shape == spec.shape and array.dtype == spec.dtype:
+        if isinstance(array, np.ndarray) and array.shape == spec.shape and array.dtype == spec.dtype:
             return [array]
     if len(inputs) != len(specs):
         raise InputError(f"expected {len(specs)} input array(s) ({', '.join(s.name for s in specs)}), "
                          f"got {len(inputs)}")
     checked = []
     for array, spec in zip(inputs, specs, strict=True):
+        if not isinstance(array, np.ndarray):  # a list or another library's tensor: said, no AttributeError
+            raise InputError(f"input {spec.name!r}: a NumPy array is needed, got {type(array).__name__}")
         if array.dtype != spec.dtype:
             raise InputError(f"input {spec.name!r}: dtype {array.dtype} given, the model wants {spec.dtype}")
         if array.shape != spec.shape:

@@ -38,6 +38,10 @@ def test_an_exact_input_is_passed_on_as_given_and_the_rest_is_checked() -> None:
         check_inputs([frame[:, :2]], [spec])
     with pytest.raises(InputError, match="expected 1 input"):
         check_inputs([frame, frame], [spec])
+    with pytest.raises(InputError, match="a NumPy array is needed, got list"):  # not an AttributeError
+        check_inputs([frame.tolist()], [spec])
+    with pytest.raises(InputError, match="a NumPy array is needed, got int"):
+        check_inputs([frame, 3], pair)
     with pytest.raises(InputError, match="expected 2 input"):
         check_inputs([frame], pair)
 
