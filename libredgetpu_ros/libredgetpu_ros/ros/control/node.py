@@ -107,9 +107,9 @@ class ControlNode(ManagedNode):
         self.service(SetWeights, "~/set_weights", self._on_set_weights)
         self.service(GetWeights, "~/get_weights", self._on_get_weights)
         self._loop, self._swaps, self._verdict = stats.LoopStats(), stats.SwapStats(), stats.LoopVerdict()
-        self._warm_service_path("configure")
+        self._warm_service_path()
 
-    def _warm_service_path(self, when: str) -> None:
+    def _warm_service_path(self) -> None:
         """The first ``~/set_weights`` costs what the next ones cost: rclpy's first conversion of a
         full-size request is paid here (``Controller.warm_service_path``; measured in
         bench/results/first_call.md)."""
@@ -117,7 +117,7 @@ class ControlNode(ManagedNode):
         warm = self._ctl.warm_service_path(self.cfg.clip_policy)
         self._swaps.warm_ups += 1
         if not warm.accepted:  # zeros are always representable: a refusal here is a bug worth seeing
-            self.get_logger().warning(f"set_weights warm-up at {when} refused: {warm.message}")
+            self.get_logger().warning(f"set_weights warm-up at configure refused: {warm.message}")
 
     def describe(self) -> str:
         cfg, ctl = self.cfg, self._ctl
