@@ -19,9 +19,11 @@ file); ``$(fixture REL)`` (a file of the shared test fixtures) is for the tests 
 configs. ``Bringup`` creates the nodes, drives each to active (configure, then activate; a failed transition
 stops the bringup with the node's reason), spins them on a multi-threaded executor
 (``spinning.MainMultiThreadedExecutor``) and brings them down in reverse order (deactivate, cleanup,
-shutdown). A node's data path, its ``companion_groups()`` (the control node's state loop, the camera nodes'
-image subscription), gets a single-threaded executor thread of its own, as in the node's own ``main``. The
-ROS environment is the caller's: nothing is forced here.
+shutdown), every one of them even when one's data-path call is stuck (its waits are bounded by its
+``deactivate_timeout``; its thread not ending is raised once the others are down). A node's data path, its
+``companion_groups()`` (the control node's state loop, the camera nodes' image subscription), gets a
+single-threaded executor thread of its own, as in the node's own ``main``. The ROS environment is the
+caller's: nothing is forced here.
 """
 
 from __future__ import annotations
@@ -254,25 +256,37 @@ class Bringup:
             self.executor.spin_once(timeout_sec=period_s)
 
     def stop(self) -> None:
-        """Deactivate, clean up and shut down every node (reverse order), then destroy them."""
+        """Deactivate, clean up and shut down every node (reverse order), then destroy them. A node that
+        cannot be destroyed (its data-path thread stuck in a call: ``CompanionSpinners.stop`` raises) does not
+        keep the others up: every node is brought down, then the first such error is raised."""
+        errors: list[Exception] = []
         for node in reversed(self.nodes):
-            state = _state(node)
             try:
-                if state == "active":
-                    node.trigger_deactivate()
-                if _state(node) == "inactive":
-                    node.trigger_cleanup()
-                if _state(node) in ("unconfigured", "inactive", "active"):
-                    node.trigger_shutdown()
-            finally:
-                self._stop_companions(node)
-                if self.executor is not None:
-                    self.executor.remove_node(node)
-                node.destroy_node()
+                self._bring_down(node)
+            except Exception as exc:
+                errors.append(exc)
         self.nodes = []
         if self.executor is not None:
             self.executor.shutdown()
             self.executor = None
+        if errors:
+            raise errors[0]
+
+    def _bring_down(self, node: Any) -> None:
+        """One node through deactivate, cleanup, shutdown, its executor threads stopped, destroyed (not
+        destroyed under a data-path thread that did not end: the error says so)."""
+        try:
+            if _state(node) == "active":
+                node.trigger_deactivate()
+            if _state(node) == "inactive":
+                node.trigger_cleanup()
+            if _state(node) in ("unconfigured", "inactive", "active"):
+                node.trigger_shutdown()
+        finally:
+            self._stop_companions(node)
+            if self.executor is not None:
+                self.executor.remove_node(node)
+            node.destroy_node()
 
 
 def _state(node: Any) -> str:

@@ -1,0 +1,92 @@
+"""``bringup``'s stop with one node's data-path call stuck (in one process with real rclpy, as
+``libredgetpu-ros bringup`` runs its nodes): a perception node and a control node whose MatMul runner holds
+one call (``_held_runner_node.HeldRunner`` in place of the ``cpu`` runner), a state published from a probe
+of its own.
+
+Required: ``Bringup.stop()`` returns within the nodes' bounds (the control node's deactivate and shutdown
+each wait ``deactivate_timeout``, then its data-path thread is given 5 s to end) and raises that the thread
+did not end; the control node's engine is never closed under the held call; the perception node, stopped
+after it, is shut down all the same (its processor closed) and every node is gone from the bringup. Before,
+the control node's shutdown waited for the call without a bound; then, once bounded, the thread's error
+ended ``stop()`` before the other nodes were brought down.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from .._helpers import load_helper
+
+HERE = Path(__file__).resolve().parent
+held = load_helper(HERE / "_held_runner_node.py")
+
+pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
+
+WAIT_S = 40.0
+CLASSIFIER = "classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite"
+
+
+def _events(folder: Path) -> list[str]:
+    path = folder / "events"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_stop_brings_every_node_down_past_a_stuck_one(ros_env, tmp_path: Path, fixture_path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from libredgetpu_ros.matmul import runners
+    from libredgetpu_ros.matmul.twin import TwinRunner
+    from libredgetpu_ros.ros.bringup import Bringup, NodeSpec
+    from rclpy.qos import QoSProfile
+    from std_msgs.msg import Float32MultiArray
+
+    supervision = load_helper(HERE / "_lifecycle_supervisor.py")
+    monkeypatch.setitem(runners._factories, "cpu",
+                        lambda template, device: held.HeldRunner(TwinRunner(template.quant), tmp_path))
+    specs = [NodeSpec("perception", "cam", "", {"model": str(fixture_path(CLASSIFIER)), "backend": "cpu"}),
+             NodeSpec("control", "ctl", "", {"backend": "cpu", "template": 256, "state_size": 2,
+                                             "command_size": 2, "state_topic": "/bstuck/state",
+                                             "stale_timeout": 30.0, "deactivate_timeout": 1.0})]
+    bringup = Bringup(specs, context=ros_env.init_rclpy(), log=lambda text: None)
+    bringup.start()
+    cam = bringup.nodes[0]
+    closed: list[str] = []
+    close = cam.close_processor
+    cam.close_processor = lambda: (closed.append("perception"), close())[1]
+    spin_stop = threading.Event()
+    spinner = threading.Thread(target=bringup.spin_until, args=(spin_stop,), daemon=True)
+    spinner.start()
+    probe = supervision.Probe(ros_env, "bstuck_probe", WAIT_S)
+    states = probe.node.create_publisher(Float32MultiArray, "/bstuck/state", QoSProfile(depth=10))
+    state = Float32MultiArray(data=[0.5, -0.25])
+    try:
+        probe.wait_for("the control node's state subscription", lambda: states.get_subscription_count() > 0)
+        probe.wait_for("a first engine call", lambda: "run-end" in _events(tmp_path),
+                       every=lambda: states.publish(state))
+        probe.spin_for(0.5)  # a state published twice while the subscription matched answers late
+        (tmp_path / "arm").touch()
+        states.publish(state)
+        probe.wait_for("the engine call to be held", lambda: "held" in _events(tmp_path))
+        spin_stop.set()
+        spinner.join(WAIT_S)
+        done, raised = threading.Event(), []
+
+        def stop() -> None:
+            try:
+                bringup.stop()
+            except Exception as exc:
+                raised.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=stop, daemon=True).start()
+        assert done.wait(WAIT_S), "Bringup.stop() never returned with the control node's call held"
+        assert len(raised) == 1 and "did not end" in str(raised[0]), raised
+        assert closed, "the perception node was not shut down after the stuck one"
+        assert bringup.nodes == [] and bringup.executor is None
+        events = _events(tmp_path)
+        assert events[-1] == "held" and not any(e.startswith("close") for e in events), events
+    finally:
+        (tmp_path / "release").touch()
