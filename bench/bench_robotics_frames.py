@@ -92,12 +92,11 @@ def over(frames: list[np.ndarray], fn: Callable[[np.ndarray], object]) -> Callab
 def spot_case(variant: str, frames: list[np.ndarray]) -> tuple[dict, dict]:
     tracker = SpotTracker.from_template(64, variant, backend="cpu")
     fitted = [tracker.fit(f) for f in frames]
-    weights = None if tracker._filter is None else tracker.runner.parameters.twin[
-        tracker._filter.index].reshape(-1)
-    consts = tracker.validity.consts(weights, tracker.filter_scale)  # what track packs once per filter
+    weights = None if tracker._filter is None else tracker.runner.parameters.twin[tracker._filter.index]
+    scale = tracker.filter_scale
     candidates = {"invoke": bare_invoke(tracker, fitted[0]), "frame": over(frames, tracker.track),
                   "fit (channels, resize)": over(frames, tracker.fit),
-                  "validity check": over(fitted, lambda f: tracker.validity.measure(f, consts)),
+                  "validity check": over(fitted, lambda f: tracker.validity.frame(f, weights, scale)),
                   "runner.run (the invoke included)": over(fitted, lambda f: tracker.runner.run((f[None],)))}
     return {"tracker": tracker}, candidates
 

@@ -42,7 +42,6 @@ class RoboticsModule:
     runner: Any
     template: Any
     resize: bool = True
-    _fit_shape: tuple[Any, tuple[int, int, int]] = (None, (0, 0, 0))  # fit's (template, its image_shape)
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
@@ -62,12 +61,8 @@ class RoboticsModule:
 
     def fit(self, image: object, what: str = "image") -> np.ndarray:
         """``image`` as the template's (H, W, C) uint8 input image (see robotics.image.fit_image)."""
-        template, shape = self._fit_shape  # read per frame: the template's shape kept with the template
-        if template is not self.template:
-            template = self.template
-            shape = template.image_shape
-            self._fit_shape = template, shape
-        return fit_image(image, shape[0], shape[1], shape[2], self.resize, what)
+        height, width, channels = self.template.image_shape  # read once per template (a cached property)
+        return fit_image(image, height, width, channels, self.resize, what)
 
     def model_input(self, image: object) -> np.ndarray:
         """The template's input (1, H, W, C) uint8 from a frame."""

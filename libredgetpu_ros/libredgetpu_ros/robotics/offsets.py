@@ -101,9 +101,14 @@ class OffsetDecoder:
         qx, qy = np.asarray(raw).ravel().tolist()  # ravel: the cheaper call of the two
         return qx, qy, self._x_of[qx + 128], self._y_of[qy + 128]
 
-    def decode(self, raw: np.ndarray, version: int = 0) -> TrackResult:
+    def decode(self, raw: np.ndarray, version: int = 0, valid: bool = True, reason: str = "unchecked",
+               coverage: float | None = None, mass: float | None = None) -> TrackResult:
+        """The result of one output: its offsets, or none when a check found it not ``valid`` (``reason``;
+        the decoded output kept in ``measured`` either way), and the check's evidence."""
         qx, qy, x, y = self.offsets(raw)
-        return TrackResult(x, y, (qx, qy), version, measured=(x, y))
+        if valid:
+            return TrackResult(x, y, (qx, qy), version, True, reason, coverage, mass, None, (x, y))
+        return TrackResult(None, None, (qx, qy), version, False, reason, coverage, mass, None, (x, y))
 
     def grid_position(self, result: TrackResult, grid_width: int, grid_height: int) -> tuple[float, float]:
         """The decoded output as (column, row) on the soft-argmax grid (``(n - 1) / 2 * (1 + offset)``)."""

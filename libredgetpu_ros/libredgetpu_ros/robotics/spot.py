@@ -25,7 +25,6 @@ import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, ModelFormatError, WeightsError
 from libredgetpu_ros.reparam import device_to_int8, make_patch
-from libredgetpu_ros.robotics import spot_kernels
 from libredgetpu_ros.robotics.base import RoboticsModule
 from libredgetpu_ros.robotics.offsets import OffsetDecoder, TrackResult
 from libredgetpu_ros.robotics.spot_kernels import OK, REASONS
@@ -110,7 +109,6 @@ class SpotTracker(RoboticsModule):
             self.filter_scale = None
         self.validity = SpotValidity(template, limits) if mode == "checked" else None
         self._output_name = template.output.name
-        self._consts: tuple[Any, Any] = (None, None)  # (parameter set, its filter's validity constants)
         self.runner = TemplateRunner(template, backend, device, twin_tensors=twin_tensors,
                                      backend_object=backend_object, rate_hz=rate_hz, stream=stream,
                                      cpu_threads=cpu_threads)
@@ -147,24 +145,13 @@ class SpotTracker(RoboticsModule):
         fitted = self.fit(image)
         outputs, parameters = self.runner.run((fitted[None],))
         raw = outputs[self._output_name]
-        if self.validity is None:
-            return self.decoder.decode(raw, parameters.version)
-        # the filter the device ran with: the same parameter set, so a concurrent set_color cannot mix (its
-        # packed constants kept with the set they came from: one tuple, swapped whole)
-        cached = self._consts
-        if cached[0] is not parameters:
-            weights = None if self._filter is None else parameters.twin[self._filter.index].reshape(-1)
-            cached = self._consts = parameters, self.validity.consts(weights, self.filter_scale)
         validity = self.validity
-        if validity.kernels:  # SpotValidity.measure's compiled call, made here: fitted is fit's
-            reason, coverage, mass, _, _ = spot_kernels.evidence(fitted, validity.real_of, cached[1])
-        else:
-            reason, coverage, mass, _, _ = validity.measure(fitted, cached[1])
-        qx, qy, x, y = self.decoder.offsets(raw)
-        if reason == OK:
-            return TrackResult(x, y, (qx, qy), parameters.version, True, "ok", coverage, mass, None, (x, y))
-        return TrackResult(None, None, (qx, qy), parameters.version, False, REASONS[reason], coverage, mass,
-                           None, (x, y))
+        if validity is None:
+            return self.decoder.decode(raw, parameters.version)
+        # the filter the device ran with: the same parameter set's, so a concurrent set_color cannot mix
+        weights = None if self._filter is None else parameters.twin[self._filter.index]
+        reason, coverage, mass, _, _ = validity.frame(fitted, weights, self.filter_scale)
+        return self.decoder.decode(raw, parameters.version, reason == OK, REASONS[reason], coverage, mass)
 
     def set_color(self, rgb: tuple[float, float, float] | list[float]) -> ColorSwap:
         """Swap the colour filter for ``rgb`` weights (e.g. ``COLOR_PRESETS["green"]``) without a compiler."""

@@ -24,8 +24,9 @@ order they are tested:
 
 Cost: one compiled call per frame, its decision included: a pass over the H x W x C input, a histogram of
 the response levels and a flood fill of the target region (robotics/spot_kernels.py; the NumPy path without
-numba), bench/results/robotics_frames.md. :meth:`SpotValidity.measure` is the frame path (the filter's
-constants packed once, :meth:`SpotValidity.consts`); :meth:`SpotValidity.check` wraps it in a
+numba), bench/results/robotics_frames.md. :meth:`SpotValidity.frame` is the tracker's frame path (a frame
+as ``fit`` makes it, the filter's constants packed once: :meth:`SpotValidity.consts`),
+:meth:`SpotValidity.measure` the same for any layout; :meth:`SpotValidity.check` wraps it in a
 :class:`SpotEvidence`.
 """
 
@@ -94,7 +95,9 @@ class SpotValidity:
         self.real_of = (np.arange(-128, 128).astype(np.float32) - self._in_zero) * self._in_scale
         self.real_of.setflags(write=False)
         self._bright = self._pack(None, False)
-        self._filter_cache: tuple[Any, np.ndarray] = (None, self._bright)
+        # the last filter's (weights array when read-only, scale, weights' bytes, constants): one tuple, so a
+        # concurrent swap never mixes two filters; a parameter set's read-only array is found by identity
+        self._filter_cache: tuple[Any, Any, bytes, np.ndarray] = (None, None, b"", self._bright)
         # one compiled call (robotics/spot_kernels.py), compiled or loaded now; the NumPy path without numba
         self.kernels = kernels and spot_kernels.warm_up()
 
@@ -108,15 +111,21 @@ class SpotValidity:
         """What :meth:`measure` needs of a filter (the int8 weights the device ran with and their scale; None
         for the bright variant): its real weights as ``response`` makes them (float32), whether the int8
         weights sum to <= 0 (an opponent filter) and the limits, packed once and kept while the filter
-        stays (a frame costs a 3-byte compare; read-only, shared by every frame)."""
+        stays (read-only, shared by every frame). A frame of a tracker costs an identity test: the weights
+        it passes are its parameter set's read-only array; other arrays are compared by their bytes."""
         if weights is None:
             return self._bright
-        key = (np.asarray(weights).tobytes(), weight_scale)
-        cached_key, consts = self._filter_cache  # one tuple: a concurrent swap never mixes two filters
-        if key != cached_key:
-            real = np.asarray(weights, np.float32).reshape(-1) * np.float32(weight_scale)
-            consts = self._pack(real, int(np.sum(weights)) <= 0)
-            self._filter_cache = key, consts
+        cached = self._filter_cache
+        if weights is cached[0] and weight_scale == cached[1]:
+            return cached[3]
+        array = np.asarray(weights)
+        key = array.tobytes()
+        if key == cached[2] and weight_scale == cached[1]:
+            consts = cached[3]
+        else:
+            real = np.asarray(array, np.float32).reshape(-1) * np.float32(weight_scale)
+            consts = self._pack(real, int(np.sum(array)) <= 0)
+        self._filter_cache = (None if array.flags.writeable else array), weight_scale, key, consts
         return consts
 
     def response(self, fitted: np.ndarray, weights: np.ndarray | None,
@@ -140,6 +149,15 @@ class SpotValidity:
         device ran with (None for the bright variant)."""
         reason, coverage, mass, contrast, margin = self.measure(fitted, self.consts(weights, weight_scale))
         return SpotEvidence(reason == spot_kernels.OK, REASONS[reason], coverage, mass, contrast, margin)
+
+    def frame(self, fitted: np.ndarray, weights: np.ndarray | None,
+              weight_scale: float | None) -> tuple[int, float, float, float, float]:
+        """:meth:`measure` of a frame ``RoboticsModule.fit`` made (a C-contiguous uint8 (H, W, C) array,
+        taken as it is) with the filter weights the device ran with (:meth:`consts`): the tracker's call."""
+        consts = self.consts(weights, weight_scale)
+        if self.kernels:
+            return spot_kernels.evidence(fitted, self.real_of, consts)
+        return self.measure(fitted, consts)
 
     def measure(self, fitted: np.ndarray, consts: np.ndarray) -> tuple[int, float, float, float, float]:
         """(reason index in REASONS, coverage, mass, contrast, margin) of one frame: the frame path.

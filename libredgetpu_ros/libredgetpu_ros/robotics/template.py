@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -141,9 +142,9 @@ class RoboticsTemplate:
     def output(self) -> TensorSpec:
         return self.boundary.outputs[0]
 
-    @property
+    @cached_property
     def image_shape(self) -> tuple[int, int, int]:
-        """(height, width, channels) of the input image."""
+        """(height, width, channels) of the input image (computed once: every frame's fit reads it)."""
         shape = self.input.shape
         return int(shape[1]), int(shape[2]), int(shape[3])
 
@@ -285,25 +286,26 @@ class TemplateRunner:
             self.backend = None
         else:
             self.backend = _open(template, backend, device, cpu_threads, rate_hz, stream)
-        start_blobs = dict(template.blobs() if blobs is None else blobs)
-        twin = {int(i): template.twin.buffer_data(template.twin.tensors[i]) for i in twin_tensors}
-        self.store = ParameterStore(start_blobs, twin)
-        if self.backend is not None:  # every backend is a reparam.ParameterTarget (backends/base.py)
-            self.store.add_target(self.backend)
-            if backend_object is None and self.backend_name == "cpu":
-                self._warm_up_twin()
+        try:
+            start_blobs = dict(template.blobs() if blobs is None else blobs)
+            twin = {int(i): template.twin.buffer_data(template.twin.tensors[i]) for i in twin_tensors}
+            self.store = ParameterStore(start_blobs, twin)
+            if self.backend is not None:  # every backend is a reparam.ParameterTarget (backends/base.py)
+                self.store.add_target(self.backend)
+                if backend_object is None and self.backend_name == "cpu":
+                    self._warm_up_twin()
+        except BaseException:
+            # a backend this runner opened is closed before the error leaves (a caller's double is its own)
+            if backend_object is None and self.backend is not None:
+                self.backend.close()
+            raise
 
     def _warm_up_twin(self) -> None:
         """One LiteRT invoke on a zero input now: the interpreter's first invoke prepares its kernels and
         touches its arena (2-4x a later frame), which the first real frame would pay. Only the CPU twin: an
-        Edge TPU's first run is a device transfer, and a shared one's turns belong to its users. A twin that
-        cannot run closes its backend before the error leaves."""
+        Edge TPU's first run is a device transfer, and a shared one's turns belong to its users."""
         spec = self.template.input
-        try:
-            self.backend.run([np.zeros(spec.shape, spec.dtype)], parameters=self.store.current)
-        except BaseException:
-            self.backend.close()
-            raise
+        self.backend.run([np.zeros(spec.shape, spec.dtype)], parameters=self.store.current)
 
     @property
     def backend_name(self) -> str:

@@ -288,3 +288,23 @@ def test_check_takes_the_template_input_in_any_layout(trackers) -> None:
             assert tracker.validity.check(layout, weights, tracker.filter_scale) == expected
         with pytest.raises(ValueError):
             tracker.validity.check(fitted[:32], weights, tracker.filter_scale)
+
+
+def test_the_check_follows_a_colour_swap_and_back() -> None:
+    """``track`` checks each frame with the filter the device ran with: a green disc is no target for the red
+    filter, a valid target once the filter is swapped to green, and no target again after the swap back
+    (SpotValidity's filter cache is keyed by the parameter set's weights, never left on an old filter)."""
+    from libredgetpu_ros.robotics.spot import COLOR_PRESETS
+
+    wall = _walls("green")["natural_gray"]
+    frame = presets.spot_scene(VARIANTS["green"], 12, wall, frames=1)[0].image
+    with SpotTracker.from_template(64, "red", backend="cpu") as tracker:
+        reasons = []
+        for colour in ("red", "green", "red", "green"):
+            tracker.set_color(COLOR_PRESETS[colour])
+            result = tracker.track(frame)
+            weights = tracker.runner.parameters.twin[tracker._filter.index]
+            assert result.reason == tracker.validity.check(tracker.fit(frame), np.array(weights),
+                                                           tracker.filter_scale).reason
+            reasons.append(result.reason)
+    assert reasons[1] == reasons[3] == "ok" and reasons[0] == reasons[2] != "ok"

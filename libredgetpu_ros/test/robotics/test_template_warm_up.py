@@ -1,6 +1,7 @@
 """A robotics template opened on the CPU twin runs LiteRT once on a zero input at open (its first invoke
 prepares the kernels and touches the arena: 2-4x a later frame, which the first real frame paid), and a twin
-that cannot run closes its backend before the error leaves. A backend double is never run by the warm-up."""
+that cannot run closes its backend before the error leaves, as does any failure after the backend opened
+(building the parameter store). A backend double is never run by the warm-up."""
 
 from __future__ import annotations
 
@@ -44,6 +45,31 @@ def test_a_twin_that_cannot_run_closes_its_backend(monkeypatch: pytest.MonkeyPat
     with pytest.raises(RuntimeError, match="cannot run"):
         TemplateRunner(load_template("color_red_64x64"), backend="cpu")
     assert len(closed) == 1
+
+
+@pytest.mark.parametrize("kwargs, error", [({"twin_tensors": (10 ** 6,)}, IndexError),
+                                           ({"blobs": {"bogus": np.zeros(4, np.uint8)}}, ValueError)])
+def test_a_parameter_store_that_cannot_be_built_closes_the_backend(monkeypatch: pytest.MonkeyPatch, kwargs,
+                                                                    error) -> None:
+    """The backend is open when the parameter store is built (a twin tensor that is not there, a blob of an
+    unknown kind): the error leaves with the backend closed, not leaked."""
+    opened: list[CpuBackend] = []
+    closed: list[CpuBackend] = []
+    real_load, real_close = CpuBackend.load, CpuBackend.close
+
+    def counting_load(self, *args, **kwargs):
+        opened.append(self)
+        return real_load(self, *args, **kwargs)
+
+    def counting_close(self) -> None:
+        closed.append(self)
+        real_close(self)
+
+    monkeypatch.setattr(CpuBackend, "load", counting_load)
+    monkeypatch.setattr(CpuBackend, "close", counting_close)
+    with pytest.raises(error):
+        TemplateRunner(load_template("color_red_64x64"), backend="cpu", **kwargs)
+    assert len(opened) == 1 and closed == opened
 
 
 def test_a_backend_double_is_not_run_at_open() -> None:
