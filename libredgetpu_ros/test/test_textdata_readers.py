@@ -140,9 +140,22 @@ def test_offered_qos_over_the_per_topic_cap_refused_before_parsing(tmp_path, sto
                 rf"{MAX_QOS_PROFILE_BYTES} accepted per topic")
     with pytest.raises(InputError, match=expected) as refused:
         open_reader(write("many", 300))
-    # bag-repair copies the profiles as they are: its hint would send the user nowhere
+    # not the generic "bag-repair recovers" hint: the QoS hint says what bag-repair does with such a topic
     assert "bag-repair` recovers" not in str(refused.value), refused.value
     assert str(refused.value).endswith(QOS_HINT), refused.value
+    # ... and it does: the copy keeps the message, drops the profiles (checked, never parsed) and says so
+    from libredgetpu_ros.bags.repair import repair_bag
+
+    summary = repair_bag(tmp_path / "many", tmp_path / "fixed")
+    assert summary.messages == 1 and list(summary.qos_dropped) == ["/camera/chatty_qos"], summary.text()
+    assert "accepted per topic" in summary.qos_dropped["/camera/chatty_qos"]
+    assert "QoS profiles not copied" in summary.text()
+    fixed = open_reader(tmp_path / "fixed")
+    try:
+        assert [c.topic for c in fixed.connections] == ["/camera/chatty_qos"]
+        assert sum(1 for _ in fixed.messages()) == 1
+    finally:
+        fixed.close()
 
 
 @pytest.mark.parametrize("form", ["list", "string"])

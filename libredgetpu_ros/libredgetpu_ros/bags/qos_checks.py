@@ -18,9 +18,10 @@ from libredgetpu_ros.errors import InputError
 # 1 MiB of profiles cost seconds of CPU per topic to parse (figures: docs/bags.md)
 MAX_QOS_PROFILE_BYTES = 64 * 1024
 QOS_KEY = "offered_qos_profiles"
-# bag-repair copies a topic's profiles as they are: it cannot help a bag refused for their size
+# bag-repair copies the bag with such a topic's profiles dropped (said in its summary)
 HINT = (" (no ROS 2 recorder writes QoS profiles this large: the bag's metadata was altered or written by "
-        "another tool; `bag-repair` copies the profiles as they are and cannot help)")
+        "another tool; `libredgetpu-ros bag-repair` copies the bag without that topic's profiles, so a "
+        "player uses its defaults)")
 
 
 class QosTooLarge(InputError):

@@ -3,7 +3,9 @@
 The copy is written by our writers (real chunk CRCs, ``metadata.yaml``), in the source's storage unless
 told otherwise; the source is only read (sqlite only rolls back a transaction its writer left unfinished).
 Topics keep their type, message definition, serialization format and offered QoS; a type's hash comes
-from the bag (sqlite3) or from the typestore, else from the definition the bag carries.
+from the bag (sqlite3) or from the typestore, else from the definition the bag carries. A topic's QoS
+profiles that do not parse, or are over ``qos_checks``' cap (checked before parsing), are dropped and said
+in the summary: the topic is copied with none, so a player uses its defaults.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class RepairSummary:
     dropped: int = 0  # messages of skipped topics, or compressed messages that did not decompress
     decompressed: int = 0  # messages stored zstd-compressed (rosbag2's per-message mode), written plain
     bad_payloads: dict[str, str] = field(default_factory=dict)  # topic -> the last decompression failure
+    qos_dropped: dict[str, str] = field(default_factory=dict)  # topic -> why its QoS profiles were not copied
 
     @property
     def messages(self) -> int:
@@ -54,12 +57,15 @@ class RepairSummary:
                          f"written decompressed")
         lines += [f"  topic {t}: compressed message(s) dropped: {why}"
                   for t, why in sorted(self.bad_payloads.items())]
+        lines += [f"  topic {t}: QoS profiles not copied (a player uses its defaults): {why}"
+                  for t, why in sorted(self.qos_dropped.items())]
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
         return {"source": str(self.source), "output": str(self.output), "storage": self.storage,
                 "messages": self.messages, "dropped": self.dropped, "skipped_topics": self.skipped_topics,
                 "decompressed": self.decompressed, "bad_payloads": self.bad_payloads,
+                "qos_dropped": self.qos_dropped,
                 "files": [{"path": str(r.path), "messages": r.messages, "chunks": r.chunks,
                            "corrupt_chunks": r.corrupt_chunks, "orphans": r.orphans, "bad_rows": r.bad_rows,
                            "complete": r.complete,
@@ -89,14 +95,20 @@ def _definition(channel: Channel) -> tuple[str, str]:
         raise InputError(f"its message definition does not parse: {clip(exc, 200)}") from exc
 
 
-def _qos(channel: Channel) -> list[Any]:
+def _qos(channel: Channel, dropped: dict[str, str]) -> list[Any]:
+    """The channel's QoS profiles as rosbags writes them; none (the reason in ``dropped``) when their text
+    is over the cap, beyond textdata's YAML budgets or does not parse: the topic is still worth copying."""
     from rosbags.rosbag2.metadata import parse_qos
+
+    from libredgetpu_ros.bags.qos_checks import check_qos_text
 
     if not channel.qos:
         return []
     try:
+        check_qos_text(channel.topic, channel.qos, f"topic {clip(channel.topic, 100)}'s QoS profiles")
         return parse_qos(channel.qos)
-    except Exception:  # a damaged QoS string: the topic is still worth copying
+    except Exception as exc:  # rosbags' parser raises several types; any means "not copied"
+        dropped[channel.topic] = clip(exc, 200)
         return []
 
 
@@ -121,7 +133,7 @@ def repair_bag(source: str | Path, output: str | Path, storage: str | None = Non
                         conn = connections[key] = writer.add_connection(
                             channel.topic, channel.msgtype, msgdef=msgdef, rihs01=type_hash,
                             serialization_format=channel.serialization_format or "cdr",
-                            offered_qos_profiles=_qos(channel))
+                            offered_qos_profiles=_qos(channel, summary.qos_dropped))
                     except InputError as exc:
                         summary.skipped_topics[channel.topic] = f"{clip(channel.msgtype, 100)}: {exc}"
                 if conn is None:
