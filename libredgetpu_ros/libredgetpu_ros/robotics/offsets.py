@@ -12,8 +12,7 @@ with ``scale`` / ``zp`` from the model's output tensor and ``temperature`` / ``y
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -21,15 +20,15 @@ from libredgetpu_ros.backends.base import TensorSpec
 from libredgetpu_ros.errors import ModelFormatError
 
 
-@dataclass(frozen=True, slots=True)
-class TrackResult:
+class TrackResult(NamedTuple):
     """Where the target is: offsets from the centre in [-1, 1] (x right, y down), and the parameter version
     that found it.
 
     ``valid`` says whether a controller may act on it; when it is false ``x_offset`` / ``y_offset`` are None,
     the servo error is zero and ``reason`` says why (the modules' checks: robotics/spot_validity.py,
     robotics/ncc.py). ``measured`` keeps what the template's output decodes to either way (LibrEdgeTPU's
-    reading; in the ``libredgetpu`` mode nothing is checked, ``reason`` is "unchecked")."""
+    reading; in the ``libredgetpu`` mode nothing is checked, ``reason`` is "unchecked"). Immutable: a named
+    tuple, made once per frame (a frozen dataclass set its ten fields one call each)."""
 
     x_offset: float | None
     y_offset: float | None
@@ -56,7 +55,7 @@ class TrackResult:
 
     def invalidated(self, reason: str, **evidence: Any) -> TrackResult:
         """This result with no offset (not valid, ``reason``), the decoded output kept in ``measured``."""
-        return replace(self, x_offset=None, y_offset=None, valid=False, reason=reason, **evidence)
+        return self._replace(x_offset=None, y_offset=None, valid=False, reason=reason, **evidence)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"x_offset": self.x_offset, "y_offset": self.y_offset, "direction": self.direction(),
@@ -75,6 +74,9 @@ def offset_to_direction(x_offset: float, y_offset: float, threshold: float = 0.1
     x_dir = "" if abs(x_offset) < threshold else ("right" if x_offset > 0 else "left")
     y_dir = "" if abs(y_offset) < threshold else ("down" if y_offset > 0 else "up")
     return "-".join(d for d in (y_dir, x_dir) if d) or "center"
+
+
+_new_tuple = tuple.__new__
 
 
 class OffsetDecoder:
@@ -106,9 +108,12 @@ class OffsetDecoder:
         """The result of one output: its offsets, or none when a check found it not ``valid`` (``reason``;
         the decoded output kept in ``measured`` either way), and the check's evidence."""
         qx, qy, x, y = self.offsets(raw)
+        # every field given: the tuple made directly, without the named tuple's __new__ call
         if valid:
-            return TrackResult(x, y, (qx, qy), version, True, reason, coverage, mass, None, (x, y))
-        return TrackResult(None, None, (qx, qy), version, False, reason, coverage, mass, None, (x, y))
+            return _new_tuple(TrackResult, (x, y, (qx, qy), version, True, reason, coverage, mass, None,
+                                            (x, y)))
+        return _new_tuple(TrackResult, (None, None, (qx, qy), version, False, reason, coverage, mass, None,
+                                        (x, y)))
 
     def grid_position(self, result: TrackResult, grid_width: int, grid_height: int) -> tuple[float, float]:
         """The decoded output as (column, row) on the soft-argmax grid (``(n - 1) / 2 * (1 + offset)``)."""

@@ -281,7 +281,7 @@ class PatternTracker(RoboticsModule):
                 search[y0:round(row) + kh + kh // 2, x0:round(col) + kw + kw // 2] = 128
         x, y, score = best
         offset = (x / ((self.grid_width - 1) / 2) - 1.0, y / ((self.grid_height - 1) / 2) - 1.0)
-        result = replace(device, x_offset=offset[0], y_offset=offset[1], reason="ok", score=score)
+        result = device._replace(x_offset=offset[0], y_offset=offset[1], reason="ok", score=score)
         evidence = self.validity.check(normal, weights, x, y)
         if not evidence.valid:
             result = result.invalidated(evidence.reason, score=score)
