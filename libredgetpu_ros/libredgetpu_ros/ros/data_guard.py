@@ -134,12 +134,5 @@ class DataPathGuard:
         gave_up = self.gave_up
         return gave_up if gave_up is not None and gave_up is self.in_flight else None
 
-    def idle(self) -> bool:
-        """No callback in flight now (no wait)."""
-        if self._lock.acquire(blocking=False):
-            self._lock.release()
-            return True
-        return False
-
 
 __all__ = ["WAIT_LOG_PERIOD_S", "DataPathGuard", "InFlight"]

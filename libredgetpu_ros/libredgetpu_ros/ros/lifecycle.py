@@ -60,8 +60,9 @@ behind it. Past the bound the safe way on, never a close of what the call runs o
   log and ``/diagnostics`` ERROR naming the call, everything released but what ``close_processor()`` closes
   (the engine, interpreter, device stream, session it runs on), left open; the transition completes, so a
   SIGTERM ends the process (before, it waited until launch's SIGKILL). Once that call returned, the next
-  configure closes it first; a configure while it still runs fails, naming it. An exception it raises on its
-  way out is logged and dropped (the node was released without it).
+  configure closes it first (it waits for the call as long, and fails naming it if it still runs); the
+  ``on_error`` log line says what was left open. An exception it raises on its way out is logged and
+  dropped (the node was released without it).
 """
 
 from __future__ import annotations
@@ -332,17 +333,18 @@ class ManagedNode(LifecycleNode):
             pub.wait_for_all_acked(REPORT_ACK_TIMEOUT)
 
     def _close_left_open(self) -> bool:
-        """Configure: close what a teardown left open under a data-path call that outlived it, now that the
-        call returned; False (logged) while it still runs."""
+        """Configure: close what a teardown left open under a data-path call that outlived it, once the call
+        returned (waited for at most ``deactivate_timeout``); False (logged) while it still runs."""
         guard = self._guard
         if not guard.abandoned:
             return True
-        if not guard.idle():
-            stuck = guard.gave_up
+        timeout = self.deactivate_timeout()
+        stuck = guard.settle(timeout, "configure")
+        if stuck is not None:
             self.get_logger().error(
-                f"configure refused: {stuck.describe() if stuck else 'the data-path callback'}, which "
-                f"{guard.gave_up_by} gave up waiting for, still runs on what the node opened before (left "
-                "open); configure again once it returned (logged)")
+                f"configure failed: {stuck.describe()} still runs on what the node opened before, left open "
+                f"under it by a teardown (waited deactivate_timeout, {timeout:g} s, for it again); configure "
+                "again once it returned (logged)")
             return False
         guard.abandoned = False
         self.close_processor()
@@ -358,8 +360,11 @@ class ManagedNode(LifecycleNode):
 
     def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
         cause = self._crash.cause or "transition callback failed"
-        self.get_logger().error(f"error processing (from {state.label}): {cause}; {self.RELEASE_NOTE}; "
-                                "configure to start again")
+        stuck = self._guard.stuck() if self._guard.abandoned else None
+        release = (f"{self.RELEASE_NOTE}; configure to start again" if stuck is None else
+                   f"releasing everything but what {stuck.describe()} runs on (not {self.RELEASE_NOTE} under "
+                   "it); configure once it returned")
+        self.get_logger().error(f"error processing (from {state.label}): {cause}; {release}")
         self.teardown()
         self._crash.clear()
         return TransitionCallbackReturn.SUCCESS  # -> unconfigured

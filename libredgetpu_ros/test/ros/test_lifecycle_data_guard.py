@@ -167,6 +167,7 @@ def _hold_one(rig: _Rig) -> None:
 
     node = rig.node
     assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+    _wait(lambda: rig.statuses, "a first /diagnostics status (the peer's subscription matched)")
     assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
     _wait(lambda: rig.source.get_subscription_count() > 0, "the data-path subscription")
     rig.source.publish(String(data="in flight"))
@@ -185,6 +186,22 @@ def _in_thread(call: Any) -> tuple[threading.Event, list[Any]]:
 
     threading.Thread(target=run, daemon=True).start()
     return done, result
+
+
+def _wait_log(capfd: Any, text: str) -> str:
+    """The node's log (rclpy's, on this process's stderr) once it holds ``text``."""
+    log: list[str] = []
+
+    def found() -> bool:
+        log.append(capfd.readouterr().err)
+        return text in "".join(log)
+
+    end = time.monotonic() + WAIT_S
+    while not found():
+        if time.monotonic() > end:
+            pytest.fail(f"timed out waiting for {text!r} in the node's log:\n{''.join(log)}")
+        time.sleep(0.01)
+    return "".join(log)
 
 
 def _stuck_timeout() -> list[Any]:
@@ -216,7 +233,7 @@ def test_deactivate_and_cleanup_wait_for_the_callback_in_flight(ros_env) -> None
         assert "source_timestamp" in info and "received_timestamp" in info, info
 
 
-def test_shutdown_goes_on_past_a_stuck_callback_without_closing_under_it(ros_env) -> None:
+def test_shutdown_goes_on_past_a_stuck_callback_without_closing_under_it(ros_env, capfd) -> None:
     from rclpy.lifecycle import TransitionCallbackReturn
 
     with _spinning(ros_env, parameter_overrides=_stuck_timeout()) as rig:
@@ -231,12 +248,11 @@ def test_shutdown_goes_on_past_a_stuck_callback_without_closing_under_it(ros_env
         _wait(lambda: any(level == 2 and message.startswith("shutdown: the data-path callback on /held_in")
                           for level, message in rig.statuses), "the shutdown's ERROR status")
         node.release.set()  # its result meets a destroyed publisher: logged, not a fault
-        assert node.returned.wait(WAIT_S)
-        _wait(lambda: node._guard.in_flight is None, "the callback's exit")
+        _wait_log(capfd, "ignored: the node was released without it")
         assert node.fault is None and "close" not in node.events, node.events  # left to process exit
 
 
-def test_error_processing_goes_on_past_a_stuck_callback_and_configure_closes_after_it(ros_env) -> None:
+def test_error_processing_goes_on_past_a_stuck_callback_and_configure_closes_after_it(ros_env, capfd) -> None:
     from rclpy.lifecycle import TransitionCallbackReturn
 
     with _spinning(ros_env, parameter_overrides=_stuck_timeout()) as rig:
@@ -246,14 +262,17 @@ def test_error_processing_goes_on_past_a_stuck_callback_and_configure_closes_aft
         # Before: on_error waited for the callback without a bound.
         _wait(lambda: node.state_label() == "unconfigured", "error processing to end while the callback runs")
         assert not node.returned.is_set() and "close" not in node.events, node.events
-        assert any(level == 2 and "the data-path callback on /held_in" in message
-                   and "going on without it" in message for level, message in rig.statuses), rig.statuses
+        _wait(lambda: any(level == 2 and "the data-path callback on /held_in" in message
+                          and "going on without it" in message for level, message in rig.statuses),
+              "the ERROR status naming the callback")
+        # The node's log says so (it said "releasing everything; configure to start again" before).
+        _wait_log(capfd, "error processing (from active): a device failure reported by another thread; "
+                  "releasing everything but what the data-path callback on /held_in")
         # What the call runs on is still open: no configure over it.
         assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
         assert node.events == ["open", "callback-start", "deactivate error"], node.events
         node.release.set()
-        assert node.returned.wait(WAIT_S)
-        _wait(lambda: node._guard.in_flight is None, "the callback's exit")
+        _wait_log(capfd, "ignored: the node was released without it")
         assert node.fault is None, node.fault  # its late end is no new fault
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
         assert node.events[-2:] == ["close", "open"], node.events  # closed after the call, then opened
