@@ -16,12 +16,16 @@ kernel file of the package is unchanged (numba alone checks the kernel's own fil
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
+import importlib
 import importlib.util
 import os
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +42,13 @@ _available: bool | None = None
 def cache_dir() -> Path:
     """Where the package's compiled kernels are cached (module docstring)."""
     return user_cache_dir("numba", CACHE_VAR)
+
+
+def active_cache_dir() -> Path:
+    """Where numba writes and reads the package's kernels: the user's ``NUMBA_CACHE_DIR`` when set (it wins,
+    module docstring), else :func:`cache_dir`."""
+    explicit = os.environ.get("NUMBA_CACHE_DIR")
+    return Path(explicit) if explicit else cache_dir()
 
 
 def available() -> bool:
@@ -80,10 +91,29 @@ def _install_locator() -> None:
 
         impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # renamed in numba 0.59
         impl._locator_classes.insert(0, PackageCacheLocator)
+        _install_listener()
         _installed = True
 
 
 _KERNEL_MARKERS = (b"compile_kernels(globals()", b"njit(")
+
+
+def _marked_files() -> list[tuple[Path, bytes]]:
+    """(path, text) of every package file whose text carries a kernel marker, this one included."""
+    found = []
+    for path in sorted(_PACKAGE_DIR.rglob("*.py")):
+        try:
+            text = path.read_bytes()
+        except OSError:
+            continue
+        if any(marker in text for marker in _KERNEL_MARKERS):
+            found.append((path, text))
+    return found
+
+
+def kernel_files() -> list[Path]:
+    """The package files that define compiled kernels (their text marks them): what :data:`FAMILIES` lists."""
+    return [path for path, _ in _marked_files() if path.name != Path(__file__).name]
 
 
 @functools.lru_cache(maxsize=1)
@@ -91,14 +121,9 @@ def _kernel_files_stamp() -> bytes:
     """A digest of every package file that defines compiled kernels (their text marks them), once per
     process: the part of every kernel's cache stamp that notices a change in another kernel file."""
     digest = hashlib.sha256()
-    for path in sorted(_PACKAGE_DIR.rglob("*.py")):
-        try:
-            text = path.read_bytes()
-        except OSError:
-            continue
-        if any(marker in text for marker in _KERNEL_MARKERS):
-            name = str(path.relative_to(_PACKAGE_DIR)).encode()
-            digest.update(name + b"\0" + hashlib.sha256(text).digest())
+    for path, text in _marked_files():
+        name = str(path.relative_to(_PACKAGE_DIR)).encode()
+        digest.update(name + b"\0" + hashlib.sha256(text).digest())
     return digest.digest()
 
 
@@ -149,3 +174,160 @@ def compile_kernels(namespace: dict[str, Any], kernels: Sequence[tuple[str, dict
                 namespace[name] = decorate(**options)(namespace[name])
             _compiled_modules.add(module)
     return True
+
+
+# ----- kernel families ------------------------------------------------------------------------------------
+
+BUILD_COMMAND = "libredgetpu-ros kernels build"
+
+
+@dataclass(frozen=True)
+class Family:
+    """One kernel file: ``module`` defines the kernels, its ``warm_up()`` compiles (or loads) every
+    specialization its users need when they open and returns False without numba."""
+
+    name: str
+    module: str
+    used_by: str
+
+
+# Callees' families before their callers' (image and flow_refine before flow, matmul before reservoir), so a
+# build times each family's own compile.
+FAMILIES: tuple[Family, ...] = (
+    Family("image", "libredgetpu_ros.robotics.image_kernels", "colour frames to grey (1-channel templates)"),
+    Family("resize", "libredgetpu_ros.robotics.resize_kernels", "every robotics module's camera-size frames"),
+    Family("spot", "libredgetpu_ros.robotics.spot_kernels", "SpotTracker's validity check"),
+    Family("looming", "libredgetpu_ros.robotics.looming_kernels", "LoomingDetector (border, scale TTC)"),
+    Family("flow_refine", "libredgetpu_ros.robotics.flow_refine_kernels", "OpticalFlow's refinement"),
+    Family("flow", "libredgetpu_ros.robotics.flow_kernels", "OpticalFlow, VisualCompass"),
+    Family("compass", "libredgetpu_ros.robotics.compass_kernels", "VisualCompass's cylinder warp"),
+    Family("matmul", "libredgetpu_ros.matmul.fastpath", "MatMulEngine (control and reservoir nodes)"),
+    Family("reservoir", "libredgetpu_ros.robotics.reservoir", "ReservoirComputer's step"),
+    Family("postprocess", "libredgetpu_ros.postprocess.kernels", "DeepLab's CPU tail (segmentation)"),
+)
+_FAMILY_OF_MODULE = {f.module: f.name for f in FAMILIES}
+
+
+def family(name: str) -> Family:
+    """The family called ``name``; KeyError naming the known ones."""
+    for item in FAMILIES:
+        if item.name == name:
+            return item
+    raise KeyError(f"no kernel family {name!r} (known: {', '.join(f.name for f in FAMILIES)})")
+
+
+def warm_up(name: str) -> bool:
+    """Compile (or load from the cache folder) family ``name`` for every argument type its modules use, as
+    they do when they open; False without numba."""
+    return bool(importlib.import_module(family(name).module).warm_up())
+
+
+def cache_files(name: str) -> list[Path]:
+    """The cache folder's index files of family ``name``'s kernels (this installation's source file)."""
+    spec = importlib.util.find_spec(family(name).module)
+    if spec is None or spec.origin is None:
+        return []
+    # numba's subfolder for a source folder (caching._CacheLocator.get_suitable_cache_subpath), without
+    # importing numba: the folder's name and a digest of its absolute path
+    source = Path(os.path.abspath(spec.origin))
+    digest = hashlib.sha1(str(source.parent).encode()).hexdigest()
+    return sorted((active_cache_dir() / f"{source.parent.name}_{digest}").glob(f"{source.stem}.*.nbi"))
+
+
+@dataclass
+class Compiled:
+    """What numba compiled (not loaded from the cache folder) on one thread during :func:`compile_watch`."""
+
+    families: list[str] = field(default_factory=list)
+    seconds: float = 0.0  # wall time of the outermost compiles
+
+    def notice(self) -> str:
+        """The line a node logs when its configure had to compile."""
+        return (f"compiled the numba kernels of {', '.join(self.families)} in {self.seconds:.1f} s (cache "
+                f"folder {active_cache_dir()} empty or outdated for them); pre-build them at install time "
+                f"with `{BUILD_COMMAND}` (docs/install.md, Compiled kernels)")
+
+
+class NotCached(RuntimeError):
+    """Raised by a kernel that would compile while :func:`probe` runs: its cache entry is missing or stale."""
+
+    def __init__(self, family: str) -> None:
+        super().__init__(f"kernel family {family} is not in the cache folder {active_cache_dir()}")
+        self.family = family
+
+
+_thread = threading.local()  # per thread: open watches, compile depth, probing
+
+
+def _family_of(data: Any) -> str | None:
+    py_func = getattr(data.get("dispatcher") if isinstance(data, dict) else None, "py_func", None)
+    return _FAMILY_OF_MODULE.get(getattr(py_func, "__module__", ""))
+
+
+def _install_listener() -> None:
+    """numba's ``numba:compile`` event (a cache miss about to compile) feeds the watches and the probe."""
+    from numba.core import event
+
+    class CompileListener(event.Listener):
+        def on_start(self, ev: Any) -> None:
+            name = _family_of(ev.data)
+            if name is None:
+                return
+            if getattr(_thread, "probing", False):
+                raise NotCached(name)
+            depth = getattr(_thread, "depth", 0)
+            if depth == 0:
+                _thread.started = time.perf_counter()
+            _thread.depth = depth + 1
+            for watch in getattr(_thread, "watches", ()):
+                if name not in watch.families:
+                    watch.families.append(name)
+
+        def on_end(self, ev: Any) -> None:
+            if _family_of(ev.data) is None or getattr(_thread, "probing", False):
+                return
+            _thread.depth -= 1
+            if _thread.depth == 0:
+                elapsed = time.perf_counter() - _thread.started
+                for watch in getattr(_thread, "watches", ()):
+                    watch.seconds += elapsed
+
+    event.register("numba:compile", CompileListener())
+
+
+@contextlib.contextmanager
+def compile_watch() -> Iterator[Compiled]:
+    """The families this thread compiles inside the block (none when the cache folder had them all): a
+    node's configure logs :meth:`Compiled.notice` when there are some."""
+    watch = Compiled()
+    watches = getattr(_thread, "watches", None)
+    if watches is None:
+        watches = _thread.watches = []
+    watches.append(watch)
+    try:
+        yield watch
+    finally:
+        watches.remove(watch)
+
+
+@contextlib.contextmanager
+def compile_notice(log: Callable[[str], None]) -> Iterator[None]:
+    """:func:`compile_watch` whose notice goes to ``log`` (a node's INFO) when the block compiled."""
+    with compile_watch() as watch:
+        yield
+    if watch.families:
+        log(watch.notice())
+
+
+def probe(name: str) -> bool:
+    """True when family ``name`` opens from the cache folder without compiling anything (its warm-up runs
+    with every compile refused); False when one of its kernels would compile. Without numba: False."""
+    if not available():
+        return False
+    _thread.probing = True
+    try:
+        return warm_up(name)
+    except NotCached:
+        return False
+    finally:
+        _thread.probing = False

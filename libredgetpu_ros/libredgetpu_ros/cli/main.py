@@ -48,6 +48,7 @@ SUBCOMMANDS: list[tuple[str, str]] = [
     ("models", "models_cmd"),
     ("robotics", "robotics_cmd"),
     ("retarget", "retarget_cmd"),
+    ("kernels", "kernels_cmd"),
 ]
 
 

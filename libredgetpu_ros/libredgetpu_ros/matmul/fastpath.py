@@ -235,13 +235,15 @@ def twin_matmul(x: np.ndarray, weights: np.ndarray, input_scale: float, input_ze
     return y
 
 
-def warm_up() -> None:
+def warm_up() -> bool:
     """Import numba and compile (or load from the cache folder) every kernel for the dtypes the engine
-    passes, now rather than on a first swap or matmul. Free after the first call in a process; no-op without
-    numba."""
+    passes, now rather than on a first swap or matmul (the ``matmul`` family of ``jit.FAMILIES``). Free after
+    the first call in a process; False without numba."""
     global _warm
-    if _warm or not _compile():
-        return
+    if _warm:
+        return True
+    if not _compile():
+        return False
     overhead = np.zeros(GROUP_OVERHEAD, dtype=np.uint8)
     scales = np.ones(GROUP_ROWS, dtype=np.float32)
     # read-only arrays are a specialization of their own: the control node's requests and the reservoir's
@@ -259,3 +261,4 @@ def warm_up() -> None:
     for inputs in (x, jit.read_only(x)):
         twin_matmul(inputs, active, 1.0, 128, scales, 128, 1.0)
     _warm = True
+    return True

@@ -182,6 +182,21 @@ def resize_argmax_kernel() -> Any:
     return kernels["resize_argmax"]
 
 
+# The quantized outputs of a CONV_2D the DeepLab tail requantizes (its output tensor's type).
+REQUANTIZE_DTYPES = (np.dtype(np.uint8), np.dtype(np.int8))
+
+
+def warm_up() -> bool:
+    """Both kernels compiled (or loaded) for every type a post-processor builds them for (the ``postprocess``
+    family of ``jit.FAMILIES``: what ``libredgetpu-ros kernels build`` runs); False without numba."""
+    if compiled() is None:
+        return False
+    for dtype in REQUANTIZE_DTYPES:
+        requantize_kernel(dtype)
+    resize_argmax_kernel()
+    return True
+
+
 def shift_params(multiplier: np.ndarray, shift: np.ndarray, half_up: bool = False) -> tuple[np.ndarray, ...]:
     """(multiplier, left, right, half, negative) int64 arrays for ``_requantize``; ``half_up`` as
     ``qops.multiply_by_quantized_multiplier``'s (halves rounded up, not away from zero)."""

@@ -40,6 +40,7 @@ from libredgetpu_ros import jit
 from libredgetpu_ros.atomicio import atomic_open
 from libredgetpu_ros.errors import ConfigError, InputError
 from libredgetpu_ros.matmul import MatMulEngine, fastpath
+from libredgetpu_ros.matmul.twin import DenseQuantization
 from libredgetpu_ros.npyfile import read_npz_meta
 from libredgetpu_ros.robotics.reservoir_precision import DitheredProduct
 from libredgetpu_ros.textdata import clip_repr
@@ -140,6 +141,32 @@ def _fused_kernel() -> Any:
     return _fused
 
 
+def _fused_call(x: np.ndarray, u: np.ndarray, w_in: np.ndarray, bias: np.ndarray, gain: float,
+                leak: float, act: int, weights: np.ndarray, quant: DenseQuantization,
+                multipliers: np.ndarray) -> np.ndarray:
+    """One step through the compiled kernel, every scalar as the type :func:`warm_up` compiled (a leak rate
+    given as ``1`` must not compile an int specialization on a robot's first state)."""
+    out, y = np.empty(x.shape[0]), np.empty((1, x.shape[0]), dtype=np.float32)  # per call: fit may run too
+    _fused(x, u, w_in, bias, float(gain), float(leak), int(act), weights, float(quant.input_scale),
+           float(quant.input_zero_point), multipliers, int(quant.output_zero_point),
+           float(quant.output_scale), y, out)
+    return out
+
+
+def warm_up() -> bool:
+    """Compile (or load) the fused step (``jit.FAMILIES``' ``reservoir``) for the arrays a ReservoirComputer
+    passes: inputs writable or read-only (the node's np.frombuffer views), read-only active weights."""
+    if _fused_kernel() is None:
+        return False
+    n = 2
+    quant = DenseQuantization(1.0, 128, 1.0, 128, np.ones(n, np.float32))
+    weights = jit.read_only(np.zeros((n, n), np.int8))
+    for u in (np.zeros(1), jit.read_only(np.zeros(1))):
+        _fused_call(np.zeros(n), u, np.zeros((n, 1)), np.zeros(n), 1.0, 0.5, 0, weights, quant,
+                    quant.multipliers())
+    return True
+
+
 def _activation(name: str):
     if name == "tanh":
         return np.tanh
@@ -208,7 +235,7 @@ class ReservoirComputer:
             # tanh states are within 1; relu/identity states beyond it clip a pass, which is then left out
             self._precise = DitheredProduct(engine, config.passes, config.seed, self._w_res32 / self.gain)
         # Compile (or load from numba's cache) the step now: the first state of a live stream must not wait.
-        _fused_kernel()
+        warm_up()
         self._advance(np.zeros(n), np.zeros(m))
         self._advance(np.zeros(n), jit.read_only(np.zeros(m)))  # the node's inputs: np.frombuffer views
         self._lock = threading.Lock()
@@ -263,12 +290,8 @@ class ReservoirComputer:
             return (1.0 - a) * x + a * self._act(pre)
         weights = self.engine.twin_weights() if _fused is not None else None
         if weights is not None:  # CPU twin: the whole step in one compiled call (same arithmetic)
-            quant, out = self.engine.quantization, np.empty(self.size)
-            y = np.empty((1, self.size), dtype=np.float32)  # per call: fit (service thread) may run too
-            _fused(x, u, self.input_weights, self.input_bias, self.gain, a, self._act_code, weights,
-                   quant.input_scale, float(quant.input_zero_point), self._multipliers,
-                   quant.output_zero_point, quant.output_scale, y, out)
-            return out
+            return _fused_call(x, u, self.input_weights, self.input_bias, self.gain, a, self._act_code,
+                               weights, self.engine.quantization, self._multipliers)
         drive = self.input_bias + self.input_weights @ u
         pre = self.gain * self.engine.matmul(x).astype(np.float64) + drive
         return (1.0 - a) * x + a * self._act(pre)

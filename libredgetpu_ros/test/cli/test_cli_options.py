@@ -50,7 +50,8 @@ def test_every_subcommand_has_json(command: str) -> None:
 def test_every_subcommand_drawing_progress_has_no_progress(command: str) -> None:
     """A command whose module passes a ``progress`` setting on (a tqdm bar) must let scripts turn it off."""
     source = inspect.getsource(importlib.import_module(f"libredgetpu_ros.cli.{MODULES[command.split()[0]]}"))
-    draws = "progress=" in source and (command.split()[0] != "models" or command == "models fetch")
+    draws = "progress=" in source and (command.split()[0] not in ("models", "kernels")
+                                       or command in ("models fetch", "kernels build"))
     assert ("--no-progress" in _options(LEAVES[command])) == draws, command
 
 

@@ -48,6 +48,7 @@ from rclpy.subscription import MessageInfo
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
+from libredgetpu_ros import jit
 from libredgetpu_ros.errors import BackendError, DeviceError, ImageError, InputError, LibrEdgeTpuError
 from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.camera import report
@@ -100,13 +101,14 @@ class CameraNode(ImageInput, ManagedNode):
         blank frame, no state kept); a ``LibrEdgeTpuError`` fails configure."""
         self._intake.reset(stats=True)
         self._incompatible.reset()
-        processor = self.PROCESSOR(self.cfg, warn=self.get_logger().warning,
-                                   node=self.get_fully_qualified_name())
-        try:  # the first inference's one-off costs (LiteRT's first run, cold buffers): here, not on a frame
-            processor.warm_up(None)
-        except BaseException:
-            processor.close()
-            raise
+        with jit.compile_notice(self.get_logger().info):  # one INFO line when the kernel cache was cold
+            processor = self.PROCESSOR(self.cfg, warn=self.get_logger().warning,
+                                       node=self.get_fully_qualified_name())
+            try:  # the first inference's one-off costs (LiteRT's first run, cold buffers): not on a frame
+                processor.warm_up(None)
+            except BaseException:
+                processor.close()
+                raise
         with self._processor_lock:
             self._processor = processor
 

@@ -53,6 +53,7 @@ from rclpy.time import Time
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Header
 
+from libredgetpu_ros import jit
 from libredgetpu_ros.errors import DeviceNotFoundError, InputError
 from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.control import stats
@@ -97,7 +98,8 @@ class ControlNode(ManagedNode):
         return dataclasses.replace(cfg, joint_names=tuple(n for n in cfg.joint_names if n))
 
     def open_processor(self) -> None:
-        self._ctl = Controller(self.cfg, self.get_fully_qualified_name())
+        with jit.compile_notice(self.get_logger().info):  # one INFO line when the kernel cache was cold
+            self._ctl = Controller(self.cfg, self.get_fully_qualified_name())
         self._check_accelerator()
 
     def create_outputs(self) -> None:

@@ -36,6 +36,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
+from libredgetpu_ros import jit
 from libredgetpu_ros.errors import InputError, LibrEdgeTpuError
 from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.control.codec import JointOrder, describe_non_finite
@@ -117,7 +118,8 @@ class ReservoirNode(ManagedNode):
 
     def open_processor(self) -> None:
         cfg = self.cfg
-        self._rc = open_reservoir(cfg, self.get_fully_qualified_name())
+        with jit.compile_notice(self.get_logger().info):  # one INFO line when the kernel cache was cold
+            self._rc = open_reservoir(cfg, self.get_fully_qualified_name())
         self._order = JointOrder(cfg.joint_names) if cfg.joint_names else None
         self._buffer = collections.deque(maxlen=cfg.buffer_size)
         self._stats = _Stats()
