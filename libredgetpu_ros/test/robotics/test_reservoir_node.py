@@ -62,9 +62,36 @@ def _params(tmp: Path, **params: Any) -> Path:
     return path
 
 
-def _spawn(ros_env: Any, params: Path) -> None:
+def _spawn(ros_env: Any, params: Path, node: str = "reservoir") -> None:
     ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.ros.reservoir.node", "--ros-args", "-r",
-                   "__node:=reservoir", "-r", "joints:=/joints", "--params-file", str(params)], "reservoir")
+                   f"__node:={node}", "-r", "joints:=/joints", "--params-file", str(params)], node)
+
+
+def test_configure_names_the_kernels_it_compiled_once_and_never_from_a_warm_cache(ros_env,
+                                                                                   tmp_path: Path) -> None:
+    """An empty kernel cache folder (a robot's first boot): configure compiles the engine's and the
+    reservoir's kernels and says so in one INFO line with the command that pre-builds them; the next node's
+    configure on the same folder loads them and says nothing."""
+    ros_env.env["LIBREDGETPU_ROS_NUMBA_CACHE"] = str(tmp_path / "numba_cache")
+    ros_env.env.pop("NUMBA_CACHE_DIR", None)
+    params = _params(tmp_path)
+    lines = {}
+    for node in ("reservoir", "reservoir_warm"):
+        _spawn(ros_env, params, node)
+        peer = Peer(ros_env, node)
+        assert peer.transition("configure")
+        log = ros_env.work_dir / f"{node}.log"
+
+        def configured(log: Path = log) -> str:
+            text = log.read_text()
+            return text if "configured:" in text else ""
+
+        text = peer.wait_for(f"{node}'s configured line", configured)
+        lines[node] = [line for line in text.splitlines() if "libredgetpu-ros kernels build" in line]
+    [cold] = lines["reservoir"]
+    assert "INFO" in cold and "compiled the numba kernels of matmul, reservoir in" in cold, cold
+    assert str(tmp_path / "numba_cache") in cold
+    assert lines["reservoir_warm"] == []
 
 
 def test_fit_predict_bad_states_and_readout_files(ros_env, tmp_path: Path) -> None:
