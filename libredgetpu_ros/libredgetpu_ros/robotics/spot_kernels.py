@@ -22,9 +22,9 @@ their own int8 share rounds to 0 either way (~1e-16 apart, as the reordering). `
 checks kernel and NumPy path give the same evidence. Compiled (or loaded from the cache folder,
 libredgetpu_ros.jit) by :func:`warm_up` when a checked tracker opens.
 
-``evidence(fitted, real_of, consts)``: ``fitted`` the (H, W, C) uint8 template input, C-contiguous;
+``evidence(fitted, real_of, consts, exps)``: ``fitted`` the (H, W, C) uint8 template input, C-contiguous;
 ``real_of`` the real value (float32) of each response level (int8 value + 128); ``consts`` float64, laid out
-as the ``C_*`` indices below (:func:`pack`).
+as the ``C_*`` indices below (:func:`pack`); ``exps`` the template's softmax weights (:func:`exp_table`).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def decide(peak, base, mass, coverage, rival, has_rival, opponent, min_contrast,
     return reason, coverage, contrast, margin
 
 
-def measure(levels, h, w, real_of, consts):  # pragma: no cover - compiled
+def measure(levels, h, w, real_of, consts, exps):  # pragma: no cover - compiled
     """(peak, median, mass, coverage, rival, has_rival) of one frame's response levels (module docstring):
     ``rival`` is the strongest response outside the target region grown by one cell; coverage and rival
     are not computed (0, False) when the peak is less than the minimum contrast over the median."""
@@ -157,10 +157,11 @@ def measure(levels, h, w, real_of, consts):  # pragma: no cover - compiled
             break
     base = (real_of[lower] + real_of[upper]) / np.float32(2.0)
     # the softmax over the cells and what the device's int8 output keeps of each weight (once per level),
-    # from the peak down to SKIPPED_BELOW logits under it (real_of grows with the level)
+    # from the peak down to SKIPPED_BELOW logits under it (real_of grows with the level); the weights are
+    # the peak's row of the template's table (exp_table: the same math.exp of the same logits)
     beta = np.float32(consts[C_BETA])
     out_scale, out_zero = consts[C_OUT_SCALE], consts[C_OUT_ZERO]
-    weight = np.zeros(256)
+    weight = exps[top]
     total = 0.0
     last = int(top)
     for level in range(int(top), -1, -1):
@@ -169,7 +170,6 @@ def measure(levels, h, w, real_of, consts):  # pragma: no cover - compiled
             break
         last = level
         if counts[level]:
-            weight[level] = math.exp(logit)
             total += counts[level] * weight[level]
     mass = 0.0
     for level in range(last, int(top) + 1):
@@ -214,18 +214,35 @@ def measure(levels, h, w, real_of, consts):  # pragma: no cover - compiled
     return np.float64(peak), np.float64(base), mass, cells / n, np.float64(real_of[rival]), True
 
 
-def evidence(fitted, real_of, consts):  # pragma: no cover - compiled
+def exp_table(real_of, beta):  # pragma: no cover - compiled
+    """``exps[top, level]``: the softmax weight of a cell at ``level`` when the peak is at ``top``
+    (``math.exp`` of the logit :func:`measure` computes, 0 from ``SKIPPED_BELOW`` logits under the peak
+    down), made once per template (256 x 256 float64, 512 KiB): a frame reads the peak's row instead of
+    calling ``exp`` once per level near the peak."""
+    beta = np.float32(beta)
+    exps = np.zeros((256, 256))
+    for top in range(256):
+        peak = real_of[top]
+        for level in range(top, -1, -1):
+            logit = np.float64(beta * (real_of[level] - peak))
+            if logit < -SKIPPED_BELOW:
+                break
+            exps[top, level] = math.exp(logit)
+    return exps
+
+
+def evidence(fitted, real_of, consts, exps):  # pragma: no cover - compiled
     """(reason index, coverage, mass, contrast, margin) of one frame (module docstring)."""
     h, w, c = fitted.shape
     flat = fitted.reshape(h * w * c)
     if consts[C_COLOUR] != 0.0:
         levels = np.empty(h * w, np.uint8)
         colour_levels(flat, consts, levels)
-        found = measure(levels, h, w, real_of, consts)
+        found = measure(levels, h, w, real_of, consts, exps)
     elif c == 1:
-        found = measure(flat, h, w, real_of, consts)  # the luma is the level (int8(luma - 128) + 128)
+        found = measure(flat, h, w, real_of, consts, exps)  # the luma is the level (int8(luma - 128) + 128)
     else:
-        found = measure(np.ascontiguousarray(flat[::c]), h, w, real_of, consts)
+        found = measure(np.ascontiguousarray(flat[::c]), h, w, real_of, consts, exps)
     peak, base, mass, coverage, rival, has_rival = found
     reason, coverage, contrast, margin = decide(
         peak, base, mass, coverage, rival, has_rival, consts[C_OPPONENT] != 0.0, consts[C_MIN_CONTRAST],
@@ -236,6 +253,7 @@ def evidence(fitted, real_of, consts):  # pragma: no cover - compiled
 KERNELS = (("colour_levels", {"cache": True, "nogil": True}),
            ("decide", {"cache": True, "nogil": True}),
            ("measure", {"cache": True, "nogil": True}),
+           ("exp_table", {"cache": True, "nogil": True}),
            ("evidence", {"cache": True, "nogil": True}))
 
 
@@ -250,12 +268,13 @@ def warm_up() -> bool:
     without numba (the NumPy path is used)."""
     if not jit.compile_kernels(globals(), KERNELS):
         return False
-    real_of = jit.read_only(np.zeros(256, np.float32))  # SpotValidity's table is read-only, as pack's consts
+    real_of = jit.read_only(np.zeros(256, np.float32))  # SpotValidity's tables: read-only, as pack's consts
+    exps = jit.read_only(exp_table(real_of, 1.0))
     limits = (1.0, 0.25, 1.0, 0.5)
     colour = pack(np.ones(3, np.float32), 1.0, 0, 1.0, 1 / 256, -128, limits, False)
     bright = pack(None, 1.0, 0, 1.0, 1 / 256, -128, limits, False)
     for channels, consts in ((3, colour), (1, bright)):
         frame = np.zeros((4, 4, channels), np.uint8)
         for image in (frame, jit.read_only(frame)):  # a ROS frame at the template's size is read-only
-            evidence(image, real_of, consts)
+            evidence(image, real_of, consts, exps)
     return True

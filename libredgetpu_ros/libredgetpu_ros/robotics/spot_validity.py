@@ -100,6 +100,10 @@ class SpotValidity:
         self._filter_cache: tuple[Any, Any, bytes, np.ndarray] = (None, None, b"", self._bright)
         # one compiled call (robotics/spot_kernels.py), compiled or loaded now; the NumPy path without numba
         self.kernels = kernels and spot_kernels.warm_up()
+        # the softmax weight of each (peak level, level) pair, read-only (the kernel's argument every frame)
+        self.exps = spot_kernels.exp_table(self.real_of, self._beta) if self.kernels else None
+        if self.exps is not None:
+            self.exps.setflags(write=False)
 
     def _pack(self, real_weights: np.ndarray | None, opponent: bool) -> np.ndarray:
         limits = self.limits
@@ -156,7 +160,7 @@ class SpotValidity:
         taken as it is) with the filter weights the device ran with (:meth:`consts`): the tracker's call."""
         consts = self.consts(weights, weight_scale)
         if self.kernels:
-            return spot_kernels.evidence(fitted, self.real_of, consts)
+            return spot_kernels.evidence(fitted, self.real_of, consts, self.exps)
         return self.measure(fitted, consts)
 
     def measure(self, fitted: np.ndarray, consts: np.ndarray) -> tuple[int, float, float, float, float]:
@@ -168,7 +172,7 @@ class SpotValidity:
             shape = (self.height, self.width, self.channels)
             if array.shape != shape or not array.flags.c_contiguous:
                 array = np.ascontiguousarray(array).reshape(shape)  # a wrong size is a ValueError
-            return spot_kernels.evidence(array, self.real_of, consts)
+            return spot_kernels.evidence(array, self.real_of, consts, self.exps)
         peak, base, mass, coverage, rival = self._measure(fitted, consts)
         limits = self.limits
         reason, coverage, contrast, margin = spot_kernels.plain(spot_kernels.decide)(
