@@ -1,7 +1,7 @@
 """``libredgetpu-ros kernels build`` / ``status``: a build into an empty cache folder (the environment
 variable pointed at a temporary folder) leaves exactly what a module's open needs there, so a fresh process
 opening that family compiles nothing (numba's dispatcher statistics: hits for every specialization, no miss)
-and its configure would log no notice; ``status --json`` before and after; without numba, nothing to build; a
+and its configure would log no notice; ``status --json`` before, after and once stale; no numba: nothing; a
 bad ``--only`` is one ``error:`` line and exit 2. One cheap family (``image``, about a second of compile)
 keeps the cost small; ``test/test_jit_warm_up.py`` builds every family before the modules it covers open."""
 
@@ -32,6 +32,15 @@ stats = image_kernels.luma.stats
 print(json.dumps({"ok": ok, "compiled": watch.families, "notice": watch.notice() if watch.families else "",
                   "hits": len(stats.cache_hits), "misses": len(stats.cache_misses),
                   "signatures": len(image_kernels.luma.signatures)}))
+"""
+
+# `kernels status --json` as after an upgrade that changed a kernel file (the stamp every entry carries)
+STALE_STATUS = """
+import sys
+from libredgetpu_ros import jit
+jit._kernel_files_stamp = lambda: b"another version of the kernel files"
+from libredgetpu_ros.cli.main import main
+sys.exit(main(["kernels", "status", "--json"]))
 """
 
 
@@ -82,6 +91,9 @@ def test_build_one_family_then_a_fresh_process_opens_it_from_the_cache(tmp_path:
     assert _states(after) == {**dict.fromkeys(FAMILIES, "missing"), "image": "cached"}  # --only: that one
     again = _run(["kernels", "build", "--only", "image", "--json", "--no-progress"], env)
     assert again["families"][0]["state"] == "cached"
+    # A kernel file changed since (an upgrade): the entries are there but no longer load.
+    stale = _run([], env, STALE_STATUS)
+    assert _states(stale) == {**dict.fromkeys(FAMILIES, "missing"), "image": "stale"}
 
 
 def test_build_without_numba_has_nothing_to_build(monkeypatch, capsys) -> None:
