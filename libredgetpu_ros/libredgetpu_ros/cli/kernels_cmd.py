@@ -16,6 +16,7 @@ from typing import Any
 
 from libredgetpu_ros import jit
 from libredgetpu_ros.cli.output import add_json, print_json, say
+from libredgetpu_ros.textdata import clip
 
 HELP = "compiled kernels: build every family into the cache folder ahead of time (install step), status"
 EXAMPLES = (
@@ -82,14 +83,20 @@ def _build_one(name: str, progress: bool) -> dict[str, Any]:
     if progress:
         say(f"kernels: {name}...")
     wall, cpu = time.perf_counter(), time.process_time()
+    error = ""
     with jit.compile_watch() as watch:
-        ok = jit.warm_up(name)
+        try:
+            ok = jit.warm_up(name)
+        except Exception as exc:  # numba's errors have many types; the other families still get built
+            ok, error = False, clip(f"{type(exc).__name__}: {exc}", 300)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    state = "unavailable" if not ok else ("compiled" if name in watch.families else "cached")
+    state = "failed" if error else ("unavailable" if not ok else
+                                    ("compiled" if name in watch.families else "cached"))
     if progress:
         say(f"kernels: {name} {state} in {wall:.1f} s")
     return {"family": name, "state": state, "seconds": round(wall, 3), "cpu_seconds": round(cpu, 3),
-            "also_compiled": [f for f in watch.families if f != name], "used_by": family.used_by}
+            "also_compiled": [f for f in watch.families if f != name], "used_by": family.used_by,
+            "error": error}
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -105,15 +112,21 @@ def _build(args: argparse.Namespace) -> int:
     folder = _writable_folder()
     progress = not args.no_progress
     rows = [_build_one(name, progress=progress) for name in names]
+    failed = [row["family"] for row in rows if row["state"] == "failed"]
     if args.json:
         print_json({"cache": folder, "numba": version, "families": rows})
-        return 0
+        return 1 if failed else 0
     for row in rows:
         also = f"  (also compiled: {', '.join(row['also_compiled'])})" if row["also_compiled"] else ""
         print(f"{row['family']:<12} {row['state']:<9} {row['seconds']:7.2f} s  "
               f"({row['cpu_seconds']:.2f} s CPU){also}")
+        if row["error"]:
+            print(f"  {row['error']}")
     print(f"cache folder: {folder} (numba {version})")
-    return 0
+    if failed:  # the modules still work: they compile (or fall back) when they open, as without a build
+        say(f"error: {len(failed)} kernel famil{'y' if len(failed) == 1 else 'ies'} did not build: "
+            f"{', '.join(failed)}")
+    return 1 if failed else 0
 
 
 def _status(args: argparse.Namespace) -> int:

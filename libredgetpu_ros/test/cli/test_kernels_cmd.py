@@ -125,3 +125,26 @@ def test_help_names_every_family(capsys) -> None:
         cli.build_parser().parse_args(["kernels", "--help"])
     text = capsys.readouterr().out
     assert "build" in text and "status" in text and "libredgetpu-ros kernels build" in text
+
+
+def test_a_family_that_fails_to_compile_is_reported_and_the_rest_built(monkeypatch, capsys, tmp_path) -> None:
+    """A compile error (numba raises many types) is that family's row and exit 1, not a traceback that leaves
+    the families after it unbuilt."""
+    monkeypatch.setenv("LIBREDGETPU_ROS_NUMBA_CACHE", str(tmp_path / "cache"))
+    built = []
+
+    def warm_up(name: str) -> bool:
+        if name == "image":
+            raise RuntimeError("numba said no\nwith a second line")
+        built.append(name)
+        return True
+
+    monkeypatch.setattr(jit, "warm_up", warm_up)
+    assert cli.main(["kernels", "build", "--no-progress", "--only", "image", "--only", "resize"]) == 1
+    captured = capsys.readouterr()
+    assert built == ["resize"]
+    assert "image        failed" in captured.out and "RuntimeError: numba said no" in captured.out
+    assert captured.err.splitlines() == ["error: 1 kernel family did not build: image"]
+    assert cli.main(["kernels", "build", "--json", "--no-progress", "--only", "image"]) == 1
+    [row] = json.loads(capsys.readouterr().out)["families"]
+    assert row["state"] == "failed" and row["error"].startswith("RuntimeError: numba said no")
