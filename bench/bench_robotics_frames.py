@@ -98,6 +98,11 @@ def spot_case(variant: str, frames: list[np.ndarray]) -> tuple[dict, dict]:
                   "fit (channels, resize)": over(frames, tracker.fit),
                   "validity check": over(fitted, lambda f: tracker.validity.frame(f, weights, scale)),
                   "runner.run (the invoke included)": over(fitted, lambda f: tracker.runner.run((f[None],)))}
+    name, decoder = tracker.template.output.name, tracker.decoder
+    raws = [tracker.runner.run((f[None],))[0][name] for f in fitted]  # the outputs the frames decode
+    candidates["decode and result"] = over(raws, lambda raw: decoder.decode(raw, 0, True, "ok", 0.01, 1.0))
+    # what the bench's own wrapper (a lambda taking the next frame) adds to the frame and each piece
+    candidates["bench wrapper alone (a no-op)"] = over(frames, lambda frame: None)
     return {"tracker": tracker}, candidates
 
 

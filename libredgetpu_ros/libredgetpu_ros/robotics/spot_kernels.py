@@ -112,19 +112,24 @@ def measure(levels, h, w, real_of, consts, exps):  # pragma: no cover - compiled
     # the histogram: eight stretches of the frame in eight tables (equal neighbours do not chain on one
     # counter)
     tables = np.zeros(8 * 256, np.int32)
-    part = n // 8
-    for i in range(part):
+    part = np.uint64(n // 8)
+    p2 = part + part
+    p3 = p2 + part
+    p4 = p2 + p2
+    p5, p6, p7 = p2 + p3, p3 + p3, p3 + p4
+    for i in range(part):  # unsigned indices: no negative-index check per access
+        i = np.uint64(i)
+        tables[np.uint64(levels[i])] += 1
+        tables[np.uint64(256) + levels[i + part]] += 1
+        tables[np.uint64(512) + levels[i + p2]] += 1
+        tables[np.uint64(768) + levels[i + p3]] += 1
+        tables[np.uint64(1024) + levels[i + p4]] += 1
+        tables[np.uint64(1280) + levels[i + p5]] += 1
+        tables[np.uint64(1536) + levels[i + p6]] += 1
+        tables[np.uint64(1792) + levels[i + p7]] += 1
+    for i in range(8 * (n // 8), n):
         tables[levels[i]] += 1
-        tables[256 + levels[i + part]] += 1
-        tables[512 + levels[i + 2 * part]] += 1
-        tables[768 + levels[i + 3 * part]] += 1
-        tables[1024 + levels[i + 4 * part]] += 1
-        tables[1280 + levels[i + 5 * part]] += 1
-        tables[1536 + levels[i + 6 * part]] += 1
-        tables[1792 + levels[i + 7 * part]] += 1
-    for i in range(8 * part, n):
-        tables[levels[i]] += 1
-    counts = np.zeros(256, np.int64)
+    counts = np.zeros(256, np.int32)
     for t in range(8):
         for level in range(256):
             counts[level] += tables[256 * t + level]
