@@ -71,10 +71,10 @@ class DataPathGuard:
                     late = (f"; it raised {type(exc).__name__}: {exc}, ignored: the node was released "
                             "without it")
                 finally:
-                    self.in_flight = None
                     if record is self.gave_up:
                         self._logger.warning(f"{record.describe()} returned after {self.gave_up_by} gave up "
                                              f"waiting for it{late}")
+                    self.in_flight = None
 
         def guarded(msg: Any) -> None:
             run(msg)

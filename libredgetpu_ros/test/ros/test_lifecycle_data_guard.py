@@ -188,20 +188,10 @@ def _in_thread(call: Any) -> tuple[threading.Event, list[Any]]:
     return done, result
 
 
-def _wait_log(capfd: Any, text: str) -> str:
-    """The node's log (rclpy's, on this process's stderr) once it holds ``text``."""
-    log: list[str] = []
-
-    def found() -> bool:
-        log.append(capfd.readouterr().err)
-        return text in "".join(log)
-
-    end = time.monotonic() + WAIT_S
-    while not found():
-        if time.monotonic() > end:
-            pytest.fail(f"timed out waiting for {text!r} in the node's log:\n{''.join(log)}")
-        time.sleep(0.01)
-    return "".join(log)
+def _returned(node: Any) -> None:
+    """Wait until the held callback left the guard (which logs its late return before it does)."""
+    assert node.returned.wait(WAIT_S), "the released callback never returned"
+    _wait(lambda: node._guard.in_flight is None, "the callback's exit from the guard")
 
 
 def _stuck_timeout() -> list[Any]:
@@ -248,7 +238,9 @@ def test_shutdown_goes_on_past_a_stuck_callback_without_closing_under_it(ros_env
         _wait(lambda: any(level == 2 and message.startswith("shutdown: the data-path callback on /held_in")
                           for level, message in rig.statuses), "the shutdown's ERROR status")
         node.release.set()  # its result meets a destroyed publisher: logged, not a fault
-        _wait_log(capfd, "ignored: the node was released without it")
+        _returned(node)
+        # One read once the node logged (capfd loses a line written while it reads).
+        assert "ignored: the node was released without it" in capfd.readouterr().err
         assert node.fault is None and "close" not in node.events, node.events  # left to process exit
 
 
@@ -266,13 +258,15 @@ def test_error_processing_goes_on_past_a_stuck_callback_and_configure_closes_aft
                           and "going on without it" in message for level, message in rig.statuses),
               "the ERROR status naming the callback")
         # The node's log says so (it said "releasing everything; configure to start again" before).
-        _wait_log(capfd, "error processing (from active): a device failure reported by another thread; "
-                  "releasing everything but what the data-path callback on /held_in")
+        log = capfd.readouterr().err  # the state is unconfigured once on_error logged
+        assert "error processing (from active): a device failure reported by another thread; releasing " \
+               "everything but what the data-path callback on /held_in" in log, log
         # What the call runs on is still open: no configure over it.
         assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
         assert node.events == ["open", "callback-start", "deactivate error"], node.events
         node.release.set()
-        _wait_log(capfd, "ignored: the node was released without it")
+        _returned(node)
+        assert "ignored: the node was released without it" in capfd.readouterr().err
         assert node.fault is None, node.fault  # its late end is no new fault
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
         assert node.events[-2:] == ["close", "open"], node.events  # closed after the call, then opened
