@@ -155,9 +155,9 @@ def node_class(kind: str) -> type:
 
 
 def parameter_overrides(cls: type, params: dict[str, Any]) -> list[Any]:
-    """Typed overrides through the node module's ``ParamTable`` (and ``params.MANAGED_NODE_PARAMS``, every
-    node's) when it has one (ints accepted for doubles, lists for string arrays, unknown names rejected), else
-    typed by the YAML values."""
+    """Typed overrides through the node module's ``ParamTable`` (and ``params.NODE_WIDE_TABLES``, every
+    node's: ``deactivate_timeout``, ``use_sim_time``) when it has one (ints accepted for doubles, lists for
+    string arrays, unknown names rejected), else typed by the YAML values."""
     from rclpy.parameter import Parameter
 
     from libredgetpu_ros.ros.params import ParamTable, node_overrides
@@ -167,7 +167,7 @@ def parameter_overrides(cls: type, params: dict[str, Any]) -> list[Any]:
     module = importlib.import_module(cls.__module__)
     tables = [v for v in vars(module).values() if isinstance(v, ParamTable)]
     if len(tables) == 1:
-        # with the base's (deactivate_timeout); an unknown name's error lists qos_overrides too
+        # with every node's (deactivate_timeout, use_sim_time); an unknown name's error lists qos_overrides
         return node_overrides(tables[0], params, also=["qos_overrides"]) + qos
     return [Parameter(k, value=v) for k, v in params.items()] + qos
 

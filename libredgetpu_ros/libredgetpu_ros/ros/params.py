@@ -295,11 +295,29 @@ class ManagedNodeConfig:
 MANAGED_NODE_PARAMS = ParamTable([DEACTIVATE_TIMEOUT], ManagedNodeConfig)
 
 
+@dataclass(frozen=True)
+class RclpyNodeConfig:
+    use_sim_time: bool
+
+
+# What rclpy itself declares on every node (never declared here): typed for bringup's overrides only.
+RCLPY_NODE_PARAMS = ParamTable([ParamSpec(
+    "use_sim_time", False, "the node's clock follows /clock (e.g. `libredgetpu-ros replay --clock`) instead "
+    "of the system clock", mutability="runtime")], RclpyNodeConfig)
+
+# Every node's parameters beside its own table.
+NODE_WIDE_TABLES = (MANAGED_NODE_PARAMS, RCLPY_NODE_PARAMS)
+
+
 def node_overrides(table: ParamTable, values: dict[str, Any], also: Iterable[str] = ()) -> list[Parameter]:
-    """Typed overrides of a node's parameters: its table's and :data:`MANAGED_NODE_PARAMS`'. A name neither
-    knows is a ConfigError listing every parameter the node accepts: both tables' and ``also`` (what the
-    caller takes itself, e.g. bringup's ``qos_overrides``)."""
-    managed = {k: v for k, v in values.items() if k in MANAGED_NODE_PARAMS.specs and k not in table.specs}
-    own = {k: v for k, v in values.items() if k not in managed}
-    known = [*table.specs, *(k for k in MANAGED_NODE_PARAMS.specs if k not in table.specs), *also]
-    return table.overrides(own, known) + MANAGED_NODE_PARAMS.overrides(managed)
+    """Typed overrides of a node's parameters: its table's and the :data:`NODE_WIDE_TABLES`' (the base's
+    ``deactivate_timeout``, rclpy's ``use_sim_time``). A name none knows is a ConfigError listing every
+    parameter the node accepts: all those tables' and ``also`` (what the caller takes itself, e.g. bringup's
+    ``qos_overrides``)."""
+    wide = [{k: v for k, v in values.items() if k in t.specs and k not in table.specs}
+            for t in NODE_WIDE_TABLES]
+    taken = {k for part in wide for k in part}
+    own = {k: v for k, v in values.items() if k not in taken}
+    known = list(dict.fromkeys([*table.specs, *(k for t in NODE_WIDE_TABLES for k in t.specs), *also]))
+    return table.overrides(own, known) + [p for t, part in zip(NODE_WIDE_TABLES, wide, strict=True)
+                                          for p in t.overrides(part)]

@@ -131,18 +131,35 @@ def test_bringup_parameters_are_typed_by_the_node_table(tmp_path: Path, fixture_
 
 
 def test_an_unknown_bringup_parameter_lists_every_parameter_the_node_accepts() -> None:
-    """The node's own table, the base's (deactivate_timeout: it listed only the table's before) and bringup's
-    qos_overrides."""
+    """The node's own table, every node's (the base's deactivate_timeout, rclpy's use_sim_time: it listed only
+    the table's before) and bringup's qos_overrides."""
     from libredgetpu_ros.ros.bringup import node_class, parameter_overrides
-    from libredgetpu_ros.ros.params import MANAGED_NODE_PARAMS
 
     for kind in ("perception", "control", "reservoir"):
         cls = node_class(kind)
         with pytest.raises(ConfigError, match="unknown parameter") as raised:
             parameter_overrides(cls, {"modle": "x", "deactivate_timeout": 3})
         known = str(raised.value).split("; known: ", 1)[1].split(", ")
-        assert set(known) == {*cls.PARAMS.specs, *MANAGED_NODE_PARAMS.specs, "qos_overrides"}, (kind, known)
+        assert set(known) == {*cls.PARAMS.specs, "deactivate_timeout", "use_sim_time", "qos_overrides"}, \
+            (kind, known)
         assert len(known) == len(set(known)), known
+    with pytest.raises(ConfigError, match="use_sim_time must be true/false"):
+        parameter_overrides(node_class("control"), {"use_sim_time": "yes"})
+
+
+@pytest.mark.ros
+def test_use_sim_time_in_a_bringup_file_reaches_the_node(ros_env) -> None:
+    """rclpy's own parameter (refused as unknown before): the node's clock follows /clock."""
+    from libredgetpu_ros.ros.bringup import node_class, parameter_overrides
+
+    cls = node_class("control")
+    node = cls("sim_control", context=ros_env.init_rclpy(),
+               parameter_overrides=parameter_overrides(cls, {"use_sim_time": True, "backend": "cpu"}))
+    try:
+        assert node.get_parameter("use_sim_time").value is True
+        assert node.get_clock().ros_time_is_active
+    finally:
+        node.destroy_node()
 
 
 @pytest.mark.ros
