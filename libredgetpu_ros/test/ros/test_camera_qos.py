@@ -7,6 +7,7 @@ frame, which lists the image topics that exist (not the node's own outputs) and 
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -44,23 +45,34 @@ def test_no_input_warns_once_with_the_image_topics_that_exist(ros_env, fixture_p
     camera = Node("other_camera", context=context)
     camera.create_publisher(CompressedImage, "/front/image_raw/compressed", 10)
     warnings: list[str] = []
+    warned_at: list[float] = []
+
+    def warning(text: str) -> None:
+        warnings.append(text)
+        warned_at.append(time.monotonic())
 
     class Logger:
         def __getattr__(self, name: str):
-            return warnings.append if name == "warning" else (lambda *a, **k: None)
+            return warning if name == "warning" else (lambda *a, **k: None)
 
     executor = SingleThreadedExecutor(context=context)
     for n in (node, camera):
         executor.add_node(n)
     try:
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
-        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
         monkeypatch.setattr(node, "get_logger", Logger)
+        activated = time.monotonic()
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
         end = time.monotonic() + 3.0
         while time.monotonic() < end:
             executor.spin_once(timeout_sec=0.05)
         silent = [w for w in warnings if w.startswith("no frame on /image_raw")]
         assert len(silent) == 1, warnings  # once per silence
+        # the silence counts from activation: it once counted from 0, the machine's boot ("for 37538 s"),
+        # and warned at the first diagnostics tick
+        assert int(re.search(r"for (\d+) s", silent[0]).group(1)) <= 3, silent[0]
+        at = warned_at[warnings.index(silent[0])]
+        assert at - activated >= 0.5, (at - activated, silent[0])
         assert "/front/image_raw/compressed (CompressedImage)" in silent[0]
         assert "/annotated" not in silent[0]  # the node's own outputs are not cameras
         # nor its own input, which nobody publishes (it was listed as a topic "that exists")

@@ -53,6 +53,12 @@ class ImageInput:
     def _publisher_reliabilities(self) -> list[str]:
         return image_qos.publisher_reliabilities(self.get_publishers_info_by_topic(self._input_topic()))
 
+    def _start_silence_clock(self) -> None:
+        """Activate: the no-frame WARN counts ``input_timeout`` from now (from 0 it read the machine's uptime
+        and warned at the first diagnostics tick)."""
+        self._silence_since, self._silence_received = time.monotonic(), self._intake.stats.received
+        self._silence_warned = False
+
     def _subscribe(self) -> None:
         p: ImageParams = self.cfg
         topic, compressed = input_subscription(p, self.resolve_topic_name(p.input_topic))

@@ -201,6 +201,7 @@ class CameraNode(ImageInput, ManagedNode):
         """Activate: a fresh intake, the image subscription (``camera/image_input.py``)."""
         self._idle_ns = 0
         self._intake.reset()
+        self._start_silence_clock()
         self._subscribe()
 
     def drop_inputs(self) -> None:
