@@ -99,7 +99,7 @@ def load_node_config(path: str | Path, overrides: dict[str, Any] | None = None,
     from libredgetpu_ros.errors import TextDataError
     from libredgetpu_ros.ros.bag_nodes import OFFLINE_NODES, param_table
     from libredgetpu_ros.ros.bringup import load_config
-    from libredgetpu_ros.ros.params import MANAGED_NODE_PARAMS
+    from libredgetpu_ros.ros.params import NODE_WIDE_TABLES
     from libredgetpu_ros.textdata import load_yaml_file
 
     path = Path(path)
@@ -139,9 +139,11 @@ def load_node_config(path: str | Path, overrides: dict[str, Any] | None = None,
     values.update(overrides or {})
     values.pop("qos_overrides", None)  # the live publishers' QoS (ros/output_qos.py): nothing to do offline
     table = param_table(node_type)
-    for managed in MANAGED_NODE_PARAMS.specs.keys() - table.specs.keys():  # the live lifecycle's: unused
-        values.pop(managed, None)
     try:
+        # every node's (deactivate_timeout, use_sim_time): checked as the live node would, unused offline
+        for wide in NODE_WIDE_TABLES:
+            wide.overrides({k: values.pop(k) for k in list(values)
+                            if k in wide.specs and k not in table.specs})
         typed = {p.name: p.value for p in table.overrides(values)}
     except ConfigError as exc:  # say which node's table refused them (a looming file read as a tracker's)
         raise ConfigError(f"config {path} ({node_type} node {name!r}): {exc}") from None

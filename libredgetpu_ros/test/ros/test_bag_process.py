@@ -199,6 +199,11 @@ def test_config_formats_resolve_the_node_topics(tmp_path: Path) -> None:
     assert node.resolve(node.params.input_topic) == "/front/color/image_raw"
     path.write_text(path.read_text() + "      deactivate_timeout: 3.0\n")  # the live lifecycle's: unused
     node = load_node_config(path)
+    # rclpy's use_sim_time too (a live node's params file for `replay --clock`): was an unknown parameter
+    path.write_text(path.read_text() + "      use_sim_time: true\n")
+    node = load_node_config(path)
+    with pytest.raises(ConfigError, match="use_sim_time"):  # checked as the live node checks it
+        load_node_config(path, {"use_sim_time": "often"})
     assert node.resolve(node.params.input_topic) == "/front/color/image_raw"
     assert node.resolve("poses") == "/cam/people" and node.resolve("labels") == "/cam/labels"
 
