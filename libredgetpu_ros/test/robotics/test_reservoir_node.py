@@ -117,17 +117,21 @@ def test_fit_predict_bad_states_and_readout_files(ros_env, tmp_path: Path) -> No
     peer.publish(np.array([0.0, np.inf]), 6)
     peer.publish(np.array([0.1, 0.2, 0.3]), 7, names=["shoulder", "elbow", "wrist"])
     peer.publish(np.array([0.1]), 8, names=["shoulder"])
+    # A finite spike beyond the reservoir's MAX_MAGNITUDE (a sensor fault): dropped and counted too (it once
+    # escaped the state callback as InputError and took the node through on_error to unconfigured).
+    peer.publish(np.array([2e6, 0.0]), 9)
 
     def dropped() -> Any:
         for array in diags:
             for status in array.status:
                 values = {kv.key: kv.value for kv in status.values}
-                if values.get("states") == "404":
+                if values.get("states") == "405":
                     return values
         return None
 
-    values = peer.wait_for("diagnostics counting 404 states", dropped)
+    values = peer.wait_for("diagnostics counting 405 states", dropped)
     assert values["dropped_nan_inf"] == "2" and values["dropped_missing_joints"] == "1"
+    assert values["dropped_out_of_range"] == "1" and peer.state() == "active"
     assert values["buffered"] == "401"
     fit = peer.service(FitReadout, "fit", samples=400)  # the last 400: the good series, then the extra joint
     assert fit.success and fit.samples_used == 399 - 50 and fit.train_nrmse < 0.1, fit.message

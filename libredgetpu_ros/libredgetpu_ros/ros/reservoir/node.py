@@ -38,6 +38,7 @@ from std_msgs.msg import Float64MultiArray
 
 from libredgetpu_ros import jit
 from libredgetpu_ros.errors import InputError, LibrEdgeTpuError
+from libredgetpu_ros.robotics.reservoir import MAX_MAGNITUDE
 from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.control.codec import JointOrder, describe_non_finite
 from libredgetpu_ros.ros.lifecycle import ManagedNode
@@ -57,6 +58,7 @@ class _Stats:
     states: int = 0
     predictions: int = 0
     invalid: int = 0  # NaN/inf states dropped
+    out_of_range: int = 0  # finite states beyond MAX_MAGNITUDE (a sensor fault): the reservoir refuses them
     size_mismatch: int = 0
     missing_joints: int = 0
     last_drop: str = ""
@@ -178,6 +180,10 @@ class ReservoirNode(ManagedNode):
         if not np.isfinite(x).all():
             self._drop("invalid", describe_non_finite(x))
             return
+        if np.abs(x).max(initial=0.0) > MAX_MAGNITUDE:  # step() raises on it: the node went to on_error
+            self._drop("out_of_range", f"state has |value| {np.abs(x).max():.3g} > {MAX_MAGNITUDE:g} "
+                                       "(a sensor fault or wrong units)")
+            return
         t0 = time.perf_counter()
         predicting = rc.readout is not None
         y = rc.step_predict(x) if predicting else rc.step(x)
@@ -269,7 +275,7 @@ class ReservoirNode(ManagedNode):
 
     def diagnostic_status(self) -> tuple[int, str, dict[str, object]]:
         cfg, rc, st = self.cfg, self._rc, self._stats
-        drops = st.invalid + st.size_mismatch + st.missing_joints
+        drops = st.invalid + st.out_of_range + st.size_mismatch + st.missing_joints
         if drops > st.drops_reported:
             level, message = diagnostics.WARN, (f"{drops - st.drops_reported} state(s) dropped since the "
                                                 f"last report: {st.last_drop}")
@@ -285,7 +291,8 @@ class ReservoirNode(ManagedNode):
             "backend": rc.engine.backend,
             "backend_choice": rc.engine.choice,  # backends.choose's reason, as the other nodes report it
             "states": st.states, "predictions": st.predictions, "state_rate_hz": st.rate.rate(),
-            "dropped_nan_inf": st.invalid, "dropped_size": st.size_mismatch,
+            "dropped_nan_inf": st.invalid, "dropped_out_of_range": st.out_of_range,
+            "dropped_size": st.size_mismatch,
             "dropped_missing_joints": st.missing_joints,
             "step_ms": st.step_ms_total / stepped if stepped else float("nan"),
             "buffered": len(self._buffer),
