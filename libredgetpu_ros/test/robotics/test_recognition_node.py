@@ -135,6 +135,13 @@ def test_enroll_recognise_forget_save_load_and_bad_input(ros_env, tmp_path: Path
     assert cam.service(FilePath, "load", path=str(saved)).success
     assert cam.classify(photos["hotdog_train_1"]).results[0].class_id == "hotdog"
     assert cam.state() == "active"
+    # Paused and resumed (the robot elsewhere by then): ~/enroll waits for a frame of now (it enrolled the
+    # last frame before the pause under the label given now).
+    assert cam.transition("deactivate") and cam.transition("activate")
+    stale = cam.service(Enroll, "enroll", label="kitchen")
+    assert not stale.success and "no camera frame" in stale.message, stale.message
+    cam.classify(photos["cat_train_0"])
+    assert cam.service(Enroll, "enroll", label="cat").success
 
 
 def test_bag_replayed_equals_offline(ros_env, tmp_path: Path, photos) -> None:

@@ -28,6 +28,7 @@ Subclass API (the tracker node, ``ros/robotics/tracker_node.py``, is a short com
             msgs = [("spot", PointStamped(header=header, ...))]  # wanted(topic): someone reads it
             return FrameOutput(msgs, {"detect": (t1 - t0) * 1e3, "publish": (time.monotonic() - t1) * 1e3})
         def warm_up(self, rgb): ...           # offline: first-call costs, no state a later frame sees
+        def restart(self): ...               # activate: forget the last frame / result from before the pause
         def latched(self, header): return []  # transient-local messages published once on configure
         def diagnostic_values(self): return {"threshold": self.params.threshold}
         def diagnostic_warnings(self): return []        # extra WARN reasons

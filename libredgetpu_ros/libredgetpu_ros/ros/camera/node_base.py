@@ -198,9 +198,13 @@ class CameraNode(ImageInput, ManagedNode):
     # -- the skeleton's hooks (ros/lifecycle.py) ------------------------------------------------------------
 
     def create_inputs(self) -> None:
-        """Activate: a fresh intake, the image subscription (``camera/image_input.py``)."""
+        """Activate: a fresh intake, the processor's per-frame state forgotten (``CameraProcessor.restart``),
+        the image subscription (``camera/image_input.py``)."""
         self._idle_ns = 0
         self._intake.reset()
+        processor = self._processor
+        if processor is not None:
+            processor.restart()
         self._start_silence_clock()
         self._subscribe()
 

@@ -85,6 +85,11 @@ class CameraProcessor:
         """Pay the first inference's one-off costs (on ``rgb``, or a blank frame of the input size) without
         changing any state a later frame sees."""
 
+    def restart(self) -> None:
+        """The live node's activate: forget what the frames before the pause left (a last frame or result, a
+        frame pair), which no longer shows the scene: a service or diagnostics must not serve it as current.
+        Default: nothing kept between frames."""
+
     @classmethod
     def prepares(cls) -> bool:
         """Whether this processor has a first stage (overrides ``prepare``): worth running ahead."""

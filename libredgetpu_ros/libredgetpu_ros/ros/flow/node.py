@@ -74,10 +74,7 @@ class FlowNode(CameraNode):
         return response
 
     def create_inputs(self) -> None:
-        processor: Any = self.processor
-        if processor is not None:
-            processor.restart_pairs()  # frames from before the pause do not pair with new ones
-        super().create_inputs()
+        super().create_inputs()  # the processor restarts: frames from before the pause pair with no new one
         if self.cfg.use_camera_info:
             # on the data path: CameraInfo and frames handled in order on one thread, never concurrently
             self.data_subscription(CameraInfo, self.resolve_topic_name(self.cfg.camera_info_topic),

@@ -111,7 +111,7 @@ class FlowProcessor(CameraProcessor):
         return FrameOutput(out, {"flow": (computed - started) * 1e3,
                                  "publish": (time.monotonic() - computed) * 1e3}, bad)
 
-    def restart_pairs(self) -> None:
+    def restart(self) -> None:
         """Frames from before a pause do not pair with new ones (the node's activate)."""
         with self._lock:
             self.compass.flow.reset()

@@ -97,6 +97,11 @@ class RecognitionProcessor(CameraProcessor):
         self._last: tuple[str, float] | None = None
         self._unknown = 0
 
+    def restart(self) -> None:
+        """Activate: ~/enroll waits for a frame of now (it enrolled the last frame before the pause, another
+        place by then, under the label given now); the last label and score are of that frame too."""
+        self.last_rgb, self._last = None, None
+
     def embed(self, rgb: np.ndarray, region: tuple[int, int, int, int] | None = None) -> np.ndarray:
         """The embedding of ``rgb`` (of ``region``: x, y, width, height, when given)."""
         with self._embed_lock:
