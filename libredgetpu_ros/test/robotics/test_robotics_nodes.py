@@ -160,6 +160,10 @@ def test_pattern_tracker_node_takes_the_template_from_a_region(ros_env, tmp_path
     outside = sup.service(SetTemplateRegion, "set_template_region", x=120, y=120, width=16, height=16)
     assert not outside.success and "not inside" in outside.message and outside.version == 1
     assert sup.state() == "active"
+    # Paused and resumed: the patch is cut from a frame of now (it was cut from the last one before the pause)
+    assert sup.transition("deactivate") and sup.transition("activate")
+    stale = sup.service(SetTemplateRegion, "set_template_region", x=2 * px, y=2 * py, width=16, height=16)
+    assert not stale.success and "no frame processed yet" in stale.message and stale.version == 1
 
 
 def _on_image_plane(sup: Supervisor, frame: Any, ns: str, k: tuple[float, float, float, float]) -> Any:

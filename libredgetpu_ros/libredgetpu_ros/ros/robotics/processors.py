@@ -148,6 +148,11 @@ class TrackerProcessor(_TemplateProcessor):
     def tracker(self) -> Any:
         return self.module
 
+    def restart(self) -> None:
+        """Activate: ~/set_template_region waits for a frame of now (it cut the patch from the last frame
+        before the pause), and diagnostics' direction is not that frame's."""
+        self.last, self._last_offset, self._last_reason = None, None, ""
+
     def warm_up(self, rgb: np.ndarray | None) -> None:
         with contextlib.suppress(InputError):  # tracking keeps no state between frames
             track_fitted(self.tracker, self.tracker.fit(self.blank(rgb)))
