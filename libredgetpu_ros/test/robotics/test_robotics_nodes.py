@@ -276,11 +276,15 @@ def _same(live: Any, offline: Any) -> None:
 
 
 def test_looming_node_live_equals_offline(ros_env, tmp_path: Path) -> None:
+    from diagnostic_msgs.msg import DiagnosticArray
+
     from libredgetpu_ros_interfaces.msg import Looming
 
     params = {"template": "looming_64x64_3x3", "ttc_window": 4}
     _spawn(ros_env, "looming_node", _params(tmp_path, "looming", **params), "looming")
     sup = Supervisor(ros_env, "looming", {"looming": Looming})
+    diags: list[Any] = []
+    sup.node.create_subscription(DiagnosticArray, "/diagnostics", diags.append, 10)
     assert sup.transition("configure") and sup.transition("activate")
     frames = _looming_frames(7)
     stamps = [500.0 + 0.1 * i for i in range(len(frames))]
@@ -298,6 +302,20 @@ def test_looming_node_live_equals_offline(ros_env, tmp_path: Path) -> None:
     after = [sup.result_for("looming", sup.frame(f, 602.4 + 0.1 * i)) for i, f in enumerate(frames[:3])]
     assert [m.frames_in_history for m in after] == [1, 2, 3] and not after[0].ttc_valid
     assert after[0].ttc_reason == "filling"
+    # Paused and resumed, no frame since: diagnostics show no tau / ttc_s of the frame before the pause (its
+    # tau kept the warn_tau WARN until a frame came).
+    assert sup.transition("deactivate") and sup.transition("activate")
+    since = len(diags)
+
+    def resumed() -> dict[str, str] | None:
+        for array in diags[since:]:
+            for status in array.status:
+                if status.name.endswith(": looming") and "no input" in status.message:
+                    return {kv.key: kv.value for kv in status.values}
+        return None
+
+    values = sup.wait_for("diagnostics of the resumed node", resumed)
+    assert "tau" not in values and "ttc_s" not in values, values
 
 
 def test_looming_bag_replayed_equals_offline(ros_env, tmp_path: Path, capsys) -> None:

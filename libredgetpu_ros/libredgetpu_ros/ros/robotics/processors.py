@@ -207,6 +207,12 @@ class LoomingProcessor(_TemplateProcessor):
     def detector(self) -> Any:
         return self.module
 
+    def restart(self) -> None:
+        """Activate: the tau history starts over and the last result is forgotten (its tau kept the
+        ``warn_tau`` WARN, and its ttc_s in diagnostics, after the pause until a frame came)."""
+        self.detector.reset()
+        self.last = None
+
     def warm_up(self, rgb: np.ndarray | None) -> None:
         with contextlib.suppress(InputError):  # zones() only: the tau history is left untouched
             self.detector.zones(self.blank(rgb))
