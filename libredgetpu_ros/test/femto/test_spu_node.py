@@ -207,3 +207,42 @@ def test_runner_failure_is_counted_and_the_node_recovers(ros_env, tmp_path: Path
         node._on_input("C", msg(2.0))
         assert len(published) == 2  # A and D
         np.testing.assert_allclose(np.array(published[0].position), [3.0] * 6)
+
+
+class _DeadRunner(_FlakyRunner):
+    """A runner whose device stops answering sends after the first (the latched value at configure) while
+    its reset still returns: a USB SPU unplugged, say."""
+
+    name = "dead"
+
+    def send(self, name: str, vector: np.ndarray) -> None:
+        from libredgetpu_ros.errors import DeviceError
+
+        self.sends += 1
+        if self.sends > 1:
+            raise DeviceError("SPU did not answer")
+        self.inner.send(name, vector)
+
+
+def test_a_dead_device_is_counted_per_input_and_reset_answers(ros_env, tmp_path: Path, monkeypatch) -> None:
+    """In-process: every send failing (the reset's re-send of the latched values too) costs one reset per
+    input, counted; the node stays active and ~/reset answers success false with the cause. Before, a failed
+    re-send reset again, whose re-send failed...: RecursionError out of the input callback (the node to
+    on_error) and out of the ~/reset service handler."""
+    import libredgetpu_ros.ros.spu.node as node_module
+    from sensor_msgs.msg import JointState
+    from std_srvs.srv import Trigger
+
+    spec_path, program_path = write_program(tmp_path)
+    real_open = node_module.open_runner
+    monkeypatch.setattr(node_module, "open_runner", lambda *a, **k: _DeadRunner(real_open(*a, **k)))
+    with spu_client.active_node(ros_env, monkeypatch, spec_path, program_path) as (node, published):
+        m = JointState()
+        m.position = [1.0] * 6
+        node._on_input("B", m)
+        assert node.counters.get("resets") == 1 and node.counters.get("runner_errors") == 2  # send, re-send
+        node._on_input("B", m)
+        assert node.counters.get("resets") == 2 and published == []
+        answer = node._on_reset(Trigger.Request(), Trigger.Response())
+        assert not answer.success and "SPU did not answer" in answer.message, answer.message
+        assert node._state_machine.current_state[1] == "active"

@@ -224,8 +224,10 @@ class SpuNode(ManagedNode):
             self.get_logger().error(f"{self.last_fault} ({counter}: {count} so far); resetting the SPU")
         self._reset_spu()
 
-    def _send(self, name: str, values: np.ndarray, what: str) -> list | None:
-        """Check, quantize, pass the engine then the runner; None when rejected (state unchanged)."""
+    def _send(self, name: str, values: np.ndarray, what: str, *, reset_on_fault: bool = True) -> list | None:
+        """Check, quantize, pass the engine then the runner; None when rejected (state unchanged) or the
+        runner failed: then the SPU is reset (``_fault``), or, ``reset_on_fault`` false (the reset's own
+        re-send of the latched values), the failure only counted and kept in ``last_fault``."""
         engine, runner = self._engine, self._runner
         if engine is None or runner is None:
             return None
@@ -245,7 +247,11 @@ class SpuNode(ManagedNode):
         try:
             runner.send(name, q)
         except LibrEdgeTpuError as exc:  # engine and runner disagree now: start both again
-            self._fault("runner_errors", f"runner failed on {what}: {exc}")
+            if reset_on_fault:
+                self._fault("runner_errors", f"runner failed on {what}: {exc}")
+            else:  # resetting from here would re-send, fail and reset again, without end (RecursionError)
+                self.counters.add("runner_errors")
+                self.last_fault = clip(f"runner failed on {what}: {exc}", 300)
             return None
         self.counters.add("inputs_accepted")
         return fired
@@ -312,7 +318,13 @@ class SpuNode(ManagedNode):
             self.get_logger().error(f"runner reset failed: {exc}")
             return str(exc)
         for name, values in list(self._latched.items()):
-            self._send(name, values, f"latched input {name!r} after reset")
+            faults = self.counters.get("runner_errors")
+            if self._send(name, values, f"latched input {name!r} after reset", reset_on_fault=False) is None:
+                failed = self.counters.get("runner_errors") > faults
+                error = self.last_fault if failed else self.last_rejection
+                if self._log_limit.due("runner_errors"):
+                    self.get_logger().error(f"SPU reset, but {error}")
+                return error
         return None
 
     def _on_reset(self, req: Trigger.Request, resp: Trigger.Response) -> Trigger.Response:
