@@ -246,3 +246,39 @@ def test_a_dead_device_is_counted_per_input_and_reset_answers(ros_env, tmp_path:
         answer = node._on_reset(Trigger.Request(), Trigger.Response())
         assert not answer.success and "SPU did not answer" in answer.message, answer.message
         assert node._state_machine.current_state[1] == "active"
+
+
+class _FailsOnce(_FlakyRunner):
+    """A runner whose device fails the second send only (the first after configure's latched value)."""
+
+    def send(self, name: str, vector: np.ndarray) -> None:
+        from libredgetpu_ros.errors import DeviceError
+
+        self.sends += 1
+        if self.sends == 2:
+            raise DeviceError("SPU did not answer")
+        self.inner.send(name, vector)
+
+
+def test_a_latched_parameter_the_spu_did_not_take_is_refused(ros_env, tmp_path: Path, monkeypatch) -> None:
+    """In-process: a ``latched.L`` change the runner fails to send is refused with the cause, and the
+    parameter keeps the value the SPU runs with. Before, the change was accepted (the parameter said 1.0)
+    while the reset re-sent the old value (0.0): outputs computed with a value the parameter does not show."""
+    import libredgetpu_ros.ros.spu.node as node_module
+    from rclpy.parameter import Parameter
+    from sensor_msgs.msg import JointState
+
+    spec_path, program_path = write_program(tmp_path)
+    real_open = node_module.open_runner
+    monkeypatch.setattr(node_module, "open_runner", lambda *a, **k: _FailsOnce(real_open(*a, **k)))
+    with spu_client.active_node(ros_env, monkeypatch, spec_path, program_path) as (node, published):
+        [result] = node.set_parameters([Parameter("latched.L", value=[1.0] * 6)])
+        assert not result.successful and "SPU did not answer" in result.reason, result.reason
+        assert list(node.get_parameter("latched.L").value) == [0.0] * 6
+        for name, value in (("B", 1.0), ("C", 2.0)):
+            m = JointState()
+            m.position = [value] * 6
+            node._on_input(name, m)
+        np.testing.assert_allclose(np.array(published[0].position), [3.0] * 6)  # A = B + C + L, L = 0
+        [again] = node.set_parameters([Parameter("latched.L", value=[1.0] * 6)])  # the device answers again
+        assert again.successful and list(node._latched["L"]) == [1.0] * 6

@@ -185,25 +185,34 @@ class SpuNode(ManagedNode):
     # ----- parameters -----------------------------------------------------------------------------
 
     def check_parameters(self, params: list[Parameter]) -> str | None:
-        for p in params:
-            if p.name.startswith(LATCHED_PREFIX):
-                vec = self._inputs.get(p.name[len(LATCHED_PREFIX):])
-                if vec is None:
-                    return f"{p.name}: no such latched input"
-                try:
-                    prepare_input(np.asarray(p.value, dtype=np.float64), vec)
-                except (IOSpecError, TypeError, ValueError) as exc:
-                    with self._lock:  # the counters are the data path's too
-                        self._reject("bad_input", f"{p.name}: {exc}")
-                    return f"{p.name}: {exc}"
+        """``latched.*`` values checked, then written to the SPU here, where a failure still refuses the
+        change (written after it was accepted, a failed send left the parameter showing a value the SPU did
+        not take); all or none: a later one failing puts the earlier ones back."""
+        latched = [p for p in params if p.name.startswith(LATCHED_PREFIX)]
+        for p in latched:
+            vec = self._inputs.get(p.name[len(LATCHED_PREFIX):])
+            if vec is None:
+                return f"{p.name}: no such latched input"
+            try:
+                prepare_input(np.asarray(p.value, dtype=np.float64), vec)
+            except (IOSpecError, TypeError, ValueError) as exc:
+                with self._lock:  # the counters are the data path's too
+                    self._reject("bad_input", f"{p.name}: {exc}")
+                return f"{p.name}: {exc}"
+        # configure declares the parameters (this check runs then too) and writes them itself: only inputs
+        # it set up already are written here
+        live = [p for p in latched if p.name[len(LATCHED_PREFIX):] in self._latched]
+        with self._lock:
+            before = dict(self._latched)
+            for i, p in enumerate(live):
+                error = self._write_latched(p.name[len(LATCHED_PREFIX):], np.asarray(p.value, np.float64),
+                                            "parameter")
+                if error is not None:
+                    if i:  # the earlier ones of this change were sent: the SPU back to the values kept
+                        self._latched = before
+                        self._reset_spu()
+                    return f"{p.name}: {error}"
         return None
-
-    def parameters_changed(self, params: list[Parameter]) -> None:
-        for p in params:
-            name = p.name[len(LATCHED_PREFIX):]
-            if p.name.startswith(LATCHED_PREFIX) and name in self._latched:
-                with self._lock:
-                    self._write_latched(name, np.asarray(p.value, dtype=np.float64), "parameter")
 
     # ----- inputs ---------------------------------------------------------------------------------
 
@@ -256,10 +265,18 @@ class SpuNode(ManagedNode):
         self.counters.add("inputs_accepted")
         return fired
 
+    def _why_not_sent(self, faults_before: int) -> str:
+        """Why ``_send`` returned None: the runner's failure (``runner_errors`` grew from ``faults_before``),
+        else the rejection."""
+        if self._engine is None or self._runner is None:
+            return "not configured"
+        return self.last_fault if self.counters.get("runner_errors") > faults_before else self.last_rejection
+
     def _write_latched(self, name: str, values: np.ndarray, source: str) -> str | None:
+        faults = self.counters.get("runner_errors")
         fired = self._send(name, values, f"latched input {name!r} from {source}")
         if fired is None:
-            return self.last_rejection or "not configured"
+            return self._why_not_sent(faults)
         self._latched[name] = np.array(values, dtype=np.float64)
         self.counters.add("latched_updates")
         return None
@@ -320,8 +337,7 @@ class SpuNode(ManagedNode):
         for name, values in list(self._latched.items()):
             faults = self.counters.get("runner_errors")
             if self._send(name, values, f"latched input {name!r} after reset", reset_on_fault=False) is None:
-                failed = self.counters.get("runner_errors") > faults
-                error = self.last_fault if failed else self.last_rejection
+                error = self._why_not_sent(faults)
                 if self._log_limit.due("runner_errors"):
                     self.get_logger().error(f"SPU reset, but {error}")
                 return error
