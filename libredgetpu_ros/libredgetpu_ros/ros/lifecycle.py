@@ -310,7 +310,7 @@ class ManagedNode(LifecycleNode):
             stuck = self._guard.settle(timeout, "deactivate")
             if stuck is not None:
                 self._guard.resume()  # still active, consistent; the next deactivate retries
-                self._report_stuck(f"deactivate failed: {stuck.describe()} did not return within "
+                self.report_stuck(f"deactivate failed: {stuck.describe()} did not return within "
                                    f"deactivate_timeout ({timeout:g} s); the node stays active, nothing "
                                    "closed under it; deactivate again to retry")
                 return TransitionCallbackReturn.FAILURE
@@ -323,9 +323,27 @@ class ManagedNode(LifecycleNode):
         """The ``deactivate_timeout`` parameter (runtime: read when a wait starts)."""
         return float(self.get_parameter(DEACTIVATE_TIMEOUT.name).value)
 
-    def _report_stuck(self, message: str) -> None:
+    def settle_data_path(self) -> str | None:
+        """A process's exit (``spinning.CompanionSpinners.stop``, the data path's executor shut down): the
+        inputs off and the callback in flight waited for, at most ``deactivate_timeout``, with a WARN once a
+        second; a call an earlier wait gave up on (a failed deactivate, a teardown) and still running is not
+        waited for again. None once none runs (the shutdown transition then waits no more); else that call
+        described, for the exit's ERROR line (``ros/stuck_exit.py``)."""
+        guard = self._guard
+        stuck = guard.stuck()
+        if stuck is not None:
+            guard.turn_off()
+            return (f"{stuck.describe()}, given up on by {guard.gave_up_by} before (deactivate_timeout), "
+                    "still runs: not waited for again")
+        timeout = self.deactivate_timeout()
+        stuck = guard.settle(timeout, "exit")
+        if stuck is None:
+            return None
+        return f"{stuck.describe()} did not return within deactivate_timeout ({timeout:g} s)"
+
+    def report_stuck(self, message: str) -> None:
         """A wait for the data path gave up: ERROR log and ``/diagnostics`` ERROR, given a moment to be
-        acknowledged (a teardown destroys that publisher next)."""
+        acknowledged (a teardown destroys that publisher next, or the process exits)."""
         self.get_logger().error(message)
         self.publish_diagnostics(diagnostics.ERROR, message)
         pub = self._diag_pub
@@ -408,7 +426,7 @@ class ManagedNode(LifecycleNode):
         stuck = guard.settle(timeout, why)
         if stuck is not None:
             guard.abandoned = True
-            self._report_stuck(f"{why}: {stuck.describe()} did not return within deactivate_timeout "
+            self.report_stuck(f"{why}: {stuck.describe()} did not return within deactivate_timeout "
                                f"({timeout:g} s); going on without it: everything released but what it runs "
                                "on (engine, session), left open, never closed under it: closed by the next "
                                "configure once it returned, or at process exit")

@@ -51,6 +51,7 @@ from rclpy.timer import Timer
 
 # How long a fault's report may wait for reliable subscribers to acknowledge it (see CompanionFault).
 REPORT_ACK_TIMEOUT = Duration(seconds=0.5)
+JOIN_TIMEOUT_S = 5.0  # an executor thread with no callback known to run is given this long to end
 
 
 def _ended_by_shutdown(exc: BaseException, context: Any) -> bool:
@@ -179,26 +180,48 @@ class CompanionSpinners:
         thread.start()
         self._running.append((executor, thread))
 
-    def stop(self) -> None:
+    def stop(self, settle: Callable[[], str | None] | None = None) -> None:
+        """Shut the executors down and join their threads; :class:`CompanionThreadsStuck` if one did not end.
+
+        ``settle`` (a node's ``settle_data_path``, ``ros/lifecycle.py``), called once the executors are shut
+        down, is the one bounded wait for a callback still running on their threads: None once none runs
+        (the threads then get :data:`JOIN_TIMEOUT_S` to leave rclpy), else that callback described, and the
+        threads are not waited for again. Without it each thread gets :data:`JOIN_TIMEOUT_S`."""
         running, self._running = self._running, []
         for group in self._groups:
             group.executor = None
         for executor, _ in running:
             executor.shutdown()
+        stuck = settle() if settle is not None and running else None
+        join_timeout = 0.0 if stuck is not None else JOIN_TIMEOUT_S
         hung = []
         for _, thread in running:
-            thread.join(timeout=5.0)
+            thread.join(timeout=join_timeout)
             if thread.is_alive():
                 hung.append(thread.name)
         if hung:  # destroying their nodes now could crash the process: never silent
-            raise RuntimeError(f"executor threads {', '.join(hung)} did not end within 5 s of their shutdown")
+            raise CompanionThreadsStuck(hung, stuck)
+
+
+class CompanionThreadsStuck(RuntimeError):
+    """Executor threads of :class:`CompanionSpinners` did not end after their shutdown (a callback stuck in
+    them): their node must not be destroyed (nor its entities) while they run."""
+
+    def __init__(self, threads: list[str], stuck: str | None) -> None:
+        self.threads = threads
+        self.stuck = stuck  # the callback the node's settle gave up on (its description), or None
+        why = f"{stuck} still runs on them" if stuck is not None else \
+            f"they did not end within {JOIN_TIMEOUT_S:g} s of their shutdown"
+        super().__init__(f"executor threads {', '.join(threads)} did not end: {why}")
 
 
 def spin_with_companions(node: Any, stop: SignalStop | None = None) -> None:
     """Spin ``node`` on a main ``SingleThreadedExecutor`` in this thread and its companion groups on their
     own threads until ``stop`` is requested (or, without one, the context shuts down); then, in this order,
-    ``stop`` is disconnected, the companion executors shut down and their threads joined, the main executor
-    shut down: nothing spins when this returns (an exception of the node's own reaches the caller)."""
+    ``stop`` is disconnected, the companion executors shut down and their threads joined (after the node's
+    ``settle_data_path``, if it has one: :meth:`CompanionSpinners.stop`), the main executor shut down: nothing
+    spins when this returns (an exception of the node's own reaches the caller; :class:`CompanionThreadsStuck`
+    if a companion thread still runs a callback: then something still runs)."""
     from libredgetpu_ros.edgetpu.locks import set_holder_name
 
     set_holder_name(node.get_fully_qualified_name())  # named by another process's refused open
@@ -214,7 +237,7 @@ def spin_with_companions(node: Any, stop: SignalStop | None = None) -> None:
         if stop is not None:
             stop.disconnect()
         try:
-            companions.stop()
+            companions.stop(getattr(node, "settle_data_path", None))
         finally:
             executor.shutdown()
 
@@ -394,11 +417,14 @@ def run_lifecycle_node_main(node_factory: Callable[[], Any], args: list[str] | N
     its ``shutdown`` transition (the context is still up: a signal no longer shuts it down), any other
     (stuck in a transition) is released by ``node.teardown()`` (idempotent); the node is destroyed; rclpy
     shuts down; SIGINT / SIGTERM are ignored from then on (the process exits next). An unexpected exception
-    still propagates after the teardown (a traceback, exit code 1).
+    still propagates after the teardown (a traceback, exit code 1). A data-path callback still running once
+    the node's one wait for it (``deactivate_timeout``) is over: no teardown, the process exits with
+    status 3 (``stuck_exit.EXIT_DATA_PATH_STUCK``).
     """
     from libredgetpu_ros.ros.environment import ensure_log_dir
     from libredgetpu_ros.ros.lifetime import stop_with_parent
     from libredgetpu_ros.ros.memory import retain_large_allocations
+    from libredgetpu_ros.ros.stuck_exit import exit_data_path_stuck
     from libredgetpu_ros.threads import limit_library_threads
 
     ensure_log_dir()
@@ -413,6 +439,8 @@ def run_lifecycle_node_main(node_factory: Callable[[], Any], args: list[str] | N
             node.get_logger().debug(f"large allocations retained for reuse (mallopt): {retained}")
         try:
             spin_with_companions(node, stop)
+        except CompanionThreadsStuck as exc:
+            exit_data_path_stuck(node, exc, stop.requested.result() if stop.requested.done() else None)
         except ExternalShutdownException:  # someone else shut the context down: tear down all the same
             pass
         except Exception as exc:

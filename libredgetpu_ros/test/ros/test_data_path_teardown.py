@@ -18,6 +18,10 @@ deactivate answers ``success: false`` within that bound (it hung forever before,
 WARN naming the callback once a second meanwhile, an ERROR log and ``/diagnostics`` ERROR saying so; the node
 stays ``active``, its engine open under the call; once the call returns, deactivate and cleanup succeed and
 close the engine after it.
+
+SIGTERM to the node's ``main()`` with a call stuck: one wait of ``deactivate_timeout``, then an ERROR naming
+the call and what is left open, exit status 3 (``stuck_exit.EXIT_DATA_PATH_STUCK``), no traceback, the engine
+never closed; a call returning within the bound (past the old 5 s thread join): a clean teardown, exit 0.
 """
 
 from __future__ import annotations
@@ -144,10 +148,10 @@ def _diagnostic_messages(arrays: list[Any], node: str) -> list[tuple[int, str]]:
             for status in array.status if status.name.startswith(f"/{node}: ")]
 
 
-def _stuck_node(ros_env: Any, folder: Path, kind: str, name: str, *,
-                expect_exit: bool = False) -> tuple[Any, Any, Any, list[Any], Any]:
+def _stuck_node(ros_env: Any, folder: Path, kind: str, name: str, *, expect_exit: bool = False,
+                timeout: float = STUCK_TIMEOUT_S) -> tuple[Any, Any, Any, list[Any], Any]:
     """The ``kind`` node (reservoir or control) with a held-runner engine, configured with deactivate_timeout
-    :data:`STUCK_TIMEOUT_S`, active, one engine call done: (its process, the supervisor, a function
+    ``timeout``, active, one engine call done: (its process, the supervisor, a function
     publishing one state, the /diagnostics arrays recorded)."""
     from diagnostic_msgs.msg import DiagnosticArray
     from rclpy.qos import QoSProfile
@@ -169,7 +173,7 @@ def _stuck_node(ros_env: Any, folder: Path, kind: str, name: str, *,
     states = sup.node.create_publisher(type(msg), "/stuck/state", QoSProfile(depth=10))
     # deactivate_timeout: a runtime parameter of every node, range-checked
     assert not sup.set_param("deactivate_timeout", 0.0).successful
-    assert sup.set_param("deactivate_timeout", STUCK_TIMEOUT_S).successful
+    assert sup.set_param("deactivate_timeout", timeout).successful
     assert sup.transition("configure") and sup.transition("activate")
     sup.wait_for("the node's state subscription", lambda: states.get_subscription_count() > 0)
     sup.wait_for("a first engine call", lambda: "run-end" in _events(folder),
@@ -216,25 +220,76 @@ def test_a_stuck_call_fails_deactivate_within_its_timeout(ros_env, tmp_path: Pat
     assert "crashed" not in log and "Traceback" not in log, log[-3000:]
 
 
-SIGTERM_EXIT_S = 40.0  # the held call would end itself after _held_runner_node.HOLD_LIMIT_S (60 s)
+# The stop by a signal: one wait of deactivate_timeout for a stuck call, then the ERROR (its 0.5 s
+# acknowledgement) and the exit. A generous margin past that wait, short of the old exit's 5 s more (the data
+# path's thread joined for 5 s, then the shutdown transition's own deactivate_timeout).
+EXIT_MARGIN_S = 4.0
+RETURNING_TIMEOUT_S = 8.0  # a call held past the old 5 s join that returns within this deactivate_timeout
+RETURNS_AFTER_S = 6.0
+
+
+def _sigterm(sup: Any, proc: Any, timeout: float) -> float:
+    """SIGTERM the node; wait for its exit at most ``timeout`` + :data:`EXIT_MARGIN_S`: how long it took."""
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    sup.wait_for(f"the exit within deactivate_timeout ({timeout:g} s) + {EXIT_MARGIN_S:g} s of SIGTERM",
+                 lambda: proc.poll() is not None, timeout=timeout + EXIT_MARGIN_S)
+    return time.monotonic() - started
 
 
 def test_sigterm_ends_a_node_whose_call_is_stuck(ros_env, tmp_path: Path) -> None:
-    """SIGTERM while the control node's engine call is stuck: the node's shutdown waits deactivate_timeout,
-    then goes on without the call, which keeps its engine (never closed under it), and the process exits
-    with the call still held (before, the shutdown waited for it without a bound: SIGTERM was held until
-    launch's SIGKILL, here until the held runner gave up after 60 s)."""
+    """SIGTERM while the control node's engine call is stuck: one wait of deactivate_timeout for it (a WARN
+    once a second), then an ERROR naming the call and what is left open (log and /diagnostics), and the exit
+    with status 3 (``stuck_exit.EXIT_DATA_PATH_STUCK``), no traceback, the engine never closed under the call
+    and the shutdown transition not run (it would wait for the call again). Before: the data-path thread was
+    joined for 5 s, its RuntimeError's traceback and exit status 1 came after the shutdown's own wait of
+    deactivate_timeout (under launch's defaults: SIGKILLed first)."""
+    from libredgetpu_ros.ros.stuck_exit import EXIT_DATA_PATH_STUCK
+
     name = "control_sigterm"
     proc, sup, publish, arrays = _stuck_node(ros_env, tmp_path, "control", name, expect_exit=True)
     _hold(sup, tmp_path, publish)
-    proc.send_signal(signal.SIGTERM)
-    sup.wait_for("the node's exit, its engine call still held", lambda: proc.poll() is not None,
-                 timeout=SIGTERM_EXIT_S)
+    took = _sigterm(sup, proc, STUCK_TIMEOUT_S)
+    assert proc.returncode == EXIT_DATA_PATH_STUCK, proc.returncode
     events = _events(tmp_path)
     assert events[-1] == "held" and not any(e.startswith("close") for e in events), events
     log = (ros_env.work_dir / f"{name}.log").read_text()
-    assert "shutdown: the data-path callback on /stuck/state" in log, log[-3000:]
-    assert "going on without it" in log, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
+    waits = [line for line in log.splitlines() if "WARN" in line and "exit: waiting" in line]
+    assert waits and "/stuck/state" in waits[0], log[-3000:]
+    errors = [line for line in log.splitlines() if "ERROR" in line and "exit on SIGTERM: the data-path "
+              "callback on /stuck/state" in line]
+    assert len(errors) == 1, log[-3000:]
+    assert f"did not return within deactivate_timeout ({STUCK_TIMEOUT_S:g} s)" in errors[0], errors
+    assert f"exiting with status {EXIT_DATA_PATH_STUCK}" in errors[0] and "left open" in errors[0], errors
+    assert "shutdown: waiting" not in log and "did not end" not in log, log[-3000:]  # no second wait
     statuses = _diagnostic_messages(arrays, name)
-    assert any(level == 2 and message.startswith("shutdown: the data-path callback")
+    assert any(level == 2 and message.startswith("exit on SIGTERM: the data-path callback")
                for level, message in statuses), statuses
+    print(f"SIGTERM to exit with the call stuck: {took:.2f} s (deactivate_timeout {STUCK_TIMEOUT_S:g} s)")
+
+
+def test_sigterm_waits_once_for_a_call_that_returns_within_its_timeout(ros_env, tmp_path: Path) -> None:
+    """SIGTERM while the reservoir node's engine call is held, released after :data:`RETURNS_AFTER_S` (past
+    the old 5 s join), within deactivate_timeout: the teardown is the usual one (the engine closed after the
+    call returned, the shutdown transition run) and the process exits 0 without a traceback. Before: the 5 s
+    join raised (exit status 1, a traceback) although the call returned within the node's bound."""
+    name = "reservoir_sigterm"
+    proc, sup, publish, _ = _stuck_node(ros_env, tmp_path, "reservoir", name, expect_exit=True,
+                                        timeout=RETURNING_TIMEOUT_S)
+    _hold(sup, tmp_path, publish)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    sup.spin_for(RETURNS_AFTER_S)
+    assert proc.poll() is None, "the node exited before its held call returned"
+    (tmp_path / "release").touch()
+    sup.wait_for("the node's exit once its held call returned", lambda: proc.poll() is not None,
+                 timeout=RETURNING_TIMEOUT_S + EXIT_MARGIN_S - RETURNS_AFTER_S)
+    took = time.monotonic() - started
+    assert proc.returncode == 0, proc.returncode
+    events = _events(tmp_path)
+    assert "use-after-close" not in events and events[-1] == "close in_flight=0", events
+    log = (ros_env.work_dir / f"{name}.log").read_text()
+    assert "Traceback" not in log and "ERROR" not in log, log[-3000:]
+    assert "exit: waiting" in log, log[-3000:]
+    print(f"SIGTERM to exit with the call returning after {RETURNS_AFTER_S:g} s: {took:.2f} s")
