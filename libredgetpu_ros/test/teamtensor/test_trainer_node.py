@@ -363,3 +363,61 @@ def test_default_set_weights_service_resolves_in_the_trainer_namespace(ros_env):
         pusher.destroy()
     finally:
         node.destroy_node()
+
+
+@pytest.mark.ros
+def test_counters_and_the_wrong_size_warning_start_again_at_configure(ros_env):
+    """Configure again (after a cleanup, e.g. with another sample size): diagnostics count this session's
+    samples, and its first wrong-size sample is warned about. Before, the counters ran on from the previous
+    configuration, and the wrong-size warning (on the first one counted) stayed silent for the new one."""
+    from libredgetpu_ros.ros.trainer.node import TrainerNode
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+    from rclpy.parameter import Parameter
+    from std_msgs.msg import Float32MultiArray
+
+    ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.cli.main", "tt-worker", "--port", "0", "--json"],
+                  "tt_worker")
+    port = loop.worker_port(ros_env.work_dir / "tt_worker.log")
+    context = ros_env.init_rclpy()
+    trainer = TrainerNode(context=context, namespace="/tt", parameter_overrides=[
+        Parameter("worker_port", Parameter.Type.INTEGER, port),
+        Parameter("batch_size", Parameter.Type.INTEGER, 4)])
+    probe = Node("counter_probe", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(trainer)
+    executor.add_node(probe)
+    samples = probe.create_publisher(Float32MultiArray, "/tt/samples", 100)
+    warnings: list[str] = []
+
+    class Logger:
+        def __getattr__(self, name: str):
+            return warnings.append if name == "warning" else (lambda *a, **k: None)
+
+    def feed(data: list[float], counter: str, count: int) -> None:
+        deadline = time.monotonic() + 20.0
+        while trainer.counters[counter] < count:
+            samples.publish(Float32MultiArray(data=data))
+            executor.spin_once(timeout_sec=0.05)
+            assert time.monotonic() < deadline, trainer.counters
+
+    try:
+        trainer.get_logger = Logger  # type: ignore[method-assign]
+        trainer.trigger_configure()
+        trainer.trigger_activate()
+        feed([0.1] * 5, "samples", 1)
+        feed([0.1] * 3, "wrong_size", 1)
+        assert sum("sample of 3 values dropped" in w for w in warnings) == 1
+        trainer.trigger_deactivate()
+        trainer.trigger_cleanup()
+        trainer.trigger_configure()
+        trainer.trigger_activate()
+        assert trainer._state_machine.current_state[1] == "active"
+        assert trainer.counters["samples"] == 0 and trainer.counters["wrong_size"] == 0, trainer.counters
+        feed([0.1] * 3, "wrong_size", 1)  # this configuration's first wrong-size sample: warned about
+        assert sum("sample of 3 values dropped" in w for w in warnings) == 2, warnings
+    finally:
+        executor.shutdown()
+        trainer.teardown()
+        trainer.destroy_node()
+        probe.destroy_node()

@@ -51,7 +51,6 @@ def test_a_reconfigured_trainers_first_push_changes_the_control_nodes_weights(ro
             return counter("pushes_accepted") + counter("pushes_replayed") + counter("pushes_refused")
 
         assert ctl.transition(loop.T_CONFIGURE) and ctl.transition(loop.T_ACTIVATE)
-        start = ctl.get_weights()
         loop.trainer_transitions(ctl)
         rng = np.random.default_rng(9)
         sample = Float32MultiArray()
@@ -72,9 +71,14 @@ def test_a_reconfigured_trainers_first_push_changes_the_control_nodes_weights(ro
 
         loop.trainer_transitions(ctl, (loop.T_DEACTIVATE, loop.T_CLEANUP, loop.T_CONFIGURE, loop.T_ACTIVATE))
         before = ctl.get_weights()
-        pushes = answered()
+        trainer_values.clear()  # the counters start again at configure: this session's 16 samples, not 48
+
+        def this_session() -> bool:
+            return 0 < counter("samples") <= 16
+
         one_batch(w2, b2)
-        ctl.wait_for(lambda: answered() > pushes, 20.0, "the new session's first push answered")
+        ctl.wait_for(lambda: this_session() and answered() >= 1, 20.0,
+                     "the new session's first push answered")
         after = ctl.get_weights()
         assert after.version > before.version, "the new session's first push was not applied"
         weights = [np.frombuffer(r.data, np.float32) for r in (before, after)]
@@ -82,8 +86,8 @@ def test_a_reconfigured_trainers_first_push_changes_the_control_nodes_weights(ro
         assert after.last_request_id.startswith(f"{loop.TRAINER}:")
         assert after.last_request_id != before.last_request_id
         time.sleep(1.2)  # two more push periods without a batch: the same weights are not pushed again
-        swaps = ctl.get_weights().version - start.version
-        ctl.wait_for(lambda: answered() >= swaps, 5.0, "diagnostics up to date")
+        swaps = ctl.get_weights().version - before.version
+        ctl.wait_for(lambda: this_session() and answered() >= swaps, 5.0, "diagnostics up to date")
         assert counter("pushes_accepted") == swaps, trainer_values
         assert counter("pushes_replayed") == 0 and counter("pushes_refused") == 0, trainer_values
     finally:

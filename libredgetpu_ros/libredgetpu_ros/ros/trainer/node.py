@@ -109,6 +109,9 @@ class TrainerNode(ManagedNode):
 
     def open_processor(self) -> None:
         cfg = self.cfg
+        # this configuration's counts (the one dict: WeightPusher counts into it); from 0 the first
+        # wrong-size sample is warned about again (its size may be what the previous configuration took)
+        self.counters.update(dict.fromkeys(self.counters, 0))
         model = build_model(cfg)
         self._model_layers = len(model.layers)
         self._session = TrainingSession(
