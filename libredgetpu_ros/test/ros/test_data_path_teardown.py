@@ -21,7 +21,8 @@ close the engine after it.
 
 SIGTERM to the node's ``main()`` with a call stuck: one wait of ``deactivate_timeout``, then an ERROR naming
 the call and what is left open, exit status 3 (``stuck_exit.EXIT_DATA_PATH_STUCK``), no traceback, the engine
-never closed; a call returning within the bound (past the old 5 s thread join): a clean teardown, exit 0.
+never closed; a call a failed deactivate gave up on already: not waited for again; a call returning within
+the bound (past the old 5 s thread join): a clean teardown, exit 0.
 """
 
 from __future__ import annotations
@@ -232,7 +233,7 @@ def _sigterm(sup: Any, proc: Any, timeout: float) -> float:
     """SIGTERM the node; wait for its exit at most ``timeout`` + :data:`EXIT_MARGIN_S`: how long it took."""
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    sup.wait_for(f"the exit within deactivate_timeout ({timeout:g} s) + {EXIT_MARGIN_S:g} s of SIGTERM",
+    sup.wait_for(f"the exit within {timeout + EXIT_MARGIN_S:g} s of SIGTERM (its wait: {timeout:g} s)",
                  lambda: proc.poll() is not None, timeout=timeout + EXIT_MARGIN_S)
     return time.monotonic() - started
 
@@ -293,3 +294,25 @@ def test_sigterm_waits_once_for_a_call_that_returns_within_its_timeout(ros_env, 
     assert "Traceback" not in log and "ERROR" not in log, log[-3000:]
     assert "exit: waiting" in log, log[-3000:]
     print(f"SIGTERM to exit with the call returning after {RETURNS_AFTER_S:g} s: {took:.2f} s")
+
+
+def test_sigterm_after_a_failed_deactivate_does_not_wait_again(ros_env, tmp_path: Path) -> None:
+    """A deactivate gave up on the stuck call (the node stays active, the call still runs), then SIGTERM: the
+    call already known stuck is not waited for again (no ``exit: waiting`` WARN, the exit within
+    :data:`EXIT_MARGIN_S`), the ERROR says so, status 3, no traceback, the engine never closed. Before: the
+    5 s thread join, then the shutdown's wait of deactivate_timeout again, a traceback and status 1."""
+    from libredgetpu_ros.ros.stuck_exit import EXIT_DATA_PATH_STUCK
+
+    name = "reservoir_known_stuck"
+    proc, sup, publish, _ = _stuck_node(ros_env, tmp_path, "reservoir", name, expect_exit=True)
+    _hold(sup, tmp_path, publish)
+    assert not sup.transition("deactivate"), "deactivate succeeded with the call still held"
+    took = _sigterm(sup, proc, 0.0)
+    assert proc.returncode == EXIT_DATA_PATH_STUCK, proc.returncode
+    events = _events(tmp_path)
+    assert events[-1] == "held" and not any(e.startswith("close") for e in events), events
+    log = (ros_env.work_dir / f"{name}.log").read_text()
+    assert "Traceback" not in log and "exit: waiting" not in log, log[-3000:]
+    errors = [line for line in log.splitlines() if "ERROR" in line and "exit on SIGTERM" in line]
+    assert len(errors) == 1 and "given up on by deactivate before" in errors[0], log[-3000:]
+    print(f"SIGTERM to exit with the call known stuck: {took:.2f} s")
