@@ -52,6 +52,9 @@ def exit_data_path_stuck(node: Any, exc: Any, signum: int | None) -> None:
     """Report ``exc`` (a ``spinning.CompanionThreadsStuck``) on ``node`` and end the process with
     :data:`EXIT_DATA_PATH_STUCK`; never returns. ``signum``: the signal that asked for the stop, if any."""
     what = exc.stuck if exc.stuck is not None else str(exc)
+    ended = exc.__context__  # an exception the spin ended with, before its threads were stopped
+    if isinstance(ended, Exception) and type(ended).__name__ != "ExternalShutdownException":
+        what += f" (the spin had ended with {type(ended).__name__}: {ended})"
     message = (f"exit on {_signal_name(signum)}: {what}; exiting with status {EXIT_DATA_PATH_STUCK} "
                "without the shutdown transition: what the call runs on (engine, session, device) left open, "
                "never closed under it, and the node's ROS entities not destroyed under its thread; the "
