@@ -174,3 +174,55 @@ def test_auto_chooses_again_when_publishers_come_and_go(ros_env, fixture_path) -
         node.teardown()
         cameras.destroy_node()
         node.destroy_node()
+
+
+def test_a_slow_camera_is_no_silent_one(ros_env, fixture_path) -> None:
+    """A frame every 1.2 s, diagnostics every 0.4 s: no status says "no input" (most periods have no result,
+    yet frames come, well within input_timeout); once the frames stop for input_timeout, it does. Before,
+    every period without a result said "no input" (WARN): a model or camera slower than diagnostics_period
+    flapped between OK and WARN, and the first tick after activation said so too."""
+    from diagnostic_msgs.msg import DiagnosticArray
+    from libredgetpu_ros.ros.perception_node import PerceptionNode
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.node import Node
+    from rclpy.parameter import Parameter
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import Image
+
+    context = ros_env.init_rclpy()
+    node = PerceptionNode("perception_slow", context=context, parameter_overrides=[
+        Parameter("model", value=str(fixture_path("classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite"))),
+        Parameter("backend", value="cpu"), Parameter("input_timeout", value=2.0),
+        Parameter("diagnostics_period", value=0.4)])
+    camera = Node("slow_camera", context=context)
+    frames = camera.create_publisher(Image, "/image_raw", qos_profile_sensor_data)
+    statuses: list[tuple[float, str]] = []
+    camera.create_subscription(DiagnosticArray, "/diagnostics", lambda m: statuses.extend(
+        (time.monotonic(), s.message) for s in m.status if "perception_slow" in s.name), 10)
+    frame = Image(height=128, width=128, encoding="rgb8", step=3 * 128, data=bytes(128 * 128 * 3))
+    executor = SingleThreadedExecutor(context=context)
+    for n in (node, camera):
+        executor.add_node(n)
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        end = time.monotonic() + 5.0
+        next_frame = time.monotonic()
+        while time.monotonic() < end:
+            if time.monotonic() >= next_frame:
+                frames.publish(frame)
+                next_frame += 1.2
+            executor.spin_once(timeout_sec=0.05)
+        assert node.stats.processed >= 3, node.stats.processed
+        assert len(statuses) >= 8 and not [m for _, m in statuses if "no input" in m], statuses
+        stopped = time.monotonic()
+        while time.monotonic() < stopped + 3.5:
+            executor.spin_once(timeout_sec=0.05)
+        silent = [at for at, m in statuses if "no input" in m]
+        assert silent and silent[0] - stopped >= 2.0 - 1.2, (stopped, statuses[-8:])
+    finally:
+        executor.shutdown()
+        node.teardown()
+        camera.destroy_node()
+        node.destroy_node()

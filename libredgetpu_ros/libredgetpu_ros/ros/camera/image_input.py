@@ -99,8 +99,9 @@ class ImageInput:
             self.drop_input(old)
             self._subscribe()
 
-    def _image_status(self) -> tuple[dict[str, object], list[str]]:
-        """The subscription's diagnostics values and warnings; logs the no-input WARN once per silence."""
+    def _image_status(self) -> tuple[dict[str, object], list[str], bool]:
+        """The subscription's diagnostics values and warnings, and whether it is silent (no frame for
+        ``input_timeout`` s since activation or the last frame); logs the no-input WARN once per silence."""
         topic = self._input_topic()
         publishers = self._publisher_reliabilities()
         values: dict[str, object] = {
@@ -127,17 +128,19 @@ class ImageInput:
                             f"(image_reliability={self.cfg.image_reliability}; {stats.received} received, "
                             f"{stats.lost} lost, largest {stats.largest_frame / 1e6:.1f} MB): a lost "
                             f"fragment loses a large frame; set image_reliability to auto or reliable")
-        if self._sub is not None:
-            self._warn_if_silent(topic, len(publishers))
-        return values, warnings
+        silent = self._sub is not None and self._warn_if_silent(topic, len(publishers))
+        return values, warnings, silent
 
-    def _warn_if_silent(self, topic: str, n_publishers: int) -> None:
+    def _warn_if_silent(self, topic: str, n_publishers: int) -> bool:
+        """Whether no frame came for ``input_timeout`` s; the WARN log line the first time per silence."""
         now, received = time.monotonic(), self._intake.stats.received
         if received != self._silence_received:
             self._silence_since, self._silence_received, self._silence_warned = now, received, False
-            return
-        if self._silence_warned or now - self._silence_since < self.cfg.input_timeout:
-            return
+            return False
+        if now - self._silence_since < self.cfg.input_timeout:
+            return False
+        if self._silence_warned:
+            return True
         self._silence_warned = True
         own = {name for name, _ in self.get_publisher_names_and_types_by_node(self.get_name(),
                                                                              self.get_namespace())}
@@ -151,3 +154,4 @@ class ImageInput:
             f"no frame on {topic} for {now - self._silence_since:.0f} s ({n_publishers} publisher(s), "
             f"subscribed {self._sub_reliability}); image topics that exist: {', '.join(topics) or 'none'}. "
             f"Remap {self.cfg.input_topic} or set input_topic / transport")
+        return True

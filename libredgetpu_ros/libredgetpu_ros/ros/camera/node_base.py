@@ -226,9 +226,10 @@ class CameraNode(ImageInput, ManagedNode):
             self.runtime_params_changed(names)
 
     def diagnostic_status(self) -> tuple[int, str, dict[str, object]]:
-        image_values, warnings = self._image_status()
+        image_values, warnings, silent = self._image_status()
+        active = self.inputs_active()
         return report.status(self._intake.stats, self.diagnostic_values(), image_values,
-                             warnings + self.diagnostic_warnings(), self.inputs_active())
+                             warnings + self.diagnostic_warnings(), active, silent=active and silent)
 
     def report_fault(self, cause: str) -> None:
         """Main executor, once per latched fault, before the node leaves 'active': counted, and published at

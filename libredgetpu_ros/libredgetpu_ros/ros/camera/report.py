@@ -12,13 +12,14 @@ from libredgetpu_ros.ros.camera.intake import Frame, FrameStats
 
 
 def status(stats: FrameStats, head: Mapping[str, object], image: Mapping[str, object], warnings: list[str],
-           active: bool) -> tuple[int, str, dict[str, object]]:
+           active: bool, *, silent: bool = False) -> tuple[int, str, dict[str, object]]:
     """One period's (level, message, values): the node's own ``head`` values, the ``image`` subscription's,
     rates, counters, mean stage times. Level: ERROR on a processing error; else WARN naming every
-    ``warnings`` entry and the intake's own (bad input, transport loss, no input while ``active``); else OK
-    with the output rate, or ``inactive``."""
+    ``warnings`` entry and the intake's own (bad input, transport loss, no input: ``silent``, no frame for
+    ``input_timeout`` s); else OK with the output rate, or ``inactive``. (A period without a result is not
+    "no input": a camera or model slower than ``diagnostics_period`` flapped between OK and WARN so.)"""
     s = stats
-    n, stages, latency, latency_max = s.take_period()
+    _, stages, latency, latency_max = s.take_period()
     values: dict[str, object] = dict(head)
     values.update(image)
     values.update({
@@ -40,7 +41,7 @@ def status(stats: FrameStats, head: Mapping[str, object], image: Mapping[str, ob
         warn.append(f"{s.bad_input.total()} bad input frames")
     if s.lost_transport:
         warn.append(f"{s.lost_transport} frames lost in transport")
-    if n == 0 and active:  # inactive: not subscribed, no frame is expected
+    if silent:  # inactive: not subscribed, no frame is expected
         warn.append("no input")
     if s.errors:
         return diagnostics.ERROR, f"processing errors: {s.last_error}", values
