@@ -92,3 +92,67 @@ def test_a_reconfigured_trainers_first_push_changes_the_control_nodes_weights(ro
         assert counter("pushes_replayed") == 0 and counter("pushes_refused") == 0, trainer_values
     finally:
         ctl.close()
+
+
+@pytest.mark.ros
+def test_a_push_never_answered_is_abandoned_and_pushing_goes_on(ros_env):
+    """In process: the control node took a push and never answered (it crashed and was respawned: the new
+    one knows nothing of the request). After ``timeout_s`` the call is abandoned, counted ``pushes_lost``
+    and the next push goes to the respawned node, which applies it. Before, the push stayed "in flight"
+    forever: nothing was pushed again and nothing counted it (diagnostics OK, "training")."""
+    from libredgetpu_ros.ros.trainer.push import WeightPusher
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+
+    from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
+
+    context = ros_env.init_rclpy()
+    trainer = Node("pusher", context=context)
+    shape_server = Node("control_shape", namespace="/ctl", context=context)
+    shape_server.create_service(GetWeights, "get_weights",
+                                lambda req, resp: (setattr(resp, "success", True), setattr(resp, "rows", 2),
+                                                   setattr(resp, "cols", 3), resp)[-1])
+    received: list[str] = []
+
+    def answer(req, resp):
+        received.append(req.request_id)
+        resp.accepted = True
+        return resp
+
+    crashed = Node("control", namespace="/ctl", context=context)  # takes requests, never spun: no answer
+    crashed.create_service(SetWeights, "set_weights", answer)
+    executor = SingleThreadedExecutor(context=context)
+    for node in (trainer, shape_server):
+        executor.add_node(node)
+    counters = {"pushes_accepted": 0, "pushes_replayed": 0, "pushes_refused": 0, "pushes_skipped": 0,
+                "pushes_lost": 0}
+    pusher = WeightPusher(trainer, "/ctl/set_weights", "", (2, 3), counters)
+    pusher.timeout_s = 0.5
+    weights, bias = np.ones((2, 3), np.float32), np.zeros(2, np.float32)
+
+    def push_until_sent(request_id: str, within: float) -> None:
+        deadline = time.monotonic() + within
+        while not pusher.push(weights, bias, request_id):
+            executor.spin_once(timeout_sec=0.05)
+            assert time.monotonic() < deadline, (request_id, counters)
+
+    respawned = None
+    try:
+        push_until_sent("t:1", 10.0)  # the shape probe, then the push the crashed node never answers
+        crashed.destroy_node()
+        respawned = Node("control", namespace="/ctl", context=context)
+        respawned.create_service(SetWeights, "set_weights", answer)
+        executor.add_node(respawned)
+        push_until_sent("t:2", 10.0)
+        assert counters["pushes_lost"] == 1, counters
+        deadline = time.monotonic() + 10.0
+        while counters["pushes_accepted"] < 1:
+            executor.spin_once(timeout_sec=0.05)
+            assert time.monotonic() < deadline, counters
+        assert received == ["t:2"]
+    finally:
+        executor.shutdown()
+        pusher.destroy()
+        for node in (trainer, shape_server, respawned):
+            if node is not None:
+                node.destroy_node()

@@ -90,7 +90,8 @@ class TrainerNode(ManagedNode):
         self._model_layers = 0
         self._models = 0  # models on the worker, as its HELLO answer said
         self.counters = {"samples": 0, "wrong_size": 0, "pushes_accepted": 0, "pushes_replayed": 0,
-                         "pushes_refused": 0, "pushes_skipped": 0, "reads_skipped": 0, "reads_failed": 0}
+                         "pushes_refused": 0, "pushes_skipped": 0, "pushes_lost": 0, "reads_skipped": 0,
+                         "reads_failed": 0}
         self._read: concurrent.futures.Future | None = None  # the read in flight on the session thread
         self._read_started = 0.0
         self._read_error = ""  # why the last read failed ('' = it did not)

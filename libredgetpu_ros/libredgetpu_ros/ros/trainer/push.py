@@ -3,17 +3,22 @@
 The control node's controller shape is asked once from its ``get_weights`` twin (when the service name ends
 in ``set_weights``); weights of another shape are never pushed (logged once, counted). Every call is
 ``call_async`` with a done callback, and at most one call is in flight: a ROS timer drives :meth:`push` and
-returns at once.
+returns at once. A call unanswered after :data:`ANSWER_TIMEOUT_S` (the control node crashed and was
+respawned: the new one never answers the old request; or the answer was lost) is abandoned and, for a push,
+counted ``pushes_lost``: the next push goes out. (Without it one lost answer stopped all pushing, silently.)
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
 from rclpy.node import Node
 
 from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
+
+ANSWER_TIMEOUT_S = 10.0  # a full-size set_weights is answered in well under a second (bench/results)
 
 
 class WeightPusher:
@@ -27,6 +32,8 @@ class WeightPusher:
                        if service.endswith("set_weights") else None)
         self._control_shape: tuple[int, int] | None = None
         self._pending = False  # a probe or a push is in flight
+        self.timeout_s = ANSWER_TIMEOUT_S
+        self._in_flight: tuple[Any, Any, float] | None = None  # (client, future, monotonic s sent)
 
     def destroy(self) -> None:
         for client in (self._set, self._probe):
@@ -37,7 +44,7 @@ class WeightPusher:
     def push(self, weights: np.ndarray, bias: np.ndarray, request_id: str) -> bool:
         """Send the weights if the control node is there, its shape is known and equal, and nothing is in
         flight (True); otherwise count why not (or start the shape probe) and return False."""
-        if self._set is None or self._pending:
+        if self._set is None or (self._pending and not self._abandoned()):
             return False
         if not self._set.service_is_ready():
             self.counters["pushes_skipped"] += 1
@@ -51,8 +58,29 @@ class WeightPusher:
         req.bias = bias.astype(np.float32).tolist()
         if hasattr(req, "request_id"):  # idempotency token where the interface has one
             req.request_id = request_id
+        self._send(self._set, req, self._on_pushed)
+        return True
+
+    def _send(self, client: Any, req: Any, done: Any) -> None:
         self._pending = True
-        self._set.call_async(req).add_done_callback(self._on_pushed)
+        future = client.call_async(req)
+        self._in_flight = (client, future, time.monotonic())
+        future.add_done_callback(done)
+
+    def _abandoned(self) -> bool:
+        """True when the call in flight has waited ``timeout_s`` for its answer: dropped (its answer, should
+        it come after all, is ignored), a push counted ``pushes_lost``."""
+        client, future, sent = self._in_flight or (None, None, 0.0)
+        if future is None or time.monotonic() - sent < self.timeout_s:
+            return False
+        client.remove_pending_request(future)
+        self._pending, self._in_flight = False, None
+        if client is self._set:
+            self.counters["pushes_lost"] += 1
+            if self.counters["pushes_lost"] == 1:
+                self.node.get_logger().warning(
+                    f"set_weights did not answer a push within {self.timeout_s:g} s (the control node "
+                    "restarted?): abandoned, pushing again (counted pushes_lost)")
         return True
 
     def _shape_matches(self) -> bool:
@@ -61,10 +89,9 @@ class WeightPusher:
             return True  # a service name without a get_weights twin: let set_weights judge
         if self._control_shape is None:
             if self._probe.service_is_ready():
-                self._pending = True
                 req = GetWeights.Request()
                 req.engine = self.engine
-                self._probe.call_async(req).add_done_callback(self._on_control_shape)
+                self._send(self._probe, req, self._on_control_shape)
             return False
         if self._control_shape == self.shape:
             return True
@@ -77,7 +104,7 @@ class WeightPusher:
         return False
 
     def _on_control_shape(self, future: Any) -> None:
-        self._pending = False
+        self._pending, self._in_flight = False, None
         try:
             resp = future.result()
         except Exception as exc:  # rclpy hands back whatever the call raised: log it, ask again later
@@ -87,7 +114,7 @@ class WeightPusher:
             self._control_shape = (int(resp.rows), int(resp.cols))
 
     def _on_pushed(self, future: Any) -> None:
-        self._pending = False
+        self._pending, self._in_flight = False, None
         try:
             resp = future.result()
         except Exception as exc:  # rclpy hands back whatever the call raised: log and count it
