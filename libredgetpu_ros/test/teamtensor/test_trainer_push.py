@@ -156,3 +156,77 @@ def test_a_push_never_answered_is_abandoned_and_pushing_goes_on(ros_env):
         for node in (trainer, shape_server, respawned):
             if node is not None:
                 node.destroy_node()
+
+
+@pytest.mark.ros
+def test_a_lost_push_is_sent_again_without_a_new_batch(ros_env):
+    """The trainer node (in process, a real tt-worker) pushes after its one batch; the control node never
+    answers (crashed, respawned). The abandoned push goes again, same request id, to the respawned node,
+    although no batch came since: the control node gets the trained weights. Before, the lost push counted
+    as pushed (``_pushed_version``): nothing went until a next batch, which may never come."""
+    import sys
+
+    from libredgetpu_ros.ros.trainer.node import TrainerNode
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+    from rclpy.parameter import Parameter
+    from std_msgs.msg import Float32MultiArray
+
+    from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
+
+    ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.cli.main", "tt-worker", "--port", "0", "--json"],
+                  "tt_worker")
+    port = loop.worker_port(ros_env.work_dir / "tt_worker.log")
+    context = ros_env.init_rclpy()
+    trainer = TrainerNode(context=context, namespace="/tt", parameter_overrides=[
+        Parameter("worker_port", Parameter.Type.INTEGER, port),
+        Parameter("batch_size", Parameter.Type.INTEGER, 4),
+        Parameter("push_period", Parameter.Type.DOUBLE, 0.2),
+        Parameter("metrics_period", Parameter.Type.DOUBLE, 0.2),
+        Parameter("set_weights_service", Parameter.Type.STRING, "/ctl/set_weights")])
+    shape_server = Node("control_shape", namespace="/ctl", context=context)
+    shape_server.create_service(GetWeights, "get_weights",
+                                lambda req, resp: (setattr(resp, "success", True), setattr(resp, "rows", 2),
+                                                   setattr(resp, "cols", 3), resp)[-1])
+    received: list[str] = []
+
+    def answer(req, resp):
+        received.append(req.request_id)
+        resp.accepted = True
+        return resp
+
+    crashed = Node("control", namespace="/ctl", context=context)  # takes requests, never spun: no answer
+    crashed.create_service(SetWeights, "set_weights", answer)
+    probe = Node("samples_probe", context=context)
+    samples = probe.create_publisher(Float32MultiArray, "/tt/samples", 100)
+    executor = SingleThreadedExecutor(context=context)
+    for node in (trainer, shape_server, probe):
+        executor.add_node(node)
+    respawned = None
+
+    def spin_until(what: str, done, within: float = 20.0) -> None:
+        deadline = time.monotonic() + within
+        while not done():
+            executor.spin_once(timeout_sec=0.05)
+            assert time.monotonic() < deadline, (what, trainer.counters)
+
+    try:
+        trainer.trigger_configure()
+        trainer.trigger_activate()
+        trainer._pusher.timeout_s = 0.5
+        spin_until("the trainer's subscription", lambda: samples.get_subscription_count() > 0)
+        for _ in range(4):  # one batch, and no more
+            samples.publish(Float32MultiArray(data=[0.1, 0.2, 0.3, 0.4, 0.5]))
+        spin_until("a push lost", lambda: trainer.counters["pushes_lost"] >= 1)
+        crashed.destroy_node()
+        respawned = Node("control", namespace="/ctl", context=context)
+        respawned.create_service(SetWeights, "set_weights", answer)
+        executor.add_node(respawned)
+        spin_until("the lost push applied", lambda: trainer.counters["pushes_accepted"] >= 1)
+        assert len(set(received)) == 1 and received[0].endswith(":1"), received  # batch 1's weights
+    finally:
+        executor.shutdown()
+        trainer.teardown()
+        for node in (trainer, shape_server, probe, respawned):
+            if node is not None:
+                node.destroy_node()

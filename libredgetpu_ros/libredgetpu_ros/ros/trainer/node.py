@@ -290,7 +290,11 @@ class TrainerNode(ManagedNode):
 
     def _push_weights(self) -> None:
         trained, pusher = self._trained, self._pusher
-        if pusher is None or trained is None or trained.version in (0, self._pushed_version):
+        if pusher is None or trained is None:
+            return
+        if pusher.unanswered():  # the last push went unanswered: not pushed after all, it goes again
+            self._pushed_version = None
+        if trained.version in (0, self._pushed_version):
             return  # nothing trained yet, or no batch since these weights went (the same weights)
         if pusher.push(trained.weights, trained.bias, f"{self._push_prefix}:{trained.version}"):
             self._pushed_version = trained.version

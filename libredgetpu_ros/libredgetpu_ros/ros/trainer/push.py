@@ -34,6 +34,7 @@ class WeightPusher:
         self._pending = False  # a probe or a push is in flight
         self.timeout_s = ANSWER_TIMEOUT_S
         self._in_flight: tuple[Any, Any, float] | None = None  # (client, future, monotonic s sent)
+        self._lost = False  # a push was abandoned unanswered since unanswered() last said so
 
     def destroy(self) -> None:
         for client in (self._set, self._probe):
@@ -61,6 +62,15 @@ class WeightPusher:
         self._send(self._set, req, self._on_pushed)
         return True
 
+    def unanswered(self) -> bool:
+        """Whether a push was abandoned without an answer (the one in flight is checked now) since the last
+        call: its weights are to go again, with the same request id (the control node answers from its
+        replay record, applying nothing twice, if it had applied them after all)."""
+        if self._pending:
+            self._abandoned()
+        lost, self._lost = self._lost, False
+        return lost
+
     def _send(self, client: Any, req: Any, done: Any) -> None:
         self._pending = True
         future = client.call_async(req)
@@ -76,6 +86,7 @@ class WeightPusher:
         client.remove_pending_request(future)
         self._pending, self._in_flight = False, None
         if client is self._set:
+            self._lost = True
             self.counters["pushes_lost"] += 1
             if self.counters["pushes_lost"] == 1:
                 self.node.get_logger().warning(
