@@ -19,8 +19,9 @@ file); ``$(fixture REL)`` (a file of the shared test fixtures) is for the tests 
 configs. ``Bringup`` creates the nodes, drives each to active (configure, then activate; a failed transition
 stops the bringup with the node's reason), spins them on a multi-threaded executor
 (``spinning.MainMultiThreadedExecutor``) and brings them down in reverse order (deactivate, cleanup,
-shutdown), every one of them even when one's data-path call is stuck (its waits are bounded by its
-``deactivate_timeout``; its thread not ending is raised once the others are down). A node's data path, its
+shutdown), every one of them even when one's data-path call is stuck (waited for once, at most its
+``deactivate_timeout``; that node is then left as it is, and its thread not ending is raised once the others
+are down). A node's data path, its
 ``companion_groups()`` (the control node's state loop, the camera nodes' image subscription), gets a
 single-threaded executor thread of its own, as in the node's own ``main``. The ROS environment is the
 caller's: nothing is forced here.
@@ -247,18 +248,22 @@ class Bringup:
         self._companions[id(node)] = CompanionSpinners(node, self.context)
 
     def _stop_companions(self, node: Any) -> None:
+        """The node's data-path executors shut down and their threads joined, after the node's one wait for
+        the call in flight (``ManagedNode.settle_data_path``: not again for a call a deactivate gave up on);
+        ``spinning.CompanionThreadsStuck`` if a call still runs on them."""
         spinners = self._companions.pop(id(node), None)
         if spinners is not None:
-            spinners.stop()
+            spinners.stop(getattr(node, "settle_data_path", None))
 
     def spin_until(self, stop: threading.Event, period_s: float = 0.1) -> None:
         while not stop.is_set() and (self.context is None or self.context.ok()):
             self.executor.spin_once(timeout_sec=period_s)
 
     def stop(self) -> None:
-        """Deactivate, clean up and shut down every node (reverse order), then destroy them. A node that
-        cannot be destroyed (its data-path thread stuck in a call: ``CompanionSpinners.stop`` raises) does not
-        keep the others up: every node is brought down, then the first such error is raised."""
+        """Deactivate, clean up and shut down every node (reverse order), then destroy them. A node whose
+        data-path call does not return within its ``deactivate_timeout`` (waited for once: ``_bring_down``)
+        does not keep the others up: every other node is brought down, then the first such error is raised
+        (``spinning.CompanionThreadsStuck``, naming the node's thread and the call)."""
         errors: list[Exception] = []
         for node in reversed(self.nodes):
             try:
@@ -273,20 +278,33 @@ class Bringup:
             raise errors[0]
 
     def _bring_down(self, node: Any) -> None:
-        """One node through deactivate, cleanup, shutdown, its executor threads stopped, destroyed (not
-        destroyed under a data-path thread that did not end: the error says so)."""
+        """One node deactivated (its data path still spinning: the result of the call in flight goes out),
+        its data-path executor threads stopped, then cleanup and shutdown, and the node destroyed. The call in
+        flight is waited for once, at most ``deactivate_timeout``: by deactivate, or (a node not active) by
+        the threads' stop; a call deactivate gave up on is not waited for again (before: the shutdown's
+        teardown waited ``deactivate_timeout`` again, then the thread's join 5 s). While it still runs the
+        node is left as it is, as a node's own ``main()`` leaves it (``ros/stuck_exit.py``): no shutdown
+        transition (it would close the engine under the call), not destroyed (its DDS entities not torn
+        down under a thread still inside rclpy): ``CompanionThreadsStuck`` says so."""
+        failed: Exception | None = None
         try:
             if _state(node) == "active":
-                node.trigger_deactivate()
-            if _state(node) == "inactive":
-                node.trigger_cleanup()
-            if _state(node) in ("unconfigured", "inactive", "active"):
-                node.trigger_shutdown()
+                node.trigger_deactivate()  # past deactivate_timeout: fails, the node stays active
+        except Exception as exc:  # the threads are stopped and the node destroyed all the same
+            failed = exc
+        self._stop_companions(node)
+        try:
+            if failed is None:
+                if _state(node) == "inactive":
+                    node.trigger_cleanup()
+                if _state(node) in ("unconfigured", "inactive", "active"):
+                    node.trigger_shutdown()
         finally:
-            self._stop_companions(node)
             if self.executor is not None:
                 self.executor.remove_node(node)
             node.destroy_node()
+        if failed is not None:
+            raise failed
 
 
 def _state(node: Any) -> str:

@@ -210,7 +210,7 @@ class CompanionThreadsStuck(RuntimeError):
     def __init__(self, threads: list[str], stuck: str | None) -> None:
         self.threads = threads
         self.stuck = stuck  # the callback the node's settle gave up on (its description), or None
-        why = f"{stuck} still runs on them" if stuck is not None else \
+        why = f"a callback still runs on them: {stuck}" if stuck is not None else \
             f"they did not end within {JOIN_TIMEOUT_S:g} s of their shutdown"
         super().__init__(f"executor threads {', '.join(threads)} did not end: {why}")
 

@@ -3,17 +3,21 @@
 one call (``_held_runner_node.HeldRunner`` in place of the ``cpu`` runner), a state published from a probe
 of its own.
 
-Required: ``Bringup.stop()`` returns within the nodes' bounds (the control node's deactivate and shutdown
-each wait ``deactivate_timeout``, then its data-path thread is given 5 s to end) and raises that the thread
-did not end; the control node's engine is never closed under the held call; the perception node, stopped
-after it, is shut down all the same (its processor closed) and every node is gone from the bringup. Before,
-the control node's shutdown waited for the call without a bound; then, once bounded, the thread's error
-ended ``stop()`` before the other nodes were brought down.
+Required: ``Bringup.stop()`` waits for the held call once (the control node's deactivate, its
+``deactivate_timeout``: one run of ``deactivate: waiting`` WARNs, no other transition's), returns within that
+bound and a margin well under a second bound, and raises that the control node's thread did not end, naming
+the call the deactivate gave up on; the control node's engine is never closed under the held call (no
+shutdown transition: the node stays active); the perception node, stopped after it, is shut down all the
+same (its processor closed) and every node is gone from the bringup. Before, the control node's shutdown
+waited for the call without a bound; then, once bounded, the thread's error ended ``stop()`` before the other
+nodes were brought down; then the same call was waited for three times (deactivate, the shutdown's teardown,
+the thread's 5 s join: 2 x ``deactivate_timeout`` + 5 s, 13.x s here against 4.x s now).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +30,8 @@ held = load_helper(HERE / "_held_runner_node.py")
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
 
 WAIT_S = 40.0
+TIMEOUT_S = 4.0  # the control node's deactivate_timeout
+MARGIN_S = 2.0  # the ERROR's acknowledgement (0.5 s), the perception node's bring-down, a loaded machine
 CLASSIFIER = "classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite"
 
 
@@ -48,10 +54,22 @@ def test_stop_brings_every_node_down_past_a_stuck_one(ros_env, tmp_path: Path, f
     specs = [NodeSpec("perception", "cam", "", {"model": str(fixture_path(CLASSIFIER)), "backend": "cpu"}),
              NodeSpec("control", "ctl", "", {"backend": "cpu", "template": 256, "state_size": 2,
                                              "command_size": 2, "state_topic": "/bstuck/state",
-                                             "stale_timeout": 30.0, "deactivate_timeout": 1.0})]
+                                             "stale_timeout": 30.0, "deactivate_timeout": TIMEOUT_S})]
     bringup = Bringup(specs, context=ros_env.init_rclpy(), log=lambda text: None)
     bringup.start()
-    cam = bringup.nodes[0]
+    cam, ctl = bringup.nodes
+    warnings: list[str] = []
+    logger = ctl._guard._logger  # the data-path guard's WARNs ("<transition>: waiting ...") recorded too
+
+    class Recorder:
+        def warning(self, text: str) -> None:
+            warnings.append(text)
+            logger.warning(text)
+
+        def __getattr__(self, name: str):
+            return getattr(logger, name)
+
+    ctl._guard._logger = Recorder()
     closed: list[str] = []
     close = cam.close_processor
     cam.close_processor = lambda: (closed.append("perception"), close())[1]
@@ -81,9 +99,16 @@ def test_stop_brings_every_node_down_past_a_stuck_one(ros_env, tmp_path: Path, f
             finally:
                 done.set()
 
+        started = time.monotonic()
         threading.Thread(target=stop, daemon=True).start()
         assert done.wait(WAIT_S), "Bringup.stop() never returned with the control node's call held"
+        took = time.monotonic() - started
         assert len(raised) == 1 and "did not end" in str(raised[0]), raised
+        assert "spin_ctl" in str(raised[0]) and "given up on by deactivate" in str(raised[0]), raised
+        waits = [w for w in warnings if ": waiting " in w]
+        assert waits and all(w.startswith("deactivate: waiting") for w in waits), waits
+        assert took < TIMEOUT_S + MARGIN_S, f"stop took {took:.1f} s: the held call waited for more than once"
+        assert ctl._state_machine.current_state[1] == "active", "a transition ran under the held call"
         assert closed, "the perception node was not shut down after the stuck one"
         assert bringup.nodes == [] and bringup.executor is None
         events = _events(tmp_path)
