@@ -421,3 +421,55 @@ def test_counters_and_the_wrong_size_warning_start_again_at_configure(ros_env):
         trainer.teardown()
         trainer.destroy_node()
         probe.destroy_node()
+
+
+@pytest.mark.ros
+def test_a_non_finite_sample_is_dropped_not_the_batch(ros_env):
+    """A NaN sample among good ones: dropped and counted (``non_finite``, one WARN); the batch goes out with
+    four good samples and the worker trains on it. Before, the NaN went into the batch: the worker refused
+    the whole step ("diverged", in its own log only) while the trainer counted every sample sent and said
+    "training": the good samples were lost and nothing said why."""
+    from libredgetpu_ros.ros.trainer.node import TrainerNode
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+    from rclpy.parameter import Parameter
+    from std_msgs.msg import Float32MultiArray
+
+    ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.cli.main", "tt-worker", "--port", "0", "--json"],
+                  "tt_worker")
+    port = loop.worker_port(ros_env.work_dir / "tt_worker.log")
+    context = ros_env.init_rclpy()
+    trainer = TrainerNode(context=context, namespace="/tt", parameter_overrides=[
+        Parameter("worker_port", Parameter.Type.INTEGER, port),
+        Parameter("batch_size", Parameter.Type.INTEGER, 4),
+        Parameter("metrics_period", Parameter.Type.DOUBLE, 0.2)])
+    probe = Node("nan_probe", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(trainer)
+    executor.add_node(probe)
+    samples = probe.create_publisher(Float32MultiArray, "/tt/samples", 100)
+
+    def spin_until(what: str, done, within: float = 20.0) -> None:
+        deadline = time.monotonic() + within
+        while not done():
+            executor.spin_once(timeout_sec=0.05)
+            assert time.monotonic() < deadline, (what, trainer.counters)
+
+    try:
+        trainer.trigger_configure()
+        trainer.trigger_activate()
+        spin_until("the subscription", lambda: samples.get_subscription_count() > 0)
+        good = [0.5, -0.5, 0.25, 1.0, -1.0]
+        for data in (good, good, [0.5, float("nan"), 0.25, 1.0, -1.0], good, good):
+            samples.publish(Float32MultiArray(data=data))
+        spin_until("five samples taken", lambda: trainer.counters["samples"] + trainer.counters.get(
+            "non_finite", 0) >= 5)
+        assert trainer.counters["non_finite"] == 1 and trainer.counters["samples"] == 4, trainer.counters
+        spin_until("weights of a trained batch", lambda: trainer._trained is not None
+                   and trainer._trained.version >= 1)
+        assert np.abs(trainer._trained.weights).max() > 0, "the worker did not train on the batch"
+    finally:
+        executor.shutdown()
+        trainer.teardown()
+        trainer.destroy_node()
+        probe.destroy_node()

@@ -89,9 +89,9 @@ class TrainerNode(ManagedNode):
         self._filled = 0
         self._model_layers = 0
         self._models = 0  # models on the worker, as its HELLO answer said
-        self.counters = {"samples": 0, "wrong_size": 0, "pushes_accepted": 0, "pushes_replayed": 0,
-                         "pushes_refused": 0, "pushes_skipped": 0, "pushes_lost": 0, "reads_skipped": 0,
-                         "reads_failed": 0}
+        self.counters = {"samples": 0, "wrong_size": 0, "non_finite": 0, "pushes_accepted": 0,
+                         "pushes_replayed": 0, "pushes_refused": 0, "pushes_skipped": 0, "pushes_lost": 0,
+                         "reads_skipped": 0, "reads_failed": 0}
         self._read: concurrent.futures.Future | None = None  # the read in flight on the session thread
         self._read_started = 0.0
         self._read_error = ""  # why the last read failed ('' = it did not)
@@ -200,6 +200,13 @@ class TrainerNode(ManagedNode):
             if self.counters["wrong_size"] == 1:
                 self.get_logger().warning(f"sample of {values.size} values dropped: expected input_size + "
                                           f"output_size = {cfg.input_size + cfg.output_size} (counted)")
+            return
+        if not np.isfinite(values).all():  # in a batch it makes the worker refuse the whole step
+            self.counters["non_finite"] += 1
+            if self.counters["non_finite"] == 1:
+                self.get_logger().warning("sample with NaN/inf values dropped (in a batch, the worker "
+                                          "refuses the whole training step: the good samples with it); "
+                                          "counted")
             return
         self._x[self._filled] = values[:cfg.input_size]
         self._t[self._filled] = values[cfg.input_size:]
