@@ -345,9 +345,11 @@ def _describe(data: dict, origin: str, graph: SequenceGraph, simple: tuple) -> I
                     warnings.append(f"{section}.{_short(key)}: input {_short(node)} is neither declared nor "
                                     "produced by a sequence; the sequence can never fire")
     warnings.extend(graph.problems())
+    # once, not per input: a dict of every output sequence's inputs for each declared input made the load
+    # quadratic in the inputs (47 s for an IOSpec just under the 4 MiB cap: bench/results/iospec_parse.md)
+    feeding_outputs = {node for s in sequences if s.outputs for node, _ in s.inputs}
     for key, vec in inputs.items():
-        in_output_seq = any(key in dict(s.inputs) for s in sequences if s.outputs)
-        if vec.latch_hint and in_output_seq:
+        if vec.latch_hint and key in feeding_outputs:
             warnings.append(f"inputs.{textdata.clip(key, 80)}: comments.latch is true but it feeds an "
                             "output-producing sequence")
     if sum(1 for s in sequences if s.outputs) > 1:

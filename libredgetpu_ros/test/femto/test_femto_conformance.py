@@ -99,6 +99,18 @@ def test_latched_iospec_is_fmot_latched_config(fixture_path) -> None:
     assert spec.inputs["config"].latch_hint is True and spec.sequences[1].latched
 
 
+def test_latch_hint_on_an_input_of_an_output_sequence_is_warned(fixture_path) -> None:
+    """``comments.latch: true`` on an input an output-producing sequence reads is a warning naming it; on an
+    input of an output-less sequence (the fixture's ``config``) it is what latching means: none."""
+    text = fixture_path("femto/latched_iospec.yaml").read_text()
+    assert not [w for w in parse_iospec(text, "latched.yaml").warnings if "comments.latch" in w]
+    # x, sequence_0's input (it makes output.0), marked latched as well
+    marked = text.replace("    comments:\n      latch: false", "    comments:\n      latch: true", 1)
+    assert marked != text
+    warned = [w for w in parse_iospec(marked, "marked.yaml").warnings if "comments.latch" in w]
+    assert warned == ["inputs.x: comments.latch is true but it feeds an output-producing sequence"]
+
+
 def test_integer_sequence_keys_coexist_with_string_input_keys(fixture_path) -> None:
     spec = load_iospec(fixture_path("femto/femtofile_roundtrip.yaml"))
     assert [s.key for s in spec.sequences] == [0, 1]
