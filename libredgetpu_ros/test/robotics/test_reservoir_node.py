@@ -257,3 +257,37 @@ def test_a_long_fit_leaves_the_executor_answering(ros_env, tmp_path: Path) -> No
     answer = fit.result()
     assert answer.success and answer.samples_used == 11_999 - 50, answer.message
     assert peer.service(FilePath, "save_readout", path=str(tmp_path / "fitted.npz")).success
+
+
+def test_a_fit_too_large_for_memory_is_refused_before_allocating(ros_env, monkeypatch) -> None:
+    """In process: a fit whose states and features would exceed the node's budget (``MAX_FIT_BYTES``,
+    lowered here) is refused with the numbers, the readout unchanged, before the reservoir is driven; fewer
+    samples fit. Before, the fit allocated (2N + M + 1) * 8 bytes a step whatever the count: a long bag
+    (an hour at 100 Hz, N = 1024: 5.9 GB) got the node killed by the OOM killer."""
+    import libredgetpu_ros.ros.reservoir.node as node_module
+    from libredgetpu_ros.errors import InputError
+    from rclpy.parameter import Parameter
+    from std_msgs.msg import Float64MultiArray
+
+    from libredgetpu_ros_interfaces.srv import FitReadout
+
+    node = node_module.ReservoirNode("reservoir_budget", context=ros_env.init_rclpy(), parameter_overrides=[
+        Parameter("backend", value="cpu"), Parameter("template", value=256), Parameter("state_size", value=2),
+        Parameter("state_type", value="float64_multi_array"), Parameter("washout", value=10)])
+    try:
+        node.trigger_configure()
+        for x in _series(600):
+            node._on_state(Float64MultiArray(data=[float(v) for v in x]))
+        budget = 400 * (2 * 256 + 2 + 1) * 8  # 400 steps
+        monkeypatch.setattr(node_module, "MAX_FIT_BYTES", budget, raising=False)
+        driven: list[int] = []
+        real_fit = node._rc.fit
+        monkeypatch.setattr(node._rc, "fit", lambda u, y: driven.append(len(u)) or real_fit(u, y))
+        with pytest.raises(InputError, match=r"600 states .* at most 400 states"):
+            node._fit(FitReadout.Request(samples=0), "", node.cfg, node._rc)
+        assert driven == [] and node._rc.readout is None
+        report, _ = node._fit(FitReadout.Request(samples=400), "", node.cfg, node._rc)
+        assert driven == [399] and report.samples == 399 - 10
+    finally:
+        node.teardown()
+        node.destroy_node()

@@ -51,6 +51,15 @@ from libredgetpu_ros.textdata import clip
 from libredgetpu_ros_interfaces.srv import FilePath, FitReadout
 
 NODE_NAME = "reservoir"
+# A fit holds the reservoir's states and the readout's features, float64, for every step: (2N + M + 1) * 8
+# bytes a step (N = 1024: 16 KiB; an hour of 100 Hz states: 5.9 GB, which the OOM killer answered by ending
+# the node). Fits above are refused, naming the numbers.
+MAX_FIT_BYTES = 1 << 30
+
+
+def fit_bytes(steps: int, inputs: int, units: int) -> int:
+    """What a fit of ``steps`` states holds (see ``MAX_FIT_BYTES``)."""
+    return steps * (2 * units + inputs + 1) * 8
 
 
 @dataclasses.dataclass
@@ -245,6 +254,12 @@ class ReservoirNode(ManagedNode):
             source = f"the last {len(states)} states"
         if len(states) < 2:
             raise InputError(f"fit needs at least 2 states, {source} gave {len(states)}")
+        need = fit_bytes(len(states), cfg.state_size, rc.size)
+        if need > MAX_FIT_BYTES:
+            most = MAX_FIT_BYTES // fit_bytes(1, cfg.state_size, rc.size)
+            raise InputError(f"a fit on {len(states)} states ({source}) of a {rc.size}-unit reservoir holds "
+                             f"{need / 2**20:.0f} MiB, over the node's {MAX_FIT_BYTES >> 20} MiB: at most "
+                             f"{most} states (ask fewer samples, or a shorter bag)")
         return rc.fit(states[:-1], states[1:]), source
 
     def _on_load(self, req: FilePath.Request, resp: FilePath.Response) -> FilePath.Response:
