@@ -181,7 +181,8 @@ def test_varname_too_long_for_a_topic_fails_configure_with_the_reason(ros_env, t
 def test_iospec_over_the_node_cap_fails_configure_before_parsing(ros_env, tmp_path: Path) -> None:
     """A femtorun-valid IOSpec of 300 KiB (a few KB of spec, then comment lines) is refused by its size at
     configure, naming the file, its size and the node's cap, and pointing at the CLI (which still loads it).
-    It used to be parsed in configure: near the 4 MiB library cap, ~20 s of CPU on the node's executor."""
+    It used to be parsed in configure: near the 4 MiB library cap, 14-47 s of CPU on the node's executor
+    (bench/results/iospec_parse.md)."""
     import libredgetpu_ros.ros.spu.node as node_module
     from libredgetpu_ros.femto import load_iospec
     from rclpy.lifecycle import TransitionCallbackReturn
