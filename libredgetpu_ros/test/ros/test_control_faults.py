@@ -118,3 +118,36 @@ def test_a_crash_in_the_state_loop_goes_through_on_error_and_is_recoverable(ros_
         ctl.wait_for(lambda: len(ctl.commands()) == 2, 10.0, "a command after reconfiguring")
     finally:
         ctl.close()
+
+
+def test_states_of_ever_new_sizes_warn_once(ros_env):
+    """In process: states whose size drifts (an upstream list that grows by one each cycle) are dropped and
+    counted, and logged once, as docs/control_node.md says. Before, each new size was logged (and kept in a
+    set): one WARN per state and a set growing for as long as the drift lasted."""
+    from libredgetpu_ros.ros.control.node import ControlNode
+    from rclpy.parameter import Parameter
+    from std_msgs.msg import Float32MultiArray
+
+    node = ControlNode("control_drift", context=ros_env.init_rclpy(), parameter_overrides=[
+        Parameter("backend", value="cpu"), Parameter("template", value=256), Parameter("state_size", value=3),
+        Parameter("command_size", value=2)])
+    warnings: list[str] = []
+
+    class Logger:
+        def __getattr__(self, name: str):
+            return warnings.append if name == "warning" else (lambda *a, **k: None)
+
+    try:
+        node.trigger_configure()
+        node.trigger_activate()
+        node.get_logger = Logger  # type: ignore[method-assign]
+        for size in range(4, 54):
+            node._on_float_state(Float32MultiArray(data=[0.1] * size))
+        assert node._loop.size_mismatch == 50 and node._loop.commands == 0
+        assert len([w for w in warnings if "state_size" in w]) == 1, warnings[:3]
+        assert len(node._loop.warned) == 1
+        node._on_float_state(Float32MultiArray(data=[0.1] * 3))
+        assert node._loop.commands == 1
+    finally:
+        node.teardown()
+        node.destroy_node()

@@ -187,8 +187,10 @@ class ControlNode(ManagedNode):
         n = x.size
         if n != ctl.cols and not (cfg.pad_short_states and n < ctl.cols):
             loop.size_mismatch += 1
-            self._warn_once(f"size{n}", f"state has {n} values, the controller expects state_size = "
-                            f"{ctl.cols}; dropping such states (pad_short_states={cfg.pad_short_states})")
+            # once for every size: a key per size logged a drifting size (a list grown each cycle) per state
+            self._warn_once("size", f"state has {n} values, the controller expects state_size = "
+                            f"{ctl.cols}; dropping such states, whatever their size "
+                            f"(pad_short_states={cfg.pad_short_states}; counted: size_mismatch)")
             return
         if header is not None:
             age = (now.nanoseconds - (header.stamp.sec * 1_000_000_000 + header.stamp.nanosec)) * 1e-9
