@@ -81,7 +81,7 @@ from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.data_guard import DataPathGuard
 from libredgetpu_ros.ros.output_qos import output_publisher
 from libredgetpu_ros.ros.params import DEACTIVATE_TIMEOUT, MANAGED_NODE_PARAMS, ParamTable, resolved_topic
-from libredgetpu_ros.ros.services import create_guarded_service
+from libredgetpu_ros.ros.services import TimerFaults, create_guarded_service
 from libredgetpu_ros.ros.spinning import REPORT_ACK_TIMEOUT, CompanionFault, CompanionGroup, destroy_entities
 from libredgetpu_ros.textdata import clip_repr
 
@@ -106,6 +106,7 @@ class ManagedNode(LifecycleNode):
         self.cfg: Any = None  # the parameters read at configure (runtime ones updated when they change)
         self._configured = False
         self._made: list[Any] = []  # services and timers made at configure
+        self._timer_faults = TimerFaults(self)  # nothing escapes a timer (services.py)
         self._live: list[Any] = []  # subscriptions and timers made at activate
         self._output_pubs: list[Any] = []  # publishers made by output() (lifecycle ones and plain ones)
         self._diag_pub: Any = None
@@ -196,7 +197,7 @@ class ManagedNode(LifecycleNode):
     def timer(self, period_s: float, callback: Any, *, while_active: bool = False) -> Any:
         """A timer on the main executor, destroyed on cleanup, or with ``while_active`` (made in
         ``create_inputs``) on deactivate."""
-        timer = self.create_timer(period_s, callback)
+        timer = self.create_timer(period_s, self._timer_faults.wrap(callback))  # nothing escapes it
         (self._live if while_active else self._made).append(timer)
         return timer
 
@@ -456,8 +457,14 @@ class ManagedNode(LifecycleNode):
         if pub is None or self.cfg is None:
             return
         own_level, own_message, values = self.diagnostic_status()
+        faults = self._timer_faults
+        total, fresh = faults.take()
+        if total:
+            values = {**values, "timer_faults": total}
         if level is None:
             level, message = own_level, own_message
+            if fresh and level < diagnostics.ERROR:  # ERROR for the period it happened in; then counted
+                level, message = diagnostics.ERROR, f"{faults.last} ({total} timer fault(s) so far)"
             stuck = self._guard.stuck()
             if stuck is not None and level < diagnostics.ERROR:
                 level, message = diagnostics.ERROR, (f"{stuck.describe()} outlived a "

@@ -72,6 +72,43 @@ def guard(node: Any, srv_type: Any, name: str,
     return guarded
 
 
+class TimerFaults:
+    """The net under a node's timer callbacks (diagnostics, the trainer's pushes): an exception escaping a
+    timer leaves the executor's ``spin()`` with it and the node process ends, as a service's would. Guarded,
+    the exception is logged whole the first time each callback raises each type (then counted only: a timer
+    fires every period), the timer keeps its period, and :attr:`counts` feeds the node's diagnostics."""
+
+    def __init__(self, node: Any) -> None:
+        self._node = node
+        self.counts: dict[str, int] = {}  # "<callback>: <exception type>" -> times raised
+        self.last = ""  # the latest one, for the diagnostics message
+        self._reported = 0  # the total at the last take()
+
+    def take(self) -> tuple[int, bool]:
+        """(faults so far, whether any came since the last call): a status reports each fault once."""
+        total = sum(self.counts.values())
+        fresh, self._reported = total > self._reported, total
+        return total, fresh
+
+    def wrap(self, callback: Callable[[], Any]) -> Callable[[], Any]:
+        name = getattr(callback, "__qualname__", repr(callback))
+
+        def guarded() -> Any:
+            try:
+                return callback()
+            except Exception as exc:
+                key = f"{name}: {type(exc).__name__}"
+                self.counts[key] = self.counts.get(key, 0) + 1
+                self.last = f"timer {key}: {clip(exc)}"
+                if self.counts[key] == 1:
+                    trace = "".join(traceback.format_exception(exc)).rstrip()
+                    self._node.get_logger().error(f"timer {name}: unexpected {type(exc).__name__} (logged "
+                                                  f"once, then counted in diagnostics):\n{clip(trace, 8000)}")
+                return None
+
+        return guarded
+
+
 class OffExecutor:
     """Long work of a service handler on a thread of its own, so the node's executor keeps answering
     (lifecycle ``get_state``, other services, timers) while it runs: the handler is a coroutine function
