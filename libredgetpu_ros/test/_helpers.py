@@ -15,9 +15,11 @@ import os
 import resource
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 # This interpreter for a child process. -P (3.11+): from the repository root, the ROS package folder
 # libredgetpu_ros/ would shadow the Python package; Python 3.10 has no -P (tools/test_python_versions.sh
@@ -97,3 +99,13 @@ def one_error_line(code: int, err: str, *contains: str, max_length: int | None =
     if max_length is not None:
         assert len(lines[0]) < max_length, len(lines[0])
     return lines[0]
+
+
+def spin_until(executor: Any, what: str, done: Callable[[], object], *, detail: Callable[[], object] = str,
+               within: float = 20.0) -> None:
+    """Spin ``executor`` (one callback at a time) until ``done()``; past ``within`` s an AssertionError naming
+    ``what`` with ``detail()`` (e.g. the node's counters)."""
+    deadline = time.monotonic() + within
+    while not done():
+        executor.spin_once(timeout_sec=0.05)
+        assert time.monotonic() < deadline, (what, detail())

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from .._helpers import load_helper
+from .._helpers import spin_until as spin_executor_until
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -449,11 +450,8 @@ def test_a_non_finite_sample_is_dropped_not_the_batch(ros_env):
     executor.add_node(probe)
     samples = probe.create_publisher(Float32MultiArray, "/tt/samples", 100)
 
-    def spin_until(what: str, done, within: float = 20.0) -> None:
-        deadline = time.monotonic() + within
-        while not done():
-            executor.spin_once(timeout_sec=0.05)
-            assert time.monotonic() < deadline, (what, trainer.counters)
+    def spin_until(what: str, done) -> None:
+        spin_executor_until(executor, what, done, detail=lambda: trainer.counters)
 
     try:
         trainer.trigger_configure()

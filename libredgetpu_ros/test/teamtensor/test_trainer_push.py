@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from .._helpers import load_helper
+from .._helpers import spin_until as spin_executor_until
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -94,20 +95,15 @@ def test_a_reconfigured_trainers_first_push_changes_the_control_nodes_weights(ro
         ctl.close()
 
 
-@pytest.mark.ros
-def test_a_push_never_answered_is_abandoned_and_pushing_goes_on(ros_env):
-    """In process: the control node took a push and never answered (it crashed and was respawned: the new
-    one knows nothing of the request). After ``timeout_s`` the call is abandoned, counted ``pushes_lost``
-    and the next push goes to the respawned node, which applies it. Before, the push stayed "in flight"
-    forever: nothing was pushed again and nothing counted it (diagnostics OK, "training")."""
-    from libredgetpu_ros.ros.trainer.push import WeightPusher
-    from rclpy.executors import SingleThreadedExecutor
+def _crashed_control(context):
+    """A control node's two services as a crash leaves them: ``/ctl/get_weights`` (2×3) on a node that is
+    spun, ``/ctl/set_weights`` on one that is never spun (it takes a request and never answers; the ids it
+    took are listed in ``received``). Returns (shape server, crashed node, received, the handler: a respawned
+    node serves it too)."""
     from rclpy.node import Node
 
     from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
 
-    context = ros_env.init_rclpy()
-    trainer = Node("pusher", context=context)
     shape_server = Node("control_shape", namespace="/ctl", context=context)
     shape_server.create_service(GetWeights, "get_weights",
                                 lambda req, resp: (setattr(resp, "success", True), setattr(resp, "rows", 2),
@@ -119,8 +115,26 @@ def test_a_push_never_answered_is_abandoned_and_pushing_goes_on(ros_env):
         resp.accepted = True
         return resp
 
-    crashed = Node("control", namespace="/ctl", context=context)  # takes requests, never spun: no answer
+    crashed = Node("control", namespace="/ctl", context=context)
     crashed.create_service(SetWeights, "set_weights", answer)
+    return shape_server, crashed, received, answer
+
+
+@pytest.mark.ros
+def test_a_push_never_answered_is_abandoned_and_pushing_goes_on(ros_env):
+    """In process: the control node took a push and never answered (it crashed and was respawned: the new
+    one knows nothing of the request). After ``timeout_s`` the call is abandoned, counted ``pushes_lost``
+    and the next push goes to the respawned node, which applies it. Before, the push stayed "in flight"
+    forever: nothing was pushed again and nothing counted it (diagnostics OK, "training")."""
+    from libredgetpu_ros.ros.trainer.push import WeightPusher
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+
+    from libredgetpu_ros_interfaces.srv import SetWeights
+
+    context = ros_env.init_rclpy()
+    trainer = Node("pusher", context=context)
+    shape_server, crashed, received, answer = _crashed_control(context)
     executor = SingleThreadedExecutor(context=context)
     for node in (trainer, shape_server):
         executor.add_node(node)
@@ -172,7 +186,7 @@ def test_a_lost_push_is_sent_again_without_a_new_batch(ros_env):
     from rclpy.parameter import Parameter
     from std_msgs.msg import Float32MultiArray
 
-    from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
+    from libredgetpu_ros_interfaces.srv import SetWeights
 
     ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.cli.main", "tt-worker", "--port", "0", "--json"],
                   "tt_worker")
@@ -184,19 +198,7 @@ def test_a_lost_push_is_sent_again_without_a_new_batch(ros_env):
         Parameter("push_period", Parameter.Type.DOUBLE, 0.2),
         Parameter("metrics_period", Parameter.Type.DOUBLE, 0.2),
         Parameter("set_weights_service", Parameter.Type.STRING, "/ctl/set_weights")])
-    shape_server = Node("control_shape", namespace="/ctl", context=context)
-    shape_server.create_service(GetWeights, "get_weights",
-                                lambda req, resp: (setattr(resp, "success", True), setattr(resp, "rows", 2),
-                                                   setattr(resp, "cols", 3), resp)[-1])
-    received: list[str] = []
-
-    def answer(req, resp):
-        received.append(req.request_id)
-        resp.accepted = True
-        return resp
-
-    crashed = Node("control", namespace="/ctl", context=context)  # takes requests, never spun: no answer
-    crashed.create_service(SetWeights, "set_weights", answer)
+    shape_server, crashed, received, answer = _crashed_control(context)
     probe = Node("samples_probe", context=context)
     samples = probe.create_publisher(Float32MultiArray, "/tt/samples", 100)
     executor = SingleThreadedExecutor(context=context)
@@ -204,11 +206,8 @@ def test_a_lost_push_is_sent_again_without_a_new_batch(ros_env):
         executor.add_node(node)
     respawned = None
 
-    def spin_until(what: str, done, within: float = 20.0) -> None:
-        deadline = time.monotonic() + within
-        while not done():
-            executor.spin_once(timeout_sec=0.05)
-            assert time.monotonic() < deadline, (what, trainer.counters)
+    def spin_until(what: str, done) -> None:
+        spin_executor_until(executor, what, done, detail=lambda: trainer.counters)
 
     try:
         trainer.trigger_configure()
