@@ -233,6 +233,11 @@ class ManagedNode(LifecycleNode):
         """Current lifecycle state: unconfigured, inactive, active, finalized (or a transition state)."""
         return self._state_machine.current_state[1]
 
+    def transition_name(self) -> str:
+        """The transition running, as logs name it (cleanup, shutdown, error processing, ...)."""
+        label = self.state_label()
+        return _TRANSITION_NAMES.get(label, label)
+
     # ----- faults ------------------------------------------------------------------------------------
 
     @property
@@ -422,8 +427,7 @@ class ManagedNode(LifecycleNode):
             guard.turn_off()  # an earlier wait of this teardown gave up on it already: none twice
             return
         timeout = self.deactivate_timeout()
-        label = self.state_label()
-        why = _TRANSITION_NAMES.get(label, label)
+        why = self.transition_name()
         stuck = guard.settle(timeout, why)
         if stuck is not None:
             guard.abandoned = True

@@ -145,10 +145,13 @@ class OffExecutor:
             raise value
         return value
 
-    def join(self) -> None:
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the work running (at most ``timeout`` s when given): True once none runs."""
         thread = self._thread
         if thread is not None:
-            thread.join()
+            thread.join(timeout)
+            return not thread.is_alive()
+        return True
 
 
 def create_guarded_service(node: Any, srv_type: Any, name: str, callback: Callable[[Any, Any], Any],

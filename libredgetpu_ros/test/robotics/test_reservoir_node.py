@@ -291,3 +291,103 @@ def test_a_fit_too_large_for_memory_is_refused_before_allocating(ros_env, monkey
     finally:
         node.teardown()
         node.destroy_node()
+
+
+def _joint_bag(path: Path, series: np.ndarray) -> Path:
+    """A bag of ``series`` as JointState messages on /joints (joint names in JOINTS order)."""
+    from libredgetpu_ros.bags.storage import new_bag, reliable_qos
+    from libredgetpu_ros.bags.typestore import typestore
+
+    store = typestore()
+    names = ("sensor_msgs/msg/JointState", "std_msgs/msg/Header", "builtin_interfaces/msg/Time")
+    joint_t, header_t, time_t = (store.types[n] for n in names)
+    with new_bag(path, "mcap") as writer:
+        conn = writer.add_connection("/joints", "sensor_msgs/msg/JointState", typestore=store,
+                                     offered_qos_profiles=[reliable_qos(1000)])
+        for i, x in enumerate(series):
+            stamp = 1_000_000_000 + i * 10_000_000
+            header = header_t(stamp=time_t(sec=stamp // 10**9, nanosec=stamp % 10**9), frame_id="arm")
+            msg = joint_t(header=header, name=list(JOINTS), position=np.array(x), velocity=np.zeros(0),
+                          effort=np.zeros(0))
+            writer.write(conn, stamp, bytes(store.serialize_cdr(msg, "sensor_msgs/msg/JointState")))
+    return path
+
+
+def test_cleanup_cancels_a_fit_reading_a_slow_bag(ros_env, tmp_path: Path, monkeypatch) -> None:
+    """In process, the node spun on an executor thread: a ``~/fit`` reading a bag slowly (each message held
+    20 ms through the reader's ``state_vector`` seam: 3,000 messages, a minute) is cancelled by cleanup, which
+    returns promptly; the fit answers ``cancelled by cleanup`` and the previous readout is unchanged. Before,
+    cleanup waited for the whole read and solve (no time limit: a huge bag or a hung mount stalled cleanup
+    and shutdown forever), and the fit's answer was lost with the service cleanup destroyed."""
+    import threading
+    import time
+
+    import libredgetpu_ros.ros.reservoir.states as states_module
+    from libredgetpu_ros.ros.reservoir.node import ReservoirNode
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+    from rclpy.parameter import Parameter
+    from sensor_msgs.msg import JointState
+
+    from libredgetpu_ros_interfaces.srv import FitReadout
+
+    bag = _joint_bag(tmp_path / "slow_bag", _series(3000))
+    held = threading.Event()
+    held.set()
+    read: list[int] = []
+    real_state_vector = states_module.state_vector
+
+    def slow_state_vector(*args: Any) -> np.ndarray:
+        read.append(1)
+        if held.is_set():
+            time.sleep(0.02)
+        return real_state_vector(*args)
+
+    monkeypatch.setattr(states_module, "state_vector", slow_state_vector)
+    context = ros_env.init_rclpy()
+    node = ReservoirNode("reservoir_cancel", context=context, parameter_overrides=[
+        Parameter("backend", value="cpu"), Parameter("template", value=256), Parameter("state_size", value=2),
+        Parameter("joint_names", value=JOINTS), Parameter("washout", value=10)])
+    client_node = Node("reservoir_cancel_client", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    executor.add_node(client_node)
+    stop = threading.Event()
+    spinner = threading.Thread(target=lambda: [executor.spin_once(timeout_sec=0.05) for _ in iter(stop.is_set,
+                                                                                                   True)])
+    try:
+        node.trigger_configure()
+        rc = node._rc
+        for x in _series(400):
+            node._on_state(JointState(name=list(JOINTS), position=[float(v) for v in x]))
+        node._fit(FitReadout.Request(samples=0), "", node.cfg, rc)
+        before = rc.readout
+        assert before is not None
+        spinner.start()
+        client = client_node.create_client(FitReadout, "/reservoir_cancel/fit")
+        assert client.wait_for_service(timeout_sec=WAIT_S)
+        answer = client.call_async(FitReadout.Request(bag=str(bag), topic="/joints"))
+        deadline = time.monotonic() + WAIT_S
+        while len(read) < 5 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(read) >= 5 and not answer.done(), "the fit did not start reading the bag"
+        cleaned = threading.Event()
+        threading.Thread(target=lambda: (node.trigger_cleanup(), cleaned.set()), daemon=True).start()
+        assert cleaned.wait(10.0), "cleanup waited for the fit reading the bag"
+        deadline = time.monotonic() + WAIT_S
+        while not answer.done() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert answer.done(), "the cancelled fit never answered"
+        result = answer.result()
+        assert not result.success and "cancelled by cleanup" in result.message, result.message
+        assert rc.readout is before
+        assert len(read) < 3000
+    finally:
+        held.clear()  # the old code: let the read finish so teardown returns
+        stop.set()
+        if spinner.is_alive():
+            spinner.join(timeout=WAIT_S)
+        node.teardown()
+        executor.shutdown()
+        client_node.destroy_node()
+        node.destroy_node()

@@ -43,9 +43,10 @@ from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.control.codec import JointOrder, describe_non_finite
 from libredgetpu_ros.ros.lifecycle import ManagedNode
 from libredgetpu_ros.ros.params import dense_stream
+from libredgetpu_ros.ros.reservoir.fit_run import FitCancelled, FitRun
 from libredgetpu_ros.ros.reservoir.params import PARAM_TABLE, ReservoirNodeConfig
 from libredgetpu_ros.ros.reservoir.states import read_bag_states, state_vector
-from libredgetpu_ros.ros.services import MESSAGE_CHARS, OffExecutor
+from libredgetpu_ros.ros.services import MESSAGE_CHARS, OffExecutor, create_guarded_service
 from libredgetpu_ros.ros.spinning import run_lifecycle_node_main
 from libredgetpu_ros.textdata import clip
 from libredgetpu_ros_interfaces.srv import FilePath, FitReadout
@@ -117,6 +118,10 @@ class ReservoirNode(ManagedNode):
         self._stats = _Stats()
         self._pred_pub: Any = None
         self._fitting = OffExecutor("reservoir_fit")
+        self._fit_run: FitRun | None = None  # the fit running (its cancel switch), else the last one
+        # ~/fit lives as long as the node (not made at configure): the answer to a fit a teardown cancelled is
+        # sent after that transition returned, which would find a service destroyed by it.
+        create_guarded_service(self, FitReadout, "~/fit", self._on_fit)
 
     # ----- lifecycle hooks (ros/lifecycle.py) -----------------------------------------------------
     def read_config(self) -> ReservoirNodeConfig:
@@ -139,7 +144,6 @@ class ReservoirNode(ManagedNode):
         cfg = self.cfg
         mtype = JointState if cfg.state_type == "joint_state" else Float64MultiArray
         self._pred_pub = self.output(mtype, "~/prediction", self._qos(cfg))
-        self.service(FitReadout, "~/fit", self._on_fit)
         self.service(FilePath, "~/load_readout", self._on_load)
         self.service(FilePath, "~/save_readout", self._on_save)
 
@@ -161,11 +165,24 @@ class ReservoirNode(ManagedNode):
         return QoSProfile(depth=10, reliability=reliability)
 
     def close_processor(self) -> None:
-        self._fitting.join()  # a running fit uses the engine closed below
         self._pred_pub = None
-        if self._rc is not None:
-            rc, self._rc = self._rc, None
-            rc.engine.close()
+        rc, self._rc = self._rc, None
+        if rc is None:
+            return
+        run = self._fit_run
+        if run is not None and self._fitting.busy():
+            # A fit uses the engine closed below: asked to stop (it checks between the bag's messages and
+            # before the solve), then waited for as long as the data path is (deactivate_timeout); a fit
+            # stuck in a read (a hung mount) or in the solve is left the engine, closed by it as it returns.
+            why = self.transition_name()
+            run.cancel(why)
+            timeout = self.deactivate_timeout()
+            if not self._fitting.join(timeout) and run.leave_open(rc):
+                self.report_stuck(f"{why}: the running ~/fit did not stop within deactivate_timeout "
+                                  f"({timeout:g} s) of its cancel; going on without it: its engine left "
+                                  "open, closed by the fit as it returns")
+                return
+        rc.engine.close()
 
     # ----- the state loop (the data path's thread) ------------------------------------------------------
     def _drop(self, counter: str, reason: str) -> None:
@@ -222,10 +239,15 @@ class ReservoirNode(ManagedNode):
             resp.success, resp.message = False, "a fit is running: call again when it has answered"
             return resp
         topic = (req.topic or self.resolve_topic_name(cfg.state_topic)) if req.bag else ""
+        run = self._fit_run = FitRun()
         try:
             # Reading a bag and driving the reservoir over thousands of states takes seconds: off the
             # executor, which keeps answering get_state, the other services and the diagnostics timer.
-            report, source = await self._fitting.run(self, lambda: self._fit(req, topic, cfg, rc))
+            report, source = await self._fitting.run(self, lambda: self._fit_off(req, topic, cfg, rc, run))
+        except FitCancelled as exc:
+            resp.success, resp.message = False, f"{exc}, readout unchanged"
+            self.get_logger().warning(f"~/fit: {resp.message}")
+            return resp
         except LibrEdgeTpuError as exc:
             self._stats.refused += 1
             self._stats.last_refusal = clip(exc, MESSAGE_CHARS)  # requests carry paths of any length
@@ -239,11 +261,26 @@ class ReservoirNode(ManagedNode):
         self.get_logger().info(resp.message)
         return resp
 
-    def _fit(self, req: FitReadout.Request, topic: str, cfg: ReservoirNodeConfig, rc: Any) -> tuple[Any, str]:
-        """(FitReport, where the states came from) of a ``~/fit`` request (on the fit's thread)."""
+    def _fit_off(self, req: FitReadout.Request, topic: str, cfg: ReservoirNodeConfig, rc: Any,
+                 run: FitRun) -> tuple[Any, str]:
+        """:meth:`_fit` on the fit's thread; then closes the engine a teardown left it (close_processor)."""
+        try:
+            return self._fit(req, topic, cfg, rc, run)
+        finally:
+            left = run.finished()
+            if left is not None:
+                left.engine.close()
+                self.get_logger().warning(f"the ~/fit cancelled by {run.cancelled_by} returned after it went "
+                                          "on without it: its engine closed now")
+
+    def _fit(self, req: FitReadout.Request, topic: str, cfg: ReservoirNodeConfig, rc: Any,
+             run: FitRun | None = None) -> tuple[Any, str]:
+        """(FitReport, where the states came from) of a ``~/fit`` request (on the fit's thread); ``run``'s
+        cancel is checked between the bag's messages and before the solve."""
+        check = run.check if run is not None else None
         if req.bag:
             states, skipped = read_bag_states(req.bag, topic, cfg.state_type, cfg.joint_field, self._order,
-                                              cfg.state_size)
+                                              cfg.state_size, check)
             source = f"bag {clip(req.bag)} ({skipped} messages skipped)"
         else:
             with self._buffer_lock:
@@ -260,6 +297,8 @@ class ReservoirNode(ManagedNode):
             raise InputError(f"a fit on {len(states)} states ({source}) of a {rc.size}-unit reservoir holds "
                              f"{need / 2**20:.0f} MiB, over the node's {MAX_FIT_BYTES >> 20} MiB: at most "
                              f"{most} states (ask fewer samples, or a shorter bag)")
+        if check is not None:
+            check()  # the solve is not interruptible: the last point a cancel stops the fit
         return rc.fit(states[:-1], states[1:]), source
 
     def _on_load(self, req: FilePath.Request, resp: FilePath.Response) -> FilePath.Response:

@@ -8,6 +8,7 @@ node's ``JointOrder``.
 from __future__ import annotations
 
 import array
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,10 @@ def state_vector(msg: Any, state_type: str, joint_field: str, order: JointOrder 
 
 
 def read_bag_states(bag: str | Path, topic: str, state_type: str, joint_field: str,
-                    order: JointOrder | None, size: int) -> tuple[np.ndarray, int]:
-    """(states (T, size) of ``topic`` in recorded order, messages skipped as malformed/NaN/wrong size)."""
+                    order: JointOrder | None, size: int,
+                    check: Callable[[], None] | None = None) -> tuple[np.ndarray, int]:
+    """(states (T, size) of ``topic`` in recorded order, messages skipped as malformed/NaN/wrong size);
+    ``check`` is called before every message (the node's fit: raises to stop a read a teardown cancelled)."""
     from libredgetpu_ros.bags.storage import Unreadable, open_reader
     from libredgetpu_ros.bags.storage import messages as bag_messages
     from libredgetpu_ros.bags.typestore import typestore
@@ -60,6 +63,8 @@ def read_bag_states(bag: str | Path, topic: str, state_type: str, joint_field: s
         # bags.storage.messages: damaged bags are one InputError, per-message compressed states are
         # decompressed within a budget (a state message is small: 1 MiB is generous).
         for conn, _, raw in bag_messages(reader, connections, STATE_MESSAGE_BYTES):
+            if check is not None:
+                check()
             if raw is None or isinstance(raw, Unreadable):
                 skipped += 1
                 continue
