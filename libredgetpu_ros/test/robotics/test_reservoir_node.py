@@ -391,3 +391,49 @@ def test_cleanup_cancels_a_fit_reading_a_slow_bag(ros_env, tmp_path: Path, monke
         executor.shutdown()
         client_node.destroy_node()
         node.destroy_node()
+
+
+def test_reactivate_restarts_the_state_and_holds_predictions_for_the_washout(ros_env) -> None:
+    """In process: states, a readout fitted on them, predictions; deactivate, activate: the state restarts
+    from zero and the next ``washout`` (20) states give no prediction (diagnostics ``warming_up``,
+    ``states_until_valid``), the one after does; the fit buffer keeps the states from before the pause.
+    Before, the first predictions after a pause of any length came from the old history, nothing saying so."""
+    from libredgetpu_ros.ros.reservoir.node import ReservoirNode
+    from rclpy.parameter import Parameter
+    from std_msgs.msg import Float64MultiArray
+
+    from libredgetpu_ros_interfaces.srv import FitReadout
+
+    washout = 20
+    node = ReservoirNode("reservoir_pause", context=ros_env.init_rclpy(), parameter_overrides=[
+        Parameter("backend", value="cpu"), Parameter("template", value=256), Parameter("state_size", value=2),
+        Parameter("state_type", value="float64_multi_array"), Parameter("washout", value=washout)])
+    series = _series(700)
+
+    def feed(rows: np.ndarray) -> None:
+        for x in rows:
+            node._on_state(Float64MultiArray(data=[float(v) for v in x]))
+
+    try:
+        node.trigger_configure()
+        node.trigger_activate()
+        feed(series[:400])
+        node._fit(FitReadout.Request(samples=0), "", node.cfg, node._rc)
+        feed(series[400:410])
+        assert node._stats.predictions == 10  # no hold at the first activate: as offline, from zero
+        node.trigger_deactivate()
+        node.trigger_activate()
+        assert not node._rc.state.any(), "the state was not restarted on activate"
+        assert len(node._buffer) == 410  # pre-pause states kept for ~/fit
+        feed(series[410:410 + washout - 1])
+        _, message, values = node.diagnostic_status()
+        assert values["warming_up"] and values["states_until_valid"] == 1 and "warming up" in message
+        feed(series[410 + washout - 1:410 + washout])
+        assert node._stats.predictions == 10, "a prediction within the washout after activate"
+        feed(series[410 + washout:410 + washout + 5])
+        assert node._stats.predictions == 15
+        _, message, values = node.diagnostic_status()
+        assert not values["warming_up"] and values["states_until_valid"] == 0 and message == "predicting"
+    finally:
+        node.teardown()
+        node.destroy_node()

@@ -3,14 +3,16 @@
 Every state (``sensor_msgs/JointState`` or ``std_msgs/Float64MultiArray``, parameter ``state_type``) advances
 a :class:`~libredgetpu_ros.robotics.reservoir.ReservoirComputer` (``W_res x`` on the MatMul engine: Edge TPU
 or CPU twin); once a readout exists, the prediction of the next state is published on ``~/prediction`` with
-the same message type (a JointState prediction carries the input's header: its stamp and frame).
+the same message type (a JointState prediction carries the input's header: its stamp and frame). An activate
+after a deactivate restarts the state from zero and holds predictions back for ``washout`` states (diagnostics
+``warming_up``): the state from before a pause no longer leads to the next input.
 
 Services: ``~/fit`` (FitReadout: the last N buffered states, or a bag's state topic; the readout maps each
 state to the next; read and fitted on a thread of its own, ``services.OffExecutor``, so the executor keeps
-answering ``get_state`` and the other services meanwhile; one fit at a time), ``~/load_readout`` /
-``~/save_readout`` (FilePath, main executor). A refused fit or
-load (too few samples, NaN, another reservoir's file) answers ``success: false`` with the reason and keeps the
-previous readout.
+answering ``get_state`` and the other services meanwhile; one fit at a time; a teardown cancels it,
+``fit_run``), ``~/load_readout`` / ``~/save_readout`` (FilePath, main executor). A refused fit or load (too
+few samples, NaN, another reservoir's file) answers ``success: false`` with the reason and keeps the previous
+readout.
 
 Bad states are dropped and counted as the control node does (its ``JointOrder`` and ``describe_non_finite``):
 NaN/inf values, a wrong number of values, missing joints; diagnostics WARN with the last cause. The lifecycle
@@ -118,6 +120,8 @@ class ReservoirNode(ManagedNode):
         self._stats = _Stats()
         self._pred_pub: Any = None
         self._fitting = OffExecutor("reservoir_fit")
+        self._activated = False  # since configure: a later activate restarts the state (create_inputs)
+        self._warm_up = 0  # states still stepped without a prediction after a re-activate
         self._fit_run: FitRun | None = None  # the fit running (its cancel switch), else the last one
         # ~/fit lives as long as the node (not made at configure): the answer to a fit a teardown cancelled is
         # sent after that transition returned, which would find a service destroyed by it.
@@ -139,6 +143,7 @@ class ReservoirNode(ManagedNode):
         self._order = JointOrder(cfg.joint_names) if cfg.joint_names else None
         self._buffer = collections.deque(maxlen=cfg.buffer_size)
         self._stats = _Stats()
+        self._activated, self._warm_up = False, 0
 
     def create_outputs(self) -> None:
         cfg = self.cfg
@@ -155,6 +160,15 @@ class ReservoirNode(ManagedNode):
 
     def create_inputs(self) -> None:
         cfg = self.cfg
+        if self._activated:
+            # Back from a deactivate (a pause of any length): the state holds a history that no longer leads
+            # to the next input. Restarted from zero as a configure does, and no prediction for `washout`
+            # states (what a fit drops for the same transient). The fit buffer keeps its states: valid
+            # training data (one false pair at the pause, among buffer_size). Before the subscription: no
+            # state runs meanwhile.
+            self._rc.set_state(np.zeros(self._rc.size))
+            self._warm_up = cfg.washout
+        self._activated = True
         mtype = JointState if cfg.state_type == "joint_state" else Float64MultiArray
         qos = QoSProfile(depth=cfg.state_queue, reliability=self._qos(cfg).reliability)
         self.data_subscription(mtype, cfg.state_topic, self._on_state, qos)
@@ -211,7 +225,10 @@ class ReservoirNode(ManagedNode):
                                        "(a sensor fault or wrong units)")
             return
         t0 = time.perf_counter()
-        predicting = rc.readout is not None
+        warming = self._warm_up > 0
+        if warming:
+            self._warm_up -= 1
+        predicting = rc.readout is not None and not warming
         y = rc.step_predict(x) if predicting else rc.step(x)
         st.step_ms_total += (time.perf_counter() - t0) * 1e3
         with self._buffer_lock:
@@ -335,6 +352,9 @@ class ReservoirNode(ManagedNode):
                                                 f"last report: {st.last_drop}")
         elif rc.readout is None:
             level, message = diagnostics.OK, "no readout yet: call ~/fit or ~/load_readout"
+        elif self._warm_up:
+            level, message = diagnostics.OK, (f"warming up after activate: no prediction for {self._warm_up} "
+                                              "more state(s) (washout)")
         else:
             level, message = diagnostics.OK, "predicting"
         st.drops_reported = drops
@@ -350,6 +370,7 @@ class ReservoirNode(ManagedNode):
             "dropped_missing_joints": st.missing_joints,
             "step_ms": st.step_ms_total / stepped if stepped else float("nan"),
             "buffered": len(self._buffer),
+            "warming_up": self._warm_up > 0, "states_until_valid": self._warm_up,
             "readout_samples": readout.samples if readout else 0,
             "readout_train_nrmse": readout.train_nrmse if readout else float("nan"),
             "fits": st.fits, "refused": st.refused, "last_refusal": st.last_refusal,
