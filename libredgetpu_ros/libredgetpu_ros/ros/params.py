@@ -162,7 +162,8 @@ DEACTIVATE_TIMEOUT = ParamSpec(
     "second meanwhile; the node's executor waits with it (no diagnostics, parameter or lifecycle request is "
     "served meanwhile). Past it a deactivate fails: the node stays active (its engine open under the call, "
     "diagnostics ERROR) and may be deactivated again; a teardown goes on without the call (ERROR log and "
-    "diagnostics), what it runs on left open, never closed under it",
+    "diagnostics), what it runs on left open, never closed under it; the reservoir node's teardown waits as "
+    "long for a running ~/fit it asked to stop",
     range=(0.1, 3600.0), mutability="runtime")
 
 

@@ -313,6 +313,99 @@ def _joint_bag(path: Path, series: np.ndarray) -> Path:
     return path
 
 
+class _SpunFitRig:
+    """In process: a reservoir node (JOINTS, washout 10) with a readout fitted on 400 buffered states, spun
+    with a client node on an executor thread; a bag of 3,000 states whose read goes through ``hold`` (the
+    reader's ``state_vector`` seam: each message calls it first)."""
+
+    def __init__(self, ros_env: Any, tmp: Path, monkeypatch: Any, name: str, hold: Any,
+                 **params: Any) -> None:
+        import threading
+
+        import libredgetpu_ros.ros.reservoir.states as states_module
+        from libredgetpu_ros.ros.reservoir.node import ReservoirNode
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.node import Node
+        from rclpy.parameter import Parameter
+        from sensor_msgs.msg import JointState
+
+        from libredgetpu_ros_interfaces.srv import FitReadout
+
+        self.bag = _joint_bag(tmp / "slow_bag", _series(3000))
+        self.read: list[int] = []
+        real_state_vector = states_module.state_vector
+
+        def held_state_vector(*args: Any) -> np.ndarray:
+            self.read.append(1)
+            hold()
+            return real_state_vector(*args)
+
+        monkeypatch.setattr(states_module, "state_vector", held_state_vector)
+        context = ros_env.init_rclpy()
+        overrides = {"backend": "cpu", "template": 256, "state_size": 2, "joint_names": JOINTS, "washout": 10,
+                     **params}
+        self.node = ReservoirNode(name, context=context, parameter_overrides=[
+            Parameter(k, value=v) for k, v in overrides.items()])
+        self.client_node = Node(f"{name}_client", context=context)
+        self.executor = SingleThreadedExecutor(context=context)
+        self.executor.add_node(self.node)
+        self.executor.add_node(self.client_node)
+        self.stop = threading.Event()
+        self.spinner = threading.Thread(target=self._spin, daemon=True)
+        self.node.trigger_configure()
+        self.rc = self.node._rc
+        for x in _series(400):
+            self.node._on_state(JointState(name=list(JOINTS), position=[float(v) for v in x]))
+        self.node._fit(FitReadout.Request(samples=0), "", self.node.cfg, self.rc)
+        self.before = self.rc.readout
+        assert self.before is not None
+        self.spinner.start()
+        self.client = self.client_node.create_client(FitReadout, f"/{name}/fit")
+        assert self.client.wait_for_service(timeout_sec=WAIT_S)
+
+    def _spin(self) -> None:
+        while not self.stop.is_set():
+            self.executor.spin_once(timeout_sec=0.05)
+
+    def fit_from_bag(self) -> Any:
+        """The bag fit requested, once it is reading the bag (its answer's future)."""
+        import time
+
+        from libredgetpu_ros_interfaces.srv import FitReadout
+
+        answer = self.client.call_async(FitReadout.Request(bag=str(self.bag), topic="/joints"))
+        deadline = time.monotonic() + WAIT_S
+        while not self.read and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert self.read and not answer.done(), "the fit did not start reading the bag"
+        return answer
+
+    def cleanup_within(self, seconds: float) -> bool:
+        """trigger_cleanup on a thread of its own: whether it returned within ``seconds``."""
+        import threading
+
+        cleaned = threading.Event()
+        threading.Thread(target=lambda: (self.node.trigger_cleanup(), cleaned.set()), daemon=True).start()
+        return cleaned.wait(seconds)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.spinner.join(timeout=WAIT_S)
+        self.node.teardown()
+        self.executor.shutdown()
+        self.client_node.destroy_node()
+        self.node.destroy_node()
+
+
+def _wait_done(future: Any) -> bool:
+    import time
+
+    deadline = time.monotonic() + WAIT_S
+    while not future.done() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return future.done()
+
+
 def test_cleanup_cancels_a_fit_reading_a_slow_bag(ros_env, tmp_path: Path, monkeypatch) -> None:
     """In process, the node spun on an executor thread: a ``~/fit`` reading a bag slowly (each message held
     20 ms through the reader's ``state_vector`` seam: 3,000 messages, a minute) is cancelled by cleanup, which
@@ -322,75 +415,49 @@ def test_cleanup_cancels_a_fit_reading_a_slow_bag(ros_env, tmp_path: Path, monke
     import threading
     import time
 
-    import libredgetpu_ros.ros.reservoir.states as states_module
-    from libredgetpu_ros.ros.reservoir.node import ReservoirNode
-    from rclpy.executors import SingleThreadedExecutor
-    from rclpy.node import Node
-    from rclpy.parameter import Parameter
-    from sensor_msgs.msg import JointState
-
-    from libredgetpu_ros_interfaces.srv import FitReadout
-
-    bag = _joint_bag(tmp_path / "slow_bag", _series(3000))
-    held = threading.Event()
-    held.set()
-    read: list[int] = []
-    real_state_vector = states_module.state_vector
-
-    def slow_state_vector(*args: Any) -> np.ndarray:
-        read.append(1)
-        if held.is_set():
-            time.sleep(0.02)
-        return real_state_vector(*args)
-
-    monkeypatch.setattr(states_module, "state_vector", slow_state_vector)
-    context = ros_env.init_rclpy()
-    node = ReservoirNode("reservoir_cancel", context=context, parameter_overrides=[
-        Parameter("backend", value="cpu"), Parameter("template", value=256), Parameter("state_size", value=2),
-        Parameter("joint_names", value=JOINTS), Parameter("washout", value=10)])
-    client_node = Node("reservoir_cancel_client", context=context)
-    executor = SingleThreadedExecutor(context=context)
-    executor.add_node(node)
-    executor.add_node(client_node)
-    stop = threading.Event()
-    spinner = threading.Thread(target=lambda: [executor.spin_once(timeout_sec=0.05) for _ in iter(stop.is_set,
-                                                                                                   True)])
+    slow = threading.Event()
+    slow.set()
+    rig = _SpunFitRig(ros_env, tmp_path, monkeypatch, "reservoir_cancel",
+                      lambda: time.sleep(0.02) if slow.is_set() else None)
     try:
-        node.trigger_configure()
-        rc = node._rc
-        for x in _series(400):
-            node._on_state(JointState(name=list(JOINTS), position=[float(v) for v in x]))
-        node._fit(FitReadout.Request(samples=0), "", node.cfg, rc)
-        before = rc.readout
-        assert before is not None
-        spinner.start()
-        client = client_node.create_client(FitReadout, "/reservoir_cancel/fit")
-        assert client.wait_for_service(timeout_sec=WAIT_S)
-        answer = client.call_async(FitReadout.Request(bag=str(bag), topic="/joints"))
-        deadline = time.monotonic() + WAIT_S
-        while len(read) < 5 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert len(read) >= 5 and not answer.done(), "the fit did not start reading the bag"
-        cleaned = threading.Event()
-        threading.Thread(target=lambda: (node.trigger_cleanup(), cleaned.set()), daemon=True).start()
-        assert cleaned.wait(10.0), "cleanup waited for the fit reading the bag"
-        deadline = time.monotonic() + WAIT_S
-        while not answer.done() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert answer.done(), "the cancelled fit never answered"
+        answer = rig.fit_from_bag()
+        assert rig.cleanup_within(10.0), "cleanup waited for the fit reading the bag"
+        assert _wait_done(answer), "the cancelled fit never answered"
         result = answer.result()
         assert not result.success and "cancelled by cleanup" in result.message, result.message
-        assert rc.readout is before
-        assert len(read) < 3000
+        assert rig.rc.readout is rig.before
+        assert len(rig.read) < 3000
     finally:
-        held.clear()  # the old code: let the read finish so teardown returns
-        stop.set()
-        if spinner.is_alive():
-            spinner.join(timeout=WAIT_S)
-        node.teardown()
-        executor.shutdown()
-        client_node.destroy_node()
-        node.destroy_node()
+        slow.clear()  # the old code: let the read finish so teardown returns
+        rig.close()
+
+
+def test_cleanup_leaves_a_fit_stuck_in_a_read_its_engine(ros_env, tmp_path: Path, monkeypatch) -> None:
+    """A fit stuck in one message's read (a hung mount: the seam blocks until released) never reaches its
+    next cancel check: cleanup waits ``deactivate_timeout`` (1 s) for it, then goes on, the engine left
+    open under the fit; released, the fit answers ``cancelled by cleanup`` (checked before its next message)
+    and closes the engine itself; the previous readout is unchanged."""
+    import threading
+
+    release = threading.Event()
+    rig = _SpunFitRig(ros_env, tmp_path, monkeypatch, "reservoir_stuck", lambda: release.wait(WAIT_S),
+                      deactivate_timeout=1.0)
+    closed: list[int] = []
+    real_close = rig.rc.engine.close
+    monkeypatch.setattr(rig.rc.engine, "close", lambda: closed.append(1) or real_close())
+    try:
+        answer = rig.fit_from_bag()
+        assert rig.cleanup_within(15.0), "cleanup waited past deactivate_timeout for the stuck fit"
+        assert closed == [] and not answer.done(), "the engine was closed under the fit"
+        release.set()
+        assert _wait_done(answer), "the released fit never answered"
+        result = answer.result()
+        assert not result.success and "cancelled by cleanup" in result.message, result.message
+        assert rig.rc.readout is rig.before
+        assert closed == [1]
+    finally:
+        release.set()
+        rig.close()
 
 
 def test_reactivate_restarts_the_state_and_holds_predictions_for_the_washout(ros_env) -> None:
