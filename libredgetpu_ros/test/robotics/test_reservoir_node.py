@@ -504,3 +504,41 @@ def test_reactivate_restarts_the_state_and_holds_predictions_for_the_washout(ros
     finally:
         node.teardown()
         node.destroy_node()
+
+
+def test_a_pause_holds_predictions_for_the_washout_over_dds(ros_env, tmp_path: Path) -> None:
+    """The node in its own process, a readout (fitted offline) loaded at configure, washout 50: 20 states,
+    20 predictions; deactivate, activate; 60 states: the first 50 give no prediction, the last 10 do, each
+    exactly what the reservoir run offline from a zero state over those 60 states gives. Before, all 60 were
+    predicted at once from the state left by the states before the pause."""
+    from libredgetpu_ros.matmul import MatMulEngine
+    from libredgetpu_ros.robotics.reservoir import ReservoirComputer, ReservoirConfig
+
+    series = _series(800)
+    readout = tmp_path / "readout.npz"
+    after = series[700:760]
+    with MatMulEngine.from_template(256, backend="cpu") as engine:
+        offline = ReservoirComputer(engine, ReservoirConfig(input_dim=2, seed=5, washout=50))
+        offline.fit(series[:599], series[1:600])
+        offline.save_readout(readout)
+        expected = np.array([offline.step_predict(x) for x in after])[50:]
+
+    _spawn(ros_env, _params(tmp_path, readout=str(readout)))
+    peer = Peer(ros_env, "reservoir")
+    assert peer.transition("configure") and peer.transition("activate")
+    peer.wait_subscribed()
+    for i, x in enumerate(series[600:620]):
+        peer.publish(x, i)
+    peer.wait_for("20 predictions", lambda: len(peer.predictions) >= 20)
+    assert peer.transition("deactivate")
+    peer.wait_for("the state subscription gone", lambda: peer.states.get_subscription_count() == 0)
+    assert peer.transition("activate")
+    peer.wait_subscribed()
+    for i, x in enumerate(after):
+        peer.publish(x, 1000 + i)
+    peer.wait_for("10 predictions after the pause", lambda: len(peer.predictions) >= 30)
+    peer.spin_for(0.5)  # no more come
+    got = peer.predictions[20:]
+    assert [p.header.stamp.nanosec for p in got] == list(range(1050, 1060))
+    live = np.array([p.position for p in got])
+    assert np.array_equal(live, expected), np.max(np.abs(live - expected))
