@@ -146,7 +146,9 @@ PYTEST := LIBREDGETPU_ROS_DURATIONS=$(abspath $(DURATIONS)) PYTHONSAFEPATH=1 $(S
 # The kernels are built into the user's cache first (`kernels build`, what docs/install.md asks of an install):
 # otherwise the first node a test configures compiles them (up to ~16 s of CPU a family on 2 cores) inside
 # that test's wait; a fresh or outdated cache made such waits fail now and then.
-KERNELS := $(VENV)/bin/libredgetpu-ros kernels build --no-progress
+# A build that fails (an unwritable cache folder, a family that does not compile) must not stop the tests:
+# the modules then compile when they open, as without the step.
+KERNELS := $(VENV)/bin/libredgetpu-ros kernels build --no-progress || echo "warning: kernels not pre-built (see above)" >&2
 test: prereqs-test lint
 	$(KERNELS)
 	$(PYTEST) $(PYTEST_ARGS)

@@ -19,9 +19,9 @@ from libredgetpu_ros.errors import InputError
 MAX_QOS_PROFILE_BYTES = 64 * 1024
 QOS_KEY = "offered_qos_profiles"
 # bag-repair copies the bag with such a topic's profiles dropped (said in its summary)
-HINT = (" (no ROS 2 recorder writes QoS profiles this large: the bag's metadata was altered or written by "
-        "another tool; `libredgetpu-ros bag-repair` copies the bag without that topic's profiles, so a "
-        "player uses its defaults)")
+HINT = (" (rosbag2 keeps one profile of ~270 bytes per publisher: over the cap means ~240 publishers on the "
+        "topic, or metadata altered or written by another tool; `libredgetpu-ros bag-repair` copies the bag "
+        "without that topic's profiles, so a player uses its defaults)")
 
 
 class QosTooLarge(InputError):

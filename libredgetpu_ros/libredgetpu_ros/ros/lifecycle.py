@@ -339,12 +339,14 @@ class ManagedNode(LifecycleNode):
         stuck = guard.stuck()
         if stuck is not None:
             guard.turn_off()
+            guard.abandoned = True  # its late return (or exception) is logged and dropped, not a new fault
             return (f"{stuck.describe()}, given up on by {guard.gave_up_by} before (deactivate_timeout), "
                     "still runs: not waited for again")
         timeout = self.deactivate_timeout()
         stuck = guard.settle(timeout, "exit")
         if stuck is None:
             return None
+        guard.abandoned = True
         return f"{stuck.describe()} did not return within deactivate_timeout ({timeout:g} s)"
 
     def report_stuck(self, message: str) -> None:

@@ -191,7 +191,7 @@ class CompanionSpinners:
         for group in self._groups:
             group.executor = None
         for executor, _ in running:
-            executor.shutdown()
+            executor.shutdown(timeout_sec=0)  # never waits for a stuck callback (settle does)
         stuck = settle() if settle is not None and running else None
         join_timeout = 0.0 if stuck is not None else JOIN_TIMEOUT_S
         hung = []

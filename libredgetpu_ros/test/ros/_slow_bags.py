@@ -64,10 +64,11 @@ def _fake_processing(slow: str, seconds: float) -> None:
 
 def publishes_slowly(job: Any, log: Callable[[str], None] | None = None,
                      publishing: Callable[[], None] | None = None) -> dict[str, Any]:
-    """``fleet.run_bag`` (a local worker's runner) on a bag whose rename into place returns 3 s late."""
+    """``fleet.run_bag`` (a local worker's runner) on a bag whose rename into place returns 6 s late (twice
+    the test's bag timeout)."""
     from libredgetpu_ros.ros.fleet import run_bag
 
-    _fake_processing("publish", 3.0)
+    _fake_processing("publish", 6.0)
     return run_bag(job, log, publishing)
 
 

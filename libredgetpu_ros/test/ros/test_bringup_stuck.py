@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
 
 WAIT_S = 40.0
 TIMEOUT_S = 4.0  # the control node's deactivate_timeout
-MARGIN_S = 2.0  # the ERROR's acknowledgement (0.5 s), the perception node's bring-down, a loaded machine
+MARGIN_S = 5.0  # the ERROR's acknowledgement (0.5 s), the perception node's bring-down, a loaded machine
 CLASSIFIER = "classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite"
 
 

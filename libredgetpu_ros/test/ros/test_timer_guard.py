@@ -54,7 +54,7 @@ def test_a_raising_timer_is_logged_once_counted_and_the_node_spins_on(ros_env, f
         assert len(errors) == 1 and "ZeroDivisionError" in errors[0] and "Traceback" in errors[0], errors
         assert statuses == []  # nothing could be published while it raised
         monkeypatch.setattr(node, "diagnostic_status", own)
-        spin(0.3)
+        spin(1.0)
         first, later = statuses[0], statuses[-1]
         assert ord(first.level) == diagnostics.ERROR and "ZeroDivisionError" in first.message, first
         values = {v.key: v.value for v in later.values}

@@ -133,8 +133,11 @@ class FlowProcessor(CameraProcessor):
         return True
 
     def diagnostic_values(self) -> dict[str, object]:
-        with self._lock:
-            heading, fov = self.compass.heading_deg, self.compass.fov_deg
+        # Without the compass lock: a frame holds it across the model's invoke, and a stuck frame would block
+        # the main executor here (diagnostics, report_stuck, the stuck exit). Two float reads: a pair from
+        # two frames does no harm in a status.
+        compass = self.compass
+        heading, fov = compass.heading_deg, compass.fov_deg
         with self._count_lock:
             reasons, saturated = Counter(self._reasons), self._saturated
         values: dict[str, object] = {

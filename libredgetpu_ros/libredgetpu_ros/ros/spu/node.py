@@ -202,6 +202,8 @@ class SpuNode(ManagedNode):
         # configure declares the parameters (this check runs then too) and writes them itself: only inputs
         # it set up already are written here
         live = [p for p in latched if p.name[len(LATCHED_PREFIX):] in self._latched]
+        if not live:  # no lock: the data path holds it across a send, and a wedged runner never lets go
+            return None
         with self._lock:
             before = dict(self._latched)
             for i, p in enumerate(live):
