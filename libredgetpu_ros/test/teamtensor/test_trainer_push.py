@@ -229,3 +229,63 @@ def test_a_lost_push_is_sent_again_without_a_new_batch(ros_env):
         for node in (trainer, shape_server, probe, respawned):
             if node is not None:
                 node.destroy_node()
+
+
+@pytest.mark.ros
+def test_an_answer_at_the_timeout_is_not_abandoned_and_its_callback_leaves_the_next_call_alone(ros_env):
+    """In process: the control node answers a push, and the timeout passes while the answer's done callback
+    is still queued on the executor (answered, not yet handled). The answered call is not abandoned (no
+    second push goes out, nothing counted lost); its callback then counts it. A done callback of a call that
+    is not the one in flight changes nothing. Before, the answered call was dropped, the next push went out,
+    and the old callback cleared the new call's record: it could never be abandoned, two calls in flight."""
+    from libredgetpu_ros.ros.trainer.push import WeightPusher
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+
+    from libredgetpu_ros_interfaces.srv import SetWeights
+
+    context = ros_env.init_rclpy()
+    trainer = Node("pusher", context=context)
+    shape_server, crashed, received, answer = _crashed_control(context)
+    crashed.destroy_node()
+    control = Node("control", namespace="/ctl", context=context)
+    control.create_service(SetWeights, "set_weights", answer)
+    executor = SingleThreadedExecutor(context=context)
+    for node in (trainer, shape_server, control):
+        executor.add_node(node)
+    counters = {"pushes_accepted": 0, "pushes_replayed": 0, "pushes_refused": 0, "pushes_skipped": 0,
+                "pushes_lost": 0}
+    pusher = WeightPusher(trainer, "/ctl/set_weights", "", (2, 3), counters)
+    weights, bias = np.ones((2, 3), np.float32), np.zeros(2, np.float32)
+
+    def spin_until(what: str, done) -> None:
+        spin_executor_until(executor, what, done, detail=lambda: (counters, received))
+
+    try:
+        deadline = time.monotonic() + 10.0
+        while not pusher.push(weights, bias, "t:1"):  # the shape probe, then the push
+            executor.spin_once(timeout_sec=0.05)
+            assert time.monotonic() < deadline, counters
+        first = pusher._in_flight[1]
+        deadline = time.monotonic() + 10.0
+        while not first.done():  # one handler per spin_once: the done callback is queued, not yet run
+            executor.spin_once(timeout_sec=0.05)
+            assert time.monotonic() < deadline, (counters, received)
+        assert counters["pushes_accepted"] == 0, "the done callback ran in the same spin: no race to test"
+        pusher.timeout_s = 0.0  # the timeout passes now, the answer still unhandled
+        assert not pusher.push(weights, bias, "t:2"), "an answered call was abandoned: a second push went out"
+        assert counters["pushes_lost"] == 0 and pusher.unanswered() is False, counters
+        spin_until("the answered push counted", lambda: counters["pushes_accepted"] == 1)
+        pusher.timeout_s = 10.0
+        assert pusher.push(weights, bias, "t:2")
+        second = pusher._in_flight[1]
+        pusher._on_pushed(first)  # a stray callback of an earlier call: the call in flight stays tracked
+        assert pusher._in_flight is not None and pusher._in_flight[1] is second
+        assert counters["pushes_accepted"] == 1, counters
+        spin_until("the second push counted", lambda: counters["pushes_accepted"] == 2)
+        assert received == ["t:1", "t:2"] and counters["pushes_lost"] == 0, (received, counters)
+    finally:
+        executor.shutdown()
+        pusher.destroy()
+        for node in (trainer, shape_server, control):
+            node.destroy_node()

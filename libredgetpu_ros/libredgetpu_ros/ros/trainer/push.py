@@ -79,9 +79,11 @@ class WeightPusher:
 
     def _abandoned(self) -> bool:
         """True when the call in flight has waited ``timeout_s`` for its answer: dropped (its answer, should
-        it come after all, is ignored), a push counted ``pushes_lost``."""
+        it come after all, is ignored), a push counted ``pushes_lost``. A call already answered is never
+        dropped: its done callback is queued on the executor and will clear it (dropping it let that late
+        callback clear the next call's record instead: that call could never be abandoned, two in flight)."""
         client, future, sent = self._in_flight or (None, None, 0.0)
-        if future is None or time.monotonic() - sent < self.timeout_s:
+        if future is None or future.done() or time.monotonic() - sent < self.timeout_s:
             return False
         client.remove_pending_request(future)
         self._pending, self._in_flight = False, None
@@ -114,7 +116,13 @@ class WeightPusher:
                 "they are not pushed (counted)")
         return False
 
+    def _owns(self, future: Any) -> bool:
+        """Whether ``future`` is the call in flight (a done callback of an abandoned call is ignored)."""
+        return self._in_flight is not None and self._in_flight[1] is future
+
     def _on_control_shape(self, future: Any) -> None:
+        if not self._owns(future):
+            return
         self._pending, self._in_flight = False, None
         try:
             resp = future.result()
@@ -125,6 +133,8 @@ class WeightPusher:
             self._control_shape = (int(resp.rows), int(resp.cols))
 
     def _on_pushed(self, future: Any) -> None:
+        if not self._owns(future):
+            return
         self._pending, self._in_flight = False, None
         try:
             resp = future.result()
