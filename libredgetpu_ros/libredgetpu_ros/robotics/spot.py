@@ -160,7 +160,8 @@ class SpotTracker(RoboticsModule):
             raise ConfigError(f"template {self.template.name} tracks brightness (1 channel); set_color "
                               f"needs a colour template")
         values, clipped = quantize_color(rgb, self.filter_scale)
-        int8 = np.array(values, dtype=np.int8).reshape(1, 1, 1, 3)  # the twin filter's shape
+        int8 = np.array([[[values]]], dtype=np.int8)  # the twin filter's shape; owns its data, so the
+        # parameter set's array is frozen once published (SpotValidity finds it by identity)
         store = self.runner.store
         pc = store.current.blobs.get("pc")
         blobs = None if pc is None else {"pc": make_patch(pc, FILTER_OFFSETS, int8)}

@@ -74,6 +74,24 @@ class ValidityLimits:
             raise ConfigError(f"spot validity limits out of range: {self}")
 
 
+def _frozen(array: np.ndarray) -> bool:
+    """Whether nothing can change ``array``'s values: it and every array under it are read-only and the chain
+    ends in an array owning its data or in ``bytes`` (a model file's buffer). A read-only view of a writable
+    array is not: its owner can still change it. (An owner's own flag can be set writable again: a caller
+    doing that to a parameter set's array breaks the set's read-only contract, not only this cache.)"""
+    while not array.flags.writeable:
+        base = array.base
+        if base is None:
+            return True
+        if isinstance(base, np.ndarray):
+            array = base
+            continue
+        if isinstance(base, memoryview):
+            base = base.obj
+        return isinstance(base, bytes)
+    return False
+
+
 class SpotValidity:
     """The check of one spot template (its quantization read from the twin: conv output and softmax)."""
 
@@ -95,8 +113,9 @@ class SpotValidity:
         self.real_of = (np.arange(-128, 128).astype(np.float32) - self._in_zero) * self._in_scale
         self.real_of.setflags(write=False)
         self._bright = self._pack(None, False)
-        # the last filter's (weights array when read-only, scale, weights' bytes, constants): one tuple, so a
-        # concurrent swap never mixes two filters; a parameter set's read-only array is found by identity
+        # the last filter's (weights array when nothing can change it, scale, weights' bytes, constants): one
+        # tuple, so a concurrent swap never mixes two filters; a parameter set's frozen array is found by
+        # identity (a read-only view of a writable array is not frozen: its owner can still change it)
         self._filter_cache: tuple[Any, Any, bytes, np.ndarray] = (None, None, b"", self._bright)
         # one compiled call (robotics/spot_kernels.py), compiled or loaded now; the NumPy path without numba
         self.kernels = kernels and spot_kernels.warm_up()
@@ -116,7 +135,8 @@ class SpotValidity:
         for the bright variant): its real weights as ``response`` makes them (float32), whether the int8
         weights sum to <= 0 (an opponent filter) and the limits, packed once and kept while the filter
         stays (read-only, shared by every frame). A frame of a tracker costs an identity test: the weights
-        it passes are its parameter set's read-only array; other arrays are compared by their bytes."""
+        it passes are its parameter set's frozen array (:func:`_frozen`); other arrays are compared by
+        their bytes."""
         if weights is None:
             return self._bright
         cached = self._filter_cache
@@ -129,7 +149,7 @@ class SpotValidity:
         else:
             real = np.asarray(array, np.float32).reshape(-1) * np.float32(weight_scale)
             consts = self._pack(real, int(np.sum(array)) <= 0)
-        self._filter_cache = (None if array.flags.writeable else array), weight_scale, key, consts
+        self._filter_cache = (array if _frozen(array) else None), weight_scale, key, consts
         return consts
 
     def response(self, fitted: np.ndarray, weights: np.ndarray | None,

@@ -308,3 +308,33 @@ def test_the_check_follows_a_colour_swap_and_back() -> None:
                                                            tracker.filter_scale).reason
             reasons.append(result.reason)
     assert reasons[1] == reasons[3] == "ok" and reasons[0] == reasons[2] != "ok"
+
+
+def test_a_read_only_view_of_a_changing_array_never_gets_stale_constants(trackers) -> None:
+    """A caller's read-only view of a writable array can change under the filter cache: the constants follow
+    the new values (only a frozen array is matched by identity), and equal those of a fresh copy."""
+    tracker = trackers["red"]
+    check = SpotValidity(tracker.template)
+    owner = np.array([[[[60, -20, -20]]]], np.int8)
+    view = owner.view()
+    view.setflags(write=False)
+    red = check.consts(view, tracker.filter_scale)
+    owner[...] = [[[[-20, 60, -20]]]]
+    assert np.array_equal(check.consts(view, tracker.filter_scale), check.consts(owner.copy(),
+                                                                                tracker.filter_scale))
+    assert not np.array_equal(check.consts(view, tracker.filter_scale), red)
+
+
+def test_the_trackers_own_weights_are_found_by_identity() -> None:
+    """The parameter set's filter (the model's buffer, then each set_color's array) is frozen, so a tracker's
+    frame costs an identity test, before and after a colour swap."""
+    from libredgetpu_ros.robotics.spot import COLOR_PRESETS
+
+    frame = np.zeros((64, 64, 3), np.uint8)
+    with SpotTracker.from_template(64, "red", backend="cpu") as tracker:
+        for colour in (None, "green"):
+            if colour is not None:
+                tracker.set_color(COLOR_PRESETS[colour])
+            tracker.track(frame)
+            weights = tracker.runner.parameters.twin[tracker._filter.index]
+            assert tracker.validity._filter_cache[0] is weights
