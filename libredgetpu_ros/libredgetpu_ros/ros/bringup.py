@@ -285,7 +285,9 @@ class Bringup:
         teardown waited ``deactivate_timeout`` again, then the thread's join 5 s). While it still runs the
         node is left as it is, as a node's own ``main()`` leaves it (``ros/stuck_exit.py``): no shutdown
         transition (it would close the engine under the call), not destroyed (its DDS entities not torn
-        down under a thread still inside rclpy): ``CompanionThreadsStuck`` says so."""
+        down under a thread still inside rclpy): ``CompanionThreadsStuck`` says so. A deactivate that raised
+        (not a FAILURE result) with the threads stopped cleanly: the node torn down (``teardown``: its
+        processor closed, not under a call still running) before it is destroyed, not left open until exit."""
         failed: Exception | None = None
         try:
             if _state(node) == "active":
@@ -300,6 +302,11 @@ class Bringup:
                 if _state(node) in ("unconfigured", "inactive", "active"):
                     node.trigger_shutdown()
         finally:
+            if failed is not None and hasattr(node, "teardown"):
+                try:
+                    node.teardown()  # idempotent; it leaves open what a call still running runs on
+                except Exception as exc:  # destroyed all the same; the deactivate's error is the one raised
+                    self.log(f"{node.get_fully_qualified_name()}: teardown after a failed deactivate: {exc}")
             if self.executor is not None:
                 self.executor.remove_node(node)
             node.destroy_node()

@@ -115,3 +115,28 @@ def test_stop_brings_every_node_down_past_a_stuck_one(ros_env, tmp_path: Path, f
         assert events[-1] == "held" and not any(e.startswith("close") for e in events), events
     finally:
         (tmp_path / "release").touch()
+
+
+def test_a_deactivate_that_raises_still_closes_the_nodes_processor(ros_env, fixture_path) -> None:
+    """A node whose deactivate raises (not a FAILURE result: rclpy or the node failed under it) with no call
+    in flight: ``Bringup.stop()`` raises that error, and the node's processor is closed (``teardown``) before
+    it is destroyed. Before, the node was destroyed with neither the shutdown transition nor a teardown: its
+    device / engine stayed open until the process exited."""
+    from libredgetpu_ros.ros.bringup import Bringup, NodeSpec
+
+    specs = [NodeSpec("perception", "cam", "", {"model": str(fixture_path(CLASSIFIER)), "backend": "cpu"})]
+    bringup = Bringup(specs, context=ros_env.init_rclpy(), log=lambda text: None)
+    bringup.start()
+    (cam,) = bringup.nodes
+    closed: list[str] = []
+    close = cam.close_processor
+    cam.close_processor = lambda: (closed.append("perception"), close())[1]
+
+    def deactivate_raises():
+        raise RuntimeError("deactivate broke")
+
+    cam.trigger_deactivate = deactivate_raises
+    with pytest.raises(RuntimeError, match="deactivate broke"):
+        bringup.stop()
+    assert closed == ["perception"], "the node was destroyed with its processor open"
+    assert bringup.nodes == [] and bringup.executor is None
