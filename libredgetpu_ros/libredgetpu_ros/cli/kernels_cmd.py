@@ -134,22 +134,28 @@ def _status(args: argparse.Namespace) -> int:
     rows = []
     for family in jit.FAMILIES:
         files = jit.cache_files(family.name)
+        needs = None
         if version is None:
             state = "no numba"
-        elif jit.probe(family.name):
+        elif (blocker := jit.uncached(family.name)) is None:
             state = "cached"
+        elif blocker != family.name:
+            # its warm-up stopped at another family's kernel (flow runs image's): that family's row says
+            # why; this one's own entries are not the cause
+            state, needs = f"needs {blocker}", blocker
         else:
             state = "stale" if files else "missing"
-        rows.append({"family": family.name, "state": state, "index_files": len(files),
+        rows.append({"family": family.name, "state": state, "needs": needs, "index_files": len(files),
                      "used_by": family.used_by})
     folder = str(jit.active_cache_dir())
     if args.json:
         print_json({"cache": folder, "numba": version, "families": rows})
         return 0
+    width = max(8, *(len(row["state"]) for row in rows))
     for row in rows:
-        print(f"{row['family']:<12} {row['state']:<8} {row['used_by']}")
+        print(f"{row['family']:<12} {row['state']:<{width}} {row['used_by']}")
     print(f"cache folder: {folder} ({'numba ' + version if version else 'numba not installed'})")
-    todo = [row["family"] for row in rows if row["state"] in ("stale", "missing")]
+    todo = [row["family"] for row in rows if row["state"] in ("stale", "missing") or row["needs"]]
     if todo:
         print(f"{len(todo)} of {len(rows)} families would compile when first opened: run "
               f"`{jit.BUILD_COMMAND}`")

@@ -20,6 +20,8 @@ from libredgetpu_ros import jit
 from .._helpers import CHILD_ENV, CLI, PYTHON
 
 FAMILIES = [family.name for family in jit.FAMILIES]
+# an empty folder: each family missing, but those whose warm-up opens another family's kernels first
+EMPTY = {**dict.fromkeys(FAMILIES, "missing"), "flow": "needs flow_refine", "reservoir": "needs matmul"}
 # A fresh process opening the image family as the robotics runner does (its warm_up), watched by jit and by
 # numba's own per-dispatcher statistics.
 OPEN = """
@@ -67,7 +69,9 @@ def test_build_one_family_then_a_fresh_process_opens_it_from_the_cache(tmp_path:
     env = _env(tmp_path)
     before = _run(["kernels", "status", "--json"], env)
     assert before["cache"] == str(tmp_path / "cache") and before["numba"]
-    assert _states(before) == dict.fromkeys(FAMILIES, "missing")
+    assert _states(before) == EMPTY
+    # status adds no file (numba makes the folder and its subfolders, and removes its writability probe)
+    assert not [path for path in (tmp_path / "cache").rglob("*") if not path.is_dir()]
 
     cold = _run([], env, OPEN)  # another folder first: a cold open compiles and says so
     assert cold["ok"] and cold["compiled"] == ["image"] and cold["misses"] == cold["signatures"] == 2
@@ -88,12 +92,12 @@ def test_build_one_family_then_a_fresh_process_opens_it_from_the_cache(tmp_path:
     assert warm == {"ok": True, "compiled": [], "notice": "", "hits": 2, "misses": 0, "signatures": 2}
 
     after = _run(["kernels", "status", "--json"], env)
-    assert _states(after) == {**dict.fromkeys(FAMILIES, "missing"), "image": "cached"}  # --only: that one
+    assert _states(after) == {**EMPTY, "image": "cached"}  # --only: that one
     again = _run(["kernels", "build", "--only", "image", "--json", "--no-progress"], env)
     assert again["families"][0]["state"] == "cached"
     # A kernel file changed since (an upgrade): the entries are there but no longer load.
     stale = _run([], env, STALE_STATUS)
-    assert _states(stale) == {**dict.fromkeys(FAMILIES, "missing"), "image": "stale"}
+    assert _states(stale) == {**EMPTY, "image": "stale"}
 
 
 def test_build_without_numba_has_nothing_to_build(monkeypatch, capsys) -> None:
@@ -148,3 +152,33 @@ def test_a_family_that_fails_to_compile_is_reported_and_the_rest_built(monkeypat
     assert cli.main(["kernels", "build", "--json", "--no-progress", "--only", "image"]) == 1
     [row] = json.loads(capsys.readouterr().out)["families"]
     assert row["state"] == "failed" and row["error"].startswith("RuntimeError: numba said no")
+
+
+def _files(folder: Path) -> dict[Path, float]:
+    return {path: path.stat().st_mtime_ns for path in folder.rglob("*") if path.is_file()}
+
+
+def test_status_names_the_family_missing_not_the_one_whose_warm_up_uses_it(tmp_path, monkeypatch) -> None:
+    """flow's warm-up runs image's luma: with image's entries gone, flow's own (built) entries are not the
+    cause; flow says it needs image, image says missing, and status leaves the folder's files as they were."""
+    pytest.importorskip("numba")
+    env = _env(tmp_path)
+    built = _run(["kernels", "build", "--only", "flow", "--json", "--no-progress"], env)
+    assert built["families"][0]["state"] == "compiled"
+    monkeypatch.setenv("LIBREDGETPU_ROS_NUMBA_CACHE", env["LIBREDGETPU_ROS_NUMBA_CACHE"])
+    assert _states(_run(["kernels", "status", "--json"], env))["flow"] == "cached"
+    image_files = jit.cache_files("image")
+    assert image_files and jit.cache_files("flow")
+    for path in image_files:
+        path.unlink()
+    files = _files(tmp_path / "cache")
+    status = _run(["kernels", "status", "--json"], env)
+    rows = {row["family"]: row for row in status["families"]}
+    assert (rows["image"]["state"], rows["image"]["needs"]) == ("missing", None)
+    assert (rows["flow"]["state"], rows["flow"]["needs"]) == ("needs image", "image")
+    assert rows["flow"]["index_files"] > 0 and rows["flow_refine"]["state"] == "cached"
+    assert _files(tmp_path / "cache") == files
+    done = subprocess.run([*CLI, "kernels", "status"], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = {line.split()[0]: line for line in done.stdout.splitlines()}
+    assert lines["flow"].split()[1:3] == ["needs", "image"] and lines["image"].split()[1] == "missing"
