@@ -46,6 +46,7 @@ from libredgetpu_ros.ros.camera.qos import CAMERA_INFO_QOS
 from libredgetpu_ros.ros.flow.messages import centre_pixels, stamp_seconds
 from libredgetpu_ros.ros.flow.params import PARAMS
 from libredgetpu_ros.ros.flow.processor import FlowProcessor
+from libredgetpu_ros.ros.frame_busy import FrameBusyError
 
 __all__ = ["CAMERA_INFO_QOS", "FlowNode", "centre_pixels", "stamp_seconds"]
 
@@ -69,7 +70,11 @@ class FlowNode(CameraNode):
         if processor is None:
             response.success, response.message = False, "not configured"
             return response
-        previous = processor.reset_heading()
+        try:
+            previous = processor.reset_heading()
+        except FrameBusyError as exc:  # a frame holds the compass past the bound: the executor not blocked
+            response.success, response.message = False, str(exc)
+            return response
         response.success, response.message = True, f"heading {previous:.3f} deg -> 0"
         return response
 

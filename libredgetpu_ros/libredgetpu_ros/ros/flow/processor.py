@@ -4,8 +4,9 @@ from the node's parameters and ``flow.messages.flow_messages``; what the node ru
 
 The frame pair, rates and heading run on the frames' header stamps. The compass is shared by the camera
 thread and the node's main executor (``~/reset_heading``, a runtime parameter change, a CameraInfo's field
-of view) under one lock; the pairs counted per reason (diagnostics) under another, as the diagnostics timer
-reads and resets them.
+of view) under one lock, which the main executor waits for at most ``FRAME_BUSY_WAIT_S`` (a frame holds it
+across the model's invoke: ``ros/frame_busy.py``); the pairs counted per reason (diagnostics) under another,
+as the diagnostics timer reads and resets them.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from libredgetpu_ros.ros.camera.processor import (
     shared_warnings,
 )
 from libredgetpu_ros.ros.flow.messages import FLOW_OUTPUTS, flow_messages, stamp_seconds
+from libredgetpu_ros.ros.frame_busy import FrameBusyError, frame_lock
 from libredgetpu_ros.ros.params import share_stream
 
 # Settings of the flow that may change while active (applied under the processor lock).
@@ -117,8 +119,9 @@ class FlowProcessor(CameraProcessor):
             self.compass.flow.reset()
 
     def reset_heading(self) -> float:
-        """The integrated heading back to 0 (the current pair is kept); returns the previous one."""
-        with self._lock:
+        """The integrated heading back to 0 (the current pair is kept); returns the previous one. From the
+        main executor: ``FrameBusyError`` when a frame holds the compass past ``FRAME_BUSY_WAIT_S``."""
+        with frame_lock(self._lock):
             previous, self.compass.heading_deg = self.compass.heading_deg, 0.0
         return previous
 
@@ -170,19 +173,26 @@ class FlowProcessor(CameraProcessor):
         return described_hardware(self._describe)
 
     def check_runtime_params(self, changes: dict[str, Any]) -> str | None:
-        with self._lock:
-            compass = self.compass
-            if "fov_deg" in changes and self.fov_source == "camera_info":
-                return (f"the field of view comes from CameraInfo ({compass.fov_deg:.2f} deg); set "
-                        f"use_camera_info false and configure again to use fov_deg")
-            if "fov_deg" in changes:
-                try:
-                    compass.set_fov(float(changes["fov_deg"]))
-                except ConfigError as exc:
-                    return str(exc)
-            for name in _RUNTIME_FLOW:
-                if name in changes:
-                    setattr(compass.flow, name, float(changes[name]))
+        try:
+            with frame_lock(self._lock):  # the main executor's parameter callback: never blocked for good
+                return self._apply_runtime_params(changes)
+        except FrameBusyError as exc:
+            return f"not applied: {exc}"
+
+    def _apply_runtime_params(self, changes: dict[str, Any]) -> str | None:
+        """``check_runtime_params`` under the compass lock."""
+        compass = self.compass
+        if "fov_deg" in changes and self.fov_source == "camera_info":
+            return (f"the field of view comes from CameraInfo ({compass.fov_deg:.2f} deg); set "
+                    f"use_camera_info false and configure again to use fov_deg")
+        if "fov_deg" in changes:
+            try:
+                compass.set_fov(float(changes["fov_deg"]))
+            except ConfigError as exc:
+                return str(exc)
+        for name in _RUNTIME_FLOW:
+            if name in changes:
+                setattr(compass.flow, name, float(changes[name]))
         return None
 
     def close(self) -> None:

@@ -15,7 +15,7 @@ extractor, Edge TPU or CPU twin) and an ``EmbeddingSimilarity`` database on the 
 
 Changes are atomic weight swaps: a frame is matched against one database version, never half of one. The
 extractor is shared by the camera thread and the enroll service under one lock (LiteRT interpreters are not
-reentrant).
+reentrant); the service waits for it at most ``FRAME_BUSY_WAIT_S`` (``ros/frame_busy.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 
 from libredgetpu_ros.errors import LibrEdgeTpuError
 from libredgetpu_ros.ros.camera import CameraNode
+from libredgetpu_ros.ros.frame_busy import FRAME_BUSY_WAIT_S
 from libredgetpu_ros.ros.recognition.params import RECOGNITION_PARAMS
 from libredgetpu_ros.ros.recognition.processor import RecognitionProcessor
 from libredgetpu_ros.ros.services import MESSAGE_CHARS
@@ -75,7 +76,8 @@ class RecognitionNode(CameraNode):
             return resp
         region = (req.x, req.y, req.width, req.height) if req.use_region else None
         try:
-            embedding = processor.embed(rgb, region=region)
+            # a frame holding the extractor past the bound: FrameBusyError, refused (the executor not blocked)
+            embedding = processor.embed(rgb, region=region, wait_s=FRAME_BUSY_WAIT_S)
             slot = db.add(req.label, embedding)
         except LibrEdgeTpuError as exc:
             return self._refuse(resp, exc)

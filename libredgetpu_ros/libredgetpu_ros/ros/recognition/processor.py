@@ -5,8 +5,9 @@ open-set decision as ``vision_msgs/Classification``; what the node runs per fram
 live node's ``~/enroll`` / ``~/forget`` calls are not in a camera bag).
 
 The extractor is shared by the camera thread and the node's ``~/enroll`` under one lock (LiteRT
-interpreters are not reentrant); the database swaps its weights atomically, so a frame is matched against
-one database version.
+interpreters are not reentrant), which ``~/enroll`` waits for at most ``FRAME_BUSY_WAIT_S`` (a stuck frame
+would block the main executor: ``ros/frame_busy.py``); the database swaps its weights atomically, so a
+frame is matched against one database version.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from libredgetpu_ros.ros.camera.processor import (
     shared_values,
     shared_warnings,
 )
+from libredgetpu_ros.ros.frame_busy import frame_lock
 from libredgetpu_ros.ros.params import dense_stream, share_stream
 
 # The extractor's input size: the warm-up's blank frame without a first frame.
@@ -102,9 +104,12 @@ class RecognitionProcessor(CameraProcessor):
         place by then, under the label given now); the last label and score are of that frame too."""
         self.last_rgb, self._last = None, None
 
-    def embed(self, rgb: np.ndarray, region: tuple[int, int, int, int] | None = None) -> np.ndarray:
-        """The embedding of ``rgb`` (of ``region``: x, y, width, height, when given)."""
-        with self._embed_lock:
+    def embed(self, rgb: np.ndarray, region: tuple[int, int, int, int] | None = None,
+              wait_s: float | None = None) -> np.ndarray:
+        """The embedding of ``rgb`` (of ``region``: x, y, width, height, when given). ``wait_s``: the most
+        the extractor is waited for (``~/enroll`` on the main executor: ``FrameBusyError`` past it; None, the
+        camera thread: as long as it takes)."""
+        with frame_lock(self._embed_lock, wait_s):
             return self.extractor.embed(rgb, region=region)
 
     def warm_up(self, rgb: np.ndarray | None) -> None:

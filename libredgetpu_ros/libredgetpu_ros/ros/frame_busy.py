@@ -1,0 +1,35 @@
+"""A main-executor handler's bounded wait for a lock a camera frame holds across the model's invoke.
+
+A service handler or parameter callback that shares a processor's state with the camera thread (the flow
+node's compass, the recognition node's extractor) takes that lock; a frame holds it across its invoke, so
+with a stuck frame an unbounded wait blocked the node's main executor for good: no deactivate, no
+diagnostics, no stuck exit (``ros/stuck_exit.py``). The handler waits at most :data:`FRAME_BUSY_WAIT_S` and
+then answers that a frame is in progress (:class:`FrameBusyError`); the camera thread itself waits as long
+as it takes (``wait_s=None``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from libredgetpu_ros.errors import LibrEdgeTpuError
+
+FRAME_BUSY_WAIT_S = 1.0  # a frame of any node here takes well under that (bench/results); a caller retries
+
+
+class FrameBusyError(LibrEdgeTpuError):
+    """The lock a frame holds was not free within the handler's bound: a frame in progress, perhaps stuck."""
+
+
+@contextmanager
+def frame_lock(lock: threading.Lock, wait_s: float | None = FRAME_BUSY_WAIT_S) -> Iterator[None]:
+    """``lock`` held for the block, waited for at most ``wait_s`` (None: as long as it takes); past that,
+    ``FrameBusyError`` and nothing done."""
+    if not lock.acquire(timeout=-1 if wait_s is None else wait_s):
+        raise FrameBusyError(f"a frame is in progress (stuck?): not free within {wait_s:g} s, try again")
+    try:
+        yield
+    finally:
+        lock.release()
