@@ -14,6 +14,10 @@ Run: ``nice .venv/bin/python bench/bench_bag_checks.py`` -> bench/results/bag_ch
 ``--part crc``: the chunk CRC every bag with CRCs costs per frame (``bags/crc.py``: ISA-L's ``crc32``)
 against zlib's (the baseline, same values), on one 640x480 rgb8 frame's chunk (in cache after the first
 call) and on a 64 MiB buffer, interleaved rounds -> bench/results/bag_crc.md
+
+``--part qos``: a topic's QoS profiles check + parse (``qos_checks.check_qos_text``) at its caps: real
+profiles (2,048, as rosbag2 and rosbags write them) against hostile YAML at the byte or marks cap
+-> bench/results/bag_qos.md
 """
 
 from __future__ import annotations
@@ -32,6 +36,12 @@ import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bag_checks.md"
 RESULTS_CRC = RESULTS.with_name("bag_crc.md")
+RESULTS_QOS = RESULTS.with_name("bag_qos.md")
+# one profile as rosbag2 (yaml-cpp) writes it: block style, durations as sec/nsec maps
+ROSBAG2_PROFILE = ("- history: 3\n  depth: 0\n  reliability: 1\n  durability: 2\n  deadline:\n"
+                   "    sec: 9223372036\n    nsec: 854775807\n  lifespan:\n    sec: 9223372036\n"
+                   "    nsec: 854775807\n  liveliness: 1\n  liveliness_lease_duration:\n    sec: 9223372036\n"
+                   "    nsec: 854775807\n  avoid_ros_namespace_conventions: false\n")
 START_NS = 1_700_000_000_000_000_000
 
 
@@ -164,6 +174,49 @@ def crc_report(rounds: int, out: Path) -> None:
     write_report(out, lines)
 
 
+def qos_report(repeat: int, out: Path) -> None:
+    """Thread CPU of the check + parse of one topic's profiles, real ones against hostile YAML at the caps."""
+    import os
+
+    from _timing import write_report
+    from libredgetpu_ros.bags.qos_checks import (
+        MAX_QOS_MARKS,
+        MAX_QOS_PROFILE_BYTES,
+        MAX_QOS_PROFILES,
+        check_qos_text,
+        count_marks,
+    )
+    from libredgetpu_ros.bags.storage import sensor_data_qos
+    from rosbags.rosbag2.metadata import dump_qos_v8
+
+    n = MAX_QOS_PROFILES
+    cases = [
+        (f"{n:,} profiles as rosbag2 writes them", ROSBAG2_PROFILE * n),
+        (f"{n:,} profiles as rosbags writes them (flow)", dump_qos_v8([sensor_data_qos()] * n)),
+        ("densest YAML at the marks cap (`[0,0,...]`)", "[" + ",".join(["0"] * (MAX_QOS_MARKS - 1)) + "]"),
+        ("`- 0` lines at the marks cap", "- 0\n" * (MAX_QOS_MARKS // 2)),
+        ("one plain scalar at the byte cap", "a" * MAX_QOS_PROFILE_BYTES),
+        ("64 KiB of rosbag2 profiles (the former cap)", ROSBAG2_PROFILE * (65536 // len(ROSBAG2_PROFILE))),
+    ]
+    lines = ["# A topic's QoS profiles: check + parse at the caps", "",
+             f"`bench/bench_bag_checks.py --part qos`, {time.strftime('%Y-%m-%d')}, Python "
+             f"{platform.python_version()}, {platform.machine()}, thread CPU time of `check_qos_text` "
+             f"(measure, then textdata's YAML load), min-max of {repeat} runs; load average before "
+             f"{os.getloadavg()[0]:.1f} (shared machine). Caps: {MAX_QOS_PROFILE_BYTES:,} bytes, "
+             f"{MAX_QOS_MARKS:,} marks.", "", "| text | bytes | marks | s |", "|---|---:|---:|---:|"]
+    for name, text in cases:
+        runs = []
+        for _ in range(repeat):
+            start = time.thread_time()
+            check_qos_text("/bench", text, "bench")
+            runs.append(time.thread_time() - start)
+        lines.append(f"| {name} | {len(text.encode()):,} | {count_marks(text):,} | "
+                     f"{min(runs):.2f}-{max(runs):.2f} |")
+    lines += ["", "Reading: hostile text within the caps costs about what the largest valid topic does; "
+              "rosbags parses the profiles again when it opens the bag."]
+    write_report(out, lines)
+
+
 def main() -> int:
     from libredgetpu_ros.bags.mcap_summary import check_mcap
     from libredgetpu_ros.bags.storage import open_reader
@@ -171,10 +224,13 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--part", choices=("checks", "crc"), default="checks")
+    parser.add_argument("--part", choices=("checks", "crc", "qos"), default="checks")
     parser.add_argument("--out", type=Path, default=None,
-                        help="results file (default: bench/results/bag_checks.md, or bag_crc.md)")
+                        help="results file (default: bench/results/bag_checks.md, bag_crc.md or bag_qos.md)")
     args = parser.parse_args()
+    if args.part == "qos":
+        qos_report(min(args.repeat, 3), args.out or RESULTS_QOS)
+        return 0
     if args.part == "crc":
         crc_report(args.repeat, args.out or RESULTS_CRC)
         return 0
