@@ -20,6 +20,7 @@ import contextlib
 import functools
 import multiprocessing
 import os
+import pickle
 import shutil
 import signal
 import sys
@@ -132,6 +133,18 @@ def run_bag(job: BagJob, log: Callable[[str], None] | None = None,
 PUBLISH, GO = "publish?", "go"
 
 
+def _send(conn: Connection, obj: Any) -> None:
+    """``obj`` pickled to bytes, then sent. Not ``Connection.send``: it pickles into a BytesIO and sends a
+    view of it; when the send fails (a dead worker: BrokenPipeError) the traceback keeps that view alive, and
+    CPython 3.12.1's collector then freed the BytesIO under it ("deallocated BytesIO object has exported
+    buffers", then a segmentation fault of the command, seen in the worker-replacement tests)."""
+    conn.send_bytes(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _recv(conn: Connection) -> Any:
+    return pickle.loads(conn.recv_bytes())
+
+
 def _worker(conn: Connection, quiet: bool, runner: Callable[..., dict[str, Any]] = run_bag) -> None:
     """A local worker process: bags in, records out (``runner``'s), until told to stop (``None``) or its
     parent dies. Before publishing a bag it asks the parent (``PUBLISH``) and waits for ``GO``."""
@@ -144,18 +157,18 @@ def _worker(conn: Connection, quiet: bool, runner: Callable[..., dict[str, Any]]
     ensure_log_dir()
     while True:
         try:
-            job = conn.recv()
+            job = _recv(conn)
         except EOFError:
             return
         if job is None:
             return
-        conn.send(runner(BagJob(**job), None if quiet else _say, functools.partial(_ask_to_publish, conn)))
+        _send(conn, runner(BagJob(**job), None if quiet else _say, functools.partial(_ask_to_publish, conn)))
 
 
 def _ask_to_publish(conn: Connection) -> None:
     """Wait for the parent's leave to publish (it kills this worker instead when the bag is over time)."""
-    conn.send(PUBLISH)
-    if conn.recv() != GO:
+    _send(conn, PUBLISH)
+    if _recv(conn) != GO:
         raise OutputError("process-bags stopped this worker before its bag was published")
 
 
@@ -233,7 +246,7 @@ def run_local(jobs: list[BagJob], workers: int, on_record: Callable[[dict[str, A
                 message = _receive(w) if w.conn in ready or w.process.sentinel in ready else None
                 if message == PUBLISH and not over:  # within its time: published, no longer timed
                     with contextlib.suppress(OSError):  # it died: its sentinel says so next
-                        w.conn.send(GO)
+                        _send(w.conn, GO)
                     w.deadline = None
                     continue
                 if isinstance(message, dict):
@@ -252,7 +265,7 @@ def run_local(jobs: list[BagJob], workers: int, on_record: Callable[[dict[str, A
                 on_record(record)
         for w in pool:
             with contextlib.suppress(OSError):
-                w.conn.send(None)
+                _send(w.conn, None)
         for w in pool:
             w.process.join(timeout=30)
     finally:
@@ -295,7 +308,7 @@ def _hand_over(pool: list[_Worker], slot: int, job: BagJob,
                 error = exc
                 continue
         try:
-            w.conn.send(asdict(job))
+            _send(w.conn, asdict(job))
             return w, None
         except OSError as exc:  # it died while idle: a fresh one takes the bag
             error = exc
@@ -308,7 +321,7 @@ def _hand_over(pool: list[_Worker], slot: int, job: BagJob,
 def _receive(w: _Worker) -> dict[str, Any] | None:
     with contextlib.suppress(EOFError, OSError):
         if w.conn.poll():
-            return w.conn.recv()
+            return _recv(w.conn)
     return None
 
 
