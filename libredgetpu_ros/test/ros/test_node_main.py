@@ -82,9 +82,10 @@ def test_a_signal_tears_the_node_down_and_exits_0(ros_env, fixture_path, node, s
 # SIGINT SECOND_SIGINT_S after the first.
 STOP_ROUNDS, STOP_BUDGET_S, ROUND_S, SECOND_SIGINT_S = 6, 30.0, 5.0, 0.01
 MISSING = "/nonexistent/dense_256_edgetpu.tflite"  # a template that is not there: configure fails
+CONFIGURE_ATTEMPTS, CONFIGURE_ANSWER_S = 3, 6.0  # a lost first answer is re-asked after 6 s
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(90)
 def test_sigint_to_the_group_right_after_a_failed_configure_exits_0(ros_env) -> None:
     """The control node (template missing: configure fails, its state loop thread spins) is stopped by
     SIGINT to its process group at once after the failed configure's answer (every other round twice),
@@ -106,8 +107,14 @@ def test_sigint_to_the_group_right_after_a_failed_configure_exits_0(ros_env) -> 
         change = probe.create_client(ChangeState, f"{ns}/control_node/change_state")
         assert change.wait_for_service(timeout_sec=20.0), f"round {rounds}: no change_state service"
         configure = ChangeState.Request(transition=Transition(id=Transition.TRANSITION_CONFIGURE))
-        future = change.call_async(configure)
-        executor.spin_until_future_complete(future, timeout_sec=20.0)
+        # A new client's first answer can be lost: rmw_fastrtps drops a reply when the server has not yet
+        # matched the client's reply reader ("failed to send response (timeout)"), although wait_for_service
+        # saw the server. A failed configure leaves the node unconfigured, so re-sending it is harmless.
+        for _attempt in range(CONFIGURE_ATTEMPTS):
+            future = change.call_async(configure)
+            executor.spin_until_future_complete(future, timeout_sec=CONFIGURE_ANSWER_S)
+            if future.done():
+                break
         assert future.done() and not future.result().success, f"round {rounds}: configure did not fail"
         os.killpg(proc.pid, signal.SIGINT)  # spawn() made the node a process-group leader
         if rounds % 2:
