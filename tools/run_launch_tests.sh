@@ -2,7 +2,8 @@
 # Run the launch_testing tests (libredgetpu_ros/test/launch/test_*_launch.py, or the files given) one by one
 # with `launch_test`, each in its own ROS domain and bounded by LAUNCH_TEST_TIMEOUT seconds (`timeout` makes
 # itself a process-group leader and signals the whole group: SIGINT first, the way Ctrl-C reaches launch,
-# SIGKILL 10 s later). Run it inside tools/ros_sandbox.sh (make test does). Exit status: 0 when all pass.
+# SIGKILL 10 s later), a failing file once more (LAUNCH_TEST_RERUNS, default 1). Run it inside
+# tools/ros_sandbox.sh (make test does). Exit status: 0 when all pass.
 #
 # Why launch_test and not pytest: launch_testing 3.7.1's pytest plugin does not load under pytest 9
 # (ros2/launch#979); `launch_test` is the runner colcon's add_launch_test uses and works with any pytest.
@@ -26,24 +27,39 @@ fi
 ((${#files[@]})) || { echo "run_launch_tests: no launch tests found" >&2; exit 2; }
 
 failed=()
+rerun=()
+# A file that fails runs once more (LAUNCH_TEST_RERUNS, as a failing ros test of the pytest run does: DDS
+# discovery on a loaded machine is late now and then); the first failure's output is printed either way and
+# the reruns are listed at the end.
+reruns="${LAUNCH_TEST_RERUNS:-1}"
 # Domains 200..231: apart from pytest's 100..199; the pid spreads concurrent runs on one host apart.
 domain=$((200 + $$ % 32))
 for f in "${files[@]}"; do
     name="$(basename "$f" .py)"
-    log="$(mktemp "${TMPDIR:-/tmp}/launch_test_${name}.XXXXXX.log")"
-    start=$(date +%s)
-    if ROS_DOMAIN_ID=$domain timeout -s INT -k 10 "$timeout_s" "$venv/bin/launch_test" "$f" >"$log" 2>&1; then
-        echo "launch_test $name: passed in $(( $(date +%s) - start )) s"
-        rm -f "$log"
-    else
-        rc=$?
+    for ((attempt = 0; attempt <= reruns; attempt++)); do
+        log="$(mktemp "${TMPDIR:-/tmp}/launch_test_${name}.XXXXXX.log")"
+        start=$(date +%s)
+        rc=0
+        ROS_DOMAIN_ID=$domain timeout -s INT -k 10 "$timeout_s" "$venv/bin/launch_test" "$f" >"$log" 2>&1 || rc=$?
+        if ((rc == 0)); then
+            echo "launch_test $name: passed in $(( $(date +%s) - start )) s"
+            rm -f "$log"
+            domain=$((200 + (domain - 199) % 32))
+            break
+        fi
         ((rc == 124)) && why="timed out after $timeout_s s" || why="exit code $rc"
-        echo "launch_test $name: FAILED ($why); output:"
+        domain=$((200 + (domain - 199) % 32))
+        if ((attempt < reruns)); then
+            echo "launch_test $name: failed ($why), RERUN; output:"
+            rerun+=("$name")
+        else
+            echo "launch_test $name: FAILED ($why); output:"
+            failed+=("$name")
+        fi
         sed 's/^/    /' "$log"
-        failed+=("$name")
-    fi
-    domain=$((200 + (domain - 199) % 32))
+    done
 done
+((${#rerun[@]})) && echo "run_launch_tests: rerun after a failure: ${rerun[*]}"
 if ((${#failed[@]})); then
     echo "run_launch_tests: ${#failed[@]} of ${#files[@]} failed: ${failed[*]}" >&2
     exit 1
