@@ -23,6 +23,7 @@ import numpy as np
 
 from libredgetpu_ros.errors import ConfigError, InputError, ModelFormatError
 from libredgetpu_ros.postprocess.graph import TensorSpec, custom_option, model_label, require_op, take_outputs
+from libredgetpu_ros.postprocess.posenet_sampler import Sampler, Workspace, dequantized_padded, padded_copy
 from libredgetpu_ros.postprocess.results import Keypoint, Pose
 
 KEYPOINT_NAMES: tuple[str, ...] = (
@@ -127,115 +128,6 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return np.float32(1.0) / (np.float32(1.0) + np.exp(-x))
 
 
-def _padded_buffer(h: int, w: int, c: int) -> tuple[np.ndarray, np.ndarray]:
-    """An (H + 1, W + 1, C) float32 buffer and its [:H, :W] view, where the tensor goes (see ``_Sampler``)."""
-    padded = np.empty((h + 1, w + 1, c), dtype=np.float32)
-    return padded, padded[:h, :w]
-
-
-def _padded(tensor: np.ndarray) -> np.ndarray:
-    """``tensor`` (H, W, C) copied into a padded buffer (``_padded_buffer``)."""
-    padded, inner = _padded_buffer(*tensor.shape)
-    inner[...] = tensor
-    return padded
-
-
-def _dequantized(spec: TensorSpec, raw: np.ndarray, extra_scale: float = 1.0) -> np.ndarray:
-    """``raw`` (H, W, C) dequantized straight into a padded buffer (no intermediate array)."""
-    padded, inner = _padded_buffer(*raw.shape)
-    spec.dequantize(raw, extra_scale, out=inner)
-    return padded
-
-
-class _Sampler:
-    """Bilinear sampling of an (H, W, C) float32 tensor at per-row points and channels, as the C++ does it.
-
-    Points are always inside the grid (every position the decoder produces is clamped). The C++ reads the
-    ceil corner, which equals the floor corner on a grid line; we instead always read floor + 1 from a
-    copy padded by one edge row/column. Where they differ the lerp weight of that corner is exactly 0, so
-    every result is bit-identical and the corner offsets become constants.
-    """
-
-    def __init__(self, padded: np.ndarray) -> None:
-        """``padded``: (H + 1, W + 1, C) float32, the tensor in [:H, :W]; the edge row and column are filled
-        here."""
-        h, w, c = padded.shape[0] - 1, padded.shape[1] - 1, padded.shape[2]
-        padded[h, :w] = padded[h - 1, :w]
-        padded[:, w] = padded[:, w - 1]
-        self.tensor = padded[:h, :w]
-        self.flat = padded.reshape(-1)
-        self.strides = np.array([(w + 1) * c, c], dtype=np.float32)  # float32 matmul: exact below 2^24
-        # Corner offsets indexed [x corner, y corner]: each lerp then reads contiguous blocks.
-        self.corners = np.array([[0, (w + 1) * c], [c, (w + 1) * c + c]], dtype=np.intp)[:, :, None, None]
-
-    def offsets(self, channels: np.ndarray) -> np.ndarray:
-        """Flat offsets of the 4 corners x ``channels`` (k, B) from a cell's origin: (2, 2, k, B). Computed
-        once per set of points and reused while the points move."""
-        return self.corners + channels
-
-    def __call__(self, points: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-        """``points``: (2, B) y/x rows in the grid (>= 0); returns (k, B) float32, k from ``offsets``.
-
-        Points along the last axis keep every elementwise op on contiguous rows (small trailing axes make
-        NumPy's broadcasting loops several times slower). Same products and sums as the C++:
-        (1 - ly) * ((1 - lx) * tl + lx * tr) + ly * ((1 - lx) * bl + lx * br), with the (1 - l, l) weight
-        pairs stacked so that each lerp is one multiply and one add (NumPy calls, not flops, are the cost).
-        """
-        lerp, low = np.modf(points)  # exact for points >= 0
-        weights = np.stack([1.0 - lerp, lerp])  # [1 - l, l] x [y, x]
-        v = self.flat.take(offsets + (self.strides @ low).astype(np.intp))  # (2, 2, k, B): [x, y corner]
-        v *= weights[:, 1, None, None]
-        rows = v[0] + v[1]  # along x, for the top and bottom rows
-        rows *= weights[:, 0, None]
-        return rows[0] + rows[1]
-
-    def step(self, points: np.ndarray, offsets: np.ndarray, ws: _Workspace) -> None:
-        """``points = clamp(points + sample(points), 0, high)`` in place, for the k=2 (y, x) channels in
-        ``offsets``: the arithmetic of ``__call__``, tuned for the 48 steps of a walk (this is where the
-        decoder spends its time, in NumPy call overhead rather than flops). Every intermediate goes to a
-        buffer of ``ws``, made once per depth level, and operands have equal shapes wherever possible: a
-        broadcast (even against a scalar) costs NumPy about 1 us per call, a same-shape op about 0.3 us."""
-        low = np.floor(points, out=ws.low)
-        np.subtract(points, low, out=ws.frac)  # exact, as np.modf
-        np.subtract(ws.one, ws.frac, out=ws.rest)
-        np.add(offsets, (self.strides @ low).astype(np.intp), out=ws.index)
-        # mode="clip": "raise" would copy through a buffer when given ``out``, and every index is in range
-        # anyway (points are clamped to the grid, the tensor padded by one row and column). Not "wrap": it
-        # loops on a huge negative index (a NaN point from NaN float tensors) instead of failing fast.
-        self.flat.take(ws.index, out=ws.corners, mode="clip")
-        ws.corners *= ws.x_weights
-        np.add(ws.left, ws.right, out=ws.rows)
-        ws.rows *= ws.y_weights
-        np.add(ws.top, ws.bottom, out=ws.shift)
-        points += ws.shift
-        np.minimum(points, ws.high, out=points)
-        np.maximum(points, ws.zero, out=points)
-
-
-class _Workspace:
-    """Buffers, and views into them, for ``_Sampler.step`` on B points with 2 channels in a (2, H, W) grid
-    (``high``: (2, 1) last row and column)."""
-
-    __slots__ = ("bottom", "corners", "frac", "high", "index", "left", "low", "one", "rest", "right", "rows",
-                 "shift", "top", "x_weights", "y_weights", "zero")
-
-    def __init__(self, b: int, high: np.ndarray) -> None:
-        self.low = np.empty((2, b), dtype=np.float32)
-        weights = np.empty((2, 2, b), dtype=np.float32)  # [1 - l, l] x [y, x]
-        self.rest, self.frac = weights
-        self.one = np.ones((2, b), dtype=np.float32)
-        self.x_weights, self.y_weights = weights[:, 1, None, None], weights[:, 0, None]
-        self.index = np.empty((2, 2, 2, b), dtype=np.intp)
-        self.corners = np.empty((2, 2, 2, b), dtype=np.float32)  # [x corner, y corner, channel, point]
-        self.left, self.right = self.corners
-        self.rows = np.empty((2, 2, b), dtype=np.float32)  # [y corner, channel, point]
-        self.top, self.bottom = self.rows
-        self.shift = np.empty((2, b), dtype=np.float32)
-        self.high = np.empty((2, b), dtype=np.float32)
-        self.high[...] = high
-        self.zero = np.zeros((2, b), dtype=np.float32)
-
-
 @dataclass(frozen=True, slots=True)
 class RawPoses:
     """Decoder output as arrays: ``keypoints`` (N, 17, 2) as (y, x) model-input pixels, ``keypoint_scores``
@@ -306,7 +198,7 @@ class _Walk:
         self.bounds = np.searchsorted(self.steps[6], np.arange(1, int(self.steps[6, -1]) + 2)).tolist()
         self.nodes = self.rows * NUM_KEYPOINTS + self.steps[:2]
 
-    def advance(self, mids: _Sampler, shorts: _Sampler, first: int, last: int,
+    def advance(self, mids: Sampler, shorts: Sampler, first: int, last: int,
                 rows: np.ndarray | None = None) -> None:
         """Walk depth levels ``first``..``last`` (inclusive) of all roots, or of those in mask ``rows``."""
         for level in range(first, min(last, len(self.bounds) - 1) + 1):
@@ -317,7 +209,7 @@ class _Walk:
                 steps, nodes = steps[:, keep], nodes[:, keep]
             if nodes.shape[1] == 0:
                 continue
-            ws = _Workspace(nodes.shape[1], self.high)
+            ws = Workspace(nodes.shape[1], self.high)
             pos = self.points[:, nodes[0]]
             # Offsets per level, not sliced from one batch-wide array: contiguous operands add faster.
             mids.step(pos, mids.offsets(steps[2:4]), ws)
@@ -326,7 +218,7 @@ class _Walk:
                 shorts.step(pos, refine, ws)
             self.points[:, nodes[1]] = pos
 
-    def keypoint_scores(self, heat: _Sampler, rows: np.ndarray) -> np.ndarray:
+    def keypoint_scores(self, heat: Sampler, rows: np.ndarray) -> np.ndarray:
         """Sigmoid of the heatmap at all keypoints of the roots ``rows`` (indices): (len(rows), 17)."""
         at = (rows[:, None] * NUM_KEYPOINTS + _KEYPOINT_IDS).reshape(-1)
         logits = heat(self.points[:, at], heat.offsets(np.tile(_KEYPOINT_IDS, rows.size)[None]))
@@ -362,19 +254,19 @@ def decode_poses(heatmap_logits: np.ndarray, short_offsets: np.ndarray, mid_offs
     if short_offsets.shape != (*grid, 2 * k) or mid_offsets.shape[:2] != grid:
         raise InputError(f"decode_poses: shapes {heatmap_logits.shape}, {short_offsets.shape}, "
                          f"{mid_offsets.shape} do not match (H, W, K), (H, W, 2K), (H, W, 4 * edges)")
-    return _decode(*(_padded(t) for t in (heatmap_logits, short_offsets, mid_offsets)), options, batch)
+    return _decode(*(padded_copy(t) for t in (heatmap_logits, short_offsets, mid_offsets)), options, batch)
 
 
 def _decode(heat_padded: np.ndarray, shorts_padded: np.ndarray, mids_padded: np.ndarray,
             options: PoseDecoderOptions, batch: int = 64) -> RawPoses:
-    """``decode_poses`` on tensors already padded by one row and column (see ``_padded``).
+    """``decode_poses`` on tensors already padded by one row and column (see ``padded_copy``).
 
     Roots are decoded ``batch`` at a time: a walk's cost is set by its depth levels, barely by its number
     of roots (a first small batch, to skip roots the first poses suppress, measured slower on 2 people).
     Levels deeper than ``EAGER_DEPTH`` are walked only for the roots the replay reaches unsuppressed. The
     C++ sequence of NMS test -> decode -> accept is replayed over the batch in root order.
     """
-    heat, shorts, mids = _Sampler(heat_padded), _Sampler(shorts_padded), _Sampler(mids_padded)
+    heat, shorts, mids = Sampler(heat_padded), Sampler(shorts_padded), Sampler(mids_padded)
     h, w, _ = heat.tensor.shape
     high = np.array([h - 1.0, w - 1.0], dtype=np.float32)
     min_logit = _logodds(options.score_threshold)
@@ -495,8 +387,9 @@ class PoseDecoder:
         heat_q, short_q, mid_q = take_outputs(outputs, self.specs, "PoseDecoder")
         heat_spec, short_spec, mid_spec = self.specs
         inv_stride = 1.0 / self.options.stride
-        return _decode(_dequantized(heat_spec, heat_q[0]), _dequantized(short_spec, short_q[0], inv_stride),
-                       _dequantized(mid_spec, mid_q[0], inv_stride), self.options)
+        return _decode(dequantized_padded(heat_spec, heat_q[0]),
+                       dequantized_padded(short_spec, short_q[0], inv_stride),
+                       dequantized_padded(mid_spec, mid_q[0], inv_stride), self.options)
 
     def decode(self, outputs: Mapping[str, np.ndarray]) -> list[Pose]:
         raw = self.decode_raw(outputs)
