@@ -6,6 +6,8 @@ configuration the user gave us), 3 for device problems, 1 for anything else.
 
 from __future__ import annotations
 
+import traceback
+
 CLIP = 160  # characters of user text kept in a message
 
 
@@ -13,6 +15,12 @@ def clip(text: object, limit: int = CLIP) -> str:
     """``str(text)`` cut to ``limit`` characters, saying how long it was (``textdata`` re-exports it)."""
     s = text if isinstance(text, str) else str(text)
     return s if len(s) <= limit else f"{s[:limit]}... ({len(s)} characters)"
+
+
+def traceback_text(exc: BaseException) -> str:
+    """``exc``'s traceback with its chained causes, as Python prints it, without the last newline: the text
+    the nodes log for an exception nothing foresaw (a service, a timer, a session thread, an activate)."""
+    return "".join(traceback.format_exception(exc)).rstrip()
 
 
 class LibrEdgeTpuError(Exception):

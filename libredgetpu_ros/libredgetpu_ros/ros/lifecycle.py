@@ -68,7 +68,6 @@ behind it. Past the bound the safe way on, never a close of what the call runs o
 from __future__ import annotations
 
 import dataclasses
-import traceback
 from typing import Any, ClassVar
 
 from diagnostic_msgs.msg import DiagnosticArray
@@ -76,7 +75,7 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode, LifecyclePublisher, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 
-from libredgetpu_ros.errors import LibrEdgeTpuError
+from libredgetpu_ros.errors import LibrEdgeTpuError, traceback_text
 from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.data_guard import DataPathGuard
 from libredgetpu_ros.ros.output_qos import output_publisher
@@ -304,7 +303,7 @@ class ManagedNode(LifecycleNode):
         except Exception as exc:  # rclpy would take it for ERROR silently, the publishers still active
             self.get_logger().error(f"activate failed: creating the inputs raised {type(exc).__name__}: "
                                     f"{exc}; inputs dropped, publishers deactivated\n"
-                                    + traceback.format_exc().rstrip())
+                                    + traceback_text(exc))
             self.drop_inputs()
             super().on_deactivate(state)
             return TransitionCallbackReturn.ERROR  # -> ErrorProcessing -> on_error

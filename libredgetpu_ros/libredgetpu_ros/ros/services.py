@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import inspect
 import threading
-import traceback
 from collections.abc import Callable
 from typing import Any
 
+from libredgetpu_ros.errors import traceback_text
 from libredgetpu_ros.textdata import clip
 
 # Boolean fields meaning "the request was done", in the order looked for in a response.
@@ -49,7 +49,7 @@ def guard(node: Any, srv_type: Any, name: str,
     (a coroutine function stays one: rclpy awaits it)."""
 
     def failed(exc: Exception) -> Any:  # the net: log it whole, answer, keep the node spinning
-        trace = "".join(traceback.format_exception(exc)).rstrip()
+        trace = traceback_text(exc)
         node.get_logger().error(f"service {name}: unexpected {type(exc).__name__}, request refused, "
                                 f"state unchanged:\n{clip(trace, 8000)}")
         return failure_response(srv_type, f"internal error ({type(exc).__name__}): {clip(exc)}")
@@ -101,7 +101,7 @@ class TimerFaults:
                 self.counts[key] = self.counts.get(key, 0) + 1
                 self.last = f"timer {key}: {clip(exc)}"
                 if self.counts[key] == 1:
-                    trace = "".join(traceback.format_exception(exc)).rstrip()
+                    trace = traceback_text(exc)
                     self._node.get_logger().error(f"timer {name}: unexpected {type(exc).__name__} (logged "
                                                   f"once, then counted in diagnostics):\n{clip(trace, 8000)}")
                 return None

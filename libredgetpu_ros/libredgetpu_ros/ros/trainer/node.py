@@ -30,14 +30,13 @@ import contextlib
 import secrets
 import sys
 import time
-import traceback
 from typing import Any, NamedTuple
 
 import numpy as np
 from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 
-from libredgetpu_ros.errors import DeviceTimeoutError, LibrEdgeTpuError
+from libredgetpu_ros.errors import DeviceTimeoutError, LibrEdgeTpuError, traceback_text
 from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.lifecycle import ManagedNode
 from libredgetpu_ros.ros.spinning import run_lifecycle_node_main
@@ -183,7 +182,7 @@ class TrainerNode(ManagedNode):
         """On the session thread: log with the traceback, hand over to the main executor (CompanionFault:
         diagnostics ERROR, then an active node is deactivated into ErrorProcessing)."""
         self.latch(f"session thread failed: {type(exc).__name__}: {exc}",
-                   "".join(traceback.format_exception(exc)).rstrip())
+                   traceback_text(exc))
 
     @staticmethod
     def _trigger(guard: Any) -> None:

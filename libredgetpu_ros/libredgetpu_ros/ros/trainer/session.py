@@ -26,7 +26,6 @@ import dataclasses
 import logging
 import threading
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from libredgetpu_ros.errors import LibrEdgeTpuError
+from libredgetpu_ros.errors import LibrEdgeTpuError, traceback_text
 from libredgetpu_ros.teamtensor import DataSource
 from libredgetpu_ros.teamtensor.model import ModelSpec
 from libredgetpu_ros.teamtensor.packets import Refused
@@ -222,7 +221,7 @@ class TrainingSession:
         if self.on_fault is not None:
             self.on_fault(exc)  # which logs it, with the traceback
         else:
-            trace = "".join(traceback.format_exception(exc)).rstrip()
+            trace = traceback_text(exc)
             self.logger.error(f"Team Tensor session failed ({what}): {type(exc).__name__}: {exc}\n{trace}")
 
     def _shutdown(self) -> None:
