@@ -210,9 +210,7 @@ def test_executor_answers_while_the_worker_is_stopped(ros_env):
 
     from libredgetpu_ros_interfaces.srv import GetWeights
 
-    worker = ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.cli.main", "tt-worker", "--port", "0",
-                            "--json"], "tt_worker")
-    port = loop.worker_port(ros_env.work_dir / "tt_worker.log")
+    worker, port = loop.spawn_worker(ros_env)
     ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.ros.trainer.node", "--ros-args", "-r", "__ns:=/tt",
                    "-p", f"worker_port:={port}", "-p", "batch_size:=8", "-p", "push_period:=0.0",
                    "-p", "metrics_period:=0.2", "-p", "read_timeout:=1.0", "-p", "retransmit_timeout:=0.02"],
@@ -288,28 +286,15 @@ def test_a_session_thread_fault_is_logged_reported_and_ends_in_error_processing(
     ERROR naming it, the node goes through on_error to unconfigured, and configure works again. While
     inactive: reported at once, and activate goes through on_error."""
     from diagnostic_msgs.msg import DiagnosticArray
-    from libredgetpu_ros.ros.trainer.node import TrainerNode
-    from rclpy.executors import SingleThreadedExecutor
-    from rclpy.node import Node
-    from rclpy.parameter import Parameter
     from std_msgs.msg import Float32MultiArray
 
-    ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.cli.main", "tt-worker", "--port", "0", "--json"],
-                  "tt_worker")
-    port = loop.worker_port(ros_env.work_dir / "tt_worker.log")
-    context = ros_env.init_rclpy()
-    overrides = [Parameter("worker_port", Parameter.Type.INTEGER, port),
-                 Parameter("batch_size", Parameter.Type.INTEGER, 4)]
-    trainer = TrainerNode(context=context, namespace="/tt", parameter_overrides=overrides)
-    probe = Node("fault_probe", context=context)
-    executor = SingleThreadedExecutor(context=context)
-    executor.add_node(trainer)
-    executor.add_node(probe)
-    errors: list[str] = []
-    probe.create_subscription(DiagnosticArray, "/diagnostics",
-                              lambda m: errors.extend(s.message for s in m.status if s.level[0] == 2), 10)
-    samples = probe.create_publisher(Float32MultiArray, "/tt/samples", 100)
-    try:
+    with loop.in_process_trainer(ros_env, "fault_probe", batch_size=4) as rig:
+        trainer, executor = rig.trainer, rig.executor
+        errors: list[str] = []
+        rig.probe.create_subscription(DiagnosticArray, "/diagnostics", lambda m: errors.extend(
+            s.message for s in m.status if s.level[0] == 2), 10)
+        samples = rig.probe.create_publisher(Float32MultiArray, "/tt/samples", 100)
+
         def state() -> str:
             return trainer._state_machine.current_state[1]
 
@@ -340,11 +325,6 @@ def test_a_session_thread_fault_is_logged_reported_and_ends_in_error_processing(
         assert state() == "inactive" and "injected sender fault" in errors[0]
         trainer.trigger_activate()
         assert state() == "unconfigured" and trainer._session is None
-    finally:
-        executor.shutdown()
-        trainer.teardown()
-        trainer.destroy_node()
-        probe.destroy_node()
 
 
 @pytest.mark.ros
@@ -371,38 +351,24 @@ def test_counters_and_the_wrong_size_warning_start_again_at_configure(ros_env):
     """Configure again (after a cleanup, e.g. with another sample size): diagnostics count this session's
     samples, and its first wrong-size sample is warned about. Before, the counters ran on from the previous
     configuration, and the wrong-size warning (on the first one counted) stayed silent for the new one."""
-    from libredgetpu_ros.ros.trainer.node import TrainerNode
-    from rclpy.executors import SingleThreadedExecutor
-    from rclpy.node import Node
-    from rclpy.parameter import Parameter
     from std_msgs.msg import Float32MultiArray
 
-    ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.cli.main", "tt-worker", "--port", "0", "--json"],
-                  "tt_worker")
-    port = loop.worker_port(ros_env.work_dir / "tt_worker.log")
-    context = ros_env.init_rclpy()
-    trainer = TrainerNode(context=context, namespace="/tt", parameter_overrides=[
-        Parameter("worker_port", Parameter.Type.INTEGER, port),
-        Parameter("batch_size", Parameter.Type.INTEGER, 4)])
-    probe = Node("counter_probe", context=context)
-    executor = SingleThreadedExecutor(context=context)
-    executor.add_node(trainer)
-    executor.add_node(probe)
-    samples = probe.create_publisher(Float32MultiArray, "/tt/samples", 100)
-    warnings: list[str] = []
+    with loop.in_process_trainer(ros_env, "counter_probe", batch_size=4) as rig:
+        trainer, executor = rig.trainer, rig.executor
+        samples = rig.probe.create_publisher(Float32MultiArray, "/tt/samples", 100)
+        warnings: list[str] = []
 
-    class Logger:
-        def __getattr__(self, name: str):
-            return warnings.append if name == "warning" else (lambda *a, **k: None)
+        class Logger:
+            def __getattr__(self, name: str):
+                return warnings.append if name == "warning" else (lambda *a, **k: None)
 
-    def feed(data: list[float], counter: str, count: int) -> None:
-        deadline = time.monotonic() + 20.0
-        while trainer.counters[counter] < count:
-            samples.publish(Float32MultiArray(data=data))
-            executor.spin_once(timeout_sec=0.05)
-            assert time.monotonic() < deadline, trainer.counters
+        def feed(data: list[float], counter: str, count: int) -> None:
+            deadline = time.monotonic() + 20.0
+            while trainer.counters[counter] < count:
+                samples.publish(Float32MultiArray(data=data))
+                executor.spin_once(timeout_sec=0.05)
+                assert time.monotonic() < deadline, trainer.counters
 
-    try:
         trainer.get_logger = Logger  # type: ignore[method-assign]
         trainer.trigger_configure()
         trainer.trigger_activate()
@@ -417,11 +383,6 @@ def test_counters_and_the_wrong_size_warning_start_again_at_configure(ros_env):
         assert trainer.counters["samples"] == 0 and trainer.counters["wrong_size"] == 0, trainer.counters
         feed([0.1] * 3, "wrong_size", 1)  # this configuration's first wrong-size sample: warned about
         assert sum("sample of 3 values dropped" in w for w in warnings) == 2, warnings
-    finally:
-        executor.shutdown()
-        trainer.teardown()
-        trainer.destroy_node()
-        probe.destroy_node()
 
 
 @pytest.mark.ros
@@ -430,30 +391,15 @@ def test_a_non_finite_sample_is_dropped_not_the_batch(ros_env):
     four good samples and the worker trains on it. Before, the NaN went into the batch: the worker refused
     the whole step ("diverged", in its own log only) while the trainer counted every sample sent and said
     "training": the good samples were lost and nothing said why."""
-    from libredgetpu_ros.ros.trainer.node import TrainerNode
-    from rclpy.executors import SingleThreadedExecutor
-    from rclpy.node import Node
-    from rclpy.parameter import Parameter
     from std_msgs.msg import Float32MultiArray
 
-    ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.cli.main", "tt-worker", "--port", "0", "--json"],
-                  "tt_worker")
-    port = loop.worker_port(ros_env.work_dir / "tt_worker.log")
-    context = ros_env.init_rclpy()
-    trainer = TrainerNode(context=context, namespace="/tt", parameter_overrides=[
-        Parameter("worker_port", Parameter.Type.INTEGER, port),
-        Parameter("batch_size", Parameter.Type.INTEGER, 4),
-        Parameter("metrics_period", Parameter.Type.DOUBLE, 0.2)])
-    probe = Node("nan_probe", context=context)
-    executor = SingleThreadedExecutor(context=context)
-    executor.add_node(trainer)
-    executor.add_node(probe)
-    samples = probe.create_publisher(Float32MultiArray, "/tt/samples", 100)
+    with loop.in_process_trainer(ros_env, "nan_probe", batch_size=4, metrics_period=0.2) as rig:
+        trainer, executor = rig.trainer, rig.executor
+        samples = rig.probe.create_publisher(Float32MultiArray, "/tt/samples", 100)
 
-    def spin_until(what: str, done) -> None:
-        spin_executor_until(executor, what, done, detail=lambda: trainer.counters)
+        def spin_until(what: str, done) -> None:
+            spin_executor_until(executor, what, done, detail=lambda: trainer.counters)
 
-    try:
         trainer.trigger_configure()
         trainer.trigger_activate()
         spin_until("the subscription", lambda: samples.get_subscription_count() > 0)
@@ -466,8 +412,3 @@ def test_a_non_finite_sample_is_dropped_not_the_batch(ros_env):
         spin_until("weights of a trained batch", lambda: trainer._trained is not None
                    and trainer._trained.version >= 1)
         assert np.abs(trainer._trained.weights).max() > 0, "the worker did not train on the batch"
-    finally:
-        executor.shutdown()
-        trainer.teardown()
-        trainer.destroy_node()
-        probe.destroy_node()

@@ -178,38 +178,21 @@ def test_a_lost_push_is_sent_again_without_a_new_batch(ros_env):
     answers (crashed, respawned). The abandoned push goes again, same request id, to the respawned node,
     although no batch came since: the control node gets the trained weights. Before, the lost push counted
     as pushed (``_pushed_version``): nothing went until a next batch, which may never come."""
-    import sys
-
-    from libredgetpu_ros.ros.trainer.node import TrainerNode
-    from rclpy.executors import SingleThreadedExecutor
     from rclpy.node import Node
-    from rclpy.parameter import Parameter
     from std_msgs.msg import Float32MultiArray
 
     from libredgetpu_ros_interfaces.srv import SetWeights
 
-    ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.cli.main", "tt-worker", "--port", "0", "--json"],
-                  "tt_worker")
-    port = loop.worker_port(ros_env.work_dir / "tt_worker.log")
-    context = ros_env.init_rclpy()
-    trainer = TrainerNode(context=context, namespace="/tt", parameter_overrides=[
-        Parameter("worker_port", Parameter.Type.INTEGER, port),
-        Parameter("batch_size", Parameter.Type.INTEGER, 4),
-        Parameter("push_period", Parameter.Type.DOUBLE, 0.2),
-        Parameter("metrics_period", Parameter.Type.DOUBLE, 0.2),
-        Parameter("set_weights_service", Parameter.Type.STRING, "/ctl/set_weights")])
-    shape_server, crashed, received, answer = _crashed_control(context)
-    probe = Node("samples_probe", context=context)
-    samples = probe.create_publisher(Float32MultiArray, "/tt/samples", 100)
-    executor = SingleThreadedExecutor(context=context)
-    for node in (trainer, shape_server, probe):
-        executor.add_node(node)
-    respawned = None
+    with loop.in_process_trainer(ros_env, "samples_probe", batch_size=4, push_period=0.2, metrics_period=0.2,
+                                 set_weights_service="/ctl/set_weights") as rig:
+        trainer, executor = rig.trainer, rig.executor
+        shape_server, crashed, received, answer = _crashed_control(rig.context)
+        rig.add(shape_server)
+        samples = rig.probe.create_publisher(Float32MultiArray, "/tt/samples", 100)
 
-    def spin_until(what: str, done) -> None:
-        spin_executor_until(executor, what, done, detail=lambda: trainer.counters)
+        def spin_until(what: str, done) -> None:
+            spin_executor_until(executor, what, done, detail=lambda: trainer.counters)
 
-    try:
         trainer.trigger_configure()
         trainer.trigger_activate()
         trainer._pusher.timeout_s = 0.5
@@ -218,17 +201,10 @@ def test_a_lost_push_is_sent_again_without_a_new_batch(ros_env):
             samples.publish(Float32MultiArray(data=[0.1, 0.2, 0.3, 0.4, 0.5]))
         spin_until("a push lost", lambda: trainer.counters["pushes_lost"] >= 1)
         crashed.destroy_node()
-        respawned = Node("control", namespace="/ctl", context=context)
+        respawned = rig.add(Node("control", namespace="/ctl", context=rig.context))
         respawned.create_service(SetWeights, "set_weights", answer)
-        executor.add_node(respawned)
         spin_until("the lost push applied", lambda: trainer.counters["pushes_accepted"] >= 1)
         assert len(set(received)) == 1 and received[0].endswith(":1"), received  # batch 1's weights
-    finally:
-        executor.shutdown()
-        trainer.teardown()
-        for node in (trainer, shape_server, probe, respawned):
-            if node is not None:
-                node.destroy_node()
 
 
 @pytest.mark.ros
