@@ -265,3 +265,79 @@ def test_an_answer_at_the_timeout_is_not_abandoned_and_its_callback_leaves_the_n
         pusher.destroy()
         for node in (trainer, shape_server, control):
             node.destroy_node()
+
+
+@pytest.mark.ros
+def test_the_push_reply_survives_a_burst_of_other_clients_replies(ros_env):
+    """In process, real DDS: the trainer's push is answered, then 30 other calls to the same service are
+    answered before the trainer's executor takes its reply. rmw_fastrtps hands every reply of a service to
+    every client's reply reader (docs/control_node.md "Lost replies and request_id"): with the default
+    service QoS (history depth 10) the push's reply was pushed out by the others, the push waited for its
+    answer timeout and was counted lost; the pusher's client now has ``control/client.py``'s REPLY_QOS."""
+    import threading
+
+    from libredgetpu_ros.ros.control.client import REPLY_QOS
+    from libredgetpu_ros.ros.trainer.push import WeightPusher
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+
+    from libredgetpu_ros_interfaces.srv import SetWeights
+
+    context = ros_env.init_rclpy()
+    trainer = Node("burst_pusher", context=context)
+    server = Node("control", namespace="/burst", context=context)
+    other = Node("other_planner", context=context)
+    answered: list[str] = []
+
+    def answer(request: SetWeights.Request, response: SetWeights.Response) -> SetWeights.Response:
+        answered.append(request.request_id)
+        response.accepted = True
+        return response
+
+    server.create_service(SetWeights, "weights_in", answer)  # no get_weights twin: no shape probe
+    other_client = other.create_client(SetWeights, "/burst/weights_in")
+    serving = SingleThreadedExecutor(context=context)
+    serving.add_node(server)
+    serving.add_node(other)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            serving.spin_once(timeout_sec=0.05)
+
+    spinner = threading.Thread(target=serve, daemon=True)
+    spinner.start()
+    pushing = SingleThreadedExecutor(context=context)
+    pushing.add_node(trainer)
+    counters = {"pushes_accepted": 0, "pushes_replayed": 0, "pushes_refused": 0, "pushes_skipped": 0,
+                "pushes_lost": 0}
+    pusher = WeightPusher(trainer, "/burst/weights_in", "", (2, 3), counters)
+    pusher.timeout_s = 3.0
+    weights, bias = np.ones((2, 3), np.float32), np.zeros(2, np.float32)
+    try:
+        assert pusher._set.qos_profile == REPLY_QOS
+        assert pusher._set.wait_for_service(timeout_sec=10.0)
+        assert other_client.wait_for_service(timeout_sec=10.0)
+        assert pusher.push(weights, bias, "t:1")
+        deadline = time.monotonic() + 10.0
+        while answered != ["t:1"]:  # answered, the reply waiting in the trainer's reader (nobody spins it)
+            time.sleep(0.02)
+            assert time.monotonic() < deadline, answered
+        for i in range(30):
+            done = threading.Event()
+            other_client.call_async(SetWeights.Request(request_id=f"o:{i}")).add_done_callback(
+                lambda _f, done=done: done.set())
+            assert done.wait(10.0), f"the other client's call {i} was not answered"
+        deadline = time.monotonic() + pusher.timeout_s + 2.0
+        while counters["pushes_accepted"] == 0 and time.monotonic() < deadline:
+            pushing.spin_once(timeout_sec=0.05)
+            pusher.unanswered()  # what the node's push timer does: abandons a call past its timeout
+        assert counters["pushes_accepted"] == 1 and counters["pushes_lost"] == 0, counters
+    finally:
+        stop.set()
+        spinner.join(timeout=5.0)
+        pushing.shutdown()
+        serving.shutdown()
+        pusher.destroy()
+        for node in (trainer, server, other):
+            node.destroy_node()

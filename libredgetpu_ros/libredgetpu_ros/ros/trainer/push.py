@@ -6,6 +6,9 @@ in ``set_weights``); weights of another shape are never pushed (logged once, cou
 returns at once. A call unanswered after :data:`ANSWER_TIMEOUT_S` (the control node crashed and was
 respawned: the new one never answers the old request; or the answer was lost) is abandoned and, for a push,
 counted ``pushes_lost``: the next push goes out. (Without it one lost answer stopped all pushing, silently.)
+Both clients keep their replies as every planner should (``control/client.py``'s :data:`REPLY_QOS`, history
+1000): with the default depth 10 a burst of other clients' replies to the same service pushed the trainer's
+out of its reader before its executor took it (docs/control_node.md "Lost replies and request_id").
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 import numpy as np
 from rclpy.node import Node
 
+from libredgetpu_ros.ros.control.client import REPLY_QOS, create_weights_client
 from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
 
 ANSWER_TIMEOUT_S = 10.0  # a full-size set_weights is answered in well under a second (bench/results)
@@ -27,8 +31,9 @@ class WeightPusher:
     def __init__(self, node: Node, service: str, engine: str, shape: tuple[int, int],
                  counters: dict[str, int]) -> None:
         self.node, self.engine, self.shape, self.counters = node, engine, shape, counters
-        self._set = node.create_client(SetWeights, service)
-        self._probe = (node.create_client(GetWeights, service.removesuffix("set_weights") + "get_weights")
+        self._set = create_weights_client(node, service)
+        self._probe = (node.create_client(GetWeights, service.removesuffix("set_weights") + "get_weights",
+                                          qos_profile=REPLY_QOS)
                        if service.endswith("set_weights") else None)
         self._control_shape: tuple[int, int] | None = None
         self._pending = False  # a probe or a push is in flight
