@@ -7,6 +7,7 @@ library only, so importing it first changes nothing NumPy has read yet.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import sys
@@ -40,3 +41,16 @@ def load_test_helper(relative: str) -> ModuleType:
     sys.modules[path.stem] = module
     spec.loader.exec_module(module)
     return module
+
+
+def import_test_module(dotted: str) -> ModuleType:
+    """A module of the test tree by dotted name under ``test/`` (``"fuzz.targets"``), imported as a module of
+    packages standing for the test tree, so its relative imports (``.harness``, ``.._helpers``) resolve as
+    under pytest (the test tree is not an installed package)."""
+    parts = dotted.split(".")[:-1]
+    for depth in range(len(parts) + 1):
+        name = ".".join(["_bench_tests", *parts[:depth]])
+        package = ModuleType(name)
+        package.__path__ = [str(TESTS.joinpath(*parts[:depth]))]
+        sys.modules.setdefault(name, package)
+    return importlib.import_module(f"_bench_tests.{dotted}")

@@ -18,11 +18,8 @@ import _common
 
 _common.single_threaded_blas()  # before NumPy loads BLAS: thread CPU time must see all the work
 
-import importlib  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
-import sys  # noqa: E402
-import types  # noqa: E402
 
 from _timing import spread_us, write_report  # noqa: E402
 from libredgetpu_ros.matmul import MatMulEngine  # noqa: E402
@@ -34,20 +31,9 @@ SYSTEMS = {"mackey_glass": "Mackey-Glass", "lorenz_x": "Lorenz-x"}
 STEPS = 300
 
 
-def precision_test() -> types.ModuleType:
-    """test_reservoir_precision as a module of a package standing for the test tree, so its relative imports
-    (``.test_reservoir``, ``.._helpers``) resolve as under pytest."""
-    for name, path in (("_bench_tests", _common.TESTS),
-                       ("_bench_tests.robotics", _common.TESTS / "robotics")):
-        package = types.ModuleType(name)
-        package.__path__ = [str(path)]
-        sys.modules.setdefault(name, package)
-    return importlib.import_module("_bench_tests.robotics.test_reservoir_precision")
-
-
 def main() -> None:
     load_start = os.getloadavg()[0]
-    test = precision_test()
+    test = _common.import_test_module("robotics.test_reservoir_precision")
     every = sorted({p for passes in CASES.values() for p in passes})
     header = ("| | float64, same weights | " + " | ".join(f"{p} pass{'es' if p > 1 else ''}" for p in every)
               + " |")

@@ -18,6 +18,7 @@ from .harness import FuzzTarget, check_budget, fuzz, run_guarded
 from .targets import targets
 
 CASES = 2000
+TIME_LIMIT_S, MEMORY_LIMIT_MB = 2.0, 1024  # per case; bench/bench_fuzz_budget.py runs the same budget
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,7 @@ def reader_targets(fixture_path):
 
 @pytest.mark.parametrize("name", ["tflite", "flexbuffers", "darwinn"])
 def test_reader_fuzz_budget(reader_targets, name):
-    check_budget(reader_targets[name], CASES, time_limit_s=2.0, memory_limit_mb=1024,
+    check_budget(reader_targets[name], CASES, time_limit_s=TIME_LIMIT_S, memory_limit_mb=MEMORY_LIMIT_MB,
                  min_refused=CASES // 10, min_accepted=CASES // 10)
 
 

@@ -1,0 +1,63 @@
+"""Figures the docs quote from bench/results/ are the result files' figures, verbatim.
+
+Each entry names a doc, the result file it quotes and pairs of (text in the doc, text in the result file)
+that must both be present, whitespace collapsed (docs wrap lines). Re-running a bench changes its result
+file; this test then fails until the doc quotes the new run, which is the point: a doc figure never drifts
+from the file a reader can regenerate. Figures that are one-off measurements (no bench repeats them) are
+not listed: their docs say what they were, when and on what.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+# (doc, result file under bench/results/, [(doc text, result text), ...])
+QUOTES: list[tuple[str, str, list[tuple[str, str]]]] = [
+    ("docs/reliability.md", "fuzz_budget.md", [
+        ("load average 4.1 to 4.3", "load average 4.1 at the start, 4.3 at the end"),
+        ("tflite 2.64 s (2.60–2.71)",
+         "| tflite | 2,000 | 956 | 1,044 | 0 | 0 | 0 | yes | 2.64 (2.60–2.71) |"),
+        ("flexbuffers 0.18 s (0.18–0.19)",
+         "| flexbuffers | 2,000 | 1,019 | 981 | 0 | 0 | 0 | yes | 0.18 (0.18–0.19) |"),
+        ("darwinn 1.97 s (1.95–1.98)",
+         "| darwinn | 2,000 | 1,217 | 783 | 0 | 0 | 0 | yes | 1.97 (1.95–1.98) |"),
+        ("9.2×, 3.6× and 3.0×", "| 9.2× (9.2–9.7×) |"),
+        ("9.2×, 3.6× and 3.0×", "| 3.6× (3.5–3.8×) |"),
+        ("9.2×, 3.6× and 3.0×", "| 3.0× (3.0–3.1×) |"),
+        ("tflite 956 accepted / 1,044 refused, flexbuffers 1,019 / 981, darwinn 1,217 / 783",
+         "| 1,217 | 783 |"),
+        ("Worker RSS peak 49, 43 and 54 MB (43 MB at the worker's start", "| 43 / 49 MB |"),
+        ("Worker RSS peak 49, 43 and 54 MB", "| 43 / 54 MB |"),
+    ]),
+]
+
+
+def _text(relative: str) -> str:
+    return re.sub(r"\s+", " ", (ROOT / relative).read_text(encoding="utf-8"))
+
+
+def _missing(doc_text: str, result_text: str, pairs: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
+    """(doc texts the doc lacks, result texts the result file lacks)."""
+    return [d for d, _ in pairs if d not in doc_text], [r for _, r in pairs if r not in result_text]
+
+
+@pytest.mark.parametrize("doc,result,pairs", QUOTES, ids=[f"{d}<-{r}" for d, r, _ in QUOTES])
+def test_doc_quotes_the_result_file(doc: str, result: str, pairs: list[tuple[str, str]]) -> None:
+    missing_doc, missing_result = _missing(_text(doc), _text(f"bench/results/{result}"), pairs)
+    assert not missing_doc, f"{doc} no longer quotes: {missing_doc}"
+    assert not missing_result, f"bench/results/{result} no longer says {missing_result}: re-run? update {doc}"
+
+
+def test_a_changed_figure_is_noticed() -> None:
+    """A result file whose figure changed (a re-run) no longer matches the doc's quote, and a doc that lost
+    the quote is reported too."""
+    doc, result, pairs = QUOTES[0]
+    doc_text, result_text = _text(doc), _text(f"bench/results/{result}")
+    rerun = result_text.replace(pairs[1][1], pairs[1][1].replace("2.64", "2.65"))
+    assert _missing(doc_text, rerun, pairs) == ([], [pairs[1][1]])
+    assert _missing(doc_text.replace(pairs[1][0], ""), result_text, pairs)[0] == [pairs[1][0]]
