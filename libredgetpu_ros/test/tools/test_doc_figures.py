@@ -34,6 +34,14 @@ QUOTES: list[tuple[str, str, list[tuple[str, str]]]] = [
         ("Worker RSS peak 49, 43 and 54 MB (43 MB at the worker's start", "| 43 / 49 MB |"),
         ("Worker RSS peak 49, 43 and 54 MB", "| 43 / 54 MB |"),
     ]),
+    ("docs/postprocessing.md", "numpy_call_cost.md", [
+        ("a same-shape multiply took 0.413 µs", "| same shape: `multiply(a, b, out=out)` | 0.413 ("),
+        ("a (2, 1) column 0.836 µs (2.02x)", "| (2, 1) column: `multiply(a, column, out=out)` | 0.836 ("),
+        ("a (2, 1) column 0.836 µs (2.02x)", "| 2.02x |"),
+        ("a Python float 0.716 µs (1.73x)", "| Python float: `multiply(a, 0.5, out=out)` | 0.716 ("),
+        ("a Python float 0.716 µs (1.73x)", "| 1.73x |"),
+        ("load average 3.7:", "load average 3.7 at the start, 3.7 at the end"),
+    ]),
 ]
 
 
