@@ -10,6 +10,7 @@ reservoir nodes through their engine) shows its stream with :func:`shared_values
 from __future__ import annotations
 
 import collections
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -78,29 +79,54 @@ def array(stamp: Time, statuses: list[DiagnosticStatus]) -> DiagnosticArray:
 
 
 class RateMeter:
-    """Events per second over a sliding window (thread-safe enough for one writer, one reader)."""
+    """Events per second of a stream, true for slow streams too (a 0.4 Hz camera is 0.4 Hz, not 0.0).
 
-    def __init__(self, window_s: float = 2.0) -> None:
-        self.window_s = window_s
+    The rate comes from the intervals between recent events: those of the last ``window_s`` (fast streams),
+    and never fewer than the last ``min_events`` (slow ones: a 0.4 Hz stream has at most one event in 2 s).
+    While no event is overdue (the time since the last one is within the mean interval) it is
+    ``intervals / span``; past that the open gap stands in for one interval, so a stream that stops reads
+    lower and lower, and 0.0 once no event came for ``stale_intervals`` mean intervals (at least
+    ``window_s``, at most ``max_stale_s``); a stale stream starts afresh (its old events no longer count).
+    0.0 also means fewer than two events so far. Memory: the events of ``window_s``, at least
+    ``min_events``. Thread-safe (ticks on a data-path thread, reads on the diagnostics timer).
+    """
+
+    def __init__(self, window_s: float = 2.0, min_events: int = 5, stale_intervals: float = 3.0,
+                 max_stale_s: float = 60.0) -> None:
+        self.window_s, self.min_events = window_s, min_events
+        self.stale_intervals, self.max_stale_s = stale_intervals, max_stale_s
         self._times: collections.deque[float] = collections.deque()
+        self._lock = threading.Lock()
 
     def tick(self, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
-        self._times.append(now)
-        self._trim(now)
+        with self._lock:
+            times = self._times  # O(1) per event: a control loop ticks at 1 kHz
+            if times and now - times[-1] > self._stale_after(times[0], times[-1], len(times)):
+                times.clear()  # a stale stream restarts: the gap is a pause, not an interval
+            times.append(now)
+            while len(times) > self.min_events and now - times[0] > self.window_s:
+                times.popleft()
 
     def rate(self, now: float | None = None) -> float:
         now = time.monotonic() if now is None else now
-        self._trim(now)
-        times = list(self._times)
-        if len(times) < 2:
+        with self._lock:
+            count = len(self._times)
+            if count < 2:
+                return 0.0
+            first, last = self._times[0], self._times[-1]
+        span = last - first
+        if span <= 0 or now - last > self._stale_after(first, last, count):
             return 0.0
-        span = max(now - times[0], times[-1] - times[0])
-        return (len(times) - 1) / span if span > 0 else 0.0
+        return (count - 1) / max(span, now - first - span / (count - 1))
 
-    def _trim(self, now: float) -> None:
-        while self._times and now - self._times[0] > self.window_s:
-            self._times.popleft()
+    def _stale_after(self, first: float, last: float, count: int) -> float:
+        """Seconds without an event after which a stream whose kept events are ``count`` from ``first`` to
+        ``last`` reads 0."""
+        if count < 2:
+            return self.max_stale_s  # one event: no interval known yet, the next may be a minute away
+        mean = (last - first) / (count - 1)
+        return min(self.max_stale_s, max(self.window_s, self.stale_intervals * mean))
 
 
 class LogLimiter:
