@@ -161,27 +161,13 @@ def test_fit_predict_bad_states_and_readout_files(ros_env, tmp_path: Path) -> No
 def test_bag_replayed_equals_offline(ros_env, tmp_path: Path) -> None:
     """States in a bag replayed into the node (its own process, ``replay`` a third) give exactly the
     predictions of the node's reservoir (same parameters and readout) run offline over the bag's states."""
-    from libredgetpu_ros.bags.storage import new_bag, reliable_qos
-    from libredgetpu_ros.bags.typestore import typestore
     from libredgetpu_ros.robotics.reservoir import ReservoirComputer, ReservoirConfig
     from libredgetpu_ros.ros.reservoir.states import read_bag_states
 
     from libredgetpu_ros_interfaces.srv import FilePath, FitReadout
 
     series = _series(900)
-    store = typestore()
-    names = ("sensor_msgs/msg/JointState", "std_msgs/msg/Header", "builtin_interfaces/msg/Time")
-    joint_t, header_t, time_t = (store.types[n] for n in names)
-    bag = tmp_path / "joints_bag"
-    with new_bag(bag, "mcap") as writer:
-        conn = writer.add_connection("/joints", "sensor_msgs/msg/JointState", typestore=store,
-                                     offered_qos_profiles=[reliable_qos(1000)])
-        for i, x in enumerate(series[400:]):
-            stamp = 3_000_000_000 + i * 10_000_000
-            header = header_t(stamp=time_t(sec=stamp // 10**9, nanosec=stamp % 10**9), frame_id="arm")
-            msg = joint_t(header=header, name=list(JOINTS), position=np.array(x), velocity=np.zeros(0),
-                          effort=np.zeros(0))
-            writer.write(conn, stamp, bytes(store.serialize_cdr(msg, "sensor_msgs/msg/JointState")))
+    bag = _joint_bag(tmp_path / "joints_bag", series[400:], start_ns=3_000_000_000)
 
     # The readout both sides use: fitted offline on the first 400 states, saved, loaded by the node.
     from libredgetpu_ros.matmul import MatMulEngine
@@ -219,26 +205,9 @@ def test_a_long_fit_leaves_the_executor_answering(ros_env, tmp_path: Path) -> No
     the reservoir, the ridge solve): it runs off the executor, so lifecycle ``get_state`` and the other
     services are answered meanwhile (before, all of them waited for the fit: the same executor), a second
     fit is refused while one runs, and the fit's answer comes when it is done."""
-    from libredgetpu_ros.bags.storage import new_bag, reliable_qos
-    from libredgetpu_ros.bags.typestore import typestore
-
     from libredgetpu_ros_interfaces.srv import FilePath, FitReadout
 
-    series = _series(12_000)
-    store = typestore()
-    names = ("sensor_msgs/msg/JointState", "std_msgs/msg/Header", "builtin_interfaces/msg/Time")
-    joint_t, header_t, time_t = (store.types[n] for n in names)
-    bag = tmp_path / "long_bag"
-    with new_bag(bag, "mcap") as writer:
-        conn = writer.add_connection("/joints", "sensor_msgs/msg/JointState", typestore=store,
-                                     offered_qos_profiles=[reliable_qos(1000)])
-        for i, x in enumerate(series):
-            stamp = 1_000_000_000 + i * 10_000_000
-            header = header_t(stamp=time_t(sec=stamp // 10**9, nanosec=stamp % 10**9), frame_id="arm")
-            msg = joint_t(header=header, name=list(JOINTS), position=np.array(x), velocity=np.zeros(0),
-                          effort=np.zeros(0))
-            writer.write(conn, stamp, bytes(store.serialize_cdr(msg, "sensor_msgs/msg/JointState")))
-
+    bag = _joint_bag(tmp_path / "long_bag", _series(12_000))
     _spawn(ros_env, _params(tmp_path, template=1024))
     peer = Peer(ros_env, "reservoir")
     peer.wait_s = 120.0  # configure makes a 1024-unit reservoir (spectral radius): slow on a loaded machine
@@ -293,8 +262,9 @@ def test_a_fit_too_large_for_memory_is_refused_before_allocating(ros_env, monkey
         node.destroy_node()
 
 
-def _joint_bag(path: Path, series: np.ndarray) -> Path:
-    """A bag of ``series`` as JointState messages on /joints (joint names in JOINTS order)."""
+def _joint_bag(path: Path, series: np.ndarray, start_ns: int = 1_000_000_000) -> Path:
+    """A bag of ``series`` as JointState messages on /joints (joint names in JOINTS order), 10 ms apart from
+    ``start_ns``."""
     from libredgetpu_ros.bags.storage import new_bag, reliable_qos
     from libredgetpu_ros.bags.typestore import typestore
 
@@ -305,7 +275,7 @@ def _joint_bag(path: Path, series: np.ndarray) -> Path:
         conn = writer.add_connection("/joints", "sensor_msgs/msg/JointState", typestore=store,
                                      offered_qos_profiles=[reliable_qos(1000)])
         for i, x in enumerate(series):
-            stamp = 1_000_000_000 + i * 10_000_000
+            stamp = start_ns + i * 10_000_000
             header = header_t(stamp=time_t(sec=stamp // 10**9, nanosec=stamp % 10**9), frame_id="arm")
             msg = joint_t(header=header, name=list(JOINTS), position=np.array(x), velocity=np.zeros(0),
                           effort=np.zeros(0))
