@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 
 import pytest
 from libredgetpu_ros.ros.camera.qos import choose_reliability
 
+from .._helpers import load_helper
+
+rig = load_helper(Path(__file__).resolve().parent / "_perception_rig.py")
+
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(60)]
+MODEL = "classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite"
 
 
 @pytest.mark.parametrize(("setting", "publishers", "chosen"), [
@@ -30,35 +36,23 @@ def test_auto_matches_the_publishers(setting, publishers, chosen) -> None:
 
 
 def test_no_input_warns_once_with_the_image_topics_that_exist(ros_env, fixture_path, monkeypatch) -> None:
-    from libredgetpu_ros.ros.perception_node import PerceptionNode
-    from rclpy.executors import SingleThreadedExecutor
     from rclpy.lifecycle import TransitionCallbackReturn
-    from rclpy.node import Node
-    from rclpy.parameter import Parameter
     from sensor_msgs.msg import CompressedImage
 
-    context = ros_env.init_rclpy()
-    node = PerceptionNode("perception_silent", context=context, parameter_overrides=[
-        Parameter("model", value=str(fixture_path("classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite"))),
-        Parameter("backend", value="cpu"), Parameter("input_timeout", value=0.5),
-        Parameter("diagnostics_period", value=0.2)])
-    camera = Node("other_camera", context=context)
-    camera.create_publisher(CompressedImage, "/front/image_raw/compressed", 10)
-    warnings: list[str] = []
-    warned_at: list[float] = []
+    with rig.in_process_perception(ros_env, "perception_silent", fixture_path(MODEL), "other_camera",
+                                   input_timeout=0.5, diagnostics_period=0.2) as (node, camera, executor):
+        camera.create_publisher(CompressedImage, "/front/image_raw/compressed", 10)
+        warnings: list[str] = []
+        warned_at: list[float] = []
 
-    def warning(text: str) -> None:
-        warnings.append(text)
-        warned_at.append(time.monotonic())
+        def warning(text: str) -> None:
+            warnings.append(text)
+            warned_at.append(time.monotonic())
 
-    class Logger:
-        def __getattr__(self, name: str):
-            return warning if name == "warning" else (lambda *a, **k: None)
+        class Logger:
+            def __getattr__(self, name: str):
+                return warning if name == "warning" else (lambda *a, **k: None)
 
-    executor = SingleThreadedExecutor(context=context)
-    for n in (node, camera):
-        executor.add_node(n)
-    try:
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
         monkeypatch.setattr(node, "get_logger", Logger)
         activated = time.monotonic()
@@ -77,11 +71,6 @@ def test_no_input_warns_once_with_the_image_topics_that_exist(ros_env, fixture_p
         assert "/annotated" not in silent[0]  # the node's own outputs are not cameras
         # nor its own input, which nobody publishes (it was listed as a topic "that exists")
         assert "/image_raw (Image)" not in silent[0].split("exist:", 1)[1]
-    finally:
-        executor.shutdown()
-        node.teardown()
-        camera.destroy_node()
-        node.destroy_node()
 
 
 def test_ros2_node_info_lists_the_image_subscription_on_the_node(ros_env, fixture_path) -> None:
@@ -95,7 +84,7 @@ def test_ros2_node_info_lists_the_image_subscription_on_the_node(ros_env, fixtur
 
     ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.ros.perception_node", "--ros-args",
                    "-r", "__ns:=/info", "-p", "backend:=cpu",
-                   "-p", f"model:={fixture_path('classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite')}"],
+                   "-p", f"model:={fixture_path(MODEL)}"],
                   "perception_info")
     node, executor = ros_env.probe("info_probe")
     change = node.create_client(ChangeState, "/info/perception/change_state")
@@ -126,31 +115,19 @@ def test_ros2_node_info_lists_the_image_subscription_on_the_node(ros_env, fixtur
 def test_auto_chooses_again_when_publishers_come_and_go(ros_env, fixture_path) -> None:
     """In process: active with a reliable camera -> reliable; a best-effort one joins -> best_effort (the
     reliable reader reports it incompatible); it leaves -> reliable again (matched event)."""
-    from libredgetpu_ros.ros.perception_node import PerceptionNode
     from rclpy.event_handler import PublisherEventCallbacks
-    from rclpy.executors import SingleThreadedExecutor
     from rclpy.lifecycle import TransitionCallbackReturn
-    from rclpy.node import Node
-    from rclpy.parameter import Parameter
     from rclpy.qos import QoSProfile, QoSReliabilityPolicy
     from sensor_msgs.msg import Image
 
-    context = ros_env.init_rclpy()
-    node = PerceptionNode("perception_auto", context=context, parameter_overrides=[
-        Parameter("model", value=str(fixture_path("classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite"))),
-        Parameter("backend", value="cpu")])
-    cameras = Node("cameras", context=context)
-    executor = SingleThreadedExecutor(context=context)
-    for n in (node, cameras):
-        executor.add_node(n)
+    with rig.in_process_perception(ros_env, "perception_auto", fixture_path(MODEL), "cameras") as (
+            node, cameras, executor):
+        def settle(wanted: str) -> str:
+            end = time.monotonic() + 10.0
+            while node._sub_reliability != wanted and time.monotonic() < end:
+                executor.spin_once(timeout_sec=0.05)
+            return node._sub_reliability
 
-    def settle(wanted: str) -> str:
-        end = time.monotonic() + 10.0
-        while node._sub_reliability != wanted and time.monotonic() < end:
-            executor.spin_once(timeout_sec=0.05)
-        return node._sub_reliability
-
-    try:
         cameras.create_publisher(Image, "image_raw", QoSProfile(depth=10))  # reliable
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
         end = time.monotonic() + 10.0
@@ -169,11 +146,6 @@ def test_auto_chooses_again_when_publishers_come_and_go(ros_env, fixture_path) -
         assert node._sub_reliability == "best_effort"
         cameras.destroy_publisher(best_effort)
         assert settle("reliable") == "reliable"
-    finally:
-        executor.shutdown()
-        node.teardown()
-        cameras.destroy_node()
-        node.destroy_node()
 
 
 def test_a_slow_camera_is_no_silent_one(ros_env, fixture_path) -> None:
@@ -182,29 +154,17 @@ def test_a_slow_camera_is_no_silent_one(ros_env, fixture_path) -> None:
     every period without a result said "no input" (WARN): a model or camera slower than diagnostics_period
     flapped between OK and WARN, and the first tick after activation said so too."""
     from diagnostic_msgs.msg import DiagnosticArray
-    from libredgetpu_ros.ros.perception_node import PerceptionNode
-    from rclpy.executors import SingleThreadedExecutor
     from rclpy.lifecycle import TransitionCallbackReturn
-    from rclpy.node import Node
-    from rclpy.parameter import Parameter
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import Image
 
-    context = ros_env.init_rclpy()
-    node = PerceptionNode("perception_slow", context=context, parameter_overrides=[
-        Parameter("model", value=str(fixture_path("classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite"))),
-        Parameter("backend", value="cpu"), Parameter("input_timeout", value=2.0),
-        Parameter("diagnostics_period", value=0.4)])
-    camera = Node("slow_camera", context=context)
-    frames = camera.create_publisher(Image, "/image_raw", qos_profile_sensor_data)
-    statuses: list[tuple[float, str]] = []
-    camera.create_subscription(DiagnosticArray, "/diagnostics", lambda m: statuses.extend(
-        (time.monotonic(), s.message) for s in m.status if "perception_slow" in s.name), 10)
-    frame = Image(height=128, width=128, encoding="rgb8", step=3 * 128, data=bytes(128 * 128 * 3))
-    executor = SingleThreadedExecutor(context=context)
-    for n in (node, camera):
-        executor.add_node(n)
-    try:
+    with rig.in_process_perception(ros_env, "perception_slow", fixture_path(MODEL), "slow_camera",
+                                   input_timeout=2.0, diagnostics_period=0.4) as (node, camera, executor):
+        frames = camera.create_publisher(Image, "/image_raw", qos_profile_sensor_data)
+        statuses: list[tuple[float, str]] = []
+        camera.create_subscription(DiagnosticArray, "/diagnostics", lambda m: statuses.extend(
+            (time.monotonic(), s.message) for s in m.status if "perception_slow" in s.name), 10)
+        frame = Image(height=128, width=128, encoding="rgb8", step=3 * 128, data=bytes(128 * 128 * 3))
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
         assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
         end = time.monotonic() + 5.0
@@ -221,8 +181,3 @@ def test_a_slow_camera_is_no_silent_one(ros_env, fixture_path) -> None:
             executor.spin_once(timeout_sec=0.05)
         silent = [at for at, m in statuses if "no input" in m]
         assert silent and silent[0] - stopped >= 2.0 - 1.2, (stopped, statuses[-8:])
-    finally:
-        executor.shutdown()
-        node.teardown()
-        camera.destroy_node()
-        node.destroy_node()
