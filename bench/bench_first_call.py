@@ -18,6 +18,11 @@
 
 Run inside the localhost-only sandbox: ``tools/ros_sandbox.sh .venv/bin/python bench/bench_first_call.py``.
 Target (issue 36): first call <= 2x the median of the next 20.
+
+Each part's section of the report opens with its own run line (command, date, load average at its start and
+end, how the package copy was made read-only). A run of some parts only (``--no-api``, ``--no-node``,
+``--modules`` with fewer or no cases) replaces those parts' sections and keeps the others, with their own
+run lines, from the report file: every section says which run it came from.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import _first_call_modules as modules
@@ -109,6 +115,61 @@ def _spread(values: list[float], digits: int = 2) -> str:
     return f"{min(values):.{digits}f}–{max(values):.{digits}f}"
 
 
+HEADER = [  # the report's opening; each section then names its own run
+    "# First-call cost of the compiled kernels (matmul fast path, perception and robotics modules)",
+    "",
+    "Repeats and launches are interleaved, each in a fresh process; spreads are min–max over them. Call "
+    "times are thread CPU time (the load does not inflate them), open and import times wall time. Each "
+    "section names the run it comes from (`bench/bench_first_call.py` can run some parts only).",
+    "",
+    "numba is imported and the kernels compiled (empty folder) or loaded (warm folder) when the engine "
+    "or module opens (`fastpath.warm_up` in `MatMulEngine.__init__`, with one full-size dry-run "
+    "`set_weights` so the allocator's first large allocations happen there too; `warm_up` of "
+    "`postprocess/kernels.py`, `robotics/{flow,spot,looming}_kernels.py` when the DeepLab tail, the "
+    "flow, the spot check and the looming border/TTC are built), for every argument type the data path "
+    "passes, read-only arrays included (`test/test_jit_warm_up.py`); the cache folder is "
+    "`jit.cache_dir()` (docs/matmul.md).",
+]
+SECTIONS = ("## Import", "## API", "## Control node", "## Modules")  # report order
+
+
+def _shown_arguments(argv: list[str]) -> str:
+    """The command line's arguments as the report's run lines show them: without ``--out FILE`` and
+    ``--keep`` (where a trial run wrote, not what it measured)."""
+    shown, skip = [], False
+    for arg in argv:
+        if skip or arg == "--keep" or arg.startswith("--out="):
+            skip = False
+            continue
+        if arg == "--out":
+            skip = True
+            continue
+        shown.append(arg)
+    return "".join(" " + a for a in shown)
+
+
+def merged_sections(report: Path, fresh: dict[str, list[str]]) -> list[str]:
+    """The report's sections in ``SECTIONS`` order (each preceded by a blank line): the ``fresh`` ones of this
+    run, the others as the existing ``report`` file has them (a part not run keeps its earlier run)."""
+    kept: dict[str, list[str]] = {}
+    if report.exists():
+        current: list[str] | None = None
+        for line in report.read_text(encoding="utf-8").splitlines():
+            if line.startswith("## "):
+                key = next((k for k in SECTIONS if line.startswith(k)), None)
+                current = kept.setdefault(key, []) if key else None
+            if current is not None:
+                current.append(line)
+    out: list[str] = []
+    for key in SECTIONS:
+        block = fresh.get(key) or kept.get(key)
+        if block:
+            while block and not block[-1].strip():
+                block = block[:-1]
+            out += ["", *block]
+    return [*out, ""]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -141,59 +202,54 @@ def main() -> int:
         os.environ.update(ros_env)
         node = node_part.run(prefix, {**ro_env, **ros_env}, work, args.launches, args.calls)
     leaked = sorted(str(p.relative_to(root)) for p in root.rglob("*.nb[ic]"))
-
-    lines = [
-        "# First-call cost of the compiled kernels (matmul fast path, perception and robotics modules)",
-        "",
-        f"`.venv/bin/python bench/bench_first_call.py` on {platform.machine()} ({os.cpu_count()} cores, "
-        f"shared with ~8 other engineers' jobs: load average {load_start:.1f} at the start, "
-        f"{os.getloadavg()[0]:.1f} at the end). "
-        f"{args.repeats} interleaved repeats, each in a fresh process; spreads are min–max over the repeats. "
-        "Call times are thread CPU time (the load does not inflate them), open and import times wall time.",
-        "",
-        f"Package folder: a copy made read-only by {how}; numba cache files written inside it: "
-        f"{len(leaked)}{' (' + ', '.join(leaked[:4]) + ')' if leaked else ''}.",
-        "",
-        "## Import (fresh interpreter; `numba` alone: what an importer no longer pays)",
-        "",
-        "| module | process CPU | wall | numba imported |",
-        "|---|---|---|---|",
-    ]
-    for module, runs in imports.items():
-        lines.append(f"| `import {module}` | {_spread([r['cpu'] * 1e3 for r in runs], 0)} ms | "
-                     f"{_spread([r['s'] * 1e3 for r in runs], 0)} ms | "
-                     f"{'yes' if any(r['numba'] for r in runs) else 'no'} |")
-    lines += [
-        "",
-        "## API: fresh process, `MatMulEngine.from_template(1024)` then 21 `set_weights` (float32 -> blob)",
-        "",
-        "| cache folder | open (wall) | open (process CPU) | first call | median of next 20 | first / median "
-        "| target ≤ 2× |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for kind, runs in api.items():
-        ratios = [r["times"][0] / statistics.median(r["times"][1:]) for r in runs]
-        lines.append(
-            f"| {kind} | {_spread([r['open_s'] for r in runs])} s | "
-            f"{_spread([r['open_cpu_s'] for r in runs])} s | "
-            f"{_spread([r['times'][0] for r in runs], 3)} ms | "
-            f"{_spread([statistics.median(r['times'][1:]) for r in runs], 3)} ms | "
-            f"{_spread(ratios)}× | {'met' if max(ratios) <= 2.0 else 'missed'} |")
+    run_line = (
+        f"Run: `.venv/bin/python bench/bench_first_call.py{_shown_arguments(sys.argv[1:])}` "
+        f"(repeats {args.repeats}{f', {args.launches} launches per kind' if node is not None else ''}) on "
+        f"{platform.machine()} ({os.cpu_count()} cores, shared with other engineers' jobs), "
+        f"{time.strftime('%Y-%m-%d', time.gmtime())}: load average {load_start:.1f} at the start, "
+        f"{os.getloadavg()[0]:.1f} at the end; package copy made read-only by {how}, numba cache files "
+        f"written inside it: {len(leaked)}{' (' + ', '.join(leaked[:4]) + ')' if leaked else ''}.")
+    sections: dict[str, list[str]] = {}
+    if imports:
+        sections["## Import"] = [
+            "## Import (fresh interpreter; `numba` alone: what an importer no longer pays)",
+            "",
+            run_line,
+            "",
+            "| module | process CPU | wall | numba imported |",
+            "|---|---|---|---|",
+        ]
+        for module, runs in imports.items():
+            sections["## Import"].append(
+                f"| `import {module}` | {_spread([r['cpu'] * 1e3 for r in runs], 0)} ms | "
+                f"{_spread([r['s'] * 1e3 for r in runs], 0)} ms | "
+                f"{'yes' if any(r['numba'] for r in runs) else 'no'} |")
+    if api:
+        sections["## API"] = [
+            "## API: fresh process, `MatMulEngine.from_template(1024)` then 21 `set_weights` "
+            "(float32 -> blob)",
+            "",
+            run_line,
+            "",
+            "| cache folder | open (wall) | open (process CPU) | first call | median of next 20 | "
+            "first / median | target ≤ 2× |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for kind, runs in api.items():
+            ratios = [r["times"][0] / statistics.median(r["times"][1:]) for r in runs]
+            sections["## API"].append(
+                f"| {kind} | {_spread([r['open_s'] for r in runs])} s | "
+                f"{_spread([r['open_cpu_s'] for r in runs])} s | "
+                f"{_spread([r['times'][0] for r in runs], 3)} ms | "
+                f"{_spread([statistics.median(r['times'][1:]) for r in runs], 3)} ms | "
+                f"{_spread(ratios)}× | {'met' if max(ratios) <= 2.0 else 'missed'} |")
     if node is not None:
-        lines += ["", *node_part.report(node, args.calls)]
+        heading, *rest = node_part.report(node, args.calls)
+        sections["## Control node"] = [heading, "", run_line, *rest]
     if module_runs:
-        lines += ["", *modules.report(module_runs, args.calls)]
-    lines += [
-        "",
-        "numba is imported and the kernels compiled (empty folder) or loaded (warm folder) when the engine "
-        "or module opens (`fastpath.warm_up` in `MatMulEngine.__init__`, with one full-size dry-run "
-        "`set_weights` so the allocator's first large allocations happen there too; `warm_up` of "
-        "`postprocess/kernels.py`, `robotics/{flow,spot,looming}_kernels.py` when the DeepLab tail, the "
-        "flow, the spot check and the looming border/TTC are built), for every argument type the data path "
-        "passes, read-only arrays included (`test/test_jit_warm_up.py`); the cache folder is "
-        "`jit.cache_dir()` (docs/matmul.md).",
-        "",
-    ]
+        heading, *rest = modules.report(module_runs, args.calls)
+        sections["## Modules"] = [heading, "", run_line, *rest]
+    lines = [*HEADER, *merged_sections(args.out, sections)]
     write_report(args.out, lines)
     if args.keep:
         print(f"work folder kept: {work}")

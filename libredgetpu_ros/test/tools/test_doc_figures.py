@@ -9,6 +9,7 @@ not listed: their docs say what they were, when and on what.
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
@@ -33,6 +34,14 @@ QUOTES: list[tuple[str, str, list[tuple[str, str]]]] = [
          "| 1,217 | 783 |"),
         ("Worker RSS peak 49, 43 and 54 MB (43 MB at the worker's start", "| 43 / 49 MB |"),
         ("Worker RSS peak 49, 43 and 54 MB", "| 43 / 54 MB |"),
+    ]),
+    ("docs/install.md", "first_call.md", [
+        ("4.05–4.18 s of CPU for a MatMul engine", "| empty cache | 4.09–5.87 s | 4.05–4.18 s |"),
+        ("5.68–17.06 s for the robotics modules", "| empty cache | 5.73–12.29 s | 5.68–6.13 s |"),
+        ("5.68–17.06 s for the robotics modules", "| empty cache | 21.62–32.40 s | 16.07–17.06 s |"),
+        ("4.10–4.30 s for the DeepLab pipeline", "| empty cache | 5.58–8.60 s | 4.10–4.30 s |"),
+        ("later ones load them (0.65–0.88 s)", "| warm cache | 0.68–0.96 s | 0.65–0.68 s |"),
+        ("later ones load them (0.65–0.88 s)", "| warm cache | 1.42–2.11 s | 0.83–0.88 s |"),
     ]),
     ("docs/postprocessing.md", "numpy_call_cost.md", [
         ("a same-shape multiply took 0.413 µs", "| same shape: `multiply(a, b, out=out)` | 0.413 ("),
@@ -69,3 +78,21 @@ def test_a_changed_figure_is_noticed() -> None:
     rerun = result_text.replace(pairs[1][1], pairs[1][1].replace("2.64", "2.65"))
     assert _missing(doc_text, rerun, pairs) == ([], [pairs[1][1]])
     assert _missing(doc_text.replace(pairs[1][0], ""), result_text, pairs)[0] == [pairs[1][0]]
+
+
+def test_first_call_partial_run_keeps_the_other_sections(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench_first_call.py run for some parts replaces their sections and keeps the others with their own run
+    lines (the report used to be two runs merged by hand, under one run's header)."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    bench = importlib.import_module("bench_first_call")
+    report = tmp_path / "first_call.md"
+    report.write_text("\n".join([*bench.HEADER, "", "## Import (x)", "", "Run: old import run", "",
+                                 "## Control node: y", "", "Run: old node run", "", "| old node |", ""]))
+    lines = bench.merged_sections(report, {"## Control node": ["## Control node: y", "", "Run: new", "",
+                                                                "| new node |"]})
+    text = "\n".join(lines)
+    assert "Run: old import run" in text and "Run: new" in text and "| new node |" in text
+    assert "old node" not in text and text.index("## Import") < text.index("## Control node")
+    assert bench._shown_arguments(["--no-api", "--out", "/tmp/x.md", "--keep", "--launches", "3"]) == (
+        " --no-api --launches 3")
