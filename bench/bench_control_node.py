@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _timing import write_report
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_ROS = REPO / "libredgetpu_ros" / "test" / "ros"
@@ -160,6 +161,7 @@ def main() -> int:
     parser.add_argument("--rates", type=float, nargs="+", default=[1000.0, 250.0])
     parser.add_argument("--duration", type=float, default=3.0)
     args = parser.parse_args()
+    load_start = os.getloadavg()[0]
 
     from libredgetpu_ros.ros.environment import localhost_only_environ
     from libredgetpu_ros.ros.memory import retain_large_allocations
@@ -187,8 +189,10 @@ def main() -> int:
         "# Control node benchmark",
         "",
         f"`.venv/bin/python bench/bench_control_node.py` on {platform.machine()} ({os.cpu_count()} cores, "
-        "shared with other jobs), CPU twin backend, node and client in separate processes over "
-        "localhost-only Fast DDS (shared memory). Medians unless stated.",
+        f"shared with other jobs), {time.strftime('%Y-%m-%d', time.gmtime())}: load average {load_start:.1f} "
+        f"at the start, {os.getloadavg()[0]:.1f} at the end. CPU twin backend, node and client in separate "
+        "processes over localhost-only Fast DDS (shared memory). Medians unless stated. One-off measurements "
+        "from earlier work (the round trip's breakdown by a probe, before/after): control_node_history.md.",
         "",
         f"## `~/set_weights` round trip (full N×N matrix, {args.calls} calls each)",
         "",
@@ -233,9 +237,7 @@ def main() -> int:
         "engine call and message building. The first 10 % of samples (warm-up) are dropped.",
         "",
     ]
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text("\n".join(lines))
-    print("\n".join(lines))
+    write_report(RESULTS, lines)
     return 0
 
 

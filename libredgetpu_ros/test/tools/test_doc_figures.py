@@ -43,6 +43,18 @@ QUOTES: list[tuple[str, str, list[tuple[str, str]]]] = [
         ("later ones load them (0.65–0.88 s)", "| warm cache | 0.68–0.96 s | 0.65–0.68 s |"),
         ("later ones load them (0.65–0.88 s)", "| warm cache | 1.42–2.11 s | 0.83–0.88 s |"),
     ]),
+    ("docs/control_node.md", "control_node.md", [
+        ("p50 0.691 ms at 1 kHz", "| 1000 Hz | 1 | 3000 | 2739 (261) | 0.691 ms |"),
+        ("W·x itself is 0.026 ms", "| 0.026 ms | 26.9× |"),
+        ("1.35 ms for N = 256", "| 256 | tuned | 1.35 ms |"),
+        ("7.18 ms for N = 1024", "| 1024 | tuned | 7.18 ms |"),
+        ("(1.15 ms and 12.58 ms with it off)", "| 256 | glibc default | 1.15 ms |"),
+        ("(1.15 ms and 12.58 ms with it off)", "| 1024 | glibc default | 12.58 ms |"),
+        ("validate/quantize/blob/swap is 0.272 ms and 2.530 ms", "| 0.005 | 0.272 |"),
+        ("validate/quantize/blob/swap is 0.272 ms and 2.530 ms", "| 0.018 | 2.530 |"),
+        ("the p50 is 1.067–1.203 ms", "| 250 Hz | 1 | 750 | 750 (0) | 1.203 ms |"),
+        ("the p50 is 1.067–1.203 ms", "| 250 Hz | 1000 | 750 | 750 (0) | 1.067 ms |"),
+    ]),
     ("docs/postprocessing.md", "numpy_call_cost.md", [
         ("a same-shape multiply took 0.413 µs", "| same shape: `multiply(a, b, out=out)` | 0.413 ("),
         ("a (2, 1) column 0.836 µs (2.02x)", "| (2, 1) column: `multiply(a, column, out=out)` | 0.836 ("),
