@@ -136,6 +136,7 @@ SLOW_TESTS = frozenset({
     "robotics/test_reservoir.py::test_one_step_ahead_prediction_of_known_systems",
     "robotics/test_retarget_kill.py::test_a_kill_at_any_point_leaves_a_template_that_loads",
     "robotics/test_robotics_kernels.py::test_kernels_compiled_on_open_and_cached_in_the_user_folder",
+    "robotics/test_spot_reference.py::test_track_equals_independent_references_on_the_scene_grid",
     "robotics/test_spot_validity.py::test_small_targets_on_textured_walls_are_valid_and_right",
     "robotics/test_ttc.py::test_approach_from_5m_at_1mps_gives_ttc_in_seconds",
     "robotics/test_ttc.py::test_no_contact_coming_gives_no_ttc",
