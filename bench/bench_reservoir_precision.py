@@ -7,7 +7,7 @@ NRMSE held out on the rest; Mackey-Glass tau = 17 and Lorenz-x made there), so t
 the same thing. Baseline, same run: the float64 network (the ratio columns). Step time: thread CPU µs of
 ``ReservoirComputer.step`` on the CPU twin (``_timing.spread_us``: median and p10-p90 of ``STEPS`` steps of
 the Mackey-Glass series). BLAS on one thread. The machine is shared (2 cores, ~8 jobs): the load average is
-recorded. About 1 min of CPU.
+recorded. About 1 min of CPU. Also the test's dithered step error against one pass's (same states).
 
     .venv/bin/python bench/bench_reservoir_precision.py    # writes bench/results/reservoir_precision.md
 """
@@ -29,6 +29,7 @@ OUT = _common.RESULTS / "reservoir_precision.md"
 CASES = {256: (1, 9, 17, 25), 1024: (1, 17, 25, 33)}
 SYSTEMS = {"mackey_glass": "Mackey-Glass", "lorenz_x": "Lorenz-x"}
 STEPS = 300
+STEP_ERROR_STEPS = 150  # the precision test's default
 
 
 def main() -> None:
@@ -44,6 +45,7 @@ def main() -> None:
             base = result["float64"]
             cells = [f"{result[f'passes={p}'] / base:.2f}×" if p in passes else "" for p in every]
             rows.append(f"| {label}, N={n} | {base:.5f} | " + " | ".join(cells) + " |")
+    errors = test.dithered_step_errors(9, STEP_ERROR_STEPS)
     series = test.series_of("mackey_glass")
     for n, passes in CASES.items():
         cells = {}
@@ -61,7 +63,12 @@ def main() -> None:
              "quantization, the pass columns its multiple). Step: thread CPU µs of `ReservoirComputer.step` "
              f"on the CPU twin, median (p10–p90) of {STEPS} steps. Shared machine (2 cores, ~8 jobs): load "
              f"average {load_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end.", "",
-             header, "|---|---:|" + "---:|" * len(every), *rows]
+             header, "|---|---:|" + "---:|" * len(every), *rows, "",
+             "Dithered step from the same states (the precision test's `dithered_step_errors`: N=256, "
+             f"seed 3, {STEP_ERROR_STEPS} Mackey-Glass steps), mean RMS error against the float64 step with "
+             f"the engine's int8 weights: 9 passes {errors['dithered']:.6f}, one pass "
+             f"{errors['one_pass']:.6f} ({errors['one_pass'] / errors['dithered']:.2f}× larger); worst "
+             f"excess over the step's own bound {errors['bound_excess']:.3g} (≤ 0: within it)."]
     write_report(OUT, lines)
 
 

@@ -55,6 +55,19 @@ QUOTES: list[tuple[str, str, list[tuple[str, str]]]] = [
         ("the p50 is 1.067–1.203 ms", "| 250 Hz | 1 | 750 | 750 (0) | 1.203 ms |"),
         ("the p50 is 1.067–1.203 ms", "| 250 Hz | 1000 | 750 | 750 (0) | 1.067 ms |"),
     ]),
+    ("docs/robotics.md", "reservoir_precision.md", [
+        ("load average 6.8 to 6.1", "load average 6.8 at the start, 6.1 at the end"),
+        *[(row, row) for row in (
+            "| Mackey-Glass, N=256 | 0.00425 | 6.21× | 2.21× |",
+            "| Lorenz-x, N=256 | 0.00103 | 7.99× | 2.61× |",
+            "| Mackey-Glass, N=1024 | 0.00156 | 11.37× | | 2.15× | 1.69× |",
+            "| Lorenz-x, N=1024 | 0.00054 | 11.92× | | 1.95× | 1.66× |",
+            "| step µs, N=256 (CPU twin) | | 18 (17–18) | 112 (109–146) | 161 (155–250) | 206 (201–308) |",
+            "| step µs, N=1024 (CPU twin) | | 94 (91–101) | | 1323 (1241–1476) | 1847 (1762–1928) | "
+            "2458 (2355–2547) |")],
+        ("3.91× smaller than one pass's (0.001405 vs 0.005500",
+         "9 passes 0.001405, one pass 0.005500 (3.91× larger)"),
+    ]),
     ("docs/postprocessing.md", "numpy_call_cost.md", [
         ("a same-shape multiply took 0.413 µs", "| same shape: `multiply(a, b, out=out)` | 0.413 ("),
         ("a (2, 1) column 0.836 µs (2.02x)", "| (2, 1) column: `multiply(a, column, out=out)` | 0.836 ("),
