@@ -68,6 +68,17 @@ QUOTES: list[tuple[str, str, list[tuple[str, str]]]] = [
         ("3.91× smaller than one pass's (0.001405 vs 0.005500",
          "9 passes 0.001405, one pass 0.005500 (3.91× larger)"),
     ]),
+    ("docs/perception_node.md", "perception_node_image_group.md", [
+        ("load average 5.2:", "load average 5.2)"),
+        ("(`take`) 0.69 → 0.71 ms p50", "- classify `93bceaa` 30.0 Hz: dds_in 0.46 / 5.24, take 0.69 /"),
+        ("(`take`) 0.69 → 0.71 ms p50", "- classify current 30.0 Hz: dds_in 0.45 / 9.47, take 0.71 /"),
+        ("overhead 2.6 → 2.7 ms p50", "| 4.4 / 30.4 | 2.6 / 24.0 |"),
+        ("overhead 2.6 → 2.7 ms p50", "| 4.5 / 34.9 | 2.7 / 25.7 |"),
+    ]),
+    ("docs/perception_node.md", "perception_node.md", [
+        ("against 0.88 ms when the subscription shared", "take 0.88 -> 0.80"),
+        ("hand-off 0.26 -> 0.02 ms p50 per frame", "| hand-off 0.26 -> 0.02 |"),
+    ]),
     ("docs/postprocessing.md", "numpy_call_cost.md", [
         ("a same-shape multiply took 0.413 µs", "| same shape: `multiply(a, b, out=out)` | 0.413 ("),
         ("a (2, 1) column 0.836 µs (2.02x)", "| (2, 1) column: `multiply(a, column, out=out)` | 0.836 ("),
