@@ -95,6 +95,19 @@ def test_a_reconfigured_trainers_first_push_changes_the_control_nodes_weights(ro
         ctl.close()
 
 
+def _pusher(node, service: str, timeout_s: float | None = None):
+    """A ``WeightPusher`` from ``node`` to ``service`` for a 2×3 controller (``timeout_s`` if given), its
+    counters, and the weights and bias to push: (pusher, counters, weights, bias)."""
+    from libredgetpu_ros.ros.trainer.push import WeightPusher
+
+    counters = {"pushes_accepted": 0, "pushes_replayed": 0, "pushes_refused": 0, "pushes_skipped": 0,
+                "pushes_lost": 0}
+    pusher = WeightPusher(node, service, "", (2, 3), counters)
+    if timeout_s is not None:
+        pusher.timeout_s = timeout_s
+    return pusher, counters, np.ones((2, 3), np.float32), np.zeros(2, np.float32)
+
+
 def _crashed_control(context):
     """A control node's two services as a crash leaves them: ``/ctl/get_weights`` (2×3) on a node that is
     spun, ``/ctl/set_weights`` on one that is never spun (it takes a request and never answers; the ids it
@@ -126,7 +139,6 @@ def test_a_push_never_answered_is_abandoned_and_pushing_goes_on(ros_env):
     one knows nothing of the request). After ``timeout_s`` the call is abandoned, counted ``pushes_lost``
     and the next push goes to the respawned node, which applies it. Before, the push stayed "in flight"
     forever: nothing was pushed again and nothing counted it (diagnostics OK, "training")."""
-    from libredgetpu_ros.ros.trainer.push import WeightPusher
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.node import Node
 
@@ -138,11 +150,7 @@ def test_a_push_never_answered_is_abandoned_and_pushing_goes_on(ros_env):
     executor = SingleThreadedExecutor(context=context)
     for node in (trainer, shape_server):
         executor.add_node(node)
-    counters = {"pushes_accepted": 0, "pushes_replayed": 0, "pushes_refused": 0, "pushes_skipped": 0,
-                "pushes_lost": 0}
-    pusher = WeightPusher(trainer, "/ctl/set_weights", "", (2, 3), counters)
-    pusher.timeout_s = 0.5
-    weights, bias = np.ones((2, 3), np.float32), np.zeros(2, np.float32)
+    pusher, counters, weights, bias = _pusher(trainer, "/ctl/set_weights", timeout_s=0.5)
 
     def push_until_sent(request_id: str, within: float) -> None:
         deadline = time.monotonic() + within
@@ -214,7 +222,6 @@ def test_an_answer_at_the_timeout_is_not_abandoned_and_its_callback_leaves_the_n
     second push goes out, nothing counted lost); its callback then counts it. A done callback of a call that
     is not the one in flight changes nothing. Before, the answered call was dropped, the next push went out,
     and the old callback cleared the new call's record: it could never be abandoned, two calls in flight."""
-    from libredgetpu_ros.ros.trainer.push import WeightPusher
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.node import Node
 
@@ -229,10 +236,7 @@ def test_an_answer_at_the_timeout_is_not_abandoned_and_its_callback_leaves_the_n
     executor = SingleThreadedExecutor(context=context)
     for node in (trainer, shape_server, control):
         executor.add_node(node)
-    counters = {"pushes_accepted": 0, "pushes_replayed": 0, "pushes_refused": 0, "pushes_skipped": 0,
-                "pushes_lost": 0}
-    pusher = WeightPusher(trainer, "/ctl/set_weights", "", (2, 3), counters)
-    weights, bias = np.ones((2, 3), np.float32), np.zeros(2, np.float32)
+    pusher, counters, weights, bias = _pusher(trainer, "/ctl/set_weights")
 
     def spin_until(what: str, done) -> None:
         spin_executor_until(executor, what, done, detail=lambda: (counters, received))
@@ -277,7 +281,6 @@ def test_the_push_reply_survives_a_burst_of_other_clients_replies(ros_env):
     import threading
 
     from libredgetpu_ros.ros.control.client import REPLY_QOS
-    from libredgetpu_ros.ros.trainer.push import WeightPusher
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.node import Node
 
@@ -309,11 +312,7 @@ def test_the_push_reply_survives_a_burst_of_other_clients_replies(ros_env):
     spinner.start()
     pushing = SingleThreadedExecutor(context=context)
     pushing.add_node(trainer)
-    counters = {"pushes_accepted": 0, "pushes_replayed": 0, "pushes_refused": 0, "pushes_skipped": 0,
-                "pushes_lost": 0}
-    pusher = WeightPusher(trainer, "/burst/weights_in", "", (2, 3), counters)
-    pusher.timeout_s = 3.0
-    weights, bias = np.ones((2, 3), np.float32), np.zeros(2, np.float32)
+    pusher, counters, weights, bias = _pusher(trainer, "/burst/weights_in", timeout_s=3.0)
     try:
         assert pusher._set.qos_profile == REPLY_QOS
         assert pusher._set.wait_for_service(timeout_sec=10.0)
