@@ -20,9 +20,10 @@ configs. ``Bringup`` creates the nodes, drives each to active (configure, then a
 stops the bringup with the node's reason), spins them on a multi-threaded executor
 (``spinning.MainMultiThreadedExecutor``) and brings them down in reverse order (deactivate, cleanup,
 shutdown), every one of them even when one's data-path call is stuck (waited for once, at most its
-``deactivate_timeout``; that node is then left as it is, and its thread not ending is raised once the others
-are down). A node's data path, its
-``companion_groups()`` (the control node's state loop, the camera nodes' image subscription), gets a
+``deactivate_timeout``, or less when a second stop signal hurries the stop: ``ros/signal_stop.py``; that
+node is then left as it is, and its thread not ending is raised once the others are down: ``run`` then exits
+with status 3 after one ERROR line, as a node's own ``main()``, ``ros/stuck_exit.py``). A node's data path,
+its ``companion_groups()`` (the control node's state loop, the camera nodes' image subscription), gets a
 single-threaded executor thread of its own, as in the node's own ``main``. The ROS environment is the
 caller's: nothing is forced here.
 """
@@ -263,7 +264,8 @@ class Bringup:
         """Deactivate, clean up and shut down every node (reverse order), then destroy them. A node whose
         data-path call does not return within its ``deactivate_timeout`` (waited for once: ``_bring_down``)
         does not keep the others up: every other node is brought down, then the first such error is raised
-        (``spinning.CompanionThreadsStuck``, naming the node's thread and the call)."""
+        (``spinning.CompanionThreadsStuck``, naming the node's thread and the call, before any other
+        error)."""
         errors: list[Exception] = []
         for node in reversed(self.nodes):
             try:
@@ -274,8 +276,10 @@ class Bringup:
         if self.executor is not None:
             self.executor.shutdown()
             self.executor = None
-        if errors:
-            raise errors[0]
+        if errors:  # a stuck node first: it decides how the process exits (run())
+            from libredgetpu_ros.ros.spinning import CompanionThreadsStuck
+
+            raise next((e for e in errors if isinstance(e, CompanionThreadsStuck)), errors[0])
 
     def _bring_down(self, node: Any) -> None:
         """One node deactivated (its data path still spinning: the result of the call in flight goes out),
@@ -320,11 +324,17 @@ def _state(node: Any) -> str:
 
 def run(config: str | Path, duration_s: float | None = None, quiet: bool = False) -> int:
     """``libredgetpu-ros bringup``: bring the file's nodes up, spin until Ctrl-C / SIGTERM (or
-    ``duration_s``), bring them down. Uses the caller's ROS environment. ``quiet``: progress lines on
-    stderr (stdout is left to a JSON summary)."""
+    ``duration_s``), bring them down; 0. Uses the caller's ROS environment. ``quiet``: progress lines on
+    stderr (stdout is left to a JSON summary). A node whose data-path call still runs once the stop's one
+    wait for it is over (``Bringup.stop``: its ``deactivate_timeout``, or less when a second stop signal
+    hurried the stop, ``ros/signal_stop.py``): the other nodes are down by then; one ERROR line on that
+    node's logger, then the process exits with status 3 without rclpy's shutdown (``ros/stuck_exit.py``, as
+    a node's own ``main()`` does), no traceback."""
     import sys
 
-    from libredgetpu_ros.ros.spinning import rclpy_until_signal
+    from libredgetpu_ros.ros.signal_stop import rclpy_until_signal
+    from libredgetpu_ros.ros.spinning import CompanionThreadsStuck
+    from libredgetpu_ros.ros.stuck_exit import exit_data_path_stuck
 
     specs = load_config(config)
     out = sys.stderr if quiet else sys.stdout
@@ -337,13 +347,16 @@ def run(config: str | Path, duration_s: float | None = None, quiet: bool = False
         timer = threading.Timer(duration_s, stop.set) if duration_s else None
         bringup = Bringup(specs, log=log)
         try:
-            bringup.start()
-            if timer:
-                timer.start()
-            bringup.spin_until(stop)
-            log("stopping ...")
-        finally:
-            if timer:
-                timer.cancel()
-            bringup.stop()
+            try:
+                bringup.start()
+                if timer:
+                    timer.start()
+                bringup.spin_until(stop)
+                log("stopping ...")
+            finally:
+                if timer:
+                    timer.cancel()
+                bringup.stop()
+        except CompanionThreadsStuck as exc:  # no rclpy shutdown under the thread still in that call
+            exit_data_path_stuck(exc.node, exc, stop.signum)
     return 0

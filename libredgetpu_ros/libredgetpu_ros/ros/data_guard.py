@@ -24,6 +24,29 @@ from collections.abc import Callable
 from typing import Any
 
 WAIT_LOG_PERIOD_S = 1.0  # a wait for the data-path callback in flight is logged this often
+_POLL_S = 0.05  # how soon a wait sees STOP_HURRIED
+
+
+class StopHurried:
+    """The process's stop, hurried: a second stop signal came while the stop waits (``spinning.SignalStop``
+    sets it: launch's SIGTERM ``sigterm_timeout`` after its SIGINT, a second Ctrl-C). Every
+    :meth:`DataPathGuard.settle` running or starting from then on gives up at once on a callback still in
+    flight: the process exits next, and whoever sent the signal is not kept waiting for a call that may never
+    return (launch's SIGKILL follows ``sigkill_timeout`` later and would cut the exit's ERROR line off).
+    Process-wide, as signals are."""
+
+    def __init__(self) -> None:
+        self.reason = ""  # set once: what hurried the stop ("a second stop signal (SIGTERM, ...)")
+
+    def hurry(self, reason: str) -> None:
+        if not self.reason:
+            self.reason = reason
+
+    def clear(self) -> None:
+        self.reason = ""
+
+
+STOP_HURRIED = StopHurried()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +74,7 @@ class DataPathGuard:
         # A teardown went on past gave_up: what that call runs on was left open (the node closes it once the
         # call returned: at its next configure, or process exit).
         self.abandoned = False
+        self._cut_short: tuple[float, str] | None = None  # a settle ended by STOP_HURRIED: (waited s, why)
 
     def wrap(self, callback: Callable[..., None], what: str) -> Callable[..., None]:
         """``callback`` (``(msg)`` or ``(msg, info)``, as rclpy calls it) run under the lock while the inputs
@@ -105,23 +129,34 @@ class DataPathGuard:
     def settle(self, timeout: float, why: str) -> InFlight | None:
         """Turn the inputs off and wait for the callback in flight, at most ``timeout`` s, with a WARN naming
         it once a second (``why``: the transition waiting): None once none runs (none starts its work from
-        then on); else the one still running, recorded as :attr:`gave_up` (by ``why``)."""
+        then on); else the one still running, recorded as :attr:`gave_up` (by ``why``). The wait ends early
+        once the process's stop is hurried (:data:`STOP_HURRIED`: :meth:`bound` then says so)."""
         self._on = False
         started = time.monotonic()
+        deadline, next_log = started + timeout, started + WAIT_LOG_PERIOD_S
+        self._cut_short = None
         while True:
-            left = started + timeout - time.monotonic()
-            if self._lock.acquire(timeout=max(0.0, min(WAIT_LOG_PERIOD_S, left))):
+            now = time.monotonic()
+            last = deadline - now <= _POLL_S
+            if self._lock.acquire(timeout=max(0.0, min(_POLL_S, deadline - now))):
                 self._lock.release()
                 self.gave_up = None
                 return None
             stuck = self.in_flight
-            if left <= WAIT_LOG_PERIOD_S:
+            if last:
                 break
-            self._logger.warning(f"{why}: waiting {time.monotonic() - started:.1f} s for "
-                                 f"{stuck.describe() if stuck is not None else 'the data-path callback'} to "
-                                 f"return (deactivate_timeout {timeout:g} s)")
+            if STOP_HURRIED.reason:
+                self._cut_short = (time.monotonic() - started, STOP_HURRIED.reason)
+                break
+            now = time.monotonic()
+            if now >= next_log and next_log < deadline:
+                self._logger.warning(f"{why}: waiting {now - started:.1f} s for "
+                                     f"{stuck.describe() if stuck is not None else 'the data-path callback'} "
+                                     f"to return (deactivate_timeout {timeout:g} s)")
+                while next_log <= now:
+                    next_log += WAIT_LOG_PERIOD_S
         if stuck is None:  # caught entering or leaving a callback: give it one more period
-            if self._lock.acquire(timeout=WAIT_LOG_PERIOD_S):
+            if self._lock.acquire(timeout=_POLL_S if self._cut_short else WAIT_LOG_PERIOD_S):
                 self._lock.release()
                 self.gave_up = None
                 return None
@@ -129,10 +164,18 @@ class DataPathGuard:
         self.gave_up, self.gave_up_by = stuck, why
         return stuck
 
+    def bound(self, timeout: float) -> str:
+        """What the last :meth:`settle` that gave up waited (``timeout``: its ``deactivate_timeout``), for the
+        message saying the call "did not return within" it."""
+        if self._cut_short is None:
+            return f"deactivate_timeout ({timeout:g} s)"
+        waited, reason = self._cut_short
+        return f"{waited:.1f} s: {reason} ended the wait before deactivate_timeout ({timeout:g} s)"
+
     def stuck(self) -> InFlight | None:
         """The call a settle gave up on while it still runs, else None."""
         gave_up = self.gave_up
         return gave_up if gave_up is not None and gave_up is self.in_flight else None
 
 
-__all__ = ["WAIT_LOG_PERIOD_S", "DataPathGuard", "InFlight"]
+__all__ = ["STOP_HURRIED", "WAIT_LOG_PERIOD_S", "DataPathGuard", "InFlight", "StopHurried"]

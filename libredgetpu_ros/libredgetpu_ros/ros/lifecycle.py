@@ -316,7 +316,7 @@ class ManagedNode(LifecycleNode):
             if stuck is not None:
                 self._guard.resume()  # still active, consistent; the next deactivate retries
                 self.report_stuck(f"deactivate failed: {stuck.describe()} did not return within "
-                                   f"deactivate_timeout ({timeout:g} s); the node stays active, nothing "
+                                   f"{self._guard.bound(timeout)}; the node stays active, nothing "
                                    "closed under it; deactivate again to retry")
                 return TransitionCallbackReturn.FAILURE
         self.drop_inputs()
@@ -346,7 +346,7 @@ class ManagedNode(LifecycleNode):
         if stuck is None:
             return None
         guard.abandoned = True
-        return f"{stuck.describe()} did not return within deactivate_timeout ({timeout:g} s)"
+        return f"{stuck.describe()} did not return within {guard.bound(timeout)}"
 
     def report_stuck(self, message: str) -> None:
         """A wait for the data path gave up: ERROR log and ``/diagnostics`` ERROR, given a moment to be
@@ -432,8 +432,8 @@ class ManagedNode(LifecycleNode):
         stuck = guard.settle(timeout, why)
         if stuck is not None:
             guard.abandoned = True
-            self.report_stuck(f"{why}: {stuck.describe()} did not return within deactivate_timeout "
-                               f"({timeout:g} s); going on without it: everything released but what it runs "
+            self.report_stuck(f"{why}: {stuck.describe()} did not return within {guard.bound(timeout)}; "
+                               "going on without it: everything released but what it runs "
                                "on (engine, session), left open, never closed under it: closed by the next "
                                "configure once it returned, or at process exit")
 

@@ -14,7 +14,7 @@ Single-threaded everywhere: cheaper per callback than the multi-threaded executo
 measured here).
 
 Used by the nodes' ``main()`` (:func:`run_lifecycle_node_main`, which spins with :func:`spin_with_companions`
-and turns SIGINT / SIGTERM into a stop request with :class:`SignalStop`) and ``bringup.py``
+and turns SIGINT / SIGTERM into a stop request with ``signal_stop.SignalStop``) and ``bringup.py``
 (:class:`CompanionSpinners`).
 
 An exception escaping a group's callback never ends its thread silently: a node with a
@@ -29,12 +29,9 @@ traceback, reports ERROR diagnostics and takes the node through lifecycle ``Erro
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import threading
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import rclpy
@@ -46,8 +43,10 @@ from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.service import Service
 from rclpy.signals import SignalHandlerOptions
 from rclpy.subscription import Subscription
-from rclpy.task import Future
 from rclpy.timer import Timer
+
+from libredgetpu_ros.ros.signal_stop import SignalStop
+from libredgetpu_ros.ros.signal_stop import rclpy_until_signal as rclpy_until_signal  # replay.py's import
 
 # How long a fault's report may wait for reliable subscribers to acknowledge it (see CompanionFault).
 REPORT_ACK_TIMEOUT = Duration(seconds=0.5)
@@ -163,6 +162,7 @@ class CompanionSpinners:
     """
 
     def __init__(self, node: Any, context: Any = None) -> None:
+        self._node = node
         self._running: list[tuple[SingleThreadedExecutor, threading.Thread]] = []
         on_fault = getattr(node, "companion_failed", None)
         context = context if context is not None else node.context
@@ -200,16 +200,17 @@ class CompanionSpinners:
             if thread.is_alive():
                 hung.append(thread.name)
         if hung:  # destroying their nodes now could crash the process: never silent
-            raise CompanionThreadsStuck(hung, stuck)
+            raise CompanionThreadsStuck(hung, stuck, self._node)
 
 
 class CompanionThreadsStuck(RuntimeError):
     """Executor threads of :class:`CompanionSpinners` did not end after their shutdown (a callback stuck in
     them): their node must not be destroyed (nor its entities) while they run."""
 
-    def __init__(self, threads: list[str], stuck: str | None) -> None:
+    def __init__(self, threads: list[str], stuck: str | None, node: Any = None) -> None:
         self.threads = threads
         self.stuck = stuck  # the callback the node's settle gave up on (its description), or None
+        self.node = node  # whose threads they are (left undestroyed: ros/stuck_exit.py reports on it)
         why = f"a callback still runs on them: {stuck}" if stuck is not None else \
             f"they did not end within {JOIN_TIMEOUT_S:g} s of their shutdown"
         super().__init__(f"executor threads {', '.join(threads)} did not end: {why}")
@@ -240,91 +241,6 @@ def spin_with_companions(node: Any, stop: SignalStop | None = None) -> None:
             companions.stop(getattr(node, "settle_data_path", None))
         finally:
             executor.shutdown()
-
-
-class SignalStop:
-    """SIGINT / SIGTERM as a request to stop spinning, so that the whole teardown runs in the main thread, in
-    order, with no other thread inside rclpy.
-
-    Why not rclpy's own signal handlers: on a signal they wake a thread of rclpy's (``_rclpy``'s deferred
-    signal handler) that triggers every executor's SIGINT guard condition and ``rcl_shutdown``s every context,
-    without synchronising with the Python side; Python's handler has meanwhile raised ``KeyboardInterrupt`` in
-    the main thread, whose teardown shuts the executors down (destroying those guard conditions and freeing
-    the list that thread walks), destroys the nodes and finalises logging. When the main thread won that race
-    the process died with SIGSEGV in that thread (core dump: ``rcl_trigger_guard_condition`` called from
-    ``_rclpy_pybind11`` on a ``std::thread``; 4 of 40 ``test_control_launch.py`` runs of 2 launches each;
-    docs/install.md "Launch tests").
-
-    Here rclpy installs no handler (``SignalHandlerOptions.NO``): ours only record the signal;
-    ``signal.set_wakeup_fd`` makes CPython's C handler write to a pipe at once, and a watcher thread completes
-    :attr:`requested`, which wakes the main executor (``spin_until_future_complete``). :meth:`disconnect`
-    stops the watcher before the executors go. A signal arriving during the teardown is recorded and
-    otherwise ignored (launch escalates to SIGKILL if a teardown hangs).
-    """
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.requested: Future[int] = Future()
-        self._lock = threading.Lock()
-        self._connected = True
-        self._read, self._write = os.pipe()
-        os.set_blocking(self._write, False)  # CPython's C handler must never block on a full pipe
-        self._handlers = {signum: signal.signal(signum, self._record) for signum in self.SIGNALS}
-        self._wakeup_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
-        self._watcher = threading.Thread(target=self._watch, daemon=True, name="signal_stop")
-        self._watcher.start()
-
-    def _record(self, signum: int, frame: Any) -> None:  # main thread, whenever it runs Python code next
-        pass  # the wake-up byte already reached the watcher; nothing may be interrupted here
-
-    def _watch(self) -> None:
-        while True:
-            signums = os.read(self._read, 64)
-            with self._lock:
-                if not self._connected:
-                    return
-                if signums and not self.requested.done():
-                    self.requested.set_result(signums[0])  # its done callback wakes the spinning executor
-
-    def disconnect(self) -> None:
-        """End the watcher (no executor is woken after this); the handlers stay until :meth:`close`."""
-        with self._lock:
-            was_connected, self._connected = self._connected, False
-        if was_connected:
-            os.write(self._write, b"\0")
-            self._watcher.join()
-
-    def close(self, restore: bool = True) -> None:
-        """Restore the previous wake-up fd and, with ``restore``, the previous handlers (after ``rclpy`` shut
-        down). Without ``restore`` the signals are ignored from now on: for a process that exits next, where
-        a late second Ctrl-C / launch's own SIGINT would otherwise raise ``KeyboardInterrupt`` after a clean
-        teardown (exit code -2; seen with 2 SIGINTs 10 ms apart)."""
-        self.disconnect()
-        signal.set_wakeup_fd(self._wakeup_fd)
-        for signum, handler in self._handlers.items():
-            signal.signal(signum, handler if restore else signal.SIG_IGN)
-        os.close(self._read)
-        os.close(self._write)
-
-
-@contextlib.contextmanager
-def rclpy_until_signal() -> Iterator[threading.Event]:
-    """For a command that runs rclpy until it is done or interrupted (``bringup``, ``replay``): rclpy
-    initialised without its signal handlers, SIGINT / SIGTERM setting the event this yields
-    (:class:`SignalStop`: the command tears down in its own thread, in order); at exit rclpy shuts down, then
-    the previous handlers come back."""
-    stop = threading.Event()
-    signals = SignalStop()  # before rclpy.init: a signal during start-up is a stop request too
-    signals.requested.add_done_callback(lambda _: stop.set())
-    try:
-        rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
-        try:
-            yield stop
-        finally:
-            rclpy.try_shutdown()
-    finally:
-        signals.close()
 
 
 class CompanionFault:

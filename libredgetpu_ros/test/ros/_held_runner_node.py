@@ -1,8 +1,9 @@
 """A real node whose MatMul runner can hold one call in flight, for the teardown-race tests (run as a script).
 
 ``python _held_runner_node.py DIR MODULE --ros-args ...`` runs ``MODULE``'s ``main()`` (the control or the
-reservoir node, unmodified) with the MatMul engine's ``cpu`` runner replaced by :class:`HeldRunner`: the
-integer twin's arithmetic, but an instrumented test double of OUR runner interface (not a device), which
+reservoir node, unmodified; or ``libredgetpu_ros.cli.main bringup FILE``) with the MatMul engine's ``cpu``
+runner replaced by :class:`HeldRunner`: the integer twin's arithmetic, but an instrumented test double of OUR
+runner interface (not a device), which
 
 - holds the first ``run`` that starts after the file ``DIR/arm`` exists, until ``DIR/release`` exists (or
   ``close()`` is called: then the call goes on, as it would on a real runner whose owner closed it);
@@ -87,6 +88,8 @@ def main() -> int:
     from libredgetpu_ros.matmul.twin import TwinRunner
 
     register_runner("cpu", lambda template, device: HeldRunner(TwinRunner(template.quant), folder))
+    if module == "libredgetpu_ros.cli.main":  # the CLI (bringup): its main() takes the arguments alone
+        return importlib.import_module(module).main(sys.argv[3:])
     return importlib.import_module(module).main([sys.argv[0], *sys.argv[3:]])
 
 

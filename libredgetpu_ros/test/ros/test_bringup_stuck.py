@@ -140,3 +140,63 @@ def test_a_deactivate_that_raises_still_closes_the_nodes_processor(ros_env, fixt
         bringup.stop()
     assert closed == ["perception"], "the node was destroyed with its processor open"
     assert bringup.nodes == [] and bringup.executor is None
+
+
+@pytest.mark.parametrize("signals", ["sigint", "sigint_then_sigterm"])
+def test_the_bringup_command_exits_3_with_its_error_line(ros_env, tmp_path: Path, signals: str) -> None:
+    """``libredgetpu-ros bringup`` (a real process) with the control node's engine call held, stopped by
+    SIGINT: past the node's one wait (``deactivate_timeout`` 3 s) one ERROR line ``exit on SIGINT: <the
+    call>``, exit status 3 (``stuck_exit.EXIT_DATA_PATH_STUCK``, as a node's own ``main()``), no traceback,
+    the engine never closed under the call. With SIGTERM 2 s after the SIGINT (launch's escalation, 5 s under
+    its defaults) and the default ``deactivate_timeout`` (10 s): the SIGTERM ends the wait at once, the
+    ERROR says so. Before: ``CompanionThreadsStuck`` escaped ``run()``: a traceback, exit status 1, and the
+    full ``deactivate_timeout`` whatever came."""
+    import signal
+    import sys
+
+    from libredgetpu_ros.ros.stuck_exit import EXIT_DATA_PATH_STUCK
+    from rclpy.qos import QoSProfile
+    from std_msgs.msg import Float32MultiArray
+
+    supervision = load_helper(HERE / "_lifecycle_supervisor.py")
+    hurried = signals == "sigint_then_sigterm"
+    timeout = {} if hurried else {"deactivate_timeout": 3.0}
+    config = tmp_path / "bringup.yaml"
+    params = {"backend": "cpu", "template": 256, "state_size": 2, "command_size": 2,
+              "state_topic": "/bcmd/state", "stale_timeout": 30.0, **timeout}
+    config.write_text("nodes:\n  - type: control\n    name: bctl\n    parameters:\n" +
+                      "".join(f"      {key}: {value!r}\n" for key, value in params.items()).replace("'", ""))
+    proc = ros_env.spawn([sys.executable, str(HERE / "_held_runner_node.py"), str(tmp_path),
+                          "libredgetpu_ros.cli.main", "bringup", str(config)], "bringup", expect_exit=True)
+    probe = supervision.Probe(ros_env, "bcmd_probe", WAIT_S)
+    states = probe.node.create_publisher(Float32MultiArray, "/bcmd/state", QoSProfile(depth=10))
+    state = Float32MultiArray(data=[0.5, -0.25])
+    probe.wait_for("the control node's state subscription", lambda: states.get_subscription_count() > 0)
+    probe.wait_for("a first engine call", lambda: "run-end" in _events(tmp_path),
+                   every=lambda: states.publish(state))
+    probe.spin_for(0.5)  # a state published twice while the subscription matched answers late
+    (tmp_path / "arm").touch()
+    states.publish(state)
+    probe.wait_for("the engine call to be held", lambda: "held" in _events(tmp_path))
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    if hurried:
+        probe.spin_for(2.0)
+        assert proc.poll() is None, "bringup exited before its wait for the held call was over"
+        proc.send_signal(signal.SIGTERM)
+    probe.wait_for("bringup's exit", lambda: proc.poll() is not None, timeout=WAIT_S)
+    took = time.monotonic() - started
+    log = (ros_env.work_dir / "bringup.log").read_text()
+    assert proc.returncode == EXIT_DATA_PATH_STUCK, f"exit {proc.returncode}:\n{log[-3000:]}"
+    assert "Traceback" not in log, log[-3000:]
+    errors = [line for line in log.splitlines() if "ERROR" in line and "exit on SIGINT: " in line]
+    assert len(errors) == 1 and "/bcmd/state" in errors[0], log[-3000:]
+    assert f"exiting with status {EXIT_DATA_PATH_STUCK}" in errors[0], errors
+    if hurried:
+        assert "a second stop signal (SIGTERM, " in log, log[-3000:]
+        assert "ended the wait before deactivate_timeout (10 s)" in log, log[-3000:]
+    else:
+        assert "did not return within deactivate_timeout (3 s)" in log, log[-3000:]
+    events = _events(tmp_path)
+    assert events[-1] == "held" and not any(e.startswith("close") for e in events), events
+    print(f"bringup, {signals}, call held: stop to exit {took:.2f} s")
