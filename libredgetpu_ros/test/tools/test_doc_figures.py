@@ -79,6 +79,10 @@ QUOTES: list[tuple[str, str, list[tuple[str, str]]]] = [
         ("against 0.88 ms when the subscription shared", "take 0.88 -> 0.80"),
         ("hand-off 0.26 -> 0.02 ms p50 per frame", "| hand-off 0.26 -> 0.02 |"),
     ]),
+    ("docs/sophgo.md", "sophgo.md", [
+        ("MobileNet v1 0.25 10.1 ms per image, 2.0x the NumPy matmul floor",
+         "10.1 ms per image, 2.0x the BLAS floor"),
+    ]),
     ("docs/postprocessing.md", "numpy_call_cost.md", [
         ("a same-shape multiply took 0.413 µs", "| same shape: `multiply(a, b, out=out)` | 0.413 ("),
         ("a (2, 1) column 0.836 µs (2.02x)", "| (2, 1) column: `multiply(a, column, out=out)` | 0.836 ("),
