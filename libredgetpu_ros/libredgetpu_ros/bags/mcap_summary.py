@@ -38,7 +38,7 @@ from pathlib import Path
 
 from libredgetpu_ros.bags.crc import crc32
 from libredgetpu_ros.bags.decompress import COMPRESSIONS, BadRecord, check_chunk_size
-from libredgetpu_ros.bags.qos_checks import QOS_KEY, QosTooLarge, check_qos_text
+from libredgetpu_ros.bags.qos_checks import QOS_KEY, QosTooLarge, check_qos_text, qos_budget
 from libredgetpu_ros.bags.salvage import MCAP_MAGIC, Cursor, ScanReport, scan_mcap_data
 from libredgetpu_ros.errors import InputError
 
@@ -139,7 +139,9 @@ def check_mcap_data(data: bytes | memoryview, name: str) -> None:
     if summary_start and crc and crc32(data[summary_start:footer_at + 9 + 16]) != crc:
         raise BadRecord(f"summary section [{summary_start}, {footer_at}): CRC mismatch")
     data_end = summary_start or footer_at
-    chunks, schemas, statistics = _summary(data, summary_start, footer_at) if summary_start else ([], 0, None)
+    with qos_budget():  # the bag's, when open_reader checks its files; else this file's own
+        chunks, schemas, statistics = (_summary(data, summary_start, footer_at) if summary_start
+                                       else ([], 0, None))
     for chunk in chunks:
         _check_chunk(data, chunk, data_start, data_end)
     _check_disjoint(chunks)
@@ -217,13 +219,13 @@ def _channel(cur: Cursor) -> None:
 
 
 def _check_qos(topic: str, text: str) -> None:
-    """The QoS text within the per-topic cap and textdata's budgets (``qos_checks``), and parsing as
-    rosbags will parse it at open (its parser raises KeyError, TypeError, ... on a damaged profile)."""
+    """The QoS text within the per-topic cap, the bag's totals and textdata's budgets (``qos_checks``), and
+    parsing as rosbags will parse it at open (its parser raises KeyError, TypeError, ... on a damaged
+    profile; not again for a text that passed in another file of the bag)."""
     from rosbags.rosbag2.metadata import parse_qos
 
     try:
-        check_qos_text(topic, text, "channel offered_qos_profiles")
-        parse_qos(text)
+        check_qos_text(topic, text, "channel offered_qos_profiles", also=parse_qos)
     except MemoryError:
         raise
     except QosTooLarge as exc:  # kept as the cause: storage.open_reader's hint depends on it

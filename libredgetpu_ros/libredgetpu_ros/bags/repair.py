@@ -4,8 +4,9 @@ The copy is written by our writers (real chunk CRCs, ``metadata.yaml``), in the 
 told otherwise; the source is only read (sqlite only rolls back a transaction its writer left unfinished).
 Topics keep their type, message definition, serialization format and offered QoS; a type's hash comes
 from the bag (sqlite3) or from the typestore, else from the definition the bag carries. A topic's QoS
-profiles that do not parse, or are over ``qos_checks``' cap (checked before parsing), are dropped and said
-in the summary: the topic is copied with none, so a player uses its defaults.
+profiles that do not parse, or are over ``qos_checks``' per-topic cap or over the bag's totals (checked
+before parsing: once the totals are reached, every further topic's), are dropped and said in the summary:
+the topic is copied with none, so a player uses its defaults.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from libredgetpu_ros.bags.decompress import MAX_COMPRESSED_CHUNK_BYTES, BadRecord, decompress
+from libredgetpu_ros.bags.qos_checks import qos_budget
 from libredgetpu_ros.bags.salvage import Channel, ScanReport, data_files, scan
 from libredgetpu_ros.bags.storage import new_bag
 from libredgetpu_ros.bags.typestore import typestore
@@ -97,7 +99,8 @@ def _definition(channel: Channel) -> tuple[str, str]:
 
 def _qos(channel: Channel, dropped: dict[str, str]) -> list[Any]:
     """The channel's QoS profiles as rosbags writes them; none (the reason in ``dropped``) when their text
-    is over the cap, beyond textdata's YAML budgets or does not parse: the topic is still worth copying."""
+    is over the per-topic cap or the bag's totals (``repair_bag``'s budget), beyond textdata's YAML budgets
+    or does not parse: the topic is still worth copying."""
     from rosbags.rosbag2.metadata import parse_qos
 
     from libredgetpu_ros.bags.qos_checks import check_qos_text
@@ -119,7 +122,7 @@ def repair_bag(source: str | Path, output: str | Path, storage: str | None = Non
     storage = storage or ("sqlite3" if files[0].suffix == ".db3" else "mcap")
     summary = RepairSummary(source, output, storage)
     connections: dict[tuple[str, str], Any] = {}
-    with new_bag(output, storage) as writer:  # appears at ``output`` only when complete
+    with qos_budget(), new_bag(output, storage) as writer:  # appears at ``output`` only when complete
         for path in files:
             report, channels, messages = scan(path)
             summary.files.append(report)

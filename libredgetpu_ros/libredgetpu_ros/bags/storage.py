@@ -22,8 +22,7 @@ def open_reader(path: str | Path) -> Any:
     from rosbags.rosbag2 import Reader
 
     from libredgetpu_ros.bags.mcap_summary import check_compressed_mcap, check_mcap
-    from libredgetpu_ros.bags.qos_checks import HINT as QOS_HINT
-    from libredgetpu_ros.bags.qos_checks import QosTooLarge, is_qos_too_large
+    from libredgetpu_ros.bags.qos_checks import qos_budget, qos_refusal
     from libredgetpu_ros.bags.salvage import unfinished_hint
 
     path = Path(path)
@@ -39,24 +38,25 @@ def open_reader(path: str | Path) -> Any:
     reader = None
     try:
         files = [path] if path.is_file() else sorted(path.iterdir())
-        for file in files:
-            if file.suffix == ".mcap":
-                check_mcap(file)
-            elif file.name.endswith(".mcap.zstd"):  # rosbag2's file compression: rosbags decompresses it
-                check_compressed_mcap(file)
-            elif file.suffix == ".db3":
-                _check_sqlite_path(file)
-                _check_sqlite_qos(file)
-        if (path / "metadata.yaml").is_file():
-            _check_metadata(path / "metadata.yaml")
+        with qos_budget():  # the bag's QoS totals: its files and metadata.yaml together
+            for file in files:
+                if file.suffix == ".mcap":
+                    check_mcap(file)
+                elif file.name.endswith(".mcap.zstd"):  # rosbag2's file compression: rosbags decompresses it
+                    check_compressed_mcap(file)
+                elif file.suffix == ".db3":
+                    _check_sqlite_path(file)
+                    _check_sqlite_qos(file)
+            if (path / "metadata.yaml").is_file():
+                _check_metadata(path / "metadata.yaml")
         reader = Reader(path)
         reader.open()
     except MemoryError:
         raise
     except Exception as exc:  # InputError from the checks, or whatever rosbags raises on the bag's bytes
-        refused = InputError
-        if is_qos_too_large(exc):
-            refused, hint = QosTooLarge, QOS_HINT
+        refused: type[InputError] = InputError
+        if (qos := qos_refusal(exc)) is not None:
+            refused, hint = qos
         elif path.is_dir() and not (path / "metadata.yaml").exists():
             hint = (" (no metadata.yaml: was its writer killed? `libredgetpu-ros bag-repair` recovers what "
                     "was written)")
@@ -101,12 +101,12 @@ def _check_sqlite_path(path: Path) -> None:
 
 
 def _check_sqlite_qos(path: Path) -> None:
-    """Each topic's ``offered_qos_profiles`` YAML within the per-topic cap and textdata's budgets
-    (``qos_checks``): rosbags parses it at open with no depth or alias bound (a deeply nested one was a
-    RecursionError)."""
+    """Each topic's ``offered_qos_profiles`` YAML within the per-topic cap, the bag's totals and textdata's
+    budgets (``qos_checks``): rosbags parses it at open with no depth or alias bound (a deeply nested one was
+    a RecursionError)."""
     import sqlite3
 
-    from libredgetpu_ros.bags.qos_checks import QosTooLarge, check_qos_text
+    from libredgetpu_ros.bags.qos_checks import QosTooLarge, check_qos_text, qos_budget
 
     try:
         conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)  # '#', '?', '%' escaped
@@ -116,12 +116,13 @@ def _check_sqlite_qos(path: Path) -> None:
             conn.close()
     except sqlite3.DatabaseError:
         return  # an older schema or a damaged file: rosbags' own open says which
-    for name, text in rows:
-        if isinstance(text, str) and text:
-            try:
-                check_qos_text(str(name), text, f"{path.name}: offered_qos_profiles", max_depth=16)
-            except QosTooLarge as exc:
-                raise QosTooLarge(f"{path.name}: {exc}") from None
+    with qos_budget():
+        for name, text in rows:
+            if isinstance(text, str) and text:
+                try:
+                    check_qos_text(str(name), text, f"{path.name}: offered_qos_profiles", max_depth=16)
+                except QosTooLarge as exc:
+                    raise type(exc)(f"{path.name}: {exc}") from None
 
 
 def _check_metadata(path: Path) -> None:
