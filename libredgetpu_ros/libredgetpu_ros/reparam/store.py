@@ -45,9 +45,25 @@ _KEEP: Any = object()
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:
+    """``array`` marked read-only; copied first when it is a view of memory that stays writable elsewhere
+    (a writable base array, a bytearray): marking the view alone would leave a published set changeable
+    by whoever holds that memory, without a new version. Arrays that own their memory (everything the
+    swaps build) are not copied."""
+    base = array.base
+    if base is not None and _writable_memory(base):
+        array = array.copy()
     if array.flags.writeable:
         array.setflags(write=False)
     return array
+
+
+def _writable_memory(base: object) -> bool:
+    if isinstance(base, np.ndarray):
+        return bool(base.flags.writeable)  # NumPy points a view's base at the array owning the memory
+    try:
+        return not memoryview(base).readonly  # type: ignore[arg-type]
+    except TypeError:
+        return True  # an exporter we cannot ask: assume writable
 
 
 _UINT8, _INT8 = np.dtype(np.uint8), np.dtype(np.int8)

@@ -229,6 +229,9 @@ class PatternTracker(RoboticsModule):
         return self._publish(array.copy(), 0.0, t0)  # a copy: the caller may reuse its array
 
     def _publish(self, values: np.ndarray, gain: float, t0: float) -> TemplateSwap:
+        # read-only before the view: the published twin is a view of it (the store copies views of
+        # writable memory), and the swap record handed back must not be able to change it either
+        values.setflags(write=False)
         twin = values.reshape(self._filter_shape)  # the twin filter's (1, kh, kw, C)
         store = self.runner.store
         base = store.current.blobs.get(self.blob_kind)

@@ -216,3 +216,35 @@ def test_a_published_template_does_not_follow_the_callers_array() -> None:
     tracker.set_template_raw(values)
     values[:] = 5  # the caller reuses its buffer
     assert (tracker.weights() == 1).all()
+
+
+@pytest.mark.parametrize("source", ["view", "reshaped", "read_only_view", "bytearray"])
+def test_a_published_set_does_not_follow_writable_memory_behind_a_view(source) -> None:
+    """A view of a caller's writable buffer (a slice, a reshape, a view the caller marked read-only, a
+    bytearray) is copied at publish: changing the buffer later leaves the published set as it was."""
+    store = ParameterStore({"pc": np.zeros(16, np.uint8)}, {3: np.zeros((4, 4), np.int8)})
+    buffer = bytearray(32) if source == "bytearray" else np.zeros(32, np.int8)
+    if source == "bytearray":
+        values = np.frombuffer(buffer, np.int8)[:16].reshape(4, 4)
+        blob = np.frombuffer(buffer, np.uint8)[16:]
+    else:
+        values = buffer[:16].reshape(4, 4) if source == "reshaped" else buffer[:16].view().reshape(4, 4)
+        blob = buffer[16:].view(np.uint8)
+        if source == "read_only_view":
+            values.setflags(write=False)
+            blob.setflags(write=False)
+    new = store.publish({"pc": blob}, {3: values})
+    if source == "bytearray":
+        buffer[:] = b"\x07" * 32
+    else:
+        buffer[:] = 7
+    assert (new.twin[3] == 0).all() and (new.blob("pc") == 0).all()
+    assert not new.twin[3].flags.writeable and not new.blob("pc").flags.writeable
+
+
+def test_arrays_owning_their_memory_are_published_without_a_copy() -> None:
+    """What the swaps build (fresh arrays) is kept as is, only marked read-only: no copy on the hot path."""
+    store = ParameterStore({"pc": np.zeros(16, np.uint8)}, {3: np.zeros((4, 4), np.int8)})
+    blob, values = np.ones(16, np.uint8), np.ones((4, 4), np.int8)
+    new = store.publish({"pc": blob}, {3: values})
+    assert new.blob("pc") is blob and new.twin[3] is values and not values.flags.writeable
