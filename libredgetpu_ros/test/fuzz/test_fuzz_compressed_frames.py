@@ -28,8 +28,13 @@ def _seeds() -> list[bytes]:
             progressive.tobytes(), png_bomb(300, 200)]
 
 
+def compressed_frame_target() -> FuzzTarget:
+    """The target (bench/bench_fuzz_budget.py runs its long run)."""
+    return FuzzTarget(name="compressed_frame", seeds=_seeds(), run=_decode, allowed=(BadImage,),
+                      hot=lambda seed: [(0, 700)])
+
+
 def test_compressed_frame_fuzz_budget() -> None:
-    target = FuzzTarget(name="compressed_frame", seeds=_seeds(), run=_decode, allowed=(BadImage,),
-                        hot=lambda seed: [(0, 700)])
+    target = compressed_frame_target()
     check_budget(target, CASES, time_limit_s=2.0, memory_limit_mb=1024, min_refused=CASES // 10,
                  min_accepted=CASES // 20)

@@ -83,6 +83,20 @@ QUOTES: list[tuple[str, str, list[tuple[str, str]]]] = [
         ("MobileNet v1 0.25 10.1 ms per image, 2.0x the NumPy matmul floor",
          "10.1 ms per image, 2.0x the BLAS floor"),
     ]),
+    ("docs/reliability.md", "fuzz_budget_images.md", [
+        ("load average 5.5 to 6.6", "load average 5.5 at the start, 6.6 at the end"),
+        ("`image_file` **100,000 cases, 21,395 decoded, 78,605 refused as `BadImage`, 0 untyped, 0 hangs, "
+         "0 crashes**, worker CPU 9.30 s (4.0× the harness alone on the same seeds), 19.80 s wall, slowest "
+         "case 62 ms, worker peak RSS 61 MB",
+         "| image_file | 100,000 | 21,395 | 78,605 | 0 | 0 | 0 | yes | 9.30 (9.30–9.30) | "
+         "0.093 (0.093–0.093) | 0.023 (0.023–0.023) | 4.0× (4.0–4.0×) | 19.80 (19.80–19.80) | 62 ms | "
+         "40 / 61 MB |"),
+        ("**100,000 cases, 19,753 decoded, 80,247 refused as `BadImage`, 0 untyped, 0 hangs, 0 crashes**, "
+         "worker CPU 11.85 s (5.2×), 25.88 s wall, slowest case 99 ms, worker peak RSS 92 MB",
+         "| compressed_frame | 100,000 | 19,753 | 80,247 | 0 | 0 | 0 | yes | 11.85 (11.85–11.85) | "
+         "0.118 (0.118–0.118) | 0.023 (0.023–0.023) | 5.2× (5.2–5.2×) | 25.88 (25.88–25.88) | 99 ms | "
+         "40 / 92 MB |"),
+    ]),
     ("docs/postprocessing.md", "numpy_call_cost.md", [
         ("a same-shape multiply took 0.413 µs", "| same shape: `multiply(a, b, out=out)` | 0.413 ("),
         ("a (2, 1) column 0.836 µs (2.02x)", "| (2, 1) column: `multiply(a, column, out=out)` | 0.836 ("),
