@@ -28,7 +28,7 @@ _POLL_S = 0.05  # how soon a wait sees STOP_HURRIED
 
 
 class StopHurried:
-    """The process's stop, hurried: a second stop signal came while the stop waits (``spinning.SignalStop``
+    """The process's stop, hurried: a second stop signal came while the stop waits (``signal_stop.SignalStop``
     sets it: launch's SIGTERM ``sigterm_timeout`` after its SIGINT, a second Ctrl-C). Every
     :meth:`DataPathGuard.settle` running or starting from then on gives up at once on a callback still in
     flight: the process exits next, and whoever sent the signal is not kept waiting for a call that may never

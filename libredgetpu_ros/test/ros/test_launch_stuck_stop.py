@@ -27,6 +27,7 @@ import shutil
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,15 +74,16 @@ def _events(folder: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def test_ctrl_c_to_launch_ends_a_stuck_node_with_its_error_and_status_3(ros_env, tmp_path: Path) -> None:
-    from libredgetpu_ros.ros.stuck_exit import EXIT_DATA_PATH_STUCK
+def _launch_and_hold(ros_env, folder: Path) -> tuple[Any, Any, Path]:
+    """``ros2 launch`` of the held-runner control node, active, one engine call done, the next one held:
+    (the launch process, the supervisor, launch's log)."""
     from rclpy.qos import QoSProfile
     from std_msgs.msg import Float32MultiArray
 
     ros2 = shutil.which("ros2")
     assert ros2, "ros2 is not on PATH (run under tools/ros_sandbox.sh after make setup)"
     launch_file = ros_env.work_dir / "stuck.launch.py"
-    launch_file.write_text(LAUNCH.format(held=str(HELD_NODE), folder=str(tmp_path), name=NAME))
+    launch_file.write_text(LAUNCH.format(held=str(HELD_NODE), folder=str(folder), name=NAME))
     launch = ros_env.spawn([ros2, "launch", str(launch_file)], "launch", expect_exit=True)
     log_path = ros_env.work_dir / "launch.log"
 
@@ -91,16 +93,21 @@ def test_ctrl_c_to_launch_ends_a_stuck_node_with_its_error_and_status_3(ros_env,
     states = sup.node.create_publisher(Float32MultiArray, "/lstuck/state", QoSProfile(depth=10))
     state = Float32MultiArray(data=[0.5, -0.25])
     sup.wait_for("the node's state subscription", lambda: states.get_subscription_count() > 0)
-    sup.wait_for("a first engine call", lambda: "run-end" in _events(tmp_path),
+    sup.wait_for("a first engine call", lambda: "run-end" in _events(folder),
                  every=lambda: states.publish(state))
     sup.spin_for(0.5)  # a state published twice while the subscription matched answers late
-    (tmp_path / "arm").touch()
+    (folder / "arm").touch()
     states.publish(state)
-    sup.wait_for("the engine call to be held", lambda: "held" in _events(tmp_path))
+    sup.wait_for("the engine call to be held", lambda: "held" in _events(folder))
+    return launch, sup, log_path
 
-    seen: dict[str, tuple[float, str]] = {}  # marker -> (s after SIGINT, the line)
+
+def _follow(launch: Any, log_path: Path, during: Any = None) -> tuple[dict[str, tuple[float, str]], float]:
+    """Read launch's output until it exits (at most :data:`END_S`), each marker stamped with the seconds
+    since this call when its line first appeared; ``during(seconds)`` runs on every poll. (markers, the
+    seconds launch took to exit)."""
+    seen: dict[str, tuple[float, str]] = {}
     start = time.monotonic()
-    launch.send_signal(signal.SIGINT)
     while time.monotonic() - start < END_S:
         now = time.monotonic() - start
         for line in log_path.read_text(errors="replace").splitlines():
@@ -109,11 +116,25 @@ def test_ctrl_c_to_launch_ends_a_stuck_node_with_its_error_and_status_3(ros_env,
                     seen[key] = (now, line)
         if launch.poll() is not None:
             break
+        if during is not None:
+            during(now)
         time.sleep(0.05)
-    ended = time.monotonic() - start
+    return seen, time.monotonic() - start
+
+
+def _report(seen: dict[str, tuple[float, str]]) -> str:
+    return "\n".join(f"  {key}: {at:.2f} s: {line.strip()[:200]}" for key, (at, line) in
+                      sorted(seen.items(), key=lambda kv: kv[1][0]))
+
+
+def test_ctrl_c_to_launch_ends_a_stuck_node_with_its_error_and_status_3(ros_env, tmp_path: Path) -> None:
+    from libredgetpu_ros.ros.stuck_exit import EXIT_DATA_PATH_STUCK
+
+    launch, _supervisor, log_path = _launch_and_hold(ros_env, tmp_path)
+    launch.send_signal(signal.SIGINT)
+    seen, ended = _follow(launch, log_path)
     log = log_path.read_text(errors="replace")
-    report = "\n".join(f"  {key}: {at:.2f} s: {line.strip()[:200]}" for key, (at, line) in
-                       sorted(seen.items(), key=lambda kv: kv[1][0]))
+    report = _report(seen)
     print(f"SIGINT to ros2 launch, node's call held, default timeouts; launch exited after {ended:.2f} s "
           f"(status {launch.poll()}):\n{report}")
     assert launch.poll() is not None, f"ros2 launch still runs {END_S:.0f} s after SIGINT:\n{log[-4000:]}"
@@ -125,3 +146,26 @@ def test_ctrl_c_to_launch_ends_a_stuck_node_with_its_error_and_status_3(ros_env,
     assert "Traceback" not in log, log[-4000:]
     events = _events(tmp_path)
     assert events[-1] == "held" and not any(e.startswith("close") for e in events), events
+
+
+def test_one_ctrl_c_to_the_launch_group_waits_for_a_call_that_returns(ros_env, tmp_path: Path) -> None:
+    """SIGINT to launch's whole process group, as a terminal's Ctrl-C: the node gets it, and launch's own
+    SIGINT (its stdin is no terminal) milliseconds later. Those copies of one Ctrl-C must not hurry the stop
+    (``signal_stop.REPEAT_S``): the held call, released 2 s in, returns within the node's wait, and the node
+    tears down as usual: exit 0, no ERROR line, no escalation by launch."""
+    import os
+
+    launch, _supervisor, log_path = _launch_and_hold(ros_env, tmp_path)
+    os.killpg(launch.pid, signal.SIGINT)
+    seen, ended = _follow(launch, log_path, during=lambda now: now >= 2.0 and (tmp_path / "release").touch())
+    log = log_path.read_text(errors="replace")
+    report = _report(seen)
+    print(f"SIGINT to the launch's process group, the call released after 2 s; launch exited after "
+          f"{ended:.2f} s:\n{report}")
+    assert "sending signal 'SIGINT'" in log, f"launch sent no SIGINT of its own:\n{log[-4000:]}"
+    assert launch.poll() is not None, f"ros2 launch still runs {END_S:.0f} s after SIGINT:\n{log[-4000:]}"
+    assert "exit" in seen and "finished cleanly" in seen["exit"][1], f"{report}\n{log[-4000:]}"
+    assert "sigterm" not in seen and "error" not in seen, f"{report}\n{log[-4000:]}"
+    assert "Traceback" not in log, log[-4000:]
+    events = _events(tmp_path)
+    assert "use-after-close" not in events and events[-1] == "close in_flight=0", events

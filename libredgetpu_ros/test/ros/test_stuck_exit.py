@@ -54,9 +54,9 @@ def test_threads_that_did_not_end_without_a_known_call(monkeypatch: pytest.Monke
 
 def test_a_second_stop_signal_hurries_the_stop_copies_of_the_first_do_not() -> None:
     """In-process (no ROS graph): SIGINT twice at once (a terminal's SIGINT to the process group and launch's
-    own) is one stop request; a SIGTERM past ``REPEAT_S`` (launch's escalation), even after ``disconnect``
-    (the teardown), hurries the stop: ``data_guard.STOP_HURRIED`` names it. A new ``SignalStop`` starts
-    unhurried."""
+    own) is one stop request; then a SIGTERM (launch's escalation), even after ``disconnect`` (the teardown),
+    hurries the stop: ``data_guard.STOP_HURRIED`` names it. A new ``SignalStop`` starts unhurried; there a
+    second SIGINT ``REPEAT_S`` after the first (a second Ctrl-C) hurries it."""
     import os
     import signal
     import time
@@ -78,15 +78,24 @@ def test_a_second_stop_signal_hurries_the_stop_copies_of_the_first_do_not() -> N
         time.sleep(0.2)
         assert STOP_HURRIED.reason == "", STOP_HURRIED.reason
         stop.disconnect()
-        time.sleep(REPEAT_S)
         os.kill(os.getpid(), signal.SIGTERM)
-        assert wait(lambda: STOP_HURRIED.reason), "the second stop signal did not hurry the stop"
+        assert wait(lambda: STOP_HURRIED.reason), "SIGTERM after SIGINT did not hurry the stop"
         assert STOP_HURRIED.reason.startswith("a second stop signal (SIGTERM, "), STOP_HURRIED.reason
         assert STOP_HURRIED.reason.endswith(" s after SIGINT)"), STOP_HURRIED.reason
     finally:
         stop.close()
-    SignalStop().close()
-    assert STOP_HURRIED.reason == ""
+    stop = SignalStop()
+    try:
+        assert STOP_HURRIED.reason == ""
+        os.kill(os.getpid(), signal.SIGINT)
+        assert wait(stop.requested.done)
+        time.sleep(REPEAT_S)
+        os.kill(os.getpid(), signal.SIGINT)
+        assert wait(lambda: STOP_HURRIED.reason), "a second Ctrl-C did not hurry the stop"
+        assert STOP_HURRIED.reason.startswith("a second stop signal (SIGINT, "), STOP_HURRIED.reason
+    finally:
+        stop.close()
+        STOP_HURRIED.clear()
 
 
 def test_a_hurried_stop_ends_the_wait_for_a_stuck_callback() -> None:
