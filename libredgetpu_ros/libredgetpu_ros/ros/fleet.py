@@ -220,7 +220,7 @@ def run_local(jobs: list[BagJob], workers: int, on_record: Callable[[dict[str, A
         return _Worker(process, parent)
 
     try:
-        pool = [start() for _ in range(min(workers, len(jobs)))]
+        pool = _first_pool(start, min(workers, len(jobs)), quiet)
         while pending or any(w.job for w in pool):
             for slot, w in enumerate(pool):
                 while w.job is None and pending:  # a slot never stays idle while bags wait (wait([]) blocks)
@@ -280,6 +280,25 @@ def run_local(jobs: list[BagJob], workers: int, on_record: Callable[[dict[str, A
 # of memory): a machine that kills every new worker at once (a memory limit, a process limit) fails the bag
 # after that many, not the whole corpus, and not after spawning forever.
 HAND_OVER_REPLACEMENTS = 2
+
+
+def _first_pool(start: Callable[[], _Worker], count: int, quiet: bool) -> list[_Worker]:
+    """``count`` workers, or as many as the machine lets start (fork or pipe refused: a process or memory
+    limit): the corpus runs on those, with a line saying so; OutputError when not one starts."""
+    pool: list[_Worker] = []
+    error: OSError | None = None
+    for _ in range(count):
+        try:
+            pool.append(start())
+        except OSError as exc:
+            error = exc
+    if not pool:
+        raise OutputError(f"process-bags could not start a worker process ({type(error).__name__}: {error}); "
+                          f"check the process and memory limits (ulimit -u, cgroups) or run --jobs 1")
+    if error is not None and not quiet:
+        _say(f"process-bags: {count - len(pool)} of {count} worker processes could not start "
+             f"({type(error).__name__}: {error}); the bags run on {len(pool)}")
+    return pool
 
 
 def _restart(pool: list[_Worker], slot: int, start: Callable[[], _Worker]) -> None:

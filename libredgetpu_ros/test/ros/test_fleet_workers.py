@@ -115,6 +115,57 @@ def test_a_bag_no_fresh_worker_takes_fails_and_the_corpus_goes_on(tmp_path: Path
     assert [r["worker"] for r in records[2:]] == [started[-1]] * 2
 
 
+def _refusing_starts(monkeypatch: Any, allowed: int) -> list[int]:
+    """SpawnProcess.start raises OSError (EAGAIN, as fork does at a process limit) after ``allowed``
+    starts; the pids of those that started."""
+    import errno
+    import multiprocessing.context
+
+    started: list[int] = []
+    spawn_start = multiprocessing.context.SpawnProcess.start
+
+    def start(process: Any) -> None:
+        if len(started) >= allowed:
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+        spawn_start(process)
+        started.append(process.pid)
+
+    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", start)
+    return started
+
+
+def test_workers_that_cannot_start_leave_the_corpus_to_those_that_did(tmp_path: Path, monkeypatch: Any,
+                                                                      capsys: Any) -> None:
+    # 3 workers asked, the machine lets 1 start (it ended the whole command): every bag runs on that one,
+    # and a line says how many could not start
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    import _slow_bags
+    from libredgetpu_ros.ros.fleet import BagJob, run_local
+
+    started = _refusing_starts(monkeypatch, 1)
+    jobs = [BagJob(name=f"b{i}", input=str(tmp_path / f"in{i}"), output=str(tmp_path / "out" / f"b{i}"),
+                   staging=str(tmp_path / "staging" / str(i)), config=str(tmp_path / "absent.yaml"))
+            for i in range(4)]
+    records: list[dict[str, Any]] = []
+    run_local(jobs, 3, records.append, runner=_slow_bags.fails_fast)
+    assert sorted(r["bag"] for r in records) == ["b0", "b1", "b2", "b3"]
+    assert all("absent.yaml" in r["error"] for r in records), records
+    assert {r["worker"] for r in records} == set(started) and len(started) == 1
+    assert "2 of 3 worker processes could not start (BlockingIOError: [Errno 11]" in capsys.readouterr().err
+
+
+def test_no_worker_starting_is_one_clear_error(tmp_path: Path, monkeypatch: Any) -> None:
+    import pytest
+    from libredgetpu_ros.errors import OutputError
+    from libredgetpu_ros.ros.fleet import BagJob, run_local
+
+    _refusing_starts(monkeypatch, 0)
+    jobs = [BagJob(name="b0", input=str(tmp_path / "in0"), output=str(tmp_path / "out" / "b0"),
+                   staging=str(tmp_path / "staging" / "0"), config=str(tmp_path / "absent.yaml"))]
+    with pytest.raises(OutputError, match=r"could not start a worker process \(BlockingIOError: \[Errno 11\]"):
+        run_local(jobs, 2, lambda record: None, bag_timeout_s=60)
+
+
 def test_a_bag_over_the_timeout_has_its_worker_killed_and_the_run_goes_on(tmp_path: Path,
                                                                           monkeypatch: Any) -> None:
     monkeypatch.syspath_prepend(str(Path(__file__).parent))  # the spawned workers import it by this name
