@@ -23,6 +23,7 @@ import rclpy
 from rclpy.signals import SignalHandlerOptions
 from rclpy.task import Future
 
+from libredgetpu_ros.ros.data_guard import STOP_HURRIED
 from libredgetpu_ros.ros.stuck_exit import signal_name
 
 # The same signal again this soon after a stop's first one is a copy of the same request, not a second one: a
@@ -60,8 +61,6 @@ class SignalStop:
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self) -> None:
-        from libredgetpu_ros.ros.data_guard import STOP_HURRIED
-
         STOP_HURRIED.clear()  # a new stop of this process (an earlier one, e.g. a test's, is over)
         self.requested: Future[int] = Future()
         self._lock = threading.Lock()
@@ -79,8 +78,6 @@ class SignalStop:
         pass  # the wake-up byte already reached the watcher; nothing may be interrupted here
 
     def _watch(self) -> None:
-        from libredgetpu_ros.ros.data_guard import STOP_HURRIED
-
         while True:
             signums = os.read(self._read, 64)
             now = time.monotonic()
@@ -120,6 +117,8 @@ class SignalStop:
             signal.signal(signum, handler if restore else signal.SIG_IGN)
         os.close(self._read)
         os.close(self._write)
+        if restore:  # the process goes on (a test, replay's caller): its next waits are not hurried
+            STOP_HURRIED.clear()
 
 
 class StopRequest(threading.Event):
