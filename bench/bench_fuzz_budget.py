@@ -1,22 +1,27 @@
 """Fuzz targets' budgets as the docs quote them (docs/reliability.md): what each target's cases cost and what
-they end in; reports: bench/results/fuzz_budget.md (``--suite readers``), fuzz_budget_images.md
-(``--suite images``).
+they end in; reports: bench/results/fuzz_budget.md (``--suite readers``), fuzz_budget_<suite>.md for the
+others.
 
 Suites: ``readers`` runs exactly the CI budget of ``test/fuzz/test_fuzz_readers.py`` (its ``CASES``, seed 1,
 its per-case time and memory limits) on the three reader targets of ``test/fuzz/targets.py`` (section 2);
 ``images`` runs the long runs section 6 quotes: 100,000 cases, seed 2, 2 s and 1 GiB per case, of
 ``image_file`` (``test/fuzz/image_targets.py``) and ``compressed_frame``
-(``test/fuzz/test_fuzz_compressed_frames.py``). Each target runs ``--repeats`` times, interleaved with a
-baseline measured in the same run: the same target's seeds and hot ranges with a ``run`` that only takes the
-length of the case (what the harness itself costs a case: building it from ``(seed, i)``, the forked worker,
-the pipe). Figures per target: the verdict counts (the same every repeat: cases are seeded), the workers'
-CPU time (user + system of the reaped worker processes, ``RUSAGE_CHILDREN``; the cases run there, not in
-this thread), its ratio to the baseline's, the wall time, the slowest case and the workers' RSS. Spreads are
-min–max over the repeats. The machine is shared (2 cores): the load average is recorded. CPU: readers about
-20 s with the default 3 repeats, images about 1 min with its default 1.
+(``test/fuzz/test_fuzz_compressed_frames.py``); ``text`` and ``services`` the CI budgets of
+``test/fuzz/test_fuzz_text.py`` (section 11) and ``test/fuzz/test_fuzz_services.py`` (section 13: the learned-
+state files and requests to live nodes, so run it inside ``tools/ros_sandbox.sh``). Each target runs
+``--repeats`` times, interleaved with a baseline measured in the same run: the same target's seeds and hot
+ranges with a ``run`` that only takes the length of the case (what the harness itself costs a case: building
+it from ``(seed, i)``, the forked worker, the pipe). Figures per target: the verdict counts (the same every
+repeat: cases are seeded), the workers' CPU time (user + system of the reaped worker processes,
+``RUSAGE_CHILDREN``; the cases run there, not in this thread), its ratio to the baseline's, the wall time, the
+slowest case and the workers' RSS. Spreads are min–max over the repeats. The machine is shared (2 cores): the
+load average is recorded. CPU: readers about 20 s with the default 3 repeats, images about 1 min with its
+default 1, text about 30 s, services about 10 s.
 
     .venv/bin/python bench/bench_fuzz_budget.py                  # writes bench/results/fuzz_budget.md
-    .venv/bin/python bench/bench_fuzz_budget.py --suite images   # writes bench/results/fuzz_budget_images.md
+    .venv/bin/python bench/bench_fuzz_budget.py --suite images   # fuzz_budget_images.md
+    .venv/bin/python bench/bench_fuzz_budget.py --suite text     # fuzz_budget_text.md
+    tools/ros_sandbox.sh .venv/bin/python bench/bench_fuzz_budget.py --suite services
 """
 
 from __future__ import annotations
@@ -79,6 +84,33 @@ def _images() -> dict[str, Run]:
     return {t.name: Run(t, IMAGE_CASES, IMAGE_SEED, 2.0, 1024) for t in (image, frame)}
 
 
+def _ci_budget(test_module: str, build: Callable[[object], dict]) -> dict[str, Run]:
+    """A CI test's budget (its ``CASES``, an int or a dict per target; seed 1; its limits) of the targets
+    ``build(test)`` makes."""
+    test = _common.import_test_module(test_module)
+    return {name: Run(t, test.CASES[name] if isinstance(test.CASES, dict) else test.CASES, 1,
+                      test.TIME_LIMIT_S, test.MEMORY_LIMIT_MB) for name, t in build(test).items()}
+
+
+def _ci_budget_text(test_module: str) -> str:
+    test = _common.import_test_module(test_module)
+    cases = (", ".join(f"{name} {n:,}" for name, n in test.CASES.items()) if isinstance(test.CASES, dict)
+             else f"{test.CASES:,} per target")
+    return (f"Budget of `test/{test_module.replace('.', '/')}.py`: cases {cases}; seed 1, "
+            f"{test.TIME_LIMIT_S:g} s and {test.MEMORY_LIMIT_MB} MiB per case.")
+
+
+def _text(test) -> dict:
+    return _common.import_test_module("fuzz.text_targets").targets(fixture)
+
+
+def _services(test) -> dict:
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="bench_fuzz_services_"))  # seeds; the workers read them
+    return _common.import_test_module("fuzz.service_targets").targets(folder)
+
+
 SUITES = {
     "readers": Suite("Model readers: the CI fuzz budget, per target", "fuzz_budget.md", 3, _readers_budget,
                      _readers),
@@ -88,6 +120,13 @@ SUITES = {
                              f"{IMAGE_CASES:,} cases per target, seed {IMAGE_SEED}, 2 s and 1024 MiB per "
                              "case."),
                     _images),
+    "text": Suite("User-text readers: the CI fuzz budget, per target", "fuzz_budget_text.md", 3,
+                  lambda: _ci_budget_text("fuzz.test_fuzz_text"),
+                  lambda: _ci_budget("fuzz.test_fuzz_text", _text)),
+    "services": Suite("Learned-state files and service requests: the CI fuzz budget, per target (run inside "
+                      "tools/ros_sandbox.sh: live nodes)", "fuzz_budget_services.md", 3,
+                      lambda: _ci_budget_text("fuzz.test_fuzz_services"),
+                      lambda: _ci_budget("fuzz.test_fuzz_services", _services)),
 }
 
 

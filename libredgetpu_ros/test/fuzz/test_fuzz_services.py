@@ -12,6 +12,7 @@ from .harness import check_budget
 from .service_targets import targets
 
 CASES = 1000
+TIME_LIMIT_S, MEMORY_LIMIT_MB = 5.0, 1024  # per case; bench_fuzz_budget.py --suite services runs the same
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +22,7 @@ def file_targets(tmp_path_factory):
 
 @pytest.mark.parametrize("name", ["readout", "embedding_db"])
 def test_learned_state_file_fuzz_budget(file_targets, name):
-    check_budget(file_targets[name], CASES, time_limit_s=5.0, memory_limit_mb=1024,
+    check_budget(file_targets[name], CASES, time_limit_s=TIME_LIMIT_S, memory_limit_mb=MEMORY_LIMIT_MB,
                  min_refused=CASES // 10, min_accepted=CASES // 100)
 
 
@@ -33,7 +34,8 @@ def test_service_request_fuzz_budget(tmp_path):
     # in this process read what their nodes log (capfd), so the default level is put back afterwards.
     default_level = rclpy.logging.get_logger_effective_level("libredgetpu_ros_no_such_logger")
     try:
-        check_budget(targets(tmp_path, ["service_requests"])["service_requests"], CASES, time_limit_s=5.0,
-                     memory_limit_mb=1024, min_refused=CASES // 10, min_accepted=CASES // 100)
+        check_budget(targets(tmp_path, ["service_requests"])["service_requests"], CASES,
+                     time_limit_s=TIME_LIMIT_S, memory_limit_mb=MEMORY_LIMIT_MB, min_refused=CASES // 10,
+                     min_accepted=CASES // 100)
     finally:
         rclpy.logging.set_logger_level("", default_level)
