@@ -9,6 +9,7 @@ not listed: their docs say what they were, when and on what.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import re
 from pathlib import Path
@@ -158,6 +159,10 @@ def test_a_changed_figure_is_noticed() -> None:
     rerun = result_text.replace(pairs[1][1], pairs[1][1].replace("2.64", "2.65"))
     assert _missing(doc_text, rerun, pairs) == ([], [pairs[1][1]])
     assert _missing(doc_text.replace(pairs[1][0], ""), result_text, pairs)[0] == [pairs[1][0]]
+    doc, test_file, template = BUDGETS[0]
+    cases = _constants(test_file)["CASES"]
+    assert isinstance(cases, int)
+    assert template.format(CASES=f"{cases + 1:,}", TIME_LIMIT_S="2") not in _text(doc)
 
 
 def test_first_call_partial_run_keeps_the_other_sections(tmp_path: Path,
@@ -176,3 +181,66 @@ def test_first_call_partial_run_keeps_the_other_sections(tmp_path: Path,
     assert "old node" not in text and text.index("## Import") < text.index("## Control node")
     assert bench._shown_arguments(["--no-api", "--out", "/tmp/x.md", "--keep", "--launches", "3"]) == (
         " --no-api --launches 3")
+
+
+# Fuzz budgets the docs state, against the constants of the test that runs them: (doc, test file, doc text
+# with ``{NAME}`` replaced by that module-level constant of the test file, thousands separated).
+BUDGETS: list[tuple[str, str, str]] = [
+    ("docs/reliability.md", "libredgetpu_ros/test/fuzz/test_fuzz_readers.py",
+     "`test/fuzz/test_fuzz_readers.py`, {CASES} cases per target, {TIME_LIMIT_S} s and 1 GiB per case"),
+    ("docs/reliability.md", "libredgetpu_ros/test/fuzz/test_fuzz_readers.py",
+     "the test's {CASES} cases per target"),
+    ("docs/reliability.md", "libredgetpu_ros/test/fuzz/test_fuzz_text.py",
+     "CI budget: {CASES[iospec]} IOSpec byte mutations, {CASES[iospec_tokens]} YAML-token mutations, "
+     "{CASES[yaml]} YAML configs, {CASES[json]} traces JSON, {TIME_LIMIT_S} s and {MEMORY_LIMIT_MB} MiB per "
+     "case"),
+    ("docs/reliability.md", "libredgetpu_ros/test/fuzz/test_fuzz_services.py",
+     "{CASES} cases each in CI, {TIME_LIMIT_S} s and 1 GiB per case"),
+    ("docs/reliability.md", "libredgetpu_ros/test/fuzz/test_fuzz_tpulang.py", "{CASES} cases each in CI"),
+    ("docs/reliability.md", "libredgetpu_ros/test/fuzz/test_fuzz_image_files.py",
+     "`test_fuzz_image_files.py`: {CASES} cases in CI"),
+    ("docs/reliability.md", "libredgetpu_ros/test/fuzz/test_fuzz_compressed_frames.py",
+     "{CASES} cases in CI"),
+    ("docs/reliability.md", "libredgetpu_ros/test/fuzz/test_fuzz_teamtensor.py",
+     "{CASES} models, {SEED_CASES} seed packets, {CLAIM_CASES} replay plans"),
+    ("docs/reliability.md", "libredgetpu_ros/test/ingenic/test_mgk_malformed.py",
+     "| {FUZZ_CASES} mutations, 2 s limit each |"),
+    ("docs/sophgo.md", "libredgetpu_ros/test/sophgo/test_tpulang_errors.py",
+     "{FUZZ_CASES_BOTH} seeded mutations in CI"),
+]
+
+
+def _constants(relative: str) -> dict[str, object]:
+    """Module-level ``NAME = literal`` (and ``A, B = 1, 2``) assignments of a test file, by parsing it."""
+    constants: dict[str, object] = {}
+    for node in ast.parse((ROOT / relative).read_text(encoding="utf-8")).body:
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            continue
+        target = node.targets[0]
+        try:
+            value = ast.literal_eval(node.value)
+        except ValueError:
+            continue
+        if isinstance(target, ast.Name):
+            constants[target.id] = value
+        elif isinstance(target, ast.Tuple) and isinstance(value, tuple):
+            constants.update({t.id: v for t, v in zip(target.elts, value, strict=True)
+                              if isinstance(t, ast.Name)})
+    if "FUZZ_CASES" in constants:  # test_tpulang_errors: FUZZ_CASES per fixture case, two cases
+        constants["FUZZ_CASES_BOTH"] = 2 * constants["FUZZ_CASES"]
+    return constants
+
+
+def _formatted(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: _formatted(v) for k, v in value.items()}
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return value
+    return f"{value:,}" if isinstance(value, int) else f"{value:g}"
+
+
+@pytest.mark.parametrize("doc,test_file,template", BUDGETS, ids=[t.rsplit("/", 1)[1] for _, t, _ in BUDGETS])
+def test_doc_states_the_tests_fuzz_budget(doc: str, test_file: str, template: str) -> None:
+    constants = {name: _formatted(value) for name, value in _constants(test_file).items()}
+    expected = template.format(**constants)
+    assert expected in _text(doc), f"{doc} should say {expected!r} (the constants of {test_file})"
