@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from libredgetpu_ros.matmul import MatMulEngine, fastpath
 from libredgetpu_ros.matmul.twin import DenseQuantization
 from libredgetpu_ros.npyfile import read_npz_meta
 from libredgetpu_ros.robotics.reservoir_precision import DitheredProduct
+from libredgetpu_ros.robotics.ridge import check_spread, nrmse, ridge_fit
 from libredgetpu_ros.textdata import clip_repr
 
 ACTIVATIONS = ("tanh", "relu", "identity")
@@ -51,6 +53,7 @@ MAX_READOUT_BYTES = 256 << 20
 MAX_MAGNITUDE = 1e6  # inputs, targets and states beyond this are a sensor fault, not a signal
 MAX_PASSES = 64
 MAX_META_BYTES = 1 << 20  # the metadata JSON (a few hundred characters) as a NumPy string
+CHECK_STEPS = 256  # drive steps between a fit's cancel checks
 
 
 @dataclass(frozen=True)
@@ -179,28 +182,6 @@ def _power_of_two_at_least(value: float) -> float:
     return 1.0 if value <= 1.0 else float(2.0 ** math.ceil(math.log2(value)))
 
 
-def nrmse(prediction: np.ndarray, target: np.ndarray) -> float:
-    """Root mean square error over the targets' standard deviation, averaged over output columns. A
-    constant target column has no spread to normalise by: InputError (NRMSE undefined)."""
-    prediction = np.asarray(prediction, dtype=np.float64).reshape(len(target), -1)
-    target = np.asarray(target, dtype=np.float64).reshape(len(target), -1)
-    check_spread(target, "target")
-    std = target.std(axis=0)
-    return float(np.mean(np.sqrt(np.mean((prediction - target) ** 2, axis=0)) / std))
-
-
-def check_spread(target: np.ndarray, name: str) -> None:
-    """InputError naming the first column of ``target`` (T, K) that is constant (or has < 2 steps)."""
-    if len(target) < 2:
-        raise InputError(f"{name} has {len(target)} step(s): NRMSE needs a spread")
-    spread = np.ptp(target, axis=0)
-    scale = np.maximum(np.abs(target).max(axis=0), 1.0)
-    flat = np.flatnonzero(spread <= 1e-12 * scale)
-    if flat.size:
-        raise InputError(f"{name} column {int(flat[0])} is constant ({target[0, flat[0]]!r} at every step): "
-                         f"its NRMSE is undefined and a readout fitted to it predicts nothing")
-
-
 class ReservoirComputer:
     """Echo state network on a MatMul engine (module docstring); ``step`` is for one caller at a time."""
 
@@ -310,11 +291,14 @@ class ReservoirComputer:
             self._state = states[-1].copy()
         return states
 
-    def _drive(self, sequence: np.ndarray, x: np.ndarray) -> np.ndarray:
+    def _drive(self, sequence: np.ndarray, x: np.ndarray,
+               check: Callable[[], None] | None = None) -> np.ndarray:
         """States (T, N) from ``x`` over checked inputs, without touching the live state (``fit`` runs this
-        on another thread than ``step``)."""
+        on another thread than ``step``); ``check()`` every :data:`CHECK_STEPS` steps (it raises to stop)."""
         states = np.empty((len(sequence), self.size))
         for t, u in enumerate(sequence):
+            if check is not None and t % CHECK_STEPS == 0:
+                check()
             x = self._advance(x, u)
             states[t] = x
         return states
@@ -350,11 +334,14 @@ class ReservoirComputer:
         """Readout features ``[1, u, x]`` per step, (T, 1 + M + N)."""
         return np.hstack([np.ones((len(states), 1)), inputs, states])
 
-    def fit(self, inputs: object, targets: object, washout: int | None = None) -> FitReport:
+    def fit(self, inputs: object, targets: object, washout: int | None = None,
+            check: Callable[[], None] | None = None) -> FitReport:
         """Drive from zero with ``inputs`` (T, M), drop ``washout`` steps, ridge-fit ``targets`` (T, K).
 
         Refuses (InputError, previous readout kept) NaN/inf, mismatched lengths, or fewer samples after the
-        washout than features (1 + M + N): the readout would only memorise them.
+        washout than features (1 + M + N): the readout would only memorise them. ``check`` (a caller's
+        cancel: it raises) is called every :data:`CHECK_STEPS` steps of the drive, between the row blocks of
+        the normal equations and before the solve; whatever it raises leaves the previous readout.
         """
         u = self._check_sequence(inputs, "inputs", self.config.input_dim)
         y = self._check_sequence(targets, "targets", None)
@@ -367,21 +354,14 @@ class ReservoirComputer:
             raise InputError(f"fit needs at least {features} samples after the washout of {washout} "
                              f"(1 + inputs + reservoir units), got {max(samples, 0)} of {len(u)} steps")
         check_spread(y[washout:], "targets")
-        states = self._drive(u, np.zeros(self.size))  # from zero; the live state is not disturbed
-        x = self.features(u, states)[washout:]
+        states = self._drive(u, np.zeros(self.size), check)  # from zero; the live state is not disturbed
         target = y[washout:]
-        gram = x.T @ x
-        gram[np.diag_indices_from(gram)] += self.config.ridge * len(x)
-        try:
-            weights = np.linalg.solve(gram, x.T @ target).T
-        except np.linalg.LinAlgError as exc:
-            raise InputError(f"readout fit is singular ({exc}); raise ridge above "
-                             f"{self.config.ridge}") from exc
-        if not np.isfinite(weights).all():
-            raise InputError("readout fit produced NaN/inf weights; raise ridge or check the data")
-        train_error = nrmse(x @ weights.T, target)
-        self._install(Readout(weights, len(x), train_error), states[washout:])
-        return FitReport(len(x), washout, train_error, self.readout_engine is not None)
+        weights, prediction = ridge_fit(
+            lambda a, b: self.features(u[washout + a:washout + b], states[washout + a:washout + b]), target,
+            self.config.ridge, check)
+        train_error = nrmse(prediction, target)
+        self._install(Readout(weights, len(target), train_error), states[washout:])
+        return FitReport(len(target), washout, train_error, self.readout_engine is not None)
 
     def _install(self, readout: Readout, states: np.ndarray | None = None) -> None:
         """Make ``readout`` current (and upload its state part to the readout engine) in one assignment."""

@@ -151,6 +151,43 @@ def test_ill_posed_fit_is_refused_and_previous_readout_kept(engine256):
     assert np.array_equal(rc.predict(series[:50]), before)
 
 
+def test_a_fit_checks_its_cancel_through_the_drive_and_the_normal_equations(engine256):
+    """``fit(check=)`` is called every CHECK_STEPS steps of the drive, before each row block of the normal
+    equations, before the solve and before each block of the prediction; what it raises leaves the previous
+    readout, and a check that never raises changes nothing in the result. Before, nothing in ``fit`` could
+    stop it (a node's cancel waited for the drive and the solve whole)."""
+    from libredgetpu_ros.robotics.reservoir import CHECK_STEPS
+    from libredgetpu_ros.robotics.ridge import BLOCK_ROWS
+
+    series = _standardised(mackey_glass(5000))[:, None]
+    steps = len(series) - 1
+    rc = ReservoirComputer(engine256, ReservoirConfig(input_dim=1, seed=2))
+    rc.fit(series[:-1], series[1:])
+    kept = rc.readout
+    drive_checks = -(-steps // CHECK_STEPS)
+    blocks = -(-(steps - 100) // BLOCK_ROWS)
+
+    class Stop(Exception):
+        pass
+
+    for stop_at in (drive_checks // 2, drive_checks + 1, drive_checks + blocks + 1,  # drive, sums, solve
+                    drive_checks + blocks + 2):  # the prediction's first block
+        calls: list[int] = []
+
+        def check(stop_at: int = stop_at, calls: list[int] = calls) -> None:
+            calls.append(1)
+            if len(calls) == stop_at:
+                raise Stop
+
+        with pytest.raises(Stop):
+            rc.fit(series[:-1], series[1:], check=check)
+        assert len(calls) == stop_at and rc.readout is kept
+    calls = []
+    rc.fit(series[:-1], series[1:], check=lambda: calls.append(1))
+    assert len(calls) == drive_checks + 2 * blocks + 1 and rc.readout is not kept
+    assert np.array_equal(rc.readout.weights, kept.weights)
+
+
 def test_step_refuses_bad_input_and_keeps_state(engine256):
     rc = ReservoirComputer(engine256, ReservoirConfig(input_dim=2, seed=1))
     rc.step([0.1, 0.2])

@@ -247,7 +247,8 @@ def test_a_fit_too_large_for_memory_is_refused_before_allocating(ros_env, monkey
         monkeypatch.setattr(node_module, "MAX_FIT_BYTES", budget, raising=False)
         driven: list[int] = []
         real_fit = node._rc.fit
-        monkeypatch.setattr(node._rc, "fit", lambda u, y: driven.append(len(u)) or real_fit(u, y))
+        monkeypatch.setattr(node._rc, "fit",
+                            lambda u, y, check=None: driven.append(len(u)) or real_fit(u, y, check=check))
         with pytest.raises(InputError, match=r"600 states .* at most 400 states"):
             node._fit(FitReadout.Request(samples=0), "", node.cfg, node._rc)
         assert driven == [] and node._rc.readout is None
@@ -281,6 +282,75 @@ def test_cleanup_cancels_a_fit_reading_a_slow_bag(ros_env, tmp_path: Path, monke
         assert len(rig.read) < 3000
     finally:
         slow.clear()  # the old code: let the read finish so teardown returns
+        rig.close()
+
+
+def test_a_fit_run_keeps_the_first_cancel_across_threads() -> None:
+    """FitRun's cancel is a threading.Event set under a lock: of many transitions cancelling at once from
+    their threads, the first one's name is the one every reader sees, and check() raises with it."""
+    import threading
+
+    from libredgetpu_ros.ros.reservoir.fit_run import FitCancelled, FitRun
+
+    run = FitRun()
+    run.check()  # no cancel yet
+    assert run.cancelled_by == ""
+    start = threading.Barrier(8)
+
+    def cancel(name: str) -> None:
+        start.wait()
+        run.cancel(name)
+
+    threads = [threading.Thread(target=cancel, args=(f"t{i}",)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    first = run.cancelled_by
+    assert first in {f"t{i}" for i in range(8)}
+    run.cancel("shutdown")
+    with pytest.raises(FitCancelled, match=f"cancelled by {first}$"):
+        run.check()
+    assert run.cancelled_by == first
+
+
+def test_cleanup_cancels_a_fit_while_it_drives_the_reservoir(ros_env, tmp_path: Path, monkeypatch) -> None:
+    """In process: a ``~/fit`` past its bag read, driving the reservoir over the 3,000 states (each step held
+    2 ms through the reservoir's ``_advance``: 6 s), is cancelled by cleanup, which returns promptly; the fit
+    answers ``cancelled by cleanup``, the previous readout unchanged. Before, the cancel was checked only
+    before the whole drive and solve: cleanup waited ``deactivate_timeout`` (10 s) and went on without it."""
+    import threading
+    import time
+
+    from libredgetpu_ros_interfaces.srv import FitReadout
+
+    rig = rigs.SpunFitRig(ros_env, tmp_path, monkeypatch, "reservoir_drive_cancel", lambda: None)
+    steps: list[int] = []
+    real_advance = rig.rc._advance
+    slow = threading.Event()
+    slow.set()
+
+    def slow_advance(x: np.ndarray, u: np.ndarray) -> np.ndarray:
+        steps.append(1)
+        if slow.is_set():
+            time.sleep(0.002)
+        return real_advance(x, u)
+
+    monkeypatch.setattr(rig.rc, "_advance", slow_advance)
+    try:
+        answer = rig.client.call_async(FitReadout.Request(bag=str(rig.bag), topic="/joints"))
+        deadline = time.monotonic() + WAIT_S
+        while len(steps) < 10 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(steps) >= 10 and not answer.done(), "the fit did not start driving the reservoir"
+        assert rig.cleanup_within(5.0), "cleanup waited for the fit driving the reservoir"
+        assert _wait_done(answer), "the cancelled fit never answered"
+        result = answer.result()
+        assert not result.success and "cancelled by cleanup" in result.message, result.message
+        assert rig.rc.readout is rig.before
+        assert len(steps) < 2999
+    finally:
+        slow.clear()  # the old code: let the drive finish so teardown returns
         rig.close()
 
 

@@ -1,6 +1,7 @@
 """One running ``~/fit`` of the reservoir node, as a teardown sees it: a cancel request the fit checks between
-the bag's messages and before the solve, and what a teardown left open under it (closed by the fit's thread
-when it returns, never under it)."""
+the bag's messages, every few hundred steps of driving the reservoir, between the row blocks of the normal
+equations and before the solve (``ReservoirComputer.fit``'s ``check``), and what a teardown left open under it
+(closed by the fit's thread when it returns, never under it)."""
 
 from __future__ import annotations
 
@@ -19,18 +20,27 @@ class FitRun:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.cancelled_by = ""  # the transition that asked the fit to stop
+        self._cancel = threading.Event()  # set by a transition's thread, read by the fit's
+        self._cancelled_by = ""  # the first transition that asked, written before the event is set
         self._done = False
         self._left_open: Any = None
 
+    @property
+    def cancelled_by(self) -> str:
+        """The transition whose cancel came first; "" while none came."""
+        return self._cancelled_by if self._cancel.is_set() else ""
+
     def cancel(self, transition: str) -> None:
-        """Ask the fit to stop at its next check (any thread)."""
-        self.cancelled_by = self.cancelled_by or transition
+        """Ask the fit to stop at its next check (any thread); a later cancel keeps the first one's name."""
+        with self._lock:
+            if not self._cancel.is_set():
+                self._cancelled_by = transition
+                self._cancel.set()
 
     def check(self) -> None:
-        """The fit's thread, between messages and before the solve: FitCancelled once a cancel was asked."""
-        if self.cancelled_by:
-            raise FitCancelled(f"cancelled by {self.cancelled_by}")
+        """The fit's thread, at each check point (module docstring): FitCancelled once a cancel was asked."""
+        if self._cancel.is_set():
+            raise FitCancelled(f"cancelled by {self._cancelled_by}")
 
     def leave_open(self, what: Any) -> bool:
         """A teardown gave up waiting: ``what`` (the reservoir the fit runs on) is the fit's to close when it

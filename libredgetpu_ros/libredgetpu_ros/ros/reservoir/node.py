@@ -186,8 +186,8 @@ class ReservoirNode(ManagedNode):
         run = self._fit_run
         if run is not None and self._fitting.busy():
             # A fit uses the engine closed below: asked to stop (it checks between the bag's messages and
-            # before the solve), then waited for as long as the data path is (deactivate_timeout); a fit
-            # stuck in a read (a hung mount) or in the solve is left the engine, closed by it as it returns.
+            # all through the fit, fit_run), then waited for as long as the data path is (deactivate_timeout);
+            # a fit stuck in a read (a hung mount) is left the engine, closed by it as it returns.
             why = self.transition_name()
             run.cancel(why)
             timeout = self.deactivate_timeout()
@@ -293,7 +293,7 @@ class ReservoirNode(ManagedNode):
     def _fit(self, req: FitReadout.Request, topic: str, cfg: ReservoirNodeConfig, rc: Any,
              run: FitRun | None = None) -> tuple[Any, str]:
         """(FitReport, where the states came from) of a ``~/fit`` request (on the fit's thread); ``run``'s
-        cancel is checked between the bag's messages and before the solve."""
+        cancel is checked between the bag's messages and all through the fit (``fit_run``)."""
         check = run.check if run is not None else None
         if req.bag:
             states, skipped = read_bag_states(req.bag, topic, cfg.state_type, cfg.joint_field, self._order,
@@ -314,9 +314,7 @@ class ReservoirNode(ManagedNode):
             raise InputError(f"a fit on {len(states)} states ({source}) of a {rc.size}-unit reservoir holds "
                              f"{need / 2**20:.0f} MiB, over the node's {MAX_FIT_BYTES >> 20} MiB: at most "
                              f"{most} states (ask fewer samples, or a shorter bag)")
-        if check is not None:
-            check()  # the solve is not interruptible: the last point a cancel stops the fit
-        return rc.fit(states[:-1], states[1:]), source
+        return rc.fit(states[:-1], states[1:], check=check), source
 
     def _on_load(self, req: FilePath.Request, resp: FilePath.Response) -> FilePath.Response:
         return self._file_op(resp, lambda rc: rc.load_readout(req.path, outputs=rc.config.input_dim),
