@@ -136,6 +136,22 @@ QUOTES: list[tuple[str, str, list[tuple[str, str]]]] = [
         ("pattern 1.71–2.26 vs 0.84–0.92 ms (1.85–2.70×)", "| 1.71–2.26 ms | 0.84–0.92 ms | 1.85–2.70× |"),
         ("pattern 1.71–2.26 vs 0.84–0.92 ms (1.85–2.70×)", "| 1.76–1.90 ms | 0.87–0.88 ms | 2.02–2.16× |"),
     ]),
+    ("docs/control_node.md", "first_call.md", [
+        ("| 2.45× (1.49–3.91×) | 10.47 ms |",
+         "| control, warm-up off | 2.45× | 1.49–3.91× | 3/10 | 16.75 ms | 7.42 ms | 10.47 ms |"),
+        ("| 1.57× (1.10–2.00×), 8 of 10 launches ≤ 2× | 3.99 ms |",
+         "| control | 1.57× | 1.10–2.00× | 8/10 | 11.38 ms | 7.45 ms | 3.99 ms |"),
+        ("| 4.04× (1.98–5.81×) | 14.21 ms |",
+         "| bare | 4.04× | 1.98–5.81× | 1/10 | 19.07 ms | 4.90 ms | 14.21 ms |"),
+        ("| 2.04× (1.09–3.37×) | 4.18 ms |",
+         "| bare, warmed | 2.04× | 1.09–3.37× | 4/10 | 8.18 ms | 4.45 ms | 4.18 ms |"),
+        *[("from 6.25 ms (next ones 1.46 ms) to 2.11 ms", row) for row in (
+            "| control, warm-up off | first | 3.16 | 1.04 | 6.25 |",
+            "| control, warm-up off | next | 1.80 | 0.84 | 1.46 |",
+            "| control | first | 2.83 | 1.82 | 2.11 |")],
+        ("(7.45 vs 4.45 ms, the handler's 1.42 ms included)",
+         "| control | next | 1.88 | 0.47 | 1.44 | 1.42 |"),
+    ]),
     ("docs/postprocessing.md", "numpy_call_cost.md", [
         ("a same-shape multiply took 0.413 µs", "| same shape: `multiply(a, b, out=out)` | 0.413 ("),
         ("a (2, 1) column 0.836 µs (2.02x)", "| (2, 1) column: `multiply(a, column, out=out)` | 0.836 ("),
