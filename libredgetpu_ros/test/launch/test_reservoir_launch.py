@@ -2,7 +2,8 @@
 
 The reservoir on the CPU twin with a params file of non-default values whose readout file does not exist:
 in the good case ``model:=`` a readout fitted here (same seed, saved with ``save_readout``) replaces it (read
-back as the ``readout`` parameter) and a JointState on the remapped state topic must produce a prediction;
+back as the ``readout`` parameter) and JointStates on the remapped state topic must produce a prediction
+(after the ``washout`` states every activate holds back);
 in the broken case (no ``model:=``) configure fails naming the missing file.
 """
 
@@ -50,7 +51,8 @@ def _case() -> LaunchCase:
     from sensor_msgs.msg import JointState
 
     readout = _readout()
-    params = {"backend": "cpu", "template": 256, "state_size": SIZE, "seed": SEED, "washout": 50,
+    # washout 3: every activate holds the first `washout` predictions back; the stimulus comes every 0.25 s
+    params = {"backend": "cpu", "template": 256, "state_size": SIZE, "seed": SEED, "washout": 3,
               "joint_names": ["shoulder", "elbow"], "readout": "/nonexistent/readout.npz",
               "diagnostics_period": 0.5}
     return LaunchCase(
@@ -59,7 +61,7 @@ def _case() -> LaunchCase:
         arguments={"namespace": "lt", "state_topic": "/lt/joints"},
         params_key="/**",
         params=params,
-        expect_params={"seed": SEED, "state_size": SIZE, "washout": 50, "readout": readout},
+        expect_params={"seed": SEED, "state_size": SIZE, "washout": 3, "readout": readout},
         broken={},
         failure_log="configure failed: reservoir readout file /nonexistent/readout.npz does not exist",
         result=(JointState, "/lt/reservoir/prediction"),

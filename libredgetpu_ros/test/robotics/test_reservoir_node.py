@@ -156,7 +156,8 @@ def test_fit_predict_bad_states_and_readout_files(ros_env, tmp_path: Path) -> No
 
 def test_bag_replayed_equals_offline(ros_env, tmp_path: Path) -> None:
     """States in a bag replayed into the node (its own process, ``replay`` a third) give exactly the
-    predictions of the node's reservoir (same parameters and readout) run offline over the bag's states."""
+    predictions of the node's reservoir (same parameters and readout) run offline over the bag's states, after
+    the ``washout`` (50) states every activate holds back."""
     from libredgetpu_ros.robotics.reservoir import ReservoirComputer, ReservoirConfig
     from libredgetpu_ros.ros.reservoir.states import read_bag_states
 
@@ -183,11 +184,13 @@ def test_bag_replayed_equals_offline(ros_env, tmp_path: Path) -> None:
     assert peer.transition("configure") and peer.transition("activate")
     replay = ros_env.spawn([sys.executable, "-m", "libredgetpu_ros.cli.main", "replay", str(bag), "--rate",
                             "1", "--wait-subscribers", "1", "--wait-timeout", str(WAIT_S)], "replay")
-    got = peer.wait_for("500 predictions", lambda: len(peer.predictions) >= 500 and peer.predictions)
+    # The first 50 (the washout after activate) give none: the rest exactly the offline run's.
+    got = peer.wait_for("450 predictions", lambda: len(peer.predictions) >= 450 and peer.predictions)
     assert replay.wait(timeout=WAIT_S) == 0
-    live = np.array([p.position for p in got[:500]])
-    assert [p.header.stamp.nanosec for p in got[:3]] == [0, 10_000_000, 20_000_000]
-    assert np.array_equal(live, expected), np.max(np.abs(live - expected))
+    peer.spin_for(0.3)
+    live = np.array([p.position for p in peer.predictions])
+    assert [p.header.stamp.nanosec for p in got[:3]] == [500_000_000, 510_000_000, 520_000_000]
+    assert np.array_equal(live, expected[50:]), np.max(np.abs(live - expected[50:]))
     assert peer.service(FilePath, "save_readout", path=str(tmp_path / "again.npz")).success
     # ~/fit from the bag itself (its 500 states, the node's own input topic) and a bag without that topic.
     from_bag = peer.service(FitReadout, "fit", bag=str(bag), topic="")
@@ -406,10 +409,12 @@ def test_reactivate_restarts_the_state_and_holds_predictions_for_the_washout(ros
     try:
         node.trigger_configure()
         node.trigger_activate()
+        _, _, values = node.diagnostic_status()
+        assert values["warming_up"] and values["states_until_valid"] == washout  # the first activate too
         feed(series[:400])
         node._fit(FitReadout.Request(samples=0), "", node.cfg, node._rc)
         feed(series[400:410])
-        assert node._stats.predictions == 10  # no hold at the first activate: as offline, from zero
+        assert node._stats.predictions == 10  # the washout long past
         node.trigger_deactivate()
         node.trigger_activate()
         assert not node._rc.state.any(), "the state was not restarted on activate"
@@ -428,39 +433,43 @@ def test_reactivate_restarts_the_state_and_holds_predictions_for_the_washout(ros
         node.destroy_node()
 
 
-def test_a_pause_holds_predictions_for_the_washout_over_dds(ros_env, tmp_path: Path) -> None:
-    """The node in its own process, a readout (fitted offline) loaded at configure, washout 50: 20 states,
-    20 predictions; deactivate, activate; 60 states: the first 50 give no prediction, the last 10 do, each
-    exactly what the reservoir run offline from a zero state over those 60 states gives. Before, all 60 were
-    predicted at once from the state left by the states before the pause."""
+def test_every_activate_holds_predictions_for_the_washout_over_dds(ros_env, tmp_path: Path) -> None:
+    """The node in its own process, a readout (fitted offline) loaded at configure, washout 50. Configure,
+    activate, 60 states: the first 50 give no prediction, the last 10 do, each exactly what the reservoir run
+    offline from a zero state over those 60 states gives; deactivate, activate, 60 other states: the same.
+    Before, the first activate predicted from the first state (a state that had seen one input, in the
+    transient the fit dropped); after a pause all 60 came from the state left before it (fixed earlier)."""
     from libredgetpu_ros.matmul import MatMulEngine
     from libredgetpu_ros.robotics.reservoir import ReservoirComputer, ReservoirConfig
 
     series = _series(800)
     readout = tmp_path / "readout.npz"
-    after = series[700:760]
+    runs = (series[600:660], series[700:760])
     with MatMulEngine.from_template(256, backend="cpu") as engine:
         offline = ReservoirComputer(engine, ReservoirConfig(input_dim=2, seed=5, washout=50))
         offline.fit(series[:599], series[1:600])
         offline.save_readout(readout)
-        expected = np.array([offline.step_predict(x) for x in after])[50:]
+        expected = []
+        for run in runs:
+            offline.set_state(np.zeros(offline.size))
+            expected.append(np.array([offline.step_predict(x) for x in run])[50:])
 
     _spawn(ros_env, _params(tmp_path, readout=str(readout)))
     peer = Peer(ros_env, "reservoir")
-    assert peer.transition("configure") and peer.transition("activate")
-    peer.wait_subscribed()
-    for i, x in enumerate(series[600:620]):
-        peer.publish(x, i)
-    peer.wait_for("20 predictions", lambda: len(peer.predictions) >= 20)
-    assert peer.transition("deactivate")
-    peer.wait_for("the state subscription gone", lambda: peer.states.get_subscription_count() == 0)
-    assert peer.transition("activate")
-    peer.wait_subscribed()
-    for i, x in enumerate(after):
-        peer.publish(x, 1000 + i)
-    peer.wait_for("10 predictions after the pause", lambda: len(peer.predictions) >= 30)
-    peer.spin_for(0.5)  # no more come
-    got = peer.predictions[20:]
-    assert [p.header.stamp.nanosec for p in got] == list(range(1050, 1060))
-    live = np.array([p.position for p in got])
-    assert np.array_equal(live, expected), np.max(np.abs(live - expected))
+    assert peer.transition("configure")
+    for n, (run, want) in enumerate(zip(runs, expected, strict=True)):
+        if n:
+            assert peer.transition("deactivate")
+            peer.wait_for("the state subscription gone", lambda: peer.states.get_subscription_count() == 0)
+        assert peer.transition("activate")
+        peer.wait_subscribed()
+        base = 1000 * (n + 1)
+        for i, x in enumerate(run):
+            peer.publish(x, base + i)
+        peer.wait_for(f"10 predictions after activate {n + 1}",
+                      lambda n=n: len(peer.predictions) >= 10 * (n + 1))
+        peer.spin_for(0.5)  # no more come
+        got = peer.predictions[10 * n:]
+        assert [p.header.stamp.nanosec for p in got] == list(range(base + 50, base + 60)), n
+        live = np.array([p.position for p in got])
+        assert np.array_equal(live, want), (n, np.max(np.abs(live - want)))

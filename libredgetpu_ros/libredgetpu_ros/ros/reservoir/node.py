@@ -3,9 +3,10 @@
 Every state (``sensor_msgs/JointState`` or ``std_msgs/Float64MultiArray``, parameter ``state_type``) advances
 a :class:`~libredgetpu_ros.robotics.reservoir.ReservoirComputer` (``W_res x`` on the MatMul engine: Edge TPU
 or CPU twin); once a readout exists, the prediction of the next state is published on ``~/prediction`` with
-the same message type (a JointState prediction carries the input's header: its stamp and frame). An activate
-after a deactivate restarts the state from zero and holds predictions back for ``washout`` states (diagnostics
-``warming_up``): the state from before a pause no longer leads to the next input.
+the same message type (a JointState prediction carries the input's header: its stamp and frame). Every
+activate (the first after configure as much as one after a pause) starts the state from zero and holds
+predictions back for ``washout`` states (diagnostics ``warming_up``): a state that has seen fewer inputs is in
+the transient a fit drops, and the state from before a pause no longer leads to the next input.
 
 Services: ``~/fit`` (FitReadout: the last N buffered states, or a bag's state topic; the readout maps each
 state to the next; read and fitted on a thread of its own, ``services.OffExecutor``, so the executor keeps
@@ -120,8 +121,7 @@ class ReservoirNode(ManagedNode):
         self._stats = _Stats()
         self._pred_pub: Any = None
         self._fitting = OffExecutor("reservoir_fit")
-        self._activated = False  # since configure: a later activate restarts the state (create_inputs)
-        self._warm_up = 0  # states still stepped without a prediction after a re-activate
+        self._warm_up = 0  # states still stepped without a prediction since the activate (washout)
         self._fit_run: FitRun | None = None  # the fit running (its cancel switch), else the last one
         # ~/fit lives as long as the node (not made at configure): the answer to a fit a teardown cancelled is
         # sent after that transition returned, which would find a service destroyed by it.
@@ -143,7 +143,7 @@ class ReservoirNode(ManagedNode):
         self._order = JointOrder(cfg.joint_names) if cfg.joint_names else None
         self._buffer = collections.deque(maxlen=cfg.buffer_size)
         self._stats = _Stats()
-        self._activated, self._warm_up = False, 0
+        self._warm_up = 0
 
     def create_outputs(self) -> None:
         cfg = self.cfg
@@ -160,15 +160,13 @@ class ReservoirNode(ManagedNode):
 
     def create_inputs(self) -> None:
         cfg = self.cfg
-        if self._activated:
-            # Back from a deactivate (a pause of any length): the state holds a history that no longer leads
-            # to the next input. Restarted from zero as a configure does, and no prediction for `washout`
-            # states (what a fit drops for the same transient). The fit buffer keeps its states: valid
-            # training data (one false pair at the pause, among buffer_size). Before the subscription: no
-            # state runs meanwhile.
-            self._rc.set_state(np.zeros(self._rc.size))
-            self._warm_up = cfg.washout
-        self._activated = True
+        # Every activate: the state starts from zero (after a pause it holds a history that no longer leads
+        # to the next input) and gives no prediction for `washout` states, the transient a fit drops: the
+        # readout was never fitted on a state that had seen fewer inputs. The fit buffer keeps its states:
+        # valid training data (one false pair at a pause, among buffer_size). Before the subscription: no
+        # state runs meanwhile.
+        self._rc.set_state(np.zeros(self._rc.size))
+        self._warm_up = cfg.washout
         mtype = JointState if cfg.state_type == "joint_state" else Float64MultiArray
         qos = QoSProfile(depth=cfg.state_queue, reliability=self._qos(cfg).reliability)
         self.data_subscription(mtype, cfg.state_topic, self._on_state, qos)
