@@ -1,9 +1,9 @@
 """The reservoir readout's ridge regression and its error measure (``reservoir.ReservoirComputer.fit``).
 
 The features are made and the normal equations summed over blocks of :data:`BLOCK_ROWS` rows, with the
-caller's cancel check between them: at the reservoir node's largest fit they take a third of it, the solve
-itself a small part (measured: docs/robotics.md, "Reservoir and recognition nodes"), so a cancel waits for one
-block or the solve, not for the whole fit; and the features are never held whole.
+caller's cancel check between them, so a cancel waits for one block or the solve, not for the whole fit
+(measured at the reservoir node's largest fit: bench/results/reservoir_fit_cancel.md); and the features are
+never held whole.
 """
 
 from __future__ import annotations
