@@ -27,10 +27,9 @@ def test_traceback_text_holds_the_chain_and_no_trailing_newline() -> None:
 
 
 def test_the_ros_layer_writes_it_once() -> None:
-    """Every node module logs the traceback through the helper; ros/spinning.py keeps its two copies for
-    now (edited elsewhere at the time of writing: listed so the count only goes down)."""
+    """Every module of the ROS layer logs a traceback through the helper: no inline copy left."""
     inline = '"".join(traceback.format_exception('
     found = {str(p.relative_to(PACKAGE)): p.read_text().count(inline)
              for p in (PACKAGE / "ros").rglob("*.py") if inline in p.read_text()}
-    assert set(found) <= {"ros/spinning.py"}, found
+    assert not found, found
     assert "format_exc()" not in (PACKAGE / "ros" / "lifecycle.py").read_text()

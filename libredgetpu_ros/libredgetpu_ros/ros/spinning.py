@@ -30,7 +30,6 @@ traceback, reports ERROR diagnostics and takes the node through lifecycle ``Erro
 from __future__ import annotations
 
 import threading
-import traceback
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -45,6 +44,7 @@ from rclpy.signals import SignalHandlerOptions
 from rclpy.subscription import Subscription
 from rclpy.timer import Timer
 
+from libredgetpu_ros.errors import traceback_text
 from libredgetpu_ros.ros.signal_stop import SignalStop
 from libredgetpu_ros.ros.signal_stop import rclpy_until_signal as rclpy_until_signal  # replay.py's import
 
@@ -74,7 +74,7 @@ def _spin_guarded(executor: SingleThreadedExecutor, companion: Any,
             if _ended_by_shutdown(exc, executor.context):
                 return
             if on_fault is None:
-                trace = "".join(traceback.format_exception(exc)).rstrip()
+                trace = traceback_text(exc)
                 companion.get_logger().fatal(f"executor thread of {companion.get_name()} ends: {trace}")
                 raise
             try:
@@ -272,7 +272,7 @@ class CompanionFault:
     def companion_failed(self, companion: Any, exc: BaseException) -> None:
         """An exception escaped a callback of ``companion`` (called on its thread by the spinner, which then
         spins on): logged with its traceback, latched."""
-        trace = "".join(traceback.format_exception(exc)).rstrip()
+        trace = traceback_text(exc)
         self.latch(f"{self._what} crashed ({companion.get_name()}): {type(exc).__name__}: {exc}", trace)
 
     def latch(self, cause: str, detail: str = "") -> None:
