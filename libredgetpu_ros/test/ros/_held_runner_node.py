@@ -82,6 +82,33 @@ class HeldRunner:
         self._closed.set()
 
 
+def events(folder: Path) -> list[str]:
+    """The lines :class:`HeldRunner` wrote to ``folder/events`` so far."""
+    path = folder / "events"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def hold_next_call(waiter: Any, folder: Path, publish: Any) -> None:
+    """Arm the runner, ``publish()`` one input (reliable, matched: a second one would queue behind the held
+    call) and wait until its engine call is held; ``waiter`` is a test probe (``wait_for``)."""
+    (folder / "arm").touch()
+    publish()
+    waiter.wait_for("the engine call to be held", lambda: "held" in events(folder))
+
+
+def first_call(waiter: Any, folder: Path, publish: Any) -> None:
+    """``publish()`` until a first engine call ran (the subscription matched), then let the late duplicates
+    of those inputs be answered."""
+    waiter.wait_for("a first engine call", lambda: "run-end" in events(folder), every=publish)
+    waiter.spin_for(0.5)  # an input published twice while the subscription matched answers late
+
+
+def first_call_then_hold(waiter: Any, folder: Path, publish: Any) -> None:
+    """:func:`first_call`, then :func:`hold_next_call`."""
+    first_call(waiter, folder, publish)
+    hold_next_call(waiter, folder, publish)
+
+
 def main() -> int:
     folder, module = Path(sys.argv[1]), sys.argv[2]
     from libredgetpu_ros.matmul.runners import register_runner

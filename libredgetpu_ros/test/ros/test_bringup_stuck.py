@@ -35,11 +35,6 @@ MARGIN_S = 5.0  # the ERROR's acknowledgement (0.5 s), the perception node's bri
 CLASSIFIER = "classify/mobilenet_v1_0.25_128_quant_edgetpu.tflite"
 
 
-def _events(folder: Path) -> list[str]:
-    path = folder / "events"
-    return path.read_text().splitlines() if path.exists() else []
-
-
 def test_stop_brings_every_node_down_past_a_stuck_one(ros_env, tmp_path: Path, fixture_path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from libredgetpu_ros.matmul import runners
@@ -81,12 +76,7 @@ def test_stop_brings_every_node_down_past_a_stuck_one(ros_env, tmp_path: Path, f
     state = Float32MultiArray(data=[0.5, -0.25])
     try:
         probe.wait_for("the control node's state subscription", lambda: states.get_subscription_count() > 0)
-        probe.wait_for("a first engine call", lambda: "run-end" in _events(tmp_path),
-                       every=lambda: states.publish(state))
-        probe.spin_for(0.5)  # a state published twice while the subscription matched answers late
-        (tmp_path / "arm").touch()
-        states.publish(state)
-        probe.wait_for("the engine call to be held", lambda: "held" in _events(tmp_path))
+        held.first_call_then_hold(probe, tmp_path, lambda: states.publish(state))
         spin_stop.set()
         spinner.join(WAIT_S)
         done, raised = threading.Event(), []
@@ -111,7 +101,7 @@ def test_stop_brings_every_node_down_past_a_stuck_one(ros_env, tmp_path: Path, f
         assert ctl._state_machine.current_state[1] == "active", "a transition ran under the held call"
         assert closed, "the perception node was not shut down after the stuck one"
         assert bringup.nodes == [] and bringup.executor is None
-        events = _events(tmp_path)
+        events = held.events(tmp_path)
         assert events[-1] == "held" and not any(e.startswith("close") for e in events), events
     finally:
         (tmp_path / "release").touch()
@@ -172,12 +162,7 @@ def test_the_bringup_command_exits_3_with_its_error_line(ros_env, tmp_path: Path
     states = probe.node.create_publisher(Float32MultiArray, "/bcmd/state", QoSProfile(depth=10))
     state = Float32MultiArray(data=[0.5, -0.25])
     probe.wait_for("the control node's state subscription", lambda: states.get_subscription_count() > 0)
-    probe.wait_for("a first engine call", lambda: "run-end" in _events(tmp_path),
-                   every=lambda: states.publish(state))
-    probe.spin_for(0.5)  # a state published twice while the subscription matched answers late
-    (tmp_path / "arm").touch()
-    states.publish(state)
-    probe.wait_for("the engine call to be held", lambda: "held" in _events(tmp_path))
+    held.first_call_then_hold(probe, tmp_path, lambda: states.publish(state))
     started = time.monotonic()
     proc.send_signal(signal.SIGINT)
     if hurried:
@@ -197,6 +182,6 @@ def test_the_bringup_command_exits_3_with_its_error_line(ros_env, tmp_path: Path
         assert "ended the wait before deactivate_timeout (10 s)" in log, log[-3000:]
     else:
         assert "did not return within deactivate_timeout (3 s)" in log, log[-3000:]
-    events = _events(tmp_path)
+    events = held.events(tmp_path)
     assert events[-1] == "held" and not any(e.startswith("close") for e in events), events
     print(f"bringup, {signals}, call held: stop to exit {took:.2f} s")

@@ -39,17 +39,13 @@ from .._helpers import load_helper
 
 HERE = Path(__file__).resolve().parent
 supervision = load_helper(HERE / "_lifecycle_supervisor.py")
+held = load_helper(HERE / "_held_runner_node.py")
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
 
 WAIT_S = 30.0
 RELEASE_AFTER_S = 2.0  # how long the transitions may take before the test releases the held call itself
 HELD_NODE = HERE / "_held_runner_node.py"
-
-
-def _events(folder: Path) -> list[str]:
-    path = folder / "events"
-    return path.read_text().splitlines() if path.exists() else []
 
 
 def _spawn(ros_env: Any, folder: Path, module: str, name: str, params: dict[str, Any], *,
@@ -60,23 +56,16 @@ def _spawn(ros_env: Any, folder: Path, module: str, name: str, params: dict[str,
     return ros_env.spawn(args, name, expect_exit=expect_exit)
 
 
-def _hold(sup: Any, folder: Path, publish: Any) -> None:
-    """Hold the engine call of the next state."""
-    (folder / "arm").touch()
-    publish()  # one state (reliable, matched): a second one would queue behind the held call
-    sup.wait_for("the state's engine call to be held", lambda: "held" in _events(folder))
-
-
 def _hold_and_tear_down(sup: Any, folder: Path, publish: Any) -> tuple[Any, Any]:
     """Hold one state's engine call, request deactivate + cleanup, release; the two answers."""
-    _hold(sup, folder, publish)
+    held.hold_next_call(sup, folder, publish)
     deactivate, cleanup = sup.answers_while_held(("deactivate", "cleanup"), (folder / "release").touch,
                                                  RELEASE_AFTER_S)
     return deactivate, cleanup
 
 
 def _check_teardown(ros_env: Any, sup: Any, folder: Path, name: str, deactivate: Any, cleanup: Any) -> None:
-    events = _events(folder)
+    events = held.events(folder)
     assert "use-after-close" not in events, f"the in-flight call ran on a closed runner: {events}"
     closes = [i for i, e in enumerate(events) if e.startswith("close")]
     assert closes, f"the runner was never closed: {events}"
@@ -136,7 +125,7 @@ def test_reservoir_state_in_flight_survives_deactivate_and_cleanup(ros_env, tmp_
     def publish() -> None:
         states.publish(Float64MultiArray(data=[0.5, -0.25]))
 
-    sup.wait_for("a first reservoir step", lambda: "run-end" in _events(tmp_path), every=publish)
+    sup.wait_for("a first reservoir step", lambda: "run-end" in held.events(tmp_path), every=publish)
     deactivate, cleanup = _hold_and_tear_down(sup, tmp_path, publish)
     _check_teardown(ros_env, sup, tmp_path, "reservoir_race", deactivate, cleanup)
 
@@ -177,9 +166,7 @@ def _stuck_node(ros_env: Any, folder: Path, kind: str, name: str, *, expect_exit
     assert sup.set_param("deactivate_timeout", timeout).successful
     assert sup.transition("configure") and sup.transition("activate")
     sup.wait_for("the node's state subscription", lambda: states.get_subscription_count() > 0)
-    sup.wait_for("a first engine call", lambda: "run-end" in _events(folder),
-                 every=lambda: states.publish(msg))
-    sup.spin_for(0.5)  # a state published twice while the subscription matched answers late
+    held.first_call(sup, folder, lambda: states.publish(msg))
     return proc, sup, lambda: states.publish(msg), arrays
 
 
@@ -188,7 +175,7 @@ def test_a_stuck_call_fails_deactivate_within_its_timeout(ros_env, tmp_path: Pat
     name = f"{kind}_stuck"
     _, sup, publish, arrays = _stuck_node(ros_env, tmp_path, kind, name)
     try:
-        _hold(sup, tmp_path, publish)
+        held.hold_next_call(sup, tmp_path, publish)
         started = time.monotonic()
         answer, = sup.request_async("deactivate")
         sup.wait_for(f"deactivate's answer within deactivate_timeout ({STUCK_TIMEOUT_S} s) of a stuck call",
@@ -197,7 +184,7 @@ def test_a_stuck_call_fails_deactivate_within_its_timeout(ros_env, tmp_path: Pat
         assert not answer.result().success, "deactivate succeeded with the call still held"
         assert took >= STUCK_TIMEOUT_S - 0.1, f"answered after {took:.2f} s, before the bound"
         assert sup.state() == "active"
-        events = _events(tmp_path)
+        events = held.events(tmp_path)
         assert not any(e.startswith("close") for e in events), f"closed under the held call: {events}"
         sup.spin_for(1.5)  # a periodic status or two while the call is still held
         log = (ros_env.work_dir / f"{name}.log").read_text()
@@ -210,12 +197,12 @@ def test_a_stuck_call_fails_deactivate_within_its_timeout(ros_env, tmp_path: Pat
         assert any(level == 2 and "outlived a deactivate" in message for level, message in statuses), statuses
     finally:
         (tmp_path / "release").touch()
-    sup.wait_for("the held call to return", lambda: "run-end" in _events(tmp_path)[
-        _events(tmp_path).index("held"):])
+    sup.wait_for("the held call to return", lambda: "run-end" in held.events(tmp_path)[
+        held.events(tmp_path).index("held"):])
     # Active and consistent: the next deactivate (the supervisor's retry) and cleanup succeed, the engine
     # closed after the call.
     assert sup.transition("deactivate") and sup.transition("cleanup") and sup.state() == "unconfigured"
-    events = _events(tmp_path)
+    events = held.events(tmp_path)
     assert "use-after-close" not in events and events[-1] == "close in_flight=0", events
     log = (ros_env.work_dir / f"{name}.log").read_text()
     assert "crashed" not in log and "Traceback" not in log, log[-3000:]
@@ -249,10 +236,10 @@ def test_sigterm_ends_a_node_whose_call_is_stuck(ros_env, tmp_path: Path) -> Non
 
     name = "control_sigterm"
     proc, sup, publish, arrays = _stuck_node(ros_env, tmp_path, "control", name, expect_exit=True)
-    _hold(sup, tmp_path, publish)
+    held.hold_next_call(sup, tmp_path, publish)
     took = _sigterm(sup, proc, STUCK_TIMEOUT_S)
     assert proc.returncode == EXIT_DATA_PATH_STUCK, proc.returncode
-    events = _events(tmp_path)
+    events = held.events(tmp_path)
     assert events[-1] == "held" and not any(e.startswith("close") for e in events), events
     log = (ros_env.work_dir / f"{name}.log").read_text()
     assert "Traceback" not in log, log[-3000:]
@@ -278,7 +265,7 @@ def test_sigterm_waits_once_for_a_call_that_returns_within_its_timeout(ros_env, 
     name = "reservoir_sigterm"
     proc, sup, publish, _ = _stuck_node(ros_env, tmp_path, "reservoir", name, expect_exit=True,
                                         timeout=RETURNING_TIMEOUT_S)
-    _hold(sup, tmp_path, publish)
+    held.hold_next_call(sup, tmp_path, publish)
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     sup.spin_for(RETURNS_AFTER_S)
@@ -288,7 +275,7 @@ def test_sigterm_waits_once_for_a_call_that_returns_within_its_timeout(ros_env, 
                  timeout=RETURNING_TIMEOUT_S + EXIT_MARGIN_S - RETURNS_AFTER_S)
     took = time.monotonic() - started
     assert proc.returncode == 0, proc.returncode
-    events = _events(tmp_path)
+    events = held.events(tmp_path)
     assert "use-after-close" not in events and events[-1] == "close in_flight=0", events
     log = (ros_env.work_dir / f"{name}.log").read_text()
     assert "Traceback" not in log and "ERROR" not in log, log[-3000:]
@@ -305,11 +292,11 @@ def test_sigterm_after_a_failed_deactivate_does_not_wait_again(ros_env, tmp_path
 
     name = "reservoir_known_stuck"
     proc, sup, publish, _ = _stuck_node(ros_env, tmp_path, "reservoir", name, expect_exit=True)
-    _hold(sup, tmp_path, publish)
+    held.hold_next_call(sup, tmp_path, publish)
     assert not sup.transition("deactivate"), "deactivate succeeded with the call still held"
     took = _sigterm(sup, proc, 0.0)
     assert proc.returncode == EXIT_DATA_PATH_STUCK, proc.returncode
-    events = _events(tmp_path)
+    events = held.events(tmp_path)
     assert events[-1] == "held" and not any(e.startswith("close") for e in events), events
     log = (ros_env.work_dir / f"{name}.log").read_text()
     assert "Traceback" not in log and "exit: waiting" not in log, log[-3000:]

@@ -35,6 +35,7 @@ from .._helpers import load_helper
 
 HERE = Path(__file__).resolve().parent
 supervision = load_helper(HERE / "_lifecycle_supervisor.py")
+held = load_helper(HERE / "_held_runner_node.py")
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
 
@@ -69,11 +70,6 @@ MARKERS = {
 }
 
 
-def _events(folder: Path) -> list[str]:
-    path = folder / "events"
-    return path.read_text().splitlines() if path.exists() else []
-
-
 def _launch_and_hold(ros_env, folder: Path) -> tuple[Any, Any, Path]:
     """``ros2 launch`` of the held-runner control node, active, one engine call done, the next one held:
     (the launch process, the supervisor, launch's log)."""
@@ -93,12 +89,7 @@ def _launch_and_hold(ros_env, folder: Path) -> tuple[Any, Any, Path]:
     states = sup.node.create_publisher(Float32MultiArray, "/lstuck/state", QoSProfile(depth=10))
     state = Float32MultiArray(data=[0.5, -0.25])
     sup.wait_for("the node's state subscription", lambda: states.get_subscription_count() > 0)
-    sup.wait_for("a first engine call", lambda: "run-end" in _events(folder),
-                 every=lambda: states.publish(state))
-    sup.spin_for(0.5)  # a state published twice while the subscription matched answers late
-    (folder / "arm").touch()
-    states.publish(state)
-    sup.wait_for("the engine call to be held", lambda: "held" in _events(folder))
+    held.first_call_then_hold(sup, folder, lambda: states.publish(state))
     return launch, sup, log_path
 
 
@@ -144,7 +135,7 @@ def test_ctrl_c_to_launch_ends_a_stuck_node_with_its_error_and_status_3(ros_env,
     errors = [line for line in log.splitlines() if MARKERS["error"].search(line)]
     assert len(errors) == 1, f"the node's ERROR line (one):\n{log[-4000:]}"
     assert "Traceback" not in log, log[-4000:]
-    events = _events(tmp_path)
+    events = held.events(tmp_path)
     assert events[-1] == "held" and not any(e.startswith("close") for e in events), events
 
 
@@ -167,5 +158,5 @@ def test_one_ctrl_c_to_the_launch_group_waits_for_a_call_that_returns(ros_env, t
     assert "exit" in seen and "finished cleanly" in seen["exit"][1], f"{report}\n{log[-4000:]}"
     assert "sigterm" not in seen and "error" not in seen, f"{report}\n{log[-4000:]}"
     assert "Traceback" not in log, log[-4000:]
-    events = _events(tmp_path)
+    events = held.events(tmp_path)
     assert "use-after-close" not in events and events[-1] == "close in_flight=0", events
