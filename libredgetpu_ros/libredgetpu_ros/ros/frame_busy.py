@@ -10,9 +10,9 @@ as it takes (``wait_s=None``).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Protocol
 
 from libredgetpu_ros.errors import LibrEdgeTpuError
 
@@ -23,8 +23,16 @@ class FrameBusyError(LibrEdgeTpuError):
     """The lock a frame holds was not free within the handler's bound: a frame in progress, perhaps stuck."""
 
 
+class Lock(Protocol):
+    """``threading.Lock`` or ``threading.RLock`` (the SPU node's)."""
+
+    def acquire(self, blocking: bool = ..., timeout: float = ...) -> bool: ...
+
+    def release(self) -> None: ...
+
+
 @contextmanager
-def frame_lock(lock: threading.Lock, wait_s: float | None = FRAME_BUSY_WAIT_S) -> Iterator[None]:
+def frame_lock(lock: Lock, wait_s: float | None = FRAME_BUSY_WAIT_S) -> Iterator[None]:
     """``lock`` held for the block, waited for at most ``wait_s`` (None: as long as it takes); past that,
     ``FrameBusyError`` and nothing done."""
     if not lock.acquire(timeout=-1 if wait_s is None else wait_s):

@@ -282,3 +282,28 @@ def test_a_latched_parameter_the_spu_did_not_take_is_refused(ros_env, tmp_path: 
         np.testing.assert_allclose(np.array(published[0].position), [3.0] * 6)  # A = B + C + L, L = 0
         [again] = node.set_parameters([Parameter("latched.L", value=[1.0] * 6)])  # the device answers again
         assert again.successful and list(node._latched["L"]) == [1.0] * 6
+
+
+def test_reset_and_latched_parameters_answer_while_an_input_holds_the_runner(ros_env, tmp_path: Path,
+                                                                             monkeypatch) -> None:
+    """In-process: another thread holds the node's lock as an input stuck in a send would (the data path
+    holds it across the runner's send / recv). ``~/reset`` and a ``latched.L`` change answer within the
+    bound, refused "a frame is in progress", nothing sent; once free, both work. Before, each waited for the
+    lock on the main executor as long as the send was stuck (``ros/frame_busy.py``)."""
+    from rclpy.parameter import Parameter
+    from std_srvs.srv import Trigger
+
+    held_lock = load_helper(Path(__file__).resolve().parents[1] / "ros" / "_held_lock.py")
+    spec_path, program_path = write_program(tmp_path)
+    with spu_client.active_node(ros_env, monkeypatch, spec_path, program_path) as (node, _):
+        resets = node.counters.get("resets")
+        busy = held_lock.answer_while_held(node._lock, lambda: node._on_reset(Trigger.Request(),
+                                                                                   Trigger.Response()))
+        assert not busy.success and "frame is in progress" in busy.message, busy
+        result = held_lock.answer_while_held(node._lock, lambda: node.set_parameters(
+            [Parameter("latched.L", value=[1.0] * 6)])[0])
+        assert not result.successful and "frame is in progress" in result.reason, result
+        assert list(node.get_parameter("latched.L").value) == [0.0] * 6  # nothing sent, nothing reset
+        assert node.counters.get("resets") == resets
+        assert node._on_reset(Trigger.Request(), Trigger.Response()).success
+        assert node.set_parameters([Parameter("latched.L", value=[1.0] * 6)])[0].successful

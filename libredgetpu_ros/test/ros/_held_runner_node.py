@@ -9,6 +9,9 @@ runner interface (not a device), which
   ``close()`` is called: then the call goes on, as it would on a real runner whose owner closed it);
 - frees its state on ``close()`` as a native interpreter does: a ``run`` that goes on after ``close()``
   raises ``RuntimeError`` instead of reading freed memory;
+- stages a new parameter set only once no ``run`` is in flight, as the Edge TPU runner does (one device: its
+  lock serialises the upload with the inference, ``matmul/device_runner.py``): a weight swap waits for a held
+  call;
 - appends what happens to ``DIR/events``, one line each: ``held``, ``run-end``, ``close in_flight=<n>``,
   ``use-after-close``.
 
@@ -41,15 +44,17 @@ class HeldRunner:
         self._in_flight = 0
         self._held_once = False
         self._closed = threading.Event()
+        self._device = threading.Lock()  # a run and a stage never at once (the device runner's lock)
 
     def _event(self, text: str) -> None:
         with (self._folder / "events").open("a") as f:
             f.write(text + "\n")
 
     def stage(self, parameters: Any) -> None:
-        if self._inner is None:
-            raise RuntimeError("stage on a closed runner")
-        self._inner.stage(parameters)
+        with self._device:
+            if self._inner is None:
+                raise RuntimeError("stage on a closed runner")
+            self._inner.stage(parameters)
 
     def run(self, xq: np.ndarray, parameters: Any) -> np.ndarray:
         with self._lock:
@@ -57,18 +62,19 @@ class HeldRunner:
             hold = not self._held_once and (self._folder / "arm").exists()
             self._held_once |= hold
         try:
-            if hold:
-                self._event("held")
-                deadline = time.monotonic() + HOLD_LIMIT_S
-                while not (self._folder / "release").exists() and not self._closed.is_set():
-                    if time.monotonic() > deadline:
-                        raise RuntimeError("held run never released")
-                    time.sleep(0.005)
-            inner = self._inner
-            if inner is None:  # a native runner would read freed memory here
-                self._event("use-after-close")
-                raise RuntimeError("run on a closed runner (use after close)")
-            return inner.run(xq, parameters)
+            with self._device:
+                if hold:
+                    self._event("held")
+                    deadline = time.monotonic() + HOLD_LIMIT_S
+                    while not (self._folder / "release").exists() and not self._closed.is_set():
+                        if time.monotonic() > deadline:
+                            raise RuntimeError("held run never released")
+                        time.sleep(0.005)
+                inner = self._inner
+                if inner is None:  # a native runner would read freed memory here
+                    self._event("use-after-close")
+                    raise RuntimeError("run on a closed runner (use after close)")
+                return inner.run(xq, parameters)
         finally:
             with self._lock:
                 self._in_flight -= 1

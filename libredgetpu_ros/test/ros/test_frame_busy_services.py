@@ -1,51 +1,31 @@
 """Main-executor handlers never wait for good on a frame in progress (``ros/frame_busy.py``).
 
 The flow node's ``~/reset_heading`` and runtime parameter changes take the compass lock, the recognition
-node's ``~/enroll`` the extractor's; a frame holds that lock across the model's invoke. Here (real nodes in
-process, real models on the cpu backend, configured) another thread holds the lock as a stuck frame would:
-each handler answers "a frame is in progress" (success false, nothing changed) within the bound, and does
-its work once the lock is free. Before, each blocked the node's main executor as long as the frame: no
-deactivate, no diagnostics, no stuck exit.
+node's ``~/enroll`` its frame lock (held across a frame's embedding and match), the perception node's
+runtime parameters the pipeline's lock, the tracker node's ``~/set_color`` the tracker's frame lock (held
+across its inference); a frame holds that lock across the model's invoke. Here (real nodes in process, real
+models on the cpu backend, configured) another thread holds the lock as a stuck frame would
+(``_held_lock.py``): each handler answers "a frame is in progress" (success false, nothing changed) within
+the bound, and does its work once the lock is free. Before, each blocked the node's main executor as long
+as the frame: no deactivate, no diagnostics, no stuck exit (the tracker's swap: on an Edge TPU, whose
+staging waits for the frame's inference on the device; ``test_frame_busy_held.py`` shows that wait over
+DDS for the MatMul engine's swaps).
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from .._helpers import load_helper
+
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
 
-WAIT_S = 15.0  # the bound (1 s) with room on a loaded machine; an unbounded wait never answers
-
-
-def _answer_while_held(lock: threading.Lock, call: Callable[[], Any]) -> Any:
-    """``call()`` run on its own thread while another thread holds ``lock``; its result, or a failure when
-    it did not return within WAIT_S (the lock is released before failing, so the call ends)."""
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with lock:
-            held.set()
-            release.wait(WAIT_S * 2)
-
-    holder = threading.Thread(target=hold, daemon=True)
-    holder.start()
-    assert held.wait(WAIT_S)
-    answers: list[Any] = []
-    caller = threading.Thread(target=lambda: answers.append(call()), daemon=True)
-    try:
-        caller.start()
-        caller.join(WAIT_S)
-        assert answers, f"the handler did not answer within {WAIT_S:g} s with the lock held: blocked"
-        return answers[0]
-    finally:
-        release.set()
-        holder.join(WAIT_S)
-        caller.join(WAIT_S)
+held_lock = load_helper(Path(__file__).resolve().parent / "_held_lock.py")
+_answer_while_held = held_lock.answer_while_held
 
 
 def test_flow_reset_heading_and_parameters_answer_while_a_frame_holds_the_compass(ros_env) -> None:
@@ -92,11 +72,59 @@ def test_recognition_enroll_answers_while_a_frame_holds_the_extractor(ros_env) -
         processor: Any = node.processor
         processor.last_rgb = np.random.default_rng(3).integers(0, 256, (128, 128, 3), dtype=np.uint8)
         request = Enroll.Request(label="cat")
-        busy = _answer_while_held(processor._embed_lock, lambda: node._on_enroll(request, Enroll.Response()))
+        busy = _answer_while_held(processor._frame_lock, lambda: node._on_enroll(request, Enroll.Response()))
         assert not busy.success and "frame is in progress" in busy.message, busy
         assert len(processor.db) == 0  # the database unchanged
         done = node._on_enroll(request, Enroll.Response())
         assert done.success and done.entries == 1, done.message
+    finally:
+        node.teardown()
+        node.destroy_node()
+
+
+def test_perception_parameters_answer_while_a_frame_holds_the_pipeline(ros_env, fixture_path) -> None:
+    from libredgetpu_ros.ros.perception.node import PerceptionNode
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    model = "posenet/posenet_mobilenet_v1_075_481_641_quant_decoder_edgetpu.tflite"
+    node = PerceptionNode("perception_busy", context=ros_env.init_rclpy(), parameter_overrides=[
+        Parameter("model", value=str(fixture_path(model))), Parameter("backend", value="cpu")])
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        processor: Any = node.processor
+        before = node.get_parameter("score_threshold").value
+        result = _answer_while_held(processor._lock, lambda: node.set_parameters(
+            [Parameter("score_threshold", value=0.3)])[0])
+        assert not result.successful and "frame is in progress" in result.reason, result
+        assert node.get_parameter("score_threshold").value == before  # nothing changed
+        assert node.set_parameters([Parameter("score_threshold", value=0.3)])[0].successful  # free: applied
+    finally:
+        node.teardown()
+        node.destroy_node()
+
+
+def test_tracker_set_color_answers_while_a_frame_holds_the_tracker(ros_env) -> None:
+    from libredgetpu_ros.ros.robotics.tracker_node import TrackerNode
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    from libredgetpu_ros_interfaces.srv import SetColor
+
+    params = {"module": "spot", "template": "color_red_64x64", "backend": "cpu"}
+    node = TrackerNode("tracker_busy", context=ros_env.init_rclpy(),
+                       parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        processor: Any = node.processor
+        version = processor.tracker.runner.store.version
+        request = SetColor.Request(r=0.0, g=1.0, b=0.0)
+        busy = _answer_while_held(processor._frame_lock,
+                                  lambda: node._on_set_color(request, SetColor.Response()))
+        assert not busy.success and "frame is in progress" in busy.message, busy
+        assert processor.tracker.runner.store.version == version  # nothing swapped
+        done = node._on_set_color(request, SetColor.Response())
+        assert done.success and done.version == version + 1, done.message
     finally:
         node.teardown()
         node.destroy_node()

@@ -22,7 +22,12 @@ A state in flight when the node deactivates, cleans up or goes to ``on_error`` f
 goes out while the node is still active, and the engine is closed after it (``ManagedNode``'s data-path
 lock, ``ros/lifecycle.py``).
 The loop reads weights through ``MatMulEngine.matmul_versioned``: each output comes from one complete weight
-set (the old one or the new one, never a mix) and carries that set's version. The state subscription keeps
+set (the old one or the new one, never a mix) and carries that set's version. On an engine that runs through
+its runner (an accelerator), a swap stages the new weights on the runner, which waits for the call in flight
+(one device): the loop holds a step lock across its call there, and ``~/set_weights`` waits for it at most
+``FRAME_BUSY_WAIT_S`` (``ros/frame_busy.py``), then answers ``accepted: false`` "a frame is in progress
+(stuck?)", weights unchanged, so a stuck call never blocks the main executor. The fused CPU twin stages
+nothing: no lock, the loop never waits for a swap. The state subscription keeps
 only the latest ``state_queue`` states: a controller wants the newest state, not a backlog.
 
 Faults: a state the engine refuses (NaN/inf) is dropped, counted and reported (diagnostics WARN with the
@@ -40,6 +45,7 @@ fresh (and page-faulted in) on every call; ``LIBREDGETPU_ROS_MALLOC_TUNING=0`` t
 from __future__ import annotations
 
 import array
+import contextlib
 import dataclasses
 import sys
 import threading
@@ -60,6 +66,7 @@ from libredgetpu_ros.ros.control import stats
 from libredgetpu_ros.ros.control.codec import as_float32_buffer, describe_non_finite, to_float32_array
 from libredgetpu_ros.ros.control.controller import Controller
 from libredgetpu_ros.ros.control.params import PARAM_TABLE, ControlConfig
+from libredgetpu_ros.ros.frame_busy import FrameBusyError, frame_lock
 from libredgetpu_ros.ros.lifecycle import ManagedNode
 from libredgetpu_ros.ros.services import MESSAGE_CHARS
 from libredgetpu_ros.ros.spinning import run_lifecycle_node_main
@@ -89,6 +96,8 @@ class ControlNode(ManagedNode):
         self._cmd_stamped_pub: Any = None
         self._plain_out, self._stamped_out = Float32MultiArray(), CommandStamped()  # reused by the loop
         self._swap_lock = threading.Lock()  # one swap at a time even if services move to another group
+        # the loop's engine call vs a swap's staging, on an engine that runs through its runner (docstring)
+        self._step_lock: threading.Lock | None = None
 
     # ----- lifecycle hooks (ros/lifecycle.py) -----------------------------------------------------
 
@@ -100,6 +109,8 @@ class ControlNode(ManagedNode):
     def open_processor(self) -> None:
         with jit.compile_notice(self.get_logger().info):  # one INFO line when the kernel cache was cold
             self._ctl = Controller(self.cfg, self.get_fully_qualified_name())
+        # the fused twin (twin_weights) stages nothing, never runs the runner: a swap never waits for a step
+        self._step_lock = threading.Lock() if self._ctl.engine.twin_weights() is None else None
         self._check_accelerator()
 
     def create_outputs(self) -> None:
@@ -204,7 +215,8 @@ class ControlNode(ManagedNode):
         xin = ctl.x.copy()  # a fresh buffer per call: never mutate one the engine may still hold
         xin[:n] = x
         try:
-            y, version = ctl.engine.matmul_versioned(xin)  # checks finiteness (float64 overflow included)
+            with self._step_lock or contextlib.nullcontext():  # as long as it takes (a swap: at most 1 s)
+                y, version = ctl.engine.matmul_versioned(xin)  # checks finiteness (float64 overflow included)
         except InputError as exc:
             loop.invalid += 1
             loop.last_invalid = describe_non_finite(xin) if not np.isfinite(xin).all() else str(exc)
@@ -255,9 +267,14 @@ class ControlNode(ManagedNode):
                 if replayed is not None:  # a retry: its first copy was handled (and its reply maybe lost)
                     swaps.replayed += 1
                     return replayed
-                device_error = ctl.set_weights(req, resp, cfg.clip_policy, t0)
-                if req.request_id:
-                    ctl.replies.record(req.request_id, resp)
+                try:
+                    device_error = self._swap(ctl, req, resp, cfg.clip_policy, t0)
+                except FrameBusyError as exc:  # a step holds the runner past the bound: not blocked, refused
+                    resp.accepted, resp.version = False, int(ctl.engine.version)
+                    resp.message, device_error = f"weights unchanged: {exc}", None
+                else:
+                    if req.request_id:  # a busy answer is not recorded: the retry of that id runs
+                        ctl.replies.record(req.request_id, resp)
             if device_error:
                 self.get_logger().error(device_error)
         resp.total_ms = (time.perf_counter() - t0) * 1e3
@@ -272,6 +289,14 @@ class ControlNode(ManagedNode):
             swaps.last_swap_time = time.time()
             swaps.last_swap_total_ms = resp.total_ms
         return resp
+
+    def _swap(self, ctl: Controller, req: SetWeights.Request, resp: SetWeights.Response, clip_policy: str,
+              t0: float) -> str | None:
+        """``Controller.set_weights`` between two steps when it stages on the runner (not a dry run, an
+        engine through its runner): ``FrameBusyError`` when a step holds it past ``FRAME_BUSY_WAIT_S``."""
+        lock = None if req.dry_run else self._step_lock
+        with contextlib.nullcontext() if lock is None else frame_lock(lock):
+            return ctl.set_weights(req, resp, clip_policy, t0)
 
     def _on_get_weights(self, req: GetWeights.Request, resp: GetWeights.Response) -> GetWeights.Response:
         cfg, ctl = self.cfg, self._ctl

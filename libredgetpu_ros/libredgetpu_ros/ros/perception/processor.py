@@ -27,6 +27,7 @@ from libredgetpu_ros.ros.camera.processor import (
     shared_values,
     shared_warnings,
 )
+from libredgetpu_ros.ros.frame_busy import FrameBusyError, frame_lock
 from libredgetpu_ros.ros.params import share_stream
 from libredgetpu_ros.ros.perception.params import pipeline_config
 
@@ -117,11 +118,14 @@ class PerceptionProcessor(CameraProcessor):
         if not any(name in changes for name in _RUNTIME_OPTIONS):
             return None
         merged = {name: changes.get(name, getattr(self.params, name)) for name in _RUNTIME_OPTIONS}
-        with self._lock:
-            try:
+        try:
+            # the main executor's parameter callback: a frame holding the pipeline past 1 s refuses it
+            with frame_lock(self._lock):
                 self.pipeline.set_options(**merged)
-            except LibrEdgeTpuError as exc:
-                return str(exc)
+        except FrameBusyError as exc:
+            return f"not applied: {exc}"
+        except LibrEdgeTpuError as exc:
+            return str(exc)
         return None
 
     def close(self) -> None:

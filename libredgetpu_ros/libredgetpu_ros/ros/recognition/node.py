@@ -13,14 +13,16 @@ extractor, Edge TPU or CPU twin) and an ``EmbeddingSimilarity`` database on the 
   of a label), ``~/save`` / ``~/load`` (FilePath: the database file; a file of another embedding size or
   with more entries than the template holds is refused and the database kept).
 
-Changes are atomic weight swaps: a frame is matched against one database version, never half of one. The
-extractor is shared by the camera thread and the enroll service under one lock (LiteRT interpreters are not
-reentrant); the service waits for it at most ``FRAME_BUSY_WAIT_S`` (``ros/frame_busy.py``).
+Changes are atomic weight swaps: a frame is matched against one database version, never half of one. A
+frame holds the processor's lock across its embedding and match; ``~/enroll``, ``~/forget`` and ``~/load``
+wait for it at most ``FRAME_BUSY_WAIT_S`` (``ros/frame_busy.py``) and are refused past it, database
+unchanged ("a frame is in progress (stuck?)"); ``~/save`` writes the current version and takes no lock.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from libredgetpu_ros.errors import LibrEdgeTpuError
@@ -54,10 +56,6 @@ class RecognitionNode(CameraNode):
         self.service(FilePath, "~/save", self._on_save)
         self.service(FilePath, "~/load", self._on_load)
 
-    def _db(self) -> Any:
-        processor: Any = self.processor
-        return None if processor is None else processor.db
-
     # ----- services (main executor) -------------------------------------------------------------------
     def _refuse(self, resp: Any, exc: BaseException) -> Any:
         self._refused += 1
@@ -76,9 +74,8 @@ class RecognitionNode(CameraNode):
             return resp
         region = (req.x, req.y, req.width, req.height) if req.use_region else None
         try:
-            # a frame holding the extractor past the bound: FrameBusyError, refused (the executor not blocked)
-            embedding = processor.embed(rgb, region=region, wait_s=FRAME_BUSY_WAIT_S)
-            slot = db.add(req.label, embedding)
+            # a frame holding the lock past the bound: FrameBusyError, refused (the executor not blocked)
+            slot = processor.enroll(req.label, rgb, region, FRAME_BUSY_WAIT_S)
         except LibrEdgeTpuError as exc:
             return self._refuse(resp, exc)
         resp.success, resp.entries = True, len(db)
@@ -87,30 +84,35 @@ class RecognitionNode(CameraNode):
         return resp
 
     def _on_forget(self, req: Forget.Request, resp: Forget.Response) -> Forget.Response:
-        db = self._db()
-        if db is None:
+        processor: Any = self.processor
+        if processor is None:
             resp.success, resp.message = False, "node is not configured"
             return resp
         try:
-            resp.removed = db.remove(req.label)
+            resp.removed = processor.change_database(lambda db: db.remove(req.label))
         except LibrEdgeTpuError as exc:
             return self._refuse(resp, exc)
         resp.success, resp.message = True, f"forgot {resp.removed} entries of {clip_repr(req.label)}"
         return resp
 
     def _on_save(self, req: FilePath.Request, resp: FilePath.Response) -> FilePath.Response:
-        return self._file_op(resp, lambda db: f"saved {db.save(req.path)} entries to {clip(req.path)}")
+        # the current version, read without the frame lock: a frame never changes the database
+        return self._file_op(resp, lambda p: f"saved {p.db.save(req.path)} entries to {clip(req.path)}")
 
     def _on_load(self, req: FilePath.Request, resp: FilePath.Response) -> FilePath.Response:
-        return self._file_op(resp, lambda db: f"loaded {db.load(req.path)} entries from {clip(req.path)}")
+        def load(processor: Any) -> str:  # replaces the database between two frames
+            count = processor.change_database(lambda db: db.load(req.path))
+            return f"loaded {count} entries from {clip(req.path)}"
 
-    def _file_op(self, resp: Any, operation: Any) -> Any:
-        db = self._db()
-        if db is None:
+        return self._file_op(resp, load)
+
+    def _file_op(self, resp: Any, operation: Callable[[Any], str]) -> Any:
+        processor: Any = self.processor
+        if processor is None:
             resp.success, resp.message = False, "node is not configured"
             return resp
         try:
-            resp.message = operation(db)
+            resp.message = operation(processor)
         except (LibrEdgeTpuError, OSError) as exc:
             return self._refuse(resp, exc)
         resp.success = True

@@ -4,10 +4,12 @@ open-set decision as ``vision_msgs/Classification``; what the node runs per fram
 --node-type recognition`` runs (``ros/bag_nodes.py``; the database is then the file's for the whole bag: the
 live node's ``~/enroll`` / ``~/forget`` calls are not in a camera bag).
 
-The extractor is shared by the camera thread and the node's ``~/enroll`` under one lock (LiteRT
-interpreters are not reentrant), which ``~/enroll`` waits for at most ``FRAME_BUSY_WAIT_S`` (a stuck frame
-would block the main executor: ``ros/frame_busy.py``); the database swaps its weights atomically, so a
-frame is matched against one database version.
+A frame holds one lock across its embedding and its match: the extractor is shared with ``~/enroll``
+(LiteRT interpreters are not reentrant), and a database change (``~/enroll``, ``~/forget``, ``~/load``)
+stages its weights on the engine's runner, which on an accelerator waits for the match in flight (one
+device: ``matmul/device_runner.py``). The services wait for that lock at most ``FRAME_BUSY_WAIT_S`` and are
+refused past it (a stuck frame would block the main executor for good: ``ros/frame_busy.py``). The
+database swaps its weights atomically, so a frame is matched against one database version.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 from std_msgs.msg import Header
@@ -30,11 +33,13 @@ from libredgetpu_ros.ros.camera.processor import (
     shared_values,
     shared_warnings,
 )
-from libredgetpu_ros.ros.frame_busy import frame_lock
+from libredgetpu_ros.ros.frame_busy import FRAME_BUSY_WAIT_S, frame_lock
 from libredgetpu_ros.ros.params import dense_stream, share_stream
 
 # The extractor's input size: the warm-up's blank frame without a first frame.
 _WARM_UP_SIZE = 224
+
+T = TypeVar("T")
 
 
 def open_recognizer(p: Any, node: str = "") -> tuple[Any, Any]:
@@ -94,7 +99,7 @@ class RecognitionProcessor(CameraProcessor):
         super().__init__(params, warn, node)
         self.extractor, self.db = open_recognizer(params, node)
         self.out_types = {"classification": Classification}
-        self._embed_lock = threading.Lock()
+        self._frame_lock = threading.Lock()  # a frame's embed + match vs the services (module docstring)
         self.last_rgb: np.ndarray | None = None  # the last frame (what ~/enroll enrols)
         self._last: tuple[str, float] | None = None
         self._unknown = 0
@@ -107,10 +112,22 @@ class RecognitionProcessor(CameraProcessor):
     def embed(self, rgb: np.ndarray, region: tuple[int, int, int, int] | None = None,
               wait_s: float | None = None) -> np.ndarray:
         """The embedding of ``rgb`` (of ``region``: x, y, width, height, when given). ``wait_s``: the most
-        the extractor is waited for (``~/enroll`` on the main executor: ``FrameBusyError`` past it; None, the
-        camera thread: as long as it takes)."""
-        with frame_lock(self._embed_lock, wait_s):
+        the frame lock is waited for (``FrameBusyError`` past it; None: as long as it takes)."""
+        with frame_lock(self._frame_lock, wait_s):
             return self.extractor.embed(rgb, region=region)
+
+    def enroll(self, label: str, rgb: np.ndarray, region: tuple[int, int, int, int] | None = None,
+               wait_s: float | None = FRAME_BUSY_WAIT_S) -> int:
+        """``~/enroll``: ``rgb``'s embedding (of ``region``) added under ``label``; its slot. A frame holding
+        the lock past ``wait_s``: ``FrameBusyError``, nothing changed."""
+        with frame_lock(self._frame_lock, wait_s):
+            return self.db.add(label, self.extractor.embed(rgb, region=region))
+
+    def change_database(self, change: Callable[[Any], T], wait_s: float | None = FRAME_BUSY_WAIT_S) -> T:
+        """``change(db)`` (``~/forget``, ``~/load``) between two frames; a frame holding the lock past
+        ``wait_s``: ``FrameBusyError``, nothing changed."""
+        with frame_lock(self._frame_lock, wait_s):
+            return change(self.db)
 
     def warm_up(self, rgb: np.ndarray | None) -> None:
         blank = np.zeros((_WARM_UP_SIZE, _WARM_UP_SIZE, 3), np.uint8)
@@ -119,11 +136,12 @@ class RecognitionProcessor(CameraProcessor):
 
     def frame(self, header: Any, rgb: np.ndarray, wanted: Wanted | None = None,
               plane: Any = None, prepared: Any = None) -> FrameOutput:
-        t0 = time.monotonic()
-        embedding = self.embed(rgb)
-        t1 = time.monotonic()
-        decision = decide(self.db, embedding, self.params)
-        t2 = time.monotonic()
+        with self._frame_lock:  # the camera thread waits as long as it takes (a service at most 1 s)
+            t0 = time.monotonic()
+            embedding = self.extractor.embed(rgb)
+            t1 = time.monotonic()
+            decision = decide(self.db, embedding, self.params)
+            t2 = time.monotonic()
         self.last_rgb = rgb
         self._last = None if decision.label is None else (decision.label, decision.score)
         if decision.label is not None and not decision.known:

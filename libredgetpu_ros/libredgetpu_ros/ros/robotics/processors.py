@@ -11,8 +11,10 @@ do with a frame, and what ``process-bag --node-type tracker|looming`` runs (``ro
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -26,6 +28,7 @@ from libredgetpu_ros.ros.camera.processor import (
     shared_values,
     shared_warnings,
 )
+from libredgetpu_ros.ros.frame_busy import FRAME_BUSY_WAIT_S, frame_lock
 from libredgetpu_ros.ros.params import share_stream
 from libredgetpu_ros.ros.robotics import messages
 from libredgetpu_ros.ros.robotics.params import parse_color
@@ -94,6 +97,9 @@ def tracker_kernel(tracker: Any) -> tuple[int, int] | None:
     return None if width is None else (int(width), int(tracker.kernel_height))
 
 
+T = TypeVar("T")
+
+
 def track_fitted(tracker: Any, fitted: Any) -> Any:
     """The TrackResult of a frame already fitted to the template (``tracker.fit(rgb)``)."""
     found = tracker.track(fitted)
@@ -143,6 +149,9 @@ class TrackerProcessor(_TemplateProcessor):
         self._last_offset: tuple[float, float] | None = None
         self._last_reason = ""
         self._not_valid: dict[str, int] = {}  # frames without a valid target, by reason
+        # a frame's tracking vs a service's swap, which stages on the runner: on an accelerator that waits
+        # for the frame's inference (one device), so the services wait for this at most FRAME_BUSY_WAIT_S
+        self._frame_lock = threading.Lock()
 
     @property
     def tracker(self) -> Any:
@@ -163,7 +172,8 @@ class TrackerProcessor(_TemplateProcessor):
         t0 = time.monotonic()
         fitted = tracker.fit(rgb)
         t1 = time.monotonic()
-        result = track_fitted(tracker, fitted)
+        with self._frame_lock:  # the camera thread waits as long as it takes (a service at most 1 s)
+            result = track_fitted(tracker, fitted)
         t2 = time.monotonic()
         self.last = (fitted, rgb.shape[1], rgb.shape[0])
         self._last_offset = (result.x_offset, result.y_offset) if result.valid else None
@@ -174,6 +184,12 @@ class TrackerProcessor(_TemplateProcessor):
                                         wanted=wanted, kernel=tracker_kernel(tracker), plane=plane)
         return FrameOutput(out, {"prepare": (t1 - t0) * 1e3, "track": (t2 - t1) * 1e3,
                                  "publish": (time.monotonic() - t2) * 1e3})
+
+    def swap(self, change: Callable[[Any], T], wait_s: float | None = FRAME_BUSY_WAIT_S) -> T:
+        """``change(tracker)`` (``~/set_color``, ``~/set_template_region``) between two frames; a frame
+        holding the tracker past ``wait_s``: ``FrameBusyError``, nothing swapped."""
+        with frame_lock(self._frame_lock, wait_s):
+            return change(self.tracker)
 
     def diagnostic_values(self) -> dict[str, object]:
         tracker = self.tracker

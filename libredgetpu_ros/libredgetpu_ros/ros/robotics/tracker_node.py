@@ -49,13 +49,15 @@ class TrackerNode(ImagePlaneInput, CameraNode):
         return None if processor is None else processor.tracker
 
     def _on_set_color(self, request: Any, response: Any) -> Any:
+        processor: Any = self.processor
         tracker = self._tracker()
         response.version = 0 if tracker is None else tracker.runner.store.version
         if tracker is None or not hasattr(tracker, "set_color"):
             response.success, response.message = False, "this node does not run a spot tracker"
             return response
         try:
-            swap = tracker.set_color((request.r, request.g, request.b))
+            # a frame holding the tracker past 1 s: FrameBusyError, refused (the executor not blocked)
+            swap = processor.swap(lambda t: t.set_color((request.r, request.g, request.b)))
         except LibrEdgeTpuError as exc:
             response.success, response.message = False, str(exc)
             return response
@@ -68,7 +70,7 @@ class TrackerNode(ImagePlaneInput, CameraNode):
         return response
 
     def _on_set_region(self, request: Any, response: Any) -> Any:
-        processor = self.processor
+        processor: Any = self.processor
         tracker, last = self._tracker(), None if processor is None else processor.last
         response.version = 0 if tracker is None else tracker.runner.store.version
         if tracker is None or not hasattr(tracker, "set_template"):
@@ -80,7 +82,7 @@ class TrackerNode(ImagePlaneInput, CameraNode):
         fitted, width, height = last
         try:
             x, y = region_patch_corner(request, width, height, tracker)
-            swap = tracker.set_template_at(fitted, x, y)
+            swap = processor.swap(lambda t: t.set_template_at(fitted, x, y))
         except LibrEdgeTpuError as exc:
             response.success, response.message = False, str(exc)
             return response

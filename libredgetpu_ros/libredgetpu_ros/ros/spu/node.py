@@ -30,6 +30,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from functools import partial
@@ -50,6 +51,7 @@ from libredgetpu_ros.femto.iospec import MAX_TEXT_BYTES, IOSpec, VectorSpec
 from libredgetpu_ros.femto.runner import SpuRunner, open_runner
 from libredgetpu_ros.femto.vectors import dequantize, prepare_input
 from libredgetpu_ros.ros import diagnostics
+from libredgetpu_ros.ros.frame_busy import FrameBusyError, frame_lock
 from libredgetpu_ros.ros.lifecycle import ManagedNode
 from libredgetpu_ros.ros.spinning import run_lifecycle_node_main
 from libredgetpu_ros.ros.spu.io import check_topics, topic_names, values_of, vector_msg
@@ -196,7 +198,8 @@ class SpuNode(ManagedNode):
             try:
                 prepare_input(np.asarray(p.value, dtype=np.float64), vec)
             except (IOSpecError, TypeError, ValueError) as exc:
-                with self._lock:  # the counters are the data path's too
+                # counted under the lock (the counters are the data path's too), unless a send holds it
+                with contextlib.suppress(FrameBusyError), frame_lock(self._lock):
                     self._reject("bad_input", f"{p.name}: {exc}")
                 return f"{p.name}: {exc}"
         # configure declares the parameters (this check runs then too) and writes them itself: only inputs
@@ -204,16 +207,23 @@ class SpuNode(ManagedNode):
         live = [p for p in latched if p.name[len(LATCHED_PREFIX):] in self._latched]
         if not live:  # no lock: the data path holds it across a send, and a wedged runner never lets go
             return None
-        with self._lock:
-            before = dict(self._latched)
-            for i, p in enumerate(live):
-                error = self._write_latched(p.name[len(LATCHED_PREFIX):], np.asarray(p.value, np.float64),
-                                            "parameter")
-                if error is not None:
-                    if i:  # the earlier ones of this change were sent: the SPU back to the values kept
-                        self._latched = before
-                        self._reset_spu()
-                    return f"{p.name}: {error}"
+        try:
+            with frame_lock(self._lock):  # a send in flight past 1 s (stuck?): refused, nothing written
+                return self._write_live(live)
+        except FrameBusyError as exc:
+            return f"not applied: {exc}"
+
+    def _write_live(self, live: list[Parameter]) -> str | None:
+        """``check_parameters``' writes, under the lock: all or none."""
+        before = dict(self._latched)
+        for i, p in enumerate(live):
+            error = self._write_latched(p.name[len(LATCHED_PREFIX):], np.asarray(p.value, np.float64),
+                                        "parameter")
+            if error is not None:
+                if i:  # the earlier ones of this change were sent: the SPU back to the values kept
+                    self._latched = before
+                    self._reset_spu()
+                return f"{p.name}: {error}"
         return None
 
     # ----- inputs ---------------------------------------------------------------------------------
@@ -346,11 +356,15 @@ class SpuNode(ManagedNode):
         return None
 
     def _on_reset(self, req: Trigger.Request, resp: Trigger.Response) -> Trigger.Response:
-        with self._lock:
-            if self._engine is None:
-                resp.success, resp.message = False, "node is not configured"
-                return resp
-            error = self._reset_spu()
+        try:
+            with frame_lock(self._lock):  # an input in flight past 1 s (stuck?): refused, nothing reset
+                if self._engine is None:
+                    resp.success, resp.message = False, "node is not configured"
+                    return resp
+                error = self._reset_spu()
+        except FrameBusyError as exc:
+            resp.success, resp.message = False, str(exc)
+            return resp
         resp.success = error is None
         resp.message = error or (f"SPU reset; partial sequences dropped; latched inputs re-sent: "
                                  f"{list(self._latched)}")

@@ -1,0 +1,154 @@
+"""Weight swaps on the main executor answer while a frame's engine call is stuck (real nodes in their own
+processes, real localhost-only DDS, ``_held_runner_node.py``).
+
+The node's MatMul runner holds one call until released and, like the Edge TPU runner (one device), stages a
+new weight set only once no call is in flight. A recognition frame held in its database match; a control
+state held in its W·x. Then, from a supervisor: the recognition node's ``~/enroll``, ``~/forget`` and
+``~/load`` (each a database swap), the control node's ``~/set_weights``, must each answer within
+``ANSWER_S`` (their bound is 1 s: ``ros/frame_busy.py``) with ``success`` / ``accepted`` false, "a frame is in
+progress", nothing changed; what needs no swap (``~/save``, a dry run, ``get_state``) answers as usual; once
+the call is released, the same requests succeed. Before, each swap waited for the held call inside the
+runner's stage, on the main executor: no deactivate, no diagnostics, no other service for as long as the
+call was stuck.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from .._helpers import load_helper
+
+HERE = Path(__file__).resolve().parent
+supervision = load_helper(HERE / "_lifecycle_supervisor.py")
+
+pytestmark = [pytest.mark.ros, pytest.mark.timeout(240)]
+
+WAIT_S = 40.0  # discovery and configure (the extractor's model) on a loaded machine
+ANSWER_S = 10.0  # the bound (1 s) with room on a loaded machine; blocked behind the frame: no answer
+HELD_NODE = HERE / "_held_runner_node.py"
+BUSY = "frame is in progress"
+
+
+def _events(folder: Path) -> list[str]:
+    path = folder / "events"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _spawn(ros_env: Any, folder: Path, module: str, name: str, remaps: dict[str, str],
+           params: dict[str, Any]) -> None:
+    args = [sys.executable, str(HELD_NODE), str(folder), module, "--ros-args", "-r", f"__node:={name}"]
+    for source, target in remaps.items():
+        args += ["-r", f"{source}:={target}"]
+    for key, value in {"backend": "cpu", "template": 256, "diagnostics_period": 0.5, **params}.items():
+        args += ["-p", f"{key}:={value}"]
+    ros_env.spawn(args, name)
+
+
+def _answer(sup: Any, srv_type: type, name: str, **fields: Any) -> Any:
+    """``<node>/<name>``'s answer, failing when none came within ANSWER_S (the main executor blocked)."""
+    client = sup.node.create_client(srv_type, f"{sup.fqn}/{name}")
+    try:
+        assert client.wait_for_service(timeout_sec=WAIT_S), f"{sup.fqn}/{name} did not appear"
+        future = client.call_async(srv_type.Request(**fields))
+        sup.wait_for(f"{name}'s answer within {ANSWER_S:g} s while a frame is held (blocked behind it?)",
+                     future.done, timeout=ANSWER_S)
+        return future.result()
+    finally:
+        sup.node.destroy_client(client)
+
+
+def _hold(sup: Any, folder: Path, publish: Any) -> None:
+    """The next engine call held (published again each second until it is: best-effort frames)."""
+    (folder / "arm").touch()
+    sup.wait_for("an engine call to be held", lambda: "held" in _events(folder), every=publish)
+
+
+def _release(sup: Any, folder: Path) -> None:
+    (folder / "release").touch()
+    sup.wait_for("the held call to return",
+                 lambda: "run-end" in _events(folder)[_events(folder).index("held"):])
+
+
+def test_recognition_database_services_answer_while_a_match_is_held(ros_env, tmp_path: Path) -> None:
+    from libredgetpu_ros.ros.camera import RESULT_QOS
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import Image
+    from vision_msgs.msg import Classification
+
+    from libredgetpu_ros_interfaces.srv import Enroll, FilePath, Forget
+
+    folder, database = tmp_path / "runner", tmp_path / "db.npz"
+    folder.mkdir()
+    _spawn(ros_env, folder, "libredgetpu_ros.ros.recognition.node", "recognition_held",
+           {"image_raw": "/held/camera", "classification": "/held/classification"}, {})
+    sup = supervision.LifecycleSupervisor(ros_env, "held_supervisor", "/recognition_held", WAIT_S)
+    camera = sup.node.create_publisher(Image, "/held/camera", qos_profile_sensor_data)
+    results: list[Any] = []
+    sup.node.create_subscription(Classification, "/held/classification", results.append, RESULT_QOS)
+    rgb = np.random.default_rng(5).integers(0, 256, (96, 96, 3), dtype=np.uint8)
+    frame = Image(height=96, width=96, encoding="rgb8", step=96 * 3, data=rgb.tobytes())
+
+    assert sup.transition("configure") and sup.transition("activate")
+    sup.wait_for("a first classification", lambda: results, every=lambda: camera.publish(frame))
+    enrolled = sup.service(Enroll, "enroll", label="cat")
+    assert enrolled.success and enrolled.entries == 1, enrolled.message
+    assert sup.service(FilePath, "save", path=str(database)).success
+
+    _hold(sup, folder, lambda: camera.publish(frame))  # the next frame's database match
+    try:
+        swaps = (("enroll", Enroll, {"label": "dog"}), ("forget", Forget, {"label": "cat"}),
+                 ("load", FilePath, {"path": str(database)}))
+        for name, srv_type, fields in swaps:
+            busy = _answer(sup, srv_type, name, **fields)
+            assert not busy.success and BUSY in busy.message, (name, busy)
+        saved = _answer(sup, FilePath, "save", path=str(tmp_path / "during.npz"))  # no swap: no lock
+        assert saved.success and "saved 1 entries" in saved.message, saved.message
+        assert sup.state() == "active"
+    finally:
+        _release(sup, folder)
+    # Nothing changed by the refused calls: one entry, "cat"; the same calls succeed now.
+    forgot = _answer(sup, Forget, "forget", label="cat")
+    assert forgot.success and forgot.removed == 1, forgot.message
+    loaded = _answer(sup, FilePath, "load", path=str(database))
+    assert loaded.success and "loaded 1 entries" in loaded.message, loaded.message
+    assert sup.transition("deactivate") and sup.transition("cleanup")
+
+
+def test_control_set_weights_answers_while_a_state_is_held(ros_env, tmp_path: Path) -> None:
+    from rclpy.qos import QoSProfile
+    from std_msgs.msg import Float32MultiArray
+
+    from libredgetpu_ros_interfaces.msg import CommandStamped
+    from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
+
+    _spawn(ros_env, tmp_path, "libredgetpu_ros.ros.control_node", "control_held", {},
+           {"state_size": 2, "command_size": 2, "state_topic": "/held/state", "stale_timeout": 30.0})
+    sup = supervision.LifecycleSupervisor(ros_env, "held_supervisor", "/control_held", WAIT_S)
+    commands: list[Any] = []
+    sup.node.create_subscription(CommandStamped, "/control_held/command_stamped", commands.append,
+                                 QoSProfile(depth=100))
+    states = sup.node.create_publisher(Float32MultiArray, "/held/state", QoSProfile(depth=10))
+    weights = {"rows": 2, "cols": 2, "data": [0.05, 0.0, 0.0, 0.05], "request_id": "planner:1"}
+
+    assert sup.transition("configure") and sup.transition("activate")
+    publish = lambda: states.publish(Float32MultiArray(data=[0.5, -0.25]))  # noqa: E731
+    sup.wait_for("a first command", lambda: commands, every=publish)
+    version = sup.service(GetWeights, "get_weights").version
+    _hold(sup, tmp_path, publish)
+    try:
+        busy = _answer(sup, SetWeights, "set_weights", **weights)
+        assert not busy.accepted and BUSY in busy.message and busy.version == version, busy
+        dry = _answer(sup, SetWeights, "set_weights", **{**weights, "request_id": "", "dry_run": True})
+        assert dry.accepted, dry.message  # nothing staged: no wait
+        assert _answer(sup, GetWeights, "get_weights").version == version
+    finally:
+        _release(sup, tmp_path)
+    # The refused id was not recorded as answered: its retry swaps now.
+    swapped = _answer(sup, SetWeights, "set_weights", **weights)
+    assert swapped.accepted and swapped.version == version + 1, swapped.message
+    assert sup.transition("deactivate") and sup.transition("cleanup")
