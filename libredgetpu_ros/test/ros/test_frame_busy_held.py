@@ -25,6 +25,7 @@ from .._helpers import load_helper
 
 HERE = Path(__file__).resolve().parent
 supervision = load_helper(HERE / "_lifecycle_supervisor.py")
+held = load_helper(HERE / "_held_runner_node.py")
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(240)]
 
@@ -32,11 +33,6 @@ WAIT_S = 40.0  # discovery and configure (the extractor's model) on a loaded mac
 ANSWER_S = 10.0  # the bound (1 s) with room on a loaded machine; blocked behind the frame: no answer
 HELD_NODE = HERE / "_held_runner_node.py"
 BUSY = "frame is in progress"
-
-
-def _events(folder: Path) -> list[str]:
-    path = folder / "events"
-    return path.read_text().splitlines() if path.exists() else []
 
 
 def _spawn(ros_env: Any, folder: Path, module: str, name: str, remaps: dict[str, str],
@@ -63,15 +59,16 @@ def _answer(sup: Any, srv_type: type, name: str, **fields: Any) -> Any:
 
 
 def _hold(sup: Any, folder: Path, publish: Any) -> None:
-    """The next engine call held (published again each second until it is: best-effort frames)."""
+    """The next engine call held; published again each second until it is (camera frames are best effort,
+    unlike the states ``held.hold_next_call`` publishes once)."""
     (folder / "arm").touch()
-    sup.wait_for("an engine call to be held", lambda: "held" in _events(folder), every=publish)
+    sup.wait_for("an engine call to be held", lambda: "held" in held.events(folder), every=publish)
 
 
 def _release(sup: Any, folder: Path) -> None:
     (folder / "release").touch()
     sup.wait_for("the held call to return",
-                 lambda: "run-end" in _events(folder)[_events(folder).index("held"):])
+                 lambda: "run-end" in held.events(folder)[held.events(folder).index("held"):])
 
 
 def test_recognition_database_services_answer_while_a_match_is_held(ros_env, tmp_path: Path) -> None:
