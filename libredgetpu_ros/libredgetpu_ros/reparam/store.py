@@ -58,8 +58,14 @@ def _read_only(array: np.ndarray) -> np.ndarray:
 
 
 def _writable_memory(base: object) -> bool:
-    if isinstance(base, np.ndarray):
-        return bool(base.flags.writeable)  # NumPy points a view's base at the array owning the memory
+    # NumPy collapses a chain of views to the first array that owns its memory, or to the first array over a
+    # foreign buffer (frombuffer of a bytearray, an mmap): walk on from there to the buffer's exporter
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return True
+        if base.base is None:
+            return False  # owns its memory, read-only
+        base = base.base
     try:
         return not memoryview(base).readonly  # type: ignore[arg-type]
     except TypeError:

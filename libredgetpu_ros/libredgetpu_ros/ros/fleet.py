@@ -203,6 +203,8 @@ def run_local(jobs: list[BagJob], workers: int, on_record: Callable[[dict[str, A
         raise ValueError(f"{workers} workers but {len(devices)} devices")
     if bag_timeout_s is not None and not 0 < bag_timeout_s < float("inf"):
         raise ValueError(f"bag timeout {bag_timeout_s} s must be finite and above 0")
+    if not jobs:
+        return
     if workers <= 1 and bag_timeout_s is None:  # in this process: nothing could end a bag that never does
         for job in jobs:
             job = job if devices is None else replace(job, device=devices[0])
@@ -220,7 +222,7 @@ def run_local(jobs: list[BagJob], workers: int, on_record: Callable[[dict[str, A
         return _Worker(process, parent)
 
     try:
-        pool = _first_pool(start, min(workers, len(jobs)), quiet)
+        _first_pool(pool, start, min(workers, len(jobs)), quiet)
         while pending or any(w.job for w in pool):
             for slot, w in enumerate(pool):
                 while w.job is None and pending:  # a slot never stays idle while bags wait (wait([]) blocks)
@@ -282,10 +284,10 @@ def run_local(jobs: list[BagJob], workers: int, on_record: Callable[[dict[str, A
 HAND_OVER_REPLACEMENTS = 2
 
 
-def _first_pool(start: Callable[[], _Worker], count: int, quiet: bool) -> list[_Worker]:
-    """``count`` workers, or as many as the machine lets start (fork or pipe refused: a process or memory
-    limit): the corpus runs on those, with a line saying so; OutputError when not one starts."""
-    pool: list[_Worker] = []
+def _first_pool(pool: list[_Worker], start: Callable[[], _Worker], count: int, quiet: bool) -> None:
+    """Start ``count`` workers into ``pool`` (one by one: an interrupt meanwhile leaves each started one
+    where run_local's cleanup kills it), or as many as the machine lets start (fork or pipe refused: a
+    process or memory limit): the corpus runs on those, with a line saying so; OutputError if none starts."""
     error: OSError | None = None
     for _ in range(count):
         try:
@@ -298,7 +300,6 @@ def _first_pool(start: Callable[[], _Worker], count: int, quiet: bool) -> list[_
     if error is not None and not quiet:
         _say(f"process-bags: {count - len(pool)} of {count} worker processes could not start "
              f"({type(error).__name__}: {error}); the bags run on {len(pool)}")
-    return pool
 
 
 def _restart(pool: list[_Worker], slot: int, start: Callable[[], _Worker]) -> None:

@@ -218,15 +218,19 @@ def test_a_published_template_does_not_follow_the_callers_array() -> None:
     assert (tracker.weights() == 1).all()
 
 
-@pytest.mark.parametrize("source", ["view", "reshaped", "read_only_view", "bytearray"])
+@pytest.mark.parametrize("source", ["view", "reshaped", "read_only_view", "bytearray", "read_only_bytearray"])
 def test_a_published_set_does_not_follow_writable_memory_behind_a_view(source) -> None:
     """A view of a caller's writable buffer (a slice, a reshape, a view the caller marked read-only, a
     bytearray) is copied at publish: changing the buffer later leaves the published set as it was."""
     store = ParameterStore({"pc": np.zeros(16, np.uint8)}, {3: np.zeros((4, 4), np.int8)})
-    buffer = bytearray(32) if source == "bytearray" else np.zeros(32, np.int8)
-    if source == "bytearray":
-        values = np.frombuffer(buffer, np.int8)[:16].reshape(4, 4)
-        blob = np.frombuffer(buffer, np.uint8)[16:]
+    in_bytes = source.endswith("bytearray")
+    buffer = bytearray(32) if in_bytes else np.zeros(32, np.int8)
+    if in_bytes:
+        whole = np.frombuffer(buffer, np.int8)
+        if source == "read_only_bytearray":  # a read-only array over memory that is not
+            whole.setflags(write=False)
+        values = whole[:16].reshape(4, 4)
+        blob = whole[16:].view(np.uint8)
     else:
         values = buffer[:16].reshape(4, 4) if source == "reshaped" else buffer[:16].view().reshape(4, 4)
         blob = buffer[16:].view(np.uint8)
@@ -234,7 +238,7 @@ def test_a_published_set_does_not_follow_writable_memory_behind_a_view(source) -
             values.setflags(write=False)
             blob.setflags(write=False)
     new = store.publish({"pc": blob}, {3: values})
-    if source == "bytearray":
+    if in_bytes:
         buffer[:] = b"\x07" * 32
     else:
         buffer[:] = 7

@@ -115,9 +115,9 @@ def test_a_bag_no_fresh_worker_takes_fails_and_the_corpus_goes_on(tmp_path: Path
     assert [r["worker"] for r in records[2:]] == [started[-1]] * 2
 
 
-def _refusing_starts(monkeypatch: Any, allowed: int) -> list[int]:
-    """SpawnProcess.start raises OSError (EAGAIN, as fork does at a process limit) after ``allowed``
-    starts; the pids of those that started."""
+def _refusing_starts(monkeypatch: Any, allowed: int, refusal: BaseException | None = None) -> list[int]:
+    """SpawnProcess.start raises ``refusal`` (default: OSError EAGAIN, as fork does at a process limit) after
+    ``allowed`` starts; the pids of those that started."""
     import errno
     import multiprocessing.context
 
@@ -126,7 +126,7 @@ def _refusing_starts(monkeypatch: Any, allowed: int) -> list[int]:
 
     def start(process: Any) -> None:
         if len(started) >= allowed:
-            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+            raise refusal or OSError(errno.EAGAIN, "Resource temporarily unavailable")
         spawn_start(process)
         started.append(process.pid)
 
@@ -164,6 +164,29 @@ def test_no_worker_starting_is_one_clear_error(tmp_path: Path, monkeypatch: Any)
                    staging=str(tmp_path / "staging" / "0"), config=str(tmp_path / "absent.yaml"))]
     with pytest.raises(OutputError, match=r"could not start a worker process \(BlockingIOError: \[Errno 11"):
         run_local(jobs, 2, lambda record: None, bag_timeout_s=60)
+
+
+def test_an_interrupt_while_the_pool_starts_kills_the_workers_already_started(tmp_path: Path,
+                                                                             monkeypatch: Any) -> None:
+    import pytest
+    from libredgetpu_ros.ros.fleet import BagJob, run_local
+
+    started = _refusing_starts(monkeypatch, 1, KeyboardInterrupt())  # Ctrl-C while the second one starts
+    jobs = [BagJob(name=f"b{i}", input=str(tmp_path / f"in{i}"), output=str(tmp_path / "out" / f"b{i}"),
+                   staging=str(tmp_path / "staging" / str(i)), config=str(tmp_path / "absent.yaml"))
+            for i in range(2)]
+    with pytest.raises(KeyboardInterrupt):
+        run_local(jobs, 2, lambda record: None, bag_timeout_s=60)
+    assert len(started) == 1
+    _wait_dead(started[0], timeout_s=15.0)  # killed by run_local's cleanup (it was left running)
+
+
+def test_no_bags_start_no_worker(monkeypatch: Any) -> None:
+    from libredgetpu_ros.ros.fleet import run_local
+
+    started = _refusing_starts(monkeypatch, 0)
+    run_local([], 4, lambda record: None, bag_timeout_s=60)  # an OutputError "could not start" before
+    assert started == []
 
 
 def test_a_bag_over_the_timeout_has_its_worker_killed_and_the_run_goes_on(tmp_path: Path,
