@@ -29,8 +29,8 @@ fi
 failed=()
 rerun=()
 # A file that fails runs once more (LAUNCH_TEST_RERUNS, as a failing ros test of the pytest run does: DDS
-# discovery on a loaded machine is late now and then); the first failure's output is printed either way and
-# the reruns are listed at the end.
+# discovery on a loaded machine is late now and then), unless its output shows a crash; the first failure's
+# output is printed either way and the reruns are listed at the end.
 reruns="${LAUNCH_TEST_RERUNS:-1}"
 # Domains 200..231: apart from pytest's 100..199; the pid spreads concurrent runs on one host apart.
 domain=$((200 + $$ % 32))
@@ -49,7 +49,11 @@ for f in "${files[@]}"; do
         fi
         ((rc == 124)) && why="timed out after $timeout_s s" || why="exit code $rc"
         domain=$((200 + (domain - 199) % 32))
-        if ((attempt < reruns)); then
+        # a crash (a process killed by a fault signal, a fatal Python error) is never rerun: a bug to see
+        crashed=0
+        grep -Eq 'exit code -(4|6|7|8|11)([^0-9]|$)|Fatal Python error|Segmentation fault|core dumped' "$log" && crashed=1
+        ((crashed)) && why="$why, a crash: not rerun"
+        if ((attempt < reruns && !crashed)); then
             echo "launch_test $name: failed ($why), RERUN; output:"
             rerun+=("$name")
         else
@@ -57,6 +61,8 @@ for f in "${files[@]}"; do
             failed+=("$name")
         fi
         sed 's/^/    /' "$log"
+        rm -f "$log"
+        ((attempt < reruns && !crashed)) || break
     done
 done
 ((${#rerun[@]})) && echo "run_launch_tests: rerun after a failure: ${rerun[*]}"

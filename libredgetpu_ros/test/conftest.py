@@ -187,12 +187,17 @@ def listed_slow(item: pytest.Item) -> str | None:
 # processes meet over DDS discovery, and on a loaded machine a new client's first reply can be lost (Fast
 # DDS drops a reply whose reader the server has not matched yet: "failed to send response (timeout)") or a
 # discovery can outlast a wait. A second failure fails the run; every rerun is listed in the summary
-# (RERUN lines) so a test that needs it is seen and mended. The other tests get no rerun.
+# (RERUN lines) so a test that needs it is seen and mended. The other tests get no rerun, and neither does
+# a failure that reports a crash (CRASH_PATTERNS: a process killed by a fault signal, a fatal Python
+# error): a crash that comes 1 run in 10 is a bug to see, not a race to ride out.
 ROS_RERUNS, ROS_RERUN_DELAY_S = 1, 1.0
+CRASH_PATTERNS = (r"Fatal Python error", r"Segmentation fault", r"core dumped",
+                  r"\b(?:exit|exit code|exit status|returncode|return code|rc)[ =:]*-(?:4|6|7|8|11)\b")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    rerun = (pytest.mark.flaky(reruns=ROS_RERUNS, reruns_delay=ROS_RERUN_DELAY_S)
+    rerun = (pytest.mark.flaky(reruns=ROS_RERUNS, reruns_delay=ROS_RERUN_DELAY_S,
+                               rerun_except=list(CRASH_PATTERNS))
              if config.pluginmanager.hasplugin("rerunfailures") else None)
     for item in items:
         # markers, not item.keywords: every test under test/ros/ has the keyword "ros" (its folder's name)

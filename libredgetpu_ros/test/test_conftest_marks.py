@@ -47,3 +47,19 @@ def test_listed_matches_every_case_of_a_function_or_the_one_case_named() -> None
     function = "test_committed_picture_is_current"
     assert listed_slow(_Item(pictures, f"{function}[looming]", function))
     assert not listed_slow(_Item(pictures, f"{function}[bench_backends]", function))
+
+
+def test_a_crash_is_never_rerun_a_stop_or_timeout_may_be() -> None:
+    """CRASH_PATTERNS (the ros tests' rerun exceptions) catch the ways our tests report a crash, and not
+    the exits a test's own stop or a timeout gives (SIGKILL -9, SIGINT -2, SIGTERM -15, 3)."""
+    from .conftest import CRASH_PATTERNS
+
+    def crash(text: str) -> bool:
+        return any(re.search(pattern, text) for pattern in CRASH_PATTERNS)
+
+    for text in ("round 2: exit code -11 after SIGINT to the group", "--- node (exit -6): /tmp/x.log",
+                 "returncode=-7", "Fatal Python error: Segmentation fault", "Aborted (core dumped)"):
+        assert crash(text), text
+    for text in ("exit code -9 after SIGKILL", "--- node (exit -2)", "exit -15", "exit code 3",
+                 "exit code -110", "no answer from /x/change_state"):
+        assert not crash(text), text
