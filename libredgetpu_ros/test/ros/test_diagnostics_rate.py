@@ -55,16 +55,18 @@ def test_stale_is_bounded_by_max_stale_s_and_a_restart_forgets_the_pause() -> No
 
 
 def test_one_writer_one_reader_threads() -> None:
-    meter, stop = RateMeter(), threading.Event()
+    meter, stop, reading = RateMeter(), threading.Event(), threading.Event()
     rates: list[float] = []
 
     def read() -> None:
         while not stop.is_set():
             rates.append(meter.rate())
+            reading.set()
 
     reader = threading.Thread(target=read)
     reader.start()
     try:
+        assert reading.wait(10.0), "the reader thread never ran"
         for _ in range(20_000):
             meter.tick()
     finally:
