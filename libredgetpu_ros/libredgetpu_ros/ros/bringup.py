@@ -265,21 +265,29 @@ class Bringup:
         data-path call does not return within its ``deactivate_timeout`` (waited for once: ``_bring_down``)
         does not keep the others up: every other node is brought down, then the first such error is raised
         (``spinning.CompanionThreadsStuck``, naming the node's thread and the call, before any other
-        error)."""
-        errors: list[Exception] = []
+        error); every error not raised is logged first, with its traceback (``run()`` exits on a stuck node
+        without a traceback: another node's error would be lost)."""
+        errors: list[tuple[str, Exception]] = []
         for node in reversed(self.nodes):
+            name = node.get_fully_qualified_name()  # before the node is destroyed
             try:
                 self._bring_down(node)
             except Exception as exc:
-                errors.append(exc)
+                errors.append((name, exc))
         self.nodes = []
         if self.executor is not None:
             self.executor.shutdown()
             self.executor = None
-        if errors:  # a stuck node first: it decides how the process exits (run())
+        if errors:  # a stuck node first: it decides how the process exits (run(): os._exit, no traceback)
+            from libredgetpu_ros.errors import traceback_text
             from libredgetpu_ros.ros.spinning import CompanionThreadsStuck
 
-            raise next((e for e in errors if isinstance(e, CompanionThreadsStuck)), errors[0])
+            raised = next((e for _, e in errors if isinstance(e, CompanionThreadsStuck)), errors[0][1])
+            for name, exc in errors:  # every other node's error logged here: nothing else would
+                if exc is not raised:
+                    self.log(f"{name}: bring-down failed (stop went on with the other nodes):\n"
+                             f"{traceback_text(exc)}")
+            raise raised
 
     def _bring_down(self, node: Any) -> None:
         """One node deactivated (its data path still spinning: the result of the call in flight goes out),

@@ -25,15 +25,21 @@ from typing import Any
 
 WAIT_LOG_PERIOD_S = 1.0  # a wait for the data-path callback in flight is logged this often
 _POLL_S = 0.05  # how soon a wait sees STOP_HURRIED
+# Once the stop is hurried a wait still lasts this long from its start (or its timeout, if shorter): a
+# normal call in flight (a camera frame, a control step: milliseconds) returns within it and is not taken for
+# a stuck one; the few such waits of one stop (bringup's nodes, in turn) stay well inside launch's 5 s
+# sigkill_timeout.
+HURRY_GRACE_S = 0.5
 
 
 class StopHurried:
     """The process's stop, hurried: a second stop signal came while the stop waits (``signal_stop.SignalStop``
     sets it: launch's SIGTERM ``sigterm_timeout`` after its SIGINT, a second Ctrl-C). Every
-    :meth:`DataPathGuard.settle` running or starting from then on gives up at once on a callback still in
-    flight: the process exits next, and whoever sent the signal is not kept waiting for a call that may never
-    return (launch's SIGKILL follows ``sigkill_timeout`` later and would cut the exit's ERROR line off).
-    Process-wide, as signals are."""
+    :meth:`DataPathGuard.settle` running or starting from then on gives up on a callback still in flight once
+    it has waited :data:`HURRY_GRACE_S` (at once if it began that long before): the process exits next, and
+    whoever sent the signal is not kept waiting for a call that may never return (launch's SIGKILL follows
+    ``sigkill_timeout`` later and would cut the exit's ERROR line off); a normal call in flight still returns
+    within that grace. Process-wide, as signals are."""
 
     def __init__(self) -> None:
         self.reason = ""  # set once: what hurried the stop ("a second stop signal (SIGTERM, ...)")
@@ -45,8 +51,35 @@ class StopHurried:
     def clear(self) -> None:
         self.reason = ""
 
+    def ends(self, started: float, timeout: float) -> bool:
+        """A wait begun at ``started`` (``time.monotonic()``), bounded by ``timeout``, ends now: the stop is
+        hurried and the wait's grace (:data:`HURRY_GRACE_S`, or ``timeout`` if shorter) is over."""
+        return bool(self.reason) and time.monotonic() - started >= min(timeout, HURRY_GRACE_S)
+
+    def bound(self, waited: float, timeout: float) -> str:
+        """The bound of a wait of ``waited`` s that :meth:`ends` ended (``timeout``: its
+        ``deactivate_timeout``), for a message saying a call "did not return within" it."""
+        return _hurried_bound(waited, self.reason, timeout)
+
+    def wait(self, done: Callable[[float], bool], timeout: float) -> tuple[bool, str]:
+        """``done(slice_s)`` (a join: True once what it waits for ended) called in slices of at most
+        ``_POLL_S`` until it says so, ``timeout`` passes or the stop is hurried (:meth:`ends`): (ended, else
+        the bound the wait had, for a message saying it "did not ... within" it)."""
+        started = time.monotonic()
+        deadline = started + timeout
+        while not done(max(0.0, min(_POLL_S, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                return False, f"deactivate_timeout ({timeout:g} s)"
+            if self.ends(started, timeout):
+                return False, self.bound(time.monotonic() - started, timeout)
+        return True, ""
+
 
 STOP_HURRIED = StopHurried()
+
+
+def _hurried_bound(waited: float, reason: str, timeout: float) -> str:
+    return f"{waited:.1f} s: {reason} ended the wait before deactivate_timeout ({timeout:g} s)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +163,8 @@ class DataPathGuard:
         """Turn the inputs off and wait for the callback in flight, at most ``timeout`` s, with a WARN naming
         it once a second (``why``: the transition waiting): None once none runs (none starts its work from
         then on); else the one still running, recorded as :attr:`gave_up` (by ``why``). The wait ends early
-        once the process's stop is hurried (:data:`STOP_HURRIED`: :meth:`bound` then says so)."""
+        once the process's stop is hurried (:data:`STOP_HURRIED`, past its grace :data:`HURRY_GRACE_S`:
+        :meth:`bound` then says so)."""
         self._on = False
         started = time.monotonic()
         deadline, next_log = started + timeout, started + WAIT_LOG_PERIOD_S
@@ -145,7 +179,7 @@ class DataPathGuard:
             stuck = self.in_flight
             if last:
                 break
-            if STOP_HURRIED.reason:
+            if STOP_HURRIED.ends(started, timeout):
                 self._cut_short = (time.monotonic() - started, STOP_HURRIED.reason)
                 break
             now = time.monotonic()
@@ -170,7 +204,7 @@ class DataPathGuard:
         if self._cut_short is None:
             return f"deactivate_timeout ({timeout:g} s)"
         waited, reason = self._cut_short
-        return f"{waited:.1f} s: {reason} ended the wait before deactivate_timeout ({timeout:g} s)"
+        return _hurried_bound(waited, reason, timeout)
 
     def stuck(self) -> InFlight | None:
         """The call a settle gave up on while it still runs, else None."""
@@ -178,4 +212,4 @@ class DataPathGuard:
         return gave_up if gave_up is not None and gave_up is self.in_flight else None
 
 
-__all__ = ["STOP_HURRIED", "WAIT_LOG_PERIOD_S", "DataPathGuard", "InFlight", "StopHurried"]
+__all__ = ["HURRY_GRACE_S", "STOP_HURRIED", "WAIT_LOG_PERIOD_S", "DataPathGuard", "InFlight", "StopHurried"]

@@ -52,10 +52,12 @@ class SignalStop:
     stops the wake-ups before the executors go. A signal arriving during the teardown does not start anything
     new; the other stop signal (launch's SIGTERM ``sigterm_timeout`` after its SIGINT), or the same one at
     least :data:`REPEAT_S` after the first (a second Ctrl-C), hurries the stop: ``data_guard.STOP_HURRIED``,
-    which ends a wait for a stuck data-path call at once (the process then exits with its ERROR line and
-    status 3, ``ros/stuck_exit.py``, before launch's SIGKILL). Copies of one stop request (a terminal's SIGINT
-    to the process group and launch's own SIGINT to its node) arrive within a fraction of a second: they do
-    not hurry it. The watcher runs until :meth:`close`.
+    which ends a wait for a stuck data-path call (at once, or once it has lasted ``HURRY_GRACE_S``; the
+    process then exits with its ERROR line and status 3, ``ros/stuck_exit.py``, before launch's SIGKILL).
+    Copies of one stop request (a terminal's SIGINT to the process group and launch's own SIGINT to its node)
+    arrive within a fraction of a second: they do not hurry it. Only :attr:`SIGNALS` count: CPython writes
+    the wake-up byte for every signal with a Python handler (the caller's own), which is ignored here. The
+    watcher runs until :meth:`close`.
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -85,7 +87,9 @@ class SignalStop:
                 if self._closed:
                     return
                 for signum in signums:
-                    if signum == 0:  # close()'s wake-up
+                    # CPython writes a byte for every signal with a Python handler (pytest-timeout's SIGALRM,
+                    # asyncio's SIGCHLD, a SIGUSR1 of the caller's), not only ours; 0 is close()'s wake-up
+                    if signum not in self.SIGNALS:
                         continue
                     if self._first is None:
                         self._first = (signum, now)
@@ -110,7 +114,8 @@ class SignalStop:
             was_open, self._connected, self._closed = not self._closed, False, True
         if not was_open:
             return
-        os.write(self._write, b"\0")
+        with contextlib.suppress(BlockingIOError):  # a full pipe wakes the watcher all the same
+            os.write(self._write, b"\0")
         self._watcher.join()
         signal.set_wakeup_fd(self._wakeup_fd)
         for signum, handler in self._handlers.items():

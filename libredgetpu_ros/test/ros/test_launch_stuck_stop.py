@@ -143,8 +143,14 @@ def test_one_ctrl_c_to_the_launch_group_waits_for_a_call_that_returns(ros_env, t
     """SIGINT to launch's whole process group, as a terminal's Ctrl-C: the node gets it, and launch's own
     SIGINT (its stdin is no terminal) milliseconds later. Those copies of one Ctrl-C must not hurry the stop
     (``signal_stop.REPEAT_S``): the held call, released 2 s in, returns within the node's wait, and the node
-    tears down as usual: exit 0, no ERROR line, no escalation by launch."""
+    tears down as usual: exit 0, no ERROR line, no escalation by launch.
+
+    Relies on launch's own SIGINT reaching the node within ``REPEAT_S`` (2 s) of the group's (0.4 s measured
+    on a loaded 2-core machine): later, it counts as a second Ctrl-C and hurries the stop (exit 3, "a second
+    stop signal (SIGINT, ..."), which the failure message then says."""
     import os
+
+    from libredgetpu_ros.ros.signal_stop import REPEAT_S
 
     launch, _supervisor, log_path = _launch_and_hold(ros_env, tmp_path)
     os.killpg(launch.pid, signal.SIGINT)
@@ -155,8 +161,12 @@ def test_one_ctrl_c_to_the_launch_group_waits_for_a_call_that_returns(ros_env, t
           f"{ended:.2f} s:\n{report}")
     assert "sending signal 'SIGINT'" in log, f"launch sent no SIGINT of its own:\n{log[-4000:]}"
     assert launch.poll() is not None, f"ros2 launch still runs {END_S:.0f} s after SIGINT:\n{log[-4000:]}"
-    assert "exit" in seen and "finished cleanly" in seen["exit"][1], f"{report}\n{log[-4000:]}"
-    assert "sigterm" not in seen and "error" not in seen, f"{report}\n{log[-4000:]}"
+    late = ""
+    if "second stop signal (SIGINT" in log:
+        late = (f"launch's own SIGINT reached the node {REPEAT_S:g} s or more after the group's (a loaded "
+                "machine?): taken for a second Ctrl-C, it hurried the stop\n")
+    assert "exit" in seen and "finished cleanly" in seen["exit"][1], f"{late}{report}\n{log[-4000:]}"
+    assert "sigterm" not in seen and "error" not in seen, f"{late}{report}\n{log[-4000:]}"
     assert "Traceback" not in log, log[-4000:]
     events = held.events(tmp_path)
     assert "use-after-close" not in events and events[-1] == "close in_flight=0", events

@@ -132,3 +132,176 @@ def test_a_hurried_stop_ends_the_wait_for_a_stuck_callback() -> None:
     bound = guard.bound(60.0)
     assert bound.endswith(" s: a second stop signal (SIGTERM, 5.0 s after SIGINT) ended the wait before "
                           "deactivate_timeout (60 s)"), bound
+
+
+def test_signals_other_than_sigint_and_sigterm_neither_stop_nor_hurry() -> None:
+    """CPython writes a byte to the wake-up fd for every signal with a Python handler, not only SIGINT /
+    SIGTERM (pytest-timeout's SIGALRM, asyncio's SIGCHLD): such a signal is not a stop request, nor a second
+    one. Before, a SIGUSR1 with a handler installed stopped the process, and after a SIGINT hurried its stop
+    ("a second stop signal (SIGUSR1, ...)": a clean stop turned into exit 3)."""
+    import os
+    import signal
+    import time
+
+    from libredgetpu_ros.ros.data_guard import STOP_HURRIED
+    from libredgetpu_ros.ros.signal_stop import SignalStop
+
+    seen: list[int] = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: seen.append(signum))
+    stop = SignalStop()
+    try:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        deadline = time.monotonic() + 5.0
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # the watcher has long read the byte
+        assert seen and not stop.requested.done(), "SIGUSR1 taken for a stop request"
+        os.kill(os.getpid(), signal.SIGINT)
+        deadline = time.monotonic() + 5.0
+        while not stop.requested.done() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert stop.requested.done() and stop.requested.result() == signal.SIGINT
+        os.kill(os.getpid(), signal.SIGUSR1)
+        deadline = time.monotonic() + 5.0
+        while len(seen) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)
+        assert len(seen) == 2 and STOP_HURRIED.reason == "", STOP_HURRIED.reason
+    finally:
+        stop.close()
+        signal.signal(signal.SIGUSR1, previous)
+        STOP_HURRIED.clear()
+
+
+def test_close_with_the_wake_up_pipe_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``SignalStop.close`` writes its wake-up byte to a non-blocking pipe: when the pipe is full (a burst of
+    signals the watcher has not read yet) the write raises ``BlockingIOError``, and the watcher wakes on the
+    bytes already there. The write here puts its byte in, then raises as a full pipe does (no lock ordering
+    fills the real pipe before close() while the watcher drains it): close() must go on, not raise."""
+    import os
+    import signal
+
+    from libredgetpu_ros.ros import signal_stop
+
+    class FullPipeOs:
+        def __getattr__(self, name: str):
+            return getattr(os, name)
+
+        @staticmethod
+        def write(fd: int, data: bytes) -> int:
+            os.write(fd, data)
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    before = signal.getsignal(signal.SIGINT)
+    stop = signal_stop.SignalStop()
+    monkeypatch.setattr(signal_stop, "os", FullPipeOs())
+    stop.close()
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_hurried_stop_still_waits_for_a_normal_call_in_flight() -> None:
+    """Once the stop is hurried a wait still lasts ``HURRY_GRACE_S`` from its start: a 200 ms callback (a
+    frame) in flight returns within it and the wait ends cleanly, with nothing given up on. Before, the wait
+    gave it one 50 ms poll and reported it stuck (then "returned after exit gave up waiting"): in a bringup
+    with one node really stuck, every later node's deactivate gave up on its normal frame; a node's main hit
+    by launch's SIGTERM during a long transition exited 3 with a false ERROR."""
+    import threading
+
+    from libredgetpu_ros.ros.data_guard import STOP_HURRIED, DataPathGuard
+
+    warnings: list[str] = []
+
+    class Logger:
+        def warning(self, text: str) -> None:
+            warnings.append(text)
+
+    guard = DataPathGuard(Logger(), lambda: False)
+    entered = threading.Event()
+    callback = guard.wrap(lambda msg: (entered.set(), threading.Event().wait(0.2)), "on /s (a frame)")
+    guard.turn_on()
+    frame = threading.Thread(target=callback, args=(None,), daemon=True)
+    STOP_HURRIED.hurry("a second stop signal (SIGTERM, 5.0 s after SIGINT)")
+    try:
+        frame.start()
+        assert entered.wait(5)
+        stuck = guard.settle(10.0, "exit")
+    finally:
+        STOP_HURRIED.clear()
+    frame.join(5)
+    assert stuck is None and guard.gave_up is None, stuck
+    assert not any("gave up" in w for w in warnings), warnings
+
+
+def test_a_hurried_stop_ends_the_wait_for_a_stuck_reservoir_fit() -> None:
+    """``ReservoirNode.close_processor`` with a fit that ignores its cancel (stuck reading a bag on a hung
+    mount: a thread held on an event) and the stop hurried: the wait ends after the grace, not after the
+    whole ``deactivate_timeout`` (before: joined for all of it, racing launch's SIGKILL), the report says
+    what ended it, and the engine is left open for the fit (never closed under it)."""
+    import threading
+    from types import SimpleNamespace
+
+    from libredgetpu_ros.ros.data_guard import STOP_HURRIED
+    from libredgetpu_ros.ros.reservoir.fit_run import FitRun
+    from libredgetpu_ros.ros.reservoir.node import ReservoirNode
+    from libredgetpu_ros.ros.services import OffExecutor
+
+    hung = threading.Event()
+    fitting = OffExecutor("reservoir_fit")
+    fitting._thread = threading.Thread(target=hung.wait, args=(60,), daemon=True)  # as run() starts it
+    fitting._thread.start()
+    closed: list[str] = []
+    run = FitRun()
+    reports: list[str] = []
+    node = SimpleNamespace(_pred_pub=object(), _rc=SimpleNamespace(engine=SimpleNamespace(
+                               close=lambda: closed.append("engine"))),
+                           _fit_run=run, _fitting=fitting, transition_name=lambda: "shutdown",
+                           deactivate_timeout=lambda: 8.0, report_stuck=reports.append)
+    STOP_HURRIED.hurry("a second stop signal (SIGTERM, 5.0 s after SIGINT)")
+    try:
+        ReservoirNode.close_processor(node)
+        still_running = fitting.busy()
+    finally:
+        STOP_HURRIED.clear()
+        hung.set()
+        fitting.join(5)
+    assert still_running and run.cancelled_by == "shutdown"
+    assert closed == [] and run.finished() is not None, "the engine was closed under the running fit"
+    report, = reports
+    assert report.startswith("shutdown: the running ~/fit did not stop within "), report
+    reason = "a second stop signal (SIGTERM, 5.0 s after SIGINT)"
+    assert f"{reason} ended the wait before deactivate_timeout (8 s)" in report, report
+
+
+def test_bringup_stop_logs_every_error_it_does_not_raise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Bringup.stop`` with node A's call stuck (``CompanionThreadsStuck``, raised: ``run()`` exits with
+    status 3 through ``os._exit``, no traceback) and node B's deactivate raising: B's error is logged with its
+    traceback before the raise. Before, it was dropped unseen."""
+    from libredgetpu_ros.ros.bringup import Bringup
+    from libredgetpu_ros.ros.spinning import CompanionThreadsStuck
+
+    class Node:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def get_fully_qualified_name(self) -> str:
+            return self.name
+
+    def trigger_deactivate(name: str) -> None:
+        raise RuntimeError(f"{name}: the publisher went away")
+
+    def bring_down(node: Node) -> None:
+        if node.name == "/a":
+            raise CompanionThreadsStuck(["spin_a_group0"], "the data-path callback on /s (f) did not return")
+        trigger_deactivate(node.name)
+
+    lines: list[str] = []
+    bringup = Bringup([], log=lines.append)
+    bringup.nodes = [Node("/a"), Node("/b")]
+    monkeypatch.setattr(bringup, "_bring_down", bring_down)
+    with pytest.raises(CompanionThreadsStuck):
+        bringup.stop()
+    assert bringup.nodes == []
+    logged, = lines
+    assert logged.startswith("/b: bring-down failed"), logged
+    assert "Traceback (most recent call last)" in logged and "in trigger_deactivate" in logged, logged
+    assert logged.endswith("RuntimeError: /b: the publisher went away"), logged

@@ -44,6 +44,7 @@ from libredgetpu_ros.errors import InputError, LibrEdgeTpuError
 from libredgetpu_ros.robotics.reservoir import MAX_MAGNITUDE
 from libredgetpu_ros.ros import diagnostics
 from libredgetpu_ros.ros.control.codec import JointOrder, describe_non_finite
+from libredgetpu_ros.ros.data_guard import STOP_HURRIED
 from libredgetpu_ros.ros.lifecycle import ManagedNode
 from libredgetpu_ros.ros.params import dense_stream
 from libredgetpu_ros.ros.reservoir.fit_run import FitCancelled, FitRun
@@ -184,15 +185,18 @@ class ReservoirNode(ManagedNode):
         run = self._fit_run
         if run is not None and self._fitting.busy():
             # A fit uses the engine closed below: asked to stop (it checks between the bag's messages and
-            # all through the fit, fit_run), then waited for as long as the data path is (deactivate_timeout);
-            # a fit stuck in a read (a hung mount) is left the engine, closed by it as it returns.
+            # all through the fit, fit_run), then waited for as long as the data path is (deactivate_timeout,
+            # less once a second stop signal hurried the process's stop, data_guard.STOP_HURRIED: launch's
+            # SIGKILL follows); a fit stuck in a read (a hung mount) is left the engine, closed by it as it
+            # returns.
             why = self.transition_name()
             run.cancel(why)
             timeout = self.deactivate_timeout()
-            if not self._fitting.join(timeout) and run.leave_open(rc):
-                self.report_stuck(f"{why}: the running ~/fit did not stop within deactivate_timeout "
-                                  f"({timeout:g} s) of its cancel; going on without it: its engine left "
-                                  "open, closed by the fit as it returns")
+            stopped, bound = STOP_HURRIED.wait(self._fitting.join, timeout)
+            if not stopped and run.leave_open(rc):
+                self.report_stuck(f"{why}: the running ~/fit did not stop within {bound} of its cancel; "
+                                  "going on without it: its engine left open, closed by the fit as it "
+                                  "returns")
                 return
         rc.engine.close()
 
