@@ -16,6 +16,11 @@ runner interface (not a device), which
   ``use-after-close``.
 
 Not a ``TwinRunner``, so the engine goes through ``run()`` / ``close()`` as for an accelerator's runner.
+
+``MODULE`` given as ``backend:MODULE`` (a camera node: the tracker) holds the camera backend's call instead:
+the ``CpuBackend`` every CPU-twin backend is (``backends/cpu.py``) becomes :func:`held_cpu_backend`'s
+subclass, which holds and stages as above (``held``, ``run-end`` for each run) and leaves the MatMul runner
+alone.
 """
 
 from __future__ import annotations
@@ -47,8 +52,7 @@ class HeldRunner:
         self._device = threading.Lock()  # a run and a stage never at once (the device runner's lock)
 
     def _event(self, text: str) -> None:
-        with (self._folder / "events").open("a") as f:
-            f.write(text + "\n")
+        _event(self._folder, text)
 
     def stage(self, parameters: Any) -> None:
         with self._device:
@@ -64,12 +68,7 @@ class HeldRunner:
         try:
             with self._device:
                 if hold:
-                    self._event("held")
-                    deadline = time.monotonic() + HOLD_LIMIT_S
-                    while not (self._folder / "release").exists() and not self._closed.is_set():
-                        if time.monotonic() > deadline:
-                            raise RuntimeError("held run never released")
-                        time.sleep(0.005)
+                    _hold_until_released(self._folder, self._closed)
                 inner = self._inner
                 if inner is None:  # a native runner would read freed memory here
                     self._event("use-after-close")
@@ -86,6 +85,54 @@ class HeldRunner:
             self._inner = None
         self._event(f"close in_flight={in_flight}")
         self._closed.set()
+
+
+def _event(folder: Path, text: str) -> None:
+    with (folder / "events").open("a") as f:
+        f.write(text + "\n")
+
+
+def _hold_until_released(folder: Path, closed: threading.Event) -> None:
+    """``held``, then wait until ``folder/release`` exists or ``closed`` is set (HOLD_LIMIT_S at most)."""
+    _event(folder, "held")
+    deadline = time.monotonic() + HOLD_LIMIT_S
+    while not (folder / "release").exists() and not closed.is_set():
+        if time.monotonic() > deadline:
+            raise RuntimeError("held run never released")
+        time.sleep(0.005)
+
+
+def held_cpu_backend(base: type, folder: Path) -> type:
+    """A subclass of ``base`` (``CpuBackend``) whose first ``run`` after ``folder/arm`` exists is held until
+    released, and whose ``stage`` waits for a run in flight (as an Edge TPU's upload waits for the device)."""
+
+    class HeldCpuBackend(base):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._held_device = threading.RLock()  # its run stages the set it runs (reentrant)
+            self._held_once = False
+            self._held_closed = threading.Event()
+
+        def run(self, inputs: Any, parameters: Any = None) -> Any:
+            hold = not self._held_once and (folder / "arm").exists()
+            self._held_once |= hold
+            try:
+                with self._held_device:
+                    if hold:
+                        _hold_until_released(folder, self._held_closed)
+                    return super().run(inputs, parameters)
+            finally:
+                _event(folder, "run-end")
+
+        def stage(self, parameters: Any) -> None:
+            with self._held_device:
+                super().stage(parameters)
+
+        def close(self) -> None:
+            self._held_closed.set()
+            super().close()
+
+    return HeldCpuBackend
 
 
 def events(folder: Path) -> list[str]:
@@ -117,10 +164,16 @@ def first_call_then_hold(waiter: Any, folder: Path, publish: Any) -> None:
 
 def main() -> int:
     folder, module = Path(sys.argv[1]), sys.argv[2]
-    from libredgetpu_ros.matmul.runners import register_runner
-    from libredgetpu_ros.matmul.twin import TwinRunner
+    if module.startswith("backend:"):
+        from libredgetpu_ros.backends import cpu
 
-    register_runner("cpu", lambda template, device: HeldRunner(TwinRunner(template.quant), folder))
+        module = module.removeprefix("backend:")
+        cpu.CpuBackend = held_cpu_backend(cpu.CpuBackend, folder)  # type: ignore[misc]
+    else:
+        from libredgetpu_ros.matmul.runners import register_runner
+        from libredgetpu_ros.matmul.twin import TwinRunner
+
+        register_runner("cpu", lambda template, device: HeldRunner(TwinRunner(template.quant), folder))
     if module == "libredgetpu_ros.cli.main":  # the CLI (bringup): its main() takes the arguments alone
         return importlib.import_module(module).main(sys.argv[3:])
     return importlib.import_module(module).main([sys.argv[0], *sys.argv[3:]])

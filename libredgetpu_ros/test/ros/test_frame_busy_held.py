@@ -1,10 +1,11 @@
 """Weight swaps on the main executor answer while a frame's engine call is stuck (real nodes in their own
 processes, real localhost-only DDS, ``_held_runner_node.py``).
 
-The node's MatMul runner holds one call until released and, like the Edge TPU runner (one device), stages a
-new weight set only once no call is in flight. A recognition frame held in its database match; a control
-state held in its W·x. Then, from a supervisor: the recognition node's ``~/enroll``, ``~/forget`` and
-``~/load`` (each a database swap), the control node's ``~/set_weights``, must each answer within
+The node's MatMul runner (the tracker's camera backend) holds one call until released and, like the Edge TPU
+runner (one device), stages a new weight set only once no call is in flight. A recognition frame held in its
+database match; a control state held in its W·x; a tracker frame in its inference. Then, from a supervisor:
+the recognition node's ``~/enroll``, ``~/forget`` and ``~/load`` (each a database swap), the control node's
+``~/set_weights``, the tracker's ``~/set_color`` must each answer within
 ``ANSWER_S`` (their bound is 1 s: ``ros/frame_busy.py``) with ``success`` / ``accepted`` false, "a frame is in
 progress", nothing changed; what needs no swap (``~/save``, a dry run, ``get_state``) answers as usual; once
 the call is released, the same requests succeed. Before, each swap waited for the held call inside the
@@ -148,4 +149,32 @@ def test_control_set_weights_answers_while_a_state_is_held(ros_env, tmp_path: Pa
     # The refused id was not recorded as answered: its retry swaps now.
     swapped = _answer(sup, SetWeights, "set_weights", **weights)
     assert swapped.accepted and swapped.version == version + 1, swapped.message
+    assert sup.transition("deactivate") and sup.transition("cleanup")
+
+
+def test_tracker_set_color_answers_while_a_frame_is_held(ros_env, tmp_path: Path) -> None:
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import Image
+
+    from libredgetpu_ros_interfaces.srv import SetColor
+
+    _spawn(ros_env, tmp_path, "backend:libredgetpu_ros.ros.robotics.tracker_node", "tracker_held",
+           {"image_raw": "/held/camera"}, {"module": "spot", "template": "color_red_64x64"})
+    sup = supervision.LifecycleSupervisor(ros_env, "held_supervisor", "/tracker_held", WAIT_S)
+    camera = sup.node.create_publisher(Image, "/held/camera", qos_profile_sensor_data)
+    rgb = np.random.default_rng(7).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    frame = Image(height=64, width=64, encoding="rgb8", step=64 * 3, data=rgb.tobytes())
+    green = {"r": 0.0, "g": 1.0, "b": 0.0}
+
+    assert sup.transition("configure") and sup.transition("activate")
+    version = _answer(sup, SetColor, "set_color", r=1.0, g=0.0, b=0.0).version  # free: swapped
+    _hold(sup, tmp_path, lambda: camera.publish(frame))
+    try:
+        busy = _answer(sup, SetColor, "set_color", **green)
+        assert not busy.success and BUSY in busy.message and busy.version == version, busy
+        assert sup.state() == "active"
+    finally:
+        _release(sup, tmp_path)
+    swapped = _answer(sup, SetColor, "set_color", **green)
+    assert swapped.success and swapped.version == version + 1, swapped.message
     assert sup.transition("deactivate") and sup.transition("cleanup")
