@@ -107,6 +107,79 @@ def test_stop_brings_every_node_down_past_a_stuck_one(ros_env, tmp_path: Path, f
         (tmp_path / "release").touch()
 
 
+def test_a_hurried_stop_still_waits_for_a_later_nodes_normal_call(ros_env, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two control nodes, each with a held call; the stop hurried (``data_guard.STOP_HURRIED``: launch's
+    SIGTERM came). The node stopped first is really stuck: its deactivate gives up after the hurry's grace.
+    The node stopped next has a normal call in flight (released 0.15 s into its deactivate's wait, a frame
+    that takes a moment): it returns within the grace (``HURRY_GRACE_S``), the node is deactivated, shut down
+    (its runner closed with nothing in flight) and destroyed; only the stuck node is raised. Before, the
+    wait gave that call one 50 ms poll: a false "did not return" for the second node too, which stayed up."""
+    from libredgetpu_ros.matmul import runners
+    from libredgetpu_ros.matmul.twin import TwinRunner
+    from libredgetpu_ros.ros.bringup import Bringup, NodeSpec
+    from libredgetpu_ros.ros.data_guard import STOP_HURRIED
+    from rclpy.qos import QoSProfile
+    from std_msgs.msg import Float32MultiArray
+
+    supervision = load_helper(HERE / "_lifecycle_supervisor.py")
+    folders = [tmp_path / "normal", tmp_path / "stuck"]  # in the specs' order: the runners' configure order
+    for folder in folders:
+        folder.mkdir()
+    made: list[Path] = []
+
+    def runner(template, device):
+        made.append(folders[len(made)])
+        return held.HeldRunner(TwinRunner(template.quant), made[-1])
+
+    monkeypatch.setitem(runners._factories, "cpu", runner)
+    params = {"backend": "cpu", "template": 256, "state_size": 2, "command_size": 2, "stale_timeout": 30.0,
+              "deactivate_timeout": 20.0}
+    specs = [NodeSpec("control", name, "", {**params, "state_topic": f"/bhurry/{name}"})
+             for name in ("normal", "stuck")]
+    bringup = Bringup(specs, context=ros_env.init_rclpy(), log=lambda text: None)
+    bringup.start()
+    normal, stuck = bringup.nodes
+    assert made == folders, made
+    spin_stop = threading.Event()
+    spinner = threading.Thread(target=bringup.spin_until, args=(spin_stop,), daemon=True)
+    spinner.start()
+    probe = supervision.Probe(ros_env, "bhurry_probe", WAIT_S)
+    state = Float32MultiArray(data=[0.5, -0.25])
+    try:
+        for name, folder in zip(("normal", "stuck"), folders, strict=True):
+            pub = probe.node.create_publisher(Float32MultiArray, f"/bhurry/{name}", QoSProfile(depth=10))
+            probe.wait_for(f"{name}'s state subscription", lambda pub=pub: pub.get_subscription_count() > 0)
+            held.first_call_then_hold(probe, folder, lambda pub=pub: pub.publish(state))
+        spin_stop.set()
+        spinner.join(WAIT_S)
+
+        def release_during_its_wait() -> None:  # once the normal node's deactivate turned its inputs off
+            deadline = time.monotonic() + WAIT_S
+            while stuck._guard.gave_up is None or normal._guard._on:
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.005)
+            time.sleep(0.15)
+            (folders[0] / "release").touch()
+
+        releaser = threading.Thread(target=release_during_its_wait, daemon=True)
+        releaser.start()
+        STOP_HURRIED.hurry("a second stop signal (SIGTERM, 5.0 s after SIGINT)")
+        with pytest.raises(Exception) as raised:
+            bringup.stop()
+        releaser.join(WAIT_S)
+    finally:
+        STOP_HURRIED.clear()
+        for folder in folders:
+            (folder / "release").touch()
+    assert "spin_stuck" in str(raised.value) and "spin_normal" not in str(raised.value), raised.value
+    events = held.events(folders[0])
+    assert events[-1] == "close in_flight=0" and "use-after-close" not in events, \
+        f"the normal node was not shut down after its call returned: {events}"
+    assert bringup.nodes == [] and bringup.executor is None
+
+
 def test_a_deactivate_that_raises_still_closes_the_nodes_processor(ros_env, fixture_path) -> None:
     """A node whose deactivate raises (not a FAILURE result: rclpy or the node failed under it) with no call
     in flight: ``Bringup.stop()`` raises that error, and the node's processor is closed (``teardown``) before
