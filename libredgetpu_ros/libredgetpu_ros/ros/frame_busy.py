@@ -1,11 +1,13 @@
 """A main-executor handler's bounded wait for a lock a camera frame holds across the model's invoke.
 
 A service handler or parameter callback that shares a processor's state with the camera thread (the flow
-node's compass, the recognition node's extractor) takes that lock; a frame holds it across its invoke, so
-with a stuck frame an unbounded wait blocked the node's main executor for good: no deactivate, no
-diagnostics, no stuck exit (``ros/stuck_exit.py``). The handler waits at most :data:`FRAME_BUSY_WAIT_S` and
-then answers that a frame is in progress (:class:`FrameBusyError`); the camera thread itself waits as long
-as it takes (``wait_s=None``).
+node's compass, the perception pipeline, the SPU runner) or swaps weights whose staging waits for the call
+in flight on an accelerator (the recognition database, the tracker's filter, the control node's W) takes
+that lock; a frame holds it across its invoke, so with a stuck frame an unbounded wait blocked the node's
+main executor for good: no deactivate, no diagnostics, no stuck exit (``ros/stuck_exit.py``). The audit of
+every main-executor callback: docs/reliability.md section 14. The handler waits at most
+:data:`FRAME_BUSY_WAIT_S` and then answers that a frame is in progress (:class:`FrameBusyError`); the camera
+thread itself waits as long as it takes (``wait_s=None``).
 """
 
 from __future__ import annotations
