@@ -339,7 +339,7 @@ class ManagedNode(LifecycleNode):
         if stuck is not None:
             guard.turn_off()
             guard.abandoned = True  # its late return (or exception) is logged and dropped, not a new fault
-            return (f"{stuck.describe()}, given up on by {guard.gave_up_by} before (deactivate_timeout), "
+            return (f"{stuck.describe()}, given up on by {guard.gave_up_by} before, "
                     "still runs: not waited for again")
         timeout = self.deactivate_timeout()
         stuck = guard.settle(timeout, "exit")
