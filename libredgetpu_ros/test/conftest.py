@@ -121,6 +121,9 @@ def _starts_ros(item: pytest.Item) -> bool:
 # ``...::<function>[<id>]`` (that case only); test_conftest_marks.py checks that each still names a test.
 # Chosen from a `make test-fast --durations` run (`make test-slowest` lists the slowest files).
 SLOW_TESTS = frozenset({
+    "bags/test_bag_qos_budget.py::test_a_large_real_bag_opens",
+    "bags/test_bag_qos_budget.py::test_bag_repair_drops_the_profiles_over_the_bag_total_and_the_copy_opens",
+    "bags/test_bag_qos_budget.py::test_many_topics_at_the_per_topic_cap_refused_after_a_few",
     "edgetpu/test_broker.py::test_a_matmul_engine_and_a_camera_model_take_turns_on_one_device",
     "femto/test_femto_differential.py::test_loader_fuzz_matches_femtorun",
     "femto/test_femto_differential.py::test_loader_fuzz_raw_text",
