@@ -11,6 +11,9 @@ progress", nothing changed; what needs no swap (``~/save``, a dry run, ``get_sta
 the call is released, the same requests succeed. Before, each swap waited for the held call inside the
 runner's stage, on the main executor: no deactivate, no diagnostics, no other service for as long as the
 call was stuck.
+
+The reservoir node's ``~/load_readout`` / ``~/save_readout`` with a state held in its W_res·x answer
+``success`` as usual: they take no lock the state holds (the audit's check, docs/reliability.md section 14).
 """
 
 from __future__ import annotations
@@ -177,4 +180,52 @@ def test_tracker_set_color_answers_while_a_frame_is_held(ros_env, tmp_path: Path
         _release(sup, tmp_path)
     swapped = _answer(sup, SetColor, "set_color", **green)
     assert swapped.success and swapped.version == version + 1, swapped.message
+    assert sup.transition("deactivate") and sup.transition("cleanup")
+
+
+def test_reservoir_readout_services_answer_while_a_state_is_held(ros_env, tmp_path: Path) -> None:
+    """The reservoir node's ``~/load_readout`` and ``~/save_readout`` (main executor) while a state's W_res·x
+    is held in the runner. The node builds no readout engine (the readout is a NumPy product on the state),
+    so the held call holds no lock a load needs: both answer as usual and the load takes effect (the
+    audit's suspected hang through ``ReservoirComputer._lock`` needs a ``readout_engine``, which only a
+    library caller passes)."""
+    from libredgetpu_ros.matmul import MatMulEngine
+    from libredgetpu_ros.robotics.reservoir import ReservoirComputer, ReservoirConfig
+    from rclpy.qos import QoSProfile
+    from std_msgs.msg import Float64MultiArray
+
+    from libredgetpu_ros_interfaces.srv import FilePath
+
+    readout = tmp_path / "readout.npz"
+    series = np.stack([np.sin(np.arange(400) * 0.1), np.cos(np.arange(400) * 0.13)], axis=1)
+    with MatMulEngine.from_template(256, backend="cpu") as engine:  # the test's own process: the CPU twin
+        offline = ReservoirComputer(engine, ReservoirConfig(input_dim=2, seed=5, washout=50))
+        offline.fit(series[:-1], series[1:])
+        offline.save_readout(readout)
+    folder = tmp_path / "runner"
+    folder.mkdir()
+    _spawn(ros_env, folder, "libredgetpu_ros.ros.reservoir.node", "reservoir_held", {},
+           {"state_size": 2, "state_type": "float64_multi_array", "state_topic": "/held/joints", "seed": 5,
+            "washout": 0})  # washout: a fitting choice (not checked by the load), 0 here: predictions at once
+    sup = supervision.LifecycleSupervisor(ros_env, "held_supervisor", "/reservoir_held", WAIT_S)
+    states = sup.node.create_publisher(Float64MultiArray, "/held/joints", QoSProfile(depth=10))
+    predictions: list[Any] = []
+    sup.node.create_subscription(Float64MultiArray, "/reservoir_held/prediction", predictions.append,
+                                 QoSProfile(depth=100))
+
+    assert sup.transition("configure") and sup.transition("activate")
+    sup.wait_for("the node's state subscription", lambda: states.get_subscription_count() > 0)
+    publish = lambda: states.publish(Float64MultiArray(data=[0.5, -0.25]))  # noqa: E731
+    held.first_call_then_hold(sup, folder, publish)
+    try:
+        loaded = _answer(sup, FilePath, "load_readout", path=str(readout))
+        assert loaded.success and "loaded readout" in loaded.message, loaded.message
+        saved = _answer(sup, FilePath, "save_readout", path=str(tmp_path / "during.npz"))
+        assert saved.success, saved.message
+        assert sup.state() == "active"
+    finally:
+        _release(sup, folder)
+    # The readout loaded during the held call is the node's: the next states are predicted.
+    sup.wait_for("a prediction from the readout loaded while the state was held", lambda: predictions,
+                 every=publish)
     assert sup.transition("deactivate") and sup.transition("cleanup")
