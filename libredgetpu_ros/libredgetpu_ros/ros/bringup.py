@@ -269,8 +269,9 @@ class Bringup:
         without a traceback: another node's error would be lost)."""
         errors: list[tuple[str, Exception]] = []
         for node in reversed(self.nodes):
-            name = node.get_fully_qualified_name()  # before the node is destroyed
-            try:
+            name = "a node"
+            try:  # a name that cannot be read must not leave the other nodes up
+                name = node.get_fully_qualified_name()  # before the node is destroyed
                 self._bring_down(node)
             except Exception as exc:
                 errors.append((name, exc))

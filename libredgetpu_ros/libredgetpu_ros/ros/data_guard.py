@@ -30,6 +30,9 @@ _POLL_S = 0.05  # how soon a wait sees STOP_HURRIED
 # a stuck one; the few such waits of one stop (bringup's nodes, in turn) stay well inside launch's 5 s
 # sigkill_timeout.
 HURRY_GRACE_S = 0.5
+# ... and every wait of one hurried stop ends at the latest this long after the hurry, whatever its own
+# start: a bringup whose nodes all share one wedged device waits one budget, not a grace per node.
+HURRY_BUDGET_S = 2.0
 
 
 class StopHurried:
@@ -42,10 +45,12 @@ class StopHurried:
     within that grace. Process-wide, as signals are."""
 
     def __init__(self) -> None:
+        self.hurried_at = 0.0  # time.monotonic() of the hurry
         self.reason = ""  # set once: what hurried the stop ("a second stop signal (SIGTERM, ...)")
 
     def hurry(self, reason: str) -> None:
         if not self.reason:
+            self.hurried_at = time.monotonic()
             self.reason = reason
 
     def clear(self) -> None:
@@ -53,8 +58,12 @@ class StopHurried:
 
     def ends(self, started: float, timeout: float) -> bool:
         """A wait begun at ``started`` (``time.monotonic()``), bounded by ``timeout``, ends now: the stop is
-        hurried and the wait's grace (:data:`HURRY_GRACE_S`, or ``timeout`` if shorter) is over."""
-        return bool(self.reason) and time.monotonic() - started >= min(timeout, HURRY_GRACE_S)
+        hurried and the wait's grace (:data:`HURRY_GRACE_S`, or ``timeout`` if shorter) is over, or the
+        stop's whole budget (:data:`HURRY_BUDGET_S` since the hurry) is."""
+        if not self.reason:
+            return False
+        now = time.monotonic()
+        return now - started >= min(timeout, HURRY_GRACE_S) or now - self.hurried_at >= HURRY_BUDGET_S
 
     def bound(self, waited: float, timeout: float) -> str:
         """The bound of a wait of ``waited`` s that :meth:`ends` ended (``timeout``: its
@@ -212,4 +221,5 @@ class DataPathGuard:
         return gave_up if gave_up is not None and gave_up is self.in_flight else None
 
 
-__all__ = ["HURRY_GRACE_S", "STOP_HURRIED", "WAIT_LOG_PERIOD_S", "DataPathGuard", "InFlight", "StopHurried"]
+__all__ = ["HURRY_BUDGET_S", "HURRY_GRACE_S", "STOP_HURRIED", "WAIT_LOG_PERIOD_S", "DataPathGuard",
+           "InFlight", "StopHurried"]
