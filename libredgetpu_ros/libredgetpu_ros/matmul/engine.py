@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -211,11 +212,15 @@ class MatMulEngine:
         return params.blob("pc"), params.version
 
     # -- swapping --------------------------------------------------------------------------------------
-    def set_weights(self, weights: object, bias: object | None = None, dry_run: bool = False) -> SwapReport:
+    def set_weights(self, weights: object, bias: object | None = None, dry_run: bool = False,
+                    guard: AbstractContextManager[Any] | None = None) -> SwapReport:
         """Quantize float ``weights`` (rows, cols) with the template's per-row scales and swap them in.
 
         Raises WeightsError (and keeps the previous weights active) on a wrong shape or dtype, NaN/inf or a
-        bad bias. Entries outside :meth:`weight_range` are clipped and counted in the report.
+        bad bias. Entries outside :meth:`weight_range` are clipped and counted in the report. ``guard``:
+        entered around the publish alone (the runner's staging), never around validation, quantization or
+        the blob, and not at all for a dry run: a caller's lock against its own calls in flight (the control
+        node's step lock); what it raises is raised, nothing published.
         """
         t0 = time.perf_counter()
         # One compiled pass for finite, unclipped float32/float64 matrices (bit-identical; its timings
@@ -224,17 +229,18 @@ class MatMulEngine:
         if fast is not None:
             t1 = time.perf_counter()
             bias32 = validate_bias(bias, self.rows)
-            return self._publish(fast[0], bias32, dry_run, t0, t0, t1, blob=fast[1])
+            return self._publish(fast[0], bias32, dry_run, t0, t0, t1, blob=fast[1], guard=guard)
         w32 = validate_matrix(weights, self.rows, self.cols)
         bias32 = validate_bias(bias, self.rows)
         t1 = time.perf_counter()
         quantized = quantize_rows(w32, self._scales)
         t2 = time.perf_counter()
-        return self._publish(quantized, bias32, dry_run, t0, t1, t2)
+        return self._publish(quantized, bias32, dry_run, t0, t1, t2, guard=guard)
 
-    def set_weights_raw(self, weights: object, bias: object | None = None,
-                        dry_run: bool = False) -> SwapReport:
-        """Swap in int8 weights (rows, cols) as they are (real value ``q * s_r``); no quantization error."""
+    def set_weights_raw(self, weights: object, bias: object | None = None, dry_run: bool = False,
+                        guard: AbstractContextManager[Any] | None = None) -> SwapReport:
+        """Swap in int8 weights (rows, cols) as they are (real value ``q * s_r``); no quantization error.
+        ``guard``: as for :meth:`set_weights`."""
         t0 = time.perf_counter()
         array = as_real_array(weights, "raw weights")
         if array.shape != (self.rows, self.cols):
@@ -248,11 +254,13 @@ class MatMulEngine:
         bias32 = validate_bias(bias, self.rows)
         t1 = time.perf_counter()
         quantized = QuantizedWeights(np.array(array, dtype=np.int8), 0, 0.0, 0.0, np.zeros(self.rows))
-        return self._publish(quantized, bias32, dry_run, t0, t1, time.perf_counter())
+        return self._publish(quantized, bias32, dry_run, t0, t1, time.perf_counter(), guard=guard)
 
     def _publish(self, quantized: QuantizedWeights, bias: np.ndarray | None, dry_run: bool,
-                 t0: float, t1: float, t2: float, blob: np.ndarray | None = None) -> SwapReport:
-        """Publish; ``blob`` is the values' parameter blob when the fused fast path already built it."""
+                 t0: float, t1: float, t2: float, blob: np.ndarray | None = None,
+                 guard: AbstractContextManager[Any] | None = None) -> SwapReport:
+        """Publish (inside ``guard`` when given: its wait counts in the "swap" timing); ``blob`` is the
+        values' parameter blob when the fused fast path already built it."""
         values = _read_only(quantized.values)
         blob = _read_only(build_blob(values, self.template.overhead) if blob is None else blob)
         t3 = time.perf_counter()
@@ -260,7 +268,8 @@ class MatMulEngine:
             version = self._store.version
         else:  # a failed upload raises inside publish, before the new version is visible
             payload = _State(values, bias, quantized.row_error)
-            version = self._store.publish(blobs={"pc": blob}, payload=payload).version
+            with guard or nullcontext():
+                version = self._store.publish(blobs={"pc": blob}, payload=payload).version
         t4 = time.perf_counter()
         timings = {"validate": _ms(t0, t1), "quantize": _ms(t1, t2), "blob": _ms(t2, t3), "swap": _ms(t3, t4),
                    "total": _ms(t0, t4)}
@@ -300,6 +309,13 @@ class MatMulEngine:
         if state.bias is not None:
             y += state.bias
         return (y[0] if single else y), params.version
+
+    @property
+    def stages_weights(self) -> bool:
+        """True when a publish stages the weights on the runner (an accelerator's upload, which on one
+        device waits for the call in flight; a family's runner that builds its copy); False for the integer
+        twin (``TwinRunner``, compiled kernel or not): its stage is a no-op, a swap never waits for a call."""
+        return not self._twin
 
     def twin_weights(self) -> np.ndarray | None:
         """The active int8 weights when this engine runs the compiled CPU twin (``fastpath.twin_kernel``

@@ -12,6 +12,9 @@ the call is released, the same requests succeed. Before, each swap waited for th
 runner's stage, on the main executor: no deactivate, no diagnostics, no other service for as long as the
 call was stuck.
 
+In process: the control node's swap takes that step lock around the runner's staging alone; its request
+validation and quantization (with the blob) run with the lock free, so a state never waits for them.
+
 The reservoir node's ``~/load_readout`` / ``~/save_readout`` with a state held in its W_res·x answer
 ``success`` as usual: they take no lock the state holds (the audit's check, docs/reliability.md section 14).
 """
@@ -30,6 +33,7 @@ from .._helpers import load_helper
 HERE = Path(__file__).resolve().parent
 supervision = load_helper(HERE / "_lifecycle_supervisor.py")
 held = load_helper(HERE / "_held_runner_node.py")
+_held_lock = load_helper(HERE / "_held_lock.py")
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(240)]
 
@@ -155,6 +159,97 @@ def test_control_set_weights_answers_while_a_state_is_held(ros_env, tmp_path: Pa
     assert sup.transition("deactivate") and sup.transition("cleanup")
 
 
+class _StagingProbe:
+    """The integer twin's arithmetic behind a runner that is not a ``TwinRunner`` (so the engine stages on
+    it, as on an accelerator); its ``stage`` records whether ``lock`` is held at that moment."""
+
+    name, choice, fallback = "cpu", "", ""
+
+    def __init__(self, inner: Any, seen: dict[str, Any]) -> None:
+        self._inner, self._seen = inner, seen
+
+    def stage(self, parameters: Any) -> None:
+        lock = self._seen.get("lock")
+        if lock is not None:
+            self._seen["stage"].append(lock.locked())
+        self._inner.stage(parameters)
+
+    def run(self, xq: np.ndarray, parameters: Any) -> np.ndarray:
+        return self._inner.run(xq, parameters)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def test_control_swap_validates_and_quantizes_outside_the_step_lock(ros_env, monkeypatch) -> None:
+    """A real control node in process, its runner staging (``_StagingProbe``): during a ``~/set_weights``
+    the step lock is free while the request is validated and quantized (the blob built), held while the
+    runner stages; a dry run never takes it. On the code of 712d734 the lock was held across all of
+    ``Controller.set_weights``. Then: the same swap with the lock held elsewhere answers busy (not device
+    trouble), and on the integer twin the node makes no lock at all."""
+    from libredgetpu_ros.matmul import engine as engine_module
+    from libredgetpu_ros.matmul import runners
+    from libredgetpu_ros.matmul.twin import TwinRunner
+    from libredgetpu_ros.ros.control import controller as controller_module
+    from libredgetpu_ros.ros.control.node import ControlNode
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    from libredgetpu_ros_interfaces.srv import SetWeights
+
+    seen: dict[str, Any] = {"lock": None, "stage": [], "validate": [], "quantize": []}
+
+    def recording(key: str, function: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            seen[key].append(seen["lock"].locked() if seen["lock"] is not None else None)
+            return function(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(controller_module, "validate_weights_request",
+                        recording("validate", controller_module.validate_weights_request))
+    for name in ("quantize_to_blob", "quantize_rows"):  # the compiled pass (blob included) or NumPy's
+        monkeypatch.setattr(engine_module, name, recording("quantize", getattr(engine_module, name)))
+    params = {"backend": "cpu", "template": 256, "state_size": 2, "command_size": 2}
+    context = ros_env.init_rclpy()
+    node = ControlNode("control_swap_lock", context=context,
+                       parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    try:
+        runners.register_runner("cpu", lambda template, _device: _StagingProbe(TwinRunner(template.quant),
+                                                                               seen))
+        try:
+            assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS  # the engine opens here
+        finally:
+            runners.register_runner("cpu", runners._cpu_twin)
+        assert node._ctl.engine.stages_weights and node._step_lock is not None
+        seen["lock"] = node._step_lock
+        for key in ("stage", "validate", "quantize"):
+            seen[key].clear()
+        request = SetWeights.Request(rows=2, cols=2, data=[0.05, 0.0, 0.0, 0.05], request_id="planner:1")
+        dry = node._on_set_weights(SetWeights.Request(rows=2, cols=2, data=[0.05] * 4, dry_run=True),
+                                   SetWeights.Response())
+        assert dry.accepted and seen["stage"] == [], dry.message  # a dry run stages nothing
+        swapped = node._on_set_weights(request, SetWeights.Response())
+        assert swapped.accepted, swapped.message
+        assert seen["stage"] == [True], seen  # the staging under the step lock
+        assert seen["validate"] == [False, False], seen  # the dry run's and the swap's: lock free
+        assert seen["quantize"] and not any(seen["quantize"]), seen
+        busy = _held_lock.answer_while_held(node._step_lock, lambda: node._on_set_weights(
+            SetWeights.Request(rows=2, cols=2, data=[0.1, 0.0, 0.0, 0.1]), SetWeights.Response()))
+        assert not busy.accepted and BUSY in busy.message and "Error" not in busy.message, busy
+        assert busy.version == swapped.version == node._ctl.engine.version
+    finally:
+        node.teardown()
+        node.destroy_node()
+    twin = ControlNode("control_twin_lock", context=context,
+                       parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    try:
+        assert twin.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert not twin._ctl.engine.stages_weights and twin._step_lock is None  # compiled kernel or not
+    finally:
+        twin.teardown()
+        twin.destroy_node()
+
+
 def test_tracker_set_color_answers_while_a_frame_is_held(ros_env, tmp_path: Path) -> None:
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import Image
@@ -184,7 +279,10 @@ def test_tracker_set_color_answers_while_a_frame_is_held(ros_env, tmp_path: Path
 
 
 def test_reservoir_readout_services_answer_while_a_state_is_held(ros_env, tmp_path: Path) -> None:
-    """The reservoir node's ``~/load_readout`` and ``~/save_readout`` (main executor) while a state's W_res·x
+    """In process: the control node's swap takes that step lock around the runner's staging alone; its request
+validation and quantization (with the blob) run with the lock free, so a state never waits for them.
+
+The reservoir node's ``~/load_readout`` and ``~/save_readout`` (main executor) while a state's W_res·x
     is held in the runner. The node builds no readout engine (the readout is a NumPy product on the state),
     so the held call holds no lock a load needs: both answer as usual and the load takes effect (the
     audit's suspected hang through ``ReservoirComputer._lock`` needs a ``readout_engine``, which only a

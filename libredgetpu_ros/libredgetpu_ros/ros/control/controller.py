@@ -9,6 +9,7 @@ from __future__ import annotations
 import array
 import time
 from collections import OrderedDict
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import numpy as np
 from libredgetpu_ros.errors import ConfigError, LibrEdgeTpuError, WeightsError
 from libredgetpu_ros.ros.control.codec import JointOrder, to_float32_array, validate_weights_request
 from libredgetpu_ros.ros.control.params import ControlConfig
+from libredgetpu_ros.ros.frame_busy import FrameBusyError
 from libredgetpu_ros.ros.params import dense_stream
 from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
 
@@ -142,9 +144,10 @@ class Controller:
     # ----- services -------------------------------------------------------------------------------
 
     def set_weights(self, req: SetWeights.Request, resp: SetWeights.Response, clip_policy: str,
-                    t0: float) -> str | None:
+                    t0: float, guard: AbstractContextManager[Any] | None = None) -> str | None:
         """Validate, quantize and (unless a dry run) swap; fills ``resp``. Returns an error worth logging
-        at ERROR level (device trouble), else None."""
+        at ERROR level (device trouble), else None. ``guard`` is entered around the staging alone
+        (``MatMulEngine.set_weights``); its ``FrameBusyError`` is raised, the weights unchanged."""
         engine = self.engine
         resp.accepted = False
         resp.version = int(engine.version)
@@ -158,7 +161,9 @@ class Controller:
                 full_bias[: self.rows] = bias
             full = self.embed(weights)
             node_validate_ms = (time.perf_counter() - t0) * 1e3
-            report = engine.set_weights(full, bias=full_bias, dry_run=req.dry_run)
+            report = engine.set_weights(full, bias=full_bias, dry_run=req.dry_run, guard=guard)
+        except FrameBusyError:  # the caller's bounded wait for a call in flight: not device trouble
+            raise
         except WeightsError as exc:
             resp.message = str(exc)
             resp.validate_ms = (time.perf_counter() - t0) * 1e3

@@ -22,12 +22,14 @@ A state in flight when the node deactivates, cleans up or goes to ``on_error`` f
 goes out while the node is still active, and the engine is closed after it (``ManagedNode``'s data-path
 lock, ``ros/lifecycle.py``).
 The loop reads weights through ``MatMulEngine.matmul_versioned``: each output comes from one complete weight
-set (the old one or the new one, never a mix) and carries that set's version. On an engine that runs through
-its runner (an accelerator), a swap stages the new weights on the runner, which waits for the call in flight
-(one device): the loop holds a step lock across its call there, and ``~/set_weights`` waits for it at most
+set (the old one or the new one, never a mix) and carries that set's version. On an engine whose runner
+stages the weights (``MatMulEngine.stages_weights``: an accelerator's upload waits for the call in flight on
+the device), the loop holds a step lock across its call, and a swap takes it around the staging alone
+(validation, quantization and the blob run before, outside it): ``~/set_weights`` waits for it at most
 ``FRAME_BUSY_WAIT_S`` (``ros/frame_busy.py``), then answers ``accepted: false`` "a frame is in progress
-(stuck?)", weights unchanged, so a stuck call never blocks the main executor. The fused CPU twin stages
-nothing: no lock, the loop never waits for a swap. The state subscription keeps
+(stuck?)", weights unchanged, so a stuck call never blocks the main executor; a state waits at most for one
+staging, which it waited for on the runner's own lock before. The integer CPU twin (compiled kernel or
+not) stages nothing: no lock, the loop never waits for a swap. The state subscription keeps
 only the latest ``state_queue`` states: a controller wants the newest state, not a backlog.
 
 Faults: a state the engine refuses (NaN/inf) is dropped, counted and reported (diagnostics WARN with the
@@ -96,7 +98,7 @@ class ControlNode(ManagedNode):
         self._cmd_stamped_pub: Any = None
         self._plain_out, self._stamped_out = Float32MultiArray(), CommandStamped()  # reused by the loop
         self._swap_lock = threading.Lock()  # one swap at a time even if services move to another group
-        # the loop's engine call vs a swap's staging, on an engine that runs through its runner (docstring)
+        # the loop's engine call vs a swap's staging, on an engine whose runner stages weights (docstring)
         self._step_lock: threading.Lock | None = None
 
     # ----- lifecycle hooks (ros/lifecycle.py) -----------------------------------------------------
@@ -109,8 +111,8 @@ class ControlNode(ManagedNode):
     def open_processor(self) -> None:
         with jit.compile_notice(self.get_logger().info):  # one INFO line when the kernel cache was cold
             self._ctl = Controller(self.cfg, self.get_fully_qualified_name())
-        # the fused twin (twin_weights) stages nothing, never runs the runner: a swap never waits for a step
-        self._step_lock = threading.Lock() if self._ctl.engine.twin_weights() is None else None
+        # the integer twin stages nothing (a no-op): no lock, a state never waits for a swap
+        self._step_lock = threading.Lock() if self._ctl.engine.stages_weights else None
         self._check_accelerator()
 
     def create_outputs(self) -> None:
@@ -215,7 +217,8 @@ class ControlNode(ManagedNode):
         xin = ctl.x.copy()  # a fresh buffer per call: never mutate one the engine may still hold
         xin[:n] = x
         try:
-            with self._step_lock or contextlib.nullcontext():  # as long as it takes (a swap: at most 1 s)
+            # as long as it takes: a swap holds it across its staging alone (the runner's upload)
+            with self._step_lock or contextlib.nullcontext():
                 y, version = ctl.engine.matmul_versioned(xin)  # checks finiteness (float64 overflow included)
         except InputError as exc:
             loop.invalid += 1
@@ -292,11 +295,11 @@ class ControlNode(ManagedNode):
 
     def _swap(self, ctl: Controller, req: SetWeights.Request, resp: SetWeights.Response, clip_policy: str,
               t0: float) -> str | None:
-        """``Controller.set_weights`` between two steps when it stages on the runner (not a dry run, an
-        engine through its runner): ``FrameBusyError`` when a step holds it past ``FRAME_BUSY_WAIT_S``."""
+        """``Controller.set_weights`` with its staging (not a dry run's: none) between two steps on an engine
+        whose runner stages weights: ``FrameBusyError`` when a step holds the lock past ``FRAME_BUSY_WAIT_S``.
+        Validation, quantization and the blob run outside the lock: a state never waits for them."""
         lock = None if req.dry_run else self._step_lock
-        with contextlib.nullcontext() if lock is None else frame_lock(lock):
-            return ctl.set_weights(req, resp, clip_policy, t0)
+        return ctl.set_weights(req, resp, clip_policy, t0, guard=None if lock is None else frame_lock(lock))
 
     def _on_get_weights(self, req: GetWeights.Request, resp: GetWeights.Response) -> GetWeights.Response:
         cfg, ctl = self.cfg, self._ctl
