@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import subprocess
+import threading
 from pathlib import Path
 
 import libredgetpu_ros.matmul
 import numpy as np
 import pytest
-from libredgetpu_ros.errors import ConfigError
+from libredgetpu_ros.errors import ConfigError, WeightsError
 from libredgetpu_ros.matmul import MatMulEngine, runners
 from libredgetpu_ros.matmul.twin import dense_uint8
 
@@ -97,6 +99,55 @@ def test_registered_runner_is_used_with_its_device_and_versions(monkeypatch):
         x = rng.uniform(-1, 1, (3, 256))
         assert np.array_equal(engine.matmul(x), twin.matmul(x))
     assert runner.closed
+
+
+def test_a_guard_is_entered_around_the_staging_alone(monkeypatch):
+    """``set_weights(guard=...)`` (the control node's step lock, ``ros/control/node.py``): held while the
+    runner stages, free while the weights are validated and quantized (the blob built); not entered for a
+    dry run or refused weights; what it raises is raised, nothing staged or published. The integer twin
+    stages nothing (``stages_weights`` false): its callers need no lock."""
+    from libredgetpu_ros.matmul import engine as engine_module
+
+    monkeypatch.setattr(runners, "_factories", dict(runners._factories))
+    runners.register_runner("recording-test", _RecordingRunner)
+    lock, seen = threading.Lock(), []
+
+    def recording(kind, function):
+        def wrapper(*args, **kwargs):
+            seen.append((kind, lock.locked()))
+            return function(*args, **kwargs)
+        return wrapper
+
+    class Busy(Exception):
+        pass
+
+    @contextlib.contextmanager
+    def refusing():
+        seen.append(("guard", None))
+        raise Busy("a call in flight")
+        yield  # a context manager's shape
+
+    for name in ("quantize_to_blob", "quantize_rows"):  # the compiled pass (blob included) or NumPy's
+        monkeypatch.setattr(engine_module, name, recording("quantize", getattr(engine_module, name)))
+    with MatMulEngine.from_template(256, backend="cpu") as twin, \
+            MatMulEngine.from_template(256, backend="recording-test") as engine:
+        assert engine.stages_weights and not twin.stages_weights
+        runner = engine._runner
+        monkeypatch.setattr(runner, "stage", recording("stage", runner.stage))
+        weights = np.full((256, 256), 0.5) * engine.quantization.weight_scales[:, None]
+        seen.clear()
+        engine.set_weights(weights, guard=lock)
+        assert seen[-1] == ("stage", True) and seen[:-1] and all(k == "quantize" and not held
+                                                                 for k, held in seen[:-1]), seen
+        version, staged = engine.version, list(runner.staged)
+        seen.clear()
+        engine.set_weights(weights, dry_run=True, guard=refusing())
+        with pytest.raises(WeightsError):
+            engine.set_weights(np.full((256, 256), np.nan), guard=refusing())
+        assert ("guard", None) not in seen
+        with pytest.raises(Busy):
+            engine.set_weights(weights * 0.5, guard=refusing())
+        assert engine.version == version and runner.staged == staged and ("stage", True) not in seen
 
 
 class _UploadRunner:
