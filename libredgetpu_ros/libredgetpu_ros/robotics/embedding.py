@@ -36,7 +36,7 @@ import math
 import threading
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -388,7 +388,15 @@ class EmbeddingSimilarity:
         return len(slots)
 
     def load(self, path: str | Path) -> int:
-        """Replace the database with a saved one (any template size or scale); InputError, old one kept."""
+        """Replace the database with a saved one (any template size or scale); InputError, old one kept.
+        ``read`` then ``replace``: a caller that serialises changes with other work (the recognition node's
+        frame lock) reads the file outside its lock and holds it for ``replace`` only."""
+        return self.replace(self.read(path))
+
+    def read(self, path: str | Path) -> LoadedDatabase:
+        """The entries of a saved database, read and checked for this one, its whole new version built; no
+        lock taken and nothing changed (a slow or hung file system stalls this call only). InputError
+        naming the file's problem."""
         path = Path(path)
         # at most float64 for every slot: a file of more is refused from its header, never read (a 512 MiB
         # array passed the file budget and was read whole before the capacity check)
@@ -399,17 +407,33 @@ class EmbeddingSimilarity:
         if len(labels) > self.capacity:
             raise InputError(f"{path}: holds {len(labels)} entries, this template's capacity is "
                              f"{self.capacity} (entries are never dropped: use a larger template)")
-        checked = [(check_label(label), l2_normalize(v, self.embedding_dim, f"{path}: entry {i}"))
-                   for i, (label, v) in enumerate(zip(labels, vectors, strict=True))]
+        names: list[str | None] = [None] * self.capacity
+        normalized = np.zeros((self.capacity, self.embedding_dim), np.float32)
+        gains = np.zeros(self.capacity)
+        for slot, (label, vector) in enumerate(zip(labels, vectors, strict=True)):
+            names[slot] = check_label(label)
+            normalized[slot] = l2_normalize(vector, self.embedding_dim, f"{path}: entry {slot}")
+            gains[slot] = self._gain(normalized[slot].astype(np.float64), slot)  # the engine's fixed scales
+        return LoadedDatabase(path, len(labels), self, _Snapshot.make(names, normalized, gains))
+
+    def replace(self, loaded: LoadedDatabase) -> int:
+        """Swap in the entries ``read`` returned (one weight swap); their count. InputError for another
+        database's ``read`` (its gains are of that engine's scales)."""
+        if loaded.database is not self:
+            raise InputError(f"{loaded.path}: read for another embedding database, not this one")
         with self._write_lock:
-            names: list[str | None] = [None] * self.capacity
-            normalized = np.zeros((self.capacity, self.embedding_dim), np.float32)
-            gains = np.zeros(self.capacity)
-            for slot, (label, vector) in enumerate(checked):
-                names[slot], normalized[slot] = label, vector
-                gains[slot] = self._gain(normalized[slot].astype(np.float64), slot)
-            self._publish(_Snapshot.make(names, normalized, gains))
-        return len(checked)
+            self._publish(loaded.snapshot)
+        return loaded.count
+
+
+@dataclass(frozen=True, eq=False)
+class LoadedDatabase:
+    """A database file read and checked by ``EmbeddingSimilarity.read``, ready for its ``replace``."""
+
+    path: Path
+    count: int  # entries
+    database: EmbeddingSimilarity = field(repr=False)
+    snapshot: _Snapshot = field(repr=False)
 
 
 def _walk(order: np.ndarray, score: np.ndarray, snapshot: _Snapshot, bounds: np.ndarray | None,

@@ -231,6 +231,29 @@ def test_load_refuses_other_dimension_or_too_many_entries_and_keeps_the_old(tmp_
         assert target.labels == ["keep"]
 
 
+def test_read_changes_nothing_and_replace_takes_only_its_own_databases_read(tmp_path):
+    """``load`` = ``read`` (the file, no lock, nothing changed) + ``replace`` (the swap): what the
+    recognition node's ``~/load`` runs outside / inside its frame lock. A read made for another database
+    (another engine's scales) is refused by ``replace``."""
+    rng = np.random.default_rng(6)
+    with MatMulEngine.from_template(256, backend="cpu") as a, \
+            MatMulEngine.from_template(256, backend="cpu") as b, \
+            MatMulEngine.from_template(256, backend="cpu") as c:
+        source = EmbeddingSimilarity(a, 1024)
+        source.add_many([("x", rng.normal(size=1024)), ("y", rng.normal(size=1024))])
+        source.save(tmp_path / "db.npz")
+        target, other = EmbeddingSimilarity(b, 1024), EmbeddingSimilarity(c, 1024)
+        target.add("keep", rng.normal(size=1024))
+        version = b.version
+        loaded = target.read(tmp_path / "db.npz")
+        assert loaded.count == 2 and target.labels == ["keep"] and b.version == version  # nothing changed
+        with pytest.raises(InputError, match="read for another embedding database"):
+            other.replace(loaded)
+        assert target.replace(loaded) == 2 and target.labels == ["x", "y"] and b.version == version + 1
+        probe = rng.normal(size=1024)
+        assert target.query(probe, top_k=2) == source.query(probe, top_k=2)
+
+
 def test_huge_metadata_is_refused_before_it_is_decoded(tmp_path):
     """Issue 30 item 4: a database whose metadata is a huge string (100 MB: 1.16 GB, the recognition node
     1.18 GB under ~/load) is refused from its npy header, before the string is read or decoded."""

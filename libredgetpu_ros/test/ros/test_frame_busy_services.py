@@ -9,7 +9,8 @@ models on the cpu backend, configured) another thread holds the lock as a stuck 
 the bound, and does its work once the lock is free. Before, each blocked the node's main executor as long
 as the frame: no deactivate, no diagnostics, no stuck exit (the tracker's swap: on an Edge TPU, whose
 staging waits for the frame's inference on the device; ``test_frame_busy_held.py`` shows that wait over
-DDS for the MatMul engine's swaps).
+DDS for the MatMul engine's swaps). The recognition node's ``~/load`` reads its file with the frame lock
+free: a frame completes while the read is held.
 """
 
 from __future__ import annotations
@@ -78,6 +79,71 @@ def test_recognition_enroll_answers_while_a_frame_holds_the_extractor(ros_env) -
         done = node._on_enroll(request, Enroll.Response())
         assert done.success and done.entries == 1, done.message
     finally:
+        node.teardown()
+        node.destroy_node()
+
+
+def test_recognition_load_reads_its_file_while_frames_carry_on(ros_env, tmp_path, monkeypatch) -> None:
+    """``~/load`` reads and checks its file with the frame lock free and holds it for the swap only: a
+    frame completes while the file's read is held (a large database, a hung network mount), then the load
+    succeeds; a bad file is refused for what it is even while a frame holds the lock. Before, the read ran
+    inside the frame lock: the frame (the camera thread) waited for the whole read."""
+    import threading
+
+    from libredgetpu_ros.robotics import embedding
+    from libredgetpu_ros.ros.recognition.node import RecognitionNode
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+    from std_msgs.msg import Header
+
+    from libredgetpu_ros_interfaces.srv import FilePath
+
+    params = {"backend": "cpu", "template": 256}
+    node = RecognitionNode("recognition_load", context=ros_env.init_rclpy(),
+                           parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    release = threading.Event()
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        processor: Any = node.processor
+        rgb = np.random.default_rng(4).integers(0, 256, (128, 128, 3), dtype=np.uint8)
+        database = tmp_path / "db.npz"
+        processor.db.add("cat", processor.embed(rgb))
+        processor.db.save(database)
+        processor.db.remove("cat")
+        junk = tmp_path / "junk.npz"
+        junk.write_bytes(b"PK\x03\x04 truncated")
+        refused = _answer_while_held(processor._frame_lock, lambda: node._on_load(
+            FilePath.Request(path=str(junk)), FilePath.Response()))
+        assert not refused.success and "not a readable .npz" in refused.message, refused.message
+
+        reading, lock_held_in_read = threading.Event(), []
+        read_database = embedding.read_database
+
+        def held_read(path: Any, max_vector_bytes: int) -> Any:  # the file system's read, held
+            lock_held_in_read.append(processor._frame_lock.locked())
+            reading.set()
+            release.wait(held_lock.WAIT_S)
+            return read_database(path, max_vector_bytes)
+
+        monkeypatch.setattr(embedding, "read_database", held_read)
+        answers: list[Any] = []
+        loader = threading.Thread(target=lambda: answers.append(node._on_load(
+            FilePath.Request(path=str(database)), FilePath.Response())), daemon=True)
+        loader.start()
+        assert reading.wait(held_lock.WAIT_S), "~/load never read its file"
+        frames: list[Any] = []
+        camera = threading.Thread(target=lambda: frames.append(processor.frame(Header(), rgb)), daemon=True)
+        camera.start()
+        camera.join(held_lock.WAIT_S)
+        assert frames, "the frame waited for ~/load's file read: the read ran inside the frame lock"
+        assert lock_held_in_read == [False]
+        release.set()
+        loader.join(held_lock.WAIT_S)
+        assert answers and answers[0].success and "loaded 1 entries" in answers[0].message, answers
+        result = processor.frame(Header(), rgb).messages[0][1]
+        assert [h.class_id for h in result.results] == ["cat"]  # the loaded database matched
+    finally:
+        release.set()
         node.teardown()
         node.destroy_node()
 

@@ -16,7 +16,9 @@ extractor, Edge TPU or CPU twin) and an ``EmbeddingSimilarity`` database on the 
 Changes are atomic weight swaps: a frame is matched against one database version, never half of one. A
 frame holds the processor's lock across its embedding and match; ``~/enroll``, ``~/forget`` and ``~/load``
 wait for it at most ``FRAME_BUSY_WAIT_S`` (``ros/frame_busy.py``) and are refused past it, database
-unchanged ("a frame is in progress (stuck?)"); ``~/save`` writes the current version and takes no lock.
+unchanged ("a frame is in progress (stuck?)"); ``~/load`` reads and checks its file before it waits (frames
+carry on through a slow read; a bad file is refused without the lock) and holds the lock for the swap only;
+``~/save`` writes the current version and takes no lock.
 """
 
 from __future__ import annotations
@@ -100,9 +102,8 @@ class RecognitionNode(CameraNode):
         return self._file_op(resp, lambda p: f"saved {p.db.save(req.path)} entries to {clip(req.path)}")
 
     def _on_load(self, req: FilePath.Request, resp: FilePath.Response) -> FilePath.Response:
-        def load(processor: Any) -> str:  # replaces the database between two frames
-            count = processor.change_database(lambda db: db.load(req.path))
-            return f"loaded {count} entries from {clip(req.path)}"
+        def load(processor: Any) -> str:  # the file read unlocked, then swapped in between two frames
+            return f"loaded {processor.load_database(req.path)} entries from {clip(req.path)}"
 
         return self._file_op(resp, load)
 

@@ -8,8 +8,10 @@ A frame holds one lock across its embedding and its match: the extractor is shar
 (LiteRT interpreters are not reentrant), and a database change (``~/enroll``, ``~/forget``, ``~/load``)
 stages its weights on the engine's runner, which on an accelerator waits for the match in flight (one
 device: ``matmul/device_runner.py``). The services wait for that lock at most ``FRAME_BUSY_WAIT_S`` and are
-refused past it (a stuck frame would block the main executor for good: ``ros/frame_busy.py``). The
-database swaps its weights atomically, so a frame is matched against one database version.
+refused past it (a stuck frame would block the main executor for good: ``ros/frame_busy.py``). ``~/load``
+reads and checks its file before it takes the lock and holds it for the swap only, so frames carry on
+through a slow read. The database swaps its weights atomically, so a frame is matched against one database
+version.
 """
 
 from __future__ import annotations
@@ -124,10 +126,18 @@ class RecognitionProcessor(CameraProcessor):
             return self.db.add(label, self.extractor.embed(rgb, region=region))
 
     def change_database(self, change: Callable[[Any], T], wait_s: float | None = FRAME_BUSY_WAIT_S) -> T:
-        """``change(db)`` (``~/forget``, ``~/load``) between two frames; a frame holding the lock past
+        """``change(db)`` (``~/forget``, ``~/load``'s swap) between two frames; a frame holding the lock past
         ``wait_s``: ``FrameBusyError``, nothing changed."""
         with frame_lock(self._frame_lock, wait_s):
             return change(self.db)
+
+    def load_database(self, path: str, wait_s: float | None = FRAME_BUSY_WAIT_S) -> int:
+        """``~/load``: the file read and checked with no lock held (frames carry on, however slow the
+        read: a large file, a hung network mount), then its entries swapped in between two frames; the
+        count. A bad file (InputError, OSError) or a frame holding the lock past ``wait_s``
+        (``FrameBusyError``): nothing changed."""
+        loaded = self.db.read(path)
+        return self.change_database(lambda db: db.replace(loaded), wait_s)
 
     def warm_up(self, rgb: np.ndarray | None) -> None:
         blank = np.zeros((_WARM_UP_SIZE, _WARM_UP_SIZE, 3), np.uint8)
