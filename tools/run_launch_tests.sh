@@ -51,6 +51,9 @@ for f in "${files[@]}"; do
         domain=$((200 + (domain - 199) % 32))
         # a crash (a process killed by a fault signal, a fatal Python error) is never rerun: a bug to see
         crashed=0
+        # launch_test itself killed by a fault signal: timeout passes on 128 + the signal (SIGILL, SIGABRT,
+        # SIGBUS, SIGFPE, SIGSEGV)
+        case $rc in 132|134|135|136|139) crashed=1 ;; esac
         grep -Eq 'exit code -(4|6|7|8|11)([^0-9]|$)|Fatal Python error|Segmentation fault|core dumped' "$log" && crashed=1
         ((crashed)) && why="$why, a crash: not rerun"
         if ((attempt < reruns && !crashed)); then

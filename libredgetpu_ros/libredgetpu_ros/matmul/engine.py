@@ -268,7 +268,7 @@ class MatMulEngine:
             version = self._store.version
         else:  # a failed upload raises inside publish, before the new version is visible
             payload = _State(values, bias, quantized.row_error)
-            with guard or nullcontext():
+            with nullcontext() if guard is None else guard:
                 version = self._store.publish(blobs={"pc": blob}, payload=payload).version
         t4 = time.perf_counter()
         timings = {"validate": _ms(t0, t1), "quantize": _ms(t1, t2), "blob": _ms(t2, t3), "swap": _ms(t3, t4),

@@ -279,10 +279,7 @@ def test_tracker_set_color_answers_while_a_frame_is_held(ros_env, tmp_path: Path
 
 
 def test_reservoir_readout_services_answer_while_a_state_is_held(ros_env, tmp_path: Path) -> None:
-    """In process: the control node's swap takes that step lock around the runner's staging alone; its request
-validation and quantization (with the blob) run with the lock free, so a state never waits for them.
-
-The reservoir node's ``~/load_readout`` and ``~/save_readout`` (main executor) while a state's W_res·x
+    """The reservoir node's ``~/load_readout`` and ``~/save_readout`` (main executor) while a state's W_res·x
     is held in the runner. The node builds no readout engine (the readout is a NumPy product on the state),
     so the held call holds no lock a load needs: both answer as usual and the load takes effect (the
     audit's suspected hang through ``ReservoirComputer._lock`` needs a ``readout_engine``, which only a
