@@ -135,6 +135,33 @@ def held_cpu_backend(base: type, folder: Path) -> type:
     return HeldCpuBackend
 
 
+def spawn(ros_env: Any, folder: Path, module: str, name: str, params: dict[str, Any], *,
+          remaps: dict[str, str] | None = None, expect_exit: bool = False) -> Any:
+    """Start this script as the node ``name`` of ``module`` (see the module docstring), the CPU backend,
+    template 256 and 0.5 s diagnostics unless ``params`` say otherwise; the process (``ros_env.spawn``)."""
+    args = [sys.executable, str(Path(__file__).resolve()), str(folder), module, "--ros-args", "-r",
+            f"__node:={name}"]
+    for source, target in (remaps or {}).items():
+        args += ["-r", f"{source}:={target}"]
+    for key, value in {"backend": "cpu", "template": 256, "diagnostics_period": 0.5, **params}.items():
+        args += ["-p", f"{key}:={value}"]
+    return ros_env.spawn(args, name, expect_exit=expect_exit)
+
+
+def control_wires(probe: Any, name: str, state_topic: str) -> tuple[list[Any], Any]:
+    """The test's ends of a control node ``/<name>``: the commands it stamps (a list filled as ``probe``
+    spins) and a publisher of states on ``state_topic``."""
+    from rclpy.qos import QoSProfile
+    from std_msgs.msg import Float32MultiArray
+
+    from libredgetpu_ros_interfaces.msg import CommandStamped
+
+    commands: list[Any] = []
+    probe.node.create_subscription(CommandStamped, f"/{name}/command_stamped", commands.append,
+                                   QoSProfile(depth=100))
+    return commands, probe.node.create_publisher(Float32MultiArray, state_topic, QoSProfile(depth=10))
+
+
 def events(folder: Path) -> list[str]:
     """The lines :class:`HeldRunner` wrote to ``folder/events`` so far."""
     path = folder / "events"

@@ -28,7 +28,6 @@ the bound (past the old 5 s thread join): a clean teardown, exit 0.
 from __future__ import annotations
 
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -45,15 +44,6 @@ pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
 
 WAIT_S = 30.0
 RELEASE_AFTER_S = 2.0  # how long the transitions may take before the test releases the held call itself
-HELD_NODE = HERE / "_held_runner_node.py"
-
-
-def _spawn(ros_env: Any, folder: Path, module: str, name: str, params: dict[str, Any], *,
-           expect_exit: bool = False) -> Any:
-    args = [sys.executable, str(HELD_NODE), str(folder), module, "--ros-args", "-r", f"__node:={name}"]
-    for key, value in {"backend": "cpu", "template": 256, "diagnostics_period": 0.5, **params}.items():
-        args += ["-p", f"{key}:={value}"]
-    return ros_env.spawn(args, name, expect_exit=expect_exit)
 
 
 def _hold_and_tear_down(sup: Any, folder: Path, publish: Any) -> tuple[Any, Any]:
@@ -78,18 +68,13 @@ def _check_teardown(ros_env: Any, sup: Any, folder: Path, name: str, deactivate:
 
 
 def test_control_state_in_flight_survives_deactivate_and_cleanup(ros_env, tmp_path: Path) -> None:
-    from rclpy.qos import QoSProfile
     from std_msgs.msg import Float32MultiArray
 
-    from libredgetpu_ros_interfaces.msg import CommandStamped
 
-    _spawn(ros_env, tmp_path, "libredgetpu_ros.ros.control_node", "control_race",
+    held.spawn(ros_env, tmp_path, "libredgetpu_ros.ros.control_node", "control_race",
            {"state_size": 4, "command_size": 2, "state_topic": "/race/state", "stale_timeout": 30.0})
     sup = supervision.LifecycleSupervisor(ros_env, "race_supervisor", "/control_race", WAIT_S)
-    commands: list[Any] = []
-    sup.node.create_subscription(CommandStamped, "/control_race/command_stamped", commands.append,
-                                 QoSProfile(depth=100))
-    states = sup.node.create_publisher(Float32MultiArray, "/race/state", QoSProfile(depth=10))
+    commands, states = held.control_wires(sup, "control_race", "/race/state")
     assert sup.transition("configure") and sup.transition("activate")
     sup.wait_for("the node's state subscription", lambda: states.get_subscription_count() > 0)
 
@@ -115,7 +100,7 @@ def test_reservoir_state_in_flight_survives_deactivate_and_cleanup(ros_env, tmp_
     from rclpy.qos import QoSProfile
     from std_msgs.msg import Float64MultiArray
 
-    _spawn(ros_env, tmp_path, "libredgetpu_ros.ros.reservoir.node", "reservoir_race",
+    held.spawn(ros_env, tmp_path, "libredgetpu_ros.ros.reservoir.node", "reservoir_race",
            {"state_size": 2, "state_type": "float64_multi_array", "state_topic": "/race/joints"})
     sup = supervision.LifecycleSupervisor(ros_env, "race_supervisor", "/reservoir_race", WAIT_S)
     states = sup.node.create_publisher(Float64MultiArray, "/race/joints", QoSProfile(depth=10))
@@ -148,12 +133,12 @@ def _stuck_node(ros_env: Any, folder: Path, kind: str, name: str, *, expect_exit
     from std_msgs.msg import Float32MultiArray, Float64MultiArray
 
     if kind == "reservoir":
-        proc = _spawn(ros_env, folder, "libredgetpu_ros.ros.reservoir.node", name,
+        proc = held.spawn(ros_env, folder, "libredgetpu_ros.ros.reservoir.node", name,
                       {"state_size": 2, "state_type": "float64_multi_array", "state_topic": "/stuck/state"},
                       expect_exit=expect_exit)
         msg = Float64MultiArray(data=[0.5, -0.25])
     else:
-        proc = _spawn(ros_env, folder, "libredgetpu_ros.ros.control_node", name,
+        proc = held.spawn(ros_env, folder, "libredgetpu_ros.ros.control_node", name,
                       {"state_size": 2, "command_size": 2, "state_topic": "/stuck/state",
                        "stale_timeout": 30.0}, expect_exit=expect_exit)
         msg = Float32MultiArray(data=[0.5, -0.25])

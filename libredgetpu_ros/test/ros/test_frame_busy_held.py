@@ -21,7 +21,6 @@ The reservoir node's ``~/load_readout`` / ``~/save_readout`` with a state held i
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -39,18 +38,7 @@ pytestmark = [pytest.mark.ros, pytest.mark.timeout(240)]
 
 WAIT_S = 40.0  # discovery and configure (the extractor's model) on a loaded machine
 ANSWER_S = 10.0  # the bound (1 s) with room on a loaded machine; blocked behind the frame: no answer
-HELD_NODE = HERE / "_held_runner_node.py"
 BUSY = "frame is in progress"
-
-
-def _spawn(ros_env: Any, folder: Path, module: str, name: str, remaps: dict[str, str],
-           params: dict[str, Any]) -> None:
-    args = [sys.executable, str(HELD_NODE), str(folder), module, "--ros-args", "-r", f"__node:={name}"]
-    for source, target in remaps.items():
-        args += ["-r", f"{source}:={target}"]
-    for key, value in {"backend": "cpu", "template": 256, "diagnostics_period": 0.5, **params}.items():
-        args += ["-p", f"{key}:={value}"]
-    ros_env.spawn(args, name)
 
 
 def _answer(sup: Any, srv_type: type, name: str, **fields: Any) -> Any:
@@ -89,8 +77,8 @@ def test_recognition_database_services_answer_while_a_match_is_held(ros_env, tmp
 
     folder, database = tmp_path / "runner", tmp_path / "db.npz"
     folder.mkdir()
-    _spawn(ros_env, folder, "libredgetpu_ros.ros.recognition.node", "recognition_held",
-           {"image_raw": "/held/camera", "classification": "/held/classification"}, {})
+    held.spawn(ros_env, folder, "libredgetpu_ros.ros.recognition.node", "recognition_held", {},
+               remaps={"image_raw": "/held/camera", "classification": "/held/classification"})
     sup = supervision.LifecycleSupervisor(ros_env, "held_supervisor", "/recognition_held", WAIT_S)
     camera = sup.node.create_publisher(Image, "/held/camera", qos_profile_sensor_data)
     results: list[Any] = []
@@ -125,19 +113,14 @@ def test_recognition_database_services_answer_while_a_match_is_held(ros_env, tmp
 
 
 def test_control_set_weights_answers_while_a_state_is_held(ros_env, tmp_path: Path) -> None:
-    from rclpy.qos import QoSProfile
     from std_msgs.msg import Float32MultiArray
 
-    from libredgetpu_ros_interfaces.msg import CommandStamped
     from libredgetpu_ros_interfaces.srv import GetWeights, SetWeights
 
-    _spawn(ros_env, tmp_path, "libredgetpu_ros.ros.control_node", "control_held", {},
-           {"state_size": 2, "command_size": 2, "state_topic": "/held/state", "stale_timeout": 30.0})
+    held.spawn(ros_env, tmp_path, "libredgetpu_ros.ros.control_node", "control_held",
+               {"state_size": 2, "command_size": 2, "state_topic": "/held/state", "stale_timeout": 30.0})
     sup = supervision.LifecycleSupervisor(ros_env, "held_supervisor", "/control_held", WAIT_S)
-    commands: list[Any] = []
-    sup.node.create_subscription(CommandStamped, "/control_held/command_stamped", commands.append,
-                                 QoSProfile(depth=100))
-    states = sup.node.create_publisher(Float32MultiArray, "/held/state", QoSProfile(depth=10))
+    commands, states = held.control_wires(sup, "control_held", "/held/state")
     weights = {"rows": 2, "cols": 2, "data": [0.05, 0.0, 0.0, 0.05], "request_id": "planner:1"}
 
     assert sup.transition("configure") and sup.transition("activate")
@@ -256,8 +239,8 @@ def test_tracker_set_color_answers_while_a_frame_is_held(ros_env, tmp_path: Path
 
     from libredgetpu_ros_interfaces.srv import SetColor
 
-    _spawn(ros_env, tmp_path, "backend:libredgetpu_ros.ros.robotics.tracker_node", "tracker_held",
-           {"image_raw": "/held/camera"}, {"module": "spot", "template": "color_red_64x64"})
+    held.spawn(ros_env, tmp_path, "backend:libredgetpu_ros.ros.robotics.tracker_node", "tracker_held",
+               {"module": "spot", "template": "color_red_64x64"}, remaps={"image_raw": "/held/camera"})
     sup = supervision.LifecycleSupervisor(ros_env, "held_supervisor", "/tracker_held", WAIT_S)
     camera = sup.node.create_publisher(Image, "/held/camera", qos_profile_sensor_data)
     rgb = np.random.default_rng(7).integers(0, 256, (64, 64, 3), dtype=np.uint8)
@@ -299,9 +282,10 @@ def test_reservoir_readout_services_answer_while_a_state_is_held(ros_env, tmp_pa
         offline.save_readout(readout)
     folder = tmp_path / "runner"
     folder.mkdir()
-    _spawn(ros_env, folder, "libredgetpu_ros.ros.reservoir.node", "reservoir_held", {},
-           {"state_size": 2, "state_type": "float64_multi_array", "state_topic": "/held/joints", "seed": 5,
-            "washout": 0})  # washout: a fitting choice (not checked by the load), 0 here: predictions at once
+    # washout: a fitting choice (not checked by the load), 0 here: predictions at once
+    held.spawn(ros_env, folder, "libredgetpu_ros.ros.reservoir.node", "reservoir_held",
+               {"state_size": 2, "state_type": "float64_multi_array", "state_topic": "/held/joints",
+                "seed": 5, "washout": 0})
     sup = supervision.LifecycleSupervisor(ros_env, "held_supervisor", "/reservoir_held", WAIT_S)
     states = sup.node.create_publisher(Float64MultiArray, "/held/joints", QoSProfile(depth=10))
     predictions: list[Any] = []
