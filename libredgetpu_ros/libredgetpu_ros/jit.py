@@ -319,16 +319,11 @@ def compile_notice(log: Callable[[str], None]) -> Iterator[None]:
         log(watch.notice())
 
 
-def probe(name: str) -> bool:
-    """True when family ``name`` opens from the cache folder without compiling anything (its warm-up runs
-    with every compile refused); False when one of its kernels would compile. Without numba: False."""
-    return uncached(name) is None
-
-
 def uncached(name: str) -> str | None:
-    """None when family ``name`` opens from the cache folder without compiling anything (:func:`probe`);
-    else the family whose kernel would compile first: ``name`` itself, or a family its warm-up uses (flow
-    runs image's luma), whose missing entries then say nothing of ``name``'s own. Without numba: ``name``."""
+    """None when family ``name`` opens from the cache folder without compiling anything (its warm-up runs
+    with every compile refused, no cache entry written); else the family whose kernel would compile
+    first: ``name`` itself, or a family its warm-up uses (flow runs image's luma), whose missing entries then
+    say nothing of ``name``'s own. Without numba: ``name``."""
     if not available():
         return name
     _thread.probing = True

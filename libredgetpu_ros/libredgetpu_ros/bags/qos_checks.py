@@ -185,11 +185,6 @@ def check_qos_text(topic: str, text: str, origin: str, max_depth: int | None = N
         budget.accepted.add(key)
 
 
-def is_qos_too_large(exc: BaseException | None) -> bool:
-    """Whether ``exc`` is, or was raised from, a QosTooLarge (:func:`qos_refusal`)."""
-    return qos_refusal(exc) is not None
-
-
 # a node's measure saturates here: aliases of aliases would otherwise grow it exponentially
 _SATURATED = max(MAX_QOS_PROFILE_BYTES, MAX_QOS_MARKS) + 1
 

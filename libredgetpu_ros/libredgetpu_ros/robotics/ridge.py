@@ -28,7 +28,8 @@ def ridge_fit(rows: Callable[[int, int], np.ndarray], target: np.ndarray, ridge:
     for start in range(0, count, BLOCK_ROWS):
         if check is not None:
             check()
-        block, stop = rows(start, min(start + BLOCK_ROWS, count)), start + BLOCK_ROWS
+        stop = min(start + BLOCK_ROWS, count)
+        block = rows(start, stop)
         if gram is None:
             gram, rhs = np.zeros((block.shape[1],) * 2), np.zeros((block.shape[1], target.shape[1]))
         gram += block.T @ block

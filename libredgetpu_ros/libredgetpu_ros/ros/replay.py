@@ -237,7 +237,7 @@ def run(bag: str | Path, options: ReplayOptions, linger_s: float = 0.5,
     import rclpy
 
     from libredgetpu_ros.ros.environment import ensure_log_dir
-    from libredgetpu_ros.ros.spinning import rclpy_until_signal
+    from libredgetpu_ros.ros.signal_stop import rclpy_until_signal
 
     ensure_log_dir()  # discovery and transport: the environment's (ROS defaults unless set)
     with rclpy_until_signal() as stop:

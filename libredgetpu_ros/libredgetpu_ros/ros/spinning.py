@@ -46,7 +46,6 @@ from rclpy.timer import Timer
 
 from libredgetpu_ros.errors import traceback_text
 from libredgetpu_ros.ros.signal_stop import SignalStop
-from libredgetpu_ros.ros.signal_stop import rclpy_until_signal as rclpy_until_signal  # replay.py's import
 
 # How long a fault's report may wait for reliable subscribers to acknowledge it (see CompanionFault).
 REPORT_ACK_TIMEOUT = Duration(seconds=0.5)

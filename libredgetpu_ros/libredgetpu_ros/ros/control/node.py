@@ -100,6 +100,7 @@ class ControlNode(ManagedNode):
         self._swap_lock = threading.Lock()  # one swap at a time even if services move to another group
         # the loop's engine call vs a swap's staging, on an engine whose runner stages weights (docstring)
         self._step_lock: threading.Lock | None = None
+        self._step_guard: Any = contextlib.nullcontext()
 
     # ----- lifecycle hooks (ros/lifecycle.py) -----------------------------------------------------
 
@@ -113,6 +114,7 @@ class ControlNode(ManagedNode):
             self._ctl = Controller(self.cfg, self.get_fully_qualified_name())
         # the integer twin stages nothing (a no-op): no lock, a state never waits for a swap
         self._step_lock = threading.Lock() if self._ctl.engine.stages_weights else None
+        self._step_guard = self._step_lock or contextlib.nullcontext()  # one per configure, not per state
         self._check_accelerator()
 
     def create_outputs(self) -> None:
@@ -218,7 +220,7 @@ class ControlNode(ManagedNode):
         xin[:n] = x
         try:
             # as long as it takes: a swap holds it across its staging alone (the runner's upload)
-            with self._step_lock or contextlib.nullcontext():
+            with self._step_guard:
                 y, version = ctl.engine.matmul_versioned(xin)  # checks finiteness (float64 overflow included)
         except InputError as exc:
             loop.invalid += 1
@@ -298,7 +300,7 @@ class ControlNode(ManagedNode):
         """``Controller.set_weights`` with its staging (not a dry run's: none) between two steps on an engine
         whose runner stages weights: ``FrameBusyError`` when a step holds the lock past ``FRAME_BUSY_WAIT_S``.
         Validation, quantization and the blob run outside the lock: a state never waits for them."""
-        lock = None if req.dry_run else self._step_lock
+        lock = self._step_lock  # MatMulEngine enters the guard around a staging only: never for a dry run
         return ctl.set_weights(req, resp, clip_policy, t0, guard=None if lock is None else frame_lock(lock))
 
     def _on_get_weights(self, req: GetWeights.Request, resp: GetWeights.Response) -> GetWeights.Response:

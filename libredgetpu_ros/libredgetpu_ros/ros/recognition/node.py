@@ -29,7 +29,6 @@ from typing import Any
 
 from libredgetpu_ros.errors import LibrEdgeTpuError
 from libredgetpu_ros.ros.camera import CameraNode
-from libredgetpu_ros.ros.frame_busy import FRAME_BUSY_WAIT_S
 from libredgetpu_ros.ros.recognition.params import RECOGNITION_PARAMS
 from libredgetpu_ros.ros.recognition.processor import RecognitionProcessor
 from libredgetpu_ros.ros.services import MESSAGE_CHARS
@@ -77,7 +76,7 @@ class RecognitionNode(CameraNode):
         region = (req.x, req.y, req.width, req.height) if req.use_region else None
         try:
             # a frame holding the lock past the bound: FrameBusyError, refused (the executor not blocked)
-            slot = processor.enroll(req.label, rgb, region, FRAME_BUSY_WAIT_S)
+            slot = processor.enroll(req.label, rgb, region)
         except LibrEdgeTpuError as exc:
             return self._refuse(resp, exc)
         resp.success, resp.entries = True, len(db)

@@ -111,11 +111,9 @@ class RecognitionProcessor(CameraProcessor):
         place by then, under the label given now); the last label and score are of that frame too."""
         self.last_rgb, self._last = None, None
 
-    def embed(self, rgb: np.ndarray, region: tuple[int, int, int, int] | None = None,
-              wait_s: float | None = None) -> np.ndarray:
-        """The embedding of ``rgb`` (of ``region``: x, y, width, height, when given). ``wait_s``: the most
-        the frame lock is waited for (``FrameBusyError`` past it; None: as long as it takes)."""
-        with frame_lock(self._frame_lock, wait_s):
+    def embed(self, rgb: np.ndarray, region: tuple[int, int, int, int] | None = None) -> np.ndarray:
+        """The embedding of ``rgb`` (of ``region``: x, y, width, height, when given), between frames."""
+        with frame_lock(self._frame_lock, None):
             return self.extractor.embed(rgb, region=region)
 
     def enroll(self, label: str, rgb: np.ndarray, region: tuple[int, int, int, int] | None = None,
