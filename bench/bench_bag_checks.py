@@ -251,7 +251,7 @@ def _qos_bag(path: Path, storage: str, topics: dict[str, str | int]) -> Path:
 
 def qos_bag_rows(repeat: int) -> list[str]:
     """Whole bags through ``open_reader``: a hostile bag of many topics at the per-topic caps, refused by
-    the bag's totals, and the same with the totals lifted (the code before them), against valid bags."""
+    the bag's totals, and the same with the totals lifted (per-topic caps only), against valid bags."""
     import os
 
     from libredgetpu_ros.bags import qos_checks
@@ -301,7 +301,7 @@ def qos_bag_rows(repeat: int) -> list[str]:
         finally:
             for k, v in saved.items():
                 setattr(qos_checks, k, v)
-        rows.append((f"{few} such topics, no bag totals (the code before them: x{hostile // few} for "
+        rows.append((f"{few} such topics, per-topic caps only, no bag totals (x{hostile // few} for "
                      f"{hostile} topics)", storage, verdict, parsed[-1], times))
         # distinct texts (2,048, 2,047, ... profiles): identical ones would be parsed once
         valid = {f"/robot/t{i}": n - i for i in range(qos_checks.MAX_BAG_QOS_PROFILES // n)}

@@ -41,14 +41,13 @@ for f in "${files[@]}"; do
         start=$(date +%s)
         rc=0
         ROS_DOMAIN_ID=$domain timeout -s INT -k 10 "$timeout_s" "$venv/bin/launch_test" "$f" >"$log" 2>&1 || rc=$?
+        domain=$((200 + (domain - 199) % 32))  # the next run, this file's again or the next one's
         if ((rc == 0)); then
             echo "launch_test $name: passed in $(( $(date +%s) - start )) s"
             rm -f "$log"
-            domain=$((200 + (domain - 199) % 32))
             break
         fi
         ((rc == 124)) && why="timed out after $timeout_s s" || why="exit code $rc"
-        domain=$((200 + (domain - 199) % 32))
         # a crash (a process killed by a fault signal, a fatal Python error) is never rerun: a bug to see
         crashed=0
         # launch_test itself killed by a fault signal: timeout passes on 128 + the signal (SIGILL, SIGABRT,

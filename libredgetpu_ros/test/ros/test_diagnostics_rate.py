@@ -57,10 +57,15 @@ def test_stale_is_bounded_by_max_stale_s_and_a_restart_forgets_the_pause() -> No
 def test_one_writer_one_reader_threads() -> None:
     meter, stop, reading = RateMeter(), threading.Event(), threading.Event()
     rates: list[float] = []
+    errors: list[BaseException] = []  # an exception in the reader would only be a pytest warning
 
     def read() -> None:
-        while not stop.is_set():
-            rates.append(meter.rate())
+        try:
+            while not stop.is_set():
+                rates.append(meter.rate())
+                reading.set()
+        except BaseException as exc:
+            errors.append(exc)
             reading.set()
 
     reader = threading.Thread(target=read)
@@ -72,4 +77,5 @@ def test_one_writer_one_reader_threads() -> None:
     finally:
         stop.set()
         reader.join()
+    assert not errors, errors
     assert rates and all(r >= 0.0 for r in rates) and meter.rate() > 0.0
